@@ -1,0 +1,43 @@
+"""Store selection by URL: ``memory://``, ``sqlite:///path``, ``postgresql://…``, ``dynamodb://…``.
+
+Drivers are imported only in the branch that needs them.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from a2a_gateway.stores.base import Store
+
+
+class UnknownStoreError(ValueError):
+    """The store URL names a scheme this gateway does not know."""
+
+
+def sqlite_path(url: str) -> str:
+    """``sqlite:///./a.db`` → ``./a.db``; ``sqlite:////abs/a.db`` → ``/abs/a.db``."""
+    path = url[len("sqlite://") :]
+    if path.startswith("/"):
+        path = path[1:]
+    return path or "a2a-gateway.db"
+
+
+async def open_store(url: str, **options: object) -> Store:
+    scheme = urlsplit(url).scheme
+    if scheme == "memory":
+        from a2a_gateway.stores.memory import MemoryStore
+
+        return MemoryStore()
+    if scheme == "sqlite":
+        from a2a_gateway.stores.sqlite import SQLiteStore
+
+        return await SQLiteStore.open(sqlite_path(url))
+    if scheme in ("postgresql", "postgres"):
+        from a2a_gateway.stores.postgres import PostgresStore
+
+        return await PostgresStore.open(url, **options)
+    if scheme == "dynamodb":
+        from a2a_gateway.stores.dynamodb import DynamoDBStore
+
+        return await DynamoDBStore.open(url, **options)
+    raise UnknownStoreError(f"unknown store URL scheme {scheme!r} (memory, sqlite, postgresql, dynamodb)")

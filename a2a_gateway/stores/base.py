@@ -1,0 +1,226 @@
+"""The store contract: endpoints, tasks, push configs, conversation contexts, leases.
+
+Every task, context and push config is keyed by a ``Scope`` (tenant, endpoint,
+caller principal) and every read filters on all three, so one caller never sees
+another's rows. Task updates are conditional on the version the writer read, so
+two writers cannot lose an update, and a terminal task is never reopened.
+
+Stores hold protobuf ``Task`` objects; trimming (history length, artifacts) for a
+response is the caller's job. Implementations: ``memory``, ``sqlite``, and later
+``postgres`` and ``dynamodb``; ``tests/stores`` is the one contract suite they pass.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from a2a.types import Task, TaskPushNotificationConfig, TaskState
+
+TERMINAL_STATES = frozenset(
+    {
+        TaskState.TASK_STATE_COMPLETED,
+        TaskState.TASK_STATE_FAILED,
+        TaskState.TASK_STATE_CANCELED,
+        TaskState.TASK_STATE_REJECTED,
+    }
+)
+
+
+class StoreError(Exception):
+    """Base of store errors."""
+
+
+class StoreUnavailableError(StoreError):
+    """The backing database cannot be reached; the request may be retried."""
+
+
+class ConflictError(StoreError):
+    """A conditional write lost: the row changed since it was read, or already exists,
+    or the task is terminal."""
+
+
+class InvalidPageTokenError(StoreError):
+    """A ListTasks page token that this store did not issue (or that was altered)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    tenant: str
+    endpoint_id: str
+    principal: str = "anonymous"
+
+
+@dataclass(slots=True)
+class Endpoint:
+    id: str
+    name: str
+    tenant: str = "default"
+    description: str = ""
+    enabled: bool = True
+    card: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    updated_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+@dataclass(slots=True)
+class StoredTask:
+    task: Task
+    version: int
+    run_ref: str | None = None
+    run_state: dict[str, Any] = field(default_factory=dict)
+    """Gateway bookkeeping for the run (e.g. the pending input request)."""
+    owner: str | None = None
+    """The replica running the task, while it is not terminal."""
+    lease_until: float | None = None
+    """Epoch seconds after which another replica may take the task over."""
+
+
+@dataclass(slots=True)
+class ClaimedTask:
+    """A task whose owner's lease expired, now owned by the claiming replica."""
+
+    scope: Scope
+    stored: StoredTask
+
+
+@dataclass(frozen=True, slots=True)
+class TaskQuery:
+    context_id: str = ""
+    state: int = TaskState.TASK_STATE_UNSPECIFIED
+    status_after_us: int | None = None
+    """Only tasks whose status timestamp is at or after this (epoch microseconds)."""
+    page_size: int = 50
+    page_token: str = ""
+
+
+@dataclass(slots=True)
+class TaskPage:
+    tasks: list[Task]
+    next_page_token: str
+    total_size: int
+
+
+@dataclass(slots=True)
+class Context:
+    """What the gateway remembers of one conversation (A2A context)."""
+
+    turns: list[dict[str, str]] = field(default_factory=list)
+    """``{"role": "user"|"agent", "text": ...}``, oldest first."""
+    session: dict[str, Any] = field(default_factory=dict)
+    """Handler memory (``SessionUpdate``)."""
+
+
+def status_timestamp_us(task: Task) -> int:
+    """The task's status timestamp in epoch microseconds (0 when unset)."""
+    ts = task.status.timestamp
+    return ts.seconds * 1_000_000 + ts.nanos // 1000
+
+
+class Store(ABC):
+    """Persistence for the gateway. All methods are coroutines safe to call concurrently."""
+
+    # lifecycle -------------------------------------------------------------
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+    @abstractmethod
+    async def ping(self) -> None:
+        """Raise ``StoreUnavailableError`` unless the store answers."""
+
+    # endpoints -------------------------------------------------------------
+    @abstractmethod
+    async def create_endpoint(self, endpoint: Endpoint) -> None:
+        """Insert; ``ConflictError`` if the id exists."""
+
+    @abstractmethod
+    async def update_endpoint(self, endpoint: Endpoint) -> None:
+        """Replace the row (sets ``updated_at``); ``KeyError`` if missing."""
+
+    @abstractmethod
+    async def get_endpoint(self, endpoint_id: str) -> Endpoint | None: ...
+
+    @abstractmethod
+    async def list_endpoints(self) -> list[Endpoint]: ...
+
+    # tasks -----------------------------------------------------------------
+    @abstractmethod
+    async def create_task(
+        self,
+        scope: Scope,
+        task: Task,
+        *,
+        run_ref: str | None = None,
+        run_state: dict[str, Any] | None = None,
+        owner: str | None = None,
+        lease_until: float | None = None,
+    ) -> int:
+        """Insert a new task at version 1; ``ConflictError`` if its id exists."""
+
+    @abstractmethod
+    async def update_task(
+        self,
+        scope: Scope,
+        task: Task,
+        *,
+        expected_version: int,
+        run_ref: str | None = None,
+        run_state: dict[str, Any] | None = None,
+        owner: str | None = None,
+        lease_until: float | None = None,
+    ) -> int:
+        """Replace the task if its stored version is ``expected_version`` and it is not
+        terminal; return the new version. ``ConflictError`` otherwise (also if missing).
+        ``run_ref``/``run_state`` left as None keep their stored values; a terminal
+        ``task`` clears ``owner`` and ``lease_until``."""
+
+    @abstractmethod
+    async def get_task(self, scope: Scope, task_id: str) -> StoredTask | None: ...
+
+    @abstractmethod
+    async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
+        """Tasks of ``scope``, newest status timestamp first (ties: task id), keyset
+        paginated; ``InvalidPageTokenError`` for a token this store did not issue."""
+
+    # push notification configs ----------------------------------------------
+    @abstractmethod
+    async def put_push_config(self, scope: Scope, config: TaskPushNotificationConfig) -> None:
+        """Insert or replace the config ``(config.task_id, config.id)``."""
+
+    @abstractmethod
+    async def get_push_config(
+        self, scope: Scope, task_id: str, config_id: str
+    ) -> TaskPushNotificationConfig | None: ...
+
+    @abstractmethod
+    async def list_push_configs(
+        self, scope: Scope, task_id: str
+    ) -> list[TaskPushNotificationConfig]: ...
+
+    @abstractmethod
+    async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> None:
+        """Idempotent."""
+
+    # conversation contexts ---------------------------------------------------
+    @abstractmethod
+    async def get_context(self, scope: Scope, context_id: str) -> Context | None: ...
+
+    @abstractmethod
+    async def put_context(self, scope: Scope, context_id: str, context: Context) -> None:
+        """Insert or replace."""
+
+    # ownership leases --------------------------------------------------------
+    @abstractmethod
+    async def renew_leases(self, owner: str, task_ids: list[str], lease_until: float) -> None:
+        """Extend the lease of the non-terminal tasks in ``task_ids`` owned by ``owner``
+        (one batch per replica per interval)."""
+
+    @abstractmethod
+    async def claim_expired_tasks(
+        self, owner: str, now: float, lease_until: float, limit: int = 100
+    ) -> list[ClaimedTask]:
+        """Take over non-terminal tasks whose owner's lease ended before ``now``
+        (conditional, so two replicas never claim the same task)."""

@@ -1,0 +1,194 @@
+"""In-memory store (``memory://``): for tests, benchmarks and throwaway demos."""
+
+from __future__ import annotations
+
+import copy
+
+from dataclasses import replace
+from typing import Any
+
+from a2a.types import Task, TaskPushNotificationConfig
+
+from a2a_gateway.stores.base import (
+    TERMINAL_STATES,
+    ClaimedTask,
+    ConflictError,
+    Context,
+    Endpoint,
+    Scope,
+    Store,
+    StoredTask,
+    TaskPage,
+    TaskQuery,
+    status_timestamp_us,
+)
+from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
+
+
+def _copy_task(task: Task) -> Task:
+    out = Task()
+    out.CopyFrom(task)
+    return out
+
+
+class MemoryStore(Store):
+    def __init__(self) -> None:
+        self._endpoints: dict[str, Endpoint] = {}
+        self._tasks: dict[tuple[Scope, str], StoredTask] = {}
+        self._push: dict[tuple[Scope, str, str], TaskPushNotificationConfig] = {}
+        self._contexts: dict[tuple[Scope, str], Context] = {}
+
+    async def ping(self) -> None:
+        return None
+
+    # endpoints
+    async def create_endpoint(self, endpoint: Endpoint) -> None:
+        if endpoint.id in self._endpoints:
+            raise ConflictError(f"endpoint {endpoint.id} exists")
+        self._endpoints[endpoint.id] = copy.deepcopy(endpoint)
+
+    async def update_endpoint(self, endpoint: Endpoint) -> None:
+        if endpoint.id not in self._endpoints:
+            raise KeyError(endpoint.id)
+        self._endpoints[endpoint.id] = copy.deepcopy(endpoint)
+
+    async def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
+        found = self._endpoints.get(endpoint_id)
+        return copy.deepcopy(found) if found else None
+
+    async def list_endpoints(self) -> list[Endpoint]:
+        return [copy.deepcopy(e) for e in sorted(self._endpoints.values(), key=lambda e: e.created_at)]
+
+    # tasks
+    async def create_task(
+        self,
+        scope: Scope,
+        task: Task,
+        *,
+        run_ref: str | None = None,
+        run_state: dict[str, Any] | None = None,
+        owner: str | None = None,
+        lease_until: float | None = None,
+    ) -> int:
+        key = (scope, task.id)
+        if key in self._tasks:
+            raise ConflictError(f"task {task.id} exists")
+        self._tasks[key] = StoredTask(
+            _copy_task(task), 1, run_ref, dict(run_state or {}), owner, lease_until
+        )
+        return 1
+
+    async def update_task(
+        self,
+        scope: Scope,
+        task: Task,
+        *,
+        expected_version: int,
+        run_ref: str | None = None,
+        run_state: dict[str, Any] | None = None,
+        owner: str | None = None,
+        lease_until: float | None = None,
+    ) -> int:
+        stored = self._tasks.get((scope, task.id))
+        if stored is None or stored.version != expected_version:
+            raise ConflictError(f"task {task.id} changed or is missing")
+        if stored.task.status.state in TERMINAL_STATES:
+            raise ConflictError(f"task {task.id} is terminal")
+        terminal = task.status.state in TERMINAL_STATES
+        self._tasks[(scope, task.id)] = StoredTask(
+            _copy_task(task),
+            stored.version + 1,
+            run_ref if run_ref is not None else stored.run_ref,
+            dict(run_state) if run_state is not None else stored.run_state,
+            None if terminal else owner,
+            None if terminal else lease_until,
+        )
+        return stored.version + 1
+
+    async def get_task(self, scope: Scope, task_id: str) -> StoredTask | None:
+        stored = self._tasks.get((scope, task_id))
+        if stored is None:
+            return None
+        return replace(stored, task=_copy_task(stored.task), run_state=dict(stored.run_state))
+
+    async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
+        rows = [
+            (status_timestamp_us(s.task), s.task.id, s.task)
+            for (sc, _), s in self._tasks.items()
+            if sc == scope
+            and (not query.context_id or s.task.context_id == query.context_id)
+            and (not query.state or s.task.status.state == query.state)
+            and (query.status_after_us is None or status_timestamp_us(s.task) >= query.status_after_us)
+        ]
+        rows.sort(key=lambda r: (r[0], r[1]), reverse=True)
+        total = len(rows)
+        if query.page_token:
+            cursor = decode_page_token(query.page_token)
+            rows = [r for r in rows if (r[0], r[1]) < cursor]
+        page = rows[: query.page_size]
+        more = len(rows) > query.page_size
+        token = encode_page_token(page[-1][0], page[-1][1]) if more and page else ""
+        return TaskPage([_copy_task(r[2]) for r in page], token, total)
+
+    # push configs
+    async def put_push_config(self, scope: Scope, config: TaskPushNotificationConfig) -> None:
+        stored = TaskPushNotificationConfig()
+        stored.CopyFrom(config)
+        self._push[(scope, config.task_id, config.id)] = stored
+
+    async def get_push_config(
+        self, scope: Scope, task_id: str, config_id: str
+    ) -> TaskPushNotificationConfig | None:
+        found = self._push.get((scope, task_id, config_id))
+        if found is None:
+            return None
+        out = TaskPushNotificationConfig()
+        out.CopyFrom(found)
+        return out
+
+    async def list_push_configs(self, scope: Scope, task_id: str) -> list[TaskPushNotificationConfig]:
+        out = []
+        for (sc, tid, _), cfg in sorted(self._push.items(), key=lambda kv: kv[0][2]):
+            if sc == scope and tid == task_id:
+                copy_ = TaskPushNotificationConfig()
+                copy_.CopyFrom(cfg)
+                out.append(copy_)
+        return out
+
+    async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> None:
+        self._push.pop((scope, task_id, config_id), None)
+
+    # contexts
+    async def get_context(self, scope: Scope, context_id: str) -> Context | None:
+        found = self._contexts.get((scope, context_id))
+        return copy.deepcopy(found) if found else None
+
+    async def put_context(self, scope: Scope, context_id: str, context: Context) -> None:
+        self._contexts[(scope, context_id)] = copy.deepcopy(context)
+
+    # leases
+    async def renew_leases(self, owner: str, task_ids: list[str], lease_until: float) -> None:
+        wanted = set(task_ids)
+        for stored in self._tasks.values():
+            if stored.owner == owner and stored.task.id in wanted:
+                stored.lease_until = lease_until
+
+    async def claim_expired_tasks(
+        self, owner: str, now: float, lease_until: float, limit: int = 100
+    ) -> list[ClaimedTask]:
+        claimed: list[ClaimedTask] = []
+        for (scope, _), stored in self._tasks.items():
+            if len(claimed) >= limit:
+                break
+            if (
+                stored.owner is not None
+                and stored.lease_until is not None
+                and stored.lease_until < now
+                and stored.task.status.state not in TERMINAL_STATES
+            ):
+                stored.owner, stored.lease_until = owner, lease_until
+                stored.version += 1
+                claimed.append(ClaimedTask(scope, replace(stored, task=_copy_task(stored.task))))
+        return claimed
+
+

@@ -1,0 +1,341 @@
+"""SQLite store (``sqlite:///path``): the embedded default, one file, WAL mode.
+
+The schema comes from ``migrations/sqlite/NNNN_*.sql``, applied on open and tracked
+with ``PRAGMA user_version``. Tasks and push configs are stored as serialized
+protobuf; the columns beside them exist for filtering and ordering.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+from a2a.types import Task, TaskPushNotificationConfig
+
+from a2a_gateway.stores.base import (
+    TERMINAL_STATES,
+    ClaimedTask,
+    ConflictError,
+    Context,
+    Endpoint,
+    Scope,
+    Store,
+    StoredTask,
+    StoreUnavailableError,
+    TaskPage,
+    TaskQuery,
+    status_timestamp_us,
+)
+from a2a_gateway.stores.migrations import migration_files
+from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
+
+_TERMINAL = tuple(int(s) for s in TERMINAL_STATES)
+_NOT_TERMINAL = f"state NOT IN ({','.join(str(s) for s in _TERMINAL)})"
+_SCOPE = "tenant = ? AND endpoint_id = ? AND principal = ?"
+
+
+def _scope_args(scope: Scope) -> tuple[str, str, str]:
+    return (scope.tenant, scope.endpoint_id, scope.principal)
+
+
+def _endpoint_from_row(row: aiosqlite.Row) -> Endpoint:
+    return Endpoint(
+        id=row["id"],
+        tenant=row["tenant"],
+        name=row["name"],
+        description=row["description"],
+        enabled=bool(row["enabled"]),
+        card=json.loads(row["card"]),
+        metadata=json.loads(row["metadata"]),
+        created_at=datetime.fromisoformat(row["created_at"]),
+        updated_at=datetime.fromisoformat(row["updated_at"]),
+    )
+
+
+def _stored_from_row(row: aiosqlite.Row) -> StoredTask:
+    return StoredTask(
+        task=Task.FromString(row["task"]),
+        version=row["version"],
+        run_ref=row["run_ref"],
+        run_state=json.loads(row["run_state"]),
+        owner=row["owner"],
+        lease_until=row["lease_until"],
+    )
+
+
+class SQLiteStore(Store):
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self._db = conn
+
+    @classmethod
+    async def open(cls, path: str) -> SQLiteStore:
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        conn = await aiosqlite.connect(path, isolation_level=None)
+        conn.row_factory = aiosqlite.Row
+        await conn.execute("PRAGMA journal_mode=WAL")
+        await conn.execute("PRAGMA synchronous=NORMAL")
+        await conn.execute("PRAGMA busy_timeout=5000")
+        store = cls(conn)
+        await store.migrate()
+        return store
+
+    async def migrate(self) -> list[str]:
+        """Apply the SQLite migrations not yet applied; return their names."""
+        async with self._db.execute("PRAGMA user_version") as cur:
+            (current,) = await cur.fetchone()
+        applied = []
+        for number, name, sql in migration_files("sqlite"):
+            if number <= current:
+                continue
+            await self._db.executescript(f"BEGIN;\n{sql}\nPRAGMA user_version = {number};\nCOMMIT;")
+            applied.append(name)
+        return applied
+
+    async def aclose(self) -> None:
+        await self._db.close()
+
+    async def ping(self) -> None:
+        try:
+            await self._db.execute("SELECT 1")
+        except Exception as exc:  # aiosqlite raises sqlite3 and ValueError alike
+            raise StoreUnavailableError("sqlite store is not usable") from exc
+
+    # endpoints -------------------------------------------------------------
+    async def create_endpoint(self, endpoint: Endpoint) -> None:
+        try:
+            await self._db.execute(
+                "INSERT INTO endpoints (id, tenant, name, description, enabled, card, metadata,"
+                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    endpoint.id,
+                    endpoint.tenant,
+                    endpoint.name,
+                    endpoint.description,
+                    int(endpoint.enabled),
+                    json.dumps(endpoint.card),
+                    json.dumps(endpoint.metadata),
+                    endpoint.created_at.isoformat(),
+                    endpoint.updated_at.isoformat(),
+                ),
+            )
+        except aiosqlite.IntegrityError as exc:
+            raise ConflictError(f"endpoint {endpoint.id} exists") from exc
+
+    async def update_endpoint(self, endpoint: Endpoint) -> None:
+        cur = await self._db.execute(
+            "UPDATE endpoints SET tenant = ?, name = ?, description = ?, enabled = ?, card = ?,"
+            " metadata = ?, updated_at = ? WHERE id = ?",
+            (
+                endpoint.tenant,
+                endpoint.name,
+                endpoint.description,
+                int(endpoint.enabled),
+                json.dumps(endpoint.card),
+                json.dumps(endpoint.metadata),
+                endpoint.updated_at.isoformat(),
+                endpoint.id,
+            ),
+        )
+        if cur.rowcount == 0:
+            raise KeyError(endpoint.id)
+
+    async def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
+        async with self._db.execute("SELECT * FROM endpoints WHERE id = ?", (endpoint_id,)) as cur:
+            row = await cur.fetchone()
+        return _endpoint_from_row(row) if row else None
+
+    async def list_endpoints(self) -> list[Endpoint]:
+        async with self._db.execute("SELECT * FROM endpoints ORDER BY created_at, id") as cur:
+            return [_endpoint_from_row(r) for r in await cur.fetchall()]
+
+    # tasks -----------------------------------------------------------------
+    async def create_task(
+        self,
+        scope: Scope,
+        task: Task,
+        *,
+        run_ref: str | None = None,
+        run_state: dict[str, Any] | None = None,
+        owner: str | None = None,
+        lease_until: float | None = None,
+    ) -> int:
+        try:
+            await self._db.execute(
+                "INSERT INTO tasks (tenant, endpoint_id, principal, id, context_id, state,"
+                " status_us, version, task, run_ref, run_state, owner, lease_until)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)",
+                (
+                    *_scope_args(scope),
+                    task.id,
+                    task.context_id,
+                    int(task.status.state),
+                    status_timestamp_us(task),
+                    task.SerializeToString(),
+                    run_ref,
+                    json.dumps(run_state or {}),
+                    owner,
+                    lease_until,
+                ),
+            )
+        except aiosqlite.IntegrityError as exc:
+            raise ConflictError(f"task {task.id} exists") from exc
+        return 1
+
+    async def update_task(
+        self,
+        scope: Scope,
+        task: Task,
+        *,
+        expected_version: int,
+        run_ref: str | None = None,
+        run_state: dict[str, Any] | None = None,
+        owner: str | None = None,
+        lease_until: float | None = None,
+    ) -> int:
+        terminal = task.status.state in TERMINAL_STATES
+        cur = await self._db.execute(
+            "UPDATE tasks SET context_id = ?, state = ?, status_us = ?, version = version + 1,"
+            " task = ?, run_ref = COALESCE(?, run_ref), run_state = COALESCE(?, run_state),"
+            f" owner = ?, lease_until = ? WHERE {_SCOPE} AND id = ? AND version = ?"
+            f" AND {_NOT_TERMINAL}",
+            (
+                task.context_id,
+                int(task.status.state),
+                status_timestamp_us(task),
+                task.SerializeToString(),
+                run_ref,
+                json.dumps(run_state) if run_state is not None else None,
+                None if terminal else owner,
+                None if terminal else lease_until,
+                *_scope_args(scope),
+                task.id,
+                expected_version,
+            ),
+        )
+        if cur.rowcount != 1:
+            raise ConflictError(f"task {task.id} changed, is terminal or is missing")
+        return expected_version + 1
+
+    async def get_task(self, scope: Scope, task_id: str) -> StoredTask | None:
+        async with self._db.execute(
+            f"SELECT * FROM tasks WHERE {_SCOPE} AND id = ?", (*_scope_args(scope), task_id)
+        ) as cur:
+            row = await cur.fetchone()
+        return _stored_from_row(row) if row else None
+
+    async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
+        where, args = [_SCOPE], list(_scope_args(scope))
+        if query.context_id:
+            where.append("context_id = ?")
+            args.append(query.context_id)
+        if query.state:
+            where.append("state = ?")
+            args.append(int(query.state))
+        if query.status_after_us is not None:
+            where.append("status_us >= ?")
+            args.append(query.status_after_us)
+        filters = " AND ".join(where)
+        async with self._db.execute(f"SELECT COUNT(*) FROM tasks WHERE {filters}", args) as cur:
+            (total,) = await cur.fetchone()
+        page_where, page_args = filters, list(args)
+        if query.page_token:
+            status_us, task_id = decode_page_token(query.page_token)
+            page_where += " AND (status_us < ? OR (status_us = ? AND id < ?))"
+            page_args += [status_us, status_us, task_id]
+        async with self._db.execute(
+            f"SELECT id, status_us, task FROM tasks WHERE {page_where}"
+            " ORDER BY status_us DESC, id DESC LIMIT ?",
+            [*page_args, query.page_size + 1],
+        ) as cur:
+            rows = await cur.fetchall()
+        page = rows[: query.page_size]
+        token = ""
+        if len(rows) > query.page_size:
+            token = encode_page_token(page[-1]["status_us"], page[-1]["id"])
+        return TaskPage([Task.FromString(r["task"]) for r in page], token, total)
+
+    # push configs ------------------------------------------------------------
+    async def put_push_config(self, scope: Scope, config: TaskPushNotificationConfig) -> None:
+        await self._db.execute(
+            "INSERT OR REPLACE INTO push_configs (tenant, endpoint_id, principal, task_id, id,"
+            " config) VALUES (?, ?, ?, ?, ?, ?)",
+            (*_scope_args(scope), config.task_id, config.id, config.SerializeToString()),
+        )
+
+    async def get_push_config(
+        self, scope: Scope, task_id: str, config_id: str
+    ) -> TaskPushNotificationConfig | None:
+        async with self._db.execute(
+            f"SELECT config FROM push_configs WHERE {_SCOPE} AND task_id = ? AND id = ?",
+            (*_scope_args(scope), task_id, config_id),
+        ) as cur:
+            row = await cur.fetchone()
+        return TaskPushNotificationConfig.FromString(row["config"]) if row else None
+
+    async def list_push_configs(self, scope: Scope, task_id: str) -> list[TaskPushNotificationConfig]:
+        async with self._db.execute(
+            f"SELECT config FROM push_configs WHERE {_SCOPE} AND task_id = ? ORDER BY id",
+            (*_scope_args(scope), task_id),
+        ) as cur:
+            return [TaskPushNotificationConfig.FromString(r["config"]) for r in await cur.fetchall()]
+
+    async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> None:
+        await self._db.execute(
+            f"DELETE FROM push_configs WHERE {_SCOPE} AND task_id = ? AND id = ?",
+            (*_scope_args(scope), task_id, config_id),
+        )
+
+    # contexts ------------------------------------------------------------------
+    async def get_context(self, scope: Scope, context_id: str) -> Context | None:
+        async with self._db.execute(
+            f"SELECT turns, session FROM contexts WHERE {_SCOPE} AND context_id = ?",
+            (*_scope_args(scope), context_id),
+        ) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        return Context(turns=json.loads(row["turns"]), session=json.loads(row["session"]))
+
+    async def put_context(self, scope: Scope, context_id: str, context: Context) -> None:
+        await self._db.execute(
+            "INSERT OR REPLACE INTO contexts (tenant, endpoint_id, principal, context_id, turns,"
+            " session) VALUES (?, ?, ?, ?, ?, ?)",
+            (*_scope_args(scope), context_id, json.dumps(context.turns), json.dumps(context.session)),
+        )
+
+    # leases ----------------------------------------------------------------------
+    async def renew_leases(self, owner: str, task_ids: list[str], lease_until: float) -> None:
+        if not task_ids:
+            return
+        marks = ",".join("?" * len(task_ids))
+        await self._db.execute(
+            f"UPDATE tasks SET lease_until = ? WHERE owner = ? AND id IN ({marks}) AND {_NOT_TERMINAL}",
+            (lease_until, owner, *task_ids),
+        )
+
+    async def claim_expired_tasks(
+        self, owner: str, now: float, lease_until: float, limit: int = 100
+    ) -> list[ClaimedTask]:
+        async with self._db.execute(
+            "SELECT * FROM tasks WHERE owner IS NOT NULL AND lease_until < ?"
+            f" AND {_NOT_TERMINAL} LIMIT ?",
+            (now, limit),
+        ) as cur:
+            rows = await cur.fetchall()
+        claimed = []
+        for row in rows:
+            cur = await self._db.execute(
+                "UPDATE tasks SET owner = ?, lease_until = ?, version = version + 1"
+                " WHERE id = ? AND version = ? AND owner = ?",
+                (owner, lease_until, row["id"], row["version"], row["owner"]),
+            )
+            if cur.rowcount == 1:
+                stored = _stored_from_row(row)
+                stored.owner, stored.lease_until, stored.version = owner, lease_until, row["version"] + 1
+                scope = Scope(row["tenant"], row["endpoint_id"], row["principal"])
+                claimed.append(ClaimedTask(scope, stored))
+        return claimed

@@ -1,0 +1,244 @@
+"""The handler contract: how a framework handler turns one A2A request into events.
+
+A handler is the only place that knows a framework's native API. The gateway
+creates one instance per endpoint, with that endpoint's settings already resolved
+(endpoint metadata → gateway settings → the handler's defaults, ``env:NAME``
+expanded) and an ``httpx.AsyncClient`` that the gateway owns and closes.
+
+``run(request)`` is an async iterator of the events below, in this order:
+
+* optionally ``RunStarted(run_ref)`` as soon as the backend has accepted the work
+  (e.g. the Hermes run id). The gateway stores the reference once, so cancel,
+  resume and re-attach work from any replica and after a restart.
+* any number of ``TextDelta`` (answer tokens: sent live to streaming clients,
+  never stored one by one), ``Progress`` (tool started/finished, reasoning notes:
+  WORKING status updates with metadata) and ``SessionUpdate`` (handler memory
+  for this conversation).
+* ``InputRequired`` pauses the task (INPUT_REQUIRED). A handler whose backend keeps
+  the run open (Hermes approvals) keeps the iterator open and receives the
+  client's answer through ``resume``; a stateless handler simply ends the iterator
+  and gets a fresh ``run`` with the answer in the history.
+* exactly one terminal event ends a task: ``Completed``, ``Failed``, ``Rejected``
+  or ``Canceled``. ``Reply`` instead of all of the above answers with a single
+  A2A Message and creates no task (message mode); it must be the first event.
+
+An iterator that ends without a terminal event after its last ``InputRequired``
+leaves the task waiting for input; one that ends without any of them fails the
+task. An exception raised from ``run`` fails the task with a generic reason (the
+exception is logged, never shown to the client, since it may carry secrets):
+handlers should turn their native errors into ``Failed`` with a clear reason.
+
+A handler never touches HTTP routing, the task store or SSE.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import httpx
+from a2a.types import Message, Part
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "Canceled",
+    "Completed",
+    "Failed",
+    "Handler",
+    "HandlerEvent",
+    "HandlerRequest",
+    "HandlerSettings",
+    "InputRejectedError",
+    "InputRequired",
+    "Progress",
+    "Rejected",
+    "Reply",
+    "RunStarted",
+    "SessionUpdate",
+    "TextDelta",
+    "Turn",
+]
+
+
+class HandlerSettings(BaseModel):
+    """Base of every handler's settings model; unknown keys are ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One earlier turn of the conversation (an A2A context), oldest first."""
+
+    role: Literal["user", "agent"]
+    text: str
+
+
+@dataclass(slots=True)
+class HandlerRequest:
+    """One A2A message for the handler, with what the gateway remembers."""
+
+    task_id: str
+    context_id: str
+    message: Message
+    """The inbound A2A message (protobuf), all parts included."""
+    text: str
+    """The text parts of ``message`` joined with newlines."""
+    data: list[dict[str, Any]] = field(default_factory=list)
+    """The data parts of ``message``."""
+    history: list[Turn] = field(default_factory=list)
+    """Earlier turns of this context, not including ``message``."""
+    session: dict[str, Any] = field(default_factory=dict)
+    """What this handler stored for this context through ``SessionUpdate``."""
+    run_ref: str | None = None
+    """On resume, cancel and re-attach: the reference from ``RunStarted``."""
+    pending_input: dict[str, Any] | None = None
+    """On resume: the ``data`` of the ``InputRequired`` being answered."""
+    endpoint_id: str = ""
+    tenant: str = ""
+    streaming: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    run_ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A WORKING status update: ``kind`` is e.g. ``tool_started``, ``tool_completed``,
+    ``reasoning``; ``data`` goes into the status update's metadata."""
+
+    kind: str
+    text: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionUpdate:
+    """Keys merged into this context's handler memory (``HandlerRequest.session``)."""
+
+    values: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class InputRequired:
+    """The run waits for the client: ``prompt`` becomes the status message text,
+    ``data`` (e.g. ``{"command", "description", "choices"}``) a data part."""
+
+    prompt: str
+    data: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """The final answer: ``text`` (or ``parts``) becomes the task's artifact; it
+    replaces whatever ``TextDelta`` streamed. ``metadata`` (e.g. usage) goes on
+    the artifact."""
+
+    text: str | None = None
+    parts: list[Part] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    artifact_name: str = "response"
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Canceled:
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Message mode: answer with one A2A Message; no task is created."""
+
+    text: str | None = None
+    parts: list[Part] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+HandlerEvent = (
+    RunStarted
+    | TextDelta
+    | Progress
+    | SessionUpdate
+    | InputRequired
+    | Completed
+    | Failed
+    | Rejected
+    | Canceled
+    | Reply
+)
+
+
+class InputRejectedError(Exception):
+    """Raised by ``resume`` when the answer is not acceptable: the task stays in
+    INPUT_REQUIRED and ``prompt`` (e.g. the list of valid choices) is shown."""
+
+    def __init__(self, prompt: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(prompt)
+        self.prompt = prompt
+        self.data = data
+
+
+class Handler(ABC):
+    """Base class of framework handlers; see the module docstring for the contract."""
+
+    Settings: ClassVar[type[HandlerSettings]] = HandlerSettings
+    """The pydantic model of this handler's settings (with defaults)."""
+
+    supports_reattach: ClassVar[bool] = False
+    """True when ``reattach`` can follow a run started before a gateway restart."""
+
+    def __init__(self, settings: HandlerSettings, http: httpx.AsyncClient) -> None:
+        self.settings = settings
+        self.http = http
+
+    @abstractmethod
+    def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
+        """Start work on ``request`` and yield its events."""
+
+    async def resume(self, request: HandlerRequest) -> bool:
+        """Deliver the client's answer (``request.message``) to a pending input request.
+
+        Return True when the answer went to a run that goes on producing events
+        on the iterator ``run`` returned (or, after a restart, on ``reattach``).
+        Return False (the default) to have the gateway call ``run(request)`` again
+        with the earlier turns in ``request.history``. Raise ``InputRejectedError``
+        to keep the task waiting for a valid answer.
+        """
+        return False
+
+    async def cancel(self, request: HandlerRequest) -> bool:
+        """Ask the backend to stop the run ``request.run_ref``.
+
+        Return True when the backend was asked and the run's iterator will end
+        with ``Canceled`` (the gateway waits for it, within a bounded time).
+        Return False (the default) to have the gateway close the iterator itself,
+        which closes any upstream connection the handler holds open.
+        """
+        return False
+
+    def reattach(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
+        """Follow the run ``request.run_ref`` that started before a gateway restart."""
+        raise NotImplementedError(f"{type(self).__name__} cannot re-attach to a run")
+
+    async def aclose(self) -> None:
+        """Release what the handler opened itself (never the shared http client)."""
