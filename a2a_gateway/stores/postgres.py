@@ -1,0 +1,655 @@
+"""PostgreSQL store (``postgresql://…``): one database shared by every gateway replica.
+
+The schema comes only from ``migrations/postgres/NNNN_*.sql``, applied by
+``migrate_postgres`` (``a2a-gateway migrate``); ``check_schema`` tells ``serve`` whether
+the database matches this code. Tasks are stored as serialized protobuf next to the
+columns used to filter and order them; endpoint cards, run state, contexts and push
+configs are JSONB.
+
+Pool and timeout options come from keyword arguments or from the URL's query string
+(keyword arguments win); they are removed from the URL before it reaches the driver:
+``pool_size`` (10), ``pool_min_size`` (1), ``connect_timeout`` (5 s),
+``command_timeout`` (30 s), ``acquire_timeout`` (10 s), ``statement_cache_size``
+(asyncpg's default; 0 behind a transaction-pooling proxy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import asyncpg
+import orjson
+from a2a.types import Task, TaskPushNotificationConfig
+from google.protobuf import json_format
+
+from a2a_gateway.stores.base import (
+    TERMINAL_STATES,
+    ClaimedTask,
+    ConflictError,
+    Context,
+    Endpoint,
+    Scope,
+    Store,
+    StoredTask,
+    StoreError,
+    StoreUnavailableError,
+    TaskPage,
+    TaskQuery,
+    status_timestamp_us,
+)
+from a2a_gateway.stores.migrations import migration_files
+from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
+
+__all__ = [
+    "MigrationError",
+    "PostgresStore",
+    "SchemaMismatchError",
+    "check_schema",
+    "migrate_postgres",
+]
+
+
+class MigrationError(StoreError):
+    """A migration cannot be applied: an applied file was edited, the database is newer
+    than this code, or the migration files themselves are inconsistent."""
+
+
+class SchemaMismatchError(StoreError):
+    """The database schema is not the one this code expects (unmigrated, behind or newer)."""
+
+
+_OPTIONS = {
+    "pool_size": int,
+    "pool_min_size": int,
+    "connect_timeout": float,
+    "command_timeout": float,
+    "acquire_timeout": float,
+    "statement_cache_size": int,
+}
+_DEFAULTS: dict[str, Any] = {
+    "pool_size": 10,
+    "pool_min_size": 1,
+    "connect_timeout": 5.0,
+    "command_timeout": 30.0,
+    "acquire_timeout": 10.0,
+}
+
+# Errors meaning "the database cannot be reached right now": connection refused or
+# lost (OSError, class 08), server shutting down or starting (class 57), too many
+# connections (class 53), or a timeout waiting for a connection or an answer.
+_UNAVAILABLE = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.InsufficientResourcesError,
+)
+
+_TERMINAL = tuple(int(s) for s in TERMINAL_STATES)
+_NOT_TERMINAL = f"state NOT IN ({','.join(str(s) for s in _TERMINAL)})"
+_SCOPE = "tenant = $1 AND endpoint_id = $2 AND principal = $3"
+
+# pg_advisory_lock key held by the migration runner ("a2a_migr" in ASCII).
+_MIGRATION_LOCK = 0x6132615F6D696772
+_NO_TRANSACTION = "-- no-transaction"
+
+
+def split_url(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Remove the gateway's own options from the URL's query; merge them under
+    ``options`` (keyword arguments win) and fill in the defaults."""
+    parts = urlsplit(url)
+    kept, merged = [], dict(_DEFAULTS)
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in _OPTIONS:
+            merged[key] = _OPTIONS[key](value)
+        else:
+            kept.append((key, value))
+    for key, value in options.items():
+        if key not in _OPTIONS:
+            raise TypeError(f"unknown postgres store option {key!r}")
+        if value is not None:
+            merged[key] = _OPTIONS[key](value)
+    if parts.scheme == "postgres":
+        parts = parts._replace(scheme="postgresql")
+    return urlunsplit(parts._replace(query=urlencode(kept))), merged
+
+
+def redacted(url: str) -> str:
+    """The URL without password or query string, fit for messages and logs."""
+    parts = urlsplit(url)
+    host = parts.hostname or "localhost"
+    netloc = f"{parts.username}@{host}" if parts.username else host
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _unavailable(url: str, exc: BaseException) -> StoreUnavailableError:
+    detail = str(exc) or type(exc).__name__
+    return StoreUnavailableError(f"postgres store at {redacted(url)} is unavailable: {detail}")
+
+
+def _jsonb_encode(value: Any) -> bytes:
+    # binary jsonb format: a version byte, then the JSON text
+    return b"\x01" + orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+
+
+def _jsonb_decode(data: bytes) -> Any:
+    return orjson.loads(data[1:])
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await conn.set_type_codec(
+        "jsonb", encoder=_jsonb_encode, decoder=_jsonb_decode, schema="pg_catalog", format="binary"
+    )
+
+
+def _scope_args(scope: Scope) -> tuple[str, str, str]:
+    return (scope.tenant, scope.endpoint_id, scope.principal)
+
+
+def _endpoint_from_row(row: asyncpg.Record) -> Endpoint:
+    return Endpoint(
+        id=row["id"],
+        tenant=row["tenant"],
+        name=row["name"],
+        description=row["description"],
+        enabled=row["enabled"],
+        card=row["card"],
+        metadata=row["metadata"],
+        created_at=row["created_at"].astimezone(UTC),
+        updated_at=row["updated_at"].astimezone(UTC),
+    )
+
+
+def _stored_from_row(row: asyncpg.Record) -> StoredTask:
+    return StoredTask(
+        task=Task.FromString(row["task"]),
+        version=row["version"],
+        run_ref=row["run_ref"],
+        run_state=row["run_state"],
+        owner=row["owner"],
+        lease_until=row["lease_until"],
+    )
+
+
+def _push_to_json(config: TaskPushNotificationConfig) -> dict[str, Any]:
+    return json_format.MessageToDict(config)
+
+
+def _push_from_json(doc: dict[str, Any]) -> TaskPushNotificationConfig:
+    return json_format.ParseDict(doc, TaskPushNotificationConfig())
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+class PostgresStore(Store):
+    def __init__(self, pool: asyncpg.Pool, url: str, acquire_timeout: float) -> None:
+        self._pool = pool
+        self._url = url
+        self._acquire_timeout = acquire_timeout
+
+    @classmethod
+    async def open(cls, url: str, **options: Any) -> PostgresStore:
+        """Open a pool on ``url``; ``StoreUnavailableError`` if the server cannot be reached."""
+        dsn, opts = split_url(url, options)
+        extra = {}
+        if "statement_cache_size" in opts:
+            extra["statement_cache_size"] = opts["statement_cache_size"]
+        try:
+            pool = await asyncpg.create_pool(
+                dsn,
+                min_size=min(opts["pool_min_size"], opts["pool_size"]),
+                max_size=opts["pool_size"],
+                timeout=opts["connect_timeout"],
+                command_timeout=opts["command_timeout"],
+                init=_init_connection,
+                **extra,
+            )
+        except _UNAVAILABLE as exc:
+            raise _unavailable(dsn, exc) from exc
+        except asyncpg.PostgresError as exc:
+            raise StoreError(f"cannot open postgres store at {redacted(dsn)}: {exc}") from exc
+        return cls(pool, dsn, opts["acquire_timeout"])
+
+    async def aclose(self) -> None:
+        await self._pool.close()
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection; driver errors come out as store errors."""
+        try:
+            async with self._pool.acquire(timeout=self._acquire_timeout) as conn:
+                yield conn
+        except _UNAVAILABLE as exc:
+            raise _unavailable(self._url, exc) from exc
+        except asyncpg.UndefinedTableError as exc:
+            raise SchemaMismatchError(
+                f"postgres store at {redacted(self._url)} is not migrated ({exc});"
+                " run `a2a-gateway migrate`"
+            ) from exc
+        except asyncpg.PostgresError as exc:
+            raise StoreError(f"postgres store error: {exc}") from exc
+
+    async def ping(self) -> None:
+        async with self._conn() as conn:
+            await conn.fetchval("SELECT 1")
+
+    async def check_schema(self) -> None:
+        """``SchemaMismatchError`` unless every migration of this code, and no other, is applied."""
+        async with self._conn() as conn:
+            await _check_schema(conn, migration_files("postgres"))
+
+    # endpoints -------------------------------------------------------------
+    async def create_endpoint(self, endpoint: Endpoint) -> None:
+        async with self._conn() as conn:
+            try:
+                await conn.execute(
+                    "INSERT INTO endpoints (id, tenant, name, description, enabled, card, metadata,"
+                    " created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    endpoint.id,
+                    endpoint.tenant,
+                    endpoint.name,
+                    endpoint.description,
+                    endpoint.enabled,
+                    endpoint.card,
+                    endpoint.metadata,
+                    _utc(endpoint.created_at),
+                    _utc(endpoint.updated_at),
+                )
+            except asyncpg.UniqueViolationError as exc:
+                raise ConflictError(f"endpoint {endpoint.id} exists") from exc
+
+    async def update_endpoint(self, endpoint: Endpoint) -> None:
+        async with self._conn() as conn:
+            status = await conn.execute(
+                "UPDATE endpoints SET tenant = $2, name = $3, description = $4, enabled = $5,"
+                " card = $6, metadata = $7, updated_at = $8 WHERE id = $1",
+                endpoint.id,
+                endpoint.tenant,
+                endpoint.name,
+                endpoint.description,
+                endpoint.enabled,
+                endpoint.card,
+                endpoint.metadata,
+                _utc(endpoint.updated_at),
+            )
+        if status == "UPDATE 0":
+            raise KeyError(endpoint.id)
+
+    async def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
+        async with self._conn() as conn:
+            row = await conn.fetchrow("SELECT * FROM endpoints WHERE id = $1", endpoint_id)
+        return _endpoint_from_row(row) if row else None
+
+    async def list_endpoints(self) -> list[Endpoint]:
+        async with self._conn() as conn:
+            rows = await conn.fetch("SELECT * FROM endpoints ORDER BY created_at, id")
+        return [_endpoint_from_row(r) for r in rows]
+
+    # tasks -----------------------------------------------------------------
+    async def create_task(
+        self,
+        scope: Scope,
+        task: Task,
+        *,
+        run_ref: str | None = None,
+        run_state: dict[str, Any] | None = None,
+        owner: str | None = None,
+        lease_until: float | None = None,
+    ) -> int:
+        async with self._conn() as conn:
+            try:
+                await conn.execute(
+                    "INSERT INTO tasks (tenant, endpoint_id, principal, id, context_id, state,"
+                    " status_us, version, task, run_ref, run_state, owner, lease_until)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $10, $11, $12)",
+                    *_scope_args(scope),
+                    task.id,
+                    task.context_id,
+                    int(task.status.state),
+                    status_timestamp_us(task),
+                    task.SerializeToString(),
+                    run_ref,
+                    run_state or {},
+                    owner,
+                    lease_until,
+                )
+            except asyncpg.UniqueViolationError as exc:
+                raise ConflictError(f"task {task.id} exists") from exc
+        return 1
+
+    async def update_task(
+        self,
+        scope: Scope,
+        task: Task,
+        *,
+        expected_version: int,
+        run_ref: str | None = None,
+        run_state: dict[str, Any] | None = None,
+        owner: str | None = None,
+        lease_until: float | None = None,
+    ) -> int:
+        terminal = task.status.state in TERMINAL_STATES
+        async with self._conn() as conn:
+            version = await conn.fetchval(
+                "UPDATE tasks SET context_id = $6, state = $7, status_us = $8,"
+                " version = version + 1, task = $9, run_ref = COALESCE($10, run_ref),"
+                " run_state = COALESCE($11, run_state), owner = $12, lease_until = $13"
+                f" WHERE {_SCOPE} AND id = $4 AND version = $5 AND {_NOT_TERMINAL}"
+                " RETURNING version",
+                *_scope_args(scope),
+                task.id,
+                expected_version,
+                task.context_id,
+                int(task.status.state),
+                status_timestamp_us(task),
+                task.SerializeToString(),
+                run_ref,
+                run_state,
+                None if terminal else owner,
+                None if terminal else lease_until,
+            )
+        if version is None:
+            raise ConflictError(f"task {task.id} changed, is terminal or is missing")
+        return version
+
+    async def get_task(self, scope: Scope, task_id: str) -> StoredTask | None:
+        async with self._conn() as conn:
+            row = await conn.fetchrow(
+                "SELECT task, version, run_ref, run_state, owner, lease_until FROM tasks"
+                f" WHERE {_SCOPE} AND id = $4",
+                *_scope_args(scope),
+                task_id,
+            )
+        return _stored_from_row(row) if row else None
+
+    async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
+        where, args = [_SCOPE], list(_scope_args(scope))
+        if query.context_id:
+            args.append(query.context_id)
+            where.append(f"context_id = ${len(args)}")
+        if query.state:
+            args.append(int(query.state))
+            where.append(f"state = ${len(args)}")
+        if query.status_after_us is not None:
+            args.append(query.status_after_us)
+            where.append(f"status_us >= ${len(args)}")
+        filters = " AND ".join(where)
+        page_where, page_args = filters, list(args)
+        if query.page_token:
+            status_us, task_id = decode_page_token(query.page_token)
+            page_args += [status_us, task_id]
+            n = len(page_args)
+            page_where += f" AND (status_us, id) < (${n - 1}, ${n})"
+        page_args.append(query.page_size + 1)
+        async with self._conn() as conn:
+            total = await conn.fetchval(f"SELECT count(*) FROM tasks WHERE {filters}", *args)
+            rows = await conn.fetch(
+                f"SELECT id, status_us, task FROM tasks WHERE {page_where}"
+                f" ORDER BY status_us DESC, id DESC LIMIT ${len(page_args)}",
+                *page_args,
+            )
+        page = rows[: query.page_size]
+        token = ""
+        if len(rows) > query.page_size:
+            token = encode_page_token(page[-1]["status_us"], page[-1]["id"])
+        return TaskPage([Task.FromString(r["task"]) for r in page], token, total)
+
+    # push configs ------------------------------------------------------------
+    async def put_push_config(self, scope: Scope, config: TaskPushNotificationConfig) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                "INSERT INTO push_configs (tenant, endpoint_id, principal, task_id, id, config)"
+                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, endpoint_id, principal,"
+                " task_id, id) DO UPDATE SET config = EXCLUDED.config",
+                *_scope_args(scope),
+                config.task_id,
+                config.id,
+                _push_to_json(config),
+            )
+
+    async def get_push_config(
+        self, scope: Scope, task_id: str, config_id: str
+    ) -> TaskPushNotificationConfig | None:
+        async with self._conn() as conn:
+            doc = await conn.fetchval(
+                f"SELECT config FROM push_configs WHERE {_SCOPE} AND task_id = $4 AND id = $5",
+                *_scope_args(scope),
+                task_id,
+                config_id,
+            )
+        return _push_from_json(doc) if doc is not None else None
+
+    async def list_push_configs(self, scope: Scope, task_id: str) -> list[TaskPushNotificationConfig]:
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                f"SELECT config FROM push_configs WHERE {_SCOPE} AND task_id = $4 ORDER BY id",
+                *_scope_args(scope),
+                task_id,
+            )
+        return [_push_from_json(r["config"]) for r in rows]
+
+    async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                f"DELETE FROM push_configs WHERE {_SCOPE} AND task_id = $4 AND id = $5",
+                *_scope_args(scope),
+                task_id,
+                config_id,
+            )
+
+    # contexts ------------------------------------------------------------------
+    async def get_context(self, scope: Scope, context_id: str) -> Context | None:
+        async with self._conn() as conn:
+            row = await conn.fetchrow(
+                f"SELECT turns, session FROM contexts WHERE {_SCOPE} AND context_id = $4",
+                *_scope_args(scope),
+                context_id,
+            )
+        return Context(turns=row["turns"], session=row["session"]) if row else None
+
+    async def put_context(self, scope: Scope, context_id: str, context: Context) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                "INSERT INTO contexts (tenant, endpoint_id, principal, context_id, turns, session)"
+                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, endpoint_id, principal,"
+                " context_id) DO UPDATE SET turns = EXCLUDED.turns, session = EXCLUDED.session",
+                *_scope_args(scope),
+                context_id,
+                context.turns,
+                context.session,
+            )
+
+    # leases ----------------------------------------------------------------------
+    async def renew_leases(self, owner: str, task_ids: list[str], lease_until: float) -> None:
+        if not task_ids:
+            return
+        async with self._conn() as conn:
+            await conn.execute(
+                "UPDATE tasks SET lease_until = $3"
+                f" WHERE id = ANY($2::text[]) AND owner = $1 AND {_NOT_TERMINAL}",
+                owner,
+                task_ids,
+                lease_until,
+            )
+
+    async def claim_expired_tasks(
+        self, owner: str, now: float, lease_until: float, limit: int = 100
+    ) -> list[ClaimedTask]:
+        # One statement: the rows are locked as they are picked and rows another
+        # replica is claiming are skipped, so a task is never claimed twice.
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                "WITH expired AS ("
+                "  SELECT id FROM tasks"
+                f"  WHERE owner IS NOT NULL AND lease_until < $2 AND {_NOT_TERMINAL}"
+                "  ORDER BY lease_until LIMIT $4 FOR UPDATE SKIP LOCKED)"
+                " UPDATE tasks t SET owner = $1, lease_until = $3, version = t.version + 1"
+                " FROM expired WHERE t.id = expired.id"
+                " RETURNING t.tenant, t.endpoint_id, t.principal, t.task, t.version,"
+                " t.run_ref, t.run_state, t.owner, t.lease_until",
+                owner,
+                now,
+                lease_until,
+                limit,
+            )
+        return [
+            ClaimedTask(Scope(r["tenant"], r["endpoint_id"], r["principal"]), _stored_from_row(r))
+            for r in rows
+        ]
+
+
+# migrations ------------------------------------------------------------------
+
+Migration = tuple[int, str, str]
+
+
+def checksum(sql: str) -> str:
+    return hashlib.sha256(sql.encode()).hexdigest()
+
+
+def _no_transaction(sql: str) -> bool:
+    """True if the file's leading comment block has a ``-- no-transaction`` line."""
+    for line in sql.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if not line.startswith("--"):
+            return False
+        if line == _NO_TRANSACTION:
+            return True
+    return False
+
+
+def _ordered(files: list[Migration]) -> list[Migration]:
+    ordered = sorted(files, key=lambda f: f[0])
+    numbers = [f[0] for f in ordered]
+    if len(set(numbers)) != len(numbers):
+        raise MigrationError(f"two migration files share a number: {[f[1] for f in ordered]}")
+    return ordered
+
+
+@asynccontextmanager
+async def _connect(url: str) -> AsyncIterator[asyncpg.Connection]:
+    dsn, opts = split_url(url, {})
+    try:
+        conn = await asyncpg.connect(dsn, timeout=opts["connect_timeout"])
+    except _UNAVAILABLE as exc:
+        raise _unavailable(dsn, exc) from exc
+    try:
+        yield conn
+    except _UNAVAILABLE as exc:
+        raise _unavailable(dsn, exc) from exc
+    finally:
+        # closing the session also releases its advisory locks
+        try:
+            await conn.close(timeout=2)
+        except (*_UNAVAILABLE, asyncpg.InterfaceError):
+            conn.terminate()
+
+
+async def _applied(conn: asyncpg.Connection) -> dict[int, tuple[str, str]] | None:
+    """``{version: (name, checksum)}``, or None when the database was never migrated."""
+    if not await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL"):
+        return None
+    rows = await conn.fetch("SELECT version, name, checksum FROM schema_migrations")
+    return {r["version"]: (r["name"], r["checksum"]) for r in rows}
+
+
+def _newer_than_code(applied: dict[int, tuple[str, str]], files: list[Migration]) -> str | None:
+    unknown = sorted(set(applied) - {f[0] for f in files})
+    if not unknown:
+        return None
+    names = ", ".join(applied[v][0] for v in unknown)
+    return (
+        f"the database schema is newer than this gateway: it has migrations this version does"
+        f" not know ({names}); upgrade the gateway"
+    )
+
+
+async def migrate_postgres(url: str, *, files: list[Migration] | None = None) -> list[str]:
+    """Apply the migrations not yet applied, in order, under an advisory lock; return
+    their names (empty: up to date).
+
+    Each file runs in its own transaction unless its header has ``-- no-transaction``
+    (for ``CREATE INDEX CONCURRENTLY``). A concurrent runner waits for the lock and then
+    finds nothing to do. ``MigrationError`` if an applied file changed since it was
+    applied or the database has migrations this code does not know.
+    """
+    ordered = _ordered(files if files is not None else migration_files("postgres"))
+    async with _connect(url) as conn:
+        # held until the connection closes, whatever happens below
+        await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
+        return await _apply(conn, ordered)
+
+
+async def _apply(conn: asyncpg.Connection, ordered: list[Migration]) -> list[str]:
+    await conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
+        " applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    applied = await _applied(conn) or {}
+    problem = _newer_than_code(applied, ordered)
+    if problem:
+        raise MigrationError(problem)
+    for number, name, sql in ordered:
+        if number in applied and applied[number][1] != checksum(sql):
+            raise MigrationError(
+                f"migration {name} was changed after it was applied (as {applied[number][0]});"
+                " applied migrations are never edited: add a new numbered file instead"
+            )
+    done = []
+    for number, name, sql in ordered:
+        if number in applied:
+            continue
+        record = (
+            "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+            number,
+            name,
+            checksum(sql),
+        )
+        try:
+            if _no_transaction(sql):
+                await conn.execute(sql)
+                await conn.execute(*record)
+            else:
+                async with conn.transaction():
+                    # no arguments: the simple-query protocol runs every statement in the file
+                    await conn.execute(sql)
+                    await conn.execute(*record)
+        except asyncpg.PostgresError as exc:
+            raise MigrationError(f"migration {name} failed: {exc}") from exc
+        done.append(name)
+    return done
+
+
+async def _check_schema(conn: asyncpg.Connection, files: list[Migration]) -> None:
+    applied = await _applied(conn)
+    if not applied:
+        raise SchemaMismatchError("the database is not migrated: run `a2a-gateway migrate`")
+    problem = _newer_than_code(applied, files)
+    if problem:
+        raise SchemaMismatchError(problem)
+    missing = [name for number, name, _ in files if number not in applied]
+    if missing:
+        raise SchemaMismatchError(
+            f"the database schema is behind this gateway (not applied: {', '.join(missing)}):"
+            " run `a2a-gateway migrate`"
+        )
+
+
+async def check_schema(url: str, *, files: list[Migration] | None = None) -> None:
+    """``SchemaMismatchError`` unless the database at ``url`` has exactly the migrations
+    this code knows; ``StoreUnavailableError`` if it cannot be reached."""
+    async with _connect(url) as conn:
+        await _check_schema(conn, _ordered(files if files is not None else migration_files("postgres")))
