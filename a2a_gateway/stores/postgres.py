@@ -8,7 +8,7 @@ configs are JSONB.
 
 Pool and timeout options come from keyword arguments or from the URL's query string
 (keyword arguments win); they are removed from the URL before it reaches the driver:
-``pool_size`` (10), ``pool_min_size`` (1), ``connect_timeout`` (5 s),
+``pool_size`` (10), ``pool_min_size`` (0), ``connect_timeout`` (5 s),
 ``command_timeout`` (30 s), ``acquire_timeout`` (10 s), ``statement_cache_size``
 (asyncpg's default; 0 behind a transaction-pooling proxy).
 """
@@ -74,7 +74,9 @@ _OPTIONS = {
 }
 _DEFAULTS: dict[str, Any] = {
     "pool_size": 10,
-    "pool_min_size": 1,
+    # 0: while the database is down, asyncpg would otherwise retry the floor in the
+    # background and log a traceback each time; connections open on demand instead
+    "pool_min_size": 0,
     "connect_timeout": 5.0,
     "command_timeout": 30.0,
     "acquire_timeout": 10.0,
@@ -83,8 +85,12 @@ _DEFAULTS: dict[str, Any] = {
 # Errors meaning "the database cannot be reached right now": connection refused or
 # lost (OSError, class 08), server shutting down or starting (class 57), too many
 # connections (class 53), or a timeout waiting for a connection or an answer.
+# InternalClientError is what asyncpg raises when the server ends an idle session
+# (a restart, pg_terminate_backend) and the next query finds the protocol mid-state;
+# the pool replaces that connection, so a retry works.
 _UNAVAILABLE = (
     OSError,
+    asyncpg.InternalClientError,
     asyncio.TimeoutError,
     asyncpg.PostgresConnectionError,
     asyncpg.OperatorInterventionError,
@@ -218,7 +224,13 @@ class PostgresStore(Store):
             raise _unavailable(dsn, exc) from exc
         except asyncpg.PostgresError as exc:
             raise StoreError(f"cannot open postgres store at {redacted(dsn)}: {exc}") from exc
-        return cls(pool, dsn, opts["acquire_timeout"])
+        store = cls(pool, dsn, opts["acquire_timeout"])
+        try:
+            await store.ping()  # fail now, not on the first request
+        except StoreError:
+            await pool.close()
+            raise
+        return store
 
     async def aclose(self) -> None:
         await self._pool.close()
@@ -228,7 +240,12 @@ class PostgresStore(Store):
         """A pooled connection; driver errors come out as store errors."""
         try:
             async with self._pool.acquire(timeout=self._acquire_timeout) as conn:
-                yield conn
+                try:
+                    yield conn
+                except asyncpg.InterfaceError as exc:
+                    if conn.is_closed():
+                        raise _unavailable(self._url, exc) from exc
+                    raise
         except _UNAVAILABLE as exc:
             raise _unavailable(self._url, exc) from exc
         except asyncpg.UndefinedTableError as exc:

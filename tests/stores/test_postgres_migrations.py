@@ -1,0 +1,194 @@
+"""The PostgreSQL migration runner and the schema check ``serve`` relies on."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+import time
+
+import asyncpg
+import pytest
+
+from a2a_gateway.stores.base import StoreUnavailableError
+from a2a_gateway.stores.migrations import migration_files
+from a2a_gateway.stores.postgres import (
+    MigrationError,
+    PostgresStore,
+    SchemaMismatchError,
+    check_schema,
+    migrate_postgres,
+    redacted,
+    split_url,
+)
+from tests.stores.pg_support import admin_dsn, fresh_database
+
+pytestmark = pytest.mark.postgres
+
+CREATE_A = (1, "0001_a.sql", "CREATE TABLE a (id int PRIMARY KEY);")
+ALTER_A = (2, "0002_a_name.sql", "ALTER TABLE a ADD COLUMN name text;\nINSERT INTO a VALUES (1, 'x');")
+
+
+@pytest.fixture
+async def empty_db():
+    admin_dsn()
+    async with fresh_database(template=None) as url:
+        yield url
+
+
+async def fetch(url: str, sql: str) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetch(sql)
+    finally:
+        await conn.close()
+
+
+async def test_migrate_applies_every_file_in_order_once(empty_db):
+    files = migration_files("postgres")
+    assert await migrate_postgres(empty_db) == [name for _, name, _ in files]
+    rows = await fetch(empty_db, "SELECT version, name, checksum FROM schema_migrations ORDER BY applied_at, version")
+    assert [(r["version"], r["name"]) for r in rows] == [(n, name) for n, name, _ in files]
+    assert [r["checksum"] for r in rows] == [hashlib.sha256(sql.encode()).hexdigest() for _, _, sql in files]
+    assert await migrate_postgres(empty_db) == []
+    await check_schema(empty_db)
+
+
+async def test_migrate_sorts_by_number_whatever_the_given_order(empty_db):
+    assert await migrate_postgres(empty_db, files=[ALTER_A, CREATE_A]) == ["0001_a.sql", "0002_a_name.sql"]
+    assert [tuple(r) for r in await fetch(empty_db, "SELECT id, name FROM a")] == [(1, "x")]
+
+
+async def test_duplicate_migration_numbers_are_refused(empty_db):
+    with pytest.raises(MigrationError, match="share a number"):
+        await migrate_postgres(empty_db, files=[CREATE_A, (1, "0001_b.sql", "SELECT 1;")])
+
+
+async def test_concurrent_runners_one_applies_the_other_waits_and_applies_nothing(empty_db):
+    slow = (1, "0001_slow.sql", "SELECT pg_sleep(0.3);\nCREATE TABLE a (id int PRIMARY KEY);")
+    files = [slow, ALTER_A]
+    started = time.monotonic()
+    results = await asyncio.gather(
+        migrate_postgres(empty_db, files=files), migrate_postgres(empty_db, files=files)
+    )
+    assert sorted(results, key=len) == [[], ["0001_slow.sql", "0002_a_name.sql"]]
+    assert time.monotonic() - started >= 0.3
+    assert len(await fetch(empty_db, "SELECT * FROM schema_migrations")) == 2
+
+
+async def test_an_edited_applied_file_is_refused_and_nothing_else_runs(empty_db):
+    await migrate_postgres(empty_db, files=[CREATE_A])
+    edited = (1, "0001_a.sql", CREATE_A[2] + "\n-- a harmless-looking edit\n")
+    with pytest.raises(MigrationError, match="0001_a.sql was changed after it was applied"):
+        await migrate_postgres(empty_db, files=[edited, ALTER_A])
+    assert len(await fetch(empty_db, "SELECT * FROM schema_migrations")) == 1
+    assert await fetch(empty_db, "SELECT * FROM a") == []
+
+
+async def test_a_failing_file_rolls_back_entirely(empty_db):
+    broken = (2, "0002_broken.sql", "CREATE TABLE b (id int);\nSELECT no_such_column FROM a;")
+    with pytest.raises(MigrationError, match="0002_broken.sql failed"):
+        await migrate_postgres(empty_db, files=[CREATE_A, broken])
+    rows = await fetch(empty_db, "SELECT name FROM schema_migrations")
+    assert [r["name"] for r in rows] == ["0001_a.sql"]
+    assert (await fetch(empty_db, "SELECT to_regclass('b') AS b"))[0]["b"] is None
+
+
+async def test_no_transaction_header_allows_create_index_concurrently(empty_db):
+    concurrently = (
+        2,
+        "0002_a_index.sql",
+        "-- Index built without blocking writes.\n-- no-transaction\n"
+        "CREATE INDEX CONCURRENTLY a_by_id ON a (id);",
+    )
+    assert await migrate_postgres(empty_db, files=[CREATE_A, concurrently]) == [
+        "0001_a.sql",
+        "0002_a_index.sql",
+    ]
+    assert (await fetch(empty_db, "SELECT to_regclass('a_by_id') IS NOT NULL AS ok"))[0]["ok"]
+
+
+async def test_check_schema_refuses_an_unmigrated_database(empty_db):
+    with pytest.raises(SchemaMismatchError, match="not migrated: run `a2a-gateway migrate`"):
+        await check_schema(empty_db)
+
+
+async def test_check_schema_refuses_a_schema_behind_the_code(empty_db):
+    await migrate_postgres(empty_db, files=[CREATE_A])
+    with pytest.raises(SchemaMismatchError, match=r"behind this gateway \(not applied: 0002_a_name.sql\)"):
+        await check_schema(empty_db, files=[CREATE_A, ALTER_A])
+
+
+async def test_check_schema_and_migrate_refuse_a_schema_newer_than_the_code(empty_db):
+    await migrate_postgres(empty_db, files=[CREATE_A, ALTER_A])
+    with pytest.raises(SchemaMismatchError, match=r"newer than this gateway.*0002_a_name.sql"):
+        await check_schema(empty_db, files=[CREATE_A])
+    with pytest.raises(MigrationError, match="newer than this gateway"):
+        await migrate_postgres(empty_db, files=[CREATE_A])
+
+
+async def test_store_check_schema_passes_on_the_migrated_template():
+    admin_dsn()
+    async with fresh_database() as url:
+        store = await PostgresStore.open(url)
+        try:
+            await store.check_schema()
+            await store.ping()
+        finally:
+            await store.aclose()
+
+
+async def test_store_on_an_unmigrated_database_says_to_migrate(empty_db):
+    store = await PostgresStore.open(empty_db)
+    try:
+        with pytest.raises(SchemaMismatchError, match="not migrated"):
+            await store.get_endpoint("x")
+    finally:
+        await store.aclose()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_unreachable_server_is_a_retriable_error_without_the_password():
+    url = f"postgresql://gw:s3cret@127.0.0.1:{_closed_port()}/a2a?pool_size=3&connect_timeout=2"
+    for attempt in (PostgresStore.open(url), migrate_postgres(url), check_schema(url)):
+        with pytest.raises(StoreUnavailableError) as info:
+            await attempt
+        assert "s3cret" not in str(info.value) and "127.0.0.1" in str(info.value)
+
+
+def test_gateway_options_are_taken_out_of_the_url_and_passwords_out_of_messages():
+    dsn, opts = split_url("postgres://u:pw@db:5433/a2a?pool_size=20&sslmode=require", {"command_timeout": 5})
+    assert dsn == "postgresql://u:pw@db:5433/a2a?sslmode=require"
+    assert opts["pool_size"] == 20 and opts["command_timeout"] == 5.0
+    assert redacted(dsn) == "postgresql://u@db:5433/a2a"
+    with pytest.raises(TypeError, match="pool_sise"):
+        split_url("postgresql://db/a2a", {"pool_sise": 3})
+
+
+async def test_lost_connections_are_retriable_and_the_pool_recovers():
+    admin_dsn()
+    async with fresh_database() as url:
+        store = await PostgresStore.open(url, pool_size=2, pool_min_size=2)
+        try:
+            await store.ping()
+            dbname = url.rsplit("/", 1)[1]
+            await fetch(
+                admin_dsn(),
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                f" WHERE datname = '{dbname}' AND pid <> pg_backend_pid()",
+            )
+            outcomes = []
+            for _ in range(3):
+                try:
+                    await store.get_endpoint("x")
+                    outcomes.append("ok")
+                except StoreUnavailableError:
+                    outcomes.append("unavailable")
+            assert outcomes[-1] == "ok", outcomes
+        finally:
+            await store.aclose()
