@@ -207,6 +207,10 @@ class Handler(ABC):
     supports_reattach: ClassVar[bool] = False
     """True when ``reattach`` can follow a run started before a gateway restart."""
 
+    uses_context: ClassVar[bool] = True
+    """False when the handler never reads ``history``/``session``: the gateway then
+    skips loading and saving the conversation for it."""
+
     def __init__(self, settings: HandlerSettings, http: httpx.AsyncClient) -> None:
         self.settings = settings
         self.http = http

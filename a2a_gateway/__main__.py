@@ -1,0 +1,3 @@
+from a2a_gateway.cli import main
+
+main()

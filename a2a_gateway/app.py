@@ -1,0 +1,84 @@
+"""``build_app(settings)``: the aiohttp application, its routes and its resources.
+
+Resources open in cleanup contexts and close in reverse order: the store, the
+shared HTTP client, the registry (closes handlers), the push notifier and the
+task engine with its lease loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import httpx
+import structlog
+from aiohttp import web
+
+from a2a_gateway.executor import TaskEngine
+from a2a_gateway.gateway import GATEWAY, Gateway
+from a2a_gateway.live import LiveHub
+from a2a_gateway.push import PushNotifier
+from a2a_gateway.registry import EndpointRegistry
+from a2a_gateway.settings import GatewaySettings
+from a2a_gateway.stores import open_store
+from a2a_gateway.stores.base import Store
+from a2a_gateway.transport.middleware import request_context
+from a2a_gateway.transport.routes import add_routes
+
+log = structlog.get_logger(__name__)
+
+
+async def _lease_loop(gateway: Gateway) -> None:
+    interval = max(gateway.settings.lease_seconds / 3, 0.5)
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await gateway.engine.renew_leases()
+            await gateway.engine.recover_expired(gateway.registry)
+        except Exception:
+            log.exception("lease_loop_failed")
+
+
+def build_app(settings: GatewaySettings, store: Store | None = None) -> web.Application:
+    """The gateway app. ``store`` may be given (tests); otherwise ``settings.store`` is opened."""
+    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[request_context])
+    add_routes(app)
+
+    async def resources(app: web.Application) -> AsyncIterator[None]:
+        opened = store or await open_store(settings.store)
+        http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
+        hub = LiveHub()
+        push = PushNotifier(
+            opened, http,
+            allow_private_urls=settings.push_allow_private_urls,
+            timeout=settings.push_timeout_seconds,
+            max_attempts=settings.push_max_attempts,
+        )
+        engine = TaskEngine(
+            opened, hub, push,
+            replica_id=settings.replica_id,
+            lease_seconds=settings.lease_seconds,
+            cancel_wait_seconds=settings.cancel_wait_seconds,
+            max_turns=settings.context_max_turns,
+        )
+        registry = EndpointRegistry(opened, settings, http)
+        gateway = Gateway(settings, opened, http, registry, hub, push, engine)
+        app[GATEWAY] = gateway
+        await engine.recover_expired(registry)
+        lease_task = asyncio.create_task(_lease_loop(gateway))
+        try:
+            yield
+        finally:
+            lease_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lease_task
+            await engine.aclose()
+            await push.aclose()
+            await registry.aclose()
+            await http.aclose()
+            if store is None:
+                await opened.aclose()
+
+    app.cleanup_ctx.append(resources)
+    return app

@@ -1,0 +1,44 @@
+"""The parts of a running gateway, shared by the transports through one ``AppKey``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+from a2a.compat.v0_3.request_handler import RequestHandler03
+from aiohttp import web
+
+from a2a_gateway.executor import TaskEngine
+from a2a_gateway.live import LiveHub
+from a2a_gateway.push import PushNotifier
+from a2a_gateway.registry import EndpointRegistry, EndpointRuntime
+from a2a_gateway.request_handler import GatewayRequestHandler
+from a2a_gateway.settings import GatewaySettings
+from a2a_gateway.stores.base import Store
+from a2a_gateway.transport.card import CardBuilder
+
+
+@dataclass(slots=True)
+class Gateway:
+    settings: GatewaySettings
+    store: Store
+    http: httpx.AsyncClient
+    registry: EndpointRegistry
+    hub: LiveHub
+    push: PushNotifier
+    engine: TaskEngine
+
+    def request_handlers(self, runtime: EndpointRuntime) -> tuple[GatewayRequestHandler, RequestHandler03]:
+        """The endpoint's 1.0 request handler and its 0.3 adapter (built once per runtime)."""
+        handlers = runtime.extras.get("request_handlers")
+        if handlers is None:
+            v10 = GatewayRequestHandler(runtime, self.engine, self.push, CardBuilder())
+            handlers = (v10, RequestHandler03(v10))
+            runtime.extras["request_handlers"] = handlers
+        return handlers
+
+    def base_url(self, request: web.Request) -> str:
+        return self.settings.public_base_url or f"{request.scheme}://{request.host}"
+
+
+GATEWAY = web.AppKey("gateway", Gateway)

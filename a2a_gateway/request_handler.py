@@ -1,0 +1,298 @@
+"""The a2a-sdk ``RequestHandler`` of one endpoint, on the gateway's task engine.
+
+Transports call these methods with protobuf requests (1.0); the SDK's
+``RequestHandler03`` wraps the same object for 0.3. Capability checks, request
+validation and response trimming (history length, artifacts) live here; running
+tasks is the engine's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event
+from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.types import (
+    AgentCard,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    Role,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatusUpdateEvent,
+)
+from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE, MAX_LIST_TASKS_PAGE_SIZE
+from a2a.utils.errors import (
+    ExtendedAgentCardNotConfiguredError,
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+
+from a2a_gateway.executor import INTERRUPTED_STATES, TaskEngine, TaskRun, copy_task
+from a2a_gateway.live import Subscription
+from a2a_gateway.push import PushNotifier
+from a2a_gateway.registry import EndpointRuntime
+from a2a_gateway.stores.base import TERMINAL_STATES, InvalidPageTokenError, Scope, TaskQuery
+
+ANONYMOUS = "anonymous"
+
+
+def trim_task(task: Task, history_length: int | None, include_artifacts: bool = True) -> Task:
+    """A copy of ``task`` for a response: at most ``history_length`` recent messages."""
+    out = copy_task(task)
+    if history_length is not None:
+        kept = list(out.history)[-history_length:] if history_length > 0 else []
+        del out.history[:]
+        out.history.extend(kept)
+    if not include_artifacts:
+        del out.artifacts[:]
+    return out
+
+
+def _history_length(params: object) -> int | None:
+    if params.HasField("history_length"):  # type: ignore[attr-defined]
+        value = params.history_length  # type: ignore[attr-defined]
+        if value < 0:
+            raise InvalidParamsError("historyLength must not be negative")
+        return value
+    return None
+
+
+def _validate_message(message: Message) -> None:
+    if not message.message_id:
+        raise InvalidParamsError("message.messageId is required")
+    if not message.parts:
+        raise InvalidParamsError("message.parts must contain at least one part")
+    if message.role == Role.ROLE_UNSPECIFIED:
+        raise InvalidParamsError("message.role is required")
+    for part in message.parts:
+        if part.WhichOneof("content") is None:
+            raise InvalidParamsError("every message part needs text, raw, url or data")
+
+
+class GatewayRequestHandler(RequestHandler):
+    def __init__(
+        self,
+        runtime: EndpointRuntime,
+        engine: TaskEngine,
+        push: PushNotifier,
+        card_builder: object,
+    ) -> None:
+        self.runtime = runtime
+        self.engine = engine
+        self.push = push
+        self._card_builder = card_builder
+
+    def _scope(self, context: ServerCallContext) -> Scope:
+        endpoint = self.runtime.endpoint
+        principal = context.user.user_name if context.user.is_authenticated else ANONYMOUS
+        return Scope(endpoint.tenant, endpoint.id, principal or ANONYMOUS)
+
+    # messages ---------------------------------------------------------------------
+    async def _start(
+        self, params: SendMessageRequest, context: ServerCallContext, *, streaming: bool
+    ) -> tuple[TaskRun | None, Task | None, Subscription | None]:
+        if not params.HasField("message"):
+            raise InvalidParamsError("message is required")
+        _validate_message(params.message)
+        push_config = None
+        config = params.configuration
+        if config.HasField("task_push_notification_config"):
+            if not self.runtime.push_notifications:
+                raise PushNotificationNotSupportedError()
+            push_config = config.task_push_notification_config
+            await self.push.check_url(push_config.url)
+        message = Message()
+        message.CopyFrom(params.message)
+        return await self.engine.send(
+            self.runtime, self._scope(context), message,
+            streaming=streaming, subscribe=streaming, push_config=push_config,
+        )
+
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
+        history_length = _history_length(params.configuration)
+        run, settled_task, _ = await self._start(params, context, streaming=False)
+        if run is None:
+            return trim_task(settled_task, history_length)  # type: ignore[arg-type]
+        if params.configuration.return_immediately:
+            await run.created.wait()
+        else:
+            await run.settled.wait()
+        if run.reply is not None:
+            return run.reply
+        return trim_task(run.task, history_length)
+
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event]:
+        if not self.runtime.streaming:
+            raise UnsupportedOperationError("this agent does not stream")
+        history_length = _history_length(params.configuration)
+        run, settled_task, sub = await self._start(params, context, streaming=True)
+        try:
+            if run is None:
+                yield trim_task(settled_task, history_length)  # type: ignore[arg-type]
+                return
+            await run.created.wait()
+            if run.reply is not None:
+                yield run.reply
+                return
+            yield trim_task(run.initial_task, history_length)
+            async for event in self._follow(sub, stop_when_interrupted=True):  # type: ignore[arg-type]
+                yield event
+        finally:
+            if sub is not None:
+                sub.close()
+
+    async def _follow(self, sub: Subscription, *, stop_when_interrupted: bool) -> AsyncGenerator[Event]:
+        async for event in sub:
+            yield event
+            if isinstance(event, TaskStatusUpdateEvent):
+                state = event.status.state
+                if state in TERMINAL_STATES or (stop_when_interrupted and state in INTERRUPTED_STATES):
+                    return
+
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event]:
+        if not self.runtime.streaming:
+            raise UnsupportedOperationError("this agent does not stream")
+        scope = self._scope(context)
+        stored = await self.engine.store.get_task(scope, params.id)
+        if stored is None:
+            raise TaskNotFoundError(f"Task {params.id} not found")
+        if stored.task.status.state in TERMINAL_STATES:
+            raise UnsupportedOperationError(f"Task {params.id} is in a terminal state")
+        run = self.engine.runs.get(params.id)
+        chunk: TaskArtifactUpdateEvent | None = None
+        if run is not None:
+            # snapshot and subscription in one step: nothing is missed or seen twice
+            snapshot = copy_task(run.task)
+            if run.artifact_id and run.text_so_far and not run.finished:
+                chunk = TaskArtifactUpdateEvent(task_id=snapshot.id, context_id=snapshot.context_id)
+                chunk.artifact.artifact_id = run.artifact_id
+                chunk.artifact.name = "response"
+                chunk.artifact.parts.add(text=run.text_so_far)
+            sub = self.engine.hub.subscribe(params.id)
+        else:
+            snapshot = stored.task
+            sub = self.engine.hub.subscribe(params.id)
+        try:
+            yield snapshot
+            if chunk is not None:
+                yield chunk
+            async for event in self._follow(sub, stop_when_interrupted=False):
+                yield event
+        finally:
+            sub.close()
+
+    # tasks ------------------------------------------------------------------------------
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        stored = await self.engine.store.get_task(self._scope(context), params.id)
+        if stored is None:
+            raise TaskNotFoundError(f"Task {params.id} not found")
+        return trim_task(stored.task, _history_length(params))
+
+    async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        page_size = params.page_size if params.HasField("page_size") else DEFAULT_LIST_TASKS_PAGE_SIZE
+        if not 1 <= page_size <= MAX_LIST_TASKS_PAGE_SIZE:
+            raise InvalidParamsError(f"pageSize must be between 1 and {MAX_LIST_TASKS_PAGE_SIZE}")
+        after = None
+        if params.HasField("status_timestamp_after"):
+            ts = params.status_timestamp_after
+            after = ts.seconds * 1_000_000 + ts.nanos // 1000
+        if params.status == TaskState.TASK_STATE_UNSPECIFIED and params.status != 0:
+            raise InvalidParamsError("invalid status filter")
+        query = TaskQuery(
+            context_id=params.context_id, state=params.status, status_after_us=after,
+            page_size=page_size, page_token=params.page_token,
+        )
+        try:
+            page = await self.engine.store.list_tasks(self._scope(context), query)
+        except InvalidPageTokenError:
+            raise InvalidParamsError("invalid pageToken") from None
+        history_length = _history_length(params)
+        include_artifacts = params.include_artifacts if params.HasField("include_artifacts") else False
+        tasks = [trim_task(t, history_length, include_artifacts) for t in page.tasks]
+        return ListTasksResponse(
+            tasks=tasks, next_page_token=page.next_page_token, page_size=page_size, total_size=page.total_size
+        )
+
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        return await self.engine.cancel(self.runtime, self._scope(context), params.id)
+
+    # push notification configs ----------------------------------------------------------
+    def _require_push(self) -> None:
+        if not self.runtime.push_notifications:
+            raise PushNotificationNotSupportedError()
+
+    async def _require_task(self, context: ServerCallContext, task_id: str) -> Scope:
+        scope = self._scope(context)
+        if not task_id or await self.engine.store.get_task(scope, task_id) is None:
+            raise TaskNotFoundError(f"Task {task_id} not found")
+        return scope
+
+    async def on_create_task_push_notification_config(
+        self, params: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        self._require_push()
+        scope = await self._require_task(context, params.task_id)
+        if not params.url:
+            raise InvalidParamsError("url is required")
+        await self.push.check_url(params.url)
+        config = TaskPushNotificationConfig()
+        config.CopyFrom(params)
+        config.id = config.id or config.task_id
+        await self.engine.store.put_push_config(scope, config)
+        return config
+
+    async def on_get_task_push_notification_config(
+        self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        self._require_push()
+        scope = await self._require_task(context, params.task_id)
+        config = await self.engine.store.get_push_config(scope, params.task_id, params.id or params.task_id)
+        if config is None:
+            raise TaskNotFoundError(f"push notification config {params.id} not found")
+        return config
+
+    async def on_list_task_push_notification_configs(
+        self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> ListTaskPushNotificationConfigsResponse:
+        self._require_push()
+        scope = await self._require_task(context, params.task_id)
+        configs = await self.engine.store.list_push_configs(scope, params.task_id)
+        return ListTaskPushNotificationConfigsResponse(configs=configs)
+
+    async def on_delete_task_push_notification_config(
+        self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        self._require_push()
+        scope = await self._require_task(context, params.task_id)
+        await self.engine.store.delete_push_config(scope, params.task_id, params.id)
+
+    # extended card ---------------------------------------------------------------------------
+    async def on_get_extended_agent_card(
+        self, params: GetExtendedAgentCardRequest, context: ServerCallContext
+    ) -> AgentCard:
+        if not self.runtime.extended_card:
+            raise UnsupportedOperationError("this agent declares no extended agent card")
+        extended = self.runtime.endpoint.card.get("extended")
+        if not extended:
+            raise ExtendedAgentCardNotConfiguredError()
+        return self._card_builder.extended_card(self.runtime, context)  # type: ignore[attr-defined]

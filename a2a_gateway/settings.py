@@ -1,0 +1,106 @@
+"""Gateway settings (``A2A_GATEWAY_*``) and the per-handler settings chain.
+
+Precedence for gateway settings: command-line flags → environment → config file
+(TOML, ``--config`` or ``A2A_GATEWAY_CONFIG_FILE``) → defaults.
+Per handler: endpoint metadata → ``handler_settings`` of the gateway → the
+handler's own defaults; any string value ``"env:NAME"`` is replaced by the
+environment variable NAME, so secrets need not sit in endpoint rows.
+This is the only module that reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from handlers.base import HandlerSettings
+
+RESERVED_METADATA_KEYS = frozenset({"module_name", "class_name"})
+"""Endpoint metadata keys the gateway itself reads (the rest are handler settings)."""
+
+
+class HandlerSettingsError(ValueError):
+    """An endpoint's handler settings are invalid or reference a missing variable."""
+
+
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="A2A_GATEWAY_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    store: str = "sqlite:///./a2a-gateway.db"
+    public_base_url: str = ""
+    """Base of the absolute URLs in agent cards; empty = the request's scheme and host."""
+    handler_allowlist: list[str] = ["handlers."]
+    """Module prefixes that endpoint rows may name as handlers."""
+    handler_settings: dict[str, dict[str, Any]] = {}
+    """Defaults per handler, keyed ``module:Class`` (or just the module)."""
+    max_body_bytes: int = 4 * 1024 * 1024
+    rest_content_type: str = "application/json"
+    sse_keepalive_seconds: float = 15.0
+    card_max_age_seconds: int = 300
+    endpoint_cache_seconds: float = 5.0
+    cancel_wait_seconds: float = 10.0
+    context_max_turns: int = 200
+    push_allow_private_urls: bool = False
+    """Allow webhooks on loopback/private addresses (local testing only)."""
+    push_timeout_seconds: float = 10.0
+    push_max_attempts: int = 3
+    lease_seconds: float = 30.0
+    page_token_key: SecretStr = SecretStr("a2a-gateway-page-token")
+    replica_id: str = Field(default_factory=lambda: f"gw-{uuid.uuid4().hex[:12]}")
+    log_level: str = "info"
+    log_format: str = "json"
+
+
+def load_settings(config_file: str | None = None, **overrides: Any) -> GatewaySettings:
+    """Build settings from flags (``overrides``), environment, the config file, defaults."""
+    from_env = GatewaySettings().model_dump(exclude_unset=True)
+    path = config_file or os.environ.get("A2A_GATEWAY_CONFIG_FILE")
+    from_file: dict[str, Any] = {}
+    if path:
+        with Path(path).open("rb") as fh:
+            from_file = tomllib.load(fh)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return GatewaySettings(**{**from_file, **from_env, **given})
+
+
+def expand_env_refs(value: Any) -> Any:
+    """Replace ``"env:NAME"`` strings (also inside lists and dicts) by the variable's value."""
+    if isinstance(value, str) and value.startswith("env:"):
+        name = value[4:]
+        if name not in os.environ:
+            raise HandlerSettingsError(f"environment variable {name} is not set")
+        return os.environ[name]
+    if isinstance(value, dict):
+        return {k: expand_env_refs(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env_refs(v) for v in value]
+    return value
+
+
+def resolve_handler_settings(
+    settings_model: type[HandlerSettings],
+    handler_path: str,
+    metadata: dict[str, Any],
+    gateway: GatewaySettings,
+) -> HandlerSettings:
+    """Endpoint metadata → gateway ``handler_settings`` → the model's defaults."""
+    module = handler_path.split(":", 1)[0]
+    merged: dict[str, Any] = {}
+    merged.update(gateway.handler_settings.get(module, {}))
+    merged.update(gateway.handler_settings.get(handler_path, {}))
+    merged.update({k: v for k, v in metadata.items() if k not in RESERVED_METADATA_KEYS})
+    try:
+        return settings_model.model_validate(expand_env_refs(merged))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise HandlerSettingsError(f"invalid handler settings: {problems}") from None

@@ -1,0 +1,29 @@
+"""Liveness (``/healthz``), readiness (``/readyz``: the store answers) and ``/metrics``."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from a2a_gateway.gateway import GATEWAY
+from a2a_gateway.stores.base import StoreError
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    gateway = request.app[GATEWAY]
+    try:
+        await asyncio.wait_for(gateway.store.ping(), timeout=2.0)
+    except (StoreError, TimeoutError):
+        return web.json_response({"status": "unavailable", "store": "unreachable"}, status=503)
+    return web.json_response({"status": "ready", "running_tasks": len(gateway.engine.runs)})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

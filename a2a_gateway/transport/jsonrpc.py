@@ -1,0 +1,290 @@
+"""JSON-RPC binding: one URL serves A2A 1.0 (PascalCase methods) and 0.3 (``a/b`` methods).
+
+Path of a request: envelope checks → version (``A2A-Version``; empty means 0.3)
+→ extensions → params parsed into the SDK's protobuf (1.0) or pydantic (0.3)
+models → the endpoint's ``RequestHandler`` (1.0) or ``RequestHandler03`` (0.3) →
+result serialized back. 0.3 exists only here: the core speaks 1.0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from a2a.compat.v0_3 import types as t03
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.response_helpers import build_error_response
+from a2a.types import (
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskPushNotificationConfig,
+)
+from a2a.utils.errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    InternalError,
+    InvalidParamsError,
+    InvalidRequestError,
+    JSONParseError,
+    MethodNotFoundError,
+    VersionNotSupportedError,
+)
+from a2a.utils.proto_utils import to_stream_response, validate_proto_required_fields
+from aiohttp import web
+from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
+from pydantic import ValidationError
+import structlog
+
+from a2a_gateway.gateway import GATEWAY, Gateway
+from a2a_gateway.registry import EndpointRuntime
+from a2a_gateway.transport.negotiate import V03, V10, negotiate_extensions, parse_version, requested_version
+from a2a_gateway.transport.sse import SSEStream
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    model: Any
+    handler_method: str
+    streaming: bool = False
+
+
+V10_METHODS = {
+    "SendMessage": Method(SendMessageRequest, "on_message_send"),
+    "SendStreamingMessage": Method(SendMessageRequest, "on_message_send_stream", True),
+    "GetTask": Method(GetTaskRequest, "on_get_task"),
+    "ListTasks": Method(ListTasksRequest, "on_list_tasks"),
+    "CancelTask": Method(CancelTaskRequest, "on_cancel_task"),
+    "SubscribeToTask": Method(SubscribeToTaskRequest, "on_subscribe_to_task", True),
+    "CreateTaskPushNotificationConfig": Method(
+        TaskPushNotificationConfig, "on_create_task_push_notification_config"
+    ),
+    "GetTaskPushNotificationConfig": Method(
+        GetTaskPushNotificationConfigRequest, "on_get_task_push_notification_config"
+    ),
+    "ListTaskPushNotificationConfigs": Method(
+        ListTaskPushNotificationConfigsRequest, "on_list_task_push_notification_configs"
+    ),
+    "DeleteTaskPushNotificationConfig": Method(
+        DeleteTaskPushNotificationConfigRequest, "on_delete_task_push_notification_config"
+    ),
+    "GetExtendedAgentCard": Method(GetExtendedAgentCardRequest, "on_get_extended_agent_card"),
+}
+
+V03_METHODS = {
+    "message/send": Method(t03.SendMessageRequest, "on_message_send"),
+    "message/stream": Method(t03.SendStreamingMessageRequest, "on_message_send_stream", True),
+    "tasks/get": Method(t03.GetTaskRequest, "on_get_task"),
+    "tasks/cancel": Method(t03.CancelTaskRequest, "on_cancel_task"),
+    "tasks/resubscribe": Method(t03.TaskResubscriptionRequest, "on_subscribe_to_task", True),
+    "tasks/pushNotificationConfig/set": Method(
+        t03.SetTaskPushNotificationConfigRequest, "on_create_task_push_notification_config"
+    ),
+    "tasks/pushNotificationConfig/get": Method(
+        t03.GetTaskPushNotificationConfigRequest, "on_get_task_push_notification_config"
+    ),
+    "tasks/pushNotificationConfig/list": Method(
+        t03.ListTaskPushNotificationConfigRequest, "on_list_task_push_notification_configs"
+    ),
+    "tasks/pushNotificationConfig/delete": Method(
+        t03.DeleteTaskPushNotificationConfigRequest, "on_delete_task_push_notification_config"
+    ),
+    "agent/getAuthenticatedExtendedCard": Method(
+        t03.GetAuthenticatedExtendedCardRequest, "on_get_extended_agent_card"
+    ),
+}
+
+log = structlog.get_logger(__name__)
+
+JSON_CONTENT_TYPES = ("application/json", "application/a2a+json", "application/json-rpc")
+
+
+def json_response(body: dict[str, Any], headers: dict[str, str]) -> web.Response:
+    return web.Response(body=orjson.dumps(body), content_type="application/json", headers=headers)
+
+
+def error_body(request_id: Any, error: A2AError) -> dict[str, Any]:
+    return build_error_response(request_id, error)
+
+
+def _result_1_0(result: Any) -> Any:
+    """Wire form of a 1.0 handler result (§ JSON-RPC binding: SendMessage wraps task/message)."""
+    if isinstance(result, Task):
+        return MessageToDict(result)
+    if isinstance(result, Message):
+        return {"message": MessageToDict(result)}
+    if isinstance(result, ListTasksResponse):
+        out = MessageToDict(result)
+        out.setdefault("tasks", [])
+        out.setdefault("nextPageToken", "")
+        out.setdefault("pageSize", result.page_size)
+        out.setdefault("totalSize", result.total_size)
+        return out
+    if result is None:
+        return {}
+    return MessageToDict(result)
+
+
+def _dump_0_3(result: Any) -> Any:
+    if isinstance(result, list):
+        return [_dump_0_3(item) for item in result]
+    if result is None:
+        return None
+    return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+async def _read_envelope(request: web.Request) -> dict[str, Any]:
+    content_type = request.headers.get("Content-Type")
+    if content_type is not None and not request.content_type.startswith(JSON_CONTENT_TYPES):
+        raise ContentTypeNotSupportedError(f"Content-Type {request.content_type!r} is not supported; use application/json")
+    body = await request.read()
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise JSONParseError("request body is not valid JSON") from None
+    if not isinstance(payload, dict):
+        raise InvalidRequestError("request must be a JSON-RPC 2.0 object (batches are not supported)")
+    request_id = payload.get("id")
+    if payload.get("jsonrpc") != "2.0" or not isinstance(payload.get("method"), str):
+        raise InvalidRequestError("not a JSON-RPC 2.0 request: jsonrpc must be \"2.0\" and method a string")
+    if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, str | int)):
+        raise InvalidRequestError("id must be a string, a number or null")
+    return payload
+
+
+def _call_context(request: web.Request, gateway: Gateway, runtime: EndpointRuntime, activated: list[str]) -> ServerCallContext:
+    return ServerCallContext(
+        state={
+            "headers": {k.lower(): v for k, v in request.headers.items()},
+            "base_url": gateway.base_url(request),
+            "request_id": request.get("request_id"),
+        },
+        tenant=runtime.endpoint.tenant,
+        requested_extensions=set(activated),
+    )
+
+
+async def handle_jsonrpc(request: web.Request) -> web.StreamResponse:
+    gateway = request.app[GATEWAY]
+    runtime = await gateway.registry.get(request.match_info["endpoint_id"])
+    headers = {"Vary": "A2A-Version"}
+    request_id: Any = None
+    try:
+        payload = await _read_envelope(request)
+        request_id = payload.get("id")
+        method_name = payload["method"]
+        request["a2a_method"] = method_name
+        version = parse_version(requested_version(request))
+        activated = negotiate_extensions(request, runtime)
+        if activated:
+            headers["A2A-Extensions"] = ", ".join(activated)
+        context = _call_context(request, gateway, runtime, activated)
+        v10, v03 = gateway.request_handlers(runtime)
+        if method_name in V10_METHODS:
+            if version != V10:
+                raise VersionNotSupportedError(
+                    f"{method_name} is an A2A 1.0 method: send the header A2A-Version: 1.0"
+                )
+            return await _call_1_0(request, gateway, V10_METHODS[method_name], v10, payload, context, headers)
+        if method_name in V03_METHODS:
+            if version != V03:
+                raise MethodNotFoundError(f"{method_name} is an A2A 0.3 method; this request asked for A2A {version}")
+            return await _call_0_3(request, gateway, V03_METHODS[method_name], v03, payload, context, headers)
+        raise MethodNotFoundError(f"method {method_name!r} not found")
+    except A2AError as exc:
+        request["a2a_error"] = type(exc).__name__
+        return json_response(error_body(request_id, exc), headers)
+
+
+def _parse_params(method: Method, payload: dict[str, Any]) -> Any:
+    params = payload.get("params", {})
+    if not isinstance(params, dict):
+        raise InvalidParamsError("params must be an object")
+    try:
+        model = ParseDict(params, method.model(), ignore_unknown_fields=True)
+    except ParseError as exc:
+        raise InvalidParamsError(f"invalid params: {exc}") from None
+    validate_proto_required_fields(model)
+    return model
+
+
+async def _call_1_0(
+    request: web.Request, gateway: Gateway, method: Method, handler: Any,
+    payload: dict[str, Any], context: ServerCallContext, headers: dict[str, str],
+) -> web.StreamResponse:
+    params = _parse_params(method, payload)
+    request_id = payload.get("id")
+    call = getattr(handler, method.handler_method)
+    if method.streaming:
+        events = call(params, context)
+
+        def frame(event: Any) -> bytes:
+            result = MessageToDict(to_stream_response(event))
+            return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+        return await stream_events(request, gateway, events, frame, request_id, headers)
+    result = await call(params, context)
+    return json_response({"jsonrpc": "2.0", "id": request_id, "result": _result_1_0(result)}, headers)
+
+
+async def _call_0_3(
+    request: web.Request, gateway: Gateway, method: Method, handler: Any,
+    payload: dict[str, Any], context: ServerCallContext, headers: dict[str, str],
+) -> web.StreamResponse:
+    try:
+        envelope = method.model.model_validate(payload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InvalidParamsError(f"invalid params: {where}: {first['msg']}") from None
+    request_id = payload.get("id")
+    call = getattr(handler, method.handler_method)
+    if method.streaming:
+        events = call(envelope, context)
+
+        def frame(event: Any) -> bytes:
+            return orjson.dumps(_dump_0_3(event))
+
+        return await stream_events(request, gateway, events, frame, request_id, headers)
+    result = await call(envelope, context)
+    return json_response({"jsonrpc": "2.0", "id": request_id, "result": _dump_0_3(result)}, headers)
+
+
+async def stream_events(
+    request: web.Request, gateway: Gateway, events: AsyncIterator[Any], frame: Any,
+    request_id: Any, headers: dict[str, str],
+) -> web.StreamResponse:
+    """SSE response for a handler's event stream. The first event is fetched before any
+    header is sent, so a validation error is still a plain JSON-RPC error."""
+    try:
+        first = await anext(events)
+    except StopAsyncIteration:
+        first = None
+    except BaseException:
+        await events.aclose()  # type: ignore[attr-defined]
+        raise
+    stream = await SSEStream.open(request, gateway.settings.sse_keepalive_seconds, headers)
+    try:
+        if first is not None and await stream.send(frame(first)):
+            async for event in events:
+                if not await stream.send(frame(event)):
+                    break
+    except A2AError as exc:
+        await stream.send(orjson.dumps(error_body(request_id, exc)), event="error")
+    except Exception:
+        log.exception("stream_failed")
+        await stream.send(orjson.dumps(error_body(request_id, InternalError())), event="error")
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+    return await stream.close()

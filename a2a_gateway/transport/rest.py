@@ -1,0 +1,233 @@
+"""HTTP+JSON binding of A2A 1.0 under ``/{endpoint_id}/a2a/rest``.
+
+Routes follow the spec's table (``POST /message:send``, ``GET /tasks/{id}`` …);
+errors are AIP-193 bodies with the SDK's HTTP status mapping. Only 1.0 is served
+here; a request without ``A2A-Version`` is taken as 1.0, since 0.3's REST routes
+were different (``/v1/...``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from a2a.server.context import ServerCallContext
+from a2a.types import (
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTasksRequest,
+    Message,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    TaskPushNotificationConfig,
+)
+from a2a.utils.error_handlers import build_rest_error_payload
+from a2a.utils.errors import (
+    A2A_ERROR_MAPPING,
+    A2AError,
+    ContentTypeNotSupportedError,
+    InvalidParamsError,
+    VersionNotSupportedError,
+)
+from a2a.utils.proto_utils import to_stream_response, validate_proto_required_fields
+from aiohttp import web
+from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
+
+from a2a_gateway.gateway import GATEWAY, Gateway
+from a2a_gateway.request_handler import GatewayRequestHandler
+from a2a_gateway.transport.jsonrpc import JSON_CONTENT_TYPES, _call_context
+from a2a_gateway.transport.negotiate import V10, negotiate_extensions, parse_version, requested_version
+from a2a_gateway.transport.sse import SSEStream
+
+Route = Callable[[web.Request, Gateway, GatewayRequestHandler, ServerCallContext], Awaitable[web.StreamResponse]]
+
+
+def rest_error(error: A2AError, content_type: str, headers: dict[str, str]) -> web.Response:
+    mapping = A2A_ERROR_MAPPING.get(type(error))
+    status = mapping.http_code if mapping else 500
+    if isinstance(error, ContentTypeNotSupportedError):
+        status = 415  # an unsupported media type is what HTTP calls it
+    return web.Response(
+        status=status,
+        body=orjson.dumps(build_rest_error_payload(error)),
+        content_type=content_type,
+        headers=headers,
+    )
+
+
+def _ok(gateway: Gateway, body: Any, headers: dict[str, str]) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(body), content_type=gateway.settings.rest_content_type, headers=headers
+    )
+
+
+async def _body(request: web.Request, model: Any) -> Any:
+    if request.headers.get("Content-Type") and not request.content_type.startswith(JSON_CONTENT_TYPES):
+        raise ContentTypeNotSupportedError(f"Content-Type {request.content_type!r} is not supported")
+    raw = await request.read()
+    try:
+        data = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError:
+        raise InvalidParamsError("request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise InvalidParamsError("request body must be a JSON object")
+    try:
+        parsed = ParseDict(data, model, ignore_unknown_fields=True)
+    except ParseError as exc:
+        raise InvalidParamsError(f"invalid request body: {exc}") from None
+    return parsed
+
+
+def _query(request: web.Request, model: Any, ints: tuple[str, ...] = (), bools: tuple[str, ...] = ()) -> Any:
+    data: dict[str, Any] = {}
+    for key, value in request.query.items():
+        if key == "A2A-Version":
+            continue
+        if key in ints:
+            try:
+                data[key] = int(value)
+            except ValueError:
+                raise InvalidParamsError(f"{key} must be an integer") from None
+        elif key in bools:
+            data[key] = value.lower() in ("1", "true", "yes")
+        else:
+            data[key] = value
+    try:
+        return ParseDict(data, model, ignore_unknown_fields=True)
+    except ParseError as exc:
+        raise InvalidParamsError(f"invalid query parameters: {exc}") from None
+
+
+async def _stream(request: web.Request, gateway: Gateway, events: Any, headers: dict[str, str]) -> web.StreamResponse:
+    from a2a_gateway.transport.jsonrpc import stream_events
+
+    def frame(event: Any) -> bytes:
+        return orjson.dumps(MessageToDict(to_stream_response(event)))
+
+    return await stream_events(request, gateway, events, frame, None, headers)
+
+
+async def send_message(request, gateway, handler, context):  # type: ignore[no-untyped-def]
+    params = await _body(request, SendMessageRequest())
+    validate_proto_required_fields(params)
+    result = await handler.on_message_send(params, context)
+    key = "message" if isinstance(result, Message) else "task"
+    return _ok(gateway, {key: MessageToDict(result)}, request["rest_headers"])
+
+
+async def stream_message(request, gateway, handler, context):  # type: ignore[no-untyped-def]
+    params = await _body(request, SendMessageRequest())
+    validate_proto_required_fields(params)
+    return await _stream(request, gateway, handler.on_message_send_stream(params, context), request["rest_headers"])
+
+
+async def get_task(request, gateway, handler, context):  # type: ignore[no-untyped-def]
+    params = _query(request, GetTaskRequest(), ints=("historyLength",))
+    params.id = request.match_info["task_id"]
+    task = await handler.on_get_task(params, context)
+    return _ok(gateway, MessageToDict(task), request["rest_headers"])
+
+
+async def list_tasks(request, gateway, handler, context):  # type: ignore[no-untyped-def]
+    params = _query(
+        request, ListTasksRequest(), ints=("pageSize", "historyLength"), bools=("includeArtifacts",)
+    )
+    result = await handler.on_list_tasks(params, context)
+    body = MessageToDict(result)
+    body.setdefault("tasks", [])
+    body.setdefault("nextPageToken", "")
+    body.setdefault("pageSize", result.page_size)
+    body.setdefault("totalSize", result.total_size)
+    return _ok(gateway, body, request["rest_headers"])
+
+
+async def cancel_task(request, gateway, handler, context):  # type: ignore[no-untyped-def]
+    task = await handler.on_cancel_task(CancelTaskRequest(id=request.match_info["task_id"]), context)
+    return _ok(gateway, MessageToDict(task), request["rest_headers"])
+
+
+async def subscribe(request, gateway, handler, context):  # type: ignore[no-untyped-def]
+    params = SubscribeToTaskRequest(id=request.match_info["task_id"])
+    return await _stream(request, gateway, handler.on_subscribe_to_task(params, context), request["rest_headers"])
+
+
+async def create_push_config(request, gateway, handler, context):  # type: ignore[no-untyped-def]
+    params = await _body(request, TaskPushNotificationConfig())
+    params.task_id = request.match_info["task_id"]
+    config = await handler.on_create_task_push_notification_config(params, context)
+    return _ok(gateway, MessageToDict(config), request["rest_headers"])
+
+
+async def list_push_configs(request, gateway, handler, context):  # type: ignore[no-untyped-def]
+    params = ListTaskPushNotificationConfigsRequest(task_id=request.match_info["task_id"])
+    result = await handler.on_list_task_push_notification_configs(params, context)
+    body = MessageToDict(result)
+    body.setdefault("configs", [])
+    return _ok(gateway, body, request["rest_headers"])
+
+
+async def get_push_config(request, gateway, handler, context):  # type: ignore[no-untyped-def]
+    params = GetTaskPushNotificationConfigRequest(
+        task_id=request.match_info["task_id"], id=request.match_info["config_id"]
+    )
+    config = await handler.on_get_task_push_notification_config(params, context)
+    return _ok(gateway, MessageToDict(config), request["rest_headers"])
+
+
+async def delete_push_config(request, gateway, handler, context):  # type: ignore[no-untyped-def]
+    params = DeleteTaskPushNotificationConfigRequest(
+        task_id=request.match_info["task_id"], id=request.match_info["config_id"]
+    )
+    await handler.on_delete_task_push_notification_config(params, context)
+    return _ok(gateway, {}, request["rest_headers"])
+
+
+async def extended_card(request, gateway, handler, context):  # type: ignore[no-untyped-def]
+    card = await handler.on_get_extended_agent_card(GetExtendedAgentCardRequest(), context)
+    return _ok(gateway, MessageToDict(card), request["rest_headers"])
+
+
+_TASK = "{task_id:[^/:]+}"
+ROUTES: list[tuple[str, str, Route]] = [
+    ("POST", "/message:send", send_message),
+    ("POST", "/message:stream", stream_message),
+    ("GET", "/tasks", list_tasks),
+    ("POST", f"/tasks/{_TASK}:cancel", cancel_task),
+    ("POST", f"/tasks/{_TASK}:subscribe", subscribe),
+    ("GET", f"/tasks/{_TASK}:subscribe", subscribe),
+    ("GET", f"/tasks/{_TASK}", get_task),
+    ("POST", f"/tasks/{_TASK}/pushNotificationConfigs", create_push_config),
+    ("GET", f"/tasks/{_TASK}/pushNotificationConfigs", list_push_configs),
+    ("GET", f"/tasks/{_TASK}/pushNotificationConfigs/{{config_id}}", get_push_config),
+    ("DELETE", f"/tasks/{_TASK}/pushNotificationConfigs/{{config_id}}", delete_push_config),
+    ("GET", "/extendedAgentCard", extended_card),
+]
+
+
+def rest_view(route: Route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def view(request: web.Request) -> web.StreamResponse:
+        gateway = request.app[GATEWAY]
+        runtime = await gateway.registry.get(request.match_info["endpoint_id"])
+        headers = {"Vary": "A2A-Version"}
+        request["rest_headers"] = headers
+        request["a2a_method"] = route.__name__
+        try:
+            if parse_version(requested_version(request), empty_means=V10) != V10:
+                raise VersionNotSupportedError("the HTTP+JSON binding serves A2A 1.0 only")
+            activated = negotiate_extensions(request, runtime)
+            if activated:
+                headers["A2A-Extensions"] = ", ".join(activated)
+            context = _call_context(request, gateway, runtime, activated)
+            handler, _ = gateway.request_handlers(runtime)
+            return await route(request, gateway, handler, context)
+        except A2AError as exc:
+            request["a2a_error"] = type(exc).__name__
+            return rest_error(exc, gateway.settings.rest_content_type, headers)
+
+    view.__name__ = route.__name__
+    return view
