@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# moto in server mode: a local DynamoDB emulator for the DynamoDB store tests.
+# See the header of .ci/run for the interface.
+#
+#   install  a venv with moto[server,dynamodb] under $A2A_CI_CACHE (.ci/run creates the
+#            project venv only after the services have started)
+#   start    moto on a free loopback port (the server picks it: no port race); waits until
+#            /moto-api/ answers; prints A2A_TEST_DYNAMODB_ENDPOINT
+#   stop     SIGTERM, then SIGKILL after 10 s
+#
+# moto checks a ConditionExpression and then writes, without a lock, while its server
+# answers requests on many threads: two racing conditional updates can both succeed.
+# Real DynamoDB makes each write atomic, so the launcher below serializes requests.
+#
+# Outside .ci/run: A2A_CI_STATE=$(mktemp -d) bash .ci/services/05-moto.sh install, then start.
+set -euo pipefail
+
+MOTO_VERSION=5.2.5
+
+: "${A2A_CI_CACHE:=$HOME/.cache/a2a-gateway-ci}"
+: "${A2A_CI_STATE:?A2A_CI_STATE is not set (run through .ci/run)}"
+
+VENV="$A2A_CI_CACHE/moto-$MOTO_VERSION"
+RUN_DIR="$A2A_CI_STATE/moto"
+PID_FILE="$RUN_DIR/pid"
+
+log() { echo "[05-moto] $*" >&2; }
+
+do_install() {
+  if [ -f "$VENV/.installed" ] && "$VENV/bin/python" -c 'import moto.server' 2>/dev/null; then
+    log "moto $MOTO_VERSION cached"
+    return
+  fi
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "moto[server,dynamodb]==$MOTO_VERSION" >&2
+  touch "$VENV/.installed"
+  log "moto $MOTO_VERSION installed"
+}
+
+do_start() {
+  mkdir -p "$RUN_DIR"
+  rm -f "$RUN_DIR/port"
+  cat >"$RUN_DIR/serve.py" <<'PY'
+import sys
+import threading
+
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
+from werkzeug.serving import make_server
+
+app = DomainDispatcherApplication(create_backend_app)
+lock = threading.Lock()
+
+
+def serialized(environ, start_response):
+    with lock:  # one request at a time: conditional writes become atomic, as on DynamoDB
+        return list(app(environ, start_response))
+
+
+server = make_server("127.0.0.1", 0, serialized, threaded=True, request_handler=MotoRequestHandler)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(server.server_port))
+import os
+
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+server.serve_forever()
+PY
+  nohup "$VENV/bin/python" "$RUN_DIR/serve.py" "$RUN_DIR/port" >"$RUN_DIR/log" 2>&1 &
+  echo $! >"$PID_FILE"
+  local port="" i
+  for i in $(seq 1 200); do
+    if [ -s "$RUN_DIR/port" ]; then
+      port=$(cat "$RUN_DIR/port")
+      if "$VENV/bin/python" -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)" \
+        "http://127.0.0.1:$port/moto-api/" 2>/dev/null; then
+        log "moto listening on 127.0.0.1:$port"
+        echo "export A2A_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:$port"
+        return
+      fi
+    fi
+    kill -0 "$(cat "$PID_FILE")" 2>/dev/null || break
+    sleep 0.1
+  done
+  log "moto did not start; log follows"
+  cat "$RUN_DIR/log" >&2
+  do_stop
+  exit 1
+}
+
+do_stop() {
+  [ -f "$PID_FILE" ] || return 0
+  local pid i
+  pid=$(cat "$PID_FILE")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 1 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$PID_FILE"
+}
+
+case "${1:-}" in
+  install) do_install ;;
+  start) do_start ;;
+  stop) do_stop ;;
+  *) echo "usage: $0 install|start|stop" >&2; exit 2 ;;
+esac
