@@ -22,6 +22,7 @@ See docs/handlers.md for the settings and the event mapping.
 from __future__ import annotations
 
 import hashlib
+from contextlib import aclosing
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -246,8 +247,11 @@ class OpenClawHandler(Handler):
             if self.settings.response_mode == "message":
                 yield await self._reply(request)
                 return
-            async for event in self._stream(request):
-                yield event
+            # aclosing: when the gateway closes this iterator (cancel), the inner
+            # one must close now, so that the upstream stream closes at once.
+            async with aclosing(self._stream(request)) as events:
+                async for event in events:
+                    yield event
         except UpstreamError as exc:
             log.warning("openclaw_request_failed", endpoint_id=request.endpoint_id,
                         task_id=request.task_id, reason=exc.reason)
