@@ -43,6 +43,8 @@ from a2a.utils.errors import (
 )
 from a2a.utils.proto_utils import to_stream_response, validate_proto_required_fields
 from aiohttp import web
+
+from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, REQUEST_ID
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from pydantic import ValidationError
 import structlog
@@ -118,10 +120,11 @@ def error_body(request_id: Any, error: A2AError) -> dict[str, Any]:
     return build_error_response(request_id, error)
 
 
-def _result_1_0(result: Any) -> Any:
-    """Wire form of a 1.0 handler result (§ JSON-RPC binding: SendMessage wraps task/message)."""
+def _result_1_0(result: Any, *, send: bool = False) -> Any:
+    """Wire form of a 1.0 handler result: SendMessage answers ``{"task"|"message": …}``
+    (a SendMessageResponse), the other methods the bare object."""
     if isinstance(result, Task):
-        return MessageToDict(result)
+        return {"task": MessageToDict(result)} if send else MessageToDict(result)
     if isinstance(result, Message):
         return {"message": MessageToDict(result)}
     if isinstance(result, ListTasksResponse):
@@ -168,7 +171,7 @@ def _call_context(request: web.Request, gateway: Gateway, runtime: EndpointRunti
         state={
             "headers": {k.lower(): v for k, v in request.headers.items()},
             "base_url": gateway.base_url(request),
-            "request_id": request.get("request_id"),
+            "request_id": request.get(REQUEST_ID),
         },
         tenant=runtime.endpoint.tenant,
         requested_extensions=set(activated),
@@ -184,7 +187,7 @@ async def handle_jsonrpc(request: web.Request) -> web.StreamResponse:
         payload = await _read_envelope(request)
         request_id = payload.get("id")
         method_name = payload["method"]
-        request["a2a_method"] = method_name
+        request[A2A_METHOD] = method_name
         version = parse_version(requested_version(request))
         activated = negotiate_extensions(request, runtime)
         if activated:
@@ -203,7 +206,7 @@ async def handle_jsonrpc(request: web.Request) -> web.StreamResponse:
             return await _call_0_3(request, gateway, V03_METHODS[method_name], v03, payload, context, headers)
         raise MethodNotFoundError(f"method {method_name!r} not found")
     except A2AError as exc:
-        request["a2a_error"] = type(exc).__name__
+        request[A2A_ERROR] = type(exc).__name__
         return json_response(error_body(request_id, exc), headers)
 
 
@@ -235,7 +238,7 @@ async def _call_1_0(
 
         return await stream_events(request, gateway, events, frame, request_id, headers)
     result = await call(params, context)
-    return json_response({"jsonrpc": "2.0", "id": request_id, "result": _result_1_0(result)}, headers)
+    return json_response({"jsonrpc": "2.0", "id": request_id, "result": _result_1_0(result, send=method.handler_method == "on_message_send")}, headers)
 
 
 async def _call_0_3(

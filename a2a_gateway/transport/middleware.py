@@ -18,6 +18,8 @@ from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.utils.errors import InternalError
 from aiohttp import web
 
+from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, REQUEST_ID
+
 from a2a_gateway.errors import GatewayError
 from a2a_gateway.stores.base import StoreUnavailableError
 
@@ -42,7 +44,7 @@ def error_response(request: web.Request, status: int, message: str, code: str) -
 @web.middleware
 async def request_context(request: web.Request, handler: Handler) -> web.StreamResponse:
     request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
-    request["request_id"] = request_id
+    request[REQUEST_ID] = request_id
     started = time.perf_counter()
     status = 500
     structlog.contextvars.clear_contextvars()
@@ -74,8 +76,8 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
         method=request.method,
         path=request.path,
         status=status,
-        a2a_method=request.get("a2a_method"),
-        a2a_error=request.get("a2a_error"),
+        a2a_method=request.get(A2A_METHOD),
+        a2a_error=request.get(A2A_ERROR),
         duration_ms=round((time.perf_counter() - started) * 1000, 2),
     )
     if not response.prepared:

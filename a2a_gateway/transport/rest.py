@@ -36,6 +36,8 @@ from a2a.utils.errors import (
 )
 from a2a.utils.proto_utils import to_stream_response, validate_proto_required_fields
 from aiohttp import web
+
+from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, REQUEST_ID
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
 from a2a_gateway.gateway import GATEWAY, Gateway
@@ -43,6 +45,13 @@ from a2a_gateway.request_handler import GatewayRequestHandler
 from a2a_gateway.transport.jsonrpc import JSON_CONTENT_TYPES, _call_context
 from a2a_gateway.transport.negotiate import V10, negotiate_extensions, parse_version, requested_version
 from a2a_gateway.transport.sse import SSEStream
+
+REST_HEADERS = web.RequestKey("rest_headers", dict)
+
+
+def _headers(request: web.Request) -> dict[str, str]:
+    return request[REST_HEADERS]
+
 
 Route = Callable[[web.Request, Gateway, GatewayRequestHandler, ServerCallContext], Awaitable[web.StreamResponse]]
 
@@ -117,20 +126,20 @@ async def send_message(request, gateway, handler, context):  # type: ignore[no-u
     validate_proto_required_fields(params)
     result = await handler.on_message_send(params, context)
     key = "message" if isinstance(result, Message) else "task"
-    return _ok(gateway, {key: MessageToDict(result)}, request["rest_headers"])
+    return _ok(gateway, {key: MessageToDict(result)}, _headers(request))
 
 
 async def stream_message(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     params = await _body(request, SendMessageRequest())
     validate_proto_required_fields(params)
-    return await _stream(request, gateway, handler.on_message_send_stream(params, context), request["rest_headers"])
+    return await _stream(request, gateway, handler.on_message_send_stream(params, context), _headers(request))
 
 
 async def get_task(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     params = _query(request, GetTaskRequest(), ints=("historyLength",))
     params.id = request.match_info["task_id"]
     task = await handler.on_get_task(params, context)
-    return _ok(gateway, MessageToDict(task), request["rest_headers"])
+    return _ok(gateway, MessageToDict(task), _headers(request))
 
 
 async def list_tasks(request, gateway, handler, context):  # type: ignore[no-untyped-def]
@@ -143,24 +152,24 @@ async def list_tasks(request, gateway, handler, context):  # type: ignore[no-unt
     body.setdefault("nextPageToken", "")
     body.setdefault("pageSize", result.page_size)
     body.setdefault("totalSize", result.total_size)
-    return _ok(gateway, body, request["rest_headers"])
+    return _ok(gateway, body, _headers(request))
 
 
 async def cancel_task(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     task = await handler.on_cancel_task(CancelTaskRequest(id=request.match_info["task_id"]), context)
-    return _ok(gateway, MessageToDict(task), request["rest_headers"])
+    return _ok(gateway, MessageToDict(task), _headers(request))
 
 
 async def subscribe(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     params = SubscribeToTaskRequest(id=request.match_info["task_id"])
-    return await _stream(request, gateway, handler.on_subscribe_to_task(params, context), request["rest_headers"])
+    return await _stream(request, gateway, handler.on_subscribe_to_task(params, context), _headers(request))
 
 
 async def create_push_config(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     params = await _body(request, TaskPushNotificationConfig())
     params.task_id = request.match_info["task_id"]
     config = await handler.on_create_task_push_notification_config(params, context)
-    return _ok(gateway, MessageToDict(config), request["rest_headers"])
+    return _ok(gateway, MessageToDict(config), _headers(request))
 
 
 async def list_push_configs(request, gateway, handler, context):  # type: ignore[no-untyped-def]
@@ -168,7 +177,7 @@ async def list_push_configs(request, gateway, handler, context):  # type: ignore
     result = await handler.on_list_task_push_notification_configs(params, context)
     body = MessageToDict(result)
     body.setdefault("configs", [])
-    return _ok(gateway, body, request["rest_headers"])
+    return _ok(gateway, body, _headers(request))
 
 
 async def get_push_config(request, gateway, handler, context):  # type: ignore[no-untyped-def]
@@ -176,7 +185,7 @@ async def get_push_config(request, gateway, handler, context):  # type: ignore[n
         task_id=request.match_info["task_id"], id=request.match_info["config_id"]
     )
     config = await handler.on_get_task_push_notification_config(params, context)
-    return _ok(gateway, MessageToDict(config), request["rest_headers"])
+    return _ok(gateway, MessageToDict(config), _headers(request))
 
 
 async def delete_push_config(request, gateway, handler, context):  # type: ignore[no-untyped-def]
@@ -184,12 +193,12 @@ async def delete_push_config(request, gateway, handler, context):  # type: ignor
         task_id=request.match_info["task_id"], id=request.match_info["config_id"]
     )
     await handler.on_delete_task_push_notification_config(params, context)
-    return _ok(gateway, {}, request["rest_headers"])
+    return _ok(gateway, {}, _headers(request))
 
 
 async def extended_card(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     card = await handler.on_get_extended_agent_card(GetExtendedAgentCardRequest(), context)
-    return _ok(gateway, MessageToDict(card), request["rest_headers"])
+    return _ok(gateway, MessageToDict(card), _headers(request))
 
 
 _TASK = "{task_id:[^/:]+}"
@@ -214,8 +223,8 @@ def rest_view(route: Route) -> Callable[[web.Request], Awaitable[web.StreamRespo
         gateway = request.app[GATEWAY]
         runtime = await gateway.registry.get(request.match_info["endpoint_id"])
         headers = {"Vary": "A2A-Version"}
-        request["rest_headers"] = headers
-        request["a2a_method"] = route.__name__
+        request[REST_HEADERS] = headers
+        request[A2A_METHOD] = route.__name__
         try:
             if parse_version(requested_version(request), empty_means=V10) != V10:
                 raise VersionNotSupportedError("the HTTP+JSON binding serves A2A 1.0 only")
@@ -226,7 +235,7 @@ def rest_view(route: Route) -> Callable[[web.Request], Awaitable[web.StreamRespo
             handler, _ = gateway.request_handlers(runtime)
             return await route(request, gateway, handler, context)
         except A2AError as exc:
-            request["a2a_error"] = type(exc).__name__
+            request[A2A_ERROR] = type(exc).__name__
             return rest_error(exc, gateway.settings.rest_content_type, headers)
 
     view.__name__ = route.__name__

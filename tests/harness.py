@@ -1,0 +1,138 @@
+"""A real gateway on a free loopback port, and real a2a-sdk clients for it.
+
+    async with running_gateway() as gw:
+        endpoint_id = await gw.add_endpoint("handlers.echo:EchoHandler", settings={"delay": 0})
+        async with gw.client(endpoint_id, version="1.0") as client:
+            async for event in client.send_message(request): ...
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.types import AgentCard
+from aiohttp import web
+
+from a2a_gateway.app import build_app
+from a2a_gateway.gateway import GATEWAY, Gateway
+from a2a_gateway.settings import GatewaySettings
+from a2a_gateway.stores.base import Endpoint, Store
+
+
+def require_env(name: str) -> str:
+    """The value of a service variable; skip without it, except in CI where it must be set."""
+    value = os.environ.get(name, "")
+    if not value:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{name} must be set in CI (see .ci/services)")
+        pytest.skip(f"{name} is not set")
+    return value
+
+
+@dataclass
+class RunningGateway:
+    base_url: str
+    app: web.Application
+
+    @property
+    def gateway(self) -> Gateway:
+        return self.app[GATEWAY]
+
+    @property
+    def store(self) -> Store:
+        return self.gateway.store
+
+    async def add_endpoint(
+        self,
+        handler: str = "handlers.echo:EchoHandler",
+        *,
+        settings: dict[str, Any] | None = None,
+        card: dict[str, Any] | None = None,
+        name: str = "test agent",
+        tenant: str = "default",
+        endpoint_id: str | None = None,
+        enabled: bool = True,
+    ) -> str:
+        module_name, _, class_name = handler.partition(":")
+        endpoint = Endpoint(
+            id=endpoint_id or str(uuid.uuid4()),
+            name=name,
+            tenant=tenant,
+            enabled=enabled,
+            card=card or {},
+            metadata={"module_name": module_name, "class_name": class_name, **(settings or {})},
+        )
+        await self.store.create_endpoint(endpoint)
+        return endpoint.id
+
+    def endpoint_url(self, endpoint_id: str) -> str:
+        return f"{self.base_url}/{endpoint_id}"
+
+    def jsonrpc_url(self, endpoint_id: str) -> str:
+        return f"{self.base_url}/{endpoint_id}/a2a"
+
+    def rest_url(self, endpoint_id: str) -> str:
+        return f"{self.base_url}/{endpoint_id}/a2a/rest"
+
+    async def card(self, endpoint_id: str) -> AgentCard:
+        async with httpx.AsyncClient() as http:
+            resolver = A2ACardResolver(http, self.endpoint_url(endpoint_id))
+            return await resolver.get_agent_card()
+
+    @asynccontextmanager
+    async def client(
+        self,
+        endpoint_id: str,
+        *,
+        version: str = "1.0",
+        binding: str = "JSONRPC",
+        streaming: bool = True,
+        timeout: float = 30.0,
+    ) -> AsyncIterator[Client]:
+        """An a2a-sdk client that discovered the endpoint through its card and talks
+        ``binding`` at protocol ``version`` (1.0 or 0.3)."""
+        card = await self.card(endpoint_id)
+        chosen = [
+            i for i in card.supported_interfaces
+            if i.protocol_binding == binding and i.protocol_version == version
+        ]
+        if not chosen:
+            raise ValueError(f"the card offers no {binding} {version} interface")
+        del card.supported_interfaces[:]
+        card.supported_interfaces.extend(chosen)
+        http = httpx.AsyncClient(timeout=httpx.Timeout(timeout))
+        config = ClientConfig(streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding])
+        if version == "0.3":
+            http.headers["A2A-Version"] = "0.3"
+        client = ClientFactory(config).create(card)
+        try:
+            yield client
+        finally:
+            await client.close()
+            await http.aclose()
+
+
+@asynccontextmanager
+async def running_gateway(
+    store_url: str = "memory://", *, store: Store | None = None, **settings: Any
+) -> AsyncIterator[RunningGateway]:
+    """Serve the gateway app on 127.0.0.1 with a free port for the duration of the block."""
+    defaults: dict[str, Any] = {"push_allow_private_urls": True, "log_level": "warning", "lease_seconds": 30.0}
+    app = build_app(GatewaySettings(store=store_url, **{**defaults, **settings}), store=store)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield RunningGateway(f"http://127.0.0.1:{port}", app)
+    finally:
+        await runner.cleanup()
