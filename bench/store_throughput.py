@@ -90,25 +90,29 @@ async def bench_store(store: Store, tasks: int, concurrency: int) -> list[dict[s
     async def list_context(context_id: str) -> None:
         token = ""
         while True:
-            page = await store.list_tasks(scope, TaskQuery(context_id=context_id, page_size=20, page_token=token))
+            query = TaskQuery(context_id=context_id, page_size=20, page_token=token)
+            page = await store.list_tasks(scope, query)
             token = page.next_page_token
             if not token:
                 return
 
+    contexts = [f"ctx-{i}" for i in range(50)]
     results = [
         await run_phase("create_task", created, concurrency, create),
         await run_phase("update_task x2", created, concurrency, advance),
         await run_phase("get_task", created, concurrency, read),
-        await run_phase("list_tasks (ctx, all pages)", [f"ctx-{i}" for i in range(50)], concurrency, list_context),
+        await run_phase("list_tasks (ctx, all pages)", contexts, concurrency, list_context),
     ]
     return results
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--postgres", help="PostgreSQL URL (migrated first; pool options in the query)")
+    parser.add_argument("--postgres", help="PostgreSQL URL (migrated first)")
     args = parser.parse_args()
 
     stores: list[tuple[str, Callable[[], Awaitable[Store]]]] = []

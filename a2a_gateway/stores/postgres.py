@@ -454,7 +454,9 @@ class PostgresStore(Store):
             )
         return _push_from_json(doc) if doc is not None else None
 
-    async def list_push_configs(self, scope: Scope, task_id: str) -> list[TaskPushNotificationConfig]:
+    async def list_push_configs(
+        self, scope: Scope, task_id: str
+    ) -> list[TaskPushNotificationConfig]:
         async with self._conn() as conn:
             rows = await conn.fetch(
                 f"SELECT config FROM push_configs WHERE {_SCOPE} AND task_id = $4 ORDER BY id",
@@ -677,4 +679,5 @@ async def check_schema(url: str, *, files: list[Migration] | None = None) -> Non
     """``SchemaMismatchError`` unless the database at ``url`` has exactly the migrations
     this code knows; ``StoreUnavailableError`` if it cannot be reached."""
     async with _connect(url) as conn:
-        await _check_schema(conn, _ordered(files if files is not None else migration_files("postgres")))
+        files = files if files is not None else migration_files("postgres")
+        await _check_schema(conn, _ordered(files))
