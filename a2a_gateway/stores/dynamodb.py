@@ -71,6 +71,7 @@ class DynamoDBSettings:
     """Retention of terminal tasks; 0 keeps them forever."""
     retry_mode: str = "standard"
     max_attempts: int = 5
+    """Attempts per call, the first included (botocore backs off between them)."""
     pool_size: int = 16
     connect_timeout: float = 3.0
     read_timeout: float = 10.0
@@ -259,7 +260,7 @@ def table_definitions(settings: DynamoDBSettings) -> list[dict[str, Any]]:
 def _client(settings: DynamoDBSettings, credentials: dict[str, str]) -> Any:
     config = Config(
         max_pool_connections=settings.pool_size,
-        retries={"mode": settings.retry_mode, "max_attempts": settings.max_attempts},
+        retries={"mode": settings.retry_mode, "total_max_attempts": settings.max_attempts},
         connect_timeout=settings.connect_timeout,
         read_timeout=settings.read_timeout,
     )
