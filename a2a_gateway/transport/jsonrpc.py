@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from a2a.compat.v0_3 import types as t03
 from a2a.server.context import ServerCallContext
-from a2a.server.request_handlers.response_helpers import build_error_response
+from a2a.utils.error_handlers import build_error_details
 from a2a.types import (
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
@@ -32,6 +32,7 @@ from a2a.types import (
     TaskPushNotificationConfig,
 )
 from a2a.utils.errors import (
+    JSON_RPC_ERROR_CODE_MAP,
     A2AError,
     ContentTypeNotSupportedError,
     InternalError,
@@ -117,7 +118,10 @@ def json_response(body: dict[str, Any], headers: dict[str, str]) -> web.Response
 
 
 def error_body(request_id: Any, error: A2AError) -> dict[str, Any]:
-    return build_error_response(request_id, error)
+    """A JSON-RPC error response with the code of ``error`` and ErrorInfo details."""
+    code = JSON_RPC_ERROR_CODE_MAP.get(type(error), -32603)
+    body: dict[str, Any] = {"code": code, "message": error.message, "data": build_error_details(error)}
+    return {"jsonrpc": "2.0", "id": request_id, "error": body}
 
 
 def _result_1_0(result: Any, *, send: bool = False) -> Any:

@@ -14,13 +14,13 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 import structlog
-from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.utils.errors import InternalError
 from aiohttp import web
 
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, REQUEST_ID
 
 from a2a_gateway.errors import GatewayError
+from a2a_gateway.transport.jsonrpc import error_body
 from a2a_gateway.stores.base import StoreUnavailableError
 
 log = structlog.get_logger("a2a_gateway.access")
@@ -35,7 +35,7 @@ def error_response(request: web.Request, status: int, message: str, code: str) -
     """A JSON error with the HTTP status kept: a JSON-RPC envelope on the JSON-RPC URL,
     an AIP-193 style body elsewhere."""
     if _is_jsonrpc(request):
-        body = build_error_response(None, InternalError(message))
+        body = error_body(None, InternalError(message))
     else:
         body = {"error": {"code": status, "status": code, "message": message}}
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
