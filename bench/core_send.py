@@ -1,0 +1,270 @@
+"""Core benchmark: blocking SendMessage (JSON-RPC, A2A 1.0) on an echo agent, side by side.
+
+Servers (each its own process, started fresh for every run):
+
+    gateway-memory       the gateway on ``memory://``, log level warning
+    gateway-memory-info  the same with log level info (one JSON log line per request)
+    a2a-sdk              the official a2a-sdk server (Starlette + uvicorn, httptools, uvloop)
+    bare-aiohttp         an aiohttp handler returning a fixed JSON-RPC reply
+    gateway-sqlite       the gateway on a fresh ``sqlite:///`` file, log level warning
+
+The load generator is ``wrk`` with ``bench/wrk_send.lua`` (a fresh messageId per request),
+a closed loop of ``--concurrency`` connections. With ``taskset`` available the server is
+pinned to ``--server-cpu`` and wrk to ``--client-cpu``. Every run is a warm-up of
+``--warmup`` s followed by a measured ``--duration`` s; configurations are interleaved
+run by run (so background noise spreads over all of them) and the table shows medians.
+
+    python bench/core_send.py --runs 3 --duration 8 --concurrency 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+SERVERS = BENCH_DIR / "servers"
+LUA = BENCH_DIR / "wrk_send.lua"
+ENDPOINT_ID = "00000000-0000-4000-8000-0000000be9c4"
+ECHO_TEXT = "echo: hello gateway"
+PROBE = json.dumps({
+    "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+    "params": {"message": {"messageId": "probe-1", "role": "ROLE_USER", "parts": [{"text": "hello gateway"}]}},
+}).encode()
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    name: str
+    script: str
+    args: tuple[str, ...] = ()
+    checks_echo: bool = True
+    sqlite: bool = False
+
+
+CONFIGS = {
+    "gateway-memory": ServerConfig("gateway-memory", "gateway.py", ("--store", "memory://", "--log-level", "warning")),
+    "gateway-memory-info": ServerConfig("gateway-memory-info", "gateway.py", ("--store", "memory://", "--log-level", "info")),
+    "a2a-sdk": ServerConfig("a2a-sdk", "a2a_sdk_server.py"),
+    "bare-aiohttp": ServerConfig("bare-aiohttp", "bare_aiohttp.py", checks_echo=False),
+    "gateway-sqlite": ServerConfig("gateway-sqlite", "gateway.py", ("--log-level", "warning"), sqlite=True),
+}
+
+
+@dataclass
+class Sample:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    load_before: float
+
+
+@dataclass
+class Result:
+    config: ServerConfig
+    samples: list[Sample] = field(default_factory=list)
+    uvloop: str = "?"
+
+    def median(self, attr: str) -> float:
+        values = [getattr(s, attr) for s in self.samples]
+        return statistics.median(values) if values else float("nan")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pinned(cpu: int | None, argv: list[str]) -> list[str]:
+    if cpu is None or shutil.which("taskset") is None:
+        return argv
+    return ["taskset", "-c", str(cpu), *argv]
+
+
+def loadavg() -> float:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except OSError:
+        return float("nan")
+
+
+def probe(url: str, deadline: float, checks_echo: bool) -> None:
+    """Wait until the server answers one SendMessage; check the echo when it should be there."""
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        req = urllib.request.Request(url, data=PROBE, method="POST", headers={
+            "Content-Type": "application/json", "A2A-Version": "1.0",
+        })
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                body = json.loads(resp.read())
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            last = exc
+            time.sleep(0.1)
+            continue
+        if checks_echo:
+            task = body.get("result", {}).get("task", {})
+            state = task.get("status", {}).get("state")
+            texts = [p.get("text") for a in task.get("artifacts", []) for p in a.get("parts", [])]
+            if state != "TASK_STATE_COMPLETED" or ECHO_TEXT not in texts:
+                raise RuntimeError(f"unexpected reply from {url}: {body}")
+        return
+    raise RuntimeError(f"server at {url} did not answer in time: {last}")
+
+
+def run_wrk(url: str, args: argparse.Namespace, seconds: float) -> dict[str, float]:
+    argv = pinned(args.client_cpu, [
+        "wrk", f"-t{args.threads}", f"-c{args.concurrency}", f"-d{max(1, round(seconds))}s",
+        "--timeout", "10s", "-s", str(LUA), url,
+    ])
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
+    for line in out.splitlines():
+        if line.startswith("WRKJSON "):
+            return json.loads(line[len("WRKJSON "):])
+    raise RuntimeError(f"no WRKJSON line in wrk output:\n{out}")
+
+
+def one_run(config: ServerConfig, args: argparse.Namespace, workdir: Path, index: int) -> tuple[Sample, str]:
+    port = free_port()
+    argv = [sys.executable, str(SERVERS / config.script), "--port", str(port), *config.args]
+    if config.sqlite:
+        argv += ["--store", f"sqlite:///{workdir / f'bench-{index}.db'}"]
+    log_path = workdir / f"{config.name}-{index}.log"
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(pinned(args.server_cpu, argv), stdout=log_file, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}/{ENDPOINT_ID}/a2a"
+    try:
+        probe(url, time.monotonic() + 30, config.checks_echo)
+        if args.warmup > 0:
+            run_wrk(url, args, args.warmup)
+        load = loadavg()
+        stats = run_wrk(url, args, args.duration)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+    first = log_path.read_text(errors="replace").splitlines()[:1]
+    uvloop = first[0].rsplit("uvloop=", 1)[-1] if first and "uvloop=" in first[0] else "?"
+    errors = int(stats["non2xx"] + stats["connect"] + stats["read"] + stats["write"] + stats["timeout"])
+    sample = Sample(
+        rps=stats["requests"] / (stats["duration_us"] / 1e6),
+        p50_ms=stats["p50_us"] / 1000, p99_ms=stats["p99_us"] / 1000, errors=errors, load_before=load,
+    )
+    return sample, uvloop
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "n/a"
+
+
+def machine_note(args: argparse.Namespace) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    pin = "pinned" if shutil.which("taskset") and args.server_cpu is not None else "not pinned"
+    return (f"{cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+            f"server cpu {args.server_cpu} / wrk cpu {args.client_cpu} ({pin})")
+
+
+def print_table(results: dict[str, Result], args: argparse.Namespace) -> None:
+    print()
+    print(f"SendMessage (blocking, JSON-RPC 1.0), echo delay 0, {args.concurrency} connections, "
+          f"{args.duration:g}s x {args.runs} runs (medians), {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+    print(machine_note(args))
+    print()
+    header = f"| {'server':<20} | {'req/s':>7} | {'p50 ms':>7} | {'p99 ms':>7} | {'runs (req/s)':<26} | {'errors':>6} | uvloop |"
+    print(header)
+    print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
+    for r in results.values():
+        runs = " ".join(f"{s.rps:.0f}" for s in r.samples)
+        errors = sum(s.errors for s in r.samples)
+        print(f"| {r.config.name:<20} | {r.median('rps'):>7.0f} | {r.median('p50_ms'):>7.2f} | "
+              f"{r.median('p99_ms'):>7.2f} | {runs:<26} | {errors:>6} | {r.uvloop:<6} |")
+    print()
+
+    def rps(name: str) -> float:
+        return results[name].median("rps") if name in results else float("nan")
+
+    checks = [
+        ("gateway-memory / a2a-sdk", rps("gateway-memory"), rps("a2a-sdk"), ">= 10x", 10.0, True),
+        ("gateway-memory / bare-aiohttp", rps("gateway-memory"), rps("bare-aiohttp"), ">= 0.4x", 0.4, True),
+        ("gateway-sqlite / gateway-memory", rps("gateway-sqlite"), rps("gateway-memory"), ">= 0.5x", 0.5, True),
+        ("gateway-memory-info / gateway-memory", rps("gateway-memory-info"), rps("gateway-memory"), "(log cost)", None, True),
+    ]
+    for label, a, b, target, threshold, _ in checks:
+        if a != a or b != b:  # NaN: a configuration was not run
+            continue
+        verdict = "" if threshold is None else ("  met" if a / b >= threshold else "  NOT met")
+        print(f"{label:<38} {ratio(a, b):>8}   target {target}{verdict}")
+    if "gateway-memory-info" in results and "gateway-memory" in results:
+        warn, info = rps("gateway-memory"), rps("gateway-memory-info")
+        print(f"info logging costs about {(1e6 / info - 1e6 / warn):.0f} µs of server time per request")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--servers", default=",".join(CONFIGS), help=f"comma list of: {', '.join(CONFIGS)}")
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1, help="wrk threads")
+    p.add_argument("--duration", type=float, default=8.0, help="measured seconds per run")
+    p.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds per run (discarded)")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--server-cpu", type=int, default=0)
+    p.add_argument("--client-cpu", type=int, default=1)
+    p.add_argument("--json", help="also write the raw samples to this file")
+    args = p.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed (Debian/Ubuntu: apt-get install wrk)")
+    if not 1 <= args.runs <= 20 or not 1 <= args.duration <= 120:
+        sys.exit("--runs must be 1..20 and --duration 1..120 s")
+    names = [n.strip() for n in args.servers.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        sys.exit(f"unknown server(s): {unknown}")
+    results = {n: Result(CONFIGS[n]) for n in names}
+    with tempfile.TemporaryDirectory(prefix="a2a-bench-") as tmp:
+        workdir = Path(tmp)
+        for run in range(args.runs):
+            for name in names:
+                sample, uvloop = one_run(CONFIGS[name], args, workdir, run)
+                results[name].samples.append(sample)
+                results[name].uvloop = uvloop
+                print(f"run {run + 1}/{args.runs} {name:<20} {sample.rps:8.0f} req/s  p50 {sample.p50_ms:7.2f} ms"
+                      f"  p99 {sample.p99_ms:7.2f} ms  errors {sample.errors}  load {sample.load_before:.2f}",
+                      flush=True)
+    print_table(results, args)
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "date": datetime.now(UTC).isoformat(), "machine": machine_note(args), "args": vars(args),
+            "results": {n: [s.__dict__ for s in r.samples] for n, r in results.items()},
+        }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
