@@ -91,7 +91,8 @@ class DynamoDBSettings:
         kwargs: dict[str, Any] = {}
         for name, value in raw.items():
             kind = known[name].type
-            kwargs[name] = int(value) if kind == "int" else float(value) if kind == "float" else value
+            cast = {"int": int, "float": float}.get(kind, str)
+            kwargs[name] = cast(value)
         return cls(**kwargs)
 
     @property
@@ -147,7 +148,8 @@ class _Expr:
         return key
 
     def not_expired(self, now: float) -> str:
-        return f"(attribute_not_exists({self.n('expires_at')}) OR {self.n('expires_at')} > {self.v(_N(int(now)))})"
+        expires_at = self.n("expires_at")
+        return f"(attribute_not_exists({expires_at}) OR {expires_at} > {self.v(_N(int(now)))})"
 
     def not_terminal(self) -> str:
         states = ", ".join(self.v(_N(int(s))) for s in sorted(TERMINAL_STATES))
@@ -298,6 +300,10 @@ def _is_condition_failure(exc: ClientError) -> bool:
     return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
 
 
+def _start(key: dict[str, Any] | None) -> dict[str, Any]:
+    return {"ExclusiveStartKey": key} if key else {}
+
+
 def _call_mapped(op: str, fn: Callable[[], Any]) -> Any:
     try:
         return _map_errors(op, fn)
@@ -329,7 +335,7 @@ def _task_index_attrs(spk: str, task: Task) -> dict[str, Any]:
 
 
 class DynamoDBStore(Store):
-    """Use ``open()``; the boto3 client and its thread pool belong to the store until ``aclose()``."""
+    """Use ``open()``; the boto3 client and its pool belong to the store until ``aclose()``."""
 
     def __init__(
         self,
@@ -381,7 +387,7 @@ class DynamoDBStore(Store):
     async def _query_all(self, **params: Any) -> list[dict[str, Any]]:
         items, start = [], None
         while True:
-            resp = await self._call("query", **params, **({"ExclusiveStartKey": start} if start else {}))
+            resp = await self._call("query", **params, **_start(start))
             items += resp.get("Items", [])
             start = resp.get("LastEvaluatedKey")
             if not start:
@@ -437,7 +443,7 @@ class DynamoDBStore(Store):
                 "scan",
                 TableName=self._endpoints,
                 ConsistentRead=True,
-                **({"ExclusiveStartKey": start} if start else {}),
+                **_start(start),
             )
             items += resp.get("Items", [])
             start = resp.get("LastEvaluatedKey")
@@ -483,10 +489,13 @@ class DynamoDBStore(Store):
                 item["lease_shard"] = _S(_lease_shard(spk, sk))
         e = _Expr()
         # An expired item DynamoDB has not deleted yet is gone for readers, so it may be replaced.
-        condition = f"attribute_not_exists({e.n('pk')}) OR {e.n('expires_at')} <= {e.v(_N(int(now)))}"
+        condition = (
+            f"attribute_not_exists({e.n('pk')}) OR {e.n('expires_at')} <= {e.v(_N(int(now)))}"
+        )
         try:
             await self._call(
-                "put_item", **e.params(TableName=self._tasks, Item=item, ConditionExpression=condition)
+                "put_item",
+                **e.params(TableName=self._tasks, Item=item, ConditionExpression=condition),
             )
         except ConflictError as exc:
             raise ConflictError(f"task {task.id} exists") from exc
@@ -556,7 +565,8 @@ class DynamoDBStore(Store):
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
         spk, now = scope_key(scope), time.time()
         if query.context_id:
-            index, hash_attr, hash_value = "by_context", "ctx_pk", f"{spk}#C#{_esc(query.context_id)}"
+            index, hash_attr = "by_context", "ctx_pk"
+            hash_value = f"{spk}#C#{_esc(query.context_id)}"
         elif query.state:
             index, hash_attr, hash_value = "by_state", "state_pk", f"{spk}#S#{int(query.state)}"
         else:
@@ -600,7 +610,7 @@ class DynamoDBStore(Store):
                     "query",
                     **params(count=False),
                     Limit=query.page_size + 1,
-                    **({"ExclusiveStartKey": cursor} if cursor else {}),
+                    **_start(cursor),
                 )
                 items += resp.get("Items", [])
                 cursor = resp.get("LastEvaluatedKey")
@@ -612,7 +622,7 @@ class DynamoDBStore(Store):
             total, cursor = 0, None
             while True:
                 resp = await self._call(
-                    "query", **params(count=True), **({"ExclusiveStartKey": cursor} if cursor else {})
+                    "query", **params(count=True), **_start(cursor)
                 )
                 total += resp["Count"]
                 cursor = resp.get("LastEvaluatedKey")
@@ -653,7 +663,9 @@ class DynamoDBStore(Store):
         item = resp.get("Item")
         return TaskPushNotificationConfig.FromString(item["config"]["B"]) if item else None
 
-    async def list_push_configs(self, scope: Scope, task_id: str) -> list[TaskPushNotificationConfig]:
+    async def list_push_configs(
+        self, scope: Scope, task_id: str
+    ) -> list[TaskPushNotificationConfig]:
         e = _Expr()
         key = (
             f"{e.n('pk')} = {e.v(_S(scope_key(scope)))}"
@@ -684,7 +696,8 @@ class DynamoDBStore(Store):
         item = resp.get("Item")
         if item is None:
             return None
-        return Context(turns=json.loads(item["turns"]["S"]), session=json.loads(item["session"]["S"]))
+        turns, session = json.loads(item["turns"]["S"]), json.loads(item["session"]["S"])
+        return Context(turns=turns, session=session)
 
     async def put_context(self, scope: Scope, context_id: str, context: Context) -> None:
         item = {
@@ -721,7 +734,10 @@ class DynamoDBStore(Store):
             await self._call(
                 "update_item",
                 **e.params(
-                    TableName=self._tasks, Key=key, UpdateExpression=update, ConditionExpression=condition
+                    TableName=self._tasks,
+                    Key=key,
+                    UpdateExpression=update,
+                    ConditionExpression=condition,
                 ),
             )
         except ConflictError:
@@ -739,7 +755,10 @@ class DynamoDBStore(Store):
             resp = await self._call(
                 "query",
                 **e.params(
-                    TableName=self._tasks, IndexName="by_lease", KeyConditionExpression=key, Limit=limit
+                    TableName=self._tasks,
+                    IndexName="by_lease",
+                    KeyConditionExpression=key,
+                    Limit=limit,
                 ),
             )
             return resp.get("Items", [])
@@ -748,7 +767,9 @@ class DynamoDBStore(Store):
         candidates = sorted(
             (i for items in shards for i in items), key=lambda i: float(i["lease_until"]["N"])
         )[:limit]
-        claimed = await asyncio.gather(*(self._claim_one(i, owner, now, lease_until) for i in candidates))
+        claimed = await asyncio.gather(
+            *(self._claim_one(i, owner, now, lease_until) for i in candidates)
+        )
         return [c for c in claimed if c is not None]
 
     async def _claim_one(
@@ -756,7 +777,8 @@ class DynamoDBStore(Store):
     ) -> ClaimedTask | None:
         e = _Expr()
         update = (
-            f"SET {e.n('owner')} = {e.v(_S(owner))}, {e.n('lease_until')} = {e.v(_N(float(lease_until)))},"
+            f"SET {e.n('owner')} = {e.v(_S(owner))},"
+            f" {e.n('lease_until')} = {e.v(_N(float(lease_until)))},"
             f" {e.n('version')} = {e.n('version')} + {e.v(_N(1))}"
         )
         # The index may be stale: the condition re-checks the lease on the item itself.
@@ -826,7 +848,9 @@ def _create_tables(settings: DynamoDBSettings, credentials: dict[str, str]) -> l
     return created
 
 
-def _create_missing_indexes(client: Any, definition: dict[str, Any], table: dict[str, Any]) -> list[str]:
+def _create_missing_indexes(
+    client: Any, definition: dict[str, Any], table: dict[str, Any]
+) -> list[str]:
     """Indexes added after a table was created: one ``UpdateTable`` each, waiting for the
     backfill, since DynamoDB creates one index per call."""
     name, created = definition["TableName"], []
@@ -840,8 +864,11 @@ def _create_missing_indexes(client: Any, definition: dict[str, Any], table: dict
             GlobalSecondaryIndexUpdates=[{"Create": index}],
         )
         for _ in range(1800):
-            indexes = client.describe_table(TableName=name)["Table"].get("GlobalSecondaryIndexes", [])
-            status = {i["IndexName"]: i.get("IndexStatus") for i in indexes}
+            described = client.describe_table(TableName=name)["Table"]
+            status = {
+                i["IndexName"]: i.get("IndexStatus")
+                for i in described.get("GlobalSecondaryIndexes", [])
+            }
             if status.get(index["IndexName"]) == "ACTIVE":
                 break
             time.sleep(1)

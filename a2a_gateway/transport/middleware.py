@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 import structlog
+from prometheus_client import Counter, Histogram
 from a2a.utils.errors import InternalError
 from aiohttp import web
 
@@ -24,6 +25,9 @@ from a2a_gateway.transport.jsonrpc import error_body
 from a2a_gateway.stores.base import StoreUnavailableError
 
 log = structlog.get_logger("a2a_gateway.access")
+
+REQUESTS = Counter("a2a_gateway_requests_total", "HTTP requests", ["a2a_method", "status"])
+LATENCY = Histogram("a2a_gateway_request_seconds", "Time to the response (stream start for SSE)", ["a2a_method"])
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -71,6 +75,10 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     except Exception:
         log.exception("request_failed")
         response = error_response(request, 500, "internal error", "INTERNAL")
+    elapsed = time.perf_counter() - started
+    method_label = request.get(A2A_METHOD) or "other"
+    REQUESTS.labels(method_label, str(status)).inc()
+    LATENCY.labels(method_label).observe(elapsed)
     log.info(
         "request",
         method=request.method,
@@ -78,7 +86,7 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
         status=status,
         a2a_method=request.get(A2A_METHOD),
         a2a_error=request.get(A2A_ERROR),
-        duration_ms=round((time.perf_counter() - started) * 1000, 2),
+        duration_ms=round(elapsed * 1000, 2),
     )
     if not response.prepared:
         response.headers.setdefault("X-Request-Id", request_id)

@@ -1,0 +1,82 @@
+"""The TCK handler's messageId scenarios through the whole gateway (mirrors the A2A TCK,
+which needs a git checkout CI cannot fetch)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.harness import RunningGateway
+
+V10 = {"A2A-Version": "1.0"}
+
+
+@pytest.fixture
+async def tck_id(gw: RunningGateway) -> str:
+    return await gw.add_endpoint(
+        "handlers.tck:TckHandler",
+        settings={"stream_delay": 0.3, "delayed_complete_delay": 0.3},
+        card={"capabilities": {"extendedAgentCard": True}, "extended": {"skills": [
+            {"id": "secret", "name": "Extended skill", "description": "only in the extended card", "tags": ["x"]}
+        ]}},
+    )
+
+
+def send(message_id: str, method: str = "SendMessage", **config) -> dict:
+    params: dict = {"message": {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": "tck"}]}}
+    if config:
+        params["configuration"] = config
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+async def call(gw, ep, body) -> dict:
+    async with httpx.AsyncClient(timeout=10) as http:
+        return (await http.post(gw.jsonrpc_url(ep), json=body, headers=V10)).json()
+
+
+async def test_complete_artifacts_message_reject(gw, tck_id):
+    task = (await call(gw, tck_id, send("tck-complete-task-1")))["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert task["artifacts"][0]["parts"][0]["text"] == "Hello from TCK"
+    file_task = (await call(gw, tck_id, send("tck-artifact-file-1")))["result"]["task"]
+    part = file_task["artifacts"][0]["parts"][0]
+    assert part["filename"] == "output.txt" and part["mediaType"] == "text/plain" and part["raw"]
+    url_task = (await call(gw, tck_id, send("tck-artifact-file-url-1")))["result"]["task"]
+    assert url_task["artifacts"][0]["parts"][0]["url"] == "https://example.com/output.txt"
+    data_task = (await call(gw, tck_id, send("tck-artifact-data-1")))["result"]["task"]
+    assert data_task["artifacts"][0]["parts"][0]["data"] == {"key": "value", "count": 42}
+    message = (await call(gw, tck_id, send("tck-message-response-1")))["result"]
+    assert message["message"]["parts"][0]["text"] == "Direct message response"
+    rejected = (await call(gw, tck_id, send("tck-reject-task-1")))["result"]["task"]
+    assert rejected["status"]["state"] == "TASK_STATE_REJECTED"
+
+
+async def test_input_required_task_can_be_canceled(gw, tck_id):
+    task = (await call(gw, tck_id, send("tck-input-required-1")))["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    canceled = await call(gw, tck_id, {"jsonrpc": "2.0", "id": 2, "method": "CancelTask", "params": {"id": task["id"]}})
+    assert canceled["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+
+
+async def test_return_immediately_vs_blocking(gw, tck_id):
+    quick = (await call(gw, tck_id, send("tck-delayed-complete-1", returnImmediately=True)))["result"]["task"]
+    assert quick["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
+    done = (await call(gw, tck_id, send("tck-delayed-complete-2")))["result"]["task"]
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert done["artifacts"][0]["parts"][0]["text"] == "Done after delay"
+
+
+async def test_extended_card(gw, tck_id):
+    card = (await call(gw, tck_id, {"jsonrpc": "2.0", "id": 3, "method": "GetExtendedAgentCard"}))["result"]
+    assert "secret" in [s["id"] for s in card["skills"]]
+    plain = await gw.card(tck_id)
+    assert "secret" not in [s.id for s in plain.skills]
+    assert plain.capabilities.extended_agent_card
+
+
+async def test_chunked_stream_reconstructs(gw, tck_id):
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with http.stream("POST", gw.jsonrpc_url(tck_id), json=send("tck-stream-artifact-chunked-1", "SendStreamingMessage"), headers=V10) as r:
+            body = (await r.aread()).decode()
+    assert body.count("data: ") >= 5
+    assert '"chunk-1 chunk-2"' in body and '"lastChunk":true' in body
