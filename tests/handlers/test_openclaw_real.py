@@ -194,3 +194,167 @@ async def test_unknown_agent_fails_with_openclaw_reason(env, http) -> None:
     [failed] = [e async for e in openclaw(env, http, openclaw_agent_id="no-such-agent").run(
         make_request())]
     assert isinstance(failed, Failed) and "Unknown agent 'no-such-agent'" in failed.reason
+
+
+# --- through the gateway, with the real a2a-sdk client ------------------------------
+
+from a2a.types import (  # noqa: E402
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    TaskState,
+)
+
+from tests.harness import RunningGateway, running_gateway  # noqa: E402
+
+HANDLER = "handlers.openclaw:OpenClawHandler"
+
+
+@pytest.fixture
+async def gw(env) -> RunningGateway:
+    async with running_gateway() as running:
+        yield running
+
+
+async def openclaw_endpoint(gw: RunningGateway, env: dict[str, str], **settings: Any) -> str:
+    values = {"openclaw_api_url": env["A2A_TEST_OPENCLAW_URL"],
+              "openclaw_api_key": "env:A2A_TEST_OPENCLAW_TOKEN", **settings}
+    return await gw.add_endpoint(HANDLER, settings=values, name="openclaw agent")
+
+
+def send(text: str, **fields: Any) -> SendMessageRequest:
+    return SendMessageRequest(message=Message(
+        message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text)], **fields))
+
+
+def artifact_text(events: list[StreamResponse]) -> str:
+    """The answer as a client rebuilds it from artifact updates (append / replace)."""
+    text = ""
+    for event in events:
+        if event.HasField("artifact_update"):
+            chunk = "".join(p.text for p in event.artifact_update.artifact.parts)
+            text = text + chunk if event.artifact_update.append else chunk
+    return text
+
+
+def status_text(status: Any) -> str:
+    return "".join(p.text for p in status.message.parts)
+
+
+async def test_gateway_streams_tokens_before_completion(gw, env, http) -> None:
+    endpoint = await openclaw_endpoint(gw, env)
+    t = nonce()
+    timed: list[tuple[float, StreamResponse]] = []
+    start = time.monotonic()
+    async with gw.client(endpoint, timeout=60) as client:
+        async for event in client.send_message(send(f"FAKE_SLOW words=6 delay=0.3 {t}")):
+            timed.append((time.monotonic() - start, event))
+    events = [e for _, e in timed]
+    assert events[0].HasField("task")
+    chunks = [(at, e) for at, e in timed if e.HasField("artifact_update")]
+    assert len(chunks) >= 4
+    last_at, last = timed[-1]
+    assert last.status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    assert last_at - chunks[0][0] >= 1.0  # tokens reached the client before completion
+    final = chunks[-1][1].artifact_update
+    assert final.last_chunk and not final.append
+    assert "".join(p.text for p in final.artifact.parts) == "slow0 slow1 slow2 slow3 slow4 slow5"
+    streamed = "".join("".join(p.text for p in e.artifact_update.artifact.parts)
+                       for _, e in chunks[:-1])
+    assert streamed == "slow0 slow1 slow2 slow3 slow4 slow5" == artifact_text(events)
+
+
+async def test_gateway_blocking_send_completes(gw, env) -> None:
+    endpoint = await openclaw_endpoint(gw, env, openclaw_agent_id="main")
+    t = nonce()
+    async with gw.client(endpoint, streaming=False, timeout=60) as client:
+        [event] = [e async for e in client.send_message(send(f"block {t}"))]
+    task = event.task
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert task.artifacts[0].parts[0].text == f"Hello from fakellm. You said: block {t}"
+    assert task.artifacts[0].metadata["usage"]["total_tokens"] > 0
+
+
+async def test_gateway_message_mode(gw, env) -> None:
+    endpoint = await openclaw_endpoint(gw, env, response_mode="message")
+    t = nonce()
+    async with gw.client(endpoint, streaming=False, timeout=60) as client:
+        [event] = [e async for e in client.send_message(send(f"msg {t}"))]
+    assert event.HasField("message")
+    assert event.message.parts[0].text == f"Hello from fakellm. You said: msg {t}"
+
+
+async def test_gateway_two_messages_in_one_context(gw, env, http) -> None:
+    endpoint = await openclaw_endpoint(gw, env)
+    t = nonce()
+    async with gw.client(endpoint, streaming=False, timeout=60) as client:
+        [first] = [e async for e in client.send_message(send(f"first {t}"))]
+        assert first.task.status.state == TaskState.TASK_STATE_COMPLETED
+        context = first.task.context_id
+        [second] = [e async for e in client.send_message(send(f"second {t}", context_id=context))]
+    assert second.task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert second.task.context_id == context
+    [turn2] = await llm_requests(env, http, f"second {t}")
+    contents = [m["content"] for m in turn2["messages"]]
+    assert any(f"first {t}" in c for c in contents)
+    assert f"Hello from fakellm. You said: first {t}" in contents
+
+
+async def test_gateway_upstream_error_fails_the_task(gw, env) -> None:
+    endpoint = await openclaw_endpoint(gw, env)
+    async with gw.client(endpoint, timeout=60) as client:
+        events = [e async for e in client.send_message(send(f"FAKE_HTTP_400 {nonce()}"))]
+    status = events[-1].status_update.status
+    assert status.state == TaskState.TASK_STATE_FAILED
+    assert "400 fakellm scripted bad request" in status_text(status)
+
+
+async def test_gateway_cancel_mid_stream_stops_the_openclaw_run(gw, env, http) -> None:
+    endpoint = await openclaw_endpoint(gw, env)
+    t = nonce()
+    words = 30
+    async with gw.client(endpoint, timeout=60) as client, \
+            gw.client(endpoint, streaming=False, timeout=60) as control:
+        stream = client.send_message(send(f"FAKE_SLOW words={words} delay=0.3 {t}"))
+        seen: list[StreamResponse] = []
+        async for event in stream:
+            seen.append(event)
+            if sum(e.HasField("artifact_update") for e in seen) == 2:
+                break
+        task_id = seen[0].task.id
+        canceled = await control.cancel_task(CancelTaskRequest(id=task_id))
+        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+        rest = [e async for e in stream]
+        stored = await control.get_task(GetTaskRequest(id=task_id))
+    assert stored.status.state == TaskState.TASK_STATE_CANCELED
+    assert rest and rest[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
+    entry: dict[str, Any] = {}
+    for _ in range(50):
+        [entry] = await llm_requests(env, http, t)
+        if entry["outcome"] != "in_progress":
+            break
+        await asyncio.sleep(0.1)
+    assert entry["outcome"] == "client_disconnected"  # OpenClaw aborted its LLM call
+    assert len(entry["chunks"]) < words
+
+
+async def test_gateway_bad_token_fails_without_leaking_it(gw, env, http, monkeypatch,
+                                                          capsys) -> None:
+    bad = f"oc-wrong-token-{uuid.uuid4().hex}"
+    monkeypatch.setenv("A2A_TEST_OPENCLAW_BAD_TOKEN", bad)
+    endpoint = await openclaw_endpoint(gw, env, openclaw_api_key="env:A2A_TEST_OPENCLAW_BAD_TOKEN")
+    async with gw.client(endpoint, streaming=False, timeout=60) as client:
+        [event] = [e async for e in client.send_message(send("hello"))]
+        task = await client.get_task(GetTaskRequest(id=event.task.id))
+    assert task.status.state == TaskState.TASK_STATE_FAILED
+    assert "401" in status_text(task.status)
+    card = await http.get(gw.endpoint_url(endpoint) + "/.well-known/agent-card.json")
+    assert card.status_code == 200
+    logged = capsys.readouterr()
+    for secret in (bad, env["A2A_TEST_OPENCLAW_TOKEN"]):
+        assert secret not in str(task) and secret not in card.text
+        assert secret not in logged.out and secret not in logged.err
