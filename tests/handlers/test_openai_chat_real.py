@@ -133,3 +133,36 @@ async def test_cancel_closes_the_upstream_stream(backend, http) -> None:
         await asyncio.sleep(0.1)
     assert entry["outcome"] == "client_disconnected"
     assert len(entry["chunks"]) < 30
+
+
+# --- through the gateway, with the real a2a-sdk client ------------------------------
+
+from a2a.types import Message, Part, Role, SendMessageRequest, TaskState  # noqa: E402
+
+from tests.harness import running_gateway  # noqa: E402
+
+
+def send(text: str, **fields: Any) -> SendMessageRequest:
+    return SendMessageRequest(message=Message(
+        message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text)], **fields))
+
+
+async def test_gateway_stream_then_follow_up_in_the_same_context(backend, http) -> None:
+    t = tag()
+    async with running_gateway() as gw:
+        endpoint = await gw.add_endpoint("handlers.openai_chat:OpenAIChatHandler", settings={
+            "base_url": backend["base_url"], "api_key": backend["api_key"],
+            "model": backend["model"]})
+        async with gw.client(endpoint, timeout=60) as client:
+            events = [e async for e in client.send_message(send(f"FAKE_SLOW words=4 delay=0.2 {t}"))]
+            assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+            chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
+            assert len(chunks) >= 3 and chunks[-1].last_chunk
+            assert "".join(p.text for p in chunks[-1].artifact.parts) == "slow0 slow1 slow2 slow3"
+            context = events[0].task.context_id
+            follow = [e async for e in client.send_message(send(f"again {t}", context_id=context))]
+    assert follow[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    [seen] = await llm_requests(backend, http, f"again {t}")
+    everything = "\n".join(m["content"] for m in seen["messages"])
+    assert f"FAKE_SLOW words=4 delay=0.2 {t}" in everything  # the first turn came along
+    assert "slow0 slow1 slow2 slow3" in everything
