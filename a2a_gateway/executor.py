@@ -38,7 +38,7 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
-from google.protobuf.json_format import ParseDict
+from google.protobuf.json_format import MessageToDict, ParseDict
 
 from a2a_gateway.live import LiveHub, Subscription
 from a2a_gateway.registry import EndpointRuntime
@@ -95,8 +95,6 @@ def message_text(message: Message) -> str:
 
 
 def message_data(message: Message) -> list[dict[str, Any]]:
-    from google.protobuf.json_format import MessageToDict
-
     out = []
     for part in message.parts:
         if part.HasField("data"):
@@ -145,6 +143,7 @@ class TaskRun:
         self._artifact_id: str | None = None
         self._session_updates: dict[str, Any] = {}
         self._driver: asyncio.Task[None] | None = None
+        self._iterator_done = False
         if version is not None:
             self.created.set()
 
@@ -216,6 +215,7 @@ class TaskRun:
                 await aclose()
 
     async def _exhausted(self) -> None:
+        self._iterator_done = True
         if self.finished or self.task.status.state in INTERRUPTED_STATES:
             if self.task.status.state in INTERRUPTED_STATES and self.version is not None:
                 await self._write()  # release ownership: nothing runs this task now
@@ -390,25 +390,31 @@ class TaskRun:
     async def _write(self) -> None:
         async with self._write_lock:
             terminal = self.task.status.state in TERMINAL_STATES
-            running = not terminal and not self._exhausting()
-            try:
-                self.version = await self.engine.store.update_task(
-                    self.scope,
-                    self.task,
-                    expected_version=self.version or 0,
-                    run_ref=self.run_ref,
-                    run_state=self.run_state,
-                    owner=self.engine.replica_id if running else None,
-                    lease_until=self.engine.lease_deadline() if running else None,
-                )
-            except ConflictError:
-                stored = await self.engine.store.get_task(self.scope, self.task.id)
-                if stored is None or stored.task.status.state in TERMINAL_STATES:
-                    self.finished = True
-                    raise SupersededError from None
-                raise
+            running = not terminal and not self._iterator_done and not self._driver_done()
+            for attempt in (1, 2):
+                try:
+                    self.version = await self.engine.store.update_task(
+                        self.scope,
+                        self.task,
+                        expected_version=self.version or 0,
+                        run_ref=self.run_ref,
+                        run_state=self.run_state,
+                        owner=self.engine.replica_id if running else None,
+                        lease_until=self.engine.lease_deadline() if running else None,
+                    )
+                    return
+                except ConflictError:
+                    stored = await self.engine.store.get_task(self.scope, self.task.id)
+                    if stored is None or stored.task.status.state in TERMINAL_STATES:
+                        self.finished = True
+                        raise SupersededError from None
+                    if attempt == 2:
+                        raise
+                    # a write of ours was interrupted after it landed (e.g. by cancel);
+                    # this run still owns the task, so its state in memory wins
+                    self.version = stored.version
 
-    def _exhausting(self) -> bool:
+    def _driver_done(self) -> bool:
         return self._driver is not None and self._driver.done()
 
     async def _remember_turn(self, agent_text: str) -> None:
@@ -456,8 +462,16 @@ class TaskEngine:
         handler = runtime.handler
         return bool(handler is not None and getattr(handler, "uses_context", True))
 
-    def _lock(self, task_id: str) -> asyncio.Lock:
-        return self._task_locks.setdefault(task_id, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def _task_lock(self, task_id: str) -> AsyncIterator[None]:
+        """Serializes follow-up messages to one task within this replica."""
+        lock = self._task_locks.setdefault(task_id, asyncio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and not getattr(lock, "_waiters", None):
+                self._task_locks.pop(task_id, None)
 
     async def _context(self, runtime: EndpointRuntime, scope: Scope, context_id: str) -> Context:
         if not self.remembers_context(runtime):
@@ -510,7 +524,7 @@ class TaskEngine:
         self, runtime: EndpointRuntime, scope: Scope, message: Message, *, streaming: bool, subscribe: bool
     ) -> tuple[TaskRun | None, Task | None, Subscription | None]:
         handler = runtime.require_handler()
-        async with self._lock(message.task_id):
+        async with self._task_lock(message.task_id):
             stored = await self.store.get_task(scope, message.task_id)
             if stored is None:
                 raise TaskNotFoundError(f"Task {message.task_id} not found")
@@ -550,8 +564,11 @@ class TaskEngine:
                 run.request = request
                 run.run_state = run_state
                 await run._write()
+                run.initial_task = copy_task(task)
                 run._publish_status()
                 return run, None, sub
+            if live is not None:
+                await live.stop_driver()  # the handler starts over with a fresh run
             events = handler.reattach(request) if continued else handler.run(request)
             run = TaskRun(self, runtime, scope, request, task, version, run_state, events)
             await run._write()

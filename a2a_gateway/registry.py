@@ -112,20 +112,30 @@ class EndpointRegistry:
         if not is_endpoint_id(endpoint_id):
             return None
         lock = self._locks.setdefault(endpoint_id, asyncio.Lock())
-        async with lock:
-            cached = self._cache.get(endpoint_id)
-            if cached is not None and time.monotonic() - cached[0] < self._settings.endpoint_cache_seconds:
-                return cached[1]
-            row = await self._store.get_endpoint(endpoint_id)
-            old = cached[1] if cached else None
-            if row is not None and old is not None and old.endpoint.updated_at == row.updated_at:
-                runtime: EndpointRuntime | None = old
-            else:
-                runtime = self._build(row) if row is not None else None
-                if old is not None and old.handler is not None:
-                    await old.handler.aclose()
+        try:
+            async with lock:
+                return await self._reload(endpoint_id)
+        finally:
+            if not lock.locked():
+                self._locks.pop(endpoint_id, None)
+
+    async def _reload(self, endpoint_id: str) -> EndpointRuntime | None:
+        cached = self._cache.get(endpoint_id)
+        if cached is not None and time.monotonic() - cached[0] < self._settings.endpoint_cache_seconds:
+            return cached[1]
+        row = await self._store.get_endpoint(endpoint_id)
+        old = cached[1] if cached else None
+        if row is not None and old is not None and old.endpoint.updated_at == row.updated_at:
+            runtime: EndpointRuntime | None = old
+        else:
+            runtime = self._build(row) if row is not None else None
+            if old is not None and old.handler is not None:
+                await old.handler.aclose()
+        if runtime is None:
+            self._cache.pop(endpoint_id, None)  # unknown ids are not remembered
+        else:
             self._cache[endpoint_id] = (time.monotonic(), runtime)
-            return runtime
+        return runtime
 
     def _build(self, endpoint: Endpoint) -> EndpointRuntime:
         path = handler_path(endpoint.metadata)
