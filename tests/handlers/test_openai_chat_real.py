@@ -15,10 +15,12 @@ from typing import Any
 
 import httpx
 import pytest
+from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
 
 from handlers.base import Completed, Failed, Reply, TextDelta, Turn
 from handlers.openai_chat import OpenAIChatHandler, OpenAIChatSettings
 from tests.handlers.openai_mock import make_request
+from tests.harness import running_gateway
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -136,10 +138,6 @@ async def test_cancel_closes_the_upstream_stream(backend, http) -> None:
 
 
 # --- through the gateway, with the real a2a-sdk client ------------------------------
-
-from a2a.types import Message, Part, Role, SendMessageRequest, TaskState  # noqa: E402
-
-from tests.harness import running_gateway  # noqa: E402
 
 
 def send(text: str, **fields: Any) -> SendMessageRequest:

@@ -15,6 +15,16 @@ from typing import Any
 
 import httpx
 import pytest
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    TaskState,
+)
 
 from handlers.base import (
     Completed,
@@ -28,6 +38,7 @@ from handlers.base import (
 )
 from handlers.openclaw import OpenClawHandler, OpenClawSettings
 from tests.handlers.openai_mock import make_request
+from tests.harness import RunningGateway, running_gateway
 
 pytestmark = [pytest.mark.openclaw, pytest.mark.timeout(90)]
 
@@ -197,19 +208,6 @@ async def test_unknown_agent_fails_with_openclaw_reason(env, http) -> None:
 
 
 # --- through the gateway, with the real a2a-sdk client ------------------------------
-
-from a2a.types import (  # noqa: E402
-    CancelTaskRequest,
-    GetTaskRequest,
-    Message,
-    Part,
-    Role,
-    SendMessageRequest,
-    StreamResponse,
-    TaskState,
-)
-
-from tests.harness import RunningGateway, running_gateway  # noqa: E402
 
 HANDLER = "handlers.openclaw:OpenClawHandler"
 
