@@ -1,0 +1,60 @@
+"""Endpoint rows refresh the cached handler; SSE keepalives; logs carry ids but no secrets."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+
+import httpx
+import structlog
+
+from tests.harness import running_gateway
+
+V10 = {"A2A-Version": "1.0"}
+
+
+def send(text: str, method: str = "SendMessage") -> dict:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": {
+        "message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}}}
+
+
+async def test_changed_row_rebuilds_the_handler_and_disabled_row_disappears():
+    async with running_gateway(endpoint_cache_seconds=0.0) as gw, httpx.AsyncClient() as http:
+        ep = await gw.add_endpoint(settings={"delay": 0, "response_mode": "task"})
+        r = await http.post(gw.jsonrpc_url(ep), json=send("a"), headers=V10)
+        assert "task" in r.json()["result"]
+        row = await gw.store.get_endpoint(ep)
+        row.metadata["response_mode"] = "message"
+        row.updated_at = datetime.now(UTC)
+        await gw.store.update_endpoint(row)
+        r = await http.post(gw.jsonrpc_url(ep), json=send("a"), headers=V10)
+        assert "message" in r.json()["result"]
+        row.enabled = False
+        row.updated_at = datetime.now(UTC)
+        await gw.store.update_endpoint(row)
+        r = await http.post(gw.jsonrpc_url(ep), json=send("a"), headers=V10)
+        assert r.status_code == 404
+
+
+async def test_sse_keepalive_comments_keep_idle_streams_alive():
+    async with running_gateway(sse_keepalive_seconds=0.1) as gw, httpx.AsyncClient(timeout=10) as http:
+        ep = await gw.add_endpoint(settings={"delay": 0.35})
+        async with http.stream("POST", gw.jsonrpc_url(ep), json=send("one two three", "SendStreamingMessage"), headers=V10) as r:
+            body = (await r.aread()).decode()
+    assert body.count(": ping") >= 2
+    assert "TASK_STATE_COMPLETED" in body
+
+
+async def test_logs_bind_ids_and_drop_secret_values(monkeypatch):
+    from a2a_gateway.logs import drop_secrets
+
+    with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        async with running_gateway() as gw, httpx.AsyncClient() as http:
+            ep = await gw.add_endpoint(settings={"delay": 0})
+            await http.post(gw.jsonrpc_url(ep), json=send("a"), headers={**V10, "X-Request-Id": "req-42"})
+            await asyncio.sleep(0.05)
+    line = next(entry for entry in logs if entry["event"] == "request" and entry.get("a2a_method") == "SendMessage")
+    assert line["request_id"] == "req-42" and line["endpoint_id"] == ep and line["status"] == 200
+    cleaned = drop_secrets(None, "info", {"event": "x", "api_key": "k", "Authorization": "Bearer t", "ok": 1})
+    assert cleaned == {"event": "x", "api_key": "***", "Authorization": "***", "ok": 1}
