@@ -296,10 +296,6 @@ def _map_errors(op: str, fn: Callable[[], Any]) -> Any:
         raise StoreUnavailableError(f"dynamodb {op}: {type(exc).__name__}") from exc
 
 
-def _is_condition_failure(exc: ClientError) -> bool:
-    return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
-
-
 def _start(key: dict[str, Any] | None) -> dict[str, Any]:
     return {"ExclusiveStartKey": key} if key else {}
 
