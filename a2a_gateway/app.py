@@ -35,6 +35,7 @@ async def _lease_loop(gateway: Gateway) -> None:
         await asyncio.sleep(interval)
         try:
             await gateway.engine.renew_leases()
+            await gateway.engine.check_superseded()
             await gateway.engine.recover_expired(gateway.registry)
         except Exception:
             log.exception("lease_loop_failed")
@@ -47,6 +48,9 @@ def build_app(settings: GatewaySettings, store: Store | None = None) -> web.Appl
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         opened = store or await open_store(settings.store)
+        check_schema = getattr(opened, "check_schema", None)
+        if check_schema is not None:
+            await check_schema()  # refuse to serve an unmigrated or newer schema
         http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
         hub = LiveHub()
         push = PushNotifier(
@@ -61,6 +65,7 @@ def build_app(settings: GatewaySettings, store: Store | None = None) -> web.Appl
             lease_seconds=settings.lease_seconds,
             cancel_wait_seconds=settings.cancel_wait_seconds,
             max_turns=settings.context_max_turns,
+            remote_poll_seconds=settings.remote_poll_seconds,
         )
         registry = EndpointRegistry(opened, settings, http)
         gateway = Gateway(settings, opened, http, registry, hub, push, engine)

@@ -23,6 +23,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -101,6 +102,19 @@ def message_data(message: Message) -> list[dict[str, Any]]:
             value = MessageToDict(part.data)
             out.append(value if isinstance(value, dict) else {"value": value})
     return out
+
+
+@dataclass(slots=True)
+class SendOutcome:
+    """What ``TaskEngine.send`` started: a local ``run``; or a ``task`` that is already
+    the answer; or, with ``follow_version``, a task whose run lives on another replica
+    (follow it through the store and the hub from that version on)."""
+
+    run: TaskRun | None = None
+    task: Task | None = None
+    subscription: Subscription | None = None
+    follow_version: int | None = None
+    scope: Scope | None = None
 
 
 class SupersededError(Exception):
@@ -443,6 +457,7 @@ class TaskEngine:
         lease_seconds: float = 30.0,
         cancel_wait_seconds: float = 10.0,
         max_turns: int = 200,
+        remote_poll_seconds: float = 1.0,
     ) -> None:
         self.store = store
         self.hub = hub
@@ -451,6 +466,7 @@ class TaskEngine:
         self.lease_seconds = lease_seconds
         self.cancel_wait_seconds = cancel_wait_seconds
         self.max_turns = max_turns
+        self.remote_poll_seconds = remote_poll_seconds
         self.runs: dict[str, TaskRun] = {}
         self._task_locks: dict[str, asyncio.Lock] = {}
 
@@ -502,9 +518,8 @@ class TaskEngine:
     async def send(
         self, runtime: EndpointRuntime, scope: Scope, message: Message, *,
         streaming: bool, subscribe: bool, push_config: Any = None,
-    ) -> tuple[TaskRun | None, Task | None, Subscription | None]:
-        """Start a task or continue one. Returns ``(run, task, subscription)``: ``run`` is
-        None when the answer was settled at once (``task`` is then the result)."""
+    ) -> SendOutcome:
+        """Start a task or continue one (see ``SendOutcome``)."""
         handler = runtime.require_handler()
         if message.task_id:
             return await self._continue(runtime, scope, message, streaming=streaming, subscribe=subscribe)
@@ -518,11 +533,19 @@ class TaskEngine:
         run = TaskRun(self, runtime, scope, request, task, None, {}, handler.run(request), push_config)
         sub = self.hub.subscribe(task.id) if subscribe else None
         run.start()
-        return run, None, sub
+        return SendOutcome(run=run, subscription=sub)
+
+    def owned_elsewhere(self, stored: Any) -> bool:
+        """True when another replica runs the task and its lease is current."""
+        return (
+            stored.owner is not None
+            and stored.owner != self.replica_id
+            and (stored.lease_until or 0) > time.time()
+        )
 
     async def _continue(
         self, runtime: EndpointRuntime, scope: Scope, message: Message, *, streaming: bool, subscribe: bool
-    ) -> tuple[TaskRun | None, Task | None, Subscription | None]:
+    ) -> SendOutcome:
         handler = runtime.require_handler()
         async with self._task_lock(message.task_id):
             stored = await self.store.get_task(scope, message.task_id)
@@ -552,7 +575,11 @@ class TaskEngine:
             try:
                 continued = await handler.resume(request)
             except InputRejectedError as exc:
-                return None, await self._reject_input(runtime, scope, task, version, message, exc, live), None
+                rejected = await self._reject_input(runtime, scope, task, version, message, exc, live)
+                return SendOutcome(task=rejected)
+            if continued and live is None and self.owned_elsewhere(stored):
+                # the run goes on at its owner, which records what follows
+                return SendOutcome(task=copy_task(task), follow_version=version, scope=scope)
             task.history.append(message)
             task.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_WORKING))
             task.status.timestamp.GetCurrentTime()
@@ -566,7 +593,7 @@ class TaskEngine:
                 await run._write()
                 run.initial_task = copy_task(task)
                 run._publish_status()
-                return run, None, sub
+                return SendOutcome(run=run, subscription=sub)
             if live is not None:
                 await live.stop_driver()  # the handler starts over with a fresh run
             events = handler.reattach(request) if continued else handler.run(request)
@@ -575,7 +602,7 @@ class TaskEngine:
             run.initial_task = copy_task(task)
             run._publish_status()
             run.start()
-            return run, None, sub
+            return SendOutcome(run=run, subscription=sub)
 
     async def _reject_input(
         self, runtime: EndpointRuntime, scope: Scope, task: Task, version: int, message: Message,
@@ -607,7 +634,11 @@ class TaskEngine:
         if run is not None:
             await self._cancel_run(run, handler)
         else:
+            # idle, or running on another replica: that owner notices the terminal
+            # state (hub message or its next lease check) and stops its run
             await self._cancel_idle(runtime, scope, stored, handler)
+            if stored.owner and stored.owner != self.replica_id:
+                await self.hub.send_control(stored.owner, "cancel", task_id)
         final = await self.store.get_task(scope, task_id)
         return final.task if final else stored.task
 
@@ -636,9 +667,17 @@ class TaskEngine:
                 await handler.cancel(request)
         status = TaskStatus(state=TaskState.TASK_STATE_CANCELED)
         status.timestamp.GetCurrentTime()
-        task.status.CopyFrom(status)
-        task.status.message.CopyFrom(agent_message(task, "canceled"))
-        await self.store.update_task(scope, task, expected_version=stored.version)
+        for _ in range(5):
+            task.status.CopyFrom(status)
+            task.status.message.CopyFrom(agent_message(task, "canceled"))
+            try:
+                await self.store.update_task(scope, task, expected_version=stored.version)
+                break
+            except ConflictError:
+                stored = await self.store.get_task(scope, task.id)
+                if stored is None or stored.task.status.state in TERMINAL_STATES:
+                    return
+                task = stored.task
         event = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
         event.status.CopyFrom(task.status)
         self.hub.publish(task.id, event)
@@ -650,6 +689,38 @@ class TaskEngine:
         ids = [tid for tid, run in self.runs.items() if run.version is not None]
         if ids:
             await self.store.renew_leases(self.replica_id, ids, self.lease_deadline())
+
+    async def check_superseded(self) -> None:
+        """Stop local runs whose task another replica ended (e.g. canceled there)."""
+        for task_id, run in list(self.runs.items()):
+            if run.version is None or run.finished:
+                continue
+            stored = await self.store.get_task(run.scope, task_id)
+            if stored is not None and stored.task.status.state in TERMINAL_STATES:
+                await self.stop_superseded(run, stored.task)
+
+    async def stop_superseded(self, run: TaskRun, final: Task) -> None:
+        run.finished = True
+        handler = run.runtime.handler
+        if handler is not None and final.status.state == TaskState.TASK_STATE_CANCELED:
+            with contextlib.suppress(Exception):
+                await handler.cancel(run.request_for_cancel())
+        event = TaskStatusUpdateEvent(task_id=final.id, context_id=final.context_id)
+        event.status.CopyFrom(final.status)
+        self.hub.publish(final.id, event)  # before the driver stops, which ends the hub
+        await run.stop_driver()
+        self.hub.end(final.id)
+        log.info("task_superseded", task_id=final.id, state=TaskState.Name(final.status.state))
+
+    async def handle_control(self, command: str, task_id: str) -> None:
+        """A command from another replica about a task this replica may run."""
+        run = self.runs.get(task_id)
+        if run is None:
+            return
+        if command == "cancel":
+            stored = await self.store.get_task(run.scope, task_id)
+            if stored is not None and stored.task.status.state in TERMINAL_STATES:
+                await self.stop_superseded(run, stored.task)
 
     async def recover_expired(self, registry: Any) -> None:
         """Take over tasks whose owner stopped renewing its lease: re-attach to the backend

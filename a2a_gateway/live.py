@@ -83,3 +83,7 @@ class LiveHub:
 
     def subscriber_count(self, task_id: str) -> int:
         return len(self._subscribers.get(task_id, ()))
+
+    async def send_control(self, replica_id: str, command: str, task_id: str) -> None:
+        """Tell replica ``replica_id`` about ``task_id`` (e.g. ``cancel``). In-process there is
+        no other replica: the owner notices through the store at its next lease check."""

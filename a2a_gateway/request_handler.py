@@ -43,7 +43,8 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from a2a_gateway.executor import INTERRUPTED_STATES, TaskEngine, TaskRun, copy_task
+from a2a_gateway.executor import INTERRUPTED_STATES, SendOutcome, TaskEngine, copy_task
+from a2a_gateway.follower import follow_task
 from a2a_gateway.live import Subscription
 from a2a_gateway.push import PushNotifier
 from a2a_gateway.registry import EndpointRuntime
@@ -106,7 +107,7 @@ class GatewayRequestHandler(RequestHandler):
     # messages ---------------------------------------------------------------------
     async def _start(
         self, params: SendMessageRequest, context: ServerCallContext, *, streaming: bool
-    ) -> tuple[TaskRun | None, Task | None, Subscription | None]:
+    ) -> SendOutcome:
         if not params.HasField("message"):
             raise InvalidParamsError("message is required")
         _validate_message(params.message)
@@ -126,9 +127,13 @@ class GatewayRequestHandler(RequestHandler):
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         history_length = _history_length(params.configuration)
-        run, settled_task, _ = await self._start(params, context, streaming=False)
+        outcome = await self._start(params, context, streaming=False)
+        run = outcome.run
         if run is None:
-            return trim_task(settled_task, history_length)  # type: ignore[arg-type]
+            task = outcome.task
+            if outcome.follow_version is not None and not params.configuration.return_immediately:
+                task = await self._settled_elsewhere(outcome)
+            return trim_task(task, history_length)  # type: ignore[arg-type]
         if params.configuration.return_immediately:
             await run.created.wait()
         else:
@@ -143,10 +148,14 @@ class GatewayRequestHandler(RequestHandler):
         if not self.runtime.streaming:
             raise UnsupportedOperationError("this agent does not stream")
         history_length = _history_length(params.configuration)
-        run, settled_task, sub = await self._start(params, context, streaming=True)
+        outcome = await self._start(params, context, streaming=True)
+        run, sub = outcome.run, outcome.subscription
         try:
             if run is None:
-                yield trim_task(settled_task, history_length)  # type: ignore[arg-type]
+                yield trim_task(outcome.task, history_length)  # type: ignore[arg-type]
+                if outcome.follow_version is not None:
+                    async for event in self._follow_elsewhere(outcome, stop_when_interrupted=True):
+                        yield event
                 return
             await run.created.wait()
             if run.reply is not None:
@@ -158,6 +167,20 @@ class GatewayRequestHandler(RequestHandler):
         finally:
             if sub is not None:
                 sub.close()
+
+    def _follow_elsewhere(self, outcome: SendOutcome, *, stop_when_interrupted: bool) -> AsyncGenerator[Event]:
+        return follow_task(
+            self.engine.store, self.engine.hub, outcome.scope, outcome.task, outcome.follow_version,
+            interval=self.engine.remote_poll_seconds, stop_when_interrupted=stop_when_interrupted,
+            after_version=outcome.follow_version,
+        )
+
+    async def _settled_elsewhere(self, outcome: SendOutcome) -> Task:
+        """Wait for a run on another replica to reach a terminal or interrupted state."""
+        async for _ in self._follow_elsewhere(outcome, stop_when_interrupted=True):
+            pass
+        stored = await self.engine.store.get_task(outcome.scope, outcome.task.id)
+        return stored.task if stored is not None else outcome.task
 
     async def _follow(self, sub: Subscription, *, stop_when_interrupted: bool) -> AsyncGenerator[Event]:
         async for event in sub:
@@ -190,8 +213,13 @@ class GatewayRequestHandler(RequestHandler):
                 chunk.artifact.parts.add(text=run.text_so_far)
             sub = self.engine.hub.subscribe(params.id)
         else:
-            snapshot = stored.task
-            sub = self.engine.hub.subscribe(params.id)
+            yield stored.task
+            async for event in follow_task(
+                self.engine.store, self.engine.hub, scope, stored.task, stored.version,
+                interval=self.engine.remote_poll_seconds, stop_when_interrupted=False,
+            ):
+                yield event
+            return
         try:
             yield snapshot
             if chunk is not None:

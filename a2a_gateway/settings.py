@@ -53,6 +53,8 @@ class GatewaySettings(BaseSettings):
     push_timeout_seconds: float = 10.0
     push_max_attempts: int = 3
     lease_seconds: float = 30.0
+    remote_poll_seconds: float = 1.0
+    """How often a replica polls the store for a task that runs on another replica."""
     page_token_key: SecretStr = SecretStr("a2a-gateway-page-token")
     replica_id: str = Field(default_factory=lambda: f"gw-{uuid.uuid4().hex[:12]}")
     log_level: str = "info"

@@ -1,0 +1,103 @@
+"""Following a task that runs on another replica (or on no replica right now).
+
+Live events of such a task arrive through the hub when the hub spans replicas
+(PostgreSQL LISTEN/NOTIFY); the store is the ground truth either way: it is
+polled at ``interval`` seconds and every durable change the hub did not already
+deliver (new state, final artifact) is turned into an event. A follower ends at
+a terminal state, or — when asked to stop at interruptions — at the first
+input-required state written after ``after_version``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
+
+from a2a_gateway.live import LiveEvent, LiveHub
+from a2a_gateway.stores.base import TERMINAL_STATES, Scope, Store
+
+INTERRUPTED = frozenset({4, 8})  # TASK_STATE_INPUT_REQUIRED, TASK_STATE_AUTH_REQUIRED
+
+
+def _status_key(task_or_event: Task | TaskStatusUpdateEvent) -> tuple[int, int, int]:
+    ts = task_or_event.status.timestamp
+    return (task_or_event.status.state, ts.seconds, ts.nanos)
+
+
+async def follow_task(
+    store: Store,
+    hub: LiveHub,
+    scope: Scope,
+    task: Task,
+    version: int,
+    *,
+    interval: float,
+    stop_when_interrupted: bool,
+    after_version: int | None = None,
+) -> AsyncIterator[LiveEvent]:
+    """Events of ``task`` (already sent to the client at ``version``) until it settles."""
+    sub = hub.subscribe(task.id)
+    seen_status = _status_key(task)
+    seen_artifacts = {a.artifact_id: a.SerializeToString() for a in task.artifacts}
+    live_next: asyncio.Task[LiveEvent] | None = None
+    events = sub.__aiter__()
+    try:
+        while True:
+            if live_next is None:
+                live_next = asyncio.ensure_future(anext(events))
+            done, _ = await asyncio.wait({live_next}, timeout=interval)
+            if live_next in done:
+                try:
+                    event = live_next.result()
+                except StopAsyncIteration:
+                    event = None
+                live_next = None
+                if event is not None:
+                    if isinstance(event, TaskStatusUpdateEvent):
+                        seen_status = _status_key(event)
+                    if isinstance(event, TaskArtifactUpdateEvent) and event.last_chunk:
+                        seen_artifacts[event.artifact.artifact_id] = event.artifact.SerializeToString()
+                    yield event
+                    if _settles(event.status.state if isinstance(event, TaskStatusUpdateEvent) else None,
+                                stop_when_interrupted, after_version, version):
+                        return
+                    continue
+            stored = await store.get_task(scope, task.id)
+            if stored is None or stored.version == version:
+                continue
+            version = stored.version
+            for artifact in stored.task.artifacts:
+                blob = artifact.SerializeToString()
+                if seen_artifacts.get(artifact.artifact_id) != blob:
+                    seen_artifacts[artifact.artifact_id] = blob
+                    update = TaskArtifactUpdateEvent(
+                        task_id=task.id, context_id=task.context_id, append=False, last_chunk=True
+                    )
+                    update.artifact.CopyFrom(artifact)
+                    yield update
+            if _status_key(stored.task) != seen_status:
+                seen_status = _status_key(stored.task)
+                status = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
+                status.status.CopyFrom(stored.task.status)
+                yield status
+            if _settles(stored.task.status.state, stop_when_interrupted, after_version, version):
+                return
+    finally:
+        if live_next is not None:
+            live_next.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await live_next
+        sub.close()
+
+
+def _settles(state: int | None, stop_when_interrupted: bool, after_version: int | None, version: int) -> bool:
+    if state is None:
+        return False
+    if state in TERMINAL_STATES:
+        return True
+    if stop_when_interrupted and state in INTERRUPTED:
+        return after_version is None or version > after_version + 1
+    return False

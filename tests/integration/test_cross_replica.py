@@ -1,0 +1,69 @@
+"""Two gateway replicas on one store: subscribe and cancel on a replica that does not run the task.
+
+With the in-process hub a remote subscriber follows the store (durable changes);
+the PostgreSQL hub adds the live chunks (tests/integration/test_postgres_replicas.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    TaskState,
+)
+
+from a2a_gateway.stores.memory import MemoryStore
+from tests.harness import running_gateway
+
+FAST = {"lease_seconds": 0.6, "remote_poll_seconds": 0.1}
+
+
+def send(text: str) -> SendMessageRequest:
+    return SendMessageRequest(
+        message=Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text)])
+    )
+
+
+async def test_subscribe_on_another_replica_gets_task_then_final_state():
+    store = MemoryStore()
+    async with running_gateway(store=store, replica_id="a", **FAST) as a, \
+            running_gateway(store=store, replica_id="b", **FAST) as b:
+        ep = await a.add_endpoint(settings={"delay": 0.05})
+        words = " ".join(f"w{i}" for i in range(20))
+        async with a.client(ep) as on_a, b.client(ep) as on_b:
+            stream = on_a.send_message(send(words))
+            first = await anext(stream)
+            remote = [e async for e in on_b.subscribe(SubscribeToTaskRequest(id=first.task.id))]
+            _ = [e async for e in stream]
+    assert remote[0].HasField("task") and remote[0].task.id == first.task.id
+    finals = [e for e in remote if e.HasField("artifact_update")]
+    assert finals[-1].artifact_update.artifact.parts[0].text == f"echo: {words}"
+    assert remote[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def test_cancel_on_another_replica_stops_the_run_at_its_owner():
+    store = MemoryStore()
+    async with running_gateway(store=store, replica_id="a", **FAST) as a, \
+            running_gateway(store=store, replica_id="b", **FAST) as b:
+        ep = await a.add_endpoint(settings={"delay": 0.1})
+        async with a.client(ep) as on_a, b.client(ep, streaming=False) as on_b:
+            stream = on_a.send_message(send(" ".join(["word"] * 100)))
+            first = await anext(stream)
+            await anext(stream)
+            canceled = await on_b.cancel_task(CancelTaskRequest(id=first.task.id))
+            assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+            rest = [e async for e in stream]  # the owner's stream ends soon after
+            assert rest[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
+            await asyncio.sleep(0.3)
+            assert first.task.id not in a.gateway.engine.runs
+            final = await on_a.get_task(GetTaskRequest(id=first.task.id))
+    assert final.status.state == TaskState.TASK_STATE_CANCELED
+    assert not final.artifacts  # the run never completed after the cancel
