@@ -83,6 +83,7 @@ class Result:
     config: ServerConfig
     samples: list[Sample] = field(default_factory=list)
     uvloop: str = "?"
+    failures: int = 0
 
     def median(self, attr: str) -> float:
         values = [getattr(s, attr) for s in self.samples]
@@ -127,6 +128,8 @@ def probe(url: str, deadline: float, checks_echo: bool) -> None:
         try:
             with urllib.request.urlopen(req, timeout=5) as resp:
                 body = json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"{url} answered HTTP {exc.code}: {exc.read()[:500]!r}") from None
         except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
             last = exc
             time.sleep(0.1)
@@ -139,6 +142,28 @@ def probe(url: str, deadline: float, checks_echo: bool) -> None:
                 raise RuntimeError(f"unexpected reply from {url}: {body}")
         return
     raise RuntimeError(f"server at {url} did not answer in time: {last}")
+
+
+def describe_source(ref: str | None, workdir: Path) -> str:
+    """Export ``ref`` for the gateway launcher (``A2A_BENCH_SOURCE``), or describe the working tree."""
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        if ref:
+            commit = git("rev-parse", "--short", ref)
+            snapshot = workdir / "source"
+            snapshot.mkdir()
+            archive = subprocess.run(["git", "archive", ref, "a2a_gateway", "handlers", "migrations"],
+                                     cwd=ROOT, capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(snapshot)], input=archive, check=True)
+            os.environ["A2A_BENCH_SOURCE"] = str(snapshot)
+            return f"git {ref} ({commit})"
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--", "a2a_gateway", "handlers")
+    except (OSError, subprocess.CalledProcessError):
+        return "working tree (not a git checkout)"
+    return f"working tree at {commit}" + (" with uncommitted changes in a2a_gateway/ or handlers/" if dirty else "")
 
 
 def run_wrk(url: str, args: argparse.Namespace, seconds: float) -> dict[str, float]:
@@ -202,11 +227,12 @@ def machine_note(args: argparse.Namespace) -> str:
             f"server cpu {args.server_cpu} / wrk cpu {args.client_cpu} ({pin})")
 
 
-def print_table(results: dict[str, Result], args: argparse.Namespace) -> None:
+def print_table(results: dict[str, Result], args: argparse.Namespace, source: str) -> None:
     print()
     print(f"SendMessage (blocking, JSON-RPC 1.0), echo delay 0, {args.concurrency} connections, "
           f"{args.duration:g}s x {args.runs} runs (medians), {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     print(machine_note(args))
+    print(f"gateway source: {source}")
     print()
     header = f"| {'server':<20} | {'req/s':>7} | {'p50 ms':>7} | {'p99 ms':>7} | {'runs (req/s)':<26} | {'CPU µs/req':>10} | {'errors':>6} | uvloop |"
     print(header)
@@ -214,6 +240,8 @@ def print_table(results: dict[str, Result], args: argparse.Namespace) -> None:
     for r in results.values():
         runs = " ".join(f"{s.rps:.0f}" for s in r.samples)
         errors = sum(s.errors for s in r.samples)
+        if r.failures:
+            runs += f" ({r.failures} failed)"
         print(f"| {r.config.name:<20} | {r.median('rps'):>7.0f} | {r.median('p50_ms'):>7.2f} | "
               f"{r.median('p99_ms'):>7.2f} | {runs:<26} | {r.median('cpu_us'):>10.0f} | {errors:>6} | {r.uvloop:<6} |")
     print()
@@ -233,12 +261,12 @@ def print_table(results: dict[str, Result], args: argparse.Namespace) -> None:
     ]
     print(f"{'ratio':<38} {'req/s':>8} {'per CPU-s':>10}   target")
     for label, a, b, target, threshold in checks:
-        if a not in results or b not in results:
+        if a not in results or b not in results or not results[a].samples or not results[b].samples:
             continue
         by_rps, by_cpu = rps(a) / rps(b), per_cpu(a) / per_cpu(b)
         verdict = "" if threshold is None else ("  met" if by_rps >= threshold else "  NOT met")
         print(f"{label:<38} {by_rps:>7.2f}x {by_cpu:>9.2f}x   {target}{verdict}")
-    if "gateway-memory-info" in results and "gateway-memory" in results:
+    if all(n in results and results[n].samples for n in ("gateway-memory-info", "gateway-memory")):
         warn, info = rps("gateway-memory"), rps("gateway-memory-info")
         cpu_warn, cpu_info = results["gateway-memory"].median("cpu_us"), results["gateway-memory-info"].median("cpu_us")
         print(f"info logging: {(1e6 / info - 1e6 / warn):.0f} µs more wall time per request at saturation, "
@@ -256,6 +284,8 @@ def main() -> None:
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--client-cpu", type=int, default=1)
     p.add_argument("--json", help="also write the raw samples to this file")
+    p.add_argument("--ref", help="benchmark the gateway as committed at this git ref (e.g. HEAD) "
+                                 "instead of the working tree")
     args = p.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (Debian/Ubuntu: apt-get install wrk)")
@@ -268,18 +298,28 @@ def main() -> None:
     results = {n: Result(CONFIGS[n]) for n in names}
     with tempfile.TemporaryDirectory(prefix="a2a-bench-") as tmp:
         workdir = Path(tmp)
+        source = describe_source(args.ref, workdir)
+        print(f"gateway source: {source}", flush=True)
         for run in range(args.runs):
             for name in names:
-                sample, uvloop = one_run(CONFIGS[name], args, workdir, run)
+                try:
+                    sample, uvloop = one_run(CONFIGS[name], args, workdir, run)
+                except (RuntimeError, subprocess.SubprocessError) as exc:
+                    log_path = workdir / f"{name}-{run}.log"
+                    tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+                    print(f"run {run + 1}/{args.runs} {name:<20} FAILED: {exc}\n{tail}", file=sys.stderr, flush=True)
+                    results[name].failures += 1
+                    continue
                 results[name].samples.append(sample)
                 results[name].uvloop = uvloop
                 print(f"run {run + 1}/{args.runs} {name:<20} {sample.rps:8.0f} req/s  p50 {sample.p50_ms:7.2f} ms"
                       f"  p99 {sample.p99_ms:7.2f} ms  cpu {sample.cpu_us:6.0f} µs/req  errors {sample.errors}  load {sample.load_before:.2f}",
                       flush=True)
-    print_table(results, args)
+    print_table(results, args, source)
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "date": datetime.now(UTC).isoformat(), "machine": machine_note(args), "args": vars(args),
+            "date": datetime.now(UTC).isoformat(), "machine": machine_note(args), "source": source,
+            "args": vars(args),
             "results": {n: [s.__dict__ for s in r.samples] for n, r in results.items()},
         }, indent=2))
 

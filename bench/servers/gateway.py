@@ -14,6 +14,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+if os.environ.get("A2A_BENCH_SOURCE"):  # a snapshot of a2a_gateway/ and handlers/ (core_send --ref)
+    sys.path.insert(0, os.environ["A2A_BENCH_SOURCE"])
 
 from aiohttp import web  # noqa: E402
 
@@ -48,7 +50,10 @@ def main() -> None:
 
     app.on_startup.append(add_endpoint)
     loop, uvloop_used = new_loop(not args.no_uvloop)
-    announce(f"gateway store={args.store} log={args.log_level}", args.port, uvloop_used)
+    import a2a_gateway
+
+    source = os.path.dirname(os.path.dirname(os.path.abspath(a2a_gateway.__file__)))
+    announce(f"gateway store={args.store} log={args.log_level} source={source}", args.port, uvloop_used)
     web.run_app(app, host=args.host, port=args.port, access_log=None, print=None, loop=loop)
 
 
