@@ -25,6 +25,8 @@ def encode_page_token(status_us: int, task_id: str, key: bytes = _DEFAULT_KEY) -
 def decode_page_token(token: str, key: bytes = _DEFAULT_KEY) -> tuple[int, str]:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        if base64.urlsafe_b64encode(raw).decode().rstrip("=") != token:
+            raise ValueError("not a canonical encoding")  # e.g. altered padding bits
         mac, body = raw[:12], raw[12:]
         if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()[:12]):
             raise ValueError("bad signature")

@@ -204,3 +204,17 @@ async def test_expired_leases_are_claimed_once(store):
     # the claim bumped the version: the old owner's next write loses
     with pytest.raises(ConflictError):
         await store.update_task(SCOPE, dead, expected_version=1)
+
+
+async def test_every_altered_page_token_is_rejected(store):
+    for i in range(3):
+        await store.create_task(SCOPE, make_task(ts_s=1_700_000_000 + i))
+    token = (await store.list_tasks(SCOPE, TaskQuery(page_size=1))).next_page_token
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    for position in (0, len(token) // 2, len(token) - 1):
+        for replacement in alphabet:
+            if replacement == token[position]:
+                continue
+            forged = token[:position] + replacement + token[position + 1 :]
+            with pytest.raises(InvalidPageTokenError):
+                await store.list_tasks(SCOPE, TaskQuery(page_token=forged))
