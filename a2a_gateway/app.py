@@ -15,7 +15,7 @@ import httpx
 import structlog
 from aiohttp import web
 
-from a2a_gateway.executor import TaskEngine
+from a2a_gateway.engine import TaskEngine
 from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.live import LiveHub
 from a2a_gateway.push import PushNotifier

@@ -8,7 +8,7 @@ import httpx
 from a2a.compat.v0_3.request_handler import RequestHandler03
 from aiohttp import web
 
-from a2a_gateway.executor import TaskEngine
+from a2a_gateway.engine import TaskEngine
 from a2a_gateway.live import LiveHub
 from a2a_gateway.push import PushNotifier
 from a2a_gateway.registry import EndpointRegistry, EndpointRuntime

@@ -43,7 +43,8 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from a2a_gateway.executor import INTERRUPTED_STATES, SendOutcome, TaskEngine, copy_task
+from a2a_gateway.engine import SendOutcome, TaskEngine
+from a2a_gateway.executor import INTERRUPTED_STATES, copy_task
 from a2a_gateway.follower import follow_task
 from a2a_gateway.live import Subscription
 from a2a_gateway.push import PushNotifier

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-
 from dataclasses import replace
 from typing import Any
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+import structlog
 from a2a.compat.v0_3 import types as t03
 from a2a.server.context import ServerCallContext
-from a2a.utils.error_handlers import build_error_details
 from a2a.types import (
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
@@ -31,6 +31,7 @@ from a2a.types import (
     Task,
     TaskPushNotificationConfig,
 )
+from a2a.utils.error_handlers import build_error_details
 from a2a.utils.errors import (
     JSON_RPC_ERROR_CODE_MAP,
     A2AError,
@@ -44,15 +45,19 @@ from a2a.utils.errors import (
 )
 from a2a.utils.proto_utils import to_stream_response, validate_proto_required_fields
 from aiohttp import web
-
-from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, REQUEST_ID
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from pydantic import ValidationError
-import structlog
 
 from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.registry import EndpointRuntime
-from a2a_gateway.transport.negotiate import V03, V10, negotiate_extensions, parse_version, requested_version
+from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, REQUEST_ID
+from a2a_gateway.transport.negotiate import (
+    V03,
+    V10,
+    negotiate_extensions,
+    parse_version,
+    requested_version,
+)
 from a2a_gateway.transport.sse import SSEStream
 
 

@@ -14,15 +14,14 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 import structlog
-from prometheus_client import Counter, Histogram
 from a2a.utils.errors import InternalError
 from aiohttp import web
-
-from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, REQUEST_ID
+from prometheus_client import Counter, Histogram
 
 from a2a_gateway.errors import GatewayError
-from a2a_gateway.transport.jsonrpc import error_body
 from a2a_gateway.stores.base import StoreUnavailableError
+from a2a_gateway.transport.jsonrpc import error_body
+from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, REQUEST_ID
 
 log = structlog.get_logger("a2a_gateway.access")
 

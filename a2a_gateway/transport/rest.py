@@ -36,15 +36,18 @@ from a2a.utils.errors import (
 )
 from a2a.utils.proto_utils import to_stream_response, validate_proto_required_fields
 from aiohttp import web
-
-from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, REQUEST_ID
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
 from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.request_handler import GatewayRequestHandler
 from a2a_gateway.transport.jsonrpc import JSON_CONTENT_TYPES, _call_context
-from a2a_gateway.transport.negotiate import V10, negotiate_extensions, parse_version, requested_version
-from a2a_gateway.transport.sse import SSEStream
+from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD
+from a2a_gateway.transport.negotiate import (
+    V10,
+    negotiate_extensions,
+    parse_version,
+    requested_version,
+)
 
 REST_HEADERS = web.RequestKey("rest_headers", dict)
 

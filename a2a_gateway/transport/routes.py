@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from a2a_gateway.gateway import GATEWAY
 from a2a_gateway.transport import health, rest
 from a2a_gateway.transport.card import card_response
-from a2a_gateway.gateway import GATEWAY
 from a2a_gateway.transport.jsonrpc import handle_jsonrpc
 
 ENDPOINT = "/{endpoint_id}"
