@@ -1,0 +1,326 @@
+"""The Hermes handler against the real Hermes API server, through the gateway, with
+the real a2a-sdk client as the caller.
+
+Needs the services of ``.ci/services`` (10-llm.sh, 20-hermes.sh): ``A2A_TEST_HERMES_URL``,
+``A2A_TEST_HERMES_KEY`` and ``A2A_TEST_LLM_URL``. Skipped without them, except in CI.
+Every test marks its message with a fresh token, so runs can share one Hermes and LLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    TaskState,
+)
+from google.protobuf.json_format import MessageToDict, ParseDict
+
+from tests.harness import RunningGateway, require_env, running_gateway
+
+pytestmark = pytest.mark.hermes
+
+HANDLER = "handlers.hermes:HermesAgentHandler"
+COMPLETED = TaskState.TASK_STATE_COMPLETED
+INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
+
+
+@pytest.fixture
+def hermes_url() -> str:
+    require_env("A2A_TEST_HERMES_KEY")
+    require_env("A2A_TEST_LLM_URL")
+    return require_env("A2A_TEST_HERMES_URL")
+
+
+@pytest.fixture
+async def gw(hermes_url: str) -> AsyncIterator[RunningGateway]:
+    async with running_gateway(cancel_wait_seconds=10.0) as running:
+        yield running
+
+
+async def hermes_endpoint(gw: RunningGateway, url: str, **settings: Any) -> str:
+    return await gw.add_endpoint(HANDLER, name="hermes", settings={
+        "hermes_api_url": url, "hermes_api_key": "env:A2A_TEST_HERMES_KEY",
+        "poll_interval_seconds": 0.2, **settings})
+
+
+@pytest.fixture
+async def hermes_id(gw: RunningGateway, hermes_url: str) -> str:
+    return await hermes_endpoint(gw, hermes_url)
+
+
+def token() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+def message(text: str = "", data: dict[str, Any] | None = None, **fields: Any) -> SendMessageRequest:
+    msg = Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, **fields)
+    if text:
+        msg.parts.append(Part(text=text))
+    if data is not None:
+        part = Part(media_type="application/json")
+        ParseDict(data, part.data)
+        msg.parts.append(part)
+    return SendMessageRequest(message=msg)
+
+
+def state_of(event: StreamResponse) -> int | None:
+    if event.HasField("task"):
+        return event.task.status.state
+    if event.HasField("status_update"):
+        return event.status_update.status.state
+    return None
+
+
+def final_text(task: Any) -> str:
+    return "".join(p.text for p in task.artifacts[-1].parts)
+
+
+async def llm_requests() -> list[dict[str, Any]]:
+    async with httpx.AsyncClient() as http:
+        response = await http.get(f"{require_env('A2A_TEST_LLM_URL')}/_requests")
+        return response.json()
+
+
+async def until_input_required(stream: AsyncIterator[StreamResponse]) -> list[StreamResponse]:
+    events = []
+    async for event in stream:
+        events.append(event)
+        if state_of(event) == INPUT_REQUIRED:
+            break
+    return events
+
+
+def approval_data(event: StreamResponse) -> dict[str, Any]:
+    status = event.task.status if event.HasField("task") else event.status_update.status
+    (data,) = [MessageToDict(p.data) for p in status.message.parts if p.HasField("data")]
+    return data
+
+
+async def test_streamed_reply_arrives_token_by_token(gw, hermes_id):
+    async with gw.client(hermes_id) as client:
+        seen: list[tuple[float, StreamResponse]] = []
+        async for event in client.send_message(message(f"FAKE_SLOW words=6 delay=0.15 {token()}")):
+            seen.append((time.monotonic(), event))
+    events = [e for _, e in seen]
+    assert events[0].HasField("task")
+    assert state_of(events[-1]) == COMPLETED
+    chunks = [(t, e.artifact_update) for t, e in seen if e.HasField("artifact_update")]
+    streamed = [u for _, u in chunks if not u.last_chunk]
+    final = chunks[-1][1]
+    assert final.last_chunk and not final.append
+    assert len(streamed) == 6 and not streamed[0].append and all(u.append for u in streamed[1:])
+    text = "".join(p.text for u in streamed for p in u.artifact.parts)
+    assert text == "".join(p.text for p in final.artifact.parts) == "slow0 slow1 slow2 slow3 slow4 slow5"
+    assert chunks[-1][0] - chunks[0][0] > 0.5  # the first token came well before the end
+    assert final.artifact.metadata["usage"]["output_tokens"] > 0
+
+
+async def test_blocking_send_returns_the_completed_task(gw, hermes_id):
+    mark = token()
+    async with gw.client(hermes_id, streaming=False) as client:
+        (event,) = [e async for e in client.send_message(message(f"hello {mark}"))]
+    assert event.task.status.state == COMPLETED
+    assert final_text(event.task) == f"Hello from fakellm. You said: hello {mark}"
+
+
+async def test_safe_tool_call_reports_tool_status_updates(gw, hermes_id):
+    async with gw.client(hermes_id) as client:
+        events = [e async for e in client.send_message(message(f"FAKE_TOOL_SAFE {token()}"))]
+    progress = [MessageToDict(e.status_update.metadata) for e in events
+                if e.HasField("status_update") and e.status_update.metadata]
+    kinds = [p["kind"] for p in progress]
+    assert kinds == ["tool_started", "tool_completed"]
+    assert progress[0]["tool"] == "terminal" and progress[0]["preview"] == "echo fake-safe-ok"
+    assert progress[1]["error"] is False
+    assert state_of(events[-1]) == COMPLETED
+    final = [e for e in events if e.HasField("artifact_update")][-1].artifact_update.artifact
+    assert final.parts[0].text.startswith('TOOL_RESULT_SEEN: {"output": "fake-safe-ok"')
+
+
+async def test_dangerous_command_runs_after_approve_once(gw, hermes_id, tmp_path: Path):
+    target = tmp_path / "danger-target"
+    target.mkdir()
+    async with gw.client(hermes_id) as client, gw.client(hermes_id, streaming=False) as blocking:
+        head = await until_input_required(
+            client.send_message(message(f"FAKE_TOOL_DANGER path={target} {token()}")))
+        ask = approval_data(head[-1])
+        assert ask["command"] == f"rm -rf {target}"
+        assert ask["description"] == "delete in root path"
+        assert ask["choices"] == ["once", "deny"]
+        assert target.exists()
+        task_id, context_id = head[0].task.id, head[0].task.context_id
+        (done,) = [e async for e in blocking.send_message(
+            message(data={"choice": "once"}, task_id=task_id, context_id=context_id))]
+    assert done.task.status.state == COMPLETED
+    assert not target.exists()
+    assert '"exit_code": 0' in final_text(done.task)
+
+
+async def test_dangerous_command_is_not_run_after_deny(gw, hermes_id, tmp_path: Path):
+    target = tmp_path / "danger-target"
+    target.mkdir()
+    async with gw.client(hermes_id, streaming=False) as client:
+        (first,) = [e async for e in client.send_message(
+            message(f"FAKE_TOOL_DANGER path={target} {token()}"))]
+        task = first.task
+        assert task.status.state == INPUT_REQUIRED
+        ids = {"task_id": task.id, "context_id": task.context_id}
+        (wrong,) = [e async for e in client.send_message(message("maybe later", **ids))]
+        assert wrong.task.status.state == INPUT_REQUIRED
+        assert "Valid choices: once, deny" in wrong.task.status.message.parts[0].text
+        (done,) = [e async for e in client.send_message(message("no", **ids))]
+    assert done.task.status.state == COMPLETED
+    assert target.exists()
+    assert "BLOCKED: Command denied by user" in final_text(done.task)
+
+
+async def test_cancel_while_streaming(gw, hermes_id):
+    async with gw.client(hermes_id) as client:
+        stream = client.send_message(message(f"FAKE_SLOW words=40 delay=0.2 {token()}"))
+        head = []
+        async for event in stream:
+            head.append(event)
+            if sum(e.HasField("artifact_update") for e in head) >= 2:
+                break
+        await stream.aclose()
+        task_id = head[0].task.id
+        canceled = await client.cancel_task(CancelTaskRequest(id=task_id))
+        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+        again = await client.get_task(GetTaskRequest(id=task_id))
+    assert again.status.state == TaskState.TASK_STATE_CANCELED
+
+
+async def test_cancel_while_waiting_for_approval(gw, hermes_id, tmp_path: Path):
+    target = tmp_path / "danger-target"
+    target.mkdir()
+    async with gw.client(hermes_id, streaming=False) as client:
+        (first,) = [e async for e in client.send_message(
+            message(f"FAKE_TOOL_DANGER path={target} {token()}"))]
+        assert first.task.status.state == INPUT_REQUIRED
+        started = time.monotonic()
+        canceled = await client.cancel_task(CancelTaskRequest(id=first.task.id))
+        waited = time.monotonic() - started
+    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    assert waited < 8  # Hermes confirmed the stop; the gateway did not just give up
+    await asyncio.sleep(0.5)
+    assert target.exists()
+
+
+async def test_upstream_llm_error_fails_the_task(gw, hermes_id):
+    async with gw.client(hermes_id, streaming=False) as client:
+        (event,) = [e async for e in client.send_message(message(f"FAKE_HTTP_400 {token()}"))]
+    assert event.task.status.state == TaskState.TASK_STATE_FAILED
+    reason = event.task.status.message.parts[0].text
+    assert "HTTP 400" in reason and "fakellm scripted bad request" in reason
+
+
+async def test_message_mode_answers_with_a_message(gw, hermes_url):
+    endpoint = await hermes_endpoint(gw, hermes_url, response_mode="message")
+    mark = token()
+    async with gw.client(endpoint, streaming=False) as client:
+        (event,) = [e async for e in client.send_message(message(f"ping {mark}"))]
+    assert event.HasField("message") and event.message.role == Role.ROLE_AGENT
+    assert event.message.parts[0].text == f"Hello from fakellm. You said: ping {mark}"
+
+
+async def test_second_message_of_a_context_carries_the_first_turn(gw, hermes_id):
+    mark = token()
+    context_id = f"ctx-{mark}"
+    async with gw.client(hermes_id, streaming=False) as client:
+        for text in (f"first {mark}", f"second {mark}"):
+            (event,) = [e async for e in client.send_message(message(text, context_id=context_id))]
+            assert event.task.status.state == COMPLETED
+    (second,) = [r for r in await llm_requests() if r["text"] == f"second {mark}"]
+    convo = [(m["role"], m["content"]) for m in second["messages"] if m["role"] != "system"]
+    assert convo == [("user", f"first {mark}"),
+                     ("assistant", f"Hello from fakellm. You said: first {mark}"),
+                     ("user", f"second {mark}")]
+
+
+class CuttableProxy:
+    """A loopback TCP proxy whose open connections can be cut at once."""
+
+    def __init__(self, target: str) -> None:
+        parts = urlsplit(target)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.writers: set[asyncio.StreamWriter] = set()
+        self.server: asyncio.Server | None = None
+        self.pipes: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> CuttableProxy:
+        self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        self.writers |= {writer, up_writer}
+        pipes = [asyncio.create_task(self._pipe(reader, up_writer)),
+                 asyncio.create_task(self._pipe(up_reader, writer))]
+        self.pipes.update(pipes)
+        await asyncio.gather(*pipes, return_exceptions=True)
+        self.pipes.difference_update(pipes)
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self.writers.discard(writer)
+            writer.transport.abort()
+
+    def cut(self) -> None:
+        for writer in list(self.writers):
+            writer.transport.abort()
+        self.writers.clear()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.cut()
+        for pipe in list(self.pipes):
+            pipe.cancel()
+        for pipe in list(self.pipes):
+            with contextlib.suppress(asyncio.CancelledError):
+                await pipe
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+
+async def test_dropped_event_stream_completes_from_polling(gw, hermes_url):
+    async with CuttableProxy(hermes_url) as proxy:
+        endpoint = await hermes_endpoint(gw, proxy.url)
+        async with gw.client(endpoint) as client:
+            events = []
+            async for event in client.send_message(message(f"FAKE_SLOW words=12 delay=0.2 {token()}")):
+                events.append(event)
+                if sum(e.HasField("artifact_update") for e in events) == 2:
+                    proxy.cut()  # kills the handler's SSE connection to Hermes mid-run
+            task = await client.get_task(GetTaskRequest(id=events[0].task.id))
+    assert state_of(events[-1]) == COMPLETED
+    streamed = [e for e in events if e.HasField("artifact_update") and not e.artifact_update.last_chunk]
+    assert len(streamed) < 12  # the tokens after the cut never arrived live
+    expected = " ".join(f"slow{i}" for i in range(12))
+    assert task.status.state == COMPLETED and final_text(task) == expected
