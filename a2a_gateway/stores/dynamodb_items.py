@@ -1,0 +1,149 @@
+"""DynamoDB store: the key design and how tasks, endpoints and expressions become items.
+
+Every task-table partition key starts with the caller's scope (``T#t#E#e#P#p``), with ``%`` and
+``#`` escaped inside names, so no key can reach across tenants, endpoints or principals. The
+layout is described in ``docs/dynamodb.md``; the tables themselves in ``dynamodb_schema.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from datetime import datetime
+from typing import Any
+
+from a2a.types import Task
+
+from a2a_gateway.stores.base import (
+    TERMINAL_STATES,
+    Endpoint,
+    Scope,
+    StoredTask,
+    status_timestamp_us,
+)
+
+LEASE_SHARDS = 8
+"""Fixed: the lease index partition of a task is ``crc32(key) % LEASE_SHARDS``."""
+
+# -- keys and attribute values -------------------------------------------------------------------
+
+
+def esc(part: str) -> str:
+    """Escape the key separator so ``a#b`` as a tenant can never alias another scope."""
+    return part.replace("%", "%25").replace("#", "%23")
+
+
+def scope_key(scope: Scope) -> str:
+    return f"T#{esc(scope.tenant)}#E#{esc(scope.endpoint_id)}#P#{esc(scope.principal)}"
+
+
+def status_key(status_us: int, task_id: str) -> str:
+    """Sorts by status time, then task id (fixed-width number, so string order is time order)."""
+    return f"{max(status_us, 0):020d}#{task_id}"
+
+
+def S(value: str) -> dict[str, str]:  # noqa: N802 - DynamoDB type letters
+    return {"S": value}
+
+
+def N(value: float) -> dict[str, str]:  # noqa: N802
+    return {"N": repr(value) if isinstance(value, float) else str(value)}
+
+
+class Expr:
+    """Builds an expression's placeholders as they are used: real DynamoDB rejects unused
+    names and values (moto does not), and every attribute name goes through ``#`` because
+    ``state``, ``owner`` and others are reserved words."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.values: dict[str, Any] = {}
+
+    def n(self, attribute: str) -> str:
+        self.names[f"#{attribute}"] = attribute
+        return f"#{attribute}"
+
+    def v(self, value: Any) -> str:
+        key = f":v{len(self.values)}"
+        self.values[key] = value
+        return key
+
+    def not_expired(self, now: float) -> str:
+        expires_at = self.n("expires_at")
+        return f"(attribute_not_exists({expires_at}) OR {expires_at} > {self.v(N(int(now)))})"
+
+    def not_terminal(self) -> str:
+        states = ", ".join(self.v(N(int(s))) for s in sorted(TERMINAL_STATES))
+        return f"NOT {self.n('state')} IN ({states})"
+
+    def params(self, **kwargs: Any) -> dict[str, Any]:
+        out = {k: v for k, v in kwargs.items() if v is not None}
+        if self.names:
+            out["ExpressionAttributeNames"] = self.names
+        if self.values:
+            out["ExpressionAttributeValues"] = self.values
+        return out
+
+
+def expired(item: dict[str, Any], now: float) -> bool:
+    return "expires_at" in item and float(item["expires_at"]["N"]) <= now
+
+
+def stored_from_item(item: dict[str, Any]) -> StoredTask:
+    return StoredTask(
+        task=Task.FromString(item["task"]["B"]),
+        version=int(item["version"]["N"]),
+        run_ref=item["run_ref"]["S"] if "run_ref" in item else None,
+        run_state=json.loads(item["run_state"]["S"]),
+        owner=item["owner"]["S"] if "owner" in item else None,
+        lease_until=float(item["lease_until"]["N"]) if "lease_until" in item else None,
+    )
+
+
+def endpoint_item(endpoint: Endpoint) -> dict[str, Any]:
+    return {
+        "id": S(endpoint.id),
+        "tenant": S(endpoint.tenant),
+        "name": S(endpoint.name),
+        "description": S(endpoint.description),
+        "enabled": {"BOOL": endpoint.enabled},
+        "card": S(json.dumps(endpoint.card)),
+        "metadata": S(json.dumps(endpoint.metadata)),
+        "created_at": S(endpoint.created_at.isoformat()),
+        "updated_at": S(endpoint.updated_at.isoformat()),
+    }
+
+
+def endpoint_from_item(item: dict[str, Any]) -> Endpoint:
+    return Endpoint(
+        id=item["id"]["S"],
+        tenant=item["tenant"]["S"],
+        name=item["name"]["S"],
+        description=item["description"]["S"],
+        enabled=item["enabled"]["BOOL"],
+        card=json.loads(item["card"]["S"]),
+        metadata=json.loads(item["metadata"]["S"]),
+        created_at=datetime.fromisoformat(item["created_at"]["S"]),
+        updated_at=datetime.fromisoformat(item["updated_at"]["S"]),
+    )
+
+
+def task_sk(task_id: str) -> str:
+    return f"TASK#{esc(task_id)}"
+
+
+def lease_shard(pk: str, sk: str) -> str:
+    return f"L{zlib.crc32(f'{pk}|{sk}'.encode()) % LEASE_SHARDS}"
+
+
+def task_index_attrs(spk: str, task: Task) -> dict[str, Any]:
+    """The attributes derived from the task that the list indexes are keyed on."""
+    return {
+        "task": {"B": task.SerializeToString()},
+        "state": N(int(task.status.state)),
+        "context_id": S(task.context_id),
+        "status_key": S(status_key(status_timestamp_us(task), task.id)),
+        "ctx_pk": S(f"{spk}#C#{esc(task.context_id)}"),
+        "state_pk": S(f"{spk}#S#{int(task.status.state)}"),
+    }
+
