@@ -116,7 +116,7 @@ async def test_message_mode_replies_with_one_message(env, http) -> None:
         make_request(f"one shot {tag}", context_id=f"msg-{tag}"))]
     assert len(events) == 1 and isinstance(events[0], Reply)
     assert events[0].text == f"Hello from fakellm. You said: one shot {tag}"
-    [seen] = await llm_requests(env, http, tag)
+    seen = (await llm_requests(env, http, tag))[-1]
     assert seen["stream"] is True  # OpenClaw streams from the LLM either way
 
 
@@ -136,7 +136,7 @@ async def test_two_messages_in_one_context_share_the_session(env, http) -> None:
     assert isinstance(second[-1], Completed)
     assert second[-1].text == f"Hello from fakellm. You said: second {tag}"
 
-    [turn2] = await llm_requests(env, http, f"second {tag}")
+    turn2 = (await llm_requests(env, http, f"second {tag}"))[-1]
     contents = [m["content"] for m in turn2["messages"]]
     assert any(f"first {tag}" in c for c in contents)
     assert f"Hello from fakellm. You said: first {tag}" in contents
@@ -144,7 +144,7 @@ async def test_two_messages_in_one_context_share_the_session(env, http) -> None:
     # another context starts a fresh session
     other = [e async for e in handler.run(make_request(f"third {tag}", context_id=f"x-{tag}"))]
     assert isinstance(other[-1], Completed)
-    [turn3] = await llm_requests(env, http, f"third {tag}")
+    turn3 = (await llm_requests(env, http, f"third {tag}"))[-1]
     assert not any(f"first {tag}" in m["content"] for m in turn3["messages"])
 
 
@@ -174,16 +174,16 @@ async def test_cancel_mid_stream_stops_the_upstream_run(env, http) -> None:
     closed_at = time.time()
 
     entry: dict[str, Any] = {}
-    for _ in range(50):  # OpenClaw aborts its LLM call soon after the client went away
-        [entry] = await llm_requests(env, http, tag)
+    for _ in range(100):  # OpenClaw aborts its LLM call soon after the client went away
+        entry = (await llm_requests(env, http, tag))[-1]
         if entry["outcome"] != "in_progress":
             break
         await asyncio.sleep(0.1)
     assert entry["outcome"] == "client_disconnected"
-    assert entry["ended"] - closed_at < 3.0
+    assert entry["ended"] - closed_at < 5.0
     assert len(entry["chunks"]) < words
     if log_offset is not None:  # OpenClaw's own log tells that it aborted the run
-        for _ in range(30):
+        for _ in range(100):
             with open(log_path, encoding="utf-8", errors="replace") as log:
                 log.seek(log_offset)
                 if "ClientDisconnectError" in log.read():
@@ -296,7 +296,7 @@ async def test_gateway_two_messages_in_one_context(gw, env, http) -> None:
         [second] = [e async for e in client.send_message(send(f"second {t}", context_id=context))]
     assert second.task.status.state == TaskState.TASK_STATE_COMPLETED
     assert second.task.context_id == context
-    [turn2] = await llm_requests(env, http, f"second {t}")
+    turn2 = (await llm_requests(env, http, f"second {t}"))[-1]
     contents = [m["content"] for m in turn2["messages"]]
     assert any(f"first {t}" in c for c in contents)
     assert f"Hello from fakellm. You said: first {t}" in contents
@@ -331,8 +331,8 @@ async def test_gateway_cancel_mid_stream_stops_the_openclaw_run(gw, env, http) -
     assert stored.status.state == TaskState.TASK_STATE_CANCELED
     assert rest and rest[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
     entry: dict[str, Any] = {}
-    for _ in range(50):
-        [entry] = await llm_requests(env, http, t)
+    for _ in range(100):
+        entry = (await llm_requests(env, http, t))[-1]
         if entry["outcome"] != "in_progress":
             break
         await asyncio.sleep(0.1)
