@@ -18,6 +18,7 @@ from aiohttp import web
 from a2a_gateway.engine import TaskEngine
 from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.live import LiveHub
+from a2a_gateway.live_postgres import PostgresLiveHub, uses_postgres
 from a2a_gateway.push import PushNotifier
 from a2a_gateway.registry import EndpointRegistry
 from a2a_gateway.settings import GatewaySettings
@@ -52,7 +53,7 @@ def build_app(settings: GatewaySettings, store: Store | None = None) -> web.Appl
         if check_schema is not None:
             await check_schema()  # refuse to serve an unmigrated or newer schema
         http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
-        hub = LiveHub()
+        hub = PostgresLiveHub(opened, settings.replica_id) if uses_postgres(opened) else LiveHub()
         push = PushNotifier(
             opened, http,
             allow_private_urls=settings.push_allow_private_urls,
@@ -67,6 +68,9 @@ def build_app(settings: GatewaySettings, store: Store | None = None) -> web.Appl
             max_turns=settings.context_max_turns,
             remote_poll_seconds=settings.remote_poll_seconds,
         )
+        if isinstance(hub, PostgresLiveHub):
+            hub.attach(engine)
+            await hub.start()
         registry = EndpointRegistry(opened, settings, http)
         gateway = Gateway(settings, opened, http, registry, hub, push, engine)
         app[GATEWAY] = gateway
@@ -79,6 +83,8 @@ def build_app(settings: GatewaySettings, store: Store | None = None) -> web.Appl
             with contextlib.suppress(asyncio.CancelledError):
                 await lease_task
             await engine.aclose()
+            if isinstance(hub, PostgresLiveHub):
+                await hub.aclose()
             await push.aclose()
             await registry.aclose()
             await http.aclose()

@@ -205,10 +205,13 @@ def _utc(value: datetime) -> datetime:
 
 
 class PostgresStore(Store):
-    def __init__(self, pool: asyncpg.Pool, url: str, acquire_timeout: float) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, url: str, acquire_timeout: float, connect_timeout: float = 5.0
+    ) -> None:
         self._pool = pool
         self._url = url
         self._acquire_timeout = acquire_timeout
+        self._connect_timeout = connect_timeout
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> PostgresStore:
@@ -232,7 +235,7 @@ class PostgresStore(Store):
             raise _unavailable(dsn, exc) from exc
         except asyncpg.PostgresError as exc:
             raise StoreError(f"cannot open postgres store at {redacted(dsn)}: {exc}") from exc
-        store = cls(pool, dsn, opts["acquire_timeout"])
+        store = cls(pool, dsn, opts["acquire_timeout"], opts["connect_timeout"])
         try:
             await store.ping()  # fail now, not on the first request
         except StoreError:
@@ -272,6 +275,29 @@ class PostgresStore(Store):
         """``SchemaMismatchError`` unless every migration of this code, and no other, is applied."""
         async with self._conn() as conn:
             await _check_schema(conn, migration_files("postgres"))
+
+    # LISTEN/NOTIFY (the cross-replica live hub) ----------------------------
+    async def connect_listener(self) -> asyncpg.Connection:
+        """A new connection outside the pool, for LISTEN (session state the pool must
+        not see); the caller closes it. ``StoreUnavailableError`` if it cannot connect."""
+        try:
+            return await asyncpg.connect(self._url, timeout=self._connect_timeout)
+        except _UNAVAILABLE as exc:
+            raise _unavailable(self._url, exc) from exc
+        except asyncpg.PostgresError as exc:
+            raise StoreError(f"cannot connect to postgres store at {redacted(self._url)}: {exc}") from exc
+
+    async def notify(self, messages: list[tuple[str, str]]) -> None:
+        """NOTIFY each ``(channel, payload)`` in one statement (one transaction): listeners
+        get them in this order. Payloads must be shorter than 8000 bytes."""
+        if not messages:
+            return
+        async with self._conn() as conn:
+            await conn.execute(
+                "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)",
+                [m[0] for m in messages],
+                [m[1] for m in messages],
+            )
 
     # endpoints -------------------------------------------------------------
     async def create_endpoint(self, endpoint: Endpoint) -> None:

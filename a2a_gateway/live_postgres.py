@@ -1,0 +1,558 @@
+"""The live path across replicas, on PostgreSQL LISTEN/NOTIFY.
+
+``PostgresLiveHub`` behaves like ``LiveHub`` inside a replica and adds:
+
+* **Interest, not broadcast.** A replica with a local subscriber to a task it does
+  not run (a ``SubscribeToTask`` or follow-up message that landed on the "wrong"
+  replica) announces it on the shared channel ``a2a_live_watch``: ``watch`` when
+  the first local subscriber arrives, ``unwatch`` when the last one leaves, and a
+  refresh of all its watched task ids every ``refresh_seconds`` (so a replica that
+  takes a task over, or whose listener reconnected, learns who is watching). Only
+  the replica running the task acts on it: it remembers the watcher (forgotten
+  after ``3 * refresh_seconds`` without a refresh) and from then on forwards that
+  task's events to the watcher's own channel. A task nobody watches from
+  elsewhere costs one dict lookup per event; nothing is sent.
+* **Replica channels.** Each replica LISTENs on ``a2a_live_<digest of its id>``, on
+  one dedicated connection outside the pool; events for watched tasks and control
+  commands (``send_control``: e.g. ``cancel`` → ``engine.handle_control``) arrive
+  there. When the connection is lost it is re-opened with back-off and every
+  watch is announced again; meanwhile followers keep polling the store, so a lost
+  listener makes them slower, never stuck.
+* **Snapshot.** On a new watch (or a re-announcement after a reconnect) the owner
+  first sends the text streamed so far (``append: false``), then the live deltas,
+  in order — what a local ``SubscribeToTask`` gets.
+* **Payloads.** Every event is its serialized protobuf, base64, in a small JSON
+  envelope, kept under ``PAYLOAD_LIMIT`` (PostgreSQL refuses 8000 bytes and more).
+  A larger text delta is split into several deltas (UTF-8 safe; the first keeps
+  the original ``append``, the others append). A larger final artifact becomes a
+  pointer: the receiving replica reads the task from the store once the owner's
+  write has landed and delivers the stored artifact; later events of that task
+  wait behind it. A larger status update goes without its message unless the
+  store holds that exact status.
+* **Order.** One sender task sends the outbox in order; a batch is one statement,
+  hence one transaction, and PostgreSQL delivers a transaction's notifications in
+  order. Every payload carries a sequence number (which also keeps PostgreSQL
+  from folding identical payloads of one transaction into one).
+* **Bounded.** The outbox holds at most ``max_pending`` messages (beyond that
+  events are dropped and counted: followers still get durable changes from the
+  store); a failed send drops its batch; every loop sleeps or waits with a bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import itertools
+import sys
+import time
+from collections import deque
+from typing import Any
+
+import orjson
+import structlog
+from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
+
+from a2a_gateway.live import LiveEvent, LiveHub, Subscription
+from a2a_gateway.stores.base import TERMINAL_STATES, Scope
+
+log = structlog.get_logger(__name__)
+
+WATCH_CHANNEL = "a2a_live_watch"
+PAYLOAD_LIMIT = 7900
+"""Largest payload sent, in bytes (PostgreSQL's limit is < 8000 with default settings)."""
+_ENVELOPE_ROOM = 200
+"""Bytes kept for the JSON envelope around the base64 event."""
+_RAW_LIMIT = (PAYLOAD_LIMIT - _ENVELOPE_ROOM) * 3 // 4
+"""Largest serialized event that fits once base64-encoded."""
+_BATCH = 256
+_TYPES: dict[str, type[Any]] = {"a": TaskArtifactUpdateEvent, "s": TaskStatusUpdateEvent, "t": Task}
+
+
+def uses_postgres(store: Any) -> bool:
+    """True when ``store`` is a ``PostgresStore`` (without importing asyncpg for other stores)."""
+    module = sys.modules.get("a2a_gateway.stores.postgres")
+    return module is not None and isinstance(store, module.PostgresStore)
+
+
+def replica_channel(replica_id: str) -> str:
+    """The channel a replica LISTENs on: a fixed-length identifier whatever the id holds."""
+    return "a2a_live_" + hashlib.sha256(replica_id.encode()).hexdigest()[:32]
+
+
+def _type_code(event: LiveEvent) -> str:
+    if isinstance(event, TaskArtifactUpdateEvent):
+        return "a"
+    if isinstance(event, TaskStatusUpdateEvent):
+        return "s"
+    return "t"
+
+
+def _split_utf8(text: str, limit: int) -> list[str]:
+    """``text`` in pieces of at most ``limit`` UTF-8 bytes, never cutting a character."""
+    data = text.encode()
+    pieces, start = [], 0
+    while start < len(data):
+        end = min(start + limit, len(data))
+        while end < len(data) and end > start and (data[end] & 0xC0) == 0x80:
+            end -= 1  # a continuation byte: cut before the character it belongs to
+        if end == start:  # limit smaller than one character (not with real limits)
+            end = start + 1
+            while end < len(data) and (data[end] & 0xC0) == 0x80:
+                end += 1
+        pieces.append(data[start:end].decode())
+        start = end
+    return pieces
+
+
+def _text_delta_text(event: LiveEvent) -> str | None:
+    """The text of an artifact update made of one text part and nothing else a split
+    would lose; None for any other event."""
+    if not isinstance(event, TaskArtifactUpdateEvent) or event.last_chunk or event.metadata:
+        return None
+    artifact = event.artifact
+    if len(artifact.parts) != 1 or artifact.metadata or artifact.extensions:
+        return None
+    part = artifact.parts[0]
+    if not part.HasField("text") or part.metadata:
+        return None
+    return part.text
+
+
+class PostgresLiveHub(LiveHub):
+    """``LiveHub`` plus LISTEN/NOTIFY between the replicas sharing one PostgreSQL store.
+
+    ``attach(engine)`` before ``start()``; ``aclose()`` before the store closes.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        replica_id: str,
+        *,
+        max_backlog: int = 10_000,
+        refresh_seconds: float = 2.0,
+        keepalive_seconds: float = 5.0,
+        max_pending: int = 50_000,
+        fetch_wait_seconds: float = 10.0,
+    ) -> None:
+        super().__init__(max_backlog)
+        self._store = store
+        self.replica_id = replica_id
+        self.channel = replica_channel(replica_id)
+        self._engine: Any = None
+        self._refresh = refresh_seconds
+        self._keepalive = keepalive_seconds
+        self._max_pending = max_pending
+        self._fetch_wait = fetch_wait_seconds
+        # owner side: task id → {watcher channel: monotonic expiry}
+        self._watchers: dict[str, dict[str, float]] = {}
+        # watcher side: tasks run elsewhere that have local subscribers
+        self._interest: set[str] = set()
+        # tasks whose events wait for a store read (an oversized event's pointer)
+        self._held: dict[str, list[dict[str, Any]]] = {}
+        self._outbox: deque[tuple[str, str]] = deque()
+        self._wake = asyncio.Event()
+        self._seq = itertools.count(1)
+        self._listening = asyncio.Event()
+        self._listener: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._side_tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
+        self._last_warning = 0.0
+        self.stats = {"sent": 0, "received": 0, "dropped": 0, "send_failures": 0, "connects": 0}
+
+    # lifecycle -----------------------------------------------------------------
+    def attach(self, engine: Any) -> None:
+        """The engine whose runs this hub forwards and whose ``handle_control`` it calls."""
+        self._engine = engine
+
+    @property
+    def listening(self) -> bool:
+        """True while the LISTEN connection is up."""
+        return self._listening.is_set()
+
+    async def start(self, wait_seconds: float = 5.0) -> None:
+        """Start listening, sending and refreshing; waits (bounded) for the first LISTEN."""
+        self._tasks = [
+            asyncio.create_task(self._listen_loop(), name="live-listen"),
+            asyncio.create_task(self._send_loop(), name="live-send"),
+            asyncio.create_task(self._refresh_loop(), name="live-refresh"),
+        ]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._listening.wait(), wait_seconds)
+        if not self.listening:
+            log.warning("live_listener_not_ready", detail="followers poll the store until it connects")
+
+    async def aclose(self) -> None:
+        self._closing = True
+        if self._outbox:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._flush(), 1.0)
+        for task in [*self._tasks, *self._side_tasks]:
+            task.cancel()
+        for task in [*self._tasks, *self._side_tasks]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        await self._close_listener()
+
+    # LiveHub --------------------------------------------------------------------
+    def subscribe(self, task_id: str) -> Subscription:
+        sub = super().subscribe(task_id)
+        if self._runs_elsewhere(task_id):
+            # every new remote subscriber asks for a snapshot: the text so far
+            # replaces the artifact (append: false), harmless to earlier subscribers
+            self._interest.add(task_id)
+            self._announce("w", [task_id], snap=True)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        super().unsubscribe(sub)
+        task_id = sub.task_id
+        if task_id in self._interest and not self._subscribers.get(task_id):
+            self._interest.discard(task_id)
+            self._announce("u", [task_id])
+
+    def publish(self, task_id: str, event: LiveEvent) -> None:
+        super().publish(task_id, event)
+        watchers = self._watchers.get(task_id)
+        if watchers:
+            payloads = self._encode(task_id, event)
+            for channel in watchers:
+                for payload in payloads:
+                    self._enqueue(channel, payload)
+
+    def end(self, task_id: str) -> None:
+        super().end(task_id)
+        self._watchers.pop(task_id, None)
+        if task_id in self._interest:
+            self._interest.discard(task_id)
+            self._announce("u", [task_id])
+
+    async def send_control(self, replica_id: str, command: str, task_id: str) -> None:
+        """NOTIFY ``replica_id`` (at once, not through the outbox); if that fails the owner
+        still notices through the store at its next lease check."""
+        payload = orjson.dumps({"k": "c", "c": command, "t": task_id, "r": self.replica_id}).decode()
+        try:
+            await self._store.notify([(replica_channel(replica_id), payload)])
+        except Exception as exc:
+            log.warning("live_control_not_sent", command=command, task_id=task_id, error=str(exc))
+
+    # encoding -------------------------------------------------------------------
+    def _envelope(self, task_id: str, event: LiveEvent, extra: dict[str, Any] | None = None) -> str:
+        body = {
+            "k": "e", "t": task_id, "q": next(self._seq), "y": _type_code(event),
+            "b": base64.b64encode(event.SerializeToString()).decode(),
+        }
+        if extra:
+            body.update(extra)
+        return orjson.dumps(body).decode()
+
+    def _encode(self, task_id: str, event: LiveEvent) -> list[str]:
+        """Payloads (each under ``PAYLOAD_LIMIT``) that carry ``event`` to a watcher."""
+        size = event.ByteSize()
+        if size <= _RAW_LIMIT:
+            return [self._envelope(task_id, event)]
+        text = _text_delta_text(event)
+        if text is not None:
+            return self._split_delta(task_id, event, text, size)  # type: ignore[arg-type]
+        if isinstance(event, TaskStatusUpdateEvent):
+            slim = TaskStatusUpdateEvent(task_id=event.task_id, context_id=event.context_id)
+            slim.status.state = event.status.state
+            slim.status.timestamp.CopyFrom(event.status.timestamp)
+            return [self._envelope(task_id, slim, self._pointer(task_id, "fs"))]
+        if isinstance(event, TaskArtifactUpdateEvent):
+            pointer = {"k": "fa", "t": task_id, "q": next(self._seq), "a": event.artifact.artifact_id}
+            pointer.update(self._pointer(task_id, "fa"))
+            return [orjson.dumps(pointer).decode()]
+        log.warning("live_event_too_large", task_id=task_id, bytes=size)
+        return []
+
+    def _pointer(self, task_id: str, kind: str) -> dict[str, Any]:
+        """Where a watcher finds the full event: the task's scope and the store version
+        that will hold it (a final artifact is published just before its write)."""
+        run = self._engine.runs.get(task_id) if self._engine is not None else None
+        if run is None or run.version is None:
+            return {"f": kind}
+        scope = run.scope
+        version = run.version + 1 if kind == "fa" else run.version
+        return {"f": kind, "sc": [scope.tenant, scope.endpoint_id, scope.principal], "v": version}
+
+    def _split_delta(self, task_id: str, event: TaskArtifactUpdateEvent, text: str, size: int) -> list[str]:
+        room = _RAW_LIMIT - (size - len(text.encode())) - 16
+        out = []
+        for i, piece in enumerate(_split_utf8(text, room)):
+            part_event = TaskArtifactUpdateEvent()
+            part_event.CopyFrom(event)
+            part_event.artifact.parts[0].text = piece
+            part_event.append = event.append if i == 0 else True
+            out.append(self._envelope(task_id, part_event))
+        return out
+
+    # outbox -------------------------------------------------------------------------
+    def _enqueue(self, channel: str, payload: str) -> None:
+        if len(self._outbox) >= self._max_pending or self._closing:
+            self.stats["dropped"] += 1
+            self._warn("live_outbox_full", pending=len(self._outbox))
+            return
+        self._outbox.append((channel, payload))
+        self._wake.set()
+
+    async def _flush(self) -> None:
+        while self._outbox:
+            batch = [self._outbox.popleft() for _ in range(min(_BATCH, len(self._outbox)))]
+            try:
+                await self._store.notify(batch)
+                self.stats["sent"] += len(batch)
+            except Exception as exc:
+                self.stats["send_failures"] += len(batch)
+                self._warn("live_notify_failed", error=str(exc), dropped=len(batch))
+
+    async def _send_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self._flush()
+
+    def _warn(self, event: str, **fields: Any) -> None:
+        now = time.monotonic()
+        if now - self._last_warning >= 5.0:
+            self._last_warning = now
+            log.warning(event, **fields, stats=dict(self.stats))
+
+    # interest ------------------------------------------------------------------------
+    def _runs_elsewhere(self, task_id: str) -> bool:
+        return self._engine is not None and task_id not in self._engine.runs
+
+    def _announce(self, kind: str, task_ids: list[str], *, snap: bool = False) -> None:
+        """Broadcast ``watch``/``unwatch`` for ``task_ids``, as many payloads as it takes."""
+        base = {"k": kind, "r": self.replica_id, "s": snap}
+        room = PAYLOAD_LIMIT - len(orjson.dumps(base)) - 64
+        chunk: list[str] = []
+        used = 0
+        for task_id in task_ids:
+            cost = len(task_id.encode()) + 4
+            if chunk and used + cost > room:
+                self._enqueue(WATCH_CHANNEL, orjson.dumps({**base, "q": next(self._seq), "ids": chunk}).decode())
+                chunk, used = [], 0
+            chunk.append(task_id)
+            used += cost
+        if chunk:
+            self._enqueue(WATCH_CHANNEL, orjson.dumps({**base, "q": next(self._seq), "ids": chunk}).decode())
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._refresh)
+            try:
+                self._refresh_once()
+            except Exception:
+                log.exception("live_refresh_failed")
+
+    def _refresh_once(self) -> None:
+        remote = [t for t in self._interest if self._runs_elsewhere(t)]
+        if remote and self.listening:
+            self._announce("w", remote)
+        now = time.monotonic()
+        runs = self._engine.runs if self._engine is not None else {}
+        for task_id in list(self._watchers):
+            if task_id not in runs:
+                del self._watchers[task_id]
+                continue
+            watchers = self._watchers[task_id]
+            for channel, expiry in list(watchers.items()):
+                if expiry < now:
+                    del watchers[channel]
+            if not watchers:
+                del self._watchers[task_id]
+
+    def _on_watch(self, message: dict[str, Any]) -> None:
+        if self._engine is None:
+            return
+        channel = replica_channel(str(message.get("r")))
+        expiry = time.monotonic() + 3 * self._refresh
+        for task_id in message.get("ids") or ():
+            run = self._engine.runs.get(task_id)
+            if run is None:
+                continue
+            watchers = self._watchers.setdefault(task_id, {})
+            new = channel not in watchers
+            watchers[channel] = expiry
+            if new or message.get("s"):
+                self._send_snapshot(run, channel)
+
+    def _on_unwatch(self, message: dict[str, Any]) -> None:
+        channel = replica_channel(str(message.get("r")))
+        for task_id in message.get("ids") or ():
+            watchers = self._watchers.get(task_id)
+            if watchers is not None:
+                watchers.pop(channel, None)
+                if not watchers:
+                    del self._watchers[task_id]
+
+    def _send_snapshot(self, run: Any, channel: str) -> None:
+        text = run.text_so_far
+        if run.finished or not run.artifact_id or not text:
+            return
+        event = TaskArtifactUpdateEvent(task_id=run.task.id, context_id=run.task.context_id)
+        event.artifact.artifact_id = run.artifact_id
+        event.artifact.name = "response"
+        event.artifact.parts.add(text=text)
+        for payload in self._encode(run.task.id, event):
+            self._enqueue(channel, payload)
+
+    # receiving ------------------------------------------------------------------------
+    async def _listen_loop(self) -> None:
+        backoff = 0.2
+        while not self._closing:
+            try:
+                await self._listen_once()
+                backoff = 0.2
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._warn("live_listener_lost", error=str(exc) or type(exc).__name__)
+            finally:
+                self._listening.clear()
+                await self._close_listener()
+            if self._closing:
+                return
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    async def _listen_once(self) -> None:
+        """LISTEN until the connection is lost (a keepalive query catches half-open ones)."""
+        conn = await self._store.connect_listener()
+        self._listener = conn
+        lost = asyncio.Event()
+        conn.add_termination_listener(lambda _conn: lost.set())
+        await conn.add_listener(self.channel, self._on_notify)
+        await conn.add_listener(WATCH_CHANNEL, self._on_notify)
+        self._listening.set()
+        if self.stats["connects"] or self._interest:
+            # events may have been missed: ask the owners again, with a snapshot
+            remote = [t for t in self._interest if self._runs_elsewhere(t)]
+            if remote:
+                self._announce("w", remote, snap=True)
+        self.stats["connects"] += 1
+        while not lost.is_set() and not conn.is_closed():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(lost.wait(), self._keepalive)
+                break
+            await conn.fetchval("SELECT 1", timeout=self._keepalive)
+
+    async def _close_listener(self) -> None:
+        conn, self._listener = self._listener, None
+        if conn is None or conn.is_closed():
+            return
+        try:
+            await asyncio.wait_for(conn.close(), 2.0)
+        except Exception:
+            conn.terminate()
+
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            message = orjson.loads(payload)
+            kind = message.get("k")
+        except (orjson.JSONDecodeError, AttributeError):
+            return
+        self.stats["received"] += 1
+        try:
+            if kind == "w":
+                if message.get("r") != self.replica_id:
+                    self._on_watch(message)
+            elif kind == "u":
+                if message.get("r") != self.replica_id:
+                    self._on_unwatch(message)
+            elif kind == "c":
+                self._on_control(message)
+            elif isinstance(message.get("t"), str):
+                self._deliver(message)
+        except Exception:
+            log.exception("live_message_failed", kind=kind)
+
+    def _on_control(self, message: dict[str, Any]) -> None:
+        if self._engine is None:
+            return
+        task = asyncio.create_task(self._engine.handle_control(str(message.get("c")), str(message.get("t"))))
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_done)
+
+    def _side_done(self, task: asyncio.Task[Any]) -> None:
+        self._side_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("live_side_task_failed", error=repr(task.exception()))
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        task_id = message["t"]
+        held = self._held.get(task_id)
+        if held is not None:
+            held.append(message)
+            return
+        if message.get("f") in ("fa", "fs") and "sc" in message:
+            self._held[task_id] = []
+            task = asyncio.create_task(self._resolve(task_id, message))
+            self._side_tasks.add(task)
+            task.add_done_callback(self._side_done)
+            return
+        if message.get("k") == "e":
+            event = _decode(message)
+            if event is not None:
+                LiveHub.publish(self, task_id, event)  # local subscribers only
+
+    async def _resolve(self, task_id: str, message: dict[str, Any]) -> None:
+        """Deliver an oversized event from the store, then what arrived behind it."""
+        event: LiveEvent | None = _decode(message) if message.get("k") == "e" else None
+        try:
+            found = await self._from_store(task_id, message)
+            if found is not None:
+                event = found
+        except Exception as exc:
+            self._warn("live_fetch_failed", task_id=task_id, error=str(exc))
+        finally:
+            held = self._held.pop(task_id, [])
+            if event is not None:
+                LiveHub.publish(self, task_id, event)
+            for later in held:
+                self._deliver(later)
+
+    async def _from_store(self, task_id: str, message: dict[str, Any]) -> LiveEvent | None:
+        scope = Scope(*message["sc"])
+        version = int(message.get("v") or 0)
+        deadline = time.monotonic() + self._fetch_wait
+        while True:
+            stored = await self._store.get_task(scope, task_id)
+            if stored is None:
+                return None
+            task = stored.task
+            if stored.version >= version or task.status.state in TERMINAL_STATES:
+                if message["f"] == "fa":
+                    for artifact in task.artifacts:
+                        if artifact.artifact_id == message.get("a"):
+                            update = TaskArtifactUpdateEvent(
+                                task_id=task.id, context_id=task.context_id, append=False, last_chunk=True
+                            )
+                            update.artifact.CopyFrom(artifact)
+                            return update
+                    return None
+                slim = _decode(message)
+                if slim is not None and slim.status.timestamp == task.status.timestamp:
+                    full = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
+                    full.status.CopyFrom(task.status)
+                    return full
+                return None
+            if message["f"] == "fs" or time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(0.02)
+
+
+def _decode(message: dict[str, Any]) -> Any:
+    cls = _TYPES.get(str(message.get("y")))
+    blob = message.get("b")
+    if cls is None or not isinstance(blob, str):
+        return None
+    try:
+        return cls.FromString(base64.b64decode(blob))
+    except Exception:
+        return None
