@@ -136,6 +136,7 @@ class TaskEngine:
             pending_input=pending,
             endpoint_id=scope.endpoint_id,
             tenant=scope.tenant,
+            principal=scope.principal,
             streaming=streaming,
             metadata=dict(message.metadata) if message.metadata else {},
         )

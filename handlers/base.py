@@ -20,7 +20,8 @@ expanded) and an ``httpx.AsyncClient`` that the gateway owns and closes.
   and gets a fresh ``run`` with the answer in the history.
 * exactly one terminal event ends a task: ``Completed``, ``Failed``, ``Rejected``
   or ``Canceled``. ``Reply`` instead of all of the above answers with a single
-  A2A Message and creates no task (message mode); it must be the first event.
+  A2A Message and creates no task (message mode); only ``SessionUpdate`` may
+  come before it.
 
 An iterator that ends without a terminal event after its last ``InputRequired``
 leaves the task waiting for input; one that ends without any of them fails the
@@ -98,6 +99,8 @@ class HandlerRequest:
     """On resume: the ``data`` of the ``InputRequired`` being answered."""
     endpoint_id: str = ""
     tenant: str = ""
+    principal: str = "anonymous"
+    """The caller; contexts (and so ``history``/``session``) belong to one caller."""
     streaming: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
 

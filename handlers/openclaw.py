@@ -208,7 +208,7 @@ class OpenClawHandler(Handler):
 
     def session_user(self, request: HandlerRequest) -> str:
         """The ``user`` that pins this A2A context to one OpenClaw session."""
-        seed = "\0".join((request.tenant, request.endpoint_id, request.context_id))
+        seed = "\0".join((request.tenant, request.endpoint_id, request.principal, request.context_id))
         return "a2a-" + hashlib.sha256(seed.encode()).hexdigest()[:32]
 
     def build_body(self, request: HandlerRequest, *, stream: bool) -> dict[str, Any]:
