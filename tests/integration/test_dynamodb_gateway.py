@@ -1,0 +1,378 @@
+"""The gateway end to end on DynamoDB (moto in server mode) with the real a2a-sdk client.
+
+Replica ``a`` runs in this process; replica ``b`` is a second gateway *process*
+(``python -m a2a_gateway serve``) on the same tables. For the two-process tests the tables come
+from ``migrate`` and the endpoint from ``endpoints add``, through the command line, as an operator
+would do it; the single-gateway tests create both in-process (faster).
+There is no live path between processes on DynamoDB: a subscriber on ``b`` receives the task,
+then the durable changes (final artifact, final state) by polling the store every
+``A2A_GATEWAY_REMOTE_POLL_SECONDS``.
+
+Every test gets its own table prefix, dropped afterwards. Needs ``A2A_TEST_DYNAMODB_ENDPOINT``
+(see ``.ci/services/05-moto.sh``); skips without it, except in CI (``CI=true``), where it fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    TaskState,
+)
+from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError
+
+from tests.harness import RunningGateway, running_gateway
+from tests.stores import dynamo_support as support
+
+pytestmark = pytest.mark.dynamodb
+
+ROOT = Path(__file__).resolve().parents[2]
+REMOTE_POLL = 0.2
+LEASE = 3.0
+"""Short enough that an owner checks for tasks ended elsewhere every second (lease / 3)."""
+COMPLETED, CANCELED = TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_CANCELED
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+def aws_env(**extra: str) -> dict[str, str]:
+    """The environment for a gateway process: moto's dummy credentials, never real ones."""
+    env = {
+        k: v for k, v in os.environ.items()
+        if not k.startswith(("AWS_", "A2A_GATEWAY_"))
+    }
+    env.update(
+        AWS_ACCESS_KEY_ID=support.CREDENTIALS["aws_access_key_id"],
+        AWS_SECRET_ACCESS_KEY=support.CREDENTIALS["aws_secret_access_key"],
+        AWS_EC2_METADATA_DISABLED="true",
+        PYTHONUNBUFFERED="1",
+        **extra,
+    )
+    return env
+
+
+def cli(*args: str, timeout: float = 60.0) -> str:
+    """``python -m a2a_gateway ARGS``; its stdout (fails the test on a non-zero exit)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "a2a_gateway", *args],
+        cwd=ROOT, env=aws_env(), capture_output=True, text=True, timeout=timeout,
+    )
+    assert done.returncode == 0, f"a2a_gateway {args[0]} failed: {done.stderr[-2000:]}"
+    return done.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@asynccontextmanager
+async def gateway_process(store_url: str, replica_id: str) -> AsyncIterator[str]:
+    """``a2a_gateway serve`` on a free loopback port until the block ends; yields its base URL."""
+    port = free_port()
+    env = aws_env(
+        A2A_GATEWAY_REPLICA_ID=replica_id,
+        A2A_GATEWAY_REMOTE_POLL_SECONDS=str(REMOTE_POLL),
+        A2A_GATEWAY_LEASE_SECONDS=str(LEASE),
+        A2A_GATEWAY_LOG_LEVEL="warning",
+    )
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "a2a_gateway", "serve", "--store", store_url,
+             "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log,
+        )
+
+        def output() -> str:
+            log.seek(0)
+            return log.read()[-2000:]
+
+        try:
+            async with httpx.AsyncClient(timeout=1) as http:
+                for _ in range(300):  # 30 s
+                    if proc.poll() is not None:
+                        pytest.fail(f"gateway process exited with {proc.returncode}: {output()}")
+                    try:
+                        if (await http.get(f"{base}/readyz")).status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    await asyncio.sleep(0.1)
+                else:
+                    pytest.fail(f"gateway process not ready after 30 s: {output()}")
+            yield base
+        finally:
+            proc.terminate()
+            try:
+                await asyncio.to_thread(proc.wait, 10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                await asyncio.to_thread(proc.wait)
+
+
+# -- fixtures -------------------------------------------------------------------------------
+
+
+def dummy_aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process gateway opens the store URL itself, through boto3's default chain:
+    give that chain moto's dummy credentials and nothing else."""
+    for name in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", support.CREDENTIALS["aws_access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", support.CREDENTIALS["aws_secret_access_key"])
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture
+async def dynamo_url(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+    """Fresh tables under a prefix of this test's own, dropped afterwards."""
+    from a2a_gateway.stores.dynamodb import create_tables
+
+    url = support.store_url(support.moto_endpoint(), support.unique_prefix())
+    dummy_aws_credentials(monkeypatch)
+    await create_tables(url, **support.CREDENTIALS)
+    try:
+        yield url
+    finally:
+        await support.drop_tables(url)
+
+
+@pytest.fixture
+async def operator_url(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+    """As ``dynamo_url``, but the tables come from ``a2a_gateway migrate``."""
+    url = support.store_url(support.moto_endpoint(), support.unique_prefix())
+    dummy_aws_credentials(monkeypatch)
+    created = await asyncio.to_thread(cli, "migrate", "--store", url)
+    assert "tasks" in created  # the tables were new
+    try:
+        assert "up to date" in await asyncio.to_thread(cli, "migrate", "--store", url)
+        yield url
+    finally:
+        await support.drop_tables(url)
+
+
+@pytest.fixture
+async def cli_endpoint_id(operator_url: str) -> str:
+    """An echo endpoint (0.05 s a word) added with ``a2a_gateway endpoints add``."""
+    out = await asyncio.to_thread(
+        cli, "endpoints", "add", "--store", operator_url, "--name", "echo on dynamodb",
+        "--handler", "handlers.echo:EchoHandler", "--set", "delay=0.05",
+    )
+    return out.strip().splitlines()[-1]
+
+
+@asynccontextmanager
+async def replica_a(url: str) -> AsyncIterator[RunningGateway]:
+    async with running_gateway(
+        url, replica_id="a", lease_seconds=LEASE, remote_poll_seconds=REMOTE_POLL
+    ) as gw:
+        yield gw
+
+
+@asynccontextmanager
+async def replica_b(url: str) -> AsyncIterator[RunningGateway]:
+    """The second gateway process; only its URL helpers and clients are used."""
+    async with gateway_process(url, "b") as base:
+        yield RunningGateway(base, app=None)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def a(dynamo_url: str) -> AsyncIterator[RunningGateway]:
+    async with replica_a(dynamo_url) as gw:
+        yield gw
+
+
+@pytest.fixture
+async def echo(a: RunningGateway) -> str:
+    """An echo endpoint (0.05 s a word), written to DynamoDB through the gateway's store."""
+    return await a.add_endpoint(settings={"delay": 0.05}, name="echo on dynamodb")
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def send(text: str, context_id: str = "") -> SendMessageRequest:
+    message = Message(
+        message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text)],
+        context_id=context_id,
+    )
+    return SendMessageRequest(message=message)
+
+
+async def collect(stream: AsyncIterator[StreamResponse]) -> list[StreamResponse]:
+    return [event async for event in stream]
+
+
+def reconstruct(events: list[StreamResponse]) -> dict[str, str]:
+    """Text per artifact id, applying append / replace as a client would."""
+    texts: dict[str, str] = {}
+    for ev in events:
+        if ev.HasField("artifact_update"):
+            upd = ev.artifact_update
+            text = "".join(p.text for p in upd.artifact.parts)
+            aid = upd.artifact.artifact_id
+            texts[aid] = texts.get(aid, "") + text if upd.append else text
+    return texts
+
+
+# -- one gateway ----------------------------------------------------------------------------
+
+
+async def test_blocking_send_then_get(a, echo):
+    async with a.client(echo, streaming=False) as client:
+        (event,) = await collect(client.send_message(send("hello dynamo")))
+        task = event.task
+        assert task.status.state == COMPLETED
+        assert task.artifacts[0].parts[0].text == "echo: hello dynamo"
+        got = await client.get_task(GetTaskRequest(id=task.id))
+    assert got.status.state == COMPLETED
+    assert got.artifacts[0].parts[0].text == "echo: hello dynamo"
+    assert [m.parts[0].text for m in got.history][:1] == ["hello dynamo"]
+
+
+async def test_stream_delivers_task_then_chunks_then_final(a, echo):
+    words = "one two three four five"
+    async with a.client(echo) as client:
+        events = await collect(client.send_message(send(words)))
+        task_id = events[0].task.id
+        stored = await client.get_task(GetTaskRequest(id=task_id))
+    assert events[0].HasField("task")
+    chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
+    assert len(chunks) >= 6  # one per word, then the final artifact
+    assert not chunks[0].append and chunks[1].append and chunks[-1].last_chunk
+    assert reconstruct(events) == {chunks[0].artifact.artifact_id: f"echo: {words}"}
+    assert events[-1].status_update.status.state == COMPLETED
+    # what the stream built is what DynamoDB holds
+    assert stored.artifacts[0].artifact_id == chunks[0].artifact.artifact_id
+    assert stored.artifacts[0].parts[0].text == f"echo: {words}"
+
+
+async def test_list_filters_by_context_and_pages(a, echo):
+    ctx_a, ctx_b = f"ctx-a-{uuid.uuid4()}", f"ctx-b-{uuid.uuid4()}"
+    async with a.client(echo, streaming=False) as client:
+        sent_a = []
+        for i in range(5):
+            (event,) = await collect(client.send_message(send(f"a{i}", ctx_a)))
+            sent_a.append(event.task.id)
+        for i in range(2):
+            await collect(client.send_message(send(f"b{i}", ctx_b)))
+
+        pages, token = [], ""
+        for _ in range(10):  # bounded: 3 pages expected
+            page = await client.list_tasks(
+                ListTasksRequest(context_id=ctx_a, page_size=2, page_token=token)
+            )
+            pages.append(page)
+            token = page.next_page_token
+            if not token:
+                break
+        everything = await client.list_tasks(ListTasksRequest(page_size=50))
+        completed = await client.list_tasks(ListTasksRequest(status=COMPLETED, page_size=50))
+        token = pages[0].next_page_token
+        middle = len(token) // 2
+        forged = token[:middle] + ("B" if token[middle] == "A" else "A") + token[middle + 1 :]
+        with pytest.raises(InvalidParamsError):
+            await client.list_tasks(ListTasksRequest(context_id=ctx_a, page_size=2, page_token=forged))
+
+    assert [len(p.tasks) for p in pages] == [2, 2, 1]
+    assert {p.total_size for p in pages} == {5}
+    listed = [t.id for p in pages for t in p.tasks]
+    assert listed == list(reversed(sent_a))  # newest status first, each task once
+    assert all(t.context_id == ctx_a for p in pages for t in p.tasks)
+    assert everything.total_size == 7 and len(everything.tasks) == 7
+    assert completed.total_size == 7
+
+
+async def test_cancel_running_task(a, echo):
+    async with a.client(echo) as streaming, a.client(echo, streaming=False) as client:
+        stream = streaming.send_message(send(" ".join(["word"] * 100)))
+        first = await anext(stream)
+        await anext(stream)
+        canceled = await client.cancel_task(CancelTaskRequest(id=first.task.id))
+        rest = await collect(stream)
+        final = await client.get_task(GetTaskRequest(id=first.task.id))
+        with pytest.raises(TaskNotCancelableError):
+            await client.cancel_task(CancelTaskRequest(id=first.task.id))
+    assert canceled.status.state == CANCELED
+    assert rest[-1].status_update.status.state == CANCELED
+    assert final.status.state == CANCELED and not final.artifacts
+
+
+# -- two gateway processes --------------------------------------------------------------------
+
+
+async def test_subscribe_on_second_process_gets_task_then_final_state_by_polling(
+    operator_url, cli_endpoint_id
+):
+    words = " ".join(f"w{i}" for i in range(20))  # about one second at 0.05 s a word
+    ep = cli_endpoint_id
+    async with replica_a(operator_url) as a, replica_b(operator_url) as b, \
+            a.client(ep) as on_a, b.client(ep) as on_b:
+        stream = on_a.send_message(send(words))
+        first = await anext(stream)
+        remote = await collect(on_b.subscribe(SubscribeToTaskRequest(id=first.task.id)))
+        local = await collect(stream)
+        on_b_after = await on_b.get_task(GetTaskRequest(id=first.task.id))
+
+    assert remote[0].HasField("task") and remote[0].task.id == first.task.id
+    assert remote[0].task.status.state == TaskState.TASK_STATE_WORKING
+    updates = [e.artifact_update for e in remote if e.HasField("artifact_update")]
+    # polled, not live: no word-by-word chunks, one final artifact replacing any partial text
+    assert updates and all(not u.append and u.last_chunk for u in updates)
+    assert updates[-1].artifact.parts[0].text == f"echo: {words}"
+    assert remote[-1].status_update.status.state == COMPLETED
+    assert len(remote) <= 4
+    # the owner's own stream was live: many chunks
+    assert sum(e.HasField("artifact_update") for e in local) > 20
+    assert on_b_after.status.state == COMPLETED
+    assert on_b_after.artifacts[0].parts[0].text == f"echo: {words}"
+
+
+async def test_cancel_on_second_process_stops_the_run_on_the_first(operator_url, cli_endpoint_id):
+    ep = cli_endpoint_id
+    async with replica_a(operator_url) as a, replica_b(operator_url) as b, \
+            a.client(ep) as on_a, b.client(ep, streaming=False) as on_b:
+        stream = on_a.send_message(send(" ".join(["word"] * 200)))  # ten seconds if not stopped
+        first = await anext(stream)
+        await anext(stream)
+        canceled = await on_b.cancel_task(CancelTaskRequest(id=first.task.id))
+        started = time.monotonic()
+        rest = await asyncio.wait_for(collect(stream), timeout=8)
+        stopped_after = time.monotonic() - started
+        for _ in range(50):  # the run leaves the owner's table once its driver has stopped
+            if first.task.id not in a.gateway.engine.runs:
+                break
+            await asyncio.sleep(0.1)
+        assert first.task.id not in a.gateway.engine.runs
+        final = await on_a.get_task(GetTaskRequest(id=first.task.id))
+        seen_on_b = await on_b.get_task(GetTaskRequest(id=first.task.id))
+
+    assert canceled.status.state == CANCELED
+    assert rest[-1].status_update.status.state == CANCELED
+    assert stopped_after < 5  # noticed by the owner's lease check, long before the run's end
+    assert final.status.state == CANCELED and not final.artifacts  # never completed afterwards
+    assert seen_on_b.status.state == CANCELED
