@@ -53,6 +53,7 @@ from a2a_gateway.executor import (
     copy_task,
     message_data,
     message_text,
+    stamp,
 )
 
 
@@ -153,7 +154,7 @@ class TaskEngine:
         task = Task(id=str(uuid.uuid4()), context_id=message.context_id or str(uuid.uuid4()))
         message.task_id, message.context_id = task.id, task.context_id
         task.status.state = TaskState.TASK_STATE_SUBMITTED
-        task.status.timestamp.GetCurrentTime()
+        stamp(task.status.timestamp)
         task.history.append(message)
         context = await self._context(runtime, scope, task.context_id)
         request = self._request(runtime, scope, task, message, context, streaming=streaming)
@@ -209,7 +210,7 @@ class TaskEngine:
                 return SendOutcome(task=copy_task(task), follow_version=version, scope=scope)
             task.history.append(message)
             task.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_WORKING))
-            task.status.timestamp.GetCurrentTime()
+            stamp(task.status.timestamp)
             run_state.pop("pending_input", None)
             sub = self.hub.subscribe(task.id) if subscribe else None
             if continued and live is not None:
@@ -238,7 +239,7 @@ class TaskEngine:
         task.history.append(message)
         prompt = agent_message(task, exc.prompt, exc.data)
         task.status.message.CopyFrom(prompt)
-        task.status.timestamp.GetCurrentTime()
+        stamp(task.status.timestamp)
         task.history.append(prompt)
         if live is not None:
             await live._write()
@@ -293,7 +294,7 @@ class TaskEngine:
             with contextlib.suppress(Exception):
                 await handler.cancel(request)
         status = TaskStatus(state=TaskState.TASK_STATE_CANCELED)
-        status.timestamp.GetCurrentTime()
+        stamp(status.timestamp)
         for _ in range(5):
             task.status.CopyFrom(status)
             task.status.message.CopyFrom(agent_message(task, "canceled"))
@@ -381,7 +382,7 @@ class TaskEngine:
             log.info("task_reattached", task_id=task.id)
             return
         status = TaskStatus(state=TaskState.TASK_STATE_FAILED)
-        status.timestamp.GetCurrentTime()
+        stamp(status.timestamp)
         task.status.CopyFrom(status)
         task.status.message.CopyFrom(agent_message(task, GATEWAY_LOST))
         await self.store.update_task(scope, task, expected_version=stored.version)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import (
@@ -65,6 +67,11 @@ log = structlog.get_logger(__name__)
 
 INTERRUPTED_STATES = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
 GATEWAY_LOST = "gateway instance lost"
+
+
+def stamp(timestamp: Timestamp) -> None:
+    """Set ``timestamp`` to now (cheaper than ``GetCurrentTime``)."""
+    timestamp.FromNanoseconds(time.time_ns())
 
 
 def copy_task(task: Task) -> Task:
@@ -177,31 +184,30 @@ class TaskRun:
                 await self._driver
 
     async def _drive(self) -> None:
-        with structlog.contextvars.bound_contextvars(
-            task_id=self.task.id, endpoint_id=self.scope.endpoint_id
-        ):
-            try:
-                async for event in self._events:
-                    await self._apply(event)
-                    if self.finished:
-                        break
-                else:
-                    await self._exhausted()
-            except SupersededError:
-                log.info("task_superseded")
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("handler_failed")
-                await self._safe_fail("the agent failed unexpectedly")
-            finally:
-                await self._close_events()
-                if self.engine.runs.get(self.task.id) is self:
-                    del self.engine.runs[self.task.id]
-                if self.finished and self.reply is None:
-                    self.engine.hub.end(self.task.id)
-                self.created.set()
-                self.settled.set()
+        # this driver runs in its own copy of the request's context
+        structlog.contextvars.bind_contextvars(task_id=self.task.id, endpoint_id=self.scope.endpoint_id)
+        try:
+            async for event in self._events:
+                await self._apply(event)
+                if self.finished:
+                    break
+            else:
+                await self._exhausted()
+        except SupersededError:
+            log.info("task_superseded")
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("handler_failed")
+            await self._safe_fail("the agent failed unexpectedly")
+        finally:
+            await self._close_events()
+            if self.engine.runs.get(self.task.id) is self:
+                del self.engine.runs[self.task.id]
+            if self.finished and self.reply is None:
+                self.engine.hub.end(self.task.id)
+            self.created.set()
+            self.settled.set()
 
     async def _close_events(self) -> None:
         aclose = getattr(self._events, "aclose", None)
@@ -269,10 +275,11 @@ class TaskRun:
             lease_until=self.engine.lease_deadline(),
         )
         self.created.set()
-        if self._push_config is not None:
-            await self.engine.push.save_inline_config(self.scope, self.task.id, self._push_config)
         self._publish_status()
-        await self.engine.push.notify(self.runtime, self.scope, self.task)
+        if self._push_config is not None:
+            # no other config can exist yet: the client does not know the task id
+            await self.engine.push.save_inline_config(self.scope, self.task.id, self._push_config)
+            await self.engine.push.notify(self.runtime, self.scope, self.task)
 
     def _on_text(self, text: str) -> None:
         if not text:
@@ -372,7 +379,7 @@ class TaskRun:
     # helpers -----------------------------------------------------------------
     def _set_status(self, state: int) -> None:
         status = TaskStatus(state=state)
-        status.timestamp.GetCurrentTime()
+        stamp(status.timestamp)
         self.task.status.CopyFrom(status)
 
     def _publish_status(self, metadata: dict[str, Any] | None = None) -> None:

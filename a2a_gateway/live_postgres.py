@@ -55,7 +55,7 @@ import structlog
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
 from a2a_gateway.live import LiveEvent, LiveHub, Subscription
-from a2a_gateway.stores.base import TERMINAL_STATES, Scope
+from a2a_gateway.stores.base import TERMINAL_STATES, Scope, StoreUnavailableError
 
 log = structlog.get_logger(__name__)
 
@@ -303,12 +303,23 @@ class PostgresLiveHub(LiveHub):
     async def _flush(self) -> None:
         while self._outbox:
             batch = [self._outbox.popleft() for _ in range(min(_BATCH, len(self._outbox)))]
-            try:
-                await self._store.notify(batch)
-                self.stats["sent"] += len(batch)
-            except Exception as exc:
-                self.stats["send_failures"] += len(batch)
-                self._warn("live_notify_failed", error=str(exc), dropped=len(batch))
+            for attempt in (1, 2):
+                try:
+                    await self._store.notify(batch)
+                    self.stats["sent"] += len(batch)
+                    break
+                except StoreUnavailableError as exc:
+                    # a pooled connection the server dropped (restart, terminated
+                    # backend) fails once and is replaced: one retry
+                    if attempt == 2:
+                        self._send_failed(batch, exc)
+                except Exception as exc:
+                    self._send_failed(batch, exc)
+                    break
+
+    def _send_failed(self, batch: list[tuple[str, str]], exc: Exception) -> None:
+        self.stats["send_failures"] += len(batch)
+        self._warn("live_notify_failed", error=str(exc), dropped=len(batch))
 
     async def _send_loop(self) -> None:
         while True:

@@ -41,9 +41,9 @@ from a2a_gateway.stores.base import (
 )
 from a2a_gateway.stores.dynamodb_items import (
     LEASE_SHARDS,
+    Expr,
     N,
     S,
-    Expr,
     endpoint_from_item,
     endpoint_item,
     esc,

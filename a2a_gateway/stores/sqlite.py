@@ -144,9 +144,8 @@ class SQLiteStore(Store):
             raise KeyError(endpoint.id)
 
     async def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
-        async with self._db.execute("SELECT * FROM endpoints WHERE id = ?", (endpoint_id,)) as cur:
-            row = await cur.fetchone()
-        return _endpoint_from_row(row) if row else None
+        rows = await self._db.execute_fetchall("SELECT * FROM endpoints WHERE id = ?", (endpoint_id,))
+        return _endpoint_from_row(rows[0]) if rows else None
 
     async def list_endpoints(self) -> list[Endpoint]:
         async with self._db.execute("SELECT * FROM endpoints ORDER BY created_at, id") as cur:
@@ -221,11 +220,10 @@ class SQLiteStore(Store):
         return expected_version + 1
 
     async def get_task(self, scope: Scope, task_id: str) -> StoredTask | None:
-        async with self._db.execute(
+        rows = await self._db.execute_fetchall(
             f"SELECT * FROM tasks WHERE {_SCOPE} AND id = ?", (*_scope_args(scope), task_id)
-        ) as cur:
-            row = await cur.fetchone()
-        return _stored_from_row(row) if row else None
+        )
+        return _stored_from_row(rows[0]) if rows else None
 
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
         where, args = [_SCOPE], list(_scope_args(scope))
@@ -277,11 +275,11 @@ class SQLiteStore(Store):
         return TaskPushNotificationConfig.FromString(row["config"]) if row else None
 
     async def list_push_configs(self, scope: Scope, task_id: str) -> list[TaskPushNotificationConfig]:
-        async with self._db.execute(
+        rows = await self._db.execute_fetchall(
             f"SELECT config FROM push_configs WHERE {_SCOPE} AND task_id = ? ORDER BY id",
             (*_scope_args(scope), task_id),
-        ) as cur:
-            return [TaskPushNotificationConfig.FromString(r["config"]) for r in await cur.fetchall()]
+        )
+        return [TaskPushNotificationConfig.FromString(r["config"]) for r in rows]
 
     async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> None:
         await self._db.execute(

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 import structlog
+from a2a.auth.user import UnauthenticatedUser
 from a2a.compat.v0_3 import types as t03
 from a2a.server.context import ServerCallContext
 from a2a.types import (
@@ -43,7 +44,7 @@ from a2a.utils.errors import (
     MethodNotFoundError,
     VersionNotSupportedError,
 )
-from a2a.utils.proto_utils import to_stream_response, validate_proto_required_fields
+from a2a.utils.proto_utils import to_stream_response
 from aiohttp import web
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from pydantic import ValidationError
@@ -58,6 +59,7 @@ from a2a_gateway.transport.negotiate import (
     parse_version,
     requested_version,
 )
+from a2a_gateway.transport.required_fields import validate_required_fields
 from a2a_gateway.transport.sse import SSEStream
 
 
@@ -176,12 +178,14 @@ async def _read_envelope(request: web.Request) -> dict[str, Any]:
 
 
 def _call_context(request: web.Request, gateway: Gateway, runtime: EndpointRuntime, activated: list[str]) -> ServerCallContext:
-    return ServerCallContext(
+    # model_construct: these values are ours and already valid (saves pydantic's checks)
+    return ServerCallContext.model_construct(
         state={
-            "headers": {k.lower(): v for k, v in request.headers.items()},
+            "headers": request.headers,
             "base_url": gateway.base_url(request),
             "request_id": request.get(REQUEST_ID),
         },
+        user=UnauthenticatedUser(),
         tenant=runtime.endpoint.tenant,
         requested_extensions=set(activated),
     )
@@ -227,7 +231,7 @@ def _parse_params(method: Method, payload: dict[str, Any]) -> Any:
         model = ParseDict(params, method.model(), ignore_unknown_fields=True)
     except ParseError as exc:
         raise InvalidParamsError(f"invalid params: {exc}") from None
-    validate_proto_required_fields(model)
+    validate_required_fields(model)
     return model
 
 

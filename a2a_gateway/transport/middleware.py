@@ -8,9 +8,11 @@ its traceback, never sent to the client.
 
 from __future__ import annotations
 
+import functools
+import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 import structlog
@@ -20,13 +22,32 @@ from prometheus_client import Counter, Histogram
 
 from a2a_gateway.errors import GatewayError
 from a2a_gateway.stores.base import StoreUnavailableError
-from a2a_gateway.transport.jsonrpc import error_body
+from a2a_gateway.transport.jsonrpc import V03_METHODS, V10_METHODS, error_body
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, REQUEST_ID
+from a2a_gateway.transport.rest import ROUTES as REST_ROUTES
 
 log = structlog.get_logger("a2a_gateway.access")
 
+KNOWN_METHODS = frozenset(V10_METHODS) | frozenset(V03_METHODS) | {r[2].__name__ for r in REST_ROUTES}
 REQUESTS = Counter("a2a_gateway_requests_total", "HTTP requests", ["a2a_method", "status"])
 LATENCY = Histogram("a2a_gateway_request_seconds", "Time to the response (stream start for SSE)", ["a2a_method"])
+
+
+def _method_label(method: str | None) -> str:
+    """A metrics label from a bounded set (method names come from clients)."""
+    if method is None:
+        return "other"
+    return method if method in KNOWN_METHODS else "unknown"
+
+
+@functools.cache
+def _request_counter(method: str, status: int) -> Any:
+    return REQUESTS.labels(method, str(status))
+
+
+@functools.cache
+def _latency_histogram(method: str) -> Any:
+    return LATENCY.labels(method)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -46,7 +67,7 @@ def error_response(request: web.Request, status: int, message: str, code: str) -
 
 @web.middleware
 async def request_context(request: web.Request, handler: Handler) -> web.StreamResponse:
-    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+    request_id = request.headers.get("X-Request-Id") or os.urandom(8).hex()
     request[REQUEST_ID] = request_id
     started = time.perf_counter()
     status = 500
@@ -75,9 +96,9 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
         log.exception("request_failed")
         response = error_response(request, 500, "internal error", "INTERNAL")
     elapsed = time.perf_counter() - started
-    method_label = request.get(A2A_METHOD) or "other"
-    REQUESTS.labels(method_label, str(status)).inc()
-    LATENCY.labels(method_label).observe(elapsed)
+    method_label = _method_label(request.get(A2A_METHOD))
+    _request_counter(method_label, status).inc()
+    _latency_histogram(method_label).observe(elapsed)
     log.info(
         "request",
         method=request.method,

@@ -34,7 +34,7 @@ from a2a.utils.errors import (
     InvalidParamsError,
     VersionNotSupportedError,
 )
-from a2a.utils.proto_utils import to_stream_response, validate_proto_required_fields
+from a2a.utils.proto_utils import to_stream_response
 from aiohttp import web
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
@@ -48,6 +48,7 @@ from a2a_gateway.transport.negotiate import (
     parse_version,
     requested_version,
 )
+from a2a_gateway.transport.required_fields import validate_required_fields
 
 REST_HEADERS = web.RequestKey("rest_headers", dict)
 
@@ -126,7 +127,7 @@ async def _stream(request: web.Request, gateway: Gateway, events: Any, headers: 
 
 async def send_message(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     params = await _body(request, SendMessageRequest())
-    validate_proto_required_fields(params)
+    validate_required_fields(params)
     result = await handler.on_message_send(params, context)
     key = "message" if isinstance(result, Message) else "task"
     return _ok(gateway, {key: MessageToDict(result)}, _headers(request))
@@ -134,7 +135,7 @@ async def send_message(request, gateway, handler, context):  # type: ignore[no-u
 
 async def stream_message(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     params = await _body(request, SendMessageRequest())
-    validate_proto_required_fields(params)
+    validate_required_fields(params)
     return await _stream(request, gateway, handler.on_message_send_stream(params, context), _headers(request))
 
 
