@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,6 +32,8 @@ from a2a.types import (
 )
 from google.protobuf.json_format import MessageToDict, ParseDict
 
+from handlers.base import Completed, HandlerRequest, InputRejectedError
+from handlers.hermes import HermesAgentHandler, HermesSettings
 from tests.harness import RunningGateway, require_env, running_gateway
 
 pytestmark = pytest.mark.hermes
@@ -97,12 +100,15 @@ async def llm_requests() -> list[dict[str, Any]]:
         return response.json()
 
 
-async def until_input_required(stream: AsyncIterator[StreamResponse]) -> list[StreamResponse]:
+async def until_input_required(stream: Any) -> list[StreamResponse]:
     events = []
-    async for event in stream:
-        events.append(event)
-        if state_of(event) == INPUT_REQUIRED:
-            break
+    try:
+        async for event in stream:
+            events.append(event)
+            if state_of(event) == INPUT_REQUIRED:
+                break
+    finally:
+        await stream.aclose()
     return events
 
 
@@ -324,3 +330,85 @@ async def test_dropped_event_stream_completes_from_polling(gw, hermes_url):
     assert len(streamed) < 12  # the tokens after the cut never arrived live
     expected = " ".join(f"slow{i}" for i in range(12))
     assert task.status.state == COMPLETED and final_text(task) == expected
+
+
+async def test_unanswered_approval_is_denied_after_the_bridge_bound(gw, hermes_url, tmp_path: Path):
+    target = tmp_path / "danger-target"
+    target.mkdir()
+    endpoint = await hermes_endpoint(gw, hermes_url, approval_wait_seconds=1.0)
+    async with gw.client(endpoint) as client:
+        head = await until_input_required(
+            client.send_message(message(f"FAKE_TOOL_DANGER path={target} {token()}")))
+        task_id = head[0].task.id
+        for _ in range(100):
+            task = await client.get_task(GetTaskRequest(id=task_id))
+            if task.status.state == COMPLETED:
+                break
+            await asyncio.sleep(0.1)
+    assert task.status.state == COMPLETED
+    assert "BLOCKED: Command denied by user" in final_text(task)
+    assert target.exists()
+
+
+async def test_wrong_key_fails_without_revealing_it(gw, hermes_url, monkeypatch):
+    wrong = "wrong-key-" + uuid.uuid4().hex
+    monkeypatch.setenv("A2A_TEST_WRONG_HERMES_KEY", wrong)
+    endpoint = await hermes_endpoint(gw, hermes_url, hermes_api_key="env:A2A_TEST_WRONG_HERMES_KEY")
+    async with gw.client(endpoint, streaming=False) as client:
+        (event,) = [e async for e in client.send_message(message(f"hello {token()}"))]
+    reason = event.task.status.message.parts[0].text
+    assert event.task.status.state == TaskState.TASK_STATE_FAILED
+    assert "rejected the API key (HTTP 401)" in reason and wrong not in reason
+
+
+async def test_unreachable_hermes_fails_the_task(gw, hermes_url):
+    with socket_closed_port() as url:
+        endpoint = await hermes_endpoint(gw, url)
+        async with gw.client(endpoint, streaming=False) as client:
+            (event,) = [e async for e in client.send_message(message(f"hello {token()}"))]
+    assert event.task.status.state == TaskState.TASK_STATE_FAILED
+    assert "unreachable" in event.task.status.message.parts[0].text
+
+
+@contextlib.contextmanager
+def socket_closed_port() -> Iterator[str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"  # bound, never listening
+
+
+# -- the handler alone against real Hermes: re-attach and answers to a finished run ---------
+
+
+@pytest.fixture
+async def handler(hermes_url: str) -> AsyncIterator[HermesAgentHandler]:
+    async with httpx.AsyncClient() as http:
+        yield HermesAgentHandler(HermesSettings(
+            hermes_api_url=hermes_url, hermes_api_key=require_env("A2A_TEST_HERMES_KEY"),
+            poll_interval_seconds=0.1), http)
+
+
+def handler_request(text: str = "", **fields: Any) -> HandlerRequest:
+    return HandlerRequest(task_id="t", context_id="c", message=Message(), text=text, **fields)
+
+
+async def test_reattach_follows_a_run_started_earlier(handler, hermes_url):
+    mark = token()
+    async with httpx.AsyncClient() as http:
+        created = await http.post(
+            f"{hermes_url}/v1/runs", json={"input": f"FAKE_SLOW words=5 delay=0.1 {mark}"},
+            headers={"Authorization": f"Bearer {require_env('A2A_TEST_HERMES_KEY')}"})
+    run_id = created.json()["run_id"]
+    events = [e async for e in handler.reattach(handler_request(run_ref=run_id))]
+    assert events[-1] == Completed(text="slow0 slow1 slow2 slow3 slow4", metadata={
+        "hermes_run_id": run_id, "usage": events[-1].metadata["usage"]})
+
+
+async def test_answer_to_a_finished_run_reports_approval_not_active(handler):
+    events = [e async for e in handler.run(handler_request(f"hello {token()}"))]
+    assert isinstance(events[-1], Completed)
+    run_id = events[-1].metadata["hermes_run_id"]
+    request = handler_request("yes", run_ref=run_id, pending_input={"choices": ["once", "deny"]})
+    with pytest.raises(InputRejectedError) as caught:
+        await handler.resume(request)
+    assert "approval_not_active" in caught.value.prompt
