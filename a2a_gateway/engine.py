@@ -48,6 +48,7 @@ log = structlog.get_logger(__name__)
 from a2a_gateway.executor import (
     GATEWAY_LOST,
     INTERRUPTED_STATES,
+    SupersededError,
     TaskRun,
     agent_message,
     copy_task,
@@ -174,14 +175,13 @@ class TaskEngine:
     async def _continue(
         self, runtime: EndpointRuntime, scope: Scope, message: Message, *, streaming: bool, subscribe: bool
     ) -> SendOutcome:
-        handler = runtime.require_handler()
+        runtime.require_handler()
         async with self._task_lock(message.task_id):
             stored = await self.store.get_task(scope, message.task_id)
             if stored is None:
                 raise TaskNotFoundError(f"Task {message.task_id} not found")
             live = self.runs.get(message.task_id)
             task = live.task if live is not None else stored.task
-            version = live.version if live is not None else stored.version
             state = task.status.state
             if state in TERMINAL_STATES:
                 raise UnsupportedOperationError(
@@ -200,43 +200,96 @@ class TaskEngine:
                 runtime, scope, task, message, context, streaming=streaming,
                 run_ref=stored.run_ref, pending=run_state.get("pending_input"),
             )
-            try:
-                continued = await handler.resume(request)
-            except InputRejectedError as exc:
-                rejected = await self._reject_input(runtime, scope, task, version, message, exc, live)
-                return SendOutcome(task=rejected)
-            if continued and live is None and self.owned_elsewhere(stored):
-                # the run goes on at its owner, which records what follows
-                return SendOutcome(task=copy_task(task), follow_version=version, scope=scope)
-            task.history.append(message)
-            task.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_WORKING))
-            stamp(task.status.timestamp)
-            run_state.pop("pending_input", None)
             sub = self.hub.subscribe(task.id) if subscribe else None
-            if continued and live is not None:
-                run = live
-                run.begin_turn()
-                run.request = request
-                run.run_state = run_state
-                await run._write()
-                run.initial_task = copy_task(task)
-                run._publish_status()
-                return SendOutcome(run=run, subscription=sub)
-            if live is not None:
-                await live.stop_driver()  # the handler starts over with a fresh run
-            events = handler.reattach(request) if continued else handler.run(request)
-            run = TaskRun(self, runtime, scope, request, task, version, run_state, events)
+            try:
+                if live is not None:
+                    return await self._continue_live(live, request, message, run_state, sub)
+                return await self._continue_idle(runtime, scope, stored, request, message, run_state, sub)
+            except BaseException:
+                if sub is not None:
+                    sub.close()
+                raise
+
+    async def _continue_live(
+        self, run: TaskRun, request: HandlerRequest, message: Message,
+        run_state: dict[str, Any], sub: Subscription | None,
+    ) -> SendOutcome:
+        """The handler's iterator is still open here: WORKING first, then the answer goes
+        to the handler, and the events that follow arrive on the same run."""
+        task = run.task
+        prompt_status = TaskStatus()
+        prompt_status.CopyFrom(task.status)
+        settled = run.begin_turn()
+        task.history.append(message)
+        task.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_WORKING))
+        stamp(task.status.timestamp)
+        run.request, run.run_state = request, run_state
+        run_state.pop("pending_input", None)
+        try:
             await run._write()
-            run.initial_task = copy_task(task)
-            run._publish_status()
-            run.start()
+        except SupersededError:
+            return SendOutcome(task=await self._final_task(run))
+        run.initial_task = copy_task(task)
+        run._publish_status()
+        try:
+            continued = await run.runtime.require_handler().resume(request)
+        except InputRejectedError as exc:
+            if run.finished:
+                return SendOutcome(task=copy_task(run.task))
+            task.status.CopyFrom(prompt_status)
+            run_state["pending_input"] = request.pending_input or {}
+            rejected = await self._reject_input(run.scope, task, run.version, exc, run)
+            settled.set()
+            return SendOutcome(task=rejected)
+        if continued:
             return SendOutcome(run=run, subscription=sub)
+        await run.stop_driver()  # the handler starts over with a fresh run
+        fresh = TaskRun(self, run.runtime, run.scope, request, task, run.version, run_state,
+                        run.runtime.require_handler().run(request))
+        fresh.initial_task = copy_task(task)
+        fresh.start()
+        return SendOutcome(run=fresh, subscription=sub)
+
+    async def _continue_idle(
+        self, runtime: EndpointRuntime, scope: Scope, stored: Any, request: HandlerRequest,
+        message: Message, run_state: dict[str, Any], sub: Subscription | None,
+    ) -> SendOutcome:
+        """No iterator runs here: the answer goes to the handler, then a fresh run (or a
+        re-attached one) carries on, unless another replica owns the run."""
+        task, version = stored.task, stored.version
+        handler = runtime.require_handler()
+        try:
+            continued = await handler.resume(request)
+        except InputRejectedError as exc:
+            task.history.append(message)
+            return SendOutcome(task=await self._reject_input(scope, task, version, exc, None))
+        if continued and self.owned_elsewhere(stored):
+            # the run goes on at its owner, which records what follows
+            return SendOutcome(task=copy_task(task), follow_version=version, scope=scope)
+        task.history.append(message)
+        task.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_WORKING))
+        stamp(task.status.timestamp)
+        run_state.pop("pending_input", None)
+        events = handler.reattach(request) if continued else handler.run(request)
+        run = TaskRun(self, runtime, scope, request, task, version, run_state, events)
+        try:
+            await run._write()
+        except SupersededError:
+            return SendOutcome(task=await self._final_task(run))
+        run.initial_task = copy_task(task)
+        run._publish_status()
+        run.start()
+        return SendOutcome(run=run, subscription=sub)
+
+    async def _final_task(self, run: TaskRun) -> Task:
+        stored = await self.store.get_task(run.scope, run.task.id)
+        return stored.task if stored is not None else copy_task(run.task)
 
     async def _reject_input(
-        self, runtime: EndpointRuntime, scope: Scope, task: Task, version: int, message: Message,
-        exc: InputRejectedError, live: TaskRun | None,
+        self, scope: Scope, task: Task, version: int | None, exc: InputRejectedError, live: TaskRun | None,
     ) -> Task:
-        task.history.append(message)
+        """Keep the task waiting for input, with a status message saying why the answer
+        was not accepted (e.g. the valid choices)."""
         prompt = agent_message(task, exc.prompt, exc.data)
         task.status.message.CopyFrom(prompt)
         stamp(task.status.timestamp)
@@ -245,7 +298,7 @@ class TaskEngine:
             await live._write()
             live._publish_status()
         else:
-            await self.store.update_task(scope, task, expected_version=version)
+            await self.store.update_task(scope, task, expected_version=version or 0)
         return copy_task(task)
 
     # cancel ---------------------------------------------------------------------------

@@ -244,6 +244,8 @@ class TaskRun:
             await self._ensure_created()
             return
         await self._ensure_created()
+        if isinstance(event, TextDelta | Progress) and self.task.status.state in INTERRUPTED_STATES:
+            await self._back_to_working()
         if isinstance(event, TextDelta):
             self._on_text(event.text)
         elif isinstance(event, Progress):
@@ -280,6 +282,12 @@ class TaskRun:
             # no other config can exist yet: the client does not know the task id
             await self.engine.push.save_inline_config(self.scope, self.task.id, self._push_config)
             await self.engine.push.notify(self.runtime, self.scope, self.task)
+
+    async def _back_to_working(self) -> None:
+        """The run went on without an answer (e.g. the backend's approval expired)."""
+        self.run_state.pop("pending_input", None)
+        self._set_status(TaskState.TASK_STATE_WORKING)
+        await self._write()
 
     def _on_text(self, text: str) -> None:
         if not text:

@@ -46,7 +46,7 @@ from a2a.utils.errors import (
 )
 from a2a.utils.proto_utils import to_stream_response
 from aiohttp import web
-from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
+from google.protobuf.json_format import ParseError
 from pydantic import ValidationError
 
 from a2a_gateway.gateway import GATEWAY, Gateway
@@ -59,6 +59,7 @@ from a2a_gateway.transport.negotiate import (
     parse_version,
     requested_version,
 )
+from a2a_gateway.transport.protojson import message_to_dict, parse_dict
 from a2a_gateway.transport.required_fields import validate_required_fields
 from a2a_gateway.transport.sse import SSEStream
 
@@ -135,11 +136,11 @@ def _result_1_0(result: Any, *, send: bool = False) -> Any:
     """Wire form of a 1.0 handler result: SendMessage answers ``{"task"|"message": …}``
     (a SendMessageResponse), the other methods the bare object."""
     if isinstance(result, Task):
-        return {"task": MessageToDict(result)} if send else MessageToDict(result)
+        return {"task": message_to_dict(result)} if send else message_to_dict(result)
     if isinstance(result, Message):
-        return {"message": MessageToDict(result)}
+        return {"message": message_to_dict(result)}
     if isinstance(result, ListTasksResponse):
-        out = MessageToDict(result)
+        out = message_to_dict(result)
         out.setdefault("tasks", [])
         out.setdefault("nextPageToken", "")
         out.setdefault("pageSize", result.page_size)
@@ -147,7 +148,7 @@ def _result_1_0(result: Any, *, send: bool = False) -> Any:
         return out
     if result is None:
         return {}
-    return MessageToDict(result)
+    return message_to_dict(result)
 
 
 def _dump_0_3(result: Any) -> Any:
@@ -228,7 +229,7 @@ def _parse_params(method: Method, payload: dict[str, Any]) -> Any:
     if not isinstance(params, dict):
         raise InvalidParamsError("params must be an object")
     try:
-        model = ParseDict(params, method.model(), ignore_unknown_fields=True)
+        model = parse_dict(params, method.model())
     except ParseError as exc:
         raise InvalidParamsError(f"invalid params: {exc}") from None
     validate_required_fields(model)
@@ -246,7 +247,7 @@ async def _call_1_0(
         events = call(params, context)
 
         def frame(event: Any) -> bytes:
-            result = MessageToDict(to_stream_response(event))
+            result = message_to_dict(to_stream_response(event))
             return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
 
         return await stream_events(request, gateway, events, frame, request_id, headers)

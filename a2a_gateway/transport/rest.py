@@ -36,7 +36,7 @@ from a2a.utils.errors import (
 )
 from a2a.utils.proto_utils import to_stream_response
 from aiohttp import web
-from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
+from google.protobuf.json_format import ParseError
 
 from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.request_handler import GatewayRequestHandler
@@ -48,6 +48,7 @@ from a2a_gateway.transport.negotiate import (
     parse_version,
     requested_version,
 )
+from a2a_gateway.transport.protojson import message_to_dict, parse_dict
 from a2a_gateway.transport.required_fields import validate_required_fields
 
 REST_HEADERS = web.RequestKey("rest_headers", dict)
@@ -90,7 +91,7 @@ async def _body(request: web.Request, model: Any) -> Any:
     if not isinstance(data, dict):
         raise InvalidParamsError("request body must be a JSON object")
     try:
-        parsed = ParseDict(data, model, ignore_unknown_fields=True)
+        parsed = parse_dict(data, model)
     except ParseError as exc:
         raise InvalidParamsError(f"invalid request body: {exc}") from None
     return parsed
@@ -111,7 +112,7 @@ def _query(request: web.Request, model: Any, ints: tuple[str, ...] = (), bools: 
         else:
             data[key] = value
     try:
-        return ParseDict(data, model, ignore_unknown_fields=True)
+        return parse_dict(data, model)
     except ParseError as exc:
         raise InvalidParamsError(f"invalid query parameters: {exc}") from None
 
@@ -120,7 +121,7 @@ async def _stream(request: web.Request, gateway: Gateway, events: Any, headers: 
     from a2a_gateway.transport.jsonrpc import stream_events
 
     def frame(event: Any) -> bytes:
-        return orjson.dumps(MessageToDict(to_stream_response(event)))
+        return orjson.dumps(message_to_dict(to_stream_response(event)))
 
     return await stream_events(request, gateway, events, frame, None, headers)
 
@@ -130,7 +131,7 @@ async def send_message(request, gateway, handler, context):  # type: ignore[no-u
     validate_required_fields(params)
     result = await handler.on_message_send(params, context)
     key = "message" if isinstance(result, Message) else "task"
-    return _ok(gateway, {key: MessageToDict(result)}, _headers(request))
+    return _ok(gateway, {key: message_to_dict(result)}, _headers(request))
 
 
 async def stream_message(request, gateway, handler, context):  # type: ignore[no-untyped-def]
@@ -143,7 +144,7 @@ async def get_task(request, gateway, handler, context):  # type: ignore[no-untyp
     params = _query(request, GetTaskRequest(), ints=("historyLength",))
     params.id = request.match_info["task_id"]
     task = await handler.on_get_task(params, context)
-    return _ok(gateway, MessageToDict(task), _headers(request))
+    return _ok(gateway, message_to_dict(task), _headers(request))
 
 
 async def list_tasks(request, gateway, handler, context):  # type: ignore[no-untyped-def]
@@ -151,7 +152,7 @@ async def list_tasks(request, gateway, handler, context):  # type: ignore[no-unt
         request, ListTasksRequest(), ints=("pageSize", "historyLength"), bools=("includeArtifacts",)
     )
     result = await handler.on_list_tasks(params, context)
-    body = MessageToDict(result)
+    body = message_to_dict(result)
     body.setdefault("tasks", [])
     body.setdefault("nextPageToken", "")
     body.setdefault("pageSize", result.page_size)
@@ -161,7 +162,7 @@ async def list_tasks(request, gateway, handler, context):  # type: ignore[no-unt
 
 async def cancel_task(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     task = await handler.on_cancel_task(CancelTaskRequest(id=request.match_info["task_id"]), context)
-    return _ok(gateway, MessageToDict(task), _headers(request))
+    return _ok(gateway, message_to_dict(task), _headers(request))
 
 
 async def subscribe(request, gateway, handler, context):  # type: ignore[no-untyped-def]
@@ -173,13 +174,13 @@ async def create_push_config(request, gateway, handler, context):  # type: ignor
     params = await _body(request, TaskPushNotificationConfig())
     params.task_id = request.match_info["task_id"]
     config = await handler.on_create_task_push_notification_config(params, context)
-    return _ok(gateway, MessageToDict(config), _headers(request))
+    return _ok(gateway, message_to_dict(config), _headers(request))
 
 
 async def list_push_configs(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     params = ListTaskPushNotificationConfigsRequest(task_id=request.match_info["task_id"])
     result = await handler.on_list_task_push_notification_configs(params, context)
-    body = MessageToDict(result)
+    body = message_to_dict(result)
     body.setdefault("configs", [])
     return _ok(gateway, body, _headers(request))
 
@@ -189,7 +190,7 @@ async def get_push_config(request, gateway, handler, context):  # type: ignore[n
         task_id=request.match_info["task_id"], id=request.match_info["config_id"]
     )
     config = await handler.on_get_task_push_notification_config(params, context)
-    return _ok(gateway, MessageToDict(config), _headers(request))
+    return _ok(gateway, message_to_dict(config), _headers(request))
 
 
 async def delete_push_config(request, gateway, handler, context):  # type: ignore[no-untyped-def]
@@ -202,7 +203,7 @@ async def delete_push_config(request, gateway, handler, context):  # type: ignor
 
 async def extended_card(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     card = await handler.on_get_extended_agent_card(GetExtendedAgentCardRequest(), context)
-    return _ok(gateway, MessageToDict(card), _headers(request))
+    return _ok(gateway, message_to_dict(card), _headers(request))
 
 
 _TASK = "{task_id:[^/:]+}"

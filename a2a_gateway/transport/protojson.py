@@ -1,0 +1,300 @@
+"""ProtoJSON for the A2A messages on the hot path, with protobuf's ``json_format`` as fallback.
+
+``json_format`` looks up every field's descriptor, options and type on every call,
+which made it a quarter of a blocking SendMessage's CPU. Here each field gets a
+converter once (per descriptor) and each message walks only its set fields
+(``ListFields``). Whatever these converters do not cover — a type or value they
+do not expect, a JSON shape that is not plainly valid — falls back to
+``json_format`` for the whole message, so results and error messages are
+``json_format``'s own; ``tests/unit/test_protojson.py`` checks both agree.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections.abc import Callable
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
+
+__all__ = ["message_to_dict", "parse_dict"]
+
+FD = FieldDescriptor
+_INT64 = {FD.CPPTYPE_INT64, FD.CPPTYPE_UINT64}
+_INT32 = {FD.CPPTYPE_INT32, FD.CPPTYPE_UINT32}
+_FLOAT = {FD.CPPTYPE_FLOAT, FD.CPPTYPE_DOUBLE}
+
+
+class _Fallback(Exception):
+    """This message needs ``json_format``."""
+
+
+# --- printing ---------------------------------------------------------------------------
+
+
+def _value_to_json(value: Message) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind is None or kind == "null_value":
+        return None
+    if kind == "number_value":
+        number = value.number_value
+        if math.isinf(number) or math.isnan(number):
+            raise _Fallback
+        return number
+    if kind == "struct_value":
+        return _struct_to_json(value.struct_value)
+    if kind == "list_value":
+        return [_value_to_json(v) for v in value.list_value.values]
+    return getattr(value, kind)
+
+
+def _struct_to_json(struct: Message) -> dict[str, Any]:
+    return {key: _value_to_json(item) for key, item in struct.fields.items()}
+
+
+_WELL_KNOWN: dict[str, Callable[[Message], Any]] = {
+    "google.protobuf.Timestamp": lambda ts: ts.ToJsonString(),
+    "google.protobuf.Struct": _struct_to_json,
+    "google.protobuf.Value": _value_to_json,
+    "google.protobuf.ListValue": lambda lv: [_value_to_json(v) for v in lv.values],
+}
+
+
+def _message_printer(descriptor: Descriptor) -> Callable[[Message], Any]:
+    name = descriptor.full_name
+    if name in _WELL_KNOWN:
+        return _WELL_KNOWN[name]
+    if name.startswith("google.protobuf."):
+        raise _Fallback
+    return _message_to_dict
+
+
+def _scalar_printer(field: FieldDescriptor) -> Callable[[Any], Any]:
+    cpp = field.cpp_type
+    if cpp == FD.CPPTYPE_MESSAGE:
+        return _message_printer(field.message_type)
+    if cpp == FD.CPPTYPE_ENUM:
+        if field.enum_type.full_name == "google.protobuf.NullValue":
+            raise _Fallback
+        names = {v.number: v.name for v in field.enum_type.values if not v.GetOptions().ListFields()}
+        if len(names) != len(field.enum_type.values):
+            raise _Fallback  # json_name options on enum values
+        return lambda v: names[v] if v in names else _fallback_value()
+    if field.type == FD.TYPE_BYTES:
+        return lambda v: base64.b64encode(v).decode("ascii")
+    if cpp in _INT64:
+        return str
+    if cpp in _FLOAT:
+        raise _Fallback
+    return _identity
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _fallback_value() -> Any:
+    raise _Fallback
+
+
+_PRINTERS: dict[FieldDescriptor, tuple[str, Callable[[Any], Any]]] = {}
+
+
+def _field_printer(field: FieldDescriptor) -> tuple[str, Callable[[Any], Any]]:
+    found = _PRINTERS.get(field)
+    if found is None:
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            found = (field.json_name, _map_printer(field))
+        else:
+            single = _scalar_printer(field)
+            convert = (lambda vs, f=single: [f(v) for v in vs]) if field.is_repeated else single
+            found = (field.json_name, convert)
+        _PRINTERS[field] = found
+    return found
+
+
+def _map_printer(field: FieldDescriptor) -> Callable[[Any], Any]:
+    key_field = field.message_type.fields_by_name["key"]
+    if key_field.cpp_type != FD.CPPTYPE_STRING:
+        raise _Fallback
+    value = _scalar_printer(field.message_type.fields_by_name["value"])
+    return lambda entries: {k: value(v) for k, v in entries.items()}
+
+
+def _message_to_dict(message: Message) -> dict[str, Any]:
+    out = {}
+    for field, value in message.ListFields():
+        json_name, convert = _field_printer(field)
+        out[json_name] = convert(value)
+    return out
+
+
+def message_to_dict(message: Message) -> dict[str, Any]:
+    """Same result as ``json_format.MessageToDict(message)``."""
+    try:
+        return _message_to_dict(message)
+    except _Fallback:
+        return json_format.MessageToDict(message)
+
+
+# --- parsing ----------------------------------------------------------------------------
+
+
+def _fill_value(target: Message, value: Any) -> None:
+    if value is None:
+        target.null_value = 0
+    elif isinstance(value, bool):
+        target.bool_value = value
+    elif isinstance(value, int | float):
+        target.number_value = value
+    elif isinstance(value, str):
+        target.string_value = value
+    elif isinstance(value, dict):
+        _fill_struct(target.struct_value, value)
+    elif isinstance(value, list):
+        target.list_value.SetInParent()
+        for item in value:
+            _fill_value(target.list_value.values.add(), item)
+    else:
+        raise _Fallback
+
+
+def _fill_struct(target: Message, value: Any) -> None:
+    if not isinstance(value, dict):
+        raise _Fallback
+    target.SetInParent()
+    for key, item in value.items():
+        _fill_value(target.fields[key], item)
+
+
+def _fill_timestamp(target: Message, value: Any) -> None:
+    if not isinstance(value, str):
+        raise _Fallback
+    try:
+        target.FromJsonString(value)
+    except ValueError:
+        raise _Fallback from None
+
+
+_WELL_KNOWN_PARSERS: dict[str, Callable[[Message, Any], None]] = {
+    "google.protobuf.Timestamp": _fill_timestamp,
+    "google.protobuf.Struct": _fill_struct,
+    "google.protobuf.Value": _fill_value,
+}
+
+
+def _scalar(field: FieldDescriptor, value: Any) -> Any:
+    """The Python value to assign for a JSON scalar, or ``_Fallback``."""
+    cpp = field.cpp_type
+    if cpp == FD.CPPTYPE_STRING:
+        if not isinstance(value, str):
+            raise _Fallback
+        if field.type == FD.TYPE_BYTES:
+            try:
+                return base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise _Fallback from None
+        return value
+    if cpp == FD.CPPTYPE_BOOL:
+        if not isinstance(value, bool):
+            raise _Fallback
+        return value
+    if cpp in _INT32 or cpp in _INT64:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Fallback
+        return value
+    if cpp == FD.CPPTYPE_ENUM:
+        if isinstance(value, str):
+            found = field.enum_type.values_by_name.get(value)
+            if found is None:
+                raise _Fallback
+            return found.number
+        if isinstance(value, int) and not isinstance(value, bool) and value in field.enum_type.values_by_number:
+            return value
+        raise _Fallback
+    raise _Fallback  # floats and anything else
+
+
+_FIELD_MAPS: dict[Descriptor, dict[str, FieldDescriptor]] = {}
+
+
+def _fields_by_json_key(descriptor: Descriptor) -> dict[str, FieldDescriptor]:
+    found = _FIELD_MAPS.get(descriptor)
+    if found is None:
+        found = {}
+        for field in descriptor.fields:
+            found[field.name] = field
+            found[field.json_name] = field
+        _FIELD_MAPS[descriptor] = found
+    return found
+
+
+def _fill_message(target: Message, data: Any) -> None:
+    if not isinstance(data, dict):
+        raise _Fallback
+    descriptor = target.DESCRIPTOR
+    fields = _fields_by_json_key(descriptor)
+    oneofs_seen: set[str] = set()
+    for key, value in data.items():
+        field = fields.get(key)
+        if field is None:
+            if key.startswith("[") or key == "@type":
+                raise _Fallback  # extensions and Any
+            continue  # unknown fields are ignored
+        if field.containing_oneof is not None:
+            if field.containing_oneof.name in oneofs_seen:
+                raise _Fallback  # json_format reports the conflict
+            oneofs_seen.add(field.containing_oneof.name)
+        _fill_field(target, field, value)
+    if not data:
+        target.SetInParent()
+
+
+def _fill_field(target: Message, field: FieldDescriptor, value: Any) -> None:
+    message_type = field.message_type
+    if message_type is not None and message_type.GetOptions().map_entry:
+        raise _Fallback
+    if value is None:
+        if message_type is not None and message_type.full_name == "google.protobuf.Value":
+            _fill_value(getattr(target, field.name), None)
+            return
+        raise _Fallback  # null handling is json_format's
+    if field.is_repeated:
+        if not isinstance(value, list):
+            raise _Fallback
+        container = getattr(target, field.name)
+        if message_type is not None:
+            for item in value:
+                _fill_submessage(container.add(), message_type, item)
+        else:
+            container.extend(_scalar(field, item) for item in value)
+        return
+    if message_type is not None:
+        _fill_submessage(getattr(target, field.name), message_type, value)
+    else:
+        setattr(target, field.name, _scalar(field, value))
+
+
+def _fill_submessage(target: Message, descriptor: Descriptor, value: Any) -> None:
+    special = _WELL_KNOWN_PARSERS.get(descriptor.full_name)
+    if special is not None:
+        special(target, value)
+    elif descriptor.full_name.startswith("google.protobuf."):
+        raise _Fallback
+    else:
+        _fill_message(target, value)
+
+
+def parse_dict(data: Any, message: Message) -> Message:
+    """Same result as ``json_format.ParseDict(data, message, ignore_unknown_fields=True)``
+    for a fresh ``message``; raises ``json_format.ParseError`` likewise."""
+    try:
+        _fill_message(message, data)
+        return message
+    except _Fallback:
+        message.Clear()
+        return json_format.ParseDict(data, message, ignore_unknown_fields=True)
