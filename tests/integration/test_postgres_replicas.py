@@ -13,7 +13,8 @@ migrated database and talk to them with the a2a-sdk client:
   error while it is down, and the replicas recover by themselves when it is back.
 
 In-process tests cover payloads above the NOTIFY limit and a lost LISTEN connection.
-They need ``A2A_TEST_POSTGRES_DSN`` (skipped without it, failing when ``CI=true``).
+They need ``A2A_TEST_POSTGRES_DSN`` (skipped without it, failing when ``CI=true``);
+the payload-encoding tests at the end do not.
 """
 
 from __future__ import annotations
@@ -41,21 +42,22 @@ from a2a.types import (
     TaskState,
 )
 
+from a2a_gateway.live_postgres import PAYLOAD_LIMIT, PostgresLiveHub, _split_utf8
 from tests.harness import running_gateway
 from tests.replicas.cluster import PgControl, replica_set
 from tests.replicas.fake_backend import FakeBackend, big_text
 from tests.stores.pg_support import admin_dsn, fresh_database
 
-pytestmark = pytest.mark.postgres
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 CANCELED = TaskState.TASK_STATE_CANCELED
 ALLOW_TESTS = ["handlers.", "tests."]
 
 
-@pytest.fixture(autouse=True)
-def _needs_postgres() -> None:
-    admin_dsn()
+@pytest.fixture
+def postgres() -> str:
+    """The test cluster's DSN (skips without one, fails in CI)."""
+    return admin_dsn()
 
 
 def send(text: str, *, immediately: bool = False) -> SendMessageRequest:
@@ -104,7 +106,7 @@ def artifact_updates(events: list[Any]) -> list[Any]:
 # three processes ---------------------------------------------------------------------
 
 
-async def test_stream_on_a_subscribe_on_b_gets_live_chunks_and_final(tmp_path):
+async def test_stream_on_a_subscribe_on_b_gets_live_chunks_and_final(postgres, tmp_path):
     # B polls the store every 30 s: within the 15 s bound only NOTIFY can deliver
     async with replica_set(tmp_path, ["a", "b", "c"], lease_seconds=60, remote_poll_seconds=30) as rs:
         ep = await rs.add_endpoint("handlers.echo:EchoHandler", delay=0.05)
@@ -130,7 +132,7 @@ async def test_stream_on_a_subscribe_on_b_gets_live_chunks_and_final(tmp_path):
     assert elapsed < 10
 
 
-async def test_cancel_on_c_stops_the_run_on_a_at_once(tmp_path):
+async def test_cancel_on_c_stops_the_run_on_a_at_once(postgres, tmp_path):
     # leases of 60 s: A's lease check (every 20 s) cannot be what stops the run
     async with replica_set(tmp_path, ["a", "b", "c"], lease_seconds=60, remote_poll_seconds=30) as rs:
         ep = await rs.add_endpoint("handlers.echo:EchoHandler", delay=0.1)
@@ -165,7 +167,7 @@ async def test_cancel_on_c_stops_the_run_on_a_at_once(tmp_path):
     assert not final.artifacts  # the run never completed after the cancel
 
 
-async def test_kill_9_of_the_owner_another_replica_completes_with_full_output(tmp_path):
+async def test_kill_9_of_the_owner_another_replica_completes_with_full_output(postgres, tmp_path):
     async with FakeBackend() as backend, replica_set(
         tmp_path, ["a", "b", "c"], lease_seconds=2, remote_poll_seconds=0.3
     ) as rs:
@@ -206,7 +208,7 @@ async def test_kill_9_of_the_owner_another_replica_completes_with_full_output(tm
     assert artifact_updates(remote)[-1].artifact.parts[0].text == full
 
 
-async def test_postgres_stopped_during_a_run_503_then_recovery(tmp_path):
+async def test_postgres_stopped_during_a_run_503_then_recovery(postgres, tmp_path):
     pg = await PgControl.discover()
     if pg is None:
         if os.environ.get("CI") == "true":
@@ -293,7 +295,7 @@ async def _until_status(http: httpx.AsyncClient, url: str, status: int, timeout:
 # in-process: payload limits, lost listener ----------------------------------------------
 
 
-async def test_oversized_deltas_are_split_and_oversized_final_is_fetched():
+async def test_oversized_deltas_are_split_and_oversized_final_is_fetched(postgres):
     sizes = {"delta_bytes": 20_000, "final_bytes": 30_000, "deltas": 3, "delay": 0.3}
     async with fresh_database() as url, running_gateway(
         url, replica_id="a", lease_seconds=60, remote_poll_seconds=30, handler_allowlist=ALLOW_TESTS
@@ -318,7 +320,21 @@ async def test_oversized_deltas_are_split_and_oversized_final_is_fetched():
     assert final_state(remote) == COMPLETED
 
 
-async def test_lost_listener_reconnects_and_the_follower_still_finishes():
+async def test_a_task_nobody_follows_elsewhere_sends_no_notify(postgres):
+    async with fresh_database() as url, running_gateway(url, replica_id="a") as a, \
+            running_gateway(url, replica_id="b") as b:
+        ep = await a.add_endpoint(settings={"delay": 0.01})
+        async with a.client(ep) as on_a, a.client(ep, streaming=False) as blocking:
+            streamed = [e async for e in on_a.send_message(send("one two three four"))]
+            answered = [e async for e in blocking.send_message(send("five six"))]
+        await asyncio.sleep(0.3)  # past the announce delay
+        sent = (a.gateway.hub.stats["sent"], b.gateway.hub.stats["sent"])
+    assert final_state(streamed) == COMPLETED
+    assert answered[-1].task.status.state == COMPLETED
+    assert sent == (0, 0)
+
+
+async def test_lost_listener_reconnects_and_the_follower_still_finishes(postgres):
     async with fresh_database() as url, running_gateway(
         url, replica_id="a", lease_seconds=60, remote_poll_seconds=30
     ) as a, running_gateway(url, replica_id="b", lease_seconds=60, remote_poll_seconds=30) as b:
@@ -355,3 +371,33 @@ async def test_lost_listener_reconnects_and_the_follower_still_finishes():
     assert len(artifact_updates(remote)) > before + 3, "no live chunks after the listener came back"
     assert artifact_updates(remote)[-1].artifact.parts[0].text == f"echo: {words}"
     assert final_state(remote) == COMPLETED
+
+
+# payload encoding (no database) -----------------------------------------------------------
+
+
+def test_split_utf8_never_cuts_a_character_and_respects_the_limit():
+    text = big_text(50_000)
+    for limit in (1, 3, 7, 100, 5000):
+        pieces = _split_utf8(text[:2000] if limit < 10 else text, limit)
+        assert "".join(pieces) == (text[:2000] if limit < 10 else text)
+        assert all(len(p.encode()) <= max(limit, 4) for p in pieces)
+
+
+def test_every_payload_fits_the_notify_limit():
+    from a2a.types import Artifact, Part, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
+
+    hub = PostgresLiveHub(store=None, replica_id="a")
+    delta = TaskArtifactUpdateEvent(task_id="t", context_id="c", append=True)
+    delta.artifact.CopyFrom(Artifact(artifact_id="x", name="response", parts=[Part(text=big_text(100_000))]))
+    payloads = hub._encode("t", delta)
+    assert len(payloads) > 10 and all(len(p.encode()) < PAYLOAD_LIMIT for p in payloads)
+    final = TaskArtifactUpdateEvent(task_id="t", context_id="c", last_chunk=True)
+    final.artifact.CopyFrom(delta.artifact)
+    (pointer,) = hub._encode("t", final)
+    assert len(pointer.encode()) < 300 and '"k":"fa"' in pointer
+    status = TaskStatusUpdateEvent(task_id="t", context_id="c")
+    status.status.state = TaskState.TASK_STATE_FAILED
+    status.status.message.parts.add(text=big_text(20_000))
+    (slim,) = hub._encode("t", status)
+    assert len(slim.encode()) < 1000 and '"f":"fs"' in slim
