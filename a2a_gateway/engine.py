@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +53,7 @@ from a2a_gateway.executor import (
     copy_task,
     message_data,
     message_text,
+    new_id,
     stamp,
 )
 
@@ -152,7 +152,7 @@ class TaskEngine:
         handler = runtime.require_handler()
         if message.task_id:
             return await self._continue(runtime, scope, message, streaming=streaming, subscribe=subscribe)
-        task = Task(id=str(uuid.uuid4()), context_id=message.context_id or str(uuid.uuid4()))
+        task = Task(id=new_id(), context_id=message.context_id or new_id())
         message.task_id, message.context_id = task.id, task.context_id
         task.status.state = TaskState.TASK_STATE_SUBMITTED
         stamp(task.status.timestamp)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +69,12 @@ INTERRUPTED_STATES = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.T
 GATEWAY_LOST = "gateway instance lost"
 
 
+def new_id() -> str:
+    """A random (version 4) UUID string, three times cheaper than ``str(uuid.uuid4())``."""
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:32]}"
+
+
 def stamp(timestamp: Timestamp) -> None:
     """Set ``timestamp`` to now (cheaper than ``GetCurrentTime``)."""
     timestamp.FromNanoseconds(time.time_ns())
@@ -82,7 +88,7 @@ def copy_task(task: Task) -> Task:
 
 def agent_message(task: Task, text: str, data: dict[str, Any] | None = None) -> Message:
     msg = Message(
-        message_id=str(uuid.uuid4()), role=Role.ROLE_AGENT, task_id=task.id, context_id=task.context_id
+        message_id=new_id(), role=Role.ROLE_AGENT, task_id=task.id, context_id=task.context_id
     )
     msg.parts.append(Part(text=text))
     if data is not None:
@@ -132,7 +138,7 @@ class TaskRun:
         self.version = version
         self.run_state = run_state
         self.run_ref = request.run_ref
-        self.initial_task = copy_task(task)
+        self.initial_task = copy_task(task) if request.streaming else task  # streams start from it
         self.reply: Message | None = None
         self.created = asyncio.Event()
         self.settled = asyncio.Event()
@@ -294,8 +300,10 @@ class TaskRun:
             return
         first = self._artifact_id is None
         if first:
-            self._artifact_id = str(uuid.uuid4())
+            self._artifact_id = new_id()
         self._text.append(text)
+        if not self.engine.hub.has_listeners(self.task.id):
+            return  # nobody streams this task: the text is kept for the final artifact
         artifact = Artifact(artifact_id=self._artifact_id, name="response")
         artifact.parts.append(Part(text=text))
         self.engine.hub.publish(
@@ -330,21 +338,17 @@ class TaskRun:
         if not parts and (final_text or self._artifact_id):
             parts = [Part(text=final_text)]
         if parts:
-            artifact = Artifact(artifact_id=self._artifact_id or str(uuid.uuid4()), name=event.artifact_name)
+            artifact = Artifact(artifact_id=self._artifact_id or new_id(), name=event.artifact_name)
             artifact.parts.extend(parts)
             if event.metadata:
                 artifact.metadata.update(event.metadata)
             self._replace_artifact(artifact)
-            self.engine.hub.publish(
-                self.task.id,
-                TaskArtifactUpdateEvent(
-                    task_id=self.task.id,
-                    context_id=self.task.context_id,
-                    artifact=artifact,
-                    append=False,
-                    last_chunk=True,
-                ),
-            )
+            if self.engine.hub.has_listeners(self.task.id):
+                final = TaskArtifactUpdateEvent(
+                    task_id=self.task.id, context_id=self.task.context_id,
+                    artifact=artifact, append=False, last_chunk=True,
+                )
+                self.engine.hub.publish(self.task.id, final)
         await self._remember_turn(final_text or "")
         await self._finish(TaskState.TASK_STATE_COMPLETED, None)
 
@@ -354,7 +358,7 @@ class TaskRun:
             await self._on_completed(Completed(text=event.text, parts=event.parts, metadata=event.metadata))
             return
         msg = Message(
-            message_id=str(uuid.uuid4()), role=Role.ROLE_AGENT, context_id=self.task.context_id
+            message_id=new_id(), role=Role.ROLE_AGENT, context_id=self.task.context_id
         )
         msg.parts.extend(event.parts or [Part(text=event.text or "")])
         if event.metadata:
@@ -391,6 +395,8 @@ class TaskRun:
         self.task.status.CopyFrom(status)
 
     def _publish_status(self, metadata: dict[str, Any] | None = None) -> None:
+        if not self.engine.hub.has_listeners(self.task.id):
+            return
         event = TaskStatusUpdateEvent(task_id=self.task.id, context_id=self.task.context_id)
         event.status.CopyFrom(self.task.status)
         if metadata:

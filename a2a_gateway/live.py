@@ -84,6 +84,12 @@ class LiveHub:
     def subscriber_count(self, task_id: str) -> int:
         return len(self._subscribers.get(task_id, ()))
 
+    def has_listeners(self, task_id: str) -> bool:
+        """Whether anyone would receive events of ``task_id`` (so they are worth building).
+        A hub spanning replicas must also count remote listeners: until it says how,
+        it is assumed to have some."""
+        return task_id in self._subscribers or type(self) is not LiveHub
+
     async def send_control(self, replica_id: str, command: str, task_id: str) -> None:
         """Tell replica ``replica_id`` about ``task_id`` (e.g. ``cancel``). In-process there is
         no other replica: the owner notices through the store at its next lease check."""
