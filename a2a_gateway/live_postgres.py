@@ -227,6 +227,11 @@ class PostgresLiveHub(LiveHub):
             self._interest.discard(task_id)
             self._announce("u", [task_id])
 
+    def has_listeners(self, task_id: str) -> bool:
+        """Local subscribers or watchers on other replicas: otherwise the engine need
+        not build the task's live events at all."""
+        return task_id in self._subscribers or task_id in self._watchers
+
     def publish(self, task_id: str, event: LiveEvent) -> None:
         super().publish(task_id, event)
         watchers = self._watchers.get(task_id)
