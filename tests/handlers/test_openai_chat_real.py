@@ -124,17 +124,19 @@ async def test_cancel_closes_the_upstream_stream(backend, http) -> None:
         if isinstance(event, TextDelta):
             break
     await events.aclose()
-    if backend["name"] != "openclaw":
-        pytest.skip("Hermes' chat endpoint finishes the run after the client left "
-                    "(stopping needs the Hermes /v1/runs handler)")
     entry: dict[str, Any] = {}
-    for _ in range(100):
+    for _ in range(150):
         entry = (await llm_requests(backend, http, t))[-1]
         if entry["outcome"] != "in_progress":
             break
         await asyncio.sleep(0.1)
-    assert entry["outcome"] == "client_disconnected"
-    assert len(entry["chunks"]) < 30
+    if backend["name"] == "openclaw":
+        assert entry["outcome"] == "client_disconnected"
+        assert len(entry["chunks"]) < 30
+    else:
+        # documented limit: Hermes' chat endpoint finishes the run after its client left
+        # (stopping a Hermes run needs the /v1/runs handler's /stop)
+        assert entry["outcome"] != "client_disconnected"
 
 
 # --- through the gateway, with the real a2a-sdk client ------------------------------
