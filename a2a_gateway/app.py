@@ -48,7 +48,9 @@ def build_app(settings: GatewaySettings, store: Store | None = None) -> web.Appl
     add_routes(app)
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
-        opened = store or await open_store(settings.store)
+        opened = store or await open_store(
+            settings.store, page_token_key=settings.page_token_key.get_secret_value().encode()
+        )
         check_schema = getattr(opened, "check_schema", None)
         if check_schema is not None:
             await check_schema()  # refuse to serve an unmigrated or newer schema

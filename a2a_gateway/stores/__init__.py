@@ -22,16 +22,20 @@ def sqlite_path(url: str) -> str:
     return path or "a2a-gateway.db"
 
 
-async def open_store(url: str, **options: object) -> Store:
+async def open_store(url: str, *, page_token_key: bytes | None = None, **options: object) -> Store:
+    """Open the store named by ``url``; ``page_token_key`` signs ListTasks page tokens
+    (give every replica of a deployment the same key)."""
     scheme = urlsplit(url).scheme
     if scheme == "memory":
         from a2a_gateway.stores.memory import MemoryStore
 
-        return MemoryStore()
+        return MemoryStore(page_token_key)
     if scheme == "sqlite":
         from a2a_gateway.stores.sqlite import SQLiteStore
 
-        return await SQLiteStore.open(sqlite_path(url))
+        return await SQLiteStore.open(sqlite_path(url), page_token_key)
+    if page_token_key:
+        options["page_token_key"] = page_token_key
     if scheme in ("postgresql", "postgres"):
         from a2a_gateway.stores.postgres import PostgresStore
 

@@ -31,7 +31,8 @@ def _copy_task(task: Task) -> Task:
 
 
 class MemoryStore(Store):
-    def __init__(self) -> None:
+    def __init__(self, page_token_key: bytes | None = None) -> None:
+        self._token_key = {"key": page_token_key} if page_token_key else {}
         self._endpoints: dict[str, Endpoint] = {}
         self._tasks: dict[tuple[Scope, str], StoredTask] = {}
         self._push: dict[tuple[Scope, str, str], TaskPushNotificationConfig] = {}
@@ -122,11 +123,11 @@ class MemoryStore(Store):
         rows.sort(key=lambda r: (r[0], r[1]), reverse=True)
         total = len(rows)
         if query.page_token:
-            cursor = decode_page_token(query.page_token)
+            cursor = decode_page_token(query.page_token, **self._token_key)
             rows = [r for r in rows if (r[0], r[1]) < cursor]
         page = rows[: query.page_size]
         more = len(rows) > query.page_size
-        token = encode_page_token(page[-1][0], page[-1][1]) if more and page else ""
+        token = encode_page_token(page[-1][0], page[-1][1], **self._token_key) if more and page else ""
         return TaskPage([_copy_task(r[2]) for r in page], token, total)
 
     # push configs

@@ -212,10 +212,13 @@ class PostgresStore(Store):
         self._url = url
         self._acquire_timeout = acquire_timeout
         self._connect_timeout = connect_timeout
+        self._token_key: dict[str, bytes] = {}
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> PostgresStore:
-        """Open a pool on ``url``; ``StoreUnavailableError`` if the server cannot be reached."""
+        """Open a pool on ``url``; ``StoreUnavailableError`` if the server cannot be reached.
+        ``page_token_key`` signs ListTasks page tokens (the same on every replica)."""
+        token_key = options.pop("page_token_key", None)
         dsn, opts = split_url(url, options)
         extra = {}
         if "statement_cache_size" in opts:
@@ -236,6 +239,7 @@ class PostgresStore(Store):
         except asyncpg.PostgresError as exc:
             raise StoreError(f"cannot open postgres store at {redacted(dsn)}: {exc}") from exc
         store = cls(pool, dsn, opts["acquire_timeout"], opts["connect_timeout"])
+        store._token_key = {"key": token_key} if token_key else {}
         try:
             await store.ping()  # fail now, not on the first request
         except StoreError:
@@ -437,7 +441,7 @@ class PostgresStore(Store):
         filters = " AND ".join(where)
         page_where, page_args = filters, list(args)
         if query.page_token:
-            status_us, task_id = decode_page_token(query.page_token)
+            status_us, task_id = decode_page_token(query.page_token, **self._token_key)
             page_args += [status_us, task_id]
             n = len(page_args)
             page_where += f" AND (status_us, id) < (${n - 1}, ${n})"
@@ -452,7 +456,7 @@ class PostgresStore(Store):
         page = rows[: query.page_size]
         token = ""
         if len(rows) > query.page_size:
-            token = encode_page_token(page[-1]["status_us"], page[-1]["id"])
+            token = encode_page_token(page[-1]["status_us"], page[-1]["id"], **self._token_key)
         return TaskPage([Task.FromString(r["task"]) for r in page], token, total)
 
     # push configs ------------------------------------------------------------

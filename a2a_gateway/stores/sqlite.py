@@ -67,11 +67,12 @@ def _stored_from_row(row: aiosqlite.Row) -> StoredTask:
 
 
 class SQLiteStore(Store):
-    def __init__(self, conn: aiosqlite.Connection) -> None:
+    def __init__(self, conn: aiosqlite.Connection, page_token_key: bytes | None = None) -> None:
         self._db = conn
+        self._token_key = {"key": page_token_key} if page_token_key else {}
 
     @classmethod
-    async def open(cls, path: str) -> SQLiteStore:
+    async def open(cls, path: str, page_token_key: bytes | None = None) -> SQLiteStore:
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(path, isolation_level=None)
@@ -79,7 +80,7 @@ class SQLiteStore(Store):
         await conn.execute("PRAGMA journal_mode=WAL")
         await conn.execute("PRAGMA synchronous=NORMAL")
         await conn.execute("PRAGMA busy_timeout=5000")
-        store = cls(conn)
+        store = cls(conn, page_token_key)
         await store.migrate()
         return store
 
@@ -241,7 +242,7 @@ class SQLiteStore(Store):
             (total,) = await cur.fetchone()
         page_where, page_args = filters, list(args)
         if query.page_token:
-            status_us, task_id = decode_page_token(query.page_token)
+            status_us, task_id = decode_page_token(query.page_token, **self._token_key)
             page_where += " AND (status_us < ? OR (status_us = ? AND id < ?))"
             page_args += [status_us, status_us, task_id]
         async with self._db.execute(
@@ -253,7 +254,7 @@ class SQLiteStore(Store):
         page = rows[: query.page_size]
         token = ""
         if len(rows) > query.page_size:
-            token = encode_page_token(page[-1]["status_us"], page[-1]["id"])
+            token = encode_page_token(page[-1]["status_us"], page[-1]["id"], **self._token_key)
         return TaskPage([Task.FromString(r["task"]) for r in page], token, total)
 
     # push configs ------------------------------------------------------------

@@ -218,3 +218,16 @@ async def test_every_altered_page_token_is_rejected(store):
             forged = token[:position] + replacement + token[position + 1 :]
             with pytest.raises(InvalidPageTokenError):
                 await store.list_tasks(SCOPE, TaskQuery(page_token=forged))
+
+
+async def test_page_tokens_are_signed_with_the_configured_key():
+    from a2a_gateway.stores.memory import MemoryStore
+
+    ours, theirs = MemoryStore(b"key-one"), MemoryStore(b"key-two")
+    for store in (ours, theirs):
+        for i in range(3):
+            await store.create_task(SCOPE, make_task(ts_s=1_700_000_000 + i))
+    token = (await ours.list_tasks(SCOPE, TaskQuery(page_size=1))).next_page_token
+    assert len((await ours.list_tasks(SCOPE, TaskQuery(page_size=1, page_token=token))).tasks) == 1
+    with pytest.raises(InvalidPageTokenError):
+        await theirs.list_tasks(SCOPE, TaskQuery(page_token=token))
