@@ -35,7 +35,7 @@ class MemoryStore(Store):
         self._token_key = {"key": page_token_key} if page_token_key else {}
         self._endpoints: dict[str, Endpoint] = {}
         self._tasks: dict[tuple[Scope, str], StoredTask] = {}
-        self._push: dict[tuple[Scope, str, str], TaskPushNotificationConfig] = {}
+        self._push: dict[tuple[Scope, str], dict[str, TaskPushNotificationConfig]] = {}
         self._contexts: dict[tuple[Scope, str], Context] = {}
 
     async def ping(self) -> None:
@@ -131,32 +131,26 @@ class MemoryStore(Store):
         return TaskPage([_copy_task(r[2]) for r in page], token, total)
 
     # push configs
+    def _copy_config(self, config: TaskPushNotificationConfig) -> TaskPushNotificationConfig:
+        out = TaskPushNotificationConfig()
+        out.CopyFrom(config)
+        return out
+
     async def put_push_config(self, scope: Scope, config: TaskPushNotificationConfig) -> None:
-        stored = TaskPushNotificationConfig()
-        stored.CopyFrom(config)
-        self._push[(scope, config.task_id, config.id)] = stored
+        self._push.setdefault((scope, config.task_id), {})[config.id] = self._copy_config(config)
 
     async def get_push_config(
         self, scope: Scope, task_id: str, config_id: str
     ) -> TaskPushNotificationConfig | None:
-        found = self._push.get((scope, task_id, config_id))
-        if found is None:
-            return None
-        out = TaskPushNotificationConfig()
-        out.CopyFrom(found)
-        return out
+        found = self._push.get((scope, task_id), {}).get(config_id)
+        return self._copy_config(found) if found is not None else None
 
     async def list_push_configs(self, scope: Scope, task_id: str) -> list[TaskPushNotificationConfig]:
-        out = []
-        for (sc, tid, _), cfg in sorted(self._push.items(), key=lambda kv: kv[0][2]):
-            if sc == scope and tid == task_id:
-                copy_ = TaskPushNotificationConfig()
-                copy_.CopyFrom(cfg)
-                out.append(copy_)
-        return out
+        configs = self._push.get((scope, task_id), {})
+        return [self._copy_config(configs[k]) for k in sorted(configs)]
 
     async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> None:
-        self._push.pop((scope, task_id, config_id), None)
+        self._push.get((scope, task_id), {}).pop(config_id, None)
 
     # contexts
     async def get_context(self, scope: Scope, context_id: str) -> Context | None:
