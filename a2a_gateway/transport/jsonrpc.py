@@ -270,8 +270,16 @@ async def _call_0_3(
     if method.streaming:
         events = call(envelope, context)
 
+        closes_on_input = method.handler_method == "on_message_send_stream"
+
         def frame(event: Any) -> bytes:
-            return orjson.dumps(_dump_0_3(event))
+            body = _dump_0_3(event)
+            result = body.get("result", {})
+            if closes_on_input and result.get("kind") == "status-update" and (
+                result.get("status", {}).get("state") in ("input-required", "auth-required")
+            ):
+                result["final"] = True  # 0.3 marks the event that ends the stream
+            return orjson.dumps(body)
 
         return await stream_events(request, gateway, events, frame, request_id, headers)
     result = await call(envelope, context)

@@ -210,3 +210,16 @@ async def test_health_and_readiness(gw, http):
     assert (await http.get(f"{gw.base_url}/healthz")).json() == {"status": "ok"}
     r = await http.get(f"{gw.base_url}/readyz")
     assert r.status_code == 200 and r.json()["status"] == "ready"
+
+
+async def test_0_3_stream_marks_input_required_as_final(gw, echo_id, http):
+    body = {"jsonrpc": "2.0", "id": 1, "method": "message/stream", "params": {"message": {
+        "messageId": "m", "kind": "message", "role": "user", "parts": [{"kind": "text", "text": "hi ?input"}]}}}
+    async with http.stream("POST", gw.jsonrpc_url(echo_id), json=body) as r:
+        text = (await r.aread()).decode()
+    import json
+
+    events = [json.loads(line[6:])["result"] for line in text.splitlines() if line.startswith("data: ")]
+    assert events[0]["kind"] == "task"
+    assert events[-1]["status"]["state"] == "input-required" and events[-1]["final"] is True
+    assert all(not e.get("final") for e in events[:-1])
