@@ -23,7 +23,7 @@ from a2a_gateway.push import PushNotifier
 from a2a_gateway.registry import EndpointRegistry
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores import open_store
-from a2a_gateway.stores.base import Store
+from a2a_gateway.stores.base import Store, StoreUnavailableError
 from a2a_gateway.transport.middleware import request_context
 from a2a_gateway.transport.routes import add_routes
 
@@ -38,6 +38,8 @@ async def _lease_loop(gateway: Gateway) -> None:
             await gateway.engine.renew_leases()
             await gateway.engine.check_superseded()
             await gateway.engine.recover_expired(gateway.registry)
+        except StoreUnavailableError:
+            log.warning("lease_loop_store_unavailable")  # /readyz says so too; retried next tick
         except Exception:
             log.exception("lease_loop_failed")
 
