@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
-from a2a.types import AgentCard
+from a2a.types import AgentCard, StreamResponse
 from aiohttp import web
 
 from a2a_gateway.app import build_app
@@ -136,3 +136,20 @@ async def running_gateway(
         yield RunningGateway(f"http://127.0.0.1:{port}", app)
     finally:
         await runner.cleanup()
+
+
+async def collect(stream: Any) -> list[StreamResponse]:
+    """Every event of an a2a-sdk client stream."""
+    return [event async for event in stream]
+
+
+def reconstruct(events: list[StreamResponse]) -> dict[str, str]:
+    """Text per artifact id, applying ``append`` / replace as a client would."""
+    texts: dict[str, str] = {}
+    for ev in events:
+        if ev.HasField("artifact_update"):
+            upd = ev.artifact_update
+            text = "".join(p.text for p in upd.artifact.parts)
+            aid = upd.artifact.artifact_id
+            texts[aid] = texts.get(aid, "") + text if upd.append else text
+    return texts

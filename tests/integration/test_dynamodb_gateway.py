@@ -36,13 +36,12 @@ from a2a.types import (
     Part,
     Role,
     SendMessageRequest,
-    StreamResponse,
     SubscribeToTaskRequest,
     TaskState,
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError
 
-from tests.harness import RunningGateway, running_gateway
+from tests.harness import RunningGateway, collect, reconstruct, running_gateway
 from tests.stores import dynamo_support as support
 
 pytestmark = pytest.mark.dynamodb
@@ -223,20 +222,6 @@ def send(text: str, context_id: str = "") -> SendMessageRequest:
     return SendMessageRequest(message=message)
 
 
-async def collect(stream: AsyncIterator[StreamResponse]) -> list[StreamResponse]:
-    return [event async for event in stream]
-
-
-def reconstruct(events: list[StreamResponse]) -> dict[str, str]:
-    """Text per artifact id, applying append / replace as a client would."""
-    texts: dict[str, str] = {}
-    for ev in events:
-        if ev.HasField("artifact_update"):
-            upd = ev.artifact_update
-            text = "".join(p.text for p in upd.artifact.parts)
-            aid = upd.artifact.artifact_id
-            texts[aid] = texts.get(aid, "") + text if upd.append else text
-    return texts
 
 
 # -- one gateway ----------------------------------------------------------------------------

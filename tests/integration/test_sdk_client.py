@@ -18,7 +18,6 @@ from a2a.types import (
     Role,
     SendMessageConfiguration,
     SendMessageRequest,
-    StreamResponse,
     SubscribeToTaskRequest,
     TaskPushNotificationConfig,
     TaskState,
@@ -26,7 +25,7 @@ from a2a.types import (
 
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 
-from tests.harness import RunningGateway
+from tests.harness import RunningGateway, collect, reconstruct
 
 VERSIONS = ["1.0", "0.3"]
 
@@ -39,20 +38,6 @@ def send(text: str, **fields) -> SendMessageRequest:
     return SendMessageRequest(message=user_message(text, **fields))
 
 
-async def collect(stream) -> list[StreamResponse]:
-    return [event async for event in stream]
-
-
-def reconstruct(events: list[StreamResponse]) -> dict[str, str]:
-    """Text per artifact id, applying append / replace as a client would."""
-    texts: dict[str, str] = {}
-    for ev in events:
-        if ev.HasField("artifact_update"):
-            upd = ev.artifact_update
-            text = "".join(p.text for p in upd.artifact.parts)
-            aid = upd.artifact.artifact_id
-            texts[aid] = texts.get(aid, "") + text if upd.append else text
-    return texts
 
 
 @pytest.fixture
