@@ -46,14 +46,16 @@ class TckHandler(Handler):
 
     async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
         message_id = request.message.message_id
-        if request.pending_input is not None:
-            yield Completed(text=f"Input received: {request.text}")
-            return
         for prefix, scenario in SCENARIOS:
             if message_id.startswith(prefix):
+                # follow-ups reuse their prefix and act the same scenario again, as the
+                # TCK's reference agent does (an input-required task stays waiting)
                 async for event in scenario(self, request):
                     yield event
                 return
+        if request.pending_input is not None:
+            yield Completed(text=f"Input received: {request.text}")
+            return
         yield Completed(text=f"Unhandled messageId prefix: {message_id}")
 
     async def _complete(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:

@@ -80,3 +80,14 @@ async def test_chunked_stream_reconstructs(gw, tck_id):
             body = (await r.aread()).decode()
     assert body.count("data: ") >= 5
     assert '"chunk-1 chunk-2"' in body and '"lastChunk":true' in body
+
+
+async def test_follow_ups_keep_an_input_required_task_waiting_and_are_all_in_history(gw, tck_id):
+    task = (await call(gw, tck_id, send("tck-input-required-h1")))["result"]["task"]
+    for i in (1, 2):
+        body = send(f"tck-input-required-h1-{i}")
+        body["params"]["message"].update({"taskId": task["id"], "parts": [{"text": f"TCK history message {i}"}]})
+        task = (await call(gw, tck_id, body))["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    user_texts = [m["parts"][0]["text"] for m in task["history"] if m["role"] == "ROLE_USER"]
+    assert user_texts == ["tck", "TCK history message 1", "TCK history message 2"]
