@@ -26,6 +26,7 @@ from a2a_gateway.stores import open_store
 from a2a_gateway.stores.base import Store, StoreUnavailableError
 from a2a_gateway.transport.middleware import request_context
 from a2a_gateway.transport.routes import add_routes
+from a2a_gateway.transport.sse import OPEN_STREAMS
 
 log = structlog.get_logger(__name__)
 
@@ -95,5 +96,12 @@ def build_app(settings: GatewaySettings, store: Store | None = None) -> web.Appl
             if store is None:
                 await opened.aclose()
 
+    app[OPEN_STREAMS] = set()
+
+    async def end_streams(app: web.Application) -> None:
+        for stream in list(app[OPEN_STREAMS]):
+            stream.end()
+
+    app.on_shutdown.append(end_streams)
     app.cleanup_ctx.append(resources)
     return app

@@ -302,9 +302,7 @@ async def stream_events(
     stream = await SSEStream.open(request, gateway.settings.sse_keepalive_seconds, headers)
     try:
         if first is not None and await stream.send(frame(first)):
-            async for event in events:
-                if not await stream.send(frame(event)):
-                    break
+            await stream.pump(events, frame)
     except A2AError as exc:
         await stream.send(orjson.dumps(error_body(request_id, exc)), event="error")
     except Exception:

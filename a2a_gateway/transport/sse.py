@@ -1,15 +1,21 @@
 """SSE framing for A2A streams: ``data:`` events, ``event: error``, keepalive comments.
 
 A client that goes away ends the response quietly; it never cancels the task
-behind the stream.
+behind the stream. A client that vanished while its task is idle is noticed by
+the next keepalive write, so no response waits forever for a listener that is
+gone. On shutdown every open stream is ended cleanly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from aiohttp import web
+
+OPEN_STREAMS = web.AppKey("open_sse_streams", set)
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -26,6 +32,8 @@ class SSEStream:
         self._keepalive: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self.connected = True
+        self.done = asyncio.Event()
+        """Set when the client is gone or the server shuts down: stop sending."""
 
     @classmethod
     async def open(
@@ -34,6 +42,9 @@ class SSEStream:
         response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **(headers or {})})
         await response.prepare(request)
         stream = cls(response, keepalive_seconds)
+        stream._registry = request.app.get(OPEN_STREAMS)
+        if stream._registry is not None:
+            stream._registry.add(stream)
         if keepalive_seconds > 0:
             stream._keepalive = asyncio.create_task(stream._ping())
         return stream
@@ -46,6 +57,7 @@ class SSEStream:
                 await self._response.write(chunk)
         except (ConnectionResetError, RuntimeError):
             self.connected = False
+            self.done.set()
         return self.connected
 
     async def send(self, data: bytes, event: str | None = None) -> bool:
@@ -57,7 +69,34 @@ class SSEStream:
             await asyncio.sleep(self._keepalive_seconds)
             await self._write(b": ping\n\n")
 
+    def end(self) -> None:
+        """Stop the stream at the next opportunity (server shutdown)."""
+        self.done.set()
+
+    async def pump(self, events: AsyncIterator[Any], frame: Callable[[Any], bytes]) -> None:
+        """Send every event of ``events`` until it ends, the client leaves or the server stops."""
+        done = asyncio.ensure_future(self.done.wait())
+        try:
+            while True:
+                following = asyncio.ensure_future(anext(events))
+                await asyncio.wait({following, done}, return_when=asyncio.FIRST_COMPLETED)
+                if not following.done():
+                    following.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                        await following
+                    return
+                try:
+                    event = following.result()
+                except StopAsyncIteration:
+                    return
+                if not await self.send(frame(event)):
+                    return
+        finally:
+            done.cancel()
+
     async def close(self) -> web.StreamResponse:
+        if getattr(self, "_registry", None) is not None:
+            self._registry.discard(self)
         if self._keepalive is not None:
             self._keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):

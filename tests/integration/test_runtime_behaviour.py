@@ -58,3 +58,43 @@ async def test_logs_bind_ids_and_drop_secret_values(monkeypatch):
     assert line["request_id"] == "req-42" and line["endpoint_id"] == ep and line["status"] == 200
     cleaned = drop_secrets(None, "info", {"event": "x", "api_key": "k", "Authorization": "Bearer t", "ok": 1})
     assert cleaned == {"event": "x", "api_key": "***", "Authorization": "***", "ok": 1}
+
+
+async def _open_idle_subscription(gw, http, ep):
+    r = await http.post(gw.jsonrpc_url(ep), json=send("wait ?input"), headers=V10)
+    task_id = r.json()["result"]["task"]["id"]
+    body = {"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask", "params": {"id": task_id}}
+    return http.stream("POST", gw.jsonrpc_url(ep), json=body, headers=V10)
+
+
+async def test_a_vanished_subscriber_of_an_idle_task_is_let_go():
+    from a2a_gateway.transport.sse import OPEN_STREAMS
+
+    async with running_gateway(sse_keepalive_seconds=0.1) as gw, httpx.AsyncClient(timeout=10) as http:
+        ep = await gw.add_endpoint(settings={"delay": 0})
+        async with await _open_idle_subscription(gw, http, ep) as r:
+            first = await anext(r.aiter_lines())
+            assert first.startswith("data: ") and "TASK_STATE_INPUT_REQUIRED" in first
+            assert len(gw.app[OPEN_STREAMS]) == 1
+        for _ in range(50):  # the client left; the next keepalive notices
+            if not gw.app[OPEN_STREAMS]:
+                break
+            await asyncio.sleep(0.05)
+        assert not gw.app[OPEN_STREAMS]
+
+
+async def test_shutdown_ends_open_streams_promptly():
+    import time
+
+    async with httpx.AsyncClient(timeout=10) as http:
+        gateway_cm = running_gateway()
+        gw = await gateway_cm.__aenter__()
+        ep = await gw.add_endpoint(settings={"delay": 0})
+        async with await _open_idle_subscription(gw, http, ep) as r:
+            lines = r.aiter_lines()
+            await anext(lines)
+            started = time.monotonic()
+            await gateway_cm.__aexit__(None, None, None)
+            assert time.monotonic() - started < 5
+            rest = [line async for line in lines]
+        assert all(not line.startswith("data: ") for line in rest)
