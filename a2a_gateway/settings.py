@@ -14,7 +14,7 @@ import os
 import tomllib
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -43,6 +43,8 @@ class GatewaySettings(BaseSettings):
     """Defaults per handler, keyed ``module:Class`` (or just the module)."""
     max_body_bytes: int = 4 * 1024 * 1024
     rest_content_type: str = "application/json"
+    rest_error_statuses: Literal["1.0.1", "1.0.0"] = "1.0.1"
+    """HTTP statuses of REST errors: A2A v1.0.1's table (as the a2a-sdk) or v1.0.0's."""
     sse_keepalive_seconds: float = 15.0
     card_max_age_seconds: int = 300
     endpoint_cache_seconds: float = 5.0

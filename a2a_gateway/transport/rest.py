@@ -31,7 +31,11 @@ from a2a.utils.errors import (
     A2A_ERROR_MAPPING,
     A2AError,
     ContentTypeNotSupportedError,
+    InvalidAgentResponseError,
     InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    UnsupportedOperationError,
     VersionNotSupportedError,
 )
 from a2a.utils.proto_utils import to_stream_response
@@ -61,14 +65,32 @@ def _headers(request: web.Request) -> dict[str, str]:
 Route = Callable[[web.Request, Gateway, GatewayRequestHandler, ServerCallContext], Awaitable[web.StreamResponse]]
 
 
-def rest_error(error: A2AError, content_type: str, headers: dict[str, str]) -> web.Response:
+# A2A v1.0.0 mapped these differently from v1.0.1 (which the a2a-sdk follows);
+# ``rest_error_statuses = "1.0.0"`` serves clients written against v1.0.0.
+V1_0_0_STATUSES: dict[type[A2AError], tuple[int, str]] = {
+    TaskNotCancelableError: (409, "FAILED_PRECONDITION"),
+    InvalidAgentResponseError: (502, "INTERNAL"),
+    PushNotificationNotSupportedError: (400, "UNIMPLEMENTED"),
+    UnsupportedOperationError: (400, "UNIMPLEMENTED"),
+    VersionNotSupportedError: (400, "UNIMPLEMENTED"),
+}
+
+
+def rest_error(
+    error: A2AError, content_type: str, headers: dict[str, str], statuses: str = "1.0.1"
+) -> web.Response:
+    """AIP-193 error body; HTTP status per the A2A version's table (415 for a bad media type)."""
+    payload = build_rest_error_payload(error)
     mapping = A2A_ERROR_MAPPING.get(type(error))
     status = mapping.http_code if mapping else 500
+    if statuses == "1.0.0" and type(error) in V1_0_0_STATUSES:
+        status, payload["error"]["status"] = V1_0_0_STATUSES[type(error)]
     if isinstance(error, ContentTypeNotSupportedError):
         status = 415  # an unsupported media type is what HTTP calls it
+    payload["error"]["code"] = status
     return web.Response(
         status=status,
-        body=orjson.dumps(build_rest_error_payload(error)),
+        body=orjson.dumps(payload),
         content_type=content_type,
         headers=headers,
     )
@@ -241,7 +263,8 @@ def rest_view(route: Route) -> Callable[[web.Request], Awaitable[web.StreamRespo
             return await route(request, gateway, handler, context)
         except A2AError as exc:
             request[A2A_ERROR] = type(exc).__name__
-            return rest_error(exc, gateway.settings.rest_content_type, headers)
+            settings = gateway.settings
+            return rest_error(exc, settings.rest_content_type, headers, settings.rest_error_statuses)
 
     view.__name__ = route.__name__
     return view

@@ -223,3 +223,14 @@ async def test_0_3_stream_marks_input_required_as_final(gw, echo_id, http):
     assert events[0]["kind"] == "task"
     assert events[-1]["status"]["state"] == "input-required" and events[-1]["final"] is True
     assert all(not e.get("final") for e in events[:-1])
+
+
+async def test_rest_statuses_follow_the_configured_spec_version(http):
+    async with running_gateway(rest_error_statuses="1.0.0") as gw:
+        ep = await gw.add_endpoint(settings={"delay": 0}, card={"capabilities": {"pushNotifications": False}})
+        base = gw.rest_url(ep)
+        task = (await http.post(f"{base}/message:send", json=send_params(), headers=V10)).json()["task"]
+        r = await http.post(f"{base}/tasks/{task['id']}:cancel", headers=V10)
+        assert r.status_code == 409 and r.json()["error"]["code"] == 409
+        r = await http.post(f"{base}/tasks/{task['id']}/pushNotificationConfigs", json={"url": "https://x"}, headers=V10)
+        assert r.status_code == 400 and r.json()["error"]["status"] == "UNIMPLEMENTED"
