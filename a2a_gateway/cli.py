@@ -46,7 +46,10 @@ async def _with_store(url: str, action: Any) -> Any:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    settings = _settings(args)
+    serve(_settings(args))
+
+
+def serve(settings: GatewaySettings) -> None:
     configure_logging(settings.log_level, settings.log_format)
     web.run_app(build_app(settings), host=settings.host, port=settings.port, access_log=None, print=None)
 
@@ -73,7 +76,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
         "{\"messageId\":\"m1\",\"role\":\"ROLE_USER\",\"parts\":[{\"text\":\"hello gateway\"}]}}}'"
     )
     sys.stdout.flush()
-    cmd_serve(args)
+    serve(settings)
 
 
 def _endpoint_json(ep: Endpoint) -> dict[str, Any]:
