@@ -30,6 +30,10 @@ async def test_send_over_1_0_and_0_3_on_the_same_url(gw: RunningGateway, echo_id
     url = gw.jsonrpc_url(echo_id)
     r10 = await http.post(url, json=rpc("SendMessage", send_params()), headers=V10)
     assert r10.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    import re
+
+    stamp = r10.json()["result"]["task"]["status"]["timestamp"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z", stamp), stamp
     r03 = await http.post(url, json=rpc("message/send", {
         "message": {"messageId": "m", "kind": "message", "role": "user", "parts": [{"kind": "text", "text": "hi"}]}
     }))
