@@ -11,12 +11,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
+from pydantic import ValidationError
 
 from a2a_gateway.app import build_app
 from a2a_gateway.logs import configure_logging
 from a2a_gateway.settings import GatewaySettings, load_settings
-from a2a_gateway.stores import open_store
-from a2a_gateway.stores.base import Endpoint
+from a2a_gateway.stores import UnknownStoreError, open_store
+from a2a_gateway.stores.base import Endpoint, StoreError
 
 DEMO_ENDPOINT_ID = "00000000-0000-4000-8000-00000000ec40"
 
@@ -190,4 +191,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    args.func(args)
+    try:
+        args.func(args)
+    except (StoreError, UnknownStoreError, ValidationError) as exc:
+        sys.exit(f"a2a-gateway: {exc}")
