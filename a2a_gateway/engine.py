@@ -19,11 +19,17 @@ from typing import Any
 import structlog
 from a2a.types import (
     Message,
-    Role,
     Task,
     TaskState,
     TaskStatus,
     TaskStatusUpdateEvent,
+)
+from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names per access
+    ROLE_USER,
+    TASK_STATE_CANCELED,
+    TASK_STATE_FAILED,
+    TASK_STATE_SUBMITTED,
+    TASK_STATE_WORKING,
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 
@@ -154,7 +160,7 @@ class TaskEngine:
             return await self._continue(runtime, scope, message, streaming=streaming, subscribe=subscribe)
         task = Task(id=new_id(), context_id=message.context_id or new_id())
         message.task_id, message.context_id = task.id, task.context_id
-        task.status.state = TaskState.TASK_STATE_SUBMITTED
+        task.status.state = TASK_STATE_SUBMITTED
         stamp(task.status.timestamp)
         task.history.append(message)
         context = await self._context(runtime, scope, task.context_id)
@@ -221,7 +227,7 @@ class TaskEngine:
         prompt_status.CopyFrom(task.status)
         settled = run.begin_turn()
         task.history.append(message)
-        task.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_WORKING))
+        task.status.CopyFrom(TaskStatus(state=TASK_STATE_WORKING))
         stamp(task.status.timestamp)
         run.request, run.run_state = request, run_state
         run_state.pop("pending_input", None)
@@ -267,7 +273,7 @@ class TaskEngine:
             # the run goes on at its owner, which records what follows
             return SendOutcome(task=copy_task(task), follow_version=version, scope=scope)
         task.history.append(message)
-        task.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_WORKING))
+        task.status.CopyFrom(TaskStatus(state=TASK_STATE_WORKING))
         stamp(task.status.timestamp)
         run_state.pop("pending_input", None)
         events = handler.reattach(request) if continued else handler.run(request)
@@ -334,7 +340,7 @@ class TaskEngine:
             await run.wait_done(self.cancel_wait_seconds)
         await run.stop_driver()
         if not run.finished:
-            await run._finish(TaskState.TASK_STATE_CANCELED, "canceled")
+            await run._finish(TASK_STATE_CANCELED, "canceled")
             self.hub.end(run.task.id)
 
     async def _cancel_idle(self, runtime: EndpointRuntime, scope: Scope, stored: Any, handler: Any) -> None:
@@ -346,7 +352,7 @@ class TaskEngine:
             )
             with contextlib.suppress(Exception):
                 await handler.cancel(request)
-        status = TaskStatus(state=TaskState.TASK_STATE_CANCELED)
+        status = TaskStatus(state=TASK_STATE_CANCELED)
         stamp(status.timestamp)
         for _ in range(5):
             task.status.CopyFrom(status)
@@ -383,7 +389,7 @@ class TaskEngine:
     async def stop_superseded(self, run: TaskRun, final: Task) -> None:
         run.finished = True
         handler = run.runtime.handler
-        if handler is not None and final.status.state == TaskState.TASK_STATE_CANCELED:
+        if handler is not None and final.status.state == TASK_STATE_CANCELED:
             with contextlib.suppress(Exception):
                 await handler.cancel(run.request_for_cancel())
         event = TaskStatusUpdateEvent(task_id=final.id, context_id=final.context_id)
@@ -423,7 +429,7 @@ class TaskEngine:
             runtime = None
         handler = runtime.handler if runtime is not None else None
         if handler is not None and handler.supports_reattach and stored.run_ref:
-            users = [m for m in task.history if m.role == Role.ROLE_USER]
+            users = [m for m in task.history if m.role == ROLE_USER]
             message = users[-1] if users else Message()
             request = self._request(
                 runtime, scope, task, message, await self._context(runtime, scope, task.context_id),
@@ -434,7 +440,7 @@ class TaskEngine:
             run.start()
             log.info("task_reattached", task_id=task.id)
             return
-        status = TaskStatus(state=TaskState.TASK_STATE_FAILED)
+        status = TaskStatus(state=TASK_STATE_FAILED)
         stamp(status.timestamp)
         task.status.CopyFrom(status)
         task.status.message.CopyFrom(agent_message(task, GATEWAY_LOST))

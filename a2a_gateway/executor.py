@@ -28,12 +28,20 @@ from a2a.types import (
     Artifact,
     Message,
     Part,
-    Role,
     Task,
     TaskArtifactUpdateEvent,
-    TaskState,
     TaskStatus,
     TaskStatusUpdateEvent,
+)
+from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names per access
+    ROLE_AGENT,
+    TASK_STATE_AUTH_REQUIRED,
+    TASK_STATE_CANCELED,
+    TASK_STATE_COMPLETED,
+    TASK_STATE_FAILED,
+    TASK_STATE_INPUT_REQUIRED,
+    TASK_STATE_REJECTED,
+    TASK_STATE_WORKING,
 )
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -65,7 +73,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-INTERRUPTED_STATES = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
+INTERRUPTED_STATES = frozenset({TASK_STATE_INPUT_REQUIRED, TASK_STATE_AUTH_REQUIRED})
 GATEWAY_LOST = "gateway instance lost"
 
 
@@ -77,7 +85,9 @@ def new_id() -> str:
 
 def stamp(timestamp: Timestamp) -> None:
     """Set ``timestamp`` to now (cheaper than ``GetCurrentTime``)."""
-    timestamp.FromMicroseconds(time.time_ns() // 1000)
+    us = time.time_ns() // 1000
+    timestamp.seconds, timestamp.nanos = divmod(us, 1_000_000)
+    timestamp.nanos *= 1000
 
 
 def copy_task(task: Task) -> Task:
@@ -88,7 +98,7 @@ def copy_task(task: Task) -> Task:
 
 def agent_message(task: Task, text: str, data: dict[str, Any] | None = None) -> Message:
     msg = Message(
-        message_id=new_id(), role=Role.ROLE_AGENT, task_id=task.id, context_id=task.context_id
+        message_id=new_id(), role=ROLE_AGENT, task_id=task.id, context_id=task.context_id
     )
     msg.parts.append(Part(text=text))
     if data is not None:
@@ -227,13 +237,13 @@ class TaskRun:
             if self.task.status.state in INTERRUPTED_STATES and self.version is not None:
                 await self._write()  # release ownership: nothing runs this task now
             return
-        await self._finish(TaskState.TASK_STATE_FAILED, "the agent ended without a result")
+        await self._finish(TASK_STATE_FAILED, "the agent ended without a result")
 
     async def _safe_fail(self, reason: str) -> None:
         if self.finished:
             return
         try:
-            await self._finish(TaskState.TASK_STATE_FAILED, reason)
+            await self._finish(TASK_STATE_FAILED, reason)
         except Exception:
             log.exception("task_fail_write_failed")
 
@@ -264,16 +274,16 @@ class TaskRun:
         elif isinstance(event, Completed):
             await self._on_completed(event)
         elif isinstance(event, Failed):
-            await self._finish(TaskState.TASK_STATE_FAILED, event.reason)
+            await self._finish(TASK_STATE_FAILED, event.reason)
         elif isinstance(event, Rejected):
-            await self._finish(TaskState.TASK_STATE_REJECTED, event.reason)
+            await self._finish(TASK_STATE_REJECTED, event.reason)
         elif isinstance(event, Canceled):
-            await self._finish(TaskState.TASK_STATE_CANCELED, event.reason or "canceled")
+            await self._finish(TASK_STATE_CANCELED, event.reason or "canceled")
 
     async def _ensure_created(self) -> None:
         if self.version is not None:
             return
-        self._set_status(TaskState.TASK_STATE_WORKING)
+        self._set_status(TASK_STATE_WORKING)
         self.version = await self.engine.store.create_task(
             self.scope,
             self.task,
@@ -292,7 +302,7 @@ class TaskRun:
     async def _back_to_working(self) -> None:
         """The run went on without an answer (e.g. the backend's approval expired)."""
         self.run_state.pop("pending_input", None)
-        self._set_status(TaskState.TASK_STATE_WORKING)
+        self._set_status(TASK_STATE_WORKING)
         await self._write()
 
     def _on_text(self, text: str) -> None:
@@ -314,14 +324,14 @@ class TaskRun:
         )
 
     def _on_progress(self, event: Progress) -> None:
-        self._set_status(TaskState.TASK_STATE_WORKING)
+        self._set_status(TASK_STATE_WORKING)
         if event.text:
             self.task.status.message.CopyFrom(agent_message(self.task, event.text))
         metadata = {"kind": event.kind, **event.data}
         self._publish_status(metadata)
 
     async def _on_input_required(self, event: InputRequired) -> None:
-        self._set_status(TaskState.TASK_STATE_INPUT_REQUIRED)
+        self._set_status(TASK_STATE_INPUT_REQUIRED)
         prompt = agent_message(self.task, event.prompt, event.data)
         self.task.status.message.CopyFrom(prompt)
         self.task.history.append(prompt)
@@ -350,7 +360,7 @@ class TaskRun:
                 )
                 self.engine.hub.publish(self.task.id, final)
         await self._remember_turn(final_text or "")
-        await self._finish(TaskState.TASK_STATE_COMPLETED, None)
+        await self._finish(TASK_STATE_COMPLETED, None)
 
     async def _on_reply(self, event: Reply) -> None:
         if self.version is not None:
@@ -358,7 +368,7 @@ class TaskRun:
             await self._on_completed(Completed(text=event.text, parts=event.parts, metadata=event.metadata))
             return
         msg = Message(
-            message_id=new_id(), role=Role.ROLE_AGENT, context_id=self.task.context_id
+            message_id=new_id(), role=ROLE_AGENT, context_id=self.task.context_id
         )
         msg.parts.extend(event.parts or [Part(text=event.text or "")])
         if event.metadata:

@@ -25,14 +25,16 @@ from a2a.types import (
     ListTasksRequest,
     ListTasksResponse,
     Message,
-    Role,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
     TaskArtifactUpdateEvent,
     TaskPushNotificationConfig,
-    TaskState,
     TaskStatusUpdateEvent,
+)
+from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names per access
+    ROLE_UNSPECIFIED,
+    TASK_STATE_UNSPECIFIED,
 )
 from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE, MAX_LIST_TASKS_PAGE_SIZE
 from a2a.utils.errors import (
@@ -80,7 +82,7 @@ def _validate_message(message: Message) -> None:
         raise InvalidParamsError("message.messageId is required")
     if not message.parts:
         raise InvalidParamsError("message.parts must contain at least one part")
-    if message.role == Role.ROLE_UNSPECIFIED:
+    if message.role == ROLE_UNSPECIFIED:
         raise InvalidParamsError("message.role is required")
     for part in message.parts:
         if part.WhichOneof("content") is None:
@@ -245,7 +247,7 @@ class GatewayRequestHandler(RequestHandler):
         if params.HasField("status_timestamp_after"):
             ts = params.status_timestamp_after
             after = ts.seconds * 1_000_000 + ts.nanos // 1000
-        if params.status == TaskState.TASK_STATE_UNSPECIFIED and params.status != 0:
+        if params.status == TASK_STATE_UNSPECIFIED and params.status != 0:
             raise InvalidParamsError("invalid status filter")
         query = TaskQuery(
             context_id=params.context_id, state=params.status, status_after_us=after,

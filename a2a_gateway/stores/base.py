@@ -17,14 +17,21 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from a2a.types import Task, TaskPushNotificationConfig, TaskState
+from a2a.types import Task, TaskPushNotificationConfig
+from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names per access
+    TASK_STATE_CANCELED,
+    TASK_STATE_COMPLETED,
+    TASK_STATE_FAILED,
+    TASK_STATE_REJECTED,
+    TASK_STATE_UNSPECIFIED,
+)
 
 TERMINAL_STATES = frozenset(
     {
-        TaskState.TASK_STATE_COMPLETED,
-        TaskState.TASK_STATE_FAILED,
-        TaskState.TASK_STATE_CANCELED,
-        TaskState.TASK_STATE_REJECTED,
+        TASK_STATE_COMPLETED,
+        TASK_STATE_FAILED,
+        TASK_STATE_CANCELED,
+        TASK_STATE_REJECTED,
     }
 )
 
@@ -90,7 +97,7 @@ class ClaimedTask:
 @dataclass(frozen=True, slots=True)
 class TaskQuery:
     context_id: str = ""
-    state: int = TaskState.TASK_STATE_UNSPECIFIED
+    state: int = TASK_STATE_UNSPECIFIED
     status_after_us: int | None = None
     """Only tasks whose status timestamp is at or after this (epoch microseconds)."""
     page_size: int = 50
