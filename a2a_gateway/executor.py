@@ -52,6 +52,7 @@ from a2a_gateway.stores.base import (
     ConflictError,
     Context,
     Scope,
+    StoreUnavailableError,
 )
 from handlers.base import (
     Canceled,
@@ -162,6 +163,8 @@ class TaskRun:
         self._session_updates: dict[str, Any] = {}
         self._driver: asyncio.Task[None] | None = None
         self._iterator_done = False
+        self.store_error: StoreUnavailableError | None = None
+        """Set when the store could not be written: the caller answers with a retriable error."""
         if version is not None:
             self.created.set()
 
@@ -211,6 +214,8 @@ class TaskRun:
                 await self._exhausted()
         except SupersededError:
             log.info("task_superseded")
+        except StoreUnavailableError as exc:
+            await self._store_lost(exc)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -224,6 +229,17 @@ class TaskRun:
                 self.engine.hub.end(self.task.id)
             self.created.set()
             self.settled.set()
+
+    async def _store_lost(self, exc: StoreUnavailableError) -> None:
+        """The store went away mid-run: stop driving. A created task keeps its lease, which
+        runs out, and a replica re-attaches (or fails it) once the store is back; a task
+        never created cannot be recovered, so its backend run is stopped."""
+        self.store_error = exc
+        log.warning("task_store_unavailable", created=self.version is not None)
+        self.engine.hub.end(self.task.id)  # streams end; clients may subscribe again later
+        if self.version is None and self.run_ref and self.runtime.handler is not None:
+            with contextlib.suppress(Exception):
+                await self.runtime.handler.cancel(self.request_for_cancel())
 
     async def _close_events(self) -> None:
         aclose = getattr(self._events, "aclose", None)

@@ -141,6 +141,8 @@ class GatewayRequestHandler(RequestHandler):
             await run.created.wait()
         else:
             await run.settled.wait()
+        if run.store_error is not None:
+            raise run.store_error
         if run.reply is not None:
             return run.reply
         return trim_task(run.task, history_length)
@@ -161,6 +163,8 @@ class GatewayRequestHandler(RequestHandler):
                         yield event
                 return
             await run.created.wait()
+            if run.store_error is not None and run.version is None:
+                raise run.store_error
             if run.reply is not None:
                 yield run.reply
                 return
