@@ -1,27 +1,19 @@
 """PostgreSQL store (``postgresql://…``): one database shared by every gateway replica.
 
 The schema comes only from ``migrations/postgres/NNNN_*.sql``, applied by
-``migrate_postgres`` (``a2a-gateway migrate``); ``check_schema`` tells ``serve`` whether
-the database matches this code. Tasks are stored as serialized protobuf next to the
-columns used to filter and order them; endpoint cards, run state, contexts and push
-configs are JSONB.
-
-Pool and timeout options come from keyword arguments or from the URL's query string
-(keyword arguments win); they are removed from the URL before it reaches the driver:
-``pool_size`` (10), ``pool_min_size`` (0), ``connect_timeout`` (5 s),
-``command_timeout`` (30 s), ``acquire_timeout`` (10 s), ``statement_cache_size``
-(asyncpg's default; 0 behind a transaction-pooling proxy).
+``migrate_postgres`` (``a2a-gateway migrate``, in ``postgres_migrations``);
+``check_schema`` tells ``serve`` whether the database matches this code. Tasks are
+stored as serialized protobuf next to the columns used to filter and order them;
+endpoint cards, run state, contexts and push configs are JSONB. URL options
+(pool size, timeouts) are listed in ``postgres_connection``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 import orjson
@@ -38,13 +30,25 @@ from a2a_gateway.stores.base import (
     Store,
     StoredTask,
     StoreError,
-    StoreUnavailableError,
     TaskPage,
     TaskQuery,
     status_timestamp_us,
 )
 from a2a_gateway.stores.migrations import migration_files
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
+from a2a_gateway.stores.postgres_connection import (
+    UNAVAILABLE_ERRORS,
+    redacted,
+    split_url,
+    unavailable,
+)
+from a2a_gateway.stores.postgres_migrations import (
+    MigrationError,
+    SchemaMismatchError,
+    check_applied,
+    check_schema,
+    migrate_postgres,
+)
 
 __all__ = [
     "MigrationError",
@@ -54,91 +58,9 @@ __all__ = [
     "migrate_postgres",
 ]
 
-
-class MigrationError(StoreError):
-    """A migration cannot be applied: an applied file was edited, the database is newer
-    than this code, or the migration files themselves are inconsistent."""
-
-
-class SchemaMismatchError(StoreError):
-    """The database schema is not the one this code expects (unmigrated, behind or newer)."""
-
-
-_OPTIONS = {
-    "pool_size": int,
-    "pool_min_size": int,
-    "connect_timeout": float,
-    "command_timeout": float,
-    "acquire_timeout": float,
-    "statement_cache_size": int,
-}
-_DEFAULTS: dict[str, Any] = {
-    "pool_size": 10,
-    # 0: while the database is down, asyncpg would otherwise retry the floor in the
-    # background and log a traceback each time; connections open on demand instead
-    "pool_min_size": 0,
-    "connect_timeout": 5.0,
-    "command_timeout": 30.0,
-    "acquire_timeout": 10.0,
-}
-
-# Errors meaning "the database cannot be reached right now": connection refused or
-# lost (OSError, class 08), server shutting down or starting (class 57), too many
-# connections (class 53), or a timeout waiting for a connection or an answer.
-# InternalClientError is what asyncpg raises when the server ends an idle session
-# (a restart, pg_terminate_backend) and the next query finds the protocol mid-state;
-# the pool replaces that connection, so a retry works.
-_UNAVAILABLE = (
-    OSError,
-    asyncpg.InternalClientError,
-    asyncio.TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.OperatorInterventionError,
-    asyncpg.InsufficientResourcesError,
-)
-
 _TERMINAL = tuple(int(s) for s in TERMINAL_STATES)
 _NOT_TERMINAL = f"state NOT IN ({','.join(str(s) for s in _TERMINAL)})"
 _SCOPE = "tenant = $1 AND endpoint_id = $2 AND principal = $3"
-
-# pg_advisory_lock key held by the migration runner ("a2a_migr" in ASCII).
-_MIGRATION_LOCK = 0x6132615F6D696772
-_NO_TRANSACTION = "-- no-transaction"
-
-
-def split_url(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """Remove the gateway's own options from the URL's query; merge them under
-    ``options`` (keyword arguments win) and fill in the defaults."""
-    parts = urlsplit(url)
-    kept, merged = [], dict(_DEFAULTS)
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if key in _OPTIONS:
-            merged[key] = _OPTIONS[key](value)
-        else:
-            kept.append((key, value))
-    for key, value in options.items():
-        if key not in _OPTIONS:
-            raise TypeError(f"unknown postgres store option {key!r}")
-        if value is not None:
-            merged[key] = _OPTIONS[key](value)
-    if parts.scheme == "postgres":
-        parts = parts._replace(scheme="postgresql")
-    return urlunsplit(parts._replace(query=urlencode(kept))), merged
-
-
-def redacted(url: str) -> str:
-    """The URL without password or query string, fit for messages and logs."""
-    parts = urlsplit(url)
-    host = parts.hostname or "localhost"
-    netloc = f"{parts.username}@{host}" if parts.username else host
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def _unavailable(url: str, exc: BaseException) -> StoreUnavailableError:
-    detail = str(exc) or type(exc).__name__
-    return StoreUnavailableError(f"postgres store at {redacted(url)} is unavailable: {detail}")
 
 
 def _jsonb_encode(value: Any) -> bytes:
@@ -234,8 +156,8 @@ class PostgresStore(Store):
                 reset=_keep_session,
                 **extra,
             )
-        except _UNAVAILABLE as exc:
-            raise _unavailable(dsn, exc) from exc
+        except UNAVAILABLE_ERRORS as exc:
+            raise unavailable(dsn, exc) from exc
         except asyncpg.PostgresError as exc:
             raise StoreError(f"cannot open postgres store at {redacted(dsn)}: {exc}") from exc
         store = cls(pool, dsn, opts["acquire_timeout"], opts["connect_timeout"])
@@ -259,10 +181,10 @@ class PostgresStore(Store):
                     yield conn
                 except asyncpg.InterfaceError as exc:
                     if conn.is_closed():
-                        raise _unavailable(self._url, exc) from exc
+                        raise unavailable(self._url, exc) from exc
                     raise
-        except _UNAVAILABLE as exc:
-            raise _unavailable(self._url, exc) from exc
+        except UNAVAILABLE_ERRORS as exc:
+            raise unavailable(self._url, exc) from exc
         except asyncpg.UndefinedTableError as exc:
             raise SchemaMismatchError(
                 f"postgres store at {redacted(self._url)} is not migrated ({exc});"
@@ -278,7 +200,7 @@ class PostgresStore(Store):
     async def check_schema(self) -> None:
         """``SchemaMismatchError`` unless every migration of this code, and no other, is applied."""
         async with self._conn() as conn:
-            await _check_schema(conn, migration_files("postgres"))
+            await check_applied(conn, migration_files("postgres"))
 
     # LISTEN/NOTIFY (the cross-replica live hub) ----------------------------
     async def connect_listener(self) -> asyncpg.Connection:
@@ -286,8 +208,8 @@ class PostgresStore(Store):
         not see); the caller closes it. ``StoreUnavailableError`` if it cannot connect."""
         try:
             return await asyncpg.connect(self._url, timeout=self._connect_timeout)
-        except _UNAVAILABLE as exc:
-            raise _unavailable(self._url, exc) from exc
+        except UNAVAILABLE_ERRORS as exc:
+            raise unavailable(self._url, exc) from exc
         except asyncpg.PostgresError as exc:
             raise StoreError(f"cannot connect to postgres store at {redacted(self._url)}: {exc}") from exc
 
@@ -564,150 +486,3 @@ class PostgresStore(Store):
             for r in rows
         ]
 
-
-# migrations ------------------------------------------------------------------
-
-Migration = tuple[int, str, str]
-
-
-def checksum(sql: str) -> str:
-    return hashlib.sha256(sql.encode()).hexdigest()
-
-
-def _no_transaction(sql: str) -> bool:
-    """True if the file's leading comment block has a ``-- no-transaction`` line."""
-    for line in sql.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        if not line.startswith("--"):
-            return False
-        if line == _NO_TRANSACTION:
-            return True
-    return False
-
-
-def _ordered(files: list[Migration]) -> list[Migration]:
-    ordered = sorted(files, key=lambda f: f[0])
-    numbers = [f[0] for f in ordered]
-    if len(set(numbers)) != len(numbers):
-        raise MigrationError(f"two migration files share a number: {[f[1] for f in ordered]}")
-    return ordered
-
-
-@asynccontextmanager
-async def _connect(url: str) -> AsyncIterator[asyncpg.Connection]:
-    dsn, opts = split_url(url, {})
-    try:
-        conn = await asyncpg.connect(dsn, timeout=opts["connect_timeout"])
-    except _UNAVAILABLE as exc:
-        raise _unavailable(dsn, exc) from exc
-    try:
-        yield conn
-    except _UNAVAILABLE as exc:
-        raise _unavailable(dsn, exc) from exc
-    finally:
-        # closing the session also releases its advisory locks
-        try:
-            await conn.close(timeout=2)
-        except (*_UNAVAILABLE, asyncpg.InterfaceError):
-            conn.terminate()
-
-
-async def _applied(conn: asyncpg.Connection) -> dict[int, tuple[str, str]] | None:
-    """``{version: (name, checksum)}``, or None when the database was never migrated."""
-    if not await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL"):
-        return None
-    rows = await conn.fetch("SELECT version, name, checksum FROM schema_migrations")
-    return {r["version"]: (r["name"], r["checksum"]) for r in rows}
-
-
-def _newer_than_code(applied: dict[int, tuple[str, str]], files: list[Migration]) -> str | None:
-    unknown = sorted(set(applied) - {f[0] for f in files})
-    if not unknown:
-        return None
-    names = ", ".join(applied[v][0] for v in unknown)
-    return (
-        f"the database schema is newer than this gateway: it has migrations this version does"
-        f" not know ({names}); upgrade the gateway"
-    )
-
-
-async def migrate_postgres(url: str, *, files: list[Migration] | None = None) -> list[str]:
-    """Apply the migrations not yet applied, in order, under an advisory lock; return
-    their names (empty: up to date).
-
-    Each file runs in its own transaction unless its header has ``-- no-transaction``
-    (for ``CREATE INDEX CONCURRENTLY``). A concurrent runner waits for the lock and then
-    finds nothing to do. ``MigrationError`` if an applied file changed since it was
-    applied or the database has migrations this code does not know.
-    """
-    ordered = _ordered(files if files is not None else migration_files("postgres"))
-    async with _connect(url) as conn:
-        # held until the connection closes, whatever happens below
-        await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
-        return await _apply(conn, ordered)
-
-
-async def _apply(conn: asyncpg.Connection, ordered: list[Migration]) -> list[str]:
-    await conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
-        " applied_at timestamptz NOT NULL DEFAULT now())"
-    )
-    applied = await _applied(conn) or {}
-    problem = _newer_than_code(applied, ordered)
-    if problem:
-        raise MigrationError(problem)
-    for number, name, sql in ordered:
-        if number in applied and applied[number][1] != checksum(sql):
-            raise MigrationError(
-                f"migration {name} was changed after it was applied (as {applied[number][0]});"
-                " applied migrations are never edited: add a new numbered file instead"
-            )
-    done = []
-    for number, name, sql in ordered:
-        if number in applied:
-            continue
-        record = (
-            "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
-            number,
-            name,
-            checksum(sql),
-        )
-        try:
-            if _no_transaction(sql):
-                await conn.execute(sql)
-                await conn.execute(*record)
-            else:
-                async with conn.transaction():
-                    # no arguments: the simple-query protocol runs every statement in the file
-                    await conn.execute(sql)
-                    await conn.execute(*record)
-        except asyncpg.PostgresError as exc:
-            raise MigrationError(f"migration {name} failed: {exc}") from exc
-        done.append(name)
-    return done
-
-
-async def _check_schema(conn: asyncpg.Connection, files: list[Migration]) -> None:
-    applied = await _applied(conn)
-    if not applied:
-        raise SchemaMismatchError("the database is not migrated: run `a2a-gateway migrate`")
-    problem = _newer_than_code(applied, files)
-    if problem:
-        raise SchemaMismatchError(problem)
-    missing = [name for number, name, _ in files if number not in applied]
-    if missing:
-        raise SchemaMismatchError(
-            f"the database schema is behind this gateway (not applied: {', '.join(missing)}):"
-            " run `a2a-gateway migrate`"
-        )
-
-
-async def check_schema(url: str, *, files: list[Migration] | None = None) -> None:
-    """``SchemaMismatchError`` unless the database at ``url`` has exactly the migrations
-    this code knows; ``StoreUnavailableError`` if it cannot be reached."""
-    async with _connect(url) as conn:
-        files = files if files is not None else migration_files("postgres")
-        await _check_schema(conn, _ordered(files))

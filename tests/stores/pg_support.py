@@ -18,7 +18,8 @@ import asyncpg
 import pytest
 
 from a2a_gateway.stores.migrations import migration_files
-from a2a_gateway.stores.postgres import PostgresStore, checksum, migrate_postgres
+from a2a_gateway.stores.postgres import PostgresStore, migrate_postgres
+from a2a_gateway.stores.postgres_migrations import checksum
 from tests.stores.conftest import require_service
 
 ENV_VAR = "A2A_TEST_POSTGRES_DSN"

@@ -18,9 +18,8 @@ from a2a_gateway.stores.postgres import (
     SchemaMismatchError,
     check_schema,
     migrate_postgres,
-    redacted,
-    split_url,
 )
+from a2a_gateway.stores.postgres_connection import redacted, split_url
 from tests.stores.pg_support import admin_dsn, fresh_database
 
 pytestmark = pytest.mark.postgres
