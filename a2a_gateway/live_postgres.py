@@ -23,18 +23,15 @@
 * **Snapshot.** On a new watch (or a re-announcement after a reconnect) the owner
   first sends the text streamed so far (``append: false``), then the live deltas,
   in order — what a local ``SubscribeToTask`` gets.
-* **Payloads.** Every event is its serialized protobuf, base64, in a small JSON
-  envelope, kept under ``PAYLOAD_LIMIT`` (PostgreSQL refuses 8000 bytes and more).
-  A larger text delta is split into several deltas (UTF-8 safe; the first keeps
-  the original ``append``, the others append). A larger final artifact becomes a
-  pointer: the receiving replica reads the task from the store once the owner's
-  write has landed and delivers the stored artifact; later events of that task
-  wait behind it. A larger status update goes without its message unless the
-  store holds that exact status.
+* **Payloads** (``live_postgres_wire``) stay under PostgreSQL's 8000-byte limit: a
+  larger text delta is split, a larger final artifact or status update becomes a
+  pointer. The receiving replica reads the task from the store once the owner's
+  write has landed and delivers the stored event; later events of that task wait
+  behind it. A larger status update goes without its message unless the store
+  holds that exact status.
 * **Order.** One sender task sends the outbox in order; a batch is one statement,
   hence one transaction, and PostgreSQL delivers a transaction's notifications in
-  order. Every payload carries a sequence number (which also keeps PostgreSQL
-  from folding identical payloads of one transaction into one).
+  order.
 * **Bounded.** The outbox holds at most ``max_pending`` messages (beyond that
   events are dropped and counted: followers still get durable changes from the
   store); a failed send drops its batch; every loop sleeps or waits with a bound.
@@ -43,83 +40,43 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import hashlib
-import itertools
 import sys
 import time
 from collections import deque
 from typing import Any
 
-import orjson
 import structlog
-from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
+from a2a.types import TaskArtifactUpdateEvent
 
 from a2a_gateway.live import LiveEvent, LiveHub, Subscription
-from a2a_gateway.stores.base import TERMINAL_STATES, Scope, StoreUnavailableError
+from a2a_gateway.live_postgres_wire import (
+    CONTROL,
+    EVENT,
+    STATUS,
+    UNWATCH,
+    WATCH,
+    WATCH_CHANNEL,
+    LiveWire,
+    control_payload,
+    decode_event,
+    is_pointer,
+    parse,
+    pointer_target,
+    replica_channel,
+    stored_event,
+)
+from a2a_gateway.stores.base import TERMINAL_STATES, StoreUnavailableError
 
 log = structlog.get_logger(__name__)
 
-WATCH_CHANNEL = "a2a_live_watch"
-PAYLOAD_LIMIT = 7900
-"""Largest payload sent, in bytes (PostgreSQL's limit is < 8000 with default settings)."""
-_ENVELOPE_ROOM = 200
-"""Bytes kept for the JSON envelope around the base64 event."""
-_RAW_LIMIT = (PAYLOAD_LIMIT - _ENVELOPE_ROOM) * 3 // 4
-"""Largest serialized event that fits once base64-encoded."""
 _BATCH = 256
-_TYPES: dict[str, type[Any]] = {"a": TaskArtifactUpdateEvent, "s": TaskStatusUpdateEvent, "t": Task}
 
 
 def uses_postgres(store: Any) -> bool:
     """True when ``store`` is a ``PostgresStore`` (without importing asyncpg for other stores)."""
     module = sys.modules.get("a2a_gateway.stores.postgres")
     return module is not None and isinstance(store, module.PostgresStore)
-
-
-def replica_channel(replica_id: str) -> str:
-    """The channel a replica LISTENs on: a fixed-length identifier whatever the id holds."""
-    return "a2a_live_" + hashlib.sha256(replica_id.encode()).hexdigest()[:32]
-
-
-def _type_code(event: LiveEvent) -> str:
-    if isinstance(event, TaskArtifactUpdateEvent):
-        return "a"
-    if isinstance(event, TaskStatusUpdateEvent):
-        return "s"
-    return "t"
-
-
-def _split_utf8(text: str, limit: int) -> list[str]:
-    """``text`` in pieces of at most ``limit`` UTF-8 bytes, never cutting a character."""
-    data = text.encode()
-    pieces, start = [], 0
-    while start < len(data):
-        end = min(start + limit, len(data))
-        while end < len(data) and end > start and (data[end] & 0xC0) == 0x80:
-            end -= 1  # a continuation byte: cut before the character it belongs to
-        if end == start:  # limit smaller than one character (not with real limits)
-            end = start + 1
-            while end < len(data) and (data[end] & 0xC0) == 0x80:
-                end += 1
-        pieces.append(data[start:end].decode())
-        start = end
-    return pieces
-
-
-def _text_delta_text(event: LiveEvent) -> str | None:
-    """The text of an artifact update made of one text part and nothing else a split
-    would lose; None for any other event."""
-    if not isinstance(event, TaskArtifactUpdateEvent) or event.last_chunk or event.metadata:
-        return None
-    artifact = event.artifact
-    if len(artifact.parts) != 1 or artifact.metadata or artifact.extensions:
-        return None
-    part = artifact.parts[0]
-    if not part.HasField("text") or part.metadata:
-        return None
-    return part.text
 
 
 class PostgresLiveHub(LiveHub):
@@ -158,7 +115,7 @@ class PostgresLiveHub(LiveHub):
         self._held: dict[str, list[dict[str, Any]]] = {}
         self._outbox: deque[tuple[str, str]] = deque()
         self._wake = asyncio.Event()
-        self._seq = itertools.count(1)
+        self._wire = LiveWire()
         self._listening = asyncio.Event()
         self._listener: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -218,14 +175,14 @@ class PostgresLiveHub(LiveHub):
         # every new remote subscriber asks for a snapshot: the text so far replaces
         # the artifact (append: false), harmless to earlier subscribers
         self._interest.add(task_id)
-        self._announce("w", [task_id], snap=True)
+        self._announce(WATCH, [task_id], snap=True)
 
     def unsubscribe(self, sub: Subscription) -> None:
         super().unsubscribe(sub)
         task_id = sub.task_id
         if task_id in self._interest and not self._subscribers.get(task_id):
             self._interest.discard(task_id)
-            self._announce("u", [task_id])
+            self._announce(UNWATCH, [task_id])
 
     def has_listeners(self, task_id: str) -> bool:
         """Local subscribers or watchers on other replicas: otherwise the engine need
@@ -246,67 +203,25 @@ class PostgresLiveHub(LiveHub):
         self._watchers.pop(task_id, None)
         if task_id in self._interest:
             self._interest.discard(task_id)
-            self._announce("u", [task_id])
+            self._announce(UNWATCH, [task_id])
 
     async def send_control(self, replica_id: str, command: str, task_id: str) -> None:
         """NOTIFY ``replica_id`` (at once, not through the outbox); if that fails the owner
         still notices through the store at its next lease check."""
-        payload = orjson.dumps({"k": "c", "c": command, "t": task_id, "r": self.replica_id}).decode()
+        payload = control_payload(self.replica_id, command, task_id)
         try:
             await self._store.notify([(replica_channel(replica_id), payload)])
         except Exception as exc:
             log.warning("live_control_not_sent", command=command, task_id=task_id, error=str(exc))
 
     # encoding -------------------------------------------------------------------
-    def _envelope(self, task_id: str, event: LiveEvent, extra: dict[str, Any] | None = None) -> str:
-        body = {
-            "k": "e", "t": task_id, "q": next(self._seq), "y": _type_code(event),
-            "b": base64.b64encode(event.SerializeToString()).decode(),
-        }
-        if extra:
-            body.update(extra)
-        return orjson.dumps(body).decode()
-
     def _encode(self, task_id: str, event: LiveEvent) -> list[str]:
-        """Payloads (each under ``PAYLOAD_LIMIT``) that carry ``event`` to a watcher."""
-        size = event.ByteSize()
-        if size <= _RAW_LIMIT:
-            return [self._envelope(task_id, event)]
-        text = _text_delta_text(event)
-        if text is not None:
-            return self._split_delta(task_id, event, text, size)  # type: ignore[arg-type]
-        if isinstance(event, TaskStatusUpdateEvent):
-            slim = TaskStatusUpdateEvent(task_id=event.task_id, context_id=event.context_id)
-            slim.status.state = event.status.state
-            slim.status.timestamp.CopyFrom(event.status.timestamp)
-            return [self._envelope(task_id, slim, self._pointer(task_id, "fs"))]
-        if isinstance(event, TaskArtifactUpdateEvent):
-            pointer = {"k": "fa", "t": task_id, "q": next(self._seq), "a": event.artifact.artifact_id}
-            pointer.update(self._pointer(task_id, "fa"))
-            return [orjson.dumps(pointer).decode()]
-        log.warning("live_event_too_large", task_id=task_id, bytes=size)
-        return []
-
-    def _pointer(self, task_id: str, kind: str) -> dict[str, Any]:
-        """Where a watcher finds the full event: the task's scope and the store version
-        that will hold it (a final artifact is published just before its write)."""
+        """Payloads (each under the NOTIFY limit) that carry ``event`` to a watcher."""
         run = self._engine.runs.get(task_id) if self._engine is not None else None
-        if run is None or run.version is None:
-            return {"f": kind}
-        scope = run.scope
-        version = run.version + 1 if kind == "fa" else run.version
-        return {"f": kind, "sc": [scope.tenant, scope.endpoint_id, scope.principal], "v": version}
-
-    def _split_delta(self, task_id: str, event: TaskArtifactUpdateEvent, text: str, size: int) -> list[str]:
-        room = _RAW_LIMIT - (size - len(text.encode())) - 16
-        out = []
-        for i, piece in enumerate(_split_utf8(text, room)):
-            part_event = TaskArtifactUpdateEvent()
-            part_event.CopyFrom(event)
-            part_event.artifact.parts[0].text = piece
-            part_event.append = event.append if i == 0 else True
-            out.append(self._envelope(task_id, part_event))
-        return out
+        payloads = self._wire.event(task_id, event, run)
+        if not payloads:
+            log.warning("live_event_too_large", task_id=task_id, bytes=event.ByteSize())
+        return payloads
 
     # outbox -------------------------------------------------------------------------
     def _enqueue(self, channel: str, payload: str) -> None:
@@ -355,20 +270,9 @@ class PostgresLiveHub(LiveHub):
         return self._engine is not None and task_id not in self._engine.runs
 
     def _announce(self, kind: str, task_ids: list[str], *, snap: bool = False) -> None:
-        """Broadcast ``watch``/``unwatch`` for ``task_ids``, as many payloads as it takes."""
-        base = {"k": kind, "r": self.replica_id, "s": snap}
-        room = PAYLOAD_LIMIT - len(orjson.dumps(base)) - 64
-        chunk: list[str] = []
-        used = 0
-        for task_id in task_ids:
-            cost = len(task_id.encode()) + 4
-            if chunk and used + cost > room:
-                self._enqueue(WATCH_CHANNEL, orjson.dumps({**base, "q": next(self._seq), "ids": chunk}).decode())
-                chunk, used = [], 0
-            chunk.append(task_id)
-            used += cost
-        if chunk:
-            self._enqueue(WATCH_CHANNEL, orjson.dumps({**base, "q": next(self._seq), "ids": chunk}).decode())
+        """Broadcast ``watch``/``unwatch`` for ``task_ids``."""
+        for payload in self._wire.interest(kind, self.replica_id, task_ids, snap=snap):
+            self._enqueue(WATCH_CHANNEL, payload)
 
     async def _refresh_loop(self) -> None:
         while True:
@@ -381,7 +285,7 @@ class PostgresLiveHub(LiveHub):
     def _refresh_once(self) -> None:
         remote = [t for t in self._interest if self._runs_elsewhere(t)]
         if remote and self.listening:
-            self._announce("w", remote)
+            self._announce(WATCH, remote)
         now = time.monotonic()
         runs = self._engine.runs if self._engine is not None else {}
         for task_id in list(self._watchers):
@@ -462,7 +366,7 @@ class PostgresLiveHub(LiveHub):
             # events may have been missed: ask the owners again, with a snapshot
             remote = [t for t in self._interest if self._runs_elsewhere(t)]
             if remote:
-                self._announce("w", remote, snap=True)
+                self._announce(WATCH, remote, snap=True)
         self.stats["connects"] += 1
         while not lost.is_set() and not conn.is_closed():
             with contextlib.suppress(TimeoutError):
@@ -480,20 +384,19 @@ class PostgresLiveHub(LiveHub):
             conn.terminate()
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        try:
-            message = orjson.loads(payload)
-            kind = message.get("k")
-        except (orjson.JSONDecodeError, AttributeError):
+        parsed = parse(payload)
+        if parsed is None:
             return
+        message, kind = parsed
         self.stats["received"] += 1
         try:
-            if kind == "w":
+            if kind == WATCH:
                 if message.get("r") != self.replica_id:
                     self._on_watch(message)
-            elif kind == "u":
+            elif kind == UNWATCH:
                 if message.get("r") != self.replica_id:
                     self._on_unwatch(message)
-            elif kind == "c":
+            elif kind == CONTROL:
                 self._on_control(message)
             elif isinstance(message.get("t"), str):
                 self._deliver(message)
@@ -518,20 +421,20 @@ class PostgresLiveHub(LiveHub):
         if held is not None:
             held.append(message)
             return
-        if message.get("f") in ("fa", "fs") and "sc" in message:
+        if is_pointer(message):
             self._held[task_id] = []
             task = asyncio.create_task(self._resolve(task_id, message))
             self._side_tasks.add(task)
             task.add_done_callback(self._side_done)
             return
-        if message.get("k") == "e":
-            event = _decode(message)
+        if message.get("k") == EVENT:
+            event = decode_event(message)
             if event is not None:
                 LiveHub.publish(self, task_id, event)  # local subscribers only
 
     async def _resolve(self, task_id: str, message: dict[str, Any]) -> None:
         """Deliver an oversized event from the store, then what arrived behind it."""
-        event: LiveEvent | None = _decode(message) if message.get("k") == "e" else None
+        event: LiveEvent | None = decode_event(message) if message.get("k") == EVENT else None
         try:
             found = await self._from_store(task_id, message)
             if found is not None:
@@ -546,41 +449,14 @@ class PostgresLiveHub(LiveHub):
                 self._deliver(later)
 
     async def _from_store(self, task_id: str, message: dict[str, Any]) -> LiveEvent | None:
-        scope = Scope(*message["sc"])
-        version = int(message.get("v") or 0)
+        scope, version = pointer_target(message)
         deadline = time.monotonic() + self._fetch_wait
         while True:
             stored = await self._store.get_task(scope, task_id)
             if stored is None:
                 return None
-            task = stored.task
-            if stored.version >= version or task.status.state in TERMINAL_STATES:
-                if message["f"] == "fa":
-                    for artifact in task.artifacts:
-                        if artifact.artifact_id == message.get("a"):
-                            update = TaskArtifactUpdateEvent(
-                                task_id=task.id, context_id=task.context_id, append=False, last_chunk=True
-                            )
-                            update.artifact.CopyFrom(artifact)
-                            return update
-                    return None
-                slim = _decode(message)
-                if slim is not None and slim.status.timestamp == task.status.timestamp:
-                    full = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
-                    full.status.CopyFrom(task.status)
-                    return full
-                return None
-            if message["f"] == "fs" or time.monotonic() >= deadline:
+            if stored.version >= version or stored.task.status.state in TERMINAL_STATES:
+                return stored_event(message, stored.task)
+            if message["f"] == STATUS or time.monotonic() >= deadline:
                 return None
             await asyncio.sleep(0.02)
-
-
-def _decode(message: dict[str, Any]) -> Any:
-    cls = _TYPES.get(str(message.get("y")))
-    blob = message.get("b")
-    if cls is None or not isinstance(blob, str):
-        return None
-    try:
-        return cls.FromString(base64.b64decode(blob))
-    except Exception:
-        return None

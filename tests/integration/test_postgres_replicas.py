@@ -42,7 +42,7 @@ from a2a.types import (
     TaskState,
 )
 
-from a2a_gateway.live_postgres import PAYLOAD_LIMIT, PostgresLiveHub, _split_utf8
+from a2a_gateway.live_postgres_wire import PAYLOAD_LIMIT, LiveWire, split_utf8
 from tests.harness import running_gateway
 from tests.replicas.cluster import PgControl, replica_set
 from tests.replicas.fake_backend import FakeBackend, big_text
@@ -379,7 +379,7 @@ async def test_lost_listener_reconnects_and_the_follower_still_finishes(postgres
 def test_split_utf8_never_cuts_a_character_and_respects_the_limit():
     text = big_text(50_000)
     for limit in (1, 3, 7, 100, 5000):
-        pieces = _split_utf8(text[:2000] if limit < 10 else text, limit)
+        pieces = split_utf8(text[:2000] if limit < 10 else text, limit)
         assert "".join(pieces) == (text[:2000] if limit < 10 else text)
         assert all(len(p.encode()) <= max(limit, 4) for p in pieces)
 
@@ -387,17 +387,17 @@ def test_split_utf8_never_cuts_a_character_and_respects_the_limit():
 def test_every_payload_fits_the_notify_limit():
     from a2a.types import Artifact, Part, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
-    hub = PostgresLiveHub(store=None, replica_id="a")
+    wire = LiveWire()
     delta = TaskArtifactUpdateEvent(task_id="t", context_id="c", append=True)
     delta.artifact.CopyFrom(Artifact(artifact_id="x", name="response", parts=[Part(text=big_text(100_000))]))
-    payloads = hub._encode("t", delta)
+    payloads = wire.event("t", delta)
     assert len(payloads) > 10 and all(len(p.encode()) < PAYLOAD_LIMIT for p in payloads)
     final = TaskArtifactUpdateEvent(task_id="t", context_id="c", last_chunk=True)
     final.artifact.CopyFrom(delta.artifact)
-    (pointer,) = hub._encode("t", final)
+    (pointer,) = wire.event("t", final)
     assert len(pointer.encode()) < 300 and '"k":"fa"' in pointer
     status = TaskStatusUpdateEvent(task_id="t", context_id="c")
     status.status.state = TaskState.TASK_STATE_FAILED
     status.status.message.parts.add(text=big_text(20_000))
-    (slim,) = hub._encode("t", status)
+    (slim,) = wire.event("t", status)
     assert len(slim.encode()) < 1000 and '"f":"fs"' in slim
