@@ -1,7 +1,7 @@
 """Following a task that runs on another replica (or on no replica right now).
 
-Live events of such a task arrive through the hub when the hub spans replicas
-(PostgreSQL LISTEN/NOTIFY); the store is the ground truth either way: it is
+Live events of such a task arrive through ``LiveHub.follow`` when the hub spans
+replicas (PostgreSQL LISTEN/NOTIFY); the store is the ground truth either way: it is
 polled at ``interval`` seconds and every durable change the hub did not already
 deliver (new state, final artifact) is turned into an event. A follower ends at
 a terminal state, or — when asked to stop at interruptions — at the first
@@ -39,7 +39,7 @@ async def follow_task(
     after_version: int | None = None,
 ) -> AsyncIterator[LiveEvent]:
     """Events of ``task`` (already sent to the client at ``version``) until it settles."""
-    sub = hub.subscribe(task.id)
+    sub = hub.follow(task.id)
     seen_status = _status_key(task)
     seen_artifacts = {a.artifact_id: a.SerializeToString() for a in task.artifacts}
     live_next: asyncio.Task[LiveEvent] | None = None

@@ -5,7 +5,8 @@ here as a2a protobuf events; every subscriber (the SendStreamingMessage caller,
 SubscribeToTask callers) gets them in publication order. Nothing here is stored:
 a late subscriber gets its starting point (the Task and the text so far) from the
 run itself, then follows the hub. This implementation is in-process; a
-cross-replica hub (PostgreSQL LISTEN/NOTIFY) implements the same methods.
+cross-replica hub (PostgreSQL LISTEN/NOTIFY) implements the same methods, and
+``follow`` (a task run elsewhere) is where it differs from ``subscribe``.
 """
 
 from __future__ import annotations
@@ -61,9 +62,16 @@ class LiveHub:
         self._max_backlog = max_backlog
 
     def subscribe(self, task_id: str) -> Subscription:
+        """Events of ``task_id``, a task whose run is on this replica (or is starting here)."""
         sub = Subscription(self, task_id, self._max_backlog)
         self._subscribers.setdefault(task_id, []).append(sub)
         return sub
+
+    def follow(self, task_id: str) -> Subscription:
+        """Events of ``task_id``, a task run on another replica (or on none right now).
+        A hub spanning replicas asks the task's owner for them; in-process there is no
+        other replica, so this is ``subscribe``."""
+        return self.subscribe(task_id)
 
     def unsubscribe(self, sub: Subscription) -> None:
         subs = self._subscribers.get(sub.task_id)

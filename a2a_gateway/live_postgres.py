@@ -2,14 +2,14 @@
 
 ``PostgresLiveHub`` behaves like ``LiveHub`` inside a replica and adds:
 
-* **Interest, not broadcast.** A replica with a local subscriber to a task it does
-  not run (a ``SubscribeToTask`` or follow-up message that landed on the "wrong"
+* **Interest, not broadcast.** A replica following a task it does not run
+  (``follow``: a ``SubscribeToTask`` or follow-up message that landed on the "wrong"
   replica) announces it on the shared channel ``a2a_live_watch``: ``watch`` (asking
-  for a snapshot) ``announce_delay_seconds`` after each such subscriber arrives (by
-  then a task this replica is starting itself is registered as its run, so a local
-  stream sends nothing), ``unwatch`` when the last one leaves, and a refresh of all
-  its watched task ids every ``refresh_seconds`` (so a replica that takes a task
-  over, or whose listener reconnected, learns who is watching). Only the replica
+  for a snapshot) as each follower arrives, ``unwatch`` when the last local
+  subscriber of that task leaves, and a refresh of all its watched task ids every
+  ``refresh_seconds`` (so a replica that takes a task over, or whose listener
+  reconnected, learns who is watching). ``subscribe`` (a stream of a run on this
+  replica) never announces anything. Only the replica
   running the task acts on it: it remembers the watcher (forgotten after
   ``3 * refresh_seconds`` without a refresh) and from then on forwards that task's
   events to the watcher's own channel. A task nobody watches from elsewhere costs
@@ -95,7 +95,6 @@ class PostgresLiveHub(LiveHub):
         keepalive_seconds: float = 5.0,
         max_pending: int = 50_000,
         fetch_wait_seconds: float = 10.0,
-        announce_delay_seconds: float = 0.05,
     ) -> None:
         super().__init__(max_backlog)
         self._store = store
@@ -106,10 +105,9 @@ class PostgresLiveHub(LiveHub):
         self._keepalive = keepalive_seconds
         self._max_pending = max_pending
         self._fetch_wait = fetch_wait_seconds
-        self._announce_delay = announce_delay_seconds
         # owner side: task id → {watcher channel: monotonic expiry}
         self._watchers: dict[str, dict[str, float]] = {}
-        # watcher side: tasks run elsewhere that have local subscribers
+        # watcher side: tasks run elsewhere that this replica follows
         self._interest: set[str] = set()
         # tasks whose events wait for a store read (an oversized event's pointer)
         self._held: dict[str, list[dict[str, Any]]] = {}
@@ -160,22 +158,16 @@ class PostgresLiveHub(LiveHub):
         await self._close_listener()
 
     # LiveHub --------------------------------------------------------------------
-    def subscribe(self, task_id: str) -> Subscription:
-        sub = super().subscribe(task_id)
-        if self._runs_elsewhere(task_id):
-            # The engine subscribes a streaming caller just before it registers the
-            # run (or writes it first, for a follow-up message): decide a moment later,
-            # so a local stream never costs a NOTIFY.
-            asyncio.get_running_loop().call_later(self._announce_delay, self._announce_interest, task_id)
+    def follow(self, task_id: str) -> Subscription:
+        """Subscribe, and ask the replica running ``task_id`` (unless it is this one)
+        to forward its events here, starting with a snapshot."""
+        sub = self.subscribe(task_id)
+        if not self._closing and self._runs_elsewhere(task_id):
+            # every new follower asks for a snapshot: the text so far replaces the
+            # artifact (append: false), harmless to earlier subscribers
+            self._interest.add(task_id)
+            self._announce(WATCH, [task_id], snap=True)
         return sub
-
-    def _announce_interest(self, task_id: str) -> None:
-        if self._closing or not self._subscribers.get(task_id) or not self._runs_elsewhere(task_id):
-            return
-        # every new remote subscriber asks for a snapshot: the text so far replaces
-        # the artifact (append: false), harmless to earlier subscribers
-        self._interest.add(task_id)
-        self._announce(WATCH, [task_id], snap=True)
 
     def unsubscribe(self, sub: Subscription) -> None:
         super().unsubscribe(sub)

@@ -29,6 +29,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import orjson
 import pytest
 from a2a.types import (
     CancelTaskRequest,
@@ -42,6 +43,7 @@ from a2a.types import (
     TaskState,
 )
 
+from a2a_gateway.live_postgres import PostgresLiveHub
 from a2a_gateway.live_postgres_wire import PAYLOAD_LIMIT, LiveWire, split_utf8
 from tests.harness import running_gateway
 from tests.replicas.cluster import PgControl, replica_set
@@ -327,7 +329,7 @@ async def test_a_task_nobody_follows_elsewhere_sends_no_notify(postgres):
         async with a.client(ep) as on_a, a.client(ep, streaming=False) as blocking:
             streamed = [e async for e in on_a.send_message(send("one two three four"))]
             answered = [e async for e in blocking.send_message(send("five six"))]
-        await asyncio.sleep(0.3)  # past the announce delay
+        await asyncio.sleep(0.3)  # time for the send loop to flush anything queued
         sent = (a.gateway.hub.stats["sent"], b.gateway.hub.stats["sent"])
     assert final_state(streamed) == COMPLETED
     assert answered[-1].task.status.state == COMPLETED
@@ -371,6 +373,31 @@ async def test_lost_listener_reconnects_and_the_follower_still_finishes(postgres
     assert len(artifact_updates(remote)) > before + 3, "no live chunks after the listener came back"
     assert artifact_updates(remote)[-1].artifact.parts[0].text == f"echo: {words}"
     assert final_state(remote) == COMPLETED
+
+
+# interest (no database) ------------------------------------------------------------------
+
+
+class _NoRuns:
+    runs: dict[str, Any] = {}
+
+
+def _queued(hub: PostgresLiveHub) -> list[dict[str, Any]]:
+    return [orjson.loads(payload) for _, payload in hub._outbox]
+
+
+async def test_follow_announces_interest_at_once_and_subscribe_never_does():
+    hub = PostgresLiveHub(store=None, replica_id="b")
+    hub.attach(_NoRuns())
+    local = hub.subscribe("t-local")
+    await asyncio.sleep(0.1)
+    assert _queued(hub) == []
+    follower = hub.follow("t-remote")
+    (watch,) = _queued(hub)
+    assert (watch["k"], watch["ids"], watch["s"]) == ("w", ["t-remote"], True)
+    follower.close()
+    local.close()
+    assert [(m["k"], m["ids"]) for m in _queued(hub)] == [("w", ["t-remote"]), ("u", ["t-remote"])]
 
 
 # payload encoding (no database) -----------------------------------------------------------
