@@ -33,6 +33,18 @@ from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names p
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 
+from a2a_gateway.executor import (
+    GATEWAY_LOST,
+    INTERRUPTED_STATES,
+    SupersededError,
+    TaskRun,
+    agent_message,
+    copy_task,
+    message_data,
+    message_text,
+    new_id,
+    stamp,
+)
 from a2a_gateway.live import LiveHub, Subscription
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import (
@@ -49,19 +61,6 @@ from handlers.base import (
 )
 
 log = structlog.get_logger(__name__)
-
-from a2a_gateway.executor import (
-    GATEWAY_LOST,
-    INTERRUPTED_STATES,
-    SupersededError,
-    TaskRun,
-    agent_message,
-    copy_task,
-    message_data,
-    message_text,
-    new_id,
-    stamp,
-)
 
 
 @dataclass(slots=True)
@@ -207,14 +206,18 @@ class TaskEngine:
                 run_ref=stored.run_ref, pending=run_state.get("pending_input"),
             )
             sub = self.hub.subscribe(task.id) if subscribe else None
+            outcome = SendOutcome()
             try:
                 if live is not None:
-                    return await self._continue_live(live, request, message, run_state, sub)
-                return await self._continue_idle(runtime, scope, stored, request, message, run_state, sub)
-            except BaseException:
-                if sub is not None:
-                    sub.close()
-                raise
+                    outcome = await self._continue_live(live, request, message, run_state, sub)
+                else:
+                    outcome = await self._continue_idle(
+                        runtime, scope, stored, request, message, run_state, sub
+                    )
+                return outcome
+            finally:
+                if sub is not None and outcome.subscription is not sub:
+                    sub.close()  # answered at once, or followed elsewhere: not needed
 
     async def _continue_live(
         self, run: TaskRun, request: HandlerRequest, message: Message,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from typing import ClassVar
 
 from a2a.types import (
     CancelTaskRequest,
@@ -21,6 +23,15 @@ from a2a.types import (
 )
 
 from a2a_gateway.stores.memory import MemoryStore
+from handlers.base import (
+    Completed,
+    Handler,
+    HandlerEvent,
+    HandlerRequest,
+    HandlerSettings,
+    InputRequired,
+    RunStarted,
+)
 from tests.harness import running_gateway
 
 FAST = {"lease_seconds": 0.6, "remote_poll_seconds": 0.1}
@@ -67,3 +78,42 @@ async def test_cancel_on_another_replica_stops_the_run_at_its_owner():
             final = await on_a.get_task(GetTaskRequest(id=first.task.id))
     assert final.status.state == TaskState.TASK_STATE_CANCELED
     assert not final.artifacts  # the run never completed after the cancel
+
+
+class WaitsForApproval(Handler):
+    """Asks for approval and keeps its run open until ``resume`` delivers the answer,
+    as a backend like Hermes does (any replica may deliver it)."""
+
+    Settings = HandlerSettings
+    uses_context: ClassVar[bool] = False
+    answers: ClassVar[dict[str, asyncio.Event]] = {}
+
+    async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
+        answered = self.answers.setdefault(request.task_id, asyncio.Event())
+        yield RunStarted(request.task_id)
+        yield InputRequired("approve?", {"choices": ["once", "deny"]})
+        await answered.wait()
+        yield Completed(text="approved and done")
+
+    async def resume(self, request: HandlerRequest) -> bool:
+        self.answers.setdefault(request.run_ref or "", asyncio.Event()).set()
+        return True
+
+
+async def test_answer_sent_to_another_replica_reaches_the_owners_run(monkeypatch):
+    import handlers.echo
+
+    monkeypatch.setattr(handlers.echo, "WaitsForApproval", WaitsForApproval, raising=False)
+    store = MemoryStore()
+    async with running_gateway(store=store, replica_id="a", **FAST) as a, \
+            running_gateway(store=store, replica_id="b", **FAST) as b:
+        ep = await a.add_endpoint("handlers.echo:WaitsForApproval")
+        async with a.client(ep, streaming=False) as on_a, b.client(ep) as on_b:
+            (first,) = [e async for e in on_a.send_message(send("do it"))]
+            assert first.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            answer = send("once")
+            answer.message.task_id = first.task.id
+            events = [e async for e in on_b.send_message(answer)]
+        assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+        assert b.gateway.hub.subscriber_count(first.task.id) == 0
+        assert first.task.id not in b.gateway.engine.runs  # the run stayed at its owner
