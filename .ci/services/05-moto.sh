@@ -14,6 +14,8 @@
 #
 # Outside .ci/run: A2A_CI_STATE=$(mktemp -d) bash .ci/services/05-moto.sh install, then start.
 set -euo pipefail
+# shellcheck source=lib.sh
+source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 
 MOTO_VERSION=5.2.5
 
@@ -92,18 +94,7 @@ PY
 }
 
 do_stop() {
-  [ -f "$PID_FILE" ] || return 0
-  local pid i
-  pid=$(cat "$PID_FILE")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 1 100); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$PID_FILE"
+  stop_pidfile "$PID_FILE" 10
 }
 
 case "${1:-}" in

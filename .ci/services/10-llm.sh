@@ -4,6 +4,8 @@
 # Exports A2A_TEST_LLM_URL: the server root; the OpenAI API is under $A2A_TEST_LLM_URL/v1,
 # the test-control routes are $A2A_TEST_LLM_URL/_requests and /_reset.
 set -euo pipefail
+# shellcheck source=lib.sh
+source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 cd "$(dirname "$0")/../.."
 
 VENV="$A2A_CI_CACHE/llm-venv"
@@ -41,12 +43,7 @@ start)
   exit 1
   ;;
 stop)
-  [ -f "$PIDFILE" ] || exit 0
-  pid="$(cat "$PIDFILE")"
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 75); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-  kill -KILL -- "-$pid" 2>/dev/null || true
-  rm -f "$PIDFILE"
+  stop_pidfile "$PIDFILE" 15
   ;;
 *)
   echo "usage: $0 install|start|stop" >&2

@@ -4,6 +4,8 @@
 # (it would try to download a binary). Exports A2A_TEST_HERMES_URL and A2A_TEST_HERMES_KEY.
 # Hermes exits with code 1 on SIGTERM by design; stop does not treat that as an error.
 set -euo pipefail
+# shellcheck source=lib.sh
+source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 
 HERMES_VERSION=0.19.0
 VENV="$A2A_CI_CACHE/hermes-$HERMES_VERSION-venv"
@@ -70,12 +72,7 @@ YAML
   exit 1
   ;;
 stop)
-  [ -f "$PIDFILE" ] || exit 0
-  pid="$(cat "$PIDFILE")"
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 75); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-  kill -KILL -- "-$pid" 2>/dev/null || true
-  rm -f "$PIDFILE"
+  stop_pidfile "$PIDFILE" 15
   ;;
 *)
   echo "usage: $0 install|start|stop" >&2

@@ -8,6 +8,8 @@
 #            A2A_TEST_OPENCLAW_URL, A2A_TEST_OPENCLAW_TOKEN, A2A_TEST_OPENCLAW_LOG
 #   stop     SIGTERM, then SIGKILL after 15 s
 set -euo pipefail
+# shellcheck source=lib.sh
+source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 
 NODE_PKG_VERSION=24.22.3
 OPENCLAW_VERSION=2026.9.6
@@ -142,23 +144,8 @@ PY
 }
 
 do_stop() {
-  [ -f "$PID_FILE" ] || return 0
-  local pid i
-  pid=$(cat "$PID_FILE")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 150; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "openclaw did not stop after SIGTERM; SIGKILL"
-      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-    fi
-  fi
-  # setsid made the gateway a process-group leader: take its worker children with it.
-  kill -KILL -- "-$pid" 2>/dev/null || true
-  rm -f "$PID_FILE"
+  # setsid made the gateway a process-group leader: its worker children go with it
+  stop_pidfile "$PID_FILE" 15
 }
 
 case "${1:-}" in
