@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -31,6 +32,10 @@ log = structlog.get_logger("a2a_gateway.access")
 KNOWN_METHODS = frozenset(V10_METHODS) | frozenset(V03_METHODS) | {r[2].__name__ for r in REST_ROUTES}
 REQUESTS = Counter("a2a_gateway_requests_total", "HTTP requests", ["a2a_method", "status"])
 LATENCY = Histogram("a2a_gateway_request_seconds", "Time to the response (stream start for SSE)", ["a2a_method"])
+
+
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+"""Request ids taken from clients (anything else is replaced: it goes into every log line)."""
 
 
 def _method_label(method: str | None) -> str:
@@ -67,11 +72,12 @@ def error_response(request: web.Request, status: int, message: str, code: str) -
 
 @web.middleware
 async def request_context(request: web.Request, handler: Handler) -> web.StreamResponse:
-    request_id = request.headers.get("X-Request-Id") or os.urandom(8).hex()
+    given = request.headers.get("X-Request-Id", "")
+    request_id = given if _REQUEST_ID.fullmatch(given) else os.urandom(8).hex()
     request[REQUEST_ID] = request_id
     started = time.perf_counter()
     status = 500
-    structlog.contextvars.clear_contextvars()
+    # each request runs in its own task, whose context starts without earlier bindings
     structlog.contextvars.bind_contextvars(
         request_id=request_id, endpoint_id=request.match_info.get("endpoint_id")
     )

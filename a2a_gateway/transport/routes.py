@@ -19,11 +19,12 @@ async def agent_card(request: web.Request) -> web.StreamResponse:
 
 
 def add_routes(app: web.Application) -> None:
+    # the router tries resources in order: the busiest first
+    app.router.add_post(f"{ENDPOINT}/a2a", handle_jsonrpc)
+    app.router.add_post(f"{ENDPOINT}/a2a/", handle_jsonrpc)
+    app.router.add_get(f"{ENDPOINT}/.well-known/agent-card.json", agent_card)
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)
     app.router.add_get("/metrics", health.metrics)
-    app.router.add_get(f"{ENDPOINT}/.well-known/agent-card.json", agent_card)
-    app.router.add_post(f"{ENDPOINT}/a2a", handle_jsonrpc)
-    app.router.add_post(f"{ENDPOINT}/a2a/", handle_jsonrpc)
     for method, path, route in rest.ROUTES:
         app.router.add_route(method, f"{ENDPOINT}/a2a/rest{path}", rest.rest_view(route))

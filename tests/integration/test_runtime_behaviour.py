@@ -98,3 +98,12 @@ async def test_shutdown_ends_open_streams_promptly():
             assert time.monotonic() - started < 5
             rest = [line async for line in lines]
         assert all(not line.startswith("data: ") for line in rest)
+
+
+async def test_client_request_ids_are_echoed_only_when_plain():
+    async with running_gateway() as gw, httpx.AsyncClient() as http:
+        ok = await http.get(f"{gw.base_url}/healthz", headers={"X-Request-Id": "abc-123.x:y"})
+        assert ok.headers["X-Request-Id"] == "abc-123.x:y"
+        for odd_id in ("x" * 100, "has spaces", '{"json": 1}'):
+            odd = await http.get(f"{gw.base_url}/healthz", headers={"X-Request-Id": odd_id})
+            assert odd.headers["X-Request-Id"] != odd_id and len(odd.headers["X-Request-Id"]) == 16
