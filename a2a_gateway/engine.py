@@ -455,7 +455,14 @@ class TaskEngine:
         log.warning("task_failed_gateway_lost", task_id=task.id)
 
     async def aclose(self) -> None:
-        """Stop driving runs (their leases expire and another replica takes them over)."""
+        """Stop driving runs and end their leases now, so another replica (or this one,
+        restarted) takes them over at once instead of after the lease time."""
+        owned = [task_id for task_id, run in self.runs.items() if run.version is not None]
         for run in list(self.runs.values()):
             await run.stop_driver()
+        if owned:
+            try:
+                await self.store.renew_leases(self.replica_id, owned, time.time())
+            except Exception:
+                log.warning("lease_release_failed", tasks=len(owned))
 

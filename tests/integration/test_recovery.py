@@ -111,3 +111,20 @@ async def test_live_replica_keeps_renewing_its_lease():
             stored = await store.get_task(Scope("default", ep, "anonymous"), event.task.id)
             assert stored.owner == "replica-a"
             assert stored.task.status.state == TaskState.TASK_STATE_WORKING
+
+
+async def test_a_replica_that_shuts_down_hands_its_runs_over_at_once():
+    store = MemoryStore()
+    async with running_gateway(store=store, lease_seconds=120, replica_id="replica-a") as a:
+        ep = await a.add_endpoint("handlers.echo:SlowBackend")
+        request = SendMessageRequest(
+            message=Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text="go")]),
+            configuration=SendMessageConfiguration(return_immediately=True),
+        )
+        async with a.client(ep, streaming=False) as client:
+            (event,) = [e async for e in client.send_message(request)]
+    # the lease was 120 s: only the release at shutdown lets B take over right away
+    async with running_gateway(store=store, lease_seconds=120, replica_id="replica-b"):
+        stored = await _wait_terminal(store, ep, event.task.id)
+    assert stored.task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert stored.task.artifacts[0].parts[0].text == f"finished by the backend for run-{event.task.id}"
