@@ -283,7 +283,11 @@ async def _call_0_3(
 
         return await stream_events(request, gateway, events, frame, request_id, headers)
     result = await call(envelope, context)
-    return json_response({"jsonrpc": "2.0", "id": request_id, "result": _dump_0_3(result)}, headers)
+    body = _dump_0_3(result)
+    params = payload.get("params")
+    if method.handler_method == "on_get_task" and isinstance(params, dict) and params.get("historyLength") == 0:
+        body.pop("history", None)  # the SDK's 0.3 conversion reads 0 as "unset"
+    return json_response({"jsonrpc": "2.0", "id": request_id, "result": body}, headers)
 
 
 async def stream_events(

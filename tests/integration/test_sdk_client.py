@@ -97,8 +97,7 @@ async def test_get_task_after_stream_has_final_result(gw, echo_id, version):
         task = await client.get_task(GetTaskRequest(id=task_id, history_length=0))
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     assert task.artifacts[0].parts[0].text == "echo: keep me"
-    if version == "1.0":  # the 0.3 conversion reads historyLength 0 as "unset"
-        assert len(task.history) == 0
+    assert len(task.history) == 0
 
 
 @pytest.mark.parametrize("version", VERSIONS)
