@@ -247,5 +247,5 @@ class Handler(ABC):
         """Follow the run ``request.run_ref`` that started before a gateway restart."""
         raise NotImplementedError(f"{type(self).__name__} cannot re-attach to a run")
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - an optional hook
         """Release what the handler opened itself (never the shared http client)."""

@@ -34,7 +34,12 @@ from handlers.base import (
     RunStarted,
     SessionUpdate,
 )
-from handlers.hermes_events import HERMES_CHOICES, TERMINAL_EVENTS, TERMINAL_STATUSES, RunEventMapper
+from handlers.hermes_events import (
+    HERMES_CHOICES,
+    TERMINAL_EVENTS,
+    TERMINAL_STATUSES,
+    RunEventMapper,
+)
 
 __all__ = ["HermesAgentHandler", "HermesSettings"]
 

@@ -22,8 +22,8 @@ See docs/handlers.md for the settings and the event mapping.
 from __future__ import annotations
 
 import hashlib
-from contextlib import aclosing
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any, Literal
 
 import structlog

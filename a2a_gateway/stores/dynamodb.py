@@ -16,6 +16,7 @@ callers use — ``DynamoDBStore``, ``DynamoDBSettings``, ``create_tables``, ``ta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import time
@@ -478,7 +479,7 @@ class DynamoDBStore(Store):
             f" {e.n('lease_shard')} = {e.v(S(lease_shard(key['pk']['S'], key['sk']['S'])))}"
         )
         condition = f"{e.n('owner')} = {e.v(S(owner))} AND {e.not_terminal()}"
-        try:
+        with contextlib.suppress(ConflictError):  # finished or taken over since the index was read
             await self._call(
                 "update_item",
                 **e.params(
@@ -488,8 +489,6 @@ class DynamoDBStore(Store):
                     ConditionExpression=condition,
                 ),
             )
-        except ConflictError:
-            pass  # finished or taken over since the index was read
 
     async def claim_expired_tasks(
         self, owner: str, now: float, lease_until: float, limit: int = 100
