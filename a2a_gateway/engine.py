@@ -46,6 +46,7 @@ from a2a_gateway.executor import (
     stamp,
 )
 from a2a_gateway.live import LiveHub, Subscription
+from a2a_gateway.metrics import task_ended
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import (
     TERMINAL_STATES,
@@ -368,6 +369,7 @@ class TaskEngine:
                 if stored is None or stored.task.status.state in TERMINAL_STATES:
                     return
                 task = stored.task
+        task_ended(TASK_STATE_CANCELED)
         event = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
         event.status.CopyFrom(task.status)
         self.hub.publish(task.id, event)
@@ -448,6 +450,7 @@ class TaskEngine:
         task.status.CopyFrom(status)
         task.status.message.CopyFrom(agent_message(task, GATEWAY_LOST))
         await self.store.update_task(scope, task, expected_version=stored.version)
+        task_ended(TASK_STATE_FAILED)
         event = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
         event.status.CopyFrom(task.status)
         self.hub.publish(task.id, event)

@@ -46,6 +46,7 @@ from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names p
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from a2a_gateway.metrics import MESSAGES, TASKS_STARTED, task_ended
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import (
     TERMINAL_STATES,
@@ -308,6 +309,7 @@ class TaskRun:
             owner=self.engine.replica_id,
             lease_until=self.engine.lease_deadline(),
         )
+        TASKS_STARTED.inc()
         self.created.set()
         self._publish_status()
         if self._push_config is not None:
@@ -390,6 +392,7 @@ class TaskRun:
         if event.metadata:
             msg.metadata.update(event.metadata)
         self.reply = msg
+        MESSAGES.inc()
         await self._remember_turn(event.text or message_text(msg))
         self.finished = True
         self.created.set()
@@ -410,6 +413,7 @@ class TaskRun:
         self.run_state.pop("pending_input", None)
         self.finished = True
         await self._write()
+        task_ended(state)
         self._publish_status()
         await self.engine.push.notify(self.runtime, self.scope, self.task)
         self.settled.set()

@@ -8,6 +8,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from a2a_gateway.gateway import GATEWAY
+from a2a_gateway.metrics import RUNNING
 from a2a_gateway.stores.base import StoreError
 
 
@@ -26,5 +27,6 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
+    RUNNING.set(len(request.app[GATEWAY].engine.runs))
     body = generate_latest()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -8,20 +8,18 @@ its traceback, never sent to the client.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import orjson
 import structlog
 from a2a.utils.errors import InternalError
 from aiohttp import web
-from prometheus_client import Counter, Histogram
 
 from a2a_gateway.errors import GatewayError
+from a2a_gateway.metrics import latency_histogram, request_counter
 from a2a_gateway.stores.base import StoreUnavailableError
 from a2a_gateway.transport.jsonrpc import V03_METHODS, V10_METHODS, error_body
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, REQUEST_ID
@@ -30,10 +28,6 @@ from a2a_gateway.transport.rest import ROUTES as REST_ROUTES
 log = structlog.get_logger("a2a_gateway.access")
 
 KNOWN_METHODS = frozenset(V10_METHODS) | frozenset(V03_METHODS) | {r[2].__name__ for r in REST_ROUTES}
-REQUESTS = Counter("a2a_gateway_requests_total", "HTTP requests", ["a2a_method", "status"])
-LATENCY = Histogram("a2a_gateway_request_seconds", "Time to the response (stream start for SSE)", ["a2a_method"])
-
-
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 """Request ids taken from clients (anything else is replaced: it goes into every log line)."""
 
@@ -45,14 +39,6 @@ def _method_label(method: str | None) -> str:
     return method if method in KNOWN_METHODS else "unknown"
 
 
-@functools.cache
-def _request_counter(method: str, status: int) -> Any:
-    return REQUESTS.labels(method, str(status))
-
-
-@functools.cache
-def _latency_histogram(method: str) -> Any:
-    return LATENCY.labels(method)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -103,8 +89,8 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
         response = error_response(request, 500, "internal error", "INTERNAL")
     elapsed = time.perf_counter() - started
     method_label = _method_label(request.get(A2A_METHOD))
-    _request_counter(method_label, status).inc()
-    _latency_histogram(method_label).observe(elapsed)
+    request_counter(method_label, status).inc()
+    latency_histogram(method_label).observe(elapsed)
     log.info(
         "request",
         method=request.method,

@@ -107,3 +107,26 @@ async def test_client_request_ids_are_echoed_only_when_plain():
         for odd_id in ("x" * 100, "has spaces", '{"json": 1}'):
             odd = await http.get(f"{gw.base_url}/healthz", headers={"X-Request-Id": odd_id})
             assert odd.headers["X-Request-Id"] != odd_id and len(odd.headers["X-Request-Id"]) == 16
+
+
+def _metric(text: str, series: str) -> float:
+    """The value of one series (``name{labels}``) in a Prometheus text page; 0 if absent."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_metrics_count_requests_and_task_outcomes():
+    async with running_gateway() as gw, httpx.AsyncClient() as http:
+        ep = await gw.add_endpoint(settings={"delay": 0})
+        before = (await http.get(f"{gw.base_url}/metrics")).text
+        await http.post(gw.jsonrpc_url(ep), json=send("a"), headers=V10)
+        await http.post(gw.jsonrpc_url(ep), json={"jsonrpc": "2.0", "id": 1, "method": "x" * 40}, headers=V10)
+        after = (await http.get(f"{gw.base_url}/metrics")).text
+    done = 'a2a_gateway_tasks_ended_total{state="completed"}'
+    sent = 'a2a_gateway_requests_total{a2a_method="SendMessage",status="200"}'
+    assert _metric(after, done) == _metric(before, done) + 1
+    assert _metric(after, sent) == _metric(before, sent) + 1
+    assert "x" * 40 not in after and 'a2a_method="unknown"' in after  # client-chosen names stay out
+    assert "a2a_gateway_running_tasks 0.0" in after

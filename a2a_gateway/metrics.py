@@ -1,0 +1,36 @@
+"""Prometheus metrics of the gateway (served at ``/metrics``). Labels come from bounded sets."""
+
+from __future__ import annotations
+
+import functools
+
+from a2a.types import TaskState
+from prometheus_client import Counter, Gauge, Histogram
+
+REQUESTS = Counter("a2a_gateway_requests_total", "HTTP requests", ["a2a_method", "status"])
+LATENCY = Histogram(
+    "a2a_gateway_request_seconds", "Time to the response (stream start for SSE)", ["a2a_method"]
+)
+TASKS_STARTED = Counter("a2a_gateway_tasks_started_total", "Tasks created by this replica")
+TASKS_ENDED = Counter("a2a_gateway_tasks_ended_total", "Tasks this replica ended, by final state", ["state"])
+MESSAGES = Counter("a2a_gateway_message_replies_total", "Message-mode answers (no task)")
+RUNNING = Gauge("a2a_gateway_running_tasks", "Task runs driven by this replica right now")
+
+
+@functools.cache
+def request_counter(method: str, status: int) -> Counter:
+    return REQUESTS.labels(method, str(status))
+
+
+@functools.cache
+def latency_histogram(method: str) -> Histogram:
+    return LATENCY.labels(method)
+
+
+@functools.cache
+def _ended(state: int) -> Counter:
+    return TASKS_ENDED.labels(TaskState.Name(state).removeprefix("TASK_STATE_").lower())
+
+
+def task_ended(state: int) -> None:
+    _ended(state).inc()
