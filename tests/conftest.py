@@ -1,12 +1,27 @@
-"""Shared fixtures: a running gateway on the memory store with an echo endpoint."""
+"""Shared fixtures: a running gateway on the memory store with an echo endpoint.
+
+Tests that need a service skip when it is not configured; under CI (``CI=true``, set by
+.ci/run, which starts every service) a skip is turned into a failure, so none can pass
+silently there.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 
 import pytest
 
 from tests.harness import RunningGateway, running_gateway
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("CI") == "true" and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, where every service runs: {report.longrepr}"
 
 
 @pytest.fixture

@@ -27,14 +27,13 @@ from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Endpoint, Store
 
 
-def require_env(name: str) -> str:
-    """The value of a service variable; skip without it, except in CI where it must be set."""
-    value = os.environ.get(name, "")
-    if not value:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{name} must be set in CI (see .ci/services)")
-        pytest.skip(f"{name} is not set")
-    return value
+def require_env(*names: str) -> str:
+    """The value of the first of ``names`` (service variables set by .ci/services); skip the
+    test when any is unset. In CI a skip is a failure (tests/conftest.py)."""
+    missing = [name for name in names if not os.environ.get(name)]
+    if missing:
+        pytest.skip(f"service not configured: {', '.join(missing)} unset (see .ci/services)")
+    return os.environ[names[0]]
 
 
 @dataclass

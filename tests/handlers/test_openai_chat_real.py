@@ -20,7 +20,7 @@ from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
 from handlers.base import Completed, Failed, Reply, TextDelta, Turn
 from handlers.openai_chat import OpenAIChatHandler, OpenAIChatSettings
 from tests.handlers.openai_mock import make_request
-from tests.harness import running_gateway
+from tests.harness import require_env, running_gateway
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -36,13 +36,7 @@ BACKENDS: dict[str, dict[str, str]] = {
                         pytest.param("hermes", marks=pytest.mark.hermes)])
 def backend(request: pytest.FixtureRequest) -> dict[str, str]:
     spec = BACKENDS[request.param]
-    names = (spec["url"], spec["key"], "A2A_TEST_LLM_URL")
-    missing = [name for name in names if not os.environ.get(name)]
-    if missing:
-        message = f"real {request.param} not configured: {', '.join(missing)} unset"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_env(spec["url"], spec["key"], "A2A_TEST_LLM_URL")
     return {"name": request.param, "base_url": os.environ[spec["url"]].rstrip("/") + "/v1",
             "api_key": os.environ[spec["key"]], "model": spec["model"],
             "llm": os.environ["A2A_TEST_LLM_URL"].rstrip("/").removesuffix("/v1")}

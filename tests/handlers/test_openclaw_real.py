@@ -38,7 +38,7 @@ from handlers.base import (
 )
 from handlers.openclaw import OpenClawHandler, OpenClawSettings
 from tests.handlers.openai_mock import make_request
-from tests.harness import RunningGateway, running_gateway
+from tests.harness import RunningGateway, require_env, running_gateway
 
 pytestmark = [pytest.mark.openclaw, pytest.mark.timeout(90)]
 
@@ -47,12 +47,7 @@ ENV = ("A2A_TEST_OPENCLAW_URL", "A2A_TEST_OPENCLAW_TOKEN", "A2A_TEST_LLM_URL")
 
 @pytest.fixture
 def env() -> dict[str, str]:
-    missing = [name for name in ENV if not os.environ.get(name)]
-    if missing:
-        message = f"real OpenClaw not configured: {', '.join(missing)} unset"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_env(*ENV)
     return {name: os.environ[name] for name in ENV}
 
 

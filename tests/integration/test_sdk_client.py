@@ -22,7 +22,6 @@ from a2a.types import (
     TaskPushNotificationConfig,
     TaskState,
 )
-
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 
 from tests.harness import RunningGateway, collect, reconstruct

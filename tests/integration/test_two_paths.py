@@ -11,7 +11,14 @@ import pytest
 from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
 
 from a2a_gateway.stores.memory import MemoryStore
-from handlers.base import Completed, Handler, HandlerEvent, HandlerRequest, HandlerSettings, TextDelta
+from handlers.base import (
+    Completed,
+    Handler,
+    HandlerEvent,
+    HandlerRequest,
+    HandlerSettings,
+    TextDelta,
+)
 from tests.harness import running_gateway
 
 

@@ -1,15 +1,13 @@
 """The store contract suite runs against every store: one fixture, one factory each.
 
 PostgreSQL and DynamoDB factories live beside this file (``pg_support.py``,
-``dynamo_support.py``); they skip when their service is not configured, except
-in CI (``CI=true``), where a missing service is an error.
+``dynamo_support.py``); they skip when their service is not configured (a failure in CI).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 from collections.abc import AsyncIterator
 
 import pytest
@@ -22,13 +20,6 @@ STORE_KINDS = ["memory", "sqlite"] + [
 ]
 
 
-def require_service(name: str, env_var: str) -> str:
-    value = os.environ.get(env_var, "")
-    if not value:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{name} is required in CI but {env_var} is not set")
-        pytest.skip(f"{name} not configured ({env_var} unset)")
-    return value
 
 
 @pytest.fixture(params=STORE_KINDS)

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.stores.conftest import require_service
+from tests.harness import require_env
 
 # moto accepts any credentials; explicit ones keep real AWS credentials out of tests.
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -23,7 +23,7 @@ REGION = "eu-central-1"
 
 
 def moto_endpoint() -> str:
-    return require_service("moto server", "A2A_TEST_DYNAMODB_ENDPOINT")
+    return require_env("A2A_TEST_DYNAMODB_ENDPOINT")
 
 
 def store_url(endpoint: str, prefix: str, **extra: object) -> str:

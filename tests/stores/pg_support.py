@@ -20,7 +20,7 @@ import pytest
 from a2a_gateway.stores.migrations import migration_files
 from a2a_gateway.stores.postgres import PostgresStore, migrate_postgres
 from a2a_gateway.stores.postgres_migrations import checksum
-from tests.stores.conftest import require_service
+from tests.harness import require_env
 
 ENV_VAR = "A2A_TEST_POSTGRES_DSN"
 _TEMPLATE_LOCK = 0x6132615F74706C74  # "a2a_tplt": serializes template builds across sessions
@@ -29,7 +29,7 @@ _template: str | None = None
 
 def admin_dsn() -> str:
     """The cluster's DSN; skips the test when unset (fails it when ``CI=true``)."""
-    return require_service("PostgreSQL", ENV_VAR)
+    return require_env(ENV_VAR)
 
 
 def database_url(dsn: str, name: str) -> str:

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from a2a.types import Task, TaskState
 from aiohttp import web
 
@@ -354,7 +355,6 @@ async def test_create_tables_is_idempotent_and_adds_missing_indexes():
 
 
 def test_deploy_template_matches_table_definitions():
-    yaml = pytest.importorskip("yaml")
     resources = yaml.safe_load(TEMPLATE.read_text())["Resources"]
     tables = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::DynamoDB::Table"]
     definitions = table_definitions(DynamoDBSettings(table_prefix="${TablePrefix}"))
