@@ -16,10 +16,9 @@ from collections.abc import AsyncIterator
 
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
+from a2a_gateway.executor import INTERRUPTED_STATES
 from a2a_gateway.live import LiveEvent, LiveHub
 from a2a_gateway.stores.base import TERMINAL_STATES, Scope, Store
-
-INTERRUPTED = frozenset({4, 8})  # TASK_STATE_INPUT_REQUIRED, TASK_STATE_AUTH_REQUIRED
 
 
 def _status_key(task_or_event: Task | TaskStatusUpdateEvent) -> tuple[int, int, int]:
@@ -98,6 +97,6 @@ def _settles(state: int | None, stop_when_interrupted: bool, after_version: int 
         return False
     if state in TERMINAL_STATES:
         return True
-    if stop_when_interrupted and state in INTERRUPTED:
+    if stop_when_interrupted and state in INTERRUPTED_STATES:
         return after_version is None or version > after_version + 1
     return False

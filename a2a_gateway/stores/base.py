@@ -53,11 +53,19 @@ class InvalidPageTokenError(StoreError):
     """A ListTasks page token that this store did not issue (or that was altered)."""
 
 
+NOT_TERMINAL_SQL = f"state NOT IN ({','.join(str(s) for s in sorted(TERMINAL_STATES))})"
+"""SQL condition for the non-terminal tasks (task states are stored as their numbers)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Scope:
     tenant: str
     endpoint_id: str
     principal: str = "anonymous"
+
+    def as_tuple(self) -> tuple[str, str, str]:
+        """``(tenant, endpoint_id, principal)``, in the order of the stores' key columns."""
+        return (self.tenant, self.endpoint_id, self.principal)
 
 
 @dataclass(slots=True)

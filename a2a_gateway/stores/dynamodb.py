@@ -98,7 +98,7 @@ class DynamoDBStore(Store):
         self._settings = settings
         self._endpoints = settings.endpoints_table
         self._tasks = settings.tasks_table
-        self._token_key = {"key": page_token_key} if page_token_key else {}
+        self._token_key = page_token_key
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> DynamoDBStore:
@@ -344,7 +344,7 @@ class DynamoDBStore(Store):
         if query.page_token:
             # The token is the signed keyset cursor of the last task returned; the
             # ExclusiveStartKey for this index is rebuilt from it and the query.
-            status_us, task_id = decode_page_token(query.page_token, **self._token_key)
+            status_us, task_id = decode_page_token(query.page_token, key=self._token_key)
             start = {
                 "pk": S(spk),
                 "sk": S(task_sk(task_id)),
@@ -385,7 +385,7 @@ class DynamoDBStore(Store):
         token = ""
         if len(items) > query.page_size:
             last = tasks[-1]
-            token = encode_page_token(max(status_timestamp_us(last), 0), last.id, **self._token_key)
+            token = encode_page_token(max(status_timestamp_us(last), 0), last.id, key=self._token_key)
         return TaskPage(tasks, token, total)
 
     # push configs ------------------------------------------------------------------------------

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from a2a.types import Task, TaskPushNotificationConfig
+from google.protobuf.message import Message
 
 from a2a_gateway.stores.base import (
     TERMINAL_STATES,
@@ -23,16 +24,19 @@ from a2a_gateway.stores.base import (
 )
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
 
+M = TypeVar("M", bound=Message)
 
-def _copy_task(task: Task) -> Task:
-    out = Task()
-    out.CopyFrom(task)
+
+def _copy(message: M) -> M:
+    """A detached copy, so callers never share this store's objects."""
+    out = type(message)()
+    out.CopyFrom(message)
     return out
 
 
 class MemoryStore(Store):
     def __init__(self, page_token_key: bytes | None = None) -> None:
-        self._token_key = {"key": page_token_key} if page_token_key else {}
+        self._token_key = page_token_key
         self._endpoints: dict[str, Endpoint] = {}
         self._tasks: dict[tuple[Scope, str], StoredTask] = {}
         self._push: dict[tuple[Scope, str], dict[str, TaskPushNotificationConfig]] = {}
@@ -74,7 +78,7 @@ class MemoryStore(Store):
         if key in self._tasks:
             raise ConflictError(f"task {task.id} exists")
         self._tasks[key] = StoredTask(
-            _copy_task(task), 1, run_ref, dict(run_state or {}), owner, lease_until
+            _copy(task), 1, run_ref, dict(run_state or {}), owner, lease_until
         )
         return 1
 
@@ -96,7 +100,7 @@ class MemoryStore(Store):
             raise ConflictError(f"task {task.id} is terminal")
         terminal = task.status.state in TERMINAL_STATES
         self._tasks[(scope, task.id)] = StoredTask(
-            _copy_task(task),
+            _copy(task),
             stored.version + 1,
             run_ref if run_ref is not None else stored.run_ref,
             dict(run_state) if run_state is not None else stored.run_state,
@@ -109,7 +113,7 @@ class MemoryStore(Store):
         stored = self._tasks.get((scope, task_id))
         if stored is None:
             return None
-        return replace(stored, task=_copy_task(stored.task), run_state=dict(stored.run_state))
+        return replace(stored, task=_copy(stored.task), run_state=dict(stored.run_state))
 
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
         rows = [
@@ -123,31 +127,26 @@ class MemoryStore(Store):
         rows.sort(key=lambda r: (r[0], r[1]), reverse=True)
         total = len(rows)
         if query.page_token:
-            cursor = decode_page_token(query.page_token, **self._token_key)
+            cursor = decode_page_token(query.page_token, key=self._token_key)
             rows = [r for r in rows if (r[0], r[1]) < cursor]
         page = rows[: query.page_size]
         more = len(rows) > query.page_size
-        token = encode_page_token(page[-1][0], page[-1][1], **self._token_key) if more and page else ""
-        return TaskPage([_copy_task(r[2]) for r in page], token, total)
+        token = encode_page_token(page[-1][0], page[-1][1], key=self._token_key) if more and page else ""
+        return TaskPage([_copy(r[2]) for r in page], token, total)
 
     # push configs
-    def _copy_config(self, config: TaskPushNotificationConfig) -> TaskPushNotificationConfig:
-        out = TaskPushNotificationConfig()
-        out.CopyFrom(config)
-        return out
-
     async def put_push_config(self, scope: Scope, config: TaskPushNotificationConfig) -> None:
-        self._push.setdefault((scope, config.task_id), {})[config.id] = self._copy_config(config)
+        self._push.setdefault((scope, config.task_id), {})[config.id] = _copy(config)
 
     async def get_push_config(
         self, scope: Scope, task_id: str, config_id: str
     ) -> TaskPushNotificationConfig | None:
         found = self._push.get((scope, task_id), {}).get(config_id)
-        return self._copy_config(found) if found is not None else None
+        return _copy(found) if found is not None else None
 
     async def list_push_configs(self, scope: Scope, task_id: str) -> list[TaskPushNotificationConfig]:
         configs = self._push.get((scope, task_id), {})
-        return [self._copy_config(configs[k]) for k in sorted(configs)]
+        return [_copy(configs[k]) for k in sorted(configs)]
 
     async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> None:
         self._push.get((scope, task_id), {}).pop(config_id, None)
@@ -182,7 +181,7 @@ class MemoryStore(Store):
             ):
                 stored.owner, stored.lease_until = owner, lease_until
                 stored.version += 1
-                claimed.append(ClaimedTask(scope, replace(stored, task=_copy_task(stored.task))))
+                claimed.append(ClaimedTask(scope, replace(stored, task=_copy(stored.task))))
         return claimed
 
 

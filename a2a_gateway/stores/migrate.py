@@ -19,9 +19,9 @@ async def migrate(url: str) -> list[str]:
     if scheme == "sqlite":
         from a2a_gateway.stores.sqlite import SQLiteStore
 
-        store = await SQLiteStore.open(sqlite_path(url))
+        store = await SQLiteStore.open(sqlite_path(url))  # opening applies what is missing
         await store.aclose()
-        return []
+        return store.applied_migrations
     if scheme in ("postgresql", "postgres"):
         from a2a_gateway.stores.postgres import migrate_postgres
 

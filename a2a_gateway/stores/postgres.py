@@ -21,6 +21,7 @@ from a2a.types import Task, TaskPushNotificationConfig
 from google.protobuf import json_format
 
 from a2a_gateway.stores.base import (
+    NOT_TERMINAL_SQL,
     TERMINAL_STATES,
     ClaimedTask,
     ConflictError,
@@ -58,8 +59,6 @@ __all__ = [
     "migrate_postgres",
 ]
 
-_TERMINAL = tuple(int(s) for s in TERMINAL_STATES)
-_NOT_TERMINAL = f"state NOT IN ({','.join(str(s) for s in _TERMINAL)})"
 _SCOPE = "tenant = $1 AND endpoint_id = $2 AND principal = $3"
 
 
@@ -84,9 +83,6 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     query, one more round trip per query, is skipped; an open transaction is still
     rolled back by the pool."""
 
-
-def _scope_args(scope: Scope) -> tuple[str, str, str]:
-    return (scope.tenant, scope.endpoint_id, scope.principal)
 
 
 def _endpoint_from_row(row: asyncpg.Record) -> Endpoint:
@@ -128,13 +124,14 @@ def _utc(value: datetime) -> datetime:
 
 class PostgresStore(Store):
     def __init__(
-        self, pool: asyncpg.Pool, url: str, acquire_timeout: float, connect_timeout: float = 5.0
+        self, pool: asyncpg.Pool, url: str, acquire_timeout: float, connect_timeout: float = 5.0,
+        page_token_key: bytes | None = None,
     ) -> None:
         self._pool = pool
         self._url = url
         self._acquire_timeout = acquire_timeout
         self._connect_timeout = connect_timeout
-        self._token_key: dict[str, bytes] = {}
+        self._token_key = page_token_key
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> PostgresStore:
@@ -160,8 +157,7 @@ class PostgresStore(Store):
             raise unavailable(dsn, exc) from exc
         except asyncpg.PostgresError as exc:
             raise StoreError(f"cannot open postgres store at {redacted(dsn)}: {exc}") from exc
-        store = cls(pool, dsn, opts["acquire_timeout"], opts["connect_timeout"])
-        store._token_key = {"key": token_key} if token_key else {}
+        store = cls(pool, dsn, opts["acquire_timeout"], opts["connect_timeout"], token_key)
         try:
             await store.ping()  # fail now, not on the first request
         except StoreError:
@@ -289,7 +285,7 @@ class PostgresStore(Store):
                     "INSERT INTO tasks (tenant, endpoint_id, principal, id, context_id, state,"
                     " status_us, version, task, run_ref, run_state, owner, lease_until)"
                     " VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $10, $11, $12)",
-                    *_scope_args(scope),
+                    *scope.as_tuple(),
                     task.id,
                     task.context_id,
                     int(task.status.state),
@@ -321,9 +317,9 @@ class PostgresStore(Store):
                 "UPDATE tasks SET context_id = $6, state = $7, status_us = $8,"
                 " version = version + 1, task = $9, run_ref = COALESCE($10, run_ref),"
                 " run_state = COALESCE($11, run_state), owner = $12, lease_until = $13"
-                f" WHERE {_SCOPE} AND id = $4 AND version = $5 AND {_NOT_TERMINAL}"
+                f" WHERE {_SCOPE} AND id = $4 AND version = $5 AND {NOT_TERMINAL_SQL}"
                 " RETURNING version",
-                *_scope_args(scope),
+                *scope.as_tuple(),
                 task.id,
                 expected_version,
                 task.context_id,
@@ -344,13 +340,13 @@ class PostgresStore(Store):
             row = await conn.fetchrow(
                 "SELECT task, version, run_ref, run_state, owner, lease_until FROM tasks"
                 f" WHERE {_SCOPE} AND id = $4",
-                *_scope_args(scope),
+                *scope.as_tuple(),
                 task_id,
             )
         return _stored_from_row(row) if row else None
 
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
-        where, args = [_SCOPE], list(_scope_args(scope))
+        where, args = [_SCOPE], list(scope.as_tuple())
         if query.context_id:
             args.append(query.context_id)
             where.append(f"context_id = ${len(args)}")
@@ -363,7 +359,7 @@ class PostgresStore(Store):
         filters = " AND ".join(where)
         page_where, page_args = filters, list(args)
         if query.page_token:
-            status_us, task_id = decode_page_token(query.page_token, **self._token_key)
+            status_us, task_id = decode_page_token(query.page_token, key=self._token_key)
             page_args += [status_us, task_id]
             n = len(page_args)
             page_where += f" AND (status_us, id) < (${n - 1}, ${n})"
@@ -378,7 +374,7 @@ class PostgresStore(Store):
         page = rows[: query.page_size]
         token = ""
         if len(rows) > query.page_size:
-            token = encode_page_token(page[-1]["status_us"], page[-1]["id"], **self._token_key)
+            token = encode_page_token(page[-1]["status_us"], page[-1]["id"], key=self._token_key)
         return TaskPage([Task.FromString(r["task"]) for r in page], token, total)
 
     # push configs ------------------------------------------------------------
@@ -388,7 +384,7 @@ class PostgresStore(Store):
                 "INSERT INTO push_configs (tenant, endpoint_id, principal, task_id, id, config)"
                 " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, endpoint_id, principal,"
                 " task_id, id) DO UPDATE SET config = EXCLUDED.config",
-                *_scope_args(scope),
+                *scope.as_tuple(),
                 config.task_id,
                 config.id,
                 _push_to_json(config),
@@ -400,7 +396,7 @@ class PostgresStore(Store):
         async with self._conn() as conn:
             doc = await conn.fetchval(
                 f"SELECT config FROM push_configs WHERE {_SCOPE} AND task_id = $4 AND id = $5",
-                *_scope_args(scope),
+                *scope.as_tuple(),
                 task_id,
                 config_id,
             )
@@ -412,7 +408,7 @@ class PostgresStore(Store):
         async with self._conn() as conn:
             rows = await conn.fetch(
                 f"SELECT config FROM push_configs WHERE {_SCOPE} AND task_id = $4 ORDER BY id",
-                *_scope_args(scope),
+                *scope.as_tuple(),
                 task_id,
             )
         return [_push_from_json(r["config"]) for r in rows]
@@ -421,7 +417,7 @@ class PostgresStore(Store):
         async with self._conn() as conn:
             await conn.execute(
                 f"DELETE FROM push_configs WHERE {_SCOPE} AND task_id = $4 AND id = $5",
-                *_scope_args(scope),
+                *scope.as_tuple(),
                 task_id,
                 config_id,
             )
@@ -431,7 +427,7 @@ class PostgresStore(Store):
         async with self._conn() as conn:
             row = await conn.fetchrow(
                 f"SELECT turns, session FROM contexts WHERE {_SCOPE} AND context_id = $4",
-                *_scope_args(scope),
+                *scope.as_tuple(),
                 context_id,
             )
         return Context(turns=row["turns"], session=row["session"]) if row else None
@@ -442,7 +438,7 @@ class PostgresStore(Store):
                 "INSERT INTO contexts (tenant, endpoint_id, principal, context_id, turns, session)"
                 " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, endpoint_id, principal,"
                 " context_id) DO UPDATE SET turns = EXCLUDED.turns, session = EXCLUDED.session",
-                *_scope_args(scope),
+                *scope.as_tuple(),
                 context_id,
                 context.turns,
                 context.session,
@@ -455,7 +451,7 @@ class PostgresStore(Store):
         async with self._conn() as conn:
             await conn.execute(
                 "UPDATE tasks SET lease_until = $3"
-                f" WHERE id = ANY($2::text[]) AND owner = $1 AND {_NOT_TERMINAL}",
+                f" WHERE id = ANY($2::text[]) AND owner = $1 AND {NOT_TERMINAL_SQL}",
                 owner,
                 task_ids,
                 lease_until,
@@ -470,7 +466,7 @@ class PostgresStore(Store):
             rows = await conn.fetch(
                 "WITH expired AS ("
                 "  SELECT id FROM tasks"
-                f"  WHERE owner IS NOT NULL AND lease_until < $2 AND {_NOT_TERMINAL}"
+                f"  WHERE owner IS NOT NULL AND lease_until < $2 AND {NOT_TERMINAL_SQL}"
                 "  ORDER BY lease_until LIMIT $4 FOR UPDATE SKIP LOCKED)"
                 " UPDATE tasks t SET owner = $1, lease_until = $3, version = t.version + 1"
                 " FROM expired WHERE t.id = expired.id"

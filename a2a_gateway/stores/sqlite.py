@@ -16,6 +16,7 @@ import aiosqlite
 from a2a.types import Task, TaskPushNotificationConfig
 
 from a2a_gateway.stores.base import (
+    NOT_TERMINAL_SQL,
     TERMINAL_STATES,
     ClaimedTask,
     ConflictError,
@@ -32,13 +33,8 @@ from a2a_gateway.stores.base import (
 from a2a_gateway.stores.migrations import migration_files
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
 
-_TERMINAL = tuple(int(s) for s in TERMINAL_STATES)
-_NOT_TERMINAL = f"state NOT IN ({','.join(str(s) for s in _TERMINAL)})"
 _SCOPE = "tenant = ? AND endpoint_id = ? AND principal = ?"
 
-
-def _scope_args(scope: Scope) -> tuple[str, str, str]:
-    return (scope.tenant, scope.endpoint_id, scope.principal)
 
 
 def _endpoint_from_row(row: aiosqlite.Row) -> Endpoint:
@@ -69,7 +65,8 @@ def _stored_from_row(row: aiosqlite.Row) -> StoredTask:
 class SQLiteStore(Store):
     def __init__(self, conn: aiosqlite.Connection, page_token_key: bytes | None = None) -> None:
         self._db = conn
-        self._token_key = {"key": page_token_key} if page_token_key else {}
+        self.applied_migrations: list[str] = []
+        self._token_key = page_token_key
 
     @classmethod
     async def open(cls, path: str, page_token_key: bytes | None = None) -> SQLiteStore:
@@ -81,7 +78,7 @@ class SQLiteStore(Store):
         await conn.execute("PRAGMA synchronous=NORMAL")
         await conn.execute("PRAGMA busy_timeout=5000")
         store = cls(conn, page_token_key)
-        await store.migrate()
+        store.applied_migrations = await store.migrate()
         return store
 
     async def migrate(self) -> list[str]:
@@ -169,7 +166,7 @@ class SQLiteStore(Store):
                 " status_us, version, task, run_ref, run_state, owner, lease_until)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)",
                 (
-                    *_scope_args(scope),
+                    *scope.as_tuple(),
                     task.id,
                     task.context_id,
                     int(task.status.state),
@@ -201,7 +198,7 @@ class SQLiteStore(Store):
             "UPDATE tasks SET context_id = ?, state = ?, status_us = ?, version = version + 1,"
             " task = ?, run_ref = COALESCE(?, run_ref), run_state = COALESCE(?, run_state),"
             f" owner = ?, lease_until = ? WHERE {_SCOPE} AND id = ? AND version = ?"
-            f" AND {_NOT_TERMINAL}",
+            f" AND {NOT_TERMINAL_SQL}",
             (
                 task.context_id,
                 int(task.status.state),
@@ -211,7 +208,7 @@ class SQLiteStore(Store):
                 json.dumps(run_state) if run_state is not None else None,
                 None if terminal else owner,
                 None if terminal else lease_until,
-                *_scope_args(scope),
+                *scope.as_tuple(),
                 task.id,
                 expected_version,
             ),
@@ -222,12 +219,12 @@ class SQLiteStore(Store):
 
     async def get_task(self, scope: Scope, task_id: str) -> StoredTask | None:
         rows = await self._db.execute_fetchall(
-            f"SELECT * FROM tasks WHERE {_SCOPE} AND id = ?", (*_scope_args(scope), task_id)
+            f"SELECT * FROM tasks WHERE {_SCOPE} AND id = ?", (*scope.as_tuple(), task_id)
         )
         return _stored_from_row(rows[0]) if rows else None
 
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
-        where, args = [_SCOPE], list(_scope_args(scope))
+        where, args = [_SCOPE], list(scope.as_tuple())
         if query.context_id:
             where.append("context_id = ?")
             args.append(query.context_id)
@@ -242,7 +239,7 @@ class SQLiteStore(Store):
             (total,) = await cur.fetchone()
         page_where, page_args = filters, list(args)
         if query.page_token:
-            status_us, task_id = decode_page_token(query.page_token, **self._token_key)
+            status_us, task_id = decode_page_token(query.page_token, key=self._token_key)
             page_where += " AND (status_us < ? OR (status_us = ? AND id < ?))"
             page_args += [status_us, status_us, task_id]
         async with self._db.execute(
@@ -254,7 +251,7 @@ class SQLiteStore(Store):
         page = rows[: query.page_size]
         token = ""
         if len(rows) > query.page_size:
-            token = encode_page_token(page[-1]["status_us"], page[-1]["id"], **self._token_key)
+            token = encode_page_token(page[-1]["status_us"], page[-1]["id"], key=self._token_key)
         return TaskPage([Task.FromString(r["task"]) for r in page], token, total)
 
     # push configs ------------------------------------------------------------
@@ -262,7 +259,7 @@ class SQLiteStore(Store):
         await self._db.execute(
             "INSERT OR REPLACE INTO push_configs (tenant, endpoint_id, principal, task_id, id,"
             " config) VALUES (?, ?, ?, ?, ?, ?)",
-            (*_scope_args(scope), config.task_id, config.id, config.SerializeToString()),
+            (*scope.as_tuple(), config.task_id, config.id, config.SerializeToString()),
         )
 
     async def get_push_config(
@@ -270,7 +267,7 @@ class SQLiteStore(Store):
     ) -> TaskPushNotificationConfig | None:
         async with self._db.execute(
             f"SELECT config FROM push_configs WHERE {_SCOPE} AND task_id = ? AND id = ?",
-            (*_scope_args(scope), task_id, config_id),
+            (*scope.as_tuple(), task_id, config_id),
         ) as cur:
             row = await cur.fetchone()
         return TaskPushNotificationConfig.FromString(row["config"]) if row else None
@@ -278,21 +275,21 @@ class SQLiteStore(Store):
     async def list_push_configs(self, scope: Scope, task_id: str) -> list[TaskPushNotificationConfig]:
         rows = await self._db.execute_fetchall(
             f"SELECT config FROM push_configs WHERE {_SCOPE} AND task_id = ? ORDER BY id",
-            (*_scope_args(scope), task_id),
+            (*scope.as_tuple(), task_id),
         )
         return [TaskPushNotificationConfig.FromString(r["config"]) for r in rows]
 
     async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> None:
         await self._db.execute(
             f"DELETE FROM push_configs WHERE {_SCOPE} AND task_id = ? AND id = ?",
-            (*_scope_args(scope), task_id, config_id),
+            (*scope.as_tuple(), task_id, config_id),
         )
 
     # contexts ------------------------------------------------------------------
     async def get_context(self, scope: Scope, context_id: str) -> Context | None:
         async with self._db.execute(
             f"SELECT turns, session FROM contexts WHERE {_SCOPE} AND context_id = ?",
-            (*_scope_args(scope), context_id),
+            (*scope.as_tuple(), context_id),
         ) as cur:
             row = await cur.fetchone()
         if row is None:
@@ -303,7 +300,7 @@ class SQLiteStore(Store):
         await self._db.execute(
             "INSERT OR REPLACE INTO contexts (tenant, endpoint_id, principal, context_id, turns,"
             " session) VALUES (?, ?, ?, ?, ?, ?)",
-            (*_scope_args(scope), context_id, json.dumps(context.turns), json.dumps(context.session)),
+            (*scope.as_tuple(), context_id, json.dumps(context.turns), json.dumps(context.session)),
         )
 
     # leases ----------------------------------------------------------------------
@@ -312,29 +309,21 @@ class SQLiteStore(Store):
             return
         marks = ",".join("?" * len(task_ids))
         await self._db.execute(
-            f"UPDATE tasks SET lease_until = ? WHERE owner = ? AND id IN ({marks}) AND {_NOT_TERMINAL}",
+            f"UPDATE tasks SET lease_until = ? WHERE owner = ? AND id IN ({marks}) AND {NOT_TERMINAL_SQL}",
             (lease_until, owner, *task_ids),
         )
 
     async def claim_expired_tasks(
         self, owner: str, now: float, lease_until: float, limit: int = 100
     ) -> list[ClaimedTask]:
-        async with self._db.execute(
-            "SELECT * FROM tasks WHERE owner IS NOT NULL AND lease_until < ?"
-            f" AND {_NOT_TERMINAL} LIMIT ?",
-            (now, limit),
-        ) as cur:
-            rows = await cur.fetchall()
-        claimed = []
-        for row in rows:
-            cur = await self._db.execute(
-                "UPDATE tasks SET owner = ?, lease_until = ?, version = version + 1"
-                " WHERE id = ? AND version = ? AND owner = ?",
-                (owner, lease_until, row["id"], row["version"], row["owner"]),
-            )
-            if cur.rowcount == 1:
-                stored = _stored_from_row(row)
-                stored.owner, stored.lease_until, stored.version = owner, lease_until, row["version"] + 1
-                scope = Scope(row["tenant"], row["endpoint_id"], row["principal"])
-                claimed.append(ClaimedTask(scope, stored))
-        return claimed
+        # one statement: the claim is atomic, whoever else looks at the same rows
+        rows = await self._db.execute_fetchall(
+            "UPDATE tasks SET owner = ?, lease_until = ?, version = version + 1 WHERE rowid IN"
+            " (SELECT rowid FROM tasks WHERE owner IS NOT NULL AND lease_until < ?"
+            f" AND {NOT_TERMINAL_SQL} LIMIT ?) RETURNING *",
+            (owner, lease_until, now, limit),
+        )
+        return [
+            ClaimedTask(Scope(r["tenant"], r["endpoint_id"], r["principal"]), _stored_from_row(r))
+            for r in rows
+        ]

@@ -57,3 +57,9 @@ def test_help_works(argv, capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main(argv)
     assert exited.value.code == 0 and "usage" in capsys.readouterr().out
+
+
+def test_migrate_names_what_it_applied(tmp_path):
+    store = f"sqlite:///{tmp_path}/fresh.db"
+    assert run_cli("migrate", "--store", store).strip() == "0001_initial.sql"
+    assert "up to date" in run_cli("migrate", "--store", store)
