@@ -73,9 +73,8 @@ def build_app(settings: GatewaySettings, store: Store | None = None) -> web.Appl
             max_turns=settings.context_max_turns,
             remote_poll_seconds=settings.remote_poll_seconds,
         )
-        if isinstance(hub, PostgresLiveHub):
-            hub.attach(engine)
-            await hub.start()
+        hub.attach(engine)
+        await hub.start()
         registry = EndpointRegistry(opened, settings, http)
         gateway = Gateway(settings, opened, http, registry, hub, push, engine)
         app[GATEWAY] = gateway
@@ -88,8 +87,7 @@ def build_app(settings: GatewaySettings, store: Store | None = None) -> web.Appl
             with contextlib.suppress(asyncio.CancelledError):
                 await lease_task
             await engine.aclose()
-            if isinstance(hub, PostgresLiveHub):
-                await hub.aclose()
+            await hub.aclose()
             await push.aclose()
             await registry.aclose()
             await http.aclose()

@@ -31,8 +31,14 @@ from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names p
     TASK_STATE_SUBMITTED,
     TASK_STATE_WORKING,
 )
-from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
+from a2a.utils.errors import (
+    InvalidParamsError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
 
+from a2a_gateway.errors import GatewayError
 from a2a_gateway.executor import (
     GATEWAY_LOST,
     INTERRUPTED_STATES,
@@ -110,7 +116,7 @@ class TaskEngine:
     @staticmethod
     def remembers_context(runtime: EndpointRuntime) -> bool:
         handler = runtime.handler
-        return bool(handler is not None and getattr(handler, "uses_context", True))
+        return bool(handler is not None and handler.uses_context)
 
     @contextlib.asynccontextmanager
     async def _task_lock(self, task_id: str) -> AsyncIterator[None]:
@@ -256,7 +262,6 @@ class TaskEngine:
         await run.stop_driver()  # the handler starts over with a fresh run
         fresh = TaskRun(self, run.runtime, run.scope, request, task, run.version, run_state,
                         run.runtime.require_handler().run(request))
-        fresh.initial_task = copy_task(task)
         fresh.start()
         return SendOutcome(run=fresh, subscription=sub)
 
@@ -286,7 +291,6 @@ class TaskEngine:
             await run._write()
         except SupersededError:
             return SendOutcome(task=await self._final_task(run))
-        run.initial_task = copy_task(task)
         run._publish_status()
         run.start()
         return SendOutcome(run=run, subscription=sub)
@@ -313,8 +317,6 @@ class TaskEngine:
 
     # cancel ---------------------------------------------------------------------------
     async def cancel(self, runtime: EndpointRuntime, scope: Scope, task_id: str) -> Task:
-        from a2a.utils.errors import TaskNotCancelableError
-
         stored = await self.store.get_task(scope, task_id)
         if stored is None:
             raise TaskNotFoundError(f"Task {task_id} not found")
@@ -334,7 +336,6 @@ class TaskEngine:
         return final.task if final else stored.task
 
     async def _cancel_run(self, run: TaskRun, handler: Any) -> None:
-        run.cancel_requested = True
         try:
             waits = await handler.cancel(run.request_for_cancel())
         except Exception:
@@ -425,8 +426,6 @@ class TaskEngine:
                 log.exception("task_recovery_failed", task_id=item.stored.task.id)
 
     async def _recover(self, scope: Scope, stored: Any, registry: Any) -> None:
-        from a2a_gateway.errors import GatewayError
-
         task = stored.task
         try:
             runtime = await registry.get(scope.endpoint_id)

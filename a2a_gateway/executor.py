@@ -155,7 +155,6 @@ class TaskRun:
         self.created = asyncio.Event()
         self.settled = asyncio.Event()
         self.finished = False
-        self.cancel_requested = False
         self._events = events
         self._push_config = push_config
         self._write_lock = asyncio.Lock()

@@ -15,7 +15,6 @@ from a2a_gateway.registry import EndpointRegistry, EndpointRuntime
 from a2a_gateway.request_handler import GatewayRequestHandler
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Store
-from a2a_gateway.transport.card import CardBuilder
 
 
 @dataclass(slots=True)
@@ -32,7 +31,7 @@ class Gateway:
         """The endpoint's 1.0 request handler and its 0.3 adapter (built once per runtime)."""
         handlers = runtime.extras.get("request_handlers")
         if handlers is None:
-            v10 = GatewayRequestHandler(runtime, self.engine, self.push, CardBuilder())
+            v10 = GatewayRequestHandler(runtime, self.engine, self.push)
             handlers = (v10, RequestHandler03(v10))
             runtime.extras["request_handlers"] = handlers
         return handlers

@@ -93,10 +93,22 @@ class LiveHub:
         return len(self._subscribers.get(task_id, ()))
 
     def has_listeners(self, task_id: str) -> bool:
-        """Whether anyone would receive events of ``task_id`` (so they are worth building).
-        A hub spanning replicas must also count remote listeners: until it says how,
-        it is assumed to have some."""
-        return task_id in self._subscribers or type(self) is not LiveHub
+        """Whether anyone would receive events of ``task_id`` (so they are worth building);
+        a hub spanning replicas also counts its remote listeners."""
+        return task_id in self._subscribers
+
+    # lifecycle: nothing to do in-process; a hub spanning replicas connects here
+    listening = True
+    """False while a cross-replica hub cannot receive (followers then poll the store)."""
+
+    def attach(self, engine: object) -> None:
+        """The engine that receives control commands from other replicas."""
+
+    async def start(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
 
     async def send_control(self, replica_id: str, command: str, task_id: str) -> None:
         """Tell replica ``replica_id`` about ``task_id`` (e.g. ``cancel``). In-process there is

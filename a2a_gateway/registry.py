@@ -147,9 +147,6 @@ class EndpointRegistry:
             log.warning("endpoint_misconfigured", endpoint_id=endpoint.id, problem=str(exc))
             return EndpointRuntime(endpoint, None, problem=str(exc))
 
-    def forget(self, endpoint_id: str) -> None:
-        self._cache.pop(endpoint_id, None)
-
     async def aclose(self) -> None:
         for _, runtime in self._cache.values():
             if runtime is not None and runtime.handler is not None:

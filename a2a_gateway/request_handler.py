@@ -52,6 +52,7 @@ from a2a_gateway.live import Subscription
 from a2a_gateway.push import PushNotifier
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import TERMINAL_STATES, InvalidPageTokenError, Scope, TaskQuery
+from a2a_gateway.transport.card import build_card
 
 ANONYMOUS = "anonymous"
 
@@ -95,12 +96,10 @@ class GatewayRequestHandler(RequestHandler):
         runtime: EndpointRuntime,
         engine: TaskEngine,
         push: PushNotifier,
-        card_builder: object,
     ) -> None:
         self.runtime = runtime
         self.engine = engine
         self.push = push
-        self._card_builder = card_builder
 
     def _scope(self, context: ServerCallContext) -> Scope:
         endpoint = self.runtime.endpoint
@@ -121,10 +120,9 @@ class GatewayRequestHandler(RequestHandler):
                 raise PushNotificationNotSupportedError()
             push_config = config.task_push_notification_config
             await self.push.check_url(push_config.url)
-        message = Message()
-        message.CopyFrom(params.message)
+        # the request's own message (parsed for this call): the engine fills in its ids
         return await self.engine.send(
-            self.runtime, self._scope(context), message,
+            self.runtime, self._scope(context), params.message,
             streaming=streaming, subscribe=streaming, push_config=push_config,
         )
 
@@ -330,4 +328,4 @@ class GatewayRequestHandler(RequestHandler):
         extended = self.runtime.endpoint.card.get("extended")
         if not extended:
             raise ExtendedAgentCardNotConfiguredError()
-        return self._card_builder.extended_card(self.runtime, context)  # type: ignore[attr-defined]
+        return build_card(self.runtime, context.state.get("base_url", ""), extended=True)

@@ -73,21 +73,15 @@ def card_document(runtime: EndpointRuntime, base_url: str) -> dict[str, Any]:
     return agent_card_to_dict(card)
 
 
-class CardBuilder:
-    """What the request handler needs to build an extended card for a request."""
-
-    @staticmethod
-    def extended_card(runtime: EndpointRuntime, context: Any) -> AgentCard:
-        return build_card(runtime, context.state.get("base_url", ""), extended=True)
 
 
 def card_response(request: web.Request, runtime: EndpointRuntime, base_url: str, max_age: int) -> web.Response:
-    cache_key = ("card", base_url, runtime.endpoint.updated_at)
+    # a changed row builds a new runtime, so the base URL is the only key needed here
     cached = runtime.extras.get("card")
-    if cached is None or cached[0] != cache_key:
+    if cached is None or cached[0] != base_url:
         body = orjson.dumps(card_document(runtime, base_url))
         etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-        cached = (cache_key, body, etag)
+        cached = (base_url, body, etag)
         runtime.extras["card"] = cached
     _, body, etag = cached
     headers = {

@@ -22,7 +22,7 @@ async def readyz(request: web.Request) -> web.Response:
         await asyncio.wait_for(gateway.store.ping(), timeout=2.0)
     except (StoreError, TimeoutError):
         return web.json_response({"status": "unavailable", "store": "unreachable"}, status=503)
-    live = "ok" if getattr(gateway.hub, "listening", True) else "degraded (followers poll the store)"
+    live = "ok" if gateway.hub.listening else "degraded (followers poll the store)"
     return web.json_response({"status": "ready", "running_tasks": len(gateway.engine.runs), "live_path": live})
 
 

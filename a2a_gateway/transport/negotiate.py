@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from a2a.extensions.common import get_requested_extensions
 from a2a.utils.errors import ExtensionSupportRequiredError, VersionNotSupportedError
 from aiohttp import web
@@ -12,13 +10,6 @@ from a2a_gateway.registry import EndpointRuntime
 
 V03 = "0.3"
 V10 = "1.0"
-
-
-@dataclass(frozen=True, slots=True)
-class Negotiated:
-    version: str
-    """``"1.0"`` or ``"0.3"``."""
-    activated_extensions: list[str]
 
 
 def requested_version(request: web.Request) -> str:
