@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
+from a2a.helpers.proto_helpers import get_message_text
 from a2a.types import (
     Message,
     Task,
     TaskState,
     TaskStatus,
-    TaskStatusUpdateEvent,
 )
 from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names per access
     ROLE_USER,
@@ -47,9 +47,9 @@ from a2a_gateway.executor import (
     agent_message,
     copy_task,
     message_data,
-    message_text,
     new_id,
     stamp,
+    status_event,
 )
 from a2a_gateway.live import LiveHub, Subscription
 from a2a_gateway.metrics import task_ended
@@ -142,7 +142,7 @@ class TaskEngine:
             task_id=task.id,
             context_id=task.context_id,
             message=message,
-            text=message_text(message),
+            text=get_message_text(message),
             data=message_data(message),
             history=[Turn(t["role"], t["text"]) for t in context.turns],  # type: ignore[arg-type]
             session=dict(context.session),
@@ -371,9 +371,7 @@ class TaskEngine:
                     return
                 task = stored.task
         task_ended(TASK_STATE_CANCELED)
-        event = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
-        event.status.CopyFrom(task.status)
-        self.hub.publish(task.id, event)
+        self.hub.publish(task.id, status_event(task))
         self.hub.end(task.id)
         await self.push.notify(runtime, scope, task)
 
@@ -398,9 +396,7 @@ class TaskEngine:
         if handler is not None and final.status.state == TASK_STATE_CANCELED:
             with contextlib.suppress(Exception):
                 await handler.cancel(run.request_for_cancel())
-        event = TaskStatusUpdateEvent(task_id=final.id, context_id=final.context_id)
-        event.status.CopyFrom(final.status)
-        self.hub.publish(final.id, event)  # before the driver stops, which ends the hub
+        self.hub.publish(final.id, status_event(final))  # before the driver stops, which ends the hub
         await run.stop_driver()
         self.hub.end(final.id)
         log.info("task_superseded", task_id=final.id, state=TaskState.Name(final.status.state))
@@ -450,9 +446,7 @@ class TaskEngine:
         task.status.message.CopyFrom(agent_message(task, GATEWAY_LOST))
         await self.store.update_task(scope, task, expected_version=stored.version)
         task_ended(TASK_STATE_FAILED)
-        event = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
-        event.status.CopyFrom(task.status)
-        self.hub.publish(task.id, event)
+        self.hub.publish(task.id, status_event(task))
         self.hub.end(task.id)
         log.warning("task_failed_gateway_lost", task_id=task.id)
 

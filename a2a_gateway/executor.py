@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import structlog
+from a2a.helpers.proto_helpers import get_message_text
 from a2a.types import (
     Artifact,
     Message,
@@ -110,8 +111,14 @@ def agent_message(task: Task, text: str, data: dict[str, Any] | None = None) -> 
     return msg
 
 
-def message_text(message: Message) -> str:
-    return "\n".join(p.text for p in message.parts if p.HasField("text"))
+def status_event(task: Task, metadata: dict[str, Any] | None = None) -> TaskStatusUpdateEvent:
+    """The status update that announces ``task``'s current status."""
+    event = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
+    event.status.CopyFrom(task.status)
+    if metadata:
+        event.metadata.update(metadata)
+    return event
+
 
 
 def message_data(message: Message) -> list[dict[str, Any]]:
@@ -313,8 +320,9 @@ class TaskRun:
         self._publish_status()
         if self._push_config is not None:
             # no other config can exist yet: the client does not know the task id
-            await self.engine.push.save_inline_config(self.scope, self.task.id, self._push_config)
-            await self.engine.push.notify(self.runtime, self.scope, self.task)
+            push = self.engine.push
+            config = await push.save_inline_config(self.scope, self.task.id, self._push_config)
+            await push.notify(self.runtime, self.scope, self.task, [config])
 
     async def _back_to_working(self) -> None:
         """The run went on without an answer (e.g. the backend's approval expired)."""
@@ -392,7 +400,7 @@ class TaskRun:
             msg.metadata.update(event.metadata)
         self.reply = msg
         MESSAGES.inc()
-        await self._remember_turn(event.text or message_text(msg))
+        await self._remember_turn(event.text or get_message_text(msg))
         self.finished = True
         self.created.set()
         self.settled.set()
@@ -426,10 +434,7 @@ class TaskRun:
     def _publish_status(self, metadata: dict[str, Any] | None = None) -> None:
         if not self.engine.hub.has_listeners(self.task.id):
             return
-        event = TaskStatusUpdateEvent(task_id=self.task.id, context_id=self.task.context_id)
-        event.status.CopyFrom(self.task.status)
-        if metadata:
-            event.metadata.update(metadata)
+        event = status_event(self.task, metadata)
         self.engine.hub.publish(self.task.id, event)
 
     async def _write(self) -> None:

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
-from a2a_gateway.executor import INTERRUPTED_STATES
+from a2a_gateway.executor import INTERRUPTED_STATES, status_event
 from a2a_gateway.live import LiveEvent, LiveHub
 from a2a_gateway.stores.base import TERMINAL_STATES, Scope, Store
 
@@ -79,9 +79,7 @@ async def follow_task(
                     yield update
             if _status_key(stored.task) != seen_status:
                 seen_status = _status_key(stored.task)
-                status = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
-                status.status.CopyFrom(stored.task.status)
-                yield status
+                yield status_event(stored.task)
             if _settles(stored.task.status.state, stop_when_interrupted, after_version, version):
                 return
     finally:

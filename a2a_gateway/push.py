@@ -16,13 +16,14 @@ import contextlib
 import httpx
 import orjson
 import structlog
-from a2a.types import StreamResponse, Task, TaskPushNotificationConfig, TaskStatusUpdateEvent
+from a2a.types import StreamResponse, Task, TaskPushNotificationConfig
 from a2a.utils.errors import InvalidParamsError
 from a2a.utils.push_url_validator import validate_push_notification_url
-from google.protobuf.json_format import MessageToDict
 
+from a2a_gateway.executor import status_event
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import Scope, Store
+from a2a_gateway.transport.protojson import message_to_dict
 
 log = structlog.get_logger(__name__)
 
@@ -54,22 +55,29 @@ class PushNotifier:
                 "push notification url is not allowed (loopback, private or unresolvable address)"
             )
 
-    async def save_inline_config(self, scope: Scope, task_id: str, config: TaskPushNotificationConfig) -> None:
+    async def save_inline_config(
+        self, scope: Scope, task_id: str, config: TaskPushNotificationConfig
+    ) -> TaskPushNotificationConfig:
+        """Store a config that came with SendMessage for the new task; returns it."""
         stored = TaskPushNotificationConfig()
         stored.CopyFrom(config)
         stored.task_id = task_id
         stored.id = stored.id or task_id
         await self._store.put_push_config(scope, stored)
+        return stored
 
-    async def notify(self, runtime: EndpointRuntime, scope: Scope, task: Task) -> None:
+    async def notify(
+        self, runtime: EndpointRuntime, scope: Scope, task: Task,
+        configs: list[TaskPushNotificationConfig] | None = None,
+    ) -> None:
+        """Deliver ``task``'s status to its webhooks (``configs``: already known, else read)."""
         if not runtime.push_notifications:
             return
-        configs = await self._store.list_push_configs(scope, task.id)
+        if configs is None:
+            configs = await self._store.list_push_configs(scope, task.id)
         if not configs:
             return
-        event = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
-        event.status.CopyFrom(task.status)
-        body = orjson.dumps(MessageToDict(StreamResponse(status_update=event)))
+        body = orjson.dumps(message_to_dict(StreamResponse(status_update=status_event(task))))
         for config in configs:
             delivery = asyncio.create_task(self._deliver(config, body))
             self._deliveries.add(delivery)

@@ -41,9 +41,9 @@ class EchoHandler(Handler):
         if "?input" in text and request.pending_input is None:
             yield InputRequired("What should I echo? Reply with any text.", {"choices": ["any text"]})
             return
-        words = f"echo: {text}".split(" ")
-        for i, word in enumerate(words):
+        answer = f"echo: {text}"
+        for i, word in enumerate(answer.split(" ")):
             yield TextDelta(word if i == 0 else f" {word}")
             if self.settings.delay:
                 await asyncio.sleep(self.settings.delay)
-        yield Completed(text=" ".join(words))
+        yield Completed(text=answer)
