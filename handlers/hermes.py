@@ -143,8 +143,10 @@ class HermesAgentHandler(Handler):
         yield RunStarted(run_id)
         if request.session.get("hermes_session_id") != session_id:
             yield SessionUpdate({"hermes_session_id": session_id})
-        async for event in self._follow(run_id, stream=True):
-            yield event
+        # aclosing: closing this iterator (cancel) closes the follower, and its stream, now
+        async with contextlib.aclosing(self._follow(run_id, stream=True)) as events:
+            async for event in events:
+                yield event
 
     async def resume(self, request: HandlerRequest) -> bool:
         run_id = request.run_ref
@@ -187,8 +189,9 @@ class HermesAgentHandler(Handler):
         if not request.run_ref:
             yield Failed("no Hermes run to re-attach to")
             return
-        async for event in self._follow(request.run_ref, stream=False):
-            yield event
+        async with contextlib.aclosing(self._follow(request.run_ref, stream=False)) as events:
+            async for event in events:
+                yield event
 
     # -- message mode --------------------------------------------------------------
 

@@ -114,7 +114,7 @@ class ChatStream:
             return []
         if frame.event == "hermes.tool.progress":
             return [self._tool_progress(data)]
-        if frame.event and frame.event not in ("message", "chunk"):
+        if frame.event and frame.event != "chunk":  # unnamed frames arrive as ""
             return []  # other named events of a backend's own
         error = _chunk_error(data)
         if error is not None:

@@ -16,12 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import structlog
 from httpx_sse import EventSource, SSEError
 
 from handlers.base import HandlerRequest
-
-log = structlog.get_logger(__name__)
 
 DONE = "[DONE]"
 MAX_REASON_CHARS = 500

@@ -400,8 +400,10 @@ async def test_reattach_follows_a_run_started_earlier(handler, hermes_url):
             headers={"Authorization": f"Bearer {require_env('A2A_TEST_HERMES_KEY')}"})
     run_id = created.json()["run_id"]
     events = [e async for e in handler.reattach(handler_request(run_ref=run_id))]
-    assert events[-1] == Completed(text="slow0 slow1 slow2 slow3 slow4", metadata={
-        "hermes_run_id": run_id, "usage": events[-1].metadata["usage"]})
+    final = events[-1]
+    assert isinstance(final, Completed) and final.text == "slow0 slow1 slow2 slow3 slow4"
+    assert final.metadata["hermes_run_id"] == run_id
+    assert final.metadata["usage"]["output_tokens"] > 0  # Hermes' own count of the run
 
 
 async def test_answer_to_a_finished_run_reports_approval_not_active(handler):

@@ -111,6 +111,9 @@ async def test_bad_key_fails_without_leaking_it(backend, http) -> None:
     assert bad not in failed.reason and backend["api_key"] not in failed.reason
 
 
+# OpenClaw only: Hermes' chat endpoint finishes its run after the client left (a documented
+# limit; stopping a Hermes run needs the /v1/runs handler's /stop), so nothing to assert there
+@pytest.mark.parametrize("backend", ["openclaw"], indirect=True)
 async def test_cancel_closes_the_upstream_stream(backend, http) -> None:
     t = tag()
     events = chat(backend, http).run(make_request(f"FAKE_SLOW words=30 delay=0.3 {t}"))
@@ -124,13 +127,8 @@ async def test_cancel_closes_the_upstream_stream(backend, http) -> None:
         if entry["outcome"] != "in_progress":
             break
         await asyncio.sleep(0.1)
-    if backend["name"] == "openclaw":
-        assert entry["outcome"] == "client_disconnected"
-        assert len(entry["chunks"]) < 30
-    else:
-        # documented limit: Hermes' chat endpoint finishes the run after its client left
-        # (stopping a Hermes run needs the /v1/runs handler's /stop)
-        assert entry["outcome"] != "client_disconnected"
+    assert entry["outcome"] == "client_disconnected"
+    assert len(entry["chunks"]) < 30
 
 
 # --- through the gateway, with the real a2a-sdk client ------------------------------

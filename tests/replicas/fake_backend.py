@@ -50,9 +50,6 @@ class BackendRun:
     def output(self) -> str:
         return " ".join(self.produced)
 
-    @property
-    def full_output(self) -> str:
-        return " ".join(self.words)
 
 
 class FakeBackend:

@@ -7,7 +7,6 @@ PostgreSQL and DynamoDB factories live beside this file (``pg_support.py``,
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from collections.abc import AsyncIterator
 
 import pytest
@@ -15,9 +14,7 @@ import pytest
 from a2a_gateway.stores.base import Store
 
 _SUPPORT = {"postgres": "tests.stores.pg_support", "dynamodb": "tests.stores.dynamo_support"}
-STORE_KINDS = ["memory", "sqlite"] + [
-    kind for kind, module in _SUPPORT.items() if importlib.util.find_spec(module) is not None
-]
+STORE_KINDS = ["memory", "sqlite", *_SUPPORT]
 
 
 
