@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import structlog
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
@@ -32,6 +33,7 @@ from a2a.types import (
 )
 from google.protobuf.json_format import MessageToDict, ParseDict
 
+from a2a_gateway.stores.base import Scope
 from handlers.base import Completed, HandlerRequest, InputRejectedError
 from handlers.hermes import HermesAgentHandler, HermesSettings
 from tests.harness import RunningGateway, require_env, running_gateway
@@ -354,11 +356,17 @@ async def test_wrong_key_fails_without_revealing_it(gw, hermes_url, monkeypatch)
     wrong = "wrong-key-" + uuid.uuid4().hex
     monkeypatch.setenv("A2A_TEST_WRONG_HERMES_KEY", wrong)
     endpoint = await hermes_endpoint(gw, hermes_url, hermes_api_key="env:A2A_TEST_WRONG_HERMES_KEY")
-    async with gw.client(endpoint, streaming=False) as client:
-        (event,) = [e async for e in client.send_message(message(f"hello {token()}"))]
+    with structlog.testing.capture_logs() as logs:
+        async with gw.client(endpoint, streaming=False) as client:
+            (event,) = [e async for e in client.send_message(message(f"hello {token()}"))]
     reason = event.task.status.message.parts[0].text
     assert event.task.status.state == TaskState.TASK_STATE_FAILED
-    assert "rejected the API key (HTTP 401)" in reason and wrong not in reason
+    assert "rejected the API key (HTTP 401)" in reason
+    async with httpx.AsyncClient() as http:
+        card = (await http.get(f"{gw.endpoint_url(endpoint)}/.well-known/agent-card.json")).text
+    stored = await gw.store.get_task(Scope("default", endpoint, "anonymous"), event.task.id)
+    for where in (str(event), str(stored.task), repr(logs), card):  # the task, logs and card
+        assert wrong not in where
 
 
 async def test_unreachable_hermes_fails_the_task(gw, hermes_url):
