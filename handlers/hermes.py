@@ -35,10 +35,10 @@ from handlers.base import (
     SessionUpdate,
 )
 from handlers.hermes_events import (
-    HERMES_CHOICES,
     TERMINAL_EVENTS,
     TERMINAL_STATUSES,
     RunEventMapper,
+    narrow_choices,
 )
 
 __all__ = ["HermesAgentHandler", "HermesSettings"]
@@ -153,8 +153,7 @@ class HermesAgentHandler(Handler):
         pending = request.pending_input or {}
         if not run_id:
             raise InputRejectedError("No Hermes run is waiting for this answer.")
-        offered = pending.get("choices") or list(HERMES_CHOICES)
-        choices = [c for c in offered if c in self.settings.approval_choices] or ["deny"]
+        choices = narrow_choices(pending.get("choices"), self.settings.approval_choices)
         choice = _choice(request)
         if choice not in choices:
             raise InputRejectedError(

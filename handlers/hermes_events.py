@@ -54,6 +54,11 @@ def approval_prompt(command: str, description: str, choices: list[str]) -> str:
     )
 
 
+def narrow_choices(offered: list[str] | None, allowed: list[str]) -> list[str]:
+    """The approval choices Hermes offered that the endpoint lets remote callers use."""
+    return [c for c in (offered or HERMES_CHOICES) if c in allowed] or ["deny"]
+
+
 class RunEventMapper:
     """Maps one run's Hermes events to handler events.
 
@@ -146,8 +151,7 @@ class RunEventMapper:
 
     def _approval(self, event: dict[str, Any]) -> InputRequired:
         self.awaiting_approval = True
-        offered = event.get("choices") or list(HERMES_CHOICES)
-        choices = [c for c in offered if c in self.allowed_choices] or ["deny"]
+        choices = narrow_choices(event.get("choices"), self.allowed_choices)
         command = str(event.get("command") or "")
         description = str(event.get("description") or event.get("pattern_key") or "")
         data = {"type": "hermes.approval", "run_id": self.run_id, "command": command,

@@ -132,7 +132,7 @@ def error_body(request_id: Any, error: A2AError) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "error": body}
 
 
-def _result_1_0(result: Any, *, send: bool = False) -> Any:
+def result_to_json(result: Any, *, send: bool = False) -> Any:
     """Wire form of a 1.0 handler result: SendMessage answers ``{"task"|"message": …}``
     (a SendMessageResponse), the other methods the bare object."""
     if isinstance(result, Task):
@@ -252,7 +252,7 @@ async def _call_1_0(
 
         return await stream_events(request, gateway, events, frame, request_id, headers)
     result = await call(params, context)
-    return json_response({"jsonrpc": "2.0", "id": request_id, "result": _result_1_0(result, send=method.handler_method == "on_message_send")}, headers)
+    return json_response({"jsonrpc": "2.0", "id": request_id, "result": result_to_json(result, send=method.handler_method == "on_message_send")}, headers)
 
 
 async def _call_0_3(

@@ -21,7 +21,6 @@ from a2a.types import (
     GetTaskRequest,
     ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
-    Message,
     SendMessageRequest,
     SubscribeToTaskRequest,
     TaskPushNotificationConfig,
@@ -44,7 +43,12 @@ from google.protobuf.json_format import ParseError
 
 from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.request_handler import GatewayRequestHandler
-from a2a_gateway.transport.jsonrpc import JSON_CONTENT_TYPES, _call_context
+from a2a_gateway.transport.jsonrpc import (
+    JSON_CONTENT_TYPES,
+    _call_context,
+    result_to_json,
+    stream_events,
+)
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD
 from a2a_gateway.transport.negotiate import (
     V10,
@@ -140,8 +144,6 @@ def _query(request: web.Request, model: Any, ints: tuple[str, ...] = (), bools: 
 
 
 async def _stream(request: web.Request, gateway: Gateway, events: Any, headers: dict[str, str]) -> web.StreamResponse:
-    from a2a_gateway.transport.jsonrpc import stream_events
-
     def frame(event: Any) -> bytes:
         return orjson.dumps(message_to_dict(to_stream_response(event)))
 
@@ -152,8 +154,7 @@ async def send_message(request, gateway, handler, context):  # type: ignore[no-u
     params = await _body(request, SendMessageRequest())
     validate_required_fields(params)
     result = await handler.on_message_send(params, context)
-    key = "message" if isinstance(result, Message) else "task"
-    return _ok(gateway, {key: message_to_dict(result)}, _headers(request))
+    return _ok(gateway, result_to_json(result, send=True), _headers(request))
 
 
 async def stream_message(request, gateway, handler, context):  # type: ignore[no-untyped-def]
@@ -174,12 +175,7 @@ async def list_tasks(request, gateway, handler, context):  # type: ignore[no-unt
         request, ListTasksRequest(), ints=("pageSize", "historyLength"), bools=("includeArtifacts",)
     )
     result = await handler.on_list_tasks(params, context)
-    body = message_to_dict(result)
-    body.setdefault("tasks", [])
-    body.setdefault("nextPageToken", "")
-    body.setdefault("pageSize", result.page_size)
-    body.setdefault("totalSize", result.total_size)
-    return _ok(gateway, body, _headers(request))
+    return _ok(gateway, result_to_json(result), _headers(request))
 
 
 async def cancel_task(request, gateway, handler, context):  # type: ignore[no-untyped-def]
