@@ -5,13 +5,36 @@ Drivers are imported only in the branch that needs them.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from a2a_gateway.stores.base import Store
 
+EXTRAS = {"postgresql": ("postgres", "asyncpg"), "postgres": ("postgres", "asyncpg"),
+          "dynamodb": ("dynamodb", "boto3")}
+"""Store scheme → the package extra that brings its driver, and the driver module."""
+
 
 class UnknownStoreError(ValueError):
-    """The store URL names a scheme this gateway does not know."""
+    """The store URL names a scheme this gateway does not know, or whose driver is missing."""
+
+
+def display_url(url: str) -> str:
+    """The store URL without its password or query (which may carry credentials)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _require_driver(scheme: str) -> None:
+    extra, module = EXTRAS[scheme]
+    try:
+        __import__(module)
+    except ImportError:
+        raise UnknownStoreError(
+            f"{scheme}:// stores need the {extra} extra: pip install 'a2a-gateway[{extra}]'"
+        ) from None
 
 
 def sqlite_path(url: str) -> str:
@@ -36,6 +59,8 @@ async def open_store(url: str, *, page_token_key: bytes | None = None, **options
         return await SQLiteStore.open(sqlite_path(url), page_token_key)
     if page_token_key:
         options["page_token_key"] = page_token_key
+    if scheme in EXTRAS:
+        _require_driver(scheme)
     if scheme in ("postgresql", "postgres"):
         from a2a_gateway.stores.postgres import PostgresStore
 

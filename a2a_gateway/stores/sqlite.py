@@ -25,6 +25,7 @@ from a2a_gateway.stores.base import (
     Scope,
     Store,
     StoredTask,
+    StoreError,
     StoreUnavailableError,
     TaskPage,
     TaskQuery,
@@ -70,8 +71,8 @@ class SQLiteStore(Store):
 
     @classmethod
     async def open(cls, path: str, page_token_key: bytes | None = None) -> SQLiteStore:
-        if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        if path != ":memory:" and not Path(path).parent.is_dir():
+            raise StoreError(f"the directory of the SQLite database {path} does not exist")
         conn = await aiosqlite.connect(path, isolation_level=None)
         conn.row_factory = aiosqlite.Row
         await conn.execute("PRAGMA journal_mode=WAL")
