@@ -283,7 +283,8 @@ class DynamoDBStore(Store):
             [f"{e.n(k)} = {e.v(v)}" for k, v in sets.items()]
             + [f"{e.n('version')} = {e.n('version')} + {e.v(N(1))}"]
         )
-        update += " REMOVE " + ", ".join(e.n(k) for k in removes)
+        if removes:  # an empty REMOVE clause is a syntax error
+            update += " REMOVE " + ", ".join(e.n(k) for k in removes)
         condition = f"{e.n('version')} = {e.v(N(expected_version))} AND {e.not_terminal()}"
         try:
             await self._call(

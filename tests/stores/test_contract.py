@@ -94,6 +94,22 @@ async def test_concurrent_writers_one_wins(store):
     assert results.count(True) == 1
 
 
+async def test_update_of_a_running_task_sets_keeps_or_releases_its_lease(store):
+    task = make_task()
+    await store.create_task(SCOPE, task, owner="replica-a", lease_until=10.0)
+    task.status.state = TaskState.TASK_STATE_INPUT_REQUIRED
+    await store.update_task(SCOPE, task, expected_version=1, owner="replica-a", lease_until=20.0)
+    got = await store.get_task(SCOPE, task.id)
+    assert (got.owner, got.lease_until, got.version) == ("replica-a", 20.0, 2)
+    assert got.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    await store.update_task(SCOPE, task, expected_version=2, owner="replica-b")
+    got = await store.get_task(SCOPE, task.id)
+    assert (got.owner, got.lease_until) == ("replica-b", None)
+    await store.update_task(SCOPE, task, expected_version=3)
+    got = await store.get_task(SCOPE, task.id)
+    assert (got.owner, got.lease_until, got.version) == (None, None, 4)
+
+
 async def test_terminal_task_is_never_reopened(store):
     task = make_task()
     await store.create_task(SCOPE, task, owner="replica-a", lease_until=10.0)
