@@ -1,9 +1,9 @@
 """The gateway end to end on DynamoDB (moto in server mode) with the real a2a-sdk client.
 
 Replica ``a`` runs in this process; replica ``b`` is a second gateway *process*
-(``python -m a2a_gateway serve``) on the same tables. For the two-process tests the tables come
-from ``migrate`` and the endpoint from ``endpoints add``, through the command line, as an operator
-would do it; the single-gateway tests create both in-process (faster).
+(``python -m a2a_gateway serve``) on the same tables. The tables come from ``migrate`` and the
+endpoint from ``endpoints add``, through the command line, as an operator would do it. What one
+gateway does on DynamoDB is in ``test_gateway_every_store.py``, with the other stores.
 There is no live path between processes on DynamoDB: a subscriber on ``b`` receives the task,
 then the durable changes (final artifact, final state) by polling the store every
 ``A2A_GATEWAY_REMOTE_POLL_SECONDS``.
@@ -31,7 +31,6 @@ import pytest
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
-    ListTasksRequest,
     Message,
     Part,
     Role,
@@ -39,9 +38,8 @@ from a2a.types import (
     SubscribeToTaskRequest,
     TaskState,
 )
-from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError
 
-from tests.harness import RunningGateway, collect, reconstruct, running_gateway
+from tests.harness import RunningGateway, collect, running_gateway
 from tests.stores import dynamo_support as support
 
 pytestmark = pytest.mark.dynamodb
@@ -136,35 +134,11 @@ async def gateway_process(store_url: str, replica_id: str) -> AsyncIterator[str]
 # -- fixtures -------------------------------------------------------------------------------
 
 
-def dummy_aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The in-process gateway opens the store URL itself, through boto3's default chain:
-    give that chain moto's dummy credentials and nothing else."""
-    for name in [k for k in os.environ if k.startswith("AWS_")]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", support.CREDENTIALS["aws_access_key_id"])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", support.CREDENTIALS["aws_secret_access_key"])
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
-@pytest.fixture
-async def dynamo_url(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
-    """Fresh tables under a prefix of this test's own, dropped afterwards."""
-    from a2a_gateway.stores.dynamodb import create_tables
-
-    url = support.store_url(support.moto_endpoint(), support.unique_prefix())
-    dummy_aws_credentials(monkeypatch)
-    await create_tables(url, **support.CREDENTIALS)
-    try:
-        yield url
-    finally:
-        await support.drop_tables(url)
-
-
 @pytest.fixture
 async def operator_url(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
-    """As ``dynamo_url``, but the tables come from ``a2a_gateway migrate``."""
+    """Fresh tables, made by ``a2a_gateway migrate`` under a prefix of this test's own."""
     url = support.store_url(support.moto_endpoint(), support.unique_prefix())
-    dummy_aws_credentials(monkeypatch)
+    support.use_moto_credentials(monkeypatch)
     created = await asyncio.to_thread(cli, "migrate", "--store", url)
     assert "tasks" in created  # the tables were new
     try:
@@ -179,7 +153,7 @@ async def cli_endpoint_id(operator_url: str) -> str:
     """An echo endpoint (0.05 s a word) added with ``a2a_gateway endpoints add``."""
     out = await asyncio.to_thread(
         cli, "endpoints", "add", "--store", operator_url, "--name", "echo on dynamodb",
-        "--handler", "handlers.echo:EchoHandler", "--set", "delay=0.05",
+        "--handler", "handlers.echo:EchoHandler", "--set", "delay=0.05", "--public",
     )
     return out.strip().splitlines()[-1]
 
@@ -199,18 +173,6 @@ async def replica_b(url: str) -> AsyncIterator[RunningGateway]:
         yield RunningGateway(base, app=None)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-async def a(dynamo_url: str) -> AsyncIterator[RunningGateway]:
-    async with replica_a(dynamo_url) as gw:
-        yield gw
-
-
-@pytest.fixture
-async def echo(a: RunningGateway) -> str:
-    """An echo endpoint (0.05 s a word), written to DynamoDB through the gateway's store."""
-    return await a.add_endpoint(settings={"delay": 0.05}, name="echo on dynamodb")
-
-
 # -- helpers --------------------------------------------------------------------------------
 
 
@@ -220,91 +182,6 @@ def send(text: str, context_id: str = "") -> SendMessageRequest:
         context_id=context_id,
     )
     return SendMessageRequest(message=message)
-
-
-
-
-# -- one gateway ----------------------------------------------------------------------------
-
-
-async def test_blocking_send_then_get(a, echo):
-    async with a.client(echo, streaming=False) as client:
-        (event,) = await collect(client.send_message(send("hello dynamo")))
-        task = event.task
-        assert task.status.state == COMPLETED
-        assert task.artifacts[0].parts[0].text == "echo: hello dynamo"
-        got = await client.get_task(GetTaskRequest(id=task.id))
-    assert got.status.state == COMPLETED
-    assert got.artifacts[0].parts[0].text == "echo: hello dynamo"
-    assert [m.parts[0].text for m in got.history][:1] == ["hello dynamo"]
-
-
-async def test_stream_delivers_task_then_chunks_then_final(a, echo):
-    words = "one two three four five"
-    async with a.client(echo) as client:
-        events = await collect(client.send_message(send(words)))
-        task_id = events[0].task.id
-        stored = await client.get_task(GetTaskRequest(id=task_id))
-    assert events[0].HasField("task")
-    chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
-    assert len(chunks) >= 6  # one per word, then the final artifact
-    assert not chunks[0].append and chunks[1].append and chunks[-1].last_chunk
-    assert reconstruct(events) == {chunks[0].artifact.artifact_id: f"echo: {words}"}
-    assert events[-1].status_update.status.state == COMPLETED
-    # what the stream built is what DynamoDB holds
-    assert stored.artifacts[0].artifact_id == chunks[0].artifact.artifact_id
-    assert stored.artifacts[0].parts[0].text == f"echo: {words}"
-
-
-async def test_list_filters_by_context_and_pages(a, echo):
-    ctx_a, ctx_b = f"ctx-a-{uuid.uuid4()}", f"ctx-b-{uuid.uuid4()}"
-    async with a.client(echo, streaming=False) as client:
-        sent_a = []
-        for i in range(5):
-            (event,) = await collect(client.send_message(send(f"a{i}", ctx_a)))
-            sent_a.append(event.task.id)
-        for i in range(2):
-            await collect(client.send_message(send(f"b{i}", ctx_b)))
-
-        pages, token = [], ""
-        for _ in range(10):  # bounded: 3 pages expected
-            page = await client.list_tasks(
-                ListTasksRequest(context_id=ctx_a, page_size=2, page_token=token)
-            )
-            pages.append(page)
-            token = page.next_page_token
-            if not token:
-                break
-        everything = await client.list_tasks(ListTasksRequest(page_size=50))
-        completed = await client.list_tasks(ListTasksRequest(status=COMPLETED, page_size=50))
-        token = pages[0].next_page_token
-        middle = len(token) // 2
-        forged = token[:middle] + ("B" if token[middle] == "A" else "A") + token[middle + 1 :]
-        with pytest.raises(InvalidParamsError):
-            await client.list_tasks(ListTasksRequest(context_id=ctx_a, page_size=2, page_token=forged))
-
-    assert [len(p.tasks) for p in pages] == [2, 2, 1]
-    assert {p.total_size for p in pages} == {5}
-    listed = [t.id for p in pages for t in p.tasks]
-    assert listed == list(reversed(sent_a))  # newest status first, each task once
-    assert all(t.context_id == ctx_a for p in pages for t in p.tasks)
-    assert everything.total_size == 7 and len(everything.tasks) == 7
-    assert completed.total_size == 7
-
-
-async def test_cancel_running_task(a, echo):
-    async with a.client(echo) as streaming, a.client(echo, streaming=False) as client:
-        stream = streaming.send_message(send(" ".join(["word"] * 100)))
-        first = await anext(stream)
-        await anext(stream)
-        canceled = await client.cancel_task(CancelTaskRequest(id=first.task.id))
-        rest = await collect(stream)
-        final = await client.get_task(GetTaskRequest(id=first.task.id))
-        with pytest.raises(TaskNotCancelableError):
-            await client.cancel_task(CancelTaskRequest(id=first.task.id))
-    assert canceled.status.state == CANCELED
-    assert rest[-1].status_update.status.state == CANCELED
-    assert final.status.state == CANCELED and not final.artifacts
 
 
 # -- two gateway processes --------------------------------------------------------------------

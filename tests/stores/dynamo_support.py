@@ -8,6 +8,7 @@ Without the variable the tests skip, except in CI (``CI=true``), where they fail
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -54,16 +55,38 @@ async def drop_tables(url: str) -> None:
     await asyncio.to_thread(drop)
 
 
+def use_moto_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gateway opening a ``dynamodb://`` URL itself goes through boto3's default chain:
+    give that chain moto's dummy credentials and nothing else."""
+    for name in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", CREDENTIALS["aws_access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", CREDENTIALS["aws_secret_access_key"])
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
 @asynccontextmanager
-async def open_test_store(request: pytest.FixtureRequest, **extra: object) -> AsyncIterator:
-    """A ``DynamoDBStore`` on fresh tables; ``extra`` adds URL options (e.g. ``ttl_days=1``)."""
-    from a2a_gateway.stores.dynamodb import DynamoDBStore, create_tables
+async def fresh_tables(**extra: object) -> AsyncIterator[str]:
+    """The URL of new tables under a prefix of their own, dropped afterwards; ``extra`` adds
+    URL options (e.g. ``ttl_days=1``)."""
+    from a2a_gateway.stores.dynamodb import create_tables
 
     url = store_url(moto_endpoint(), unique_prefix(), **extra)
     await create_tables(url, **CREDENTIALS)
-    store = await DynamoDBStore.open(url, **CREDENTIALS)
     try:
-        yield store
+        yield url
     finally:
-        await store.aclose()
         await drop_tables(url)
+
+
+@asynccontextmanager
+async def open_test_store(request: pytest.FixtureRequest, **extra: object) -> AsyncIterator:
+    """A ``DynamoDBStore`` on fresh tables; ``extra`` adds URL options (e.g. ``ttl_days=1``)."""
+    from a2a_gateway.stores.dynamodb import DynamoDBStore
+
+    async with fresh_tables(**extra) as url:
+        store = await DynamoDBStore.open(url, **CREDENTIALS)
+        try:
+            yield store
+        finally:
+            await store.aclose()

@@ -15,10 +15,8 @@ from contextlib import asynccontextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
-import pytest
-
 from a2a_gateway.stores.migrations import migration_files
-from a2a_gateway.stores.postgres import PostgresStore, migrate_postgres
+from a2a_gateway.stores.postgres import migrate_postgres
 from a2a_gateway.stores.postgres_migrations import checksum
 from tests.harness import require_env
 
@@ -82,13 +80,3 @@ async def fresh_database(template: str | None = "migrated") -> AsyncIterator[str
     finally:
         await admin.close()
 
-
-@asynccontextmanager
-async def open_test_store(request: pytest.FixtureRequest) -> AsyncIterator[PostgresStore]:
-    """A ``PostgresStore`` on a fresh copy of the migrated template."""
-    async with fresh_database() as url:
-        store = await PostgresStore.open(url, pool_size=4)
-        try:
-            yield store
-        finally:
-            await store.aclose()
