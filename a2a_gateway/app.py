@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import httpx
 import structlog
@@ -23,12 +23,15 @@ from a2a_gateway.push import PushNotifier
 from a2a_gateway.registry import EndpointRegistry
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores import open_store
-from a2a_gateway.stores.base import Store, StoreUnavailableError
+from a2a_gateway.stores.base import Endpoint, Store, StoreUnavailableError
 from a2a_gateway.transport.middleware import request_context
 from a2a_gateway.transport.routes import add_routes
 from a2a_gateway.transport.sse import OPEN_STREAMS
 
 log = structlog.get_logger(__name__)
+
+ENDPOINT_COUNT = web.AppKey("endpoint_count", int)
+"""How many endpoint rows the store held at startup."""
 
 
 async def _lease_loop(gateway: Gateway) -> None:
@@ -45,10 +48,21 @@ async def _lease_loop(gateway: Gateway) -> None:
             log.exception("lease_loop_failed")
 
 
-def build_app(settings: GatewaySettings, store: Store | None = None) -> web.Application:
-    """The gateway app. ``store`` may be given (tests); otherwise ``settings.store`` is opened."""
+async def _ensure_endpoints(store: Store, endpoints: Sequence[Endpoint]) -> int:
+    """Create the ``endpoints`` the store lacks; the number of rows it then holds."""
+    for endpoint in endpoints:
+        if await store.get_endpoint(endpoint.id) is None:
+            await store.create_endpoint(endpoint)
+    return len(await store.list_endpoints())
+
+
+def build_app(
+    settings: GatewaySettings, store: Store | None = None, *, endpoints: Sequence[Endpoint] = ()
+) -> web.Application:
+    """The gateway app. ``store`` may be given (tests); otherwise ``settings.store`` is opened.
+    ``endpoints`` are created at startup if the store has no row of that id (the demo agent)."""
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[request_context])
-    add_routes(app)
+    add_routes(app, default_endpoint=settings.default_endpoint)
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         opened = store or await open_store(
@@ -57,6 +71,7 @@ def build_app(settings: GatewaySettings, store: Store | None = None) -> web.Appl
         check_schema = getattr(opened, "check_schema", None)
         if check_schema is not None:
             await check_schema()  # refuse to serve an unmigrated or newer schema
+        app[ENDPOINT_COUNT] = await _ensure_endpoints(opened, endpoints)
         http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
         hub = PostgresLiveHub(opened, settings.replica_id) if uses_postgres(opened) else LiveHub()
         push = PushNotifier(

@@ -1,25 +1,38 @@
-"""Command line: ``serve``, ``demo``, ``endpoints …``, ``migrate``. Argument parsing only."""
+"""Command line: ``serve``, ``demo``, ``endpoints …``, ``migrate``. Argument parsing only.
+
+Every failure an operator can cause (a bad flag value, a busy port, a store that cannot be
+opened, an endpoint that would not load) ends the command with one line on stderr and a
+non-zero exit, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import sys
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from importlib.metadata import version
 from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
 
-from a2a_gateway.app import build_app
+from a2a_gateway.app import ENDPOINT_COUNT, build_app
 from a2a_gateway.logs import configure_logging
-from a2a_gateway.settings import GatewaySettings, load_settings
-from a2a_gateway.stores import UnknownStoreError, open_store
+from a2a_gateway.registry import check_endpoint
+from a2a_gateway.settings import DEFAULT_STORE, GatewaySettings, load_settings
+from a2a_gateway.stores import UnknownStoreError, display_url, open_store
 from a2a_gateway.stores.base import Endpoint, StoreError
 
 DEMO_ENDPOINT_ID = "00000000-0000-4000-8000-00000000ec40"
+
+
+class CommandError(Exception):
+    """An operator's mistake: printed as one line, exit status 1."""
 
 
 def _parse_value(raw: str) -> Any:
@@ -38,6 +51,17 @@ def _settings(args: argparse.Namespace) -> GatewaySettings:
     )
 
 
+def _row_store(args: argparse.Namespace) -> str:
+    """The store a row command writes to; ``memory://`` would forget the row at exit."""
+    url = _settings(args).store
+    if url.startswith("memory:"):
+        raise CommandError(
+            "memory:// keeps nothing once this command exits: give --store the store the "
+            f"gateway serves (default {DEFAULT_STORE})"
+        )
+    return url
+
+
 async def _with_store(url: str, action: Any) -> Any:
     store = await open_store(url)
     try:
@@ -46,38 +70,68 @@ async def _with_store(url: str, action: Any) -> Any:
         await store.aclose()
 
 
+# -- serve and demo ---------------------------------------------------------------------------
+
+
 def cmd_serve(args: argparse.Namespace) -> None:
     serve(_settings(args))
 
 
-def serve(settings: GatewaySettings) -> None:
+def serve(settings: GatewaySettings, endpoints: Sequence[Endpoint] = ()) -> None:
+    """Run the gateway until SIGINT or SIGTERM; ``endpoints`` are created if missing."""
     configure_logging(settings.log_level, settings.log_format)
-    web.run_app(build_app(settings), host=settings.host, port=settings.port, access_log=None, print=None)
+    try:
+        asyncio.run(_serve(settings, endpoints))
+    except (web.GracefulExit, KeyboardInterrupt):
+        pass
+
+
+async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint]) -> None:
+    app = build_app(settings, endpoints=endpoints)
+    runner = web.AppRunner(app, access_log=None, handle_signals=True)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.host, settings.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            raise CommandError(f"cannot listen on {settings.host}:{settings.port}: {reason}") from None
+        host, port = runner.addresses[0][:2]
+        count = app[ENDPOINT_COUNT]
+        print(
+            f"a2a-gateway {version('a2a-gateway')} listening on http://{host}:{port} "
+            f"(store {display_url(settings.store)}, {count} endpoint{'s' if count != 1 else ''})",
+            flush=True,
+        )
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def demo_endpoint() -> Endpoint:
+    return Endpoint(
+        id=DEMO_ENDPOINT_ID, name="Echo demo", description="Echoes your message word by word.",
+        metadata={"module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0.05,
+                  "public": True},
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
     settings = _settings(args)
-    if args.store is None and "store" not in GatewaySettings().model_fields_set:
-        settings.store = "sqlite:///./a2a-gateway-demo.db"
-
-    async def ensure(store: Any) -> None:
-        if await store.get_endpoint(DEMO_ENDPOINT_ID) is None:
-            await store.create_endpoint(Endpoint(
-                id=DEMO_ENDPOINT_ID, name="Echo demo", description="Echoes your message word by word.",
-                metadata={"module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0.05},
-            ))
-
-    asyncio.run(_with_store(settings.store, ensure))
     base = settings.public_base_url or f"http://{settings.host}:{settings.port}"
     print(f"Agent card: {base}/{DEMO_ENDPOINT_ID}/.well-known/agent-card.json")
     print("Try:")
     print(
         f"  curl -s {base}/{DEMO_ENDPOINT_ID}/a2a -H 'Content-Type: application/json' -H 'A2A-Version: 1.0' "
         "-d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":{\"message\":"
-        "{\"messageId\":\"m1\",\"role\":\"ROLE_USER\",\"parts\":[{\"text\":\"hello gateway\"}]}}}'"
+        "{\"messageId\":\"m1\",\"role\":\"ROLE_USER\",\"parts\":[{\"text\":\"hello gateway\"}]}}}'",
+        flush=True,
     )
-    sys.stdout.flush()
-    serve(settings)
+    serve(settings, [demo_endpoint()])
+
+
+# -- endpoints --------------------------------------------------------------------------------
 
 
 def _endpoint_json(ep: Endpoint) -> dict[str, Any]:
@@ -88,52 +142,103 @@ def _endpoint_json(ep: Endpoint) -> dict[str, Any]:
     }
 
 
-def cmd_endpoints_add(args: argparse.Namespace) -> None:
+def _endpoint_from_args(args: argparse.Namespace) -> Endpoint:
     module_name, _, class_name = args.handler.partition(":")
-    if not class_name:
-        sys.exit("--handler must be MODULE:CLASS, e.g. handlers.echo:EchoHandler")
+    if not module_name or not class_name:
+        raise CommandError("--handler must be MODULE:CLASS, e.g. handlers.echo:EchoHandler")
     metadata: dict[str, Any] = {"module_name": module_name, "class_name": class_name}
     for item in args.set or []:
         key, sep, value = item.partition("=")
-        if not sep:
-            sys.exit(f"--set needs key=value, got {item!r}")
+        if not sep or not key:
+            raise CommandError(f"--set needs KEY=VALUE, got {item!r}")
         metadata[key] = _parse_value(value)
-    card = json.loads(args.card) if args.card else {}
-    endpoint = Endpoint(
-        id=args.id or str(uuid.uuid4()), name=args.name, tenant=args.tenant,
-        description=args.description or "", card=card, metadata=metadata,
-    )
     if args.public:
-        endpoint.metadata["public"] = True
-    asyncio.run(_with_store(_settings(args).store, lambda s: s.create_endpoint(endpoint)))
+        metadata["public"] = True
+    try:
+        card = json.loads(args.card) if args.card else {}
+    except json.JSONDecodeError as exc:
+        raise CommandError(f"--card is not valid JSON: {exc.msg} at character {exc.pos}") from None
+    if args.id:
+        try:
+            endpoint_id = str(uuid.UUID(args.id))
+        except ValueError:
+            raise CommandError(f"--id must be a UUID, got {args.id!r}") from None
+    else:
+        endpoint_id = str(uuid.uuid4())
+    return Endpoint(id=endpoint_id, name=args.name, tenant=args.tenant,
+                    description=args.description or "", card=card, metadata=metadata)
+
+
+def _report(endpoint: Endpoint, settings: GatewaySettings, *, prefix: str = "") -> bool:
+    """Print the endpoint's problems (stderr) and notes; True when it can be served."""
+    check = check_endpoint(endpoint, settings)
+    for note in check.notes:
+        print(f"{prefix}note: {note}", file=sys.stderr)
+    for problem in check.problems:
+        print(f"{prefix}{problem}", file=sys.stderr)
+    if not endpoint.metadata.get("public") and not settings.allow_unauthenticated_endpoints:
+        print(f"{prefix}note: not --public: the gateway refuses to serve it until callers can "
+              "authenticate (or A2A_GATEWAY_ALLOW_UNAUTHENTICATED_ENDPOINTS=true)", file=sys.stderr)
+    return not check.problems
+
+
+def cmd_endpoints_add(args: argparse.Namespace) -> None:
+    endpoint = _endpoint_from_args(args)
+    settings = _settings(args)
+    url = _row_store(args)
+    if not _report(endpoint, settings):
+        raise CommandError("endpoint not added")
+    asyncio.run(_with_store(url, lambda s: s.create_endpoint(endpoint)))
     print(endpoint.id)
 
 
+def cmd_endpoints_check(args: argparse.Namespace) -> None:
+    settings = _settings(args)
+    url = _row_store(args)
+
+    async def rows(store: Any) -> list[Endpoint]:
+        if args.id is None:
+            return await store.list_endpoints()
+        return [await _existing(store, args.id)]
+
+    failed = 0
+    for endpoint in asyncio.run(_with_store(url, rows)):
+        if _report(endpoint, settings, prefix=f"{endpoint.id}: "):
+            print(f"{endpoint.id} ok")
+        else:
+            failed += 1
+    if failed:
+        raise CommandError(f"{failed} endpoint{'s' if failed != 1 else ''} cannot be served")
+
+
+async def _existing(store: Any, endpoint_id: str) -> Endpoint:
+    ep = await store.get_endpoint(endpoint_id)
+    if ep is None:
+        raise CommandError(f"no endpoint {endpoint_id}")
+    return ep
+
+
 def cmd_endpoints_list(args: argparse.Namespace) -> None:
-    endpoints = asyncio.run(_with_store(_settings(args).store, lambda s: s.list_endpoints()))
+    endpoints = asyncio.run(_with_store(_row_store(args), lambda s: s.list_endpoints()))
     for ep in endpoints:
         handler = f"{ep.metadata.get('module_name')}:{ep.metadata.get('class_name')}"
         print(f"{ep.id}  {'enabled ' if ep.enabled else 'disabled'}  {ep.name}  {handler}")
 
 
 def cmd_endpoints_show(args: argparse.Namespace) -> None:
-    ep = asyncio.run(_with_store(_settings(args).store, lambda s: s.get_endpoint(args.id)))
-    if ep is None:
-        sys.exit(f"no endpoint {args.id}")
+    ep = asyncio.run(_with_store(_row_store(args), lambda s: _existing(s, args.id)))
     print(json.dumps(_endpoint_json(ep), indent=2))
 
 
 def _set_enabled(enabled: bool) -> Any:
     def command(args: argparse.Namespace) -> None:
         async def change(store: Any) -> None:
-            ep = await store.get_endpoint(args.id)
-            if ep is None:
-                sys.exit(f"no endpoint {args.id}")
+            ep = await _existing(store, args.id)
             ep.enabled = enabled
             ep.updated_at = datetime.now(UTC)
             await store.update_endpoint(ep)
 
-        asyncio.run(_with_store(_settings(args).store, change))
+        asyncio.run(_with_store(_row_store(args), change))
         print(f"{args.id} {'enabled' if enabled else 'disabled'}")
 
     return command
@@ -146,46 +251,76 @@ def cmd_migrate(args: argparse.Namespace) -> None:
     print("\n".join(applied) if applied else "schema is up to date")
 
 
+# -- arguments --------------------------------------------------------------------------------
+
+
 def _store_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", help="store URL (default: A2A_GATEWAY_STORE or sqlite:///./a2a-gateway.db)")
-    p.add_argument("--config", help="TOML settings file")
+    p.add_argument("--store", help=f"store URL: {DEFAULT_STORE} (default, or A2A_GATEWAY_STORE), "
+                   "memory://, postgresql://…, dynamodb://?region=…")
+    p.add_argument("--config", help="TOML settings file (or A2A_GATEWAY_CONFIG_FILE)")
+
+
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to listen on (default 8080; 0 picks a free one)")
+    _store_args(p)
+
+
+def _endpoint_commands(sub: Any) -> None:
+    endpoints = sub.add_parser(
+        "endpoints", help="manage endpoints (agents) in the store", description="Manage endpoints "
+        "(agents). Rows are read by a running gateway within A2A_GATEWAY_ENDPOINT_CACHE_SECONDS.",
+    ).add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = endpoints.add_parser("add", help="check and register an agent; prints its id last",
+                               description="Check an agent's handler, settings and card, then "
+                               "register it. Prints the new endpoint's id as the last line.")
+    _store_args(add)
+    add.add_argument("--name", required=True, help="name shown in the agent card")
+    add.add_argument("--handler", required=True, help="MODULE:CLASS, e.g. handlers.hermes:HermesAgentHandler")
+    add.add_argument("--id", help="endpoint UUID (default: a new one)")
+    add.add_argument("--tenant", default="default", help="tenant the endpoint's tasks belong to")
+    add.add_argument("--description", help="description shown in the agent card")
+    add.add_argument("--card", help="card fields as JSON (skills, capabilities, version, provider …)")
+    add.add_argument("--set", action="append", metavar="KEY=VALUE",
+                     help="handler setting, JSON or text; env:NAME is read from the gateway's environment")
+    add.add_argument("--public", action="store_true",
+                     help="anyone may call it (the gateway has no caller authentication yet)")
+    add.set_defaults(func=cmd_endpoints_add)
+    check = endpoints.add_parser("check", help="run the checks of add on stored endpoints")
+    _store_args(check)
+    check.add_argument("id", nargs="?", help="endpoint id (default: every endpoint)")
+    check.set_defaults(func=cmd_endpoints_check)
+    for name, func, help_ in (
+        ("list", cmd_endpoints_list, "list endpoints: id, enabled, name, handler"),
+        ("show", cmd_endpoints_show, "print an endpoint row as JSON"),
+        ("disable", _set_enabled(False), "stop serving an endpoint (it answers 404)"),
+        ("enable", _set_enabled(True), "serve a disabled endpoint again"),
+    ):
+        p = endpoints.add_parser(name, help=help_)
+        _store_args(p)
+        if name != "list":
+            p.add_argument("id", help="endpoint id")
+        p.set_defaults(func=func)
 
 
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="a2a-gateway", description="A2A gateway for agents of any framework")
-    sub = root.add_subparsers(dest="command", required=True)
-    for name, func, help_ in (("serve", cmd_serve, "run the gateway"),
-                              ("demo", cmd_demo, "run the gateway with an echo demo agent")):
-        p = sub.add_parser(name, help=help_)
-        p.add_argument("--host")
-        p.add_argument("--port", type=int)
-        _store_args(p)
-        p.set_defaults(func=func)
-    p = sub.add_parser("migrate", help="create or upgrade the store's schema")
+    root.add_argument("--version", action="version", version=f"%(prog)s {version('a2a-gateway')}")
+    sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("serve", help="run the gateway", description="Run the gateway on the store's endpoints.")
+    _serve_args(p)
+    p.set_defaults(func=cmd_serve)
+    p = sub.add_parser(
+        "demo", help="run the gateway with an echo demo agent",
+        description=f"Run the gateway with an echo demo agent ({DEMO_ENDPOINT_ID}), added to the "
+        f"store if missing. Same store as serve and endpoints (default {DEFAULT_STORE}).",
+    )
+    _serve_args(p)
+    p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("migrate", help="create or upgrade the store's schema (PostgreSQL, DynamoDB)")
     _store_args(p)
     p.set_defaults(func=cmd_migrate)
-
-    endpoints = sub.add_parser("endpoints", help="manage endpoints (agents)").add_subparsers(
-        dest="action", required=True
-    )
-    add = endpoints.add_parser("add", help="register an agent; prints its id last")
-    _store_args(add)
-    add.add_argument("--name", required=True)
-    add.add_argument("--handler", required=True, help="MODULE:CLASS, e.g. handlers.hermes:HermesAgentHandler")
-    add.add_argument("--id", help="endpoint UUID (default: a new one)")
-    add.add_argument("--tenant", default="default")
-    add.add_argument("--description")
-    add.add_argument("--card", help="card fields as JSON (skills, capabilities, version, provider …)")
-    add.add_argument("--set", action="append", metavar="KEY=VALUE", help="handler setting (JSON or text)")
-    add.add_argument("--public", action="store_true", help="needs no credentials")
-    add.set_defaults(func=cmd_endpoints_add)
-    for name, func in (("list", cmd_endpoints_list), ("show", cmd_endpoints_show),
-                       ("disable", _set_enabled(False)), ("enable", _set_enabled(True))):
-        p = endpoints.add_parser(name)
-        _store_args(p)
-        if name != "list":
-            p.add_argument("id")
-        p.set_defaults(func=func)
+    _endpoint_commands(sub)
     return root
 
 
@@ -193,5 +328,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     try:
         args.func(args)
-    except (StoreError, UnknownStoreError, ValidationError) as exc:
-        sys.exit(f"a2a-gateway: {exc}")
+    except (CommandError, StoreError, UnknownStoreError, ValidationError) as exc:
+        sys.exit(f"a2a-gateway: {_one_line(exc)}")
+
+
+def _one_line(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    return " ".join(str(exc).split())

@@ -1,8 +1,11 @@
 """Endpoint registry: endpoint id → row → allowlisted handler class → cached runtime.
 
-A runtime holds the endpoint row, its handler instance (settings resolved) and its
-agent card. Rows are re-read at most every ``endpoint_cache_seconds``; a changed
-row builds a new runtime and closes the old handler.
+A runtime holds the endpoint row and its handler instance (settings resolved). Rows are
+re-read at most every ``endpoint_cache_seconds``; a changed row builds a new runtime and
+closes the old handler. A row that cannot be served (handler not allowed or missing,
+invalid settings or card, private while the gateway has no authentication) becomes a
+runtime with a ``problem``, which every route of the endpoint answers.
+``check_endpoint`` runs the same checks for the command line, before a row is written.
 """
 
 from __future__ import annotations
@@ -17,8 +20,15 @@ from typing import Any
 import httpx
 import structlog
 
+from a2a_gateway.agent_card import capabilities, capability, check_card
 from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError
-from a2a_gateway.settings import GatewaySettings, HandlerSettingsError, resolve_handler_settings
+from a2a_gateway.settings import (
+    RESERVED_METADATA_KEYS,
+    GatewaySettings,
+    HandlerSettingsError,
+    resolve_handler_settings,
+    unset_env_refs,
+)
 from a2a_gateway.stores.base import Endpoint, Store
 from handlers.base import Handler
 
@@ -35,24 +45,20 @@ class EndpointRuntime:
     """Per-runtime caches owned by other modules (card bytes, request handlers)."""
 
     @property
-    def capabilities(self) -> dict[str, Any]:
-        return self.endpoint.card.get("capabilities", {})
-
-    @property
     def streaming(self) -> bool:
-        return bool(self.capabilities.get("streaming", True))
+        return capability(self.endpoint, "streaming")
 
     @property
     def push_notifications(self) -> bool:
-        return bool(self.capabilities.get("pushNotifications", True))
+        return capability(self.endpoint, "pushNotifications")
 
     @property
     def extended_card(self) -> bool:
-        return bool(self.capabilities.get("extendedAgentCard", False))
+        return capability(self.endpoint, "extendedAgentCard")
 
     @property
     def extensions(self) -> list[dict[str, Any]]:
-        return list(self.capabilities.get("extensions", []))
+        return list(capabilities(self.endpoint).get("extensions", []))
 
     def require_handler(self) -> Handler:
         if self.handler is None:
@@ -73,12 +79,65 @@ def load_handler_class(metadata: dict[str, Any], allowlist: list[str]) -> type[H
         raise EndpointMisconfiguredError(f"handler module {module_name!r} is not in the allowlist")
     try:
         module = importlib.import_module(module_name)
-    except ImportError:
-        raise EndpointMisconfiguredError(f"handler module {module_name!r} cannot be imported") from None
+    except Exception as exc:  # a broken handler module is this endpoint's problem, not a crash
+        raise EndpointMisconfiguredError(
+            f"handler module {module_name!r} cannot be imported: {type(exc).__name__}: {exc}"
+        ) from None
     cls = getattr(module, class_name, None)
     if not (isinstance(cls, type) and issubclass(cls, Handler)):
         raise EndpointMisconfiguredError(f"{module_name}.{class_name} is not a handler class")
     return cls
+
+
+NOT_PUBLIC = (
+    "endpoint is not public and this gateway has no caller authentication yet: "
+    "create it with --public, or set A2A_GATEWAY_ALLOW_UNAUTHENTICATED_ENDPOINTS=true "
+    "to serve it without credentials"
+)
+
+
+def check_access(endpoint: Endpoint, settings: GatewaySettings) -> None:
+    if not endpoint.metadata.get("public") and not settings.allow_unauthenticated_endpoints:
+        raise EndpointMisconfiguredError(NOT_PUBLIC)
+
+
+@dataclass(slots=True)
+class EndpointCheck:
+    problems: list[str] = field(default_factory=list)
+    """Why the row cannot be served."""
+    notes: list[str] = field(default_factory=list)
+    """What this process cannot check (environment references the gateway must resolve)."""
+
+
+def check_endpoint(endpoint: Endpoint, settings: GatewaySettings) -> EndpointCheck:
+    """The checks of ``_build`` without building: handler, settings, card. Settings that
+    name an unset ``env:`` variable are noted, not refused: the gateway may have it."""
+    check = EndpointCheck()
+    try:
+        check_card(endpoint)
+    except EndpointMisconfiguredError as exc:
+        check.problems.append(exc.message)
+    try:
+        cls = load_handler_class(endpoint.metadata, settings.handler_allowlist)
+    except EndpointMisconfiguredError as exc:
+        check.problems.append(exc.message)
+        return check
+    metadata = dict(endpoint.metadata)
+    for key, name in unset_env_refs(metadata).items():
+        check.notes.append(f"{key} reads the environment variable {name}, which is not set here")
+        del metadata[key]
+    known = cls.Settings.model_fields
+    unknown = sorted(k for k in metadata if k not in known and k not in RESERVED_METADATA_KEYS)
+    if unknown:
+        check.problems.append(
+            f"unknown setting {', '.join(unknown)} for {handler_path(metadata)} "
+            f"(its settings: {', '.join(sorted(known)) or 'none'})"
+        )
+    try:
+        resolve_handler_settings(cls.Settings, handler_path(metadata), metadata, settings)
+    except HandlerSettingsError as exc:
+        check.problems.append(str(exc))
+    return check
 
 
 def is_endpoint_id(value: str) -> bool:
@@ -98,7 +157,8 @@ class EndpointRegistry:
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def get(self, endpoint_id: str) -> EndpointRuntime:
-        """The runtime of an enabled endpoint; ``EndpointNotFoundError`` otherwise."""
+        """The runtime of an enabled endpoint that can be served: ``EndpointNotFoundError`` for
+        an unknown or disabled one, ``EndpointMisconfiguredError`` with the problem otherwise."""
         cached = self._cache.get(endpoint_id)
         if cached is not None and time.monotonic() - cached[0] < self._settings.endpoint_cache_seconds:
             runtime = cached[1]
@@ -106,6 +166,7 @@ class EndpointRegistry:
             runtime = await self._refresh(endpoint_id)
         if runtime is None or not runtime.endpoint.enabled:
             raise EndpointNotFoundError(f"no endpoint {endpoint_id}")
+        runtime.require_handler()
         return runtime
 
     async def _refresh(self, endpoint_id: str) -> EndpointRuntime | None:
@@ -140,6 +201,8 @@ class EndpointRegistry:
     def _build(self, endpoint: Endpoint) -> EndpointRuntime:
         path = handler_path(endpoint.metadata)
         try:
+            check_access(endpoint, self._settings)
+            check_card(endpoint)
             cls = load_handler_class(endpoint.metadata, self._settings.handler_allowlist)
             settings = resolve_handler_settings(cls.Settings, path, endpoint.metadata, self._settings)
             return EndpointRuntime(endpoint, cls(settings, self._http))

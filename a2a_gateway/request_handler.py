@@ -52,7 +52,7 @@ from a2a_gateway.live import Subscription
 from a2a_gateway.push import PushNotifier
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import TERMINAL_STATES, InvalidPageTokenError, Scope, TaskQuery
-from a2a_gateway.transport.card import build_card
+from a2a_gateway.agent_card import build_card
 
 ANONYMOUS = "anonymous"
 
@@ -328,4 +328,4 @@ class GatewayRequestHandler(RequestHandler):
         extended = self.runtime.endpoint.card.get("extended")
         if not extended:
             raise ExtendedAgentCardNotConfiguredError()
-        return build_card(self.runtime, context.state.get("base_url", ""), extended=True)
+        return build_card(self.runtime.endpoint, context.state.get("base_url", ""), extended=True)

@@ -16,13 +16,17 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from handlers.base import HandlerSettings
 
-RESERVED_METADATA_KEYS = frozenset({"module_name", "class_name"})
+RESERVED_METADATA_KEYS = frozenset({"module_name", "class_name", "public", "strict_v1_card"})
 """Endpoint metadata keys the gateway itself reads (the rest are handler settings)."""
+
+
+DEFAULT_STORE = "sqlite:///./a2a-gateway.db"
+"""The embedded store that serve, demo and endpoints share when none is given."""
 
 
 class HandlerSettingsError(ValueError):
@@ -34,9 +38,14 @@ class GatewaySettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8080
-    store: str = "sqlite:///./a2a-gateway.db"
+    store: str = DEFAULT_STORE
     public_base_url: str = ""
     """Base of the absolute URLs in agent cards; empty = the request's scheme and host."""
+    default_endpoint: str = ""
+    """Endpoint id also served at the root (``/.well-known/agent-card.json``, ``/a2a``)."""
+    allow_unauthenticated_endpoints: bool = False
+    """Serve endpoints created without ``--public`` to anyone. The gateway has no caller
+    authentication yet, so without this such endpoints answer an error on every route."""
     handler_allowlist: list[str] = ["handlers."]
     """Module prefixes that endpoint rows may name as handlers."""
     handler_settings: dict[str, dict[str, Any]] = {}
@@ -61,6 +70,11 @@ class GatewaySettings(BaseSettings):
     replica_id: str = Field(default_factory=lambda: f"gw-{uuid.uuid4().hex[:12]}")
     log_level: str = "info"
     log_format: str = "json"
+
+    @field_validator("default_endpoint")
+    @classmethod
+    def _endpoint_id(cls, value: str) -> str:
+        return str(uuid.UUID(value)) if value else value
 
 
 def load_settings(config_file: str | None = None, **overrides: Any) -> GatewaySettings:
@@ -87,6 +101,14 @@ def expand_env_refs(value: Any) -> Any:
     if isinstance(value, list):
         return [expand_env_refs(v) for v in value]
     return value
+
+
+def unset_env_refs(values: dict[str, Any]) -> dict[str, str]:
+    """Keys whose value is an ``"env:NAME"`` reference to an unset variable → NAME."""
+    return {
+        key: value[4:] for key, value in values.items()
+        if isinstance(value, str) and value.startswith("env:") and value[4:] not in os.environ
+    }
 
 
 def resolve_handler_settings(

@@ -285,7 +285,7 @@ async def part_writes(args: argparse.Namespace, workdir: Path) -> dict[str, Any]
     async with migrated_database(args.dsn) as url:
         env = gateway_env()
         endpoint = gateway_cli("endpoints", "add", "--store", url, "--name", "echo",
-                               "--handler", "handlers.echo:EchoHandler", "--set", "delay=0",
+                               "--handler", "handlers.echo:EchoHandler", "--set", "delay=0", "--public",
                                env=env).strip().splitlines()[-1]
         gateway = Gateway("w", url, env, workdir)
         try:
@@ -345,7 +345,7 @@ async def part_latency(args: argparse.Namespace, workdir: Path) -> dict[str, Any
         endpoint = gateway_cli(
             "endpoints", "add", "--store", url, "--name", "stamp",
             "--handler", f"{HANDLER_MODULE}:StampHandler",
-            "--set", f"deltas={args.deltas}", "--set", f"interval={args.interval}",
+            "--set", f"deltas={args.deltas}", "--set", f"interval={args.interval}", "--public",
             env=env,
         ).strip().splitlines()[-1]
         a = Gateway("a", url, env, workdir)

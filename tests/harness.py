@@ -124,7 +124,10 @@ async def running_gateway(
     store_url: str = "memory://", *, store: Store | None = None, **settings: Any
 ) -> AsyncIterator[RunningGateway]:
     """Serve the gateway app on 127.0.0.1 with a free port for the duration of the block."""
-    defaults: dict[str, Any] = {"push_allow_private_urls": True, "log_level": "warning", "lease_seconds": 30.0}
+    defaults: dict[str, Any] = {
+        "push_allow_private_urls": True, "log_level": "warning", "lease_seconds": 30.0,
+        "allow_unauthenticated_endpoints": True,
+    }
     app = build_app(GatewaySettings(store=store_url, **{**defaults, **settings}), store=store)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -5,7 +5,7 @@ Drivers are imported only in the branch that needs them.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from a2a_gateway.stores.base import Store
 
@@ -24,7 +24,7 @@ def display_url(url: str) -> str:
     netloc = parts.netloc
     if parts.password is not None:
         netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return f"{parts.scheme}://{netloc}{parts.path}"
 
 
 def _require_driver(scheme: str) -> None:

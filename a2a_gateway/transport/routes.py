@@ -1,7 +1,15 @@
-"""The URL table of the gateway, nothing else."""
+"""The URL table of the gateway, nothing else.
+
+Every endpoint lives under ``/{endpoint_id}``. The optional default endpoint is also served
+at the root (RFC 8615 puts ``.well-known`` there, and clients given ``http://host/<id>``
+without a trailing slash resolve the card to ``http://host/.well-known/agent-card.json``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
+import structlog
 from aiohttp import web
 
 from a2a_gateway.gateway import GATEWAY
@@ -9,6 +17,7 @@ from a2a_gateway.transport import health, rest
 from a2a_gateway.transport.card import card_response
 from a2a_gateway.transport.jsonrpc import handle_jsonrpc
 
+View = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ENDPOINT = "/{endpoint_id}"
 
 
@@ -18,13 +27,32 @@ async def agent_card(request: web.Request) -> web.StreamResponse:
     return card_response(request, runtime, gateway.base_url(request), gateway.settings.card_max_age_seconds)
 
 
-def add_routes(app: web.Application) -> None:
-    # the router tries resources in order: the busiest first
-    app.router.add_post(f"{ENDPOINT}/a2a", handle_jsonrpc)
-    app.router.add_post(f"{ENDPOINT}/a2a/", handle_jsonrpc)
-    app.router.add_get(f"{ENDPOINT}/.well-known/agent-card.json", agent_card)
+def _endpoint_routes() -> list[tuple[str, str, View]]:
+    """(method, path below the endpoint, view), the busiest first: the router tries them in order."""
+    return [
+        ("POST", "/a2a", handle_jsonrpc),
+        ("POST", "/a2a/", handle_jsonrpc),
+        ("GET", "/.well-known/agent-card.json", agent_card),
+        *[(method, f"/a2a/rest{path}", rest.rest_view(route)) for method, path, route in rest.ROUTES],
+    ]
+
+
+def _as_endpoint(endpoint_id: str, view: View) -> View:
+    async def at_root(request: web.Request) -> web.StreamResponse:
+        request.match_info["endpoint_id"] = endpoint_id
+        structlog.contextvars.bind_contextvars(endpoint_id=endpoint_id)
+        return await view(request)
+
+    return at_root
+
+
+def add_routes(app: web.Application, *, default_endpoint: str = "") -> None:
+    routes = _endpoint_routes()
+    for method, path, view in routes:
+        app.router.add_route(method, f"{ENDPOINT}{path}", view)
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)
     app.router.add_get("/metrics", health.metrics)
-    for method, path, route in rest.ROUTES:
-        app.router.add_route(method, f"{ENDPOINT}/a2a/rest{path}", rest.rest_view(route))
+    if default_endpoint:
+        for method, path, view in routes:
+            app.router.add_route(method, path, _as_endpoint(default_endpoint, view))

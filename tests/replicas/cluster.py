@@ -93,7 +93,7 @@ class ReplicaSet:
         return self.replicas[name]
 
     async def add_endpoint(self, handler: str, *, name: str = "agent", **settings: Any) -> str:
-        args = ["endpoints", "add", "--store", self.store_url, "--name", name, "--handler", handler]
+        args = ["endpoints", "add", "--store", self.store_url, "--name", name, "--handler", handler, "--public"]
         for key, value in settings.items():
             args += ["--set", f"{key}={json.dumps(value)}"]
         out = await cli(*args, env=self.env)

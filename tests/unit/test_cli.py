@@ -1,65 +1,190 @@
-"""The command line: endpoints add/list/show/disable/enable, migrate, and demo's store."""
+"""The command line: endpoints add/check/list/show/disable/enable, migrate, help, one-line errors."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
-import subprocess
-import sys
 
 import pytest
 
 from a2a_gateway import cli
+from a2a_gateway.stores import open_store
+from a2a_gateway.stores.base import Endpoint
+from tests.cli_process import ROOT, run_cli
+
+ECHO = "handlers.echo:EchoHandler"
 
 
-def run_cli(*args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "a2a_gateway", *args], capture_output=True, text=True, timeout=60, check=True
-    )
-    return done.stdout
+def added_id(done) -> str:
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def assert_one_line_error(done, *fragments: str) -> None:
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr + done.stdout
+    last = done.stderr.strip().splitlines()[-1]
+    for fragment in fragments:
+        assert fragment in done.stderr, done.stderr
+    assert last.startswith("a2a-gateway: "), done.stderr
 
 
 def test_endpoints_lifecycle_through_the_cli(tmp_path):
     store = f"sqlite:///{tmp_path}/cli.db"
-    out = run_cli("endpoints", "add", "--store", store, "--name", "Ops", "--handler", "handlers.echo:EchoHandler",
-                  "--set", "delay=0", "--set", "response_mode=message", "--card", '{"version": "2.0"}', "--public")
-    endpoint_id = out.strip().splitlines()[-1]
-    shown = json.loads(run_cli("endpoints", "show", "--store", store, endpoint_id))
+    endpoint_id = added_id(run_cli(
+        "endpoints", "add", "--store", store, "--name", "Ops", "--handler", ECHO,
+        "--set", "delay=0", "--set", "response_mode=message", "--card", '{"version": "2.0"}', "--public",
+    ))
+    shown = json.loads(run_cli("endpoints", "show", "--store", store, endpoint_id, check=True).stdout)
     assert shown["metadata"] == {"module_name": "handlers.echo", "class_name": "EchoHandler",
                                  "delay": 0, "response_mode": "message", "public": True}
     assert shown["card"] == {"version": "2.0"} and shown["enabled"] is True
-    run_cli("endpoints", "disable", "--store", store, endpoint_id)
-    assert "disabled" in run_cli("endpoints", "list", "--store", store)
-    run_cli("endpoints", "enable", "--store", store, endpoint_id)
-    assert json.loads(run_cli("endpoints", "show", "--store", store, endpoint_id))["enabled"] is True
-    assert "up to date" in run_cli("migrate", "--store", store)
+    run_cli("endpoints", "disable", "--store", store, endpoint_id, check=True)
+    assert "disabled" in run_cli("endpoints", "list", "--store", store, check=True).stdout
+    run_cli("endpoints", "enable", "--store", store, endpoint_id, check=True)
+    assert json.loads(run_cli("endpoints", "show", "--store", store, endpoint_id).stdout)["enabled"] is True
+    assert f"{endpoint_id} ok" in run_cli("endpoints", "check", "--store", store, check=True).stdout
+    assert "up to date" in run_cli("migrate", "--store", store, check=True).stdout
 
 
-def test_bad_handler_argument_is_a_clear_error(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "a2a_gateway", "endpoints", "add", "--store", f"sqlite:///{tmp_path}/x.db",
-         "--name", "x", "--handler", "no-colon"], capture_output=True, text=True, timeout=60,
-    )
-    assert done.returncode != 0 and "MODULE:CLASS" in done.stderr
+def test_endpoints_use_the_default_store_of_serve_and_demo(tmp_path):
+    endpoint_id = added_id(run_cli("endpoints", "add", "--name", "x", "--handler", ECHO, "--public", cwd=tmp_path))
+    assert (tmp_path / "a2a-gateway.db").exists()
+    assert endpoint_id in run_cli("endpoints", "list", cwd=tmp_path, check=True).stdout
 
 
-def test_demo_serves_the_store_it_registered_the_demo_agent_in(monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("A2A_GATEWAY_STORE", raising=False)
-    served: list[str] = []
-    monkeypatch.setattr(cli, "serve", lambda settings: served.append(settings.store))
-    cli.main(["demo", "--port", "0"])
-    assert served == ["sqlite:///./a2a-gateway-demo.db"]
-    assert (tmp_path / "a2a-gateway-demo.db").exists()
+@pytest.mark.parametrize("command", [["add", "--name", "x", "--handler", ECHO], ["list"], ["check"]])
+def test_row_commands_refuse_the_memory_store(command):
+    done = run_cli("endpoints", *command, "--store", "memory://")
+    assert_one_line_error(done, "memory:// keeps nothing")
+    assert len(done.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("argv", [["serve", "--help"], ["endpoints", "add", "--help"]])
-def test_help_works(argv, capsys):
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--set", "delay=fast"], "delay"),
+        (["--set", "dealy=0"], "unknown setting dealy"),
+        (["--set", "novalue"], "KEY=VALUE"),
+        (["--card", '{"skills": [{"id": "a", "name": "A"}]}'], "skills[0] needs description, tags"),
+        (["--card", '{"capabilities": {"streaming": "yes"}}'], "capabilities.streaming must be true or false"),
+        (["--card", "{not json"], "--card is not valid JSON"),
+        (["--id", "not-a-uuid"], "--id must be a UUID"),
+    ],
+)
+def test_endpoints_add_checks_before_it_writes(tmp_path, extra, expected):
+    store = f"sqlite:///{tmp_path}/cli.db"
+    done = run_cli("endpoints", "add", "--store", store, "--name", "x", "--handler", ECHO, "--public", *extra)
+    assert_one_line_error(done, expected)
+    assert run_cli("endpoints", "list", "--store", store, check=True).stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("handler", "expected"),
+    [
+        ("no-colon", "MODULE:CLASS"),
+        ("os:path", "not in the allowlist"),
+        ("handlers.nope:Handler", "cannot be imported"),
+        ("handlers.echo:Missing", "is not a handler class"),
+    ],
+)
+def test_endpoints_add_refuses_handlers_it_cannot_load(tmp_path, handler, expected):
+    store = f"sqlite:///{tmp_path}/cli.db"
+    done = run_cli("endpoints", "add", "--store", store, "--name", "x", "--handler", handler)
+    assert_one_line_error(done, expected)
+    assert run_cli("endpoints", "list", "--store", store).stdout == ""
+
+
+def test_endpoints_add_notes_unset_environment_references_and_writes(tmp_path):
+    store = f"sqlite:///{tmp_path}/cli.db"
+    done = run_cli("endpoints", "add", "--store", store, "--name", "h", "--public",
+                   "--handler", "handlers.hermes:HermesAgentHandler",
+                   "--set", "hermes_api_key=env:A2A_TEST_SURELY_UNSET_KEY")
+    added_id(done)
+    assert "A2A_TEST_SURELY_UNSET_KEY, which is not set here" in done.stderr
+
+
+def test_endpoints_check_reports_rows_that_would_not_load(tmp_path):
+    store = f"sqlite:///{tmp_path}/cli.db"
+    good = added_id(run_cli("endpoints", "add", "--store", store, "--name", "good", "--handler", ECHO, "--public"))
+
+    async def write_bad_row() -> str:
+        opened = await open_store(store)
+        bad = Endpoint(id="11111111-1111-4111-8111-111111111111", name="bad",
+                       metadata={"module_name": "handlers.echo", "class_name": "EchoHandler", "delay": "fast"},
+                       card={"skills": "many"})
+        await opened.create_endpoint(bad)
+        await opened.aclose()
+        return bad.id
+
+    bad = asyncio.run(write_bad_row())
+    done = run_cli("endpoints", "check", "--store", store)
+    assert_one_line_error(done, f"{bad}: invalid card: skills must be a list", f"{bad}: invalid handler settings: delay")
+    assert f"{good} ok" in done.stdout
+    assert f"{bad} ok" not in done.stdout
+    assert run_cli("endpoints", "check", "--store", store, good).returncode == 0
+    assert "not --public" in run_cli("endpoints", "check", "--store", store, bad).stderr
+
+
+def test_missing_endpoint_is_a_clear_error(tmp_path):
+    store = f"sqlite:///{tmp_path}/cli.db"
+    run_cli("migrate", "--store", store, check=True)
+    assert_one_line_error(run_cli("endpoints", "show", "--store", store, "0" * 8 + "-0000-4000-8000-" + "0" * 12),
+                          "no endpoint")
+
+
+def test_sqlite_store_in_a_missing_directory_is_refused_not_created(tmp_path):
+    done = run_cli("endpoints", "list", "--store", f"sqlite:///{tmp_path}/nope/cli.db")
+    assert_one_line_error(done, "does not exist")
+    assert not (tmp_path / "nope").exists()
+
+
+@pytest.mark.parametrize(("url", "module", "extra"), [
+    ("postgresql://postgres@127.0.0.1:1/db", "asyncpg", "postgres"),
+    ("dynamodb://?region=us-east-1", "boto3", "dynamodb"),
+])
+def test_store_without_its_extra_names_the_extra(tmp_path, url, module, extra):
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text(f"import sys\nsys.modules[{module!r}] = None  # as if the extra were not installed\n")
+    done = run_cli("serve", "--store", url, PYTHONPATH=f"{tmp_path}:{ROOT}")
+    assert_one_line_error(done, f"pip install 'a2a-gateway[{extra}]'")
+
+
+def test_version():
+    done = run_cli("--version", check=True)
+    assert done.stdout.strip().startswith("a2a-gateway ") and done.stdout.strip()[-1].isdigit()
+
+
+def _all_parsers(parser: argparse.ArgumentParser, name: str = "a2a-gateway"):
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for sub_name, sub in action.choices.items():
+                assert helps.get(sub_name), f"{name} {sub_name} has no help text"
+                yield from _all_parsers(sub, f"{name} {sub_name}")
+
+
+def test_every_option_and_subcommand_has_help_text():
+    seen = 0
+    for name, parser in _all_parsers(cli.parser()):
+        for action in parser._actions:
+            if not isinstance(action, argparse._SubParsersAction):
+                assert action.help, f"{name} {action.option_strings or action.dest} has no help text"
+                seen += 1
+    assert seen > 40
+
+
+def test_demo_help_names_the_store_it_serves(capsys):
     with pytest.raises(SystemExit) as exited:
-        cli.main(argv)
-    assert exited.value.code == 0 and "usage" in capsys.readouterr().out
+        cli.main(["demo", "--help"])
+    out = capsys.readouterr().out
+    assert exited.value.code == 0
+    assert "sqlite:///./a2a-gateway.db" in out and "demo.db" not in out
 
 
 def test_migrate_names_what_it_applied(tmp_path):
     store = f"sqlite:///{tmp_path}/fresh.db"
-    assert run_cli("migrate", "--store", store).strip() == "0001_initial.sql"
-    assert "up to date" in run_cli("migrate", "--store", store)
+    assert run_cli("migrate", "--store", store, check=True).stdout.strip() == "0001_initial.sql"
+    assert "up to date" in run_cli("migrate", "--store", store, check=True).stdout

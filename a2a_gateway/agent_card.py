@@ -1,0 +1,116 @@
+"""The agent card of an endpoint, built from its row (``card`` fields and capabilities).
+
+The card lists JSON-RPC 1.0, JSON-RPC 0.3 (the same URL) and HTTP+JSON 1.0. The registry
+builds it once when it loads a row, so a card the row cannot make is a problem of the
+endpoint (answered on every route), never a failure of one request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from a2a.types import AgentCard, AgentInterface
+from google.protobuf.json_format import ParseDict, ParseError
+
+from a2a_gateway.errors import EndpointMisconfiguredError
+from a2a_gateway.stores.base import Endpoint
+
+CARD_FIELDS = {
+    "provider", "version", "documentationUrl", "iconUrl", "defaultInputModes",
+    "defaultOutputModes", "skills", "securitySchemes", "securityRequirements",
+}
+CAPABILITY_FLAGS = {"streaming": True, "pushNotifications": True, "extendedAgentCard": False}
+"""Capabilities an endpoint row may switch, with their defaults."""
+SKILL_REQUIRED = ("id", "name", "description", "tags")
+"""AgentSkill fields A2A 1.0 requires (a card without them fails strict clients)."""
+
+
+def capabilities(endpoint: Endpoint) -> dict[str, Any]:
+    value = endpoint.card.get("capabilities", {})
+    return value if isinstance(value, dict) else {}
+
+
+def capability(endpoint: Endpoint, name: str) -> bool:
+    return bool(capabilities(endpoint).get(name, CAPABILITY_FLAGS[name]))
+
+
+def endpoint_urls(base_url: str, endpoint_id: str) -> tuple[str, str]:
+    root = f"{base_url.rstrip('/')}/{endpoint_id}/a2a"
+    return root, f"{root}/rest"
+
+
+def build_card(endpoint: Endpoint, base_url: str, *, extended: bool = False) -> AgentCard:
+    source: dict[str, Any] = endpoint.card
+    jsonrpc_url, rest_url = endpoint_urls(base_url, endpoint.id)
+    card = AgentCard(
+        name=endpoint.name,
+        description=endpoint.description or source.get("description") or endpoint.name,
+        version=str(source.get("version", "1.0.0")),
+    )
+    fields = {k: v for k, v in source.items() if k in CARD_FIELDS}
+    if extended:
+        extra = source.get("extended") or {}
+        fields["skills"] = [*fields.get("skills", []), *extra.get("skills", [])]
+    ParseDict(fields, card, ignore_unknown_fields=True)
+    if not card.default_input_modes:
+        card.default_input_modes.extend(["text/plain", "application/json"])
+    if not card.default_output_modes:
+        card.default_output_modes.extend(["text/plain", "application/json"])
+    if not card.skills:
+        card.skills.add(id="chat", name=endpoint.name, description=card.description, tags=["chat"])
+    card.capabilities.streaming = capability(endpoint, "streaming")
+    card.capabilities.push_notifications = capability(endpoint, "pushNotifications")
+    card.capabilities.extended_agent_card = capability(endpoint, "extendedAgentCard")
+    for ext in capabilities(endpoint).get("extensions", []):
+        ParseDict(ext, card.capabilities.extensions.add(), ignore_unknown_fields=True)
+    card.supported_interfaces.extend(
+        [
+            AgentInterface(url=jsonrpc_url, protocol_binding="JSONRPC", protocol_version="1.0"),
+            AgentInterface(url=jsonrpc_url, protocol_binding="JSONRPC", protocol_version="0.3"),
+            AgentInterface(url=rest_url, protocol_binding="HTTP+JSON", protocol_version="1.0"),
+        ]
+    )
+    return card
+
+
+def check_card(endpoint: Endpoint) -> None:
+    """Raise ``EndpointMisconfiguredError`` naming what is wrong with the row's card fields."""
+    source = endpoint.card
+    if not isinstance(source, dict):
+        raise EndpointMisconfiguredError("card must be a JSON object")
+    problems = _shape_problems(source)
+    if problems:
+        raise EndpointMisconfiguredError("invalid card: " + "; ".join(problems))
+    try:
+        build_card(endpoint, "http://localhost", extended=True)
+    except (ParseError, TypeError, ValueError, AttributeError) as exc:
+        raise EndpointMisconfiguredError(f"invalid card: {exc}") from None
+
+
+def _shape_problems(source: dict[str, Any]) -> list[str]:
+    problems = []
+    caps = source.get("capabilities", {})
+    if not isinstance(caps, dict):
+        problems.append("capabilities must be an object")
+    else:
+        problems += [
+            f"capabilities.{name} must be true or false"
+            for name in CAPABILITY_FLAGS if name in caps and not isinstance(caps[name], bool)
+        ]
+        if not isinstance(caps.get("extensions", []), list):
+            problems.append("capabilities.extensions must be a list")
+    extended = source.get("extended", {})
+    if not isinstance(extended, dict):
+        problems.append("extended must be an object with skills")
+    skills = [("skills", source.get("skills", []))]
+    if isinstance(extended, dict):
+        skills.append(("extended.skills", extended.get("skills", [])))
+    for where, items in skills:
+        if not isinstance(items, list):
+            problems.append(f"{where} must be a list")
+            continue
+        for i, skill in enumerate(items):
+            missing = [f for f in SKILL_REQUIRED if not isinstance(skill, dict) or not skill.get(f)]
+            if missing:
+                problems.append(f"{where}[{i}] needs {', '.join(missing)}")
+    return problems

@@ -1,0 +1,67 @@
+"""The ``a2a-gateway`` command as an operator runs it: a child process, stdout and stderr kept.
+
+    done = run_cli("endpoints", "add", ..., cwd=tmp_path)          # finished command
+    async with serving("demo", "--store", "memory://") as base:   # a running gateway
+        httpx.get(f"{base}/.well-known/...")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LISTENING = re.compile(r"listening on (http://\S+) \(store (\S+), (\d+) endpoints?\)")
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment of a gateway command: no A2A_GATEWAY_* setting of the caller's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
+    env["PYTHONPATH"] = str(ROOT)
+    env["A2A_GATEWAY_LOG_LEVEL"] = "warning"
+    return {**env, **extra}
+
+
+def run_cli(*args: str, cwd: Path | None = None, check: bool = False, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "a2a_gateway", *args], capture_output=True, text=True, timeout=60,
+        cwd=cwd or ROOT, env=cli_env(**env), check=check,
+    )
+
+
+@asynccontextmanager
+async def serving(*args: str, cwd: Path | None = None, **env: str) -> AsyncIterator[re.Match[str]]:
+    """Run ``a2a-gateway ARGS --port 0`` until its listening line; yield that line's match
+    (groups: base URL, store, endpoint count); SIGTERM it afterwards."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "a2a_gateway", *args, "--port", "0",
+        cwd=cwd or ROOT, env=cli_env(**env),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        match = None
+        async with asyncio.timeout(30):
+            while match is None:
+                line = (await proc.stdout.readline()).decode()
+                if not line:
+                    err = (await proc.stderr.read()).decode() if proc.stderr else ""
+                    raise AssertionError(f"gateway exited before listening: {err}")
+                match = LISTENING.search(line)
+        yield match
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(20):
+                    await proc.wait()
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()

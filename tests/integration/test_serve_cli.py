@@ -1,0 +1,74 @@
+"""``serve`` and ``demo`` as processes: one default store, the listening line, one-line errors."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+
+from a2a_gateway.cli import DEMO_ENDPOINT_ID
+from tests.cli_process import run_cli, serving
+from tests.harness import require_env
+from tests.stores import pg_support
+
+SEND = {
+    "jsonrpc": "2.0", "id": "first-call", "method": "SendMessage",
+    "params": {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hello gateway"}]}},
+}
+
+
+async def test_readme_adding_an_agent_works_against_a_running_demo(tmp_path):
+    async with serving("demo", cwd=tmp_path) as listening:
+        base = listening[1]
+        assert listening[2] == "sqlite:///./a2a-gateway.db" and listening[3] == "1"
+        done = run_cli("endpoints", "add", "--name", "second", "--handler", "handlers.echo:EchoHandler",
+                       "--set", "delay=0", "--public", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        added = done.stdout.strip().splitlines()[-1]
+        async with httpx.AsyncClient(timeout=10) as http:
+            card = await http.get(f"{base}/{added}/.well-known/agent-card.json")
+            answer = await http.post(f"{base}/{added}/a2a", json=SEND, headers={"A2A-Version": "1.0"})
+    assert card.status_code == 200 and card.json()["name"] == "second"
+    assert answer.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+async def test_demo_on_the_memory_store_serves_the_endpoint_it_printed():
+    async with serving("demo", "--store", "memory://") as listening:
+        async with httpx.AsyncClient(timeout=10) as http:
+            card = await http.get(f"{listening[1]}/{DEMO_ENDPOINT_ID}/.well-known/agent-card.json")
+            answer = await http.post(f"{listening[1]}/{DEMO_ENDPOINT_ID}/a2a", json=SEND,
+                                     headers={"A2A-Version": "1.0"})
+    assert card.status_code == 200 and card.json()["name"] == "Echo demo"
+    artifact = answer.json()["result"]["task"]["artifacts"][0]
+    assert artifact["parts"][0]["text"] == "echo: hello gateway"
+
+
+async def test_serve_prints_where_it_listens_without_store_credentials():
+    require_env(pg_support.ENV_VAR)
+    async with pg_support.fresh_database() as url:
+        with_password = url.replace("postgresql://postgres@", "postgresql://postgres:hunter2-secret@")
+        assert with_password != url  # the test cluster trusts loopback: any password is accepted
+        async with serving("serve", "--store", with_password) as listening:
+            line = listening[0]
+            async with httpx.AsyncClient(timeout=10) as http:
+                assert (await http.get(f"{listening[1]}/healthz")).status_code == 200
+    assert "hunter2" not in line
+    assert listening[2].startswith("postgresql://postgres:***@127.0.0.1:") and listening[3] == "0"
+
+
+def test_a_busy_port_is_one_line():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli("serve", "--store", "memory://", "--port", str(port))
+    assert done.returncode != 0 and "Traceback" not in done.stderr + done.stdout
+    assert done.stderr.strip() == f"a2a-gateway: cannot listen on 127.0.0.1:{port}: address already in use"
+
+
+@pytest.mark.parametrize("value", ["nope", "123"])
+def test_an_invalid_default_endpoint_setting_is_one_line(value):
+    done = run_cli("serve", "--store", "memory://", A2A_GATEWAY_DEFAULT_ENDPOINT=value)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("a2a-gateway: default_endpoint:") and len(done.stderr.strip().splitlines()) == 1
