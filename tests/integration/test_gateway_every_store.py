@@ -131,6 +131,19 @@ async def test_input_required_then_the_answer_completes_the_same_task(gw, echo):
     assert list(still_waiting.tasks) == []
 
 
+async def test_input_required_round_trip_over_streams(gw, echo):
+    async with gw.client(echo) as client:
+        asked = await collect(client.send_message(send("?input over a stream")))
+        task = asked[0].task
+        answered = await collect(
+            client.send_message(send("streamed answer", task_id=task.id, context_id=task.context_id))
+        )
+    assert asked[-1].status_update.status.state == INPUT_REQUIRED
+    assert answered[0].task.id == task.id
+    assert list(reconstruct(answered).values()) == ["echo: streamed answer"]
+    assert answered[-1].status_update.status.state == COMPLETED
+
+
 async def test_cancel_stops_a_slow_stream_and_the_task_stays_canceled(gw, slow_echo):
     async with gw.client(slow_echo) as streaming, gw.client(slow_echo, streaming=False) as client:
         stream = streaming.send_message(send(" ".join(["word"] * 100)))  # 5 s if not stopped
@@ -185,6 +198,13 @@ async def test_get_task_and_list_tasks_by_context_state_and_pages(gw, echo):
                 break
         everything = await client.list_tasks(ListTasksRequest(page_size=50))
         completed = await client.list_tasks(ListTasksRequest(status=COMPLETED, page_size=50))
+        third = await client.get_task(GetTaskRequest(id=sent_a[2]))
+        since_third = await client.list_tasks(
+            ListTasksRequest(
+                context_id=ctx_a, status_timestamp_after=third.status.timestamp,
+                include_artifacts=True,
+            )
+        )
         token = pages[0].next_page_token
         middle = len(token) // 2
         forged = token[:middle] + ("B" if token[middle] == "A" else "A") + token[middle + 1 :]
@@ -200,6 +220,9 @@ async def test_get_task_and_list_tasks_by_context_state_and_pages(gw, echo):
     assert all(t.context_id == ctx_a for p in pages for t in p.tasks)
     assert everything.total_size == 7 and len(everything.tasks) == 7
     assert completed.total_size == 7
+    assert [t.id for t in since_third.tasks] == list(reversed(sent_a[2:]))
+    assert since_third.tasks[-1].artifacts[0].parts[0].text == "echo: a2"
+    assert not pages[0].tasks[0].artifacts  # includeArtifacts defaults to false
 
 
 async def test_push_config_create_get_list_delete(gw, echo):
