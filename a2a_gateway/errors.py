@@ -1,30 +1,51 @@
 """Gateway errors that are not A2A protocol errors, and how each goes on the wire.
 
-    GatewayError
-     ├── EndpointNotFoundError     unknown or disabled endpoint        → HTTP 404
-     ├── EndpointMisconfiguredError handler not allowed/missing/invalid → HTTP 503 / JSON-RPC -32603
-     └── StoreUnavailableError (stores.base)  database down, retriable → HTTP 503 / JSON-RPC -32603
+    Error                        HTTP  REST status       JSON-RPC  ErrorInfo reason
+    EndpointNotFoundError        404   NOT_FOUND         -32601    METHOD_NOT_FOUND
+    EndpointMisconfiguredError   503   UNAVAILABLE       -32603    INTERNAL_ERROR
+    StoreUnavailableError        503   UNAVAILABLE       -32603    INTERNAL_ERROR
+    request body over the limit  413   INVALID_ARGUMENT  -32600    INVALID_REQUEST
+
+An unknown or disabled endpoint is JSON-RPC's "method not found": nothing at this URL
+serves the method, which is what -32601 means (and the a2a-sdk maps it to HTTP 404,
+``NOT_FOUND``, too). A client stops calling that URL. A misconfigured endpoint and a
+store outage are the server's fault and may pass (an operator fixes the row, the
+database comes back): ``UNAVAILABLE`` and HTTP 503 say "retry later", the message says
+why; -32603 is the only JSON-RPC code for that (A2A defines none). StoreUnavailableError
+lives in ``stores.base``; it also sends ``Retry-After``. The middleware writes these.
 
 Protocol errors are the a2a-sdk's ``A2AError`` classes, mapped by the SDK's tables.
 """
 
 from __future__ import annotations
 
+from a2a.utils.errors import A2AError, InternalError, MethodNotFoundError
+
 
 class GatewayError(Exception):
     http_status = 500
+    status = "INTERNAL"
+    """google.rpc status name of the REST error body."""
+    a2a_error: type[A2AError] = InternalError
+    """The A2A error whose JSON-RPC code and ErrorInfo reason it is sent with."""
     message = "gateway error"
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message or self.message)
         self.message = message or self.message
 
+    def as_a2a_error(self) -> A2AError:
+        return self.a2a_error(self.message)
+
 
 class EndpointNotFoundError(GatewayError):
     http_status = 404
+    status = "NOT_FOUND"
+    a2a_error = MethodNotFoundError
     message = "endpoint not found"
 
 
 class EndpointMisconfiguredError(GatewayError):
     http_status = 503
+    status = "UNAVAILABLE"
     message = "endpoint is misconfigured"

@@ -2,7 +2,11 @@
 conformance kit can run against any gateway endpoint.
 
 Settings: ``stream_delay`` (seconds of WORKING for the resubscribe and delayed
-scenarios; the TCK's streaming timeout is 2 s, so the default is 4 s).
+scenarios; the TCK's streaming timeout is 2 s, so the default is 4 s);
+``keep_unmatched_open``: a message whose ``messageId`` matches no scenario leaves its
+task waiting for input instead of completing it. The 0.3 TCK (ids ``test-…``) cancels
+such tasks and sends them follow-ups, so its endpoint sets it; the 1.0 TCK expects
+them completed (the default).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from handlers.base import (
 class TckSettings(HandlerSettings):
     stream_delay: float = 4.0
     delayed_complete_delay: float = 2.0
+    keep_unmatched_open: bool = False
 
 
 def _data_part(value: dict) -> Part:
@@ -53,10 +58,12 @@ class TckHandler(Handler):
                 async for event in scenario(self, request):
                     yield event
                 return
-        if request.pending_input is not None:
+        if self.settings.keep_unmatched_open:
+            yield InputRequired(f"Unhandled messageId prefix: {message_id}; send more input or cancel")
+        elif request.pending_input is not None:
             yield Completed(text=f"Input received: {request.text}")
-            return
-        yield Completed(text=f"Unhandled messageId prefix: {message_id}")
+        else:
+            yield Completed(text=f"Unhandled messageId prefix: {message_id}")
 
     async def _complete(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
         yield Completed(text="Hello from TCK")

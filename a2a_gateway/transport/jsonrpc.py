@@ -8,12 +8,11 @@ result serialized back. 0.3 exists only here: the core speaks 1.0.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
-import structlog
 from a2a.auth.user import UnauthenticatedUser
 from a2a.compat.v0_3 import types as t03
 from a2a.server.context import ServerCallContext
@@ -37,7 +36,6 @@ from a2a.utils.errors import (
     JSON_RPC_ERROR_CODE_MAP,
     A2AError,
     ContentTypeNotSupportedError,
-    InternalError,
     InvalidParamsError,
     InvalidRequestError,
     JSONParseError,
@@ -51,7 +49,7 @@ from pydantic import ValidationError
 
 from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.registry import EndpointRuntime
-from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, REQUEST_ID
+from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, JSONRPC_ID, REQUEST_ID
 from a2a_gateway.transport.negotiate import (
     V03,
     V10,
@@ -61,7 +59,7 @@ from a2a_gateway.transport.negotiate import (
 )
 from a2a_gateway.transport.protojson import message_to_dict, parse_dict
 from a2a_gateway.transport.required_fields import validate_required_fields
-from a2a_gateway.transport.sse import SSEStream
+from a2a_gateway.transport.sse import accepts_event_stream, stream_events
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +114,6 @@ V03_METHODS = {
     ),
 }
 
-log = structlog.get_logger(__name__)
-
 JSON_CONTENT_TYPES = ("application/json", "application/a2a+json", "application/json-rpc")
 
 
@@ -160,6 +156,7 @@ def _dump_0_3(result: Any) -> Any:
 
 
 async def _read_envelope(request: web.Request) -> dict[str, Any]:
+    """The request object; its ``id`` is stored on the request as soon as it is read."""
     content_type = request.headers.get("Content-Type")
     if content_type is not None and not request.content_type.startswith(JSON_CONTENT_TYPES):
         raise ContentTypeNotSupportedError(f"Content-Type {request.content_type!r} is not supported; use application/json")
@@ -171,10 +168,11 @@ async def _read_envelope(request: web.Request) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise InvalidRequestError("request must be a JSON-RPC 2.0 object (batches are not supported)")
     request_id = payload.get("id")
-    if payload.get("jsonrpc") != "2.0" or not isinstance(payload.get("method"), str):
-        raise InvalidRequestError("not a JSON-RPC 2.0 request: jsonrpc must be \"2.0\" and method a string")
     if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, str | int)):
         raise InvalidRequestError("id must be a string, a number or null")
+    request[JSONRPC_ID] = request_id
+    if payload.get("jsonrpc") != "2.0" or not isinstance(payload.get("method"), str):
+        raise InvalidRequestError("not a JSON-RPC 2.0 request: jsonrpc must be \"2.0\" and method a string")
     return payload
 
 
@@ -193,13 +191,14 @@ def _call_context(request: web.Request, gateway: Gateway, runtime: EndpointRunti
 
 
 async def handle_jsonrpc(request: web.Request) -> web.StreamResponse:
+    """Gateway errors (unknown or misconfigured endpoint, store outage) are left to the
+    middleware, which echoes the id read here."""
     gateway = request.app[GATEWAY]
-    runtime = await gateway.registry.get(request.match_info["endpoint_id"])
     headers = {"Vary": "A2A-Version"}
-    request_id: Any = None
     try:
         payload = await _read_envelope(request)
-        request_id = payload.get("id")
+        runtime = await gateway.registry.get(request.match_info["endpoint_id"])
+        runtime.require_handler()
         method_name = payload["method"]
         request[A2A_METHOD] = method_name
         version = parse_version(requested_version(request))
@@ -221,7 +220,7 @@ async def handle_jsonrpc(request: web.Request) -> web.StreamResponse:
         raise MethodNotFoundError(f"method {method_name!r} not found")
     except A2AError as exc:
         request[A2A_ERROR] = type(exc).__name__
-        return json_response(error_body(request_id, exc), headers)
+        return json_response(error_body(request.get(JSONRPC_ID), exc), headers)
 
 
 def _parse_params(method: Method, payload: dict[str, Any]) -> Any:
@@ -250,15 +249,27 @@ async def _call_1_0(
             result = message_to_dict(to_stream_response(event))
             return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
 
-        return await stream_events(request, gateway, events, frame, request_id, headers)
+        return await _stream(request, gateway, events, frame, request_id, headers, V10)
     result = await call(params, context)
     return json_response({"jsonrpc": "2.0", "id": request_id, "result": result_to_json(result, send=method.handler_method == "on_message_send")}, headers)
+
+
+def _require_part_kinds(params: Any) -> None:
+    """The 0.3 schema requires every part's ``kind``; the SDK's models would take text."""
+    message = params.get("message") if isinstance(params, dict) else None
+    parts = message.get("parts") if isinstance(message, dict) else None
+    for i, part in enumerate(parts if isinstance(parts, list) else []):
+        if isinstance(part, dict) and "kind" not in part:
+            raise InvalidParamsError(
+                f"invalid params: params.message.parts.{i}.kind: Field required (text, file or data)"
+            )
 
 
 async def _call_0_3(
     request: web.Request, gateway: Gateway, method: Method, handler: Any,
     payload: dict[str, Any], context: ServerCallContext, headers: dict[str, str],
 ) -> web.StreamResponse:
+    _require_part_kinds(payload.get("params"))
     try:
         envelope = method.model.model_validate(payload)
     except ValidationError as exc:
@@ -281,7 +292,7 @@ async def _call_0_3(
                 result["final"] = True  # 0.3 marks the event that ends the stream
             return orjson.dumps(body)
 
-        return await stream_events(request, gateway, events, frame, request_id, headers)
+        return await _stream(request, gateway, events, frame, request_id, headers, V03)
     result = await call(envelope, context)
     body = _dump_0_3(result)
     params = payload.get("params")
@@ -290,28 +301,18 @@ async def _call_0_3(
     return json_response({"jsonrpc": "2.0", "id": request_id, "result": body}, headers)
 
 
-async def stream_events(
-    request: web.Request, gateway: Gateway, events: AsyncIterator[Any], frame: Any,
-    request_id: Any, headers: dict[str, str],
+async def _stream(
+    request: web.Request, gateway: Gateway, events: AsyncIterator[Any], frame: Callable[[Any], bytes],
+    request_id: Any, headers: dict[str, str], version: str,
 ) -> web.StreamResponse:
-    """SSE response for a handler's event stream. The first event is fetched before any
-    header is sent, so a validation error is still a plain JSON-RPC error."""
-    try:
-        first = await anext(events)
-    except StopAsyncIteration:
-        first = None
-    except BaseException:
-        await events.aclose()  # type: ignore[attr-defined]
-        raise
-    stream = await SSEStream.open(request, gateway.settings.sse_keepalive_seconds, headers)
-    try:
-        if first is not None and await stream.send(frame(first)):
-            await stream.pump(events, frame)
-    except A2AError as exc:
-        await stream.send(orjson.dumps(error_body(request_id, exc)), event="error")
-    except Exception:
-        log.exception("stream_failed")
-        await stream.send(orjson.dumps(error_body(request_id, InternalError())), event="error")
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]
-    return await stream.close()
+    """The JSON-RPC SSE stream: errors carry the request's id; 1.0 names them ``event:
+    error`` (the a2a-sdk's clients read that), 0.3 sent them as plain ``data:`` events
+    (its clients look for ``error`` in the data, and miss a named event)."""
+    def error_frame(error: A2AError) -> bytes:
+        return orjson.dumps(error_body(request_id, error))
+
+    return await stream_events(
+        request, gateway.settings.sse_keepalive_seconds, events, frame, error_frame, headers,
+        error_event="error" if version == V10 else None,
+        early_errors_in_stream=accepts_event_stream(request),
+    )

@@ -1,9 +1,11 @@
 """Request id, log binding, one log line per request, and exceptions → JSON errors.
 
-This is the only place that turns exceptions into responses: A2A and gateway
-errors become JSON bodies with the right status; anything else becomes a
-generic internal error (JSON-RPC -32603 on the JSON-RPC URL) and is logged with
-its traceback, never sent to the client.
+This is the only place that turns exceptions into responses: gateway errors
+(``a2a_gateway.errors`` has their table), a store outage and aiohttp's HTTP errors
+become JSON bodies with the right HTTP status — a JSON-RPC error echoing the
+request's id on the JSON-RPC URL, an AIP-193 body with the google.rpc status name
+elsewhere. Anything else becomes a generic internal error and is logged with its
+traceback, never sent to the client.
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 import structlog
-from a2a.utils.errors import InternalError
+from a2a.utils.error_handlers import build_rest_error_payload
+from a2a.utils.errors import A2AError, InternalError, InvalidRequestError, MethodNotFoundError
 from aiohttp import web
 
 from a2a_gateway.errors import GatewayError
 from a2a_gateway.metrics import latency_histogram, request_counter
 from a2a_gateway.stores.base import StoreUnavailableError
 from a2a_gateway.transport.jsonrpc import V03_METHODS, V10_METHODS, error_body
-from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, REQUEST_ID
+from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, JSONRPC_ID, REQUEST_ID
 from a2a_gateway.transport.rest import ROUTES as REST_ROUTES
 
 log = structlog.get_logger("a2a_gateway.access")
@@ -46,14 +49,30 @@ def _is_jsonrpc(request: web.Request) -> bool:
     return request.method == "POST" and request.path.rstrip("/").endswith("/a2a")
 
 
-def error_response(request: web.Request, status: int, message: str, code: str) -> web.Response:
-    """A JSON error with the HTTP status kept: a JSON-RPC envelope on the JSON-RPC URL,
-    an AIP-193 style body elsewhere."""
+def error_response(request: web.Request, http_status: int, status: str, error: A2AError) -> web.Response:
+    """A JSON error with the HTTP status kept: on the JSON-RPC URL the JSON-RPC error of
+    ``error`` with the request's id, elsewhere an AIP-193 body with ``status`` (a
+    google.rpc status name)."""
     if _is_jsonrpc(request):
-        body = error_body(None, InternalError(message))
+        body = error_body(request.get(JSONRPC_ID), error)
     else:
-        body = {"error": {"code": status, "status": code, "message": message}}
-    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+        body = build_rest_error_payload(error)
+        body["error"].update(code=http_status, status=status)
+    return web.Response(status=http_status, body=orjson.dumps(body), content_type="application/json")
+
+
+def _http_error(exc: web.HTTPException) -> tuple[str, A2AError]:
+    """google.rpc status and A2A error for an HTTP error of aiohttp's (no such route,
+    wrong verb, body over the limit)."""
+    if exc.status == 413:
+        return "INVALID_ARGUMENT", InvalidRequestError("request body is too large")
+    if exc.status == 404:
+        return "NOT_FOUND", MethodNotFoundError(exc.reason)
+    if exc.status == 405:
+        return "UNIMPLEMENTED", MethodNotFoundError(exc.reason)
+    if exc.status >= 500:
+        return "INTERNAL", InternalError(exc.reason)
+    return "INVALID_ARGUMENT", InvalidRequestError(exc.reason)
 
 
 @web.middleware
@@ -70,23 +89,22 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     try:
         response = await handler(request)
         status = response.status
-    except web.HTTPRequestEntityTooLarge:
-        response = error_response(request, 413, "request body is too large", "PAYLOAD_TOO_LARGE")
-        status = 413
     except web.HTTPException as exc:
-        response = error_response(request, exc.status, exc.reason, exc.reason.upper().replace(" ", "_"))
+        response = error_response(request, exc.status, *_http_error(exc))
         status = exc.status
     except StoreUnavailableError:
         log.warning("store_unavailable")
-        response = error_response(request, 503, "the task store is unavailable; retry later", "UNAVAILABLE")
+        unavailable = InternalError("the task store is unavailable; retry later")
+        response = error_response(request, 503, "UNAVAILABLE", unavailable)
         response.headers["Retry-After"] = "1"
         status = 503
     except GatewayError as exc:
-        response = error_response(request, exc.http_status, exc.message, type(exc).__name__)
+        request[A2A_ERROR] = type(exc).__name__
+        response = error_response(request, exc.http_status, exc.status, exc.as_a2a_error())
         status = exc.http_status
     except Exception:
         log.exception("request_failed")
-        response = error_response(request, 500, "internal error", "INTERNAL")
+        response = error_response(request, 500, "INTERNAL", InternalError("internal error"))
     elapsed = time.perf_counter() - started
     method_label = _method_label(request.get(A2A_METHOD))
     request_counter(method_label, status).inc()

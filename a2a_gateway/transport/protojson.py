@@ -7,6 +7,10 @@ converter once (per descriptor) and each message walks only its set fields
 do not expect, a JSON shape that is not plainly valid — falls back to
 ``json_format`` for the whole message, so results and error messages are
 ``json_format``'s own; ``tests/unit/test_protojson.py`` checks both agree.
+
+One difference: unknown fields are ignored, as ``ignore_unknown_fields`` does, but
+an unknown enum value is an error naming the valid ones (``json_format`` would drop
+it like an unknown field, and the request would then seem to lack the field).
 """
 
 from __future__ import annotations
@@ -289,12 +293,43 @@ def _fill_submessage(target: Message, descriptor: Descriptor, value: Any) -> Non
         _fill_message(target, value)
 
 
+def _is_enum_value(field: FieldDescriptor, value: Any) -> bool:
+    if isinstance(value, str):
+        return value in field.enum_type.values_by_name
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value in field.enum_type.values_by_number
+    return True  # not an enum's JSON type: json_format reports it
+
+
+def _check_enum_values(data: Any, descriptor: Descriptor, prefix: str = "") -> None:
+    """``ParseError`` for the first enum value of ``data`` that ``descriptor`` does not know."""
+    if not isinstance(data, dict):
+        return
+    fields = _fields_by_json_key(descriptor)
+    for key, value in data.items():
+        field = fields.get(key)
+        if field is None or value is None:
+            continue
+        items = value if field.is_repeated and isinstance(value, list) else [value]
+        path = prefix + field.json_name
+        if field.enum_type is not None:
+            for item in items:
+                if not _is_enum_value(field, item):
+                    valid = ", ".join(v.name for v in field.enum_type.values if v.number != 0)
+                    raise json_format.ParseError(f"invalid value {item!r} for {path}: expected one of {valid}")
+        elif field.message_type is not None and not field.message_type.GetOptions().map_entry:
+            for i, item in enumerate(items):
+                where = f"{path}[{i}]." if field.is_repeated else f"{path}."
+                _check_enum_values(item, field.message_type, where)
+
+
 def parse_dict(data: Any, message: Message) -> Message:
     """Same result as ``json_format.ParseDict(data, message, ignore_unknown_fields=True)``
-    for a fresh ``message``; raises ``json_format.ParseError`` likewise."""
+    for a fresh ``message``, but for unknown enum values; raises ``json_format.ParseError``."""
     try:
         _fill_message(message, data)
         return message
     except _Fallback:
         message.Clear()
+        _check_enum_values(data, message.DESCRIPTOR)
         return json_format.ParseDict(data, message, ignore_unknown_fields=True)

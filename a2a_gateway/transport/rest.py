@@ -43,12 +43,7 @@ from google.protobuf.json_format import ParseError
 
 from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.request_handler import GatewayRequestHandler
-from a2a_gateway.transport.jsonrpc import (
-    JSON_CONTENT_TYPES,
-    _call_context,
-    result_to_json,
-    stream_events,
-)
+from a2a_gateway.transport.jsonrpc import JSON_CONTENT_TYPES, _call_context, result_to_json
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD
 from a2a_gateway.transport.negotiate import (
     V10,
@@ -58,6 +53,7 @@ from a2a_gateway.transport.negotiate import (
 )
 from a2a_gateway.transport.protojson import message_to_dict, parse_dict
 from a2a_gateway.transport.required_fields import validate_required_fields
+from a2a_gateway.transport.sse import stream_events
 
 REST_HEADERS = web.RequestKey("rest_headers", dict)
 
@@ -147,7 +143,10 @@ async def _stream(request: web.Request, gateway: Gateway, events: Any, headers: 
     def frame(event: Any) -> bytes:
         return orjson.dumps(message_to_dict(to_stream_response(event)))
 
-    return await stream_events(request, gateway, events, frame, None, headers)
+    def error_frame(error: A2AError) -> bytes:
+        return orjson.dumps(build_rest_error_payload(error))
+
+    return await stream_events(request, gateway.settings.sse_keepalive_seconds, events, frame, error_frame, headers)
 
 
 async def send_message(request, gateway, handler, context):  # type: ignore[no-untyped-def]
@@ -245,6 +244,7 @@ def rest_view(route: Route) -> Callable[[web.Request], Awaitable[web.StreamRespo
     async def view(request: web.Request) -> web.StreamResponse:
         gateway = request.app[GATEWAY]
         runtime = await gateway.registry.get(request.match_info["endpoint_id"])
+        runtime.require_handler()
         headers = {"Vary": "A2A-Version"}
         request[REST_HEADERS] = headers
         request[A2A_METHOD] = route.__name__

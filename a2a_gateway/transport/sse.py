@@ -1,4 +1,4 @@
-"""SSE framing for A2A streams: ``data:`` events, ``event: error``, keepalive comments.
+"""SSE responses for A2A streams: ``data:`` events, ``event: error``, keepalive comments.
 
 A client that goes away ends the response quietly; it never cancels the task
 behind the stream. A client that vanished while its task is idle is noticed by
@@ -13,7 +13,13 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import structlog
+from a2a.utils.errors import A2AError, InternalError
 from aiohttp import web
+
+from a2a_gateway.transport.keys import A2A_ERROR
+
+log = structlog.get_logger(__name__)
 
 OPEN_STREAMS = web.AppKey("open_sse_streams", set)
 
@@ -105,3 +111,49 @@ class SSEStream:
             with contextlib.suppress(ConnectionResetError, RuntimeError):
                 await self._response.write_eof()
         return self._response
+
+
+def accepts_event_stream(request: web.Request) -> bool:
+    """Whether the request's ``Accept`` names ``text/event-stream`` (``*/*`` does not count)."""
+    ranges = ",".join(request.headers.getall("Accept", [])).split(",")
+    return any(r.split(";")[0].strip().lower() == "text/event-stream" for r in ranges)
+
+
+async def stream_events(
+    request: web.Request, keepalive_seconds: float, events: AsyncIterator[Any], frame: Callable[[Any], bytes],
+    error_frame: Callable[[A2AError], bytes], headers: dict[str, str], *,
+    error_event: str | None = "error", early_errors_in_stream: bool = False,
+) -> web.StreamResponse:
+    """SSE response for a handler's event stream; an error ends it as an ``error_event``
+    event (``None``: a plain ``data:`` event, as A2A 0.3 sent them). The first event is
+    fetched before any header is sent, so an error there is still a plain error
+    response — unless ``early_errors_in_stream``: then, as the a2a-sdk does, it is the
+    stream's one event (a client that asked for ``text/event-stream`` may read nothing else)."""
+    early_error: A2AError | None = None
+    try:
+        first = await anext(events)
+    except StopAsyncIteration:
+        first = None
+    except A2AError as exc:
+        if not early_errors_in_stream:
+            await events.aclose()  # type: ignore[attr-defined]
+            raise
+        first, early_error = None, exc
+    except BaseException:
+        await events.aclose()  # type: ignore[attr-defined]
+        raise
+    stream = await SSEStream.open(request, keepalive_seconds, headers)
+    try:
+        if early_error is not None:
+            request[A2A_ERROR] = type(early_error).__name__
+            await stream.send(error_frame(early_error), event=error_event)
+        elif first is not None and await stream.send(frame(first)):
+            await stream.pump(events, frame)
+    except A2AError as exc:
+        await stream.send(error_frame(exc), event=error_event)
+    except Exception:
+        log.exception("stream_failed")
+        await stream.send(error_frame(InternalError()), event=error_event)
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+    return await stream.close()

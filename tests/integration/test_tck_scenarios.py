@@ -91,3 +91,34 @@ async def test_follow_ups_keep_an_input_required_task_waiting_and_are_all_in_his
         assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     user_texts = [m["parts"][0]["text"] for m in task["history"] if m["role"] == "ROLE_USER"]
     assert user_texts == ["tck", "TCK history message 1", "TCK history message 2"]
+
+
+def send_0_3(message_id: str, task_id: str | None = None) -> dict:
+    message = {"kind": "message", "messageId": message_id, "role": "user", "parts": [{"kind": "text", "text": "tck"}]}
+    if task_id:
+        message["taskId"] = task_id
+    return {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
+
+
+async def call_0_3(gw, ep, body) -> dict:
+    async with httpx.AsyncClient(timeout=10) as http:
+        return (await http.post(gw.jsonrpc_url(ep), json=body)).json()
+
+
+async def test_unmatched_prefix_keeps_the_task_open_for_the_0_3_tck(gw):
+    ep = await gw.add_endpoint("handlers.tck:TckHandler", settings={"keep_unmatched_open": True})
+    task = (await call_0_3(gw, ep, send_0_3("test-cancel-test-1")))["result"]
+    assert task["status"]["state"] == "input-required"
+    follow_up = (await call_0_3(gw, ep, send_0_3("test-continuation-1", task["id"])))["result"]
+    assert follow_up["id"] == task["id"] and follow_up["status"]["state"] == "input-required"
+    cancel = {"jsonrpc": "2.0", "id": 2, "method": "tasks/cancel", "params": {"id": task["id"]}}
+    assert (await call_0_3(gw, ep, cancel))["result"]["status"]["state"] == "canceled"
+    # scenarios still act out their prefix
+    done = (await call_0_3(gw, ep, send_0_3("tck-complete-task-1")))["result"]
+    assert done["status"]["state"] == "completed"
+
+
+async def test_unmatched_prefix_completes_by_default_for_the_1_0_tck(gw, tck_id):
+    task = (await call(gw, tck_id, send("tck-push-1")))["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert "Unhandled messageId prefix" in task["artifacts"][0]["parts"][0]["text"]

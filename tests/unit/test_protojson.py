@@ -59,7 +59,6 @@ PARSE_CASES = [
 
 BAD_CASES = [
     (SendMessageRequest, {"message": {"parts": "not a list"}}),
-    (SendMessageRequest, {"message": {"role": "ROLE_NOPE"}}),
     (SendMessageRequest, {"message": {"parts": [{"text": "a", "url": "b"}]}}),
     (SendMessageRequest, {"message": {"parts": [{"raw": "%%%"}]}}),
     (SendMessageRequest, {"message": {"messageId": 5}}),
@@ -88,6 +87,17 @@ def outcome(parse, model, data):
 def test_odd_input_has_the_json_format_outcome(model, data):
     expected = outcome(lambda d, m: json_format.ParseDict(d, m, ignore_unknown_fields=True), model, data)
     assert outcome(parse_dict, model, data) == expected
+
+
+@pytest.mark.parametrize("data", [
+    {"message": {"role": "ROLE_NOPE"}},
+    {"message": {"role": 9}},
+    {"message": {"taskId": None, "role": "user"}},  # a null makes the fast path fall back
+])
+def test_unknown_enum_value_is_an_error_naming_the_valid_ones(data):
+    # json_format (ignore_unknown_fields) would drop it, and the role would seem missing
+    with pytest.raises(json_format.ParseError, match=r"for message\.role: expected one of ROLE_USER, ROLE_AGENT"):
+        parse_dict(copy.deepcopy(data), SendMessageRequest())
 
 
 @pytest.mark.parametrize(("model", "data"), [c for c in PARSE_CASES if c[0] is not ListTasksRequest or "pageSize" not in c[1] or isinstance(c[1]["pageSize"], int)])
