@@ -35,15 +35,27 @@ from handlers.base import (
     SessionUpdate,
 )
 from handlers.hermes_events import (
+    BACKEND,
     TERMINAL_EVENTS,
     TERMINAL_STATUSES,
     RunEventMapper,
     narrow_choices,
 )
+from handlers.openai_stream import (
+    Deadline,
+    Retry,
+    RunLimits,
+    RunTimedOut,
+    SSEFrame,
+    UnexpectedFrame,
+)
 
 __all__ = ["HermesAgentHandler", "HermesSettings"]
 
 log = structlog.get_logger(__name__)
+
+RUN = "the Hermes run"
+NO_RETRY = Retry(0, 0.0, 0.0)
 
 _TEXT_CHOICES = {
     "once": "once", "approve": "once", "approved": "once", "allow": "once", "yes": "once",
@@ -52,7 +64,9 @@ _TEXT_CHOICES = {
 }
 
 
-class HermesSettings(HandlerSettings):
+class HermesSettings(RunLimits):
+    """Hermes' settings; ``run_timeout_seconds`` and the 429 retries come from ``RunLimits``."""
+
     hermes_api_url: str = "http://127.0.0.1:8642"
     """Base URL of the Hermes API server (with or without a trailing ``/v1``)."""
     hermes_api_key: SecretStr | None = None
@@ -73,11 +87,6 @@ class HermesSettings(HandlerSettings):
     stop_wait_seconds: float = Field(15.0, gt=0)
     """After a stop, how long to wait for Hermes to confirm before ending the task CANCELED."""
     poll_interval_seconds: float = Field(0.5, gt=0)
-    run_timeout_seconds: float = Field(3600.0, gt=0)
-    """Longest time a run is followed by polling after its event stream was lost."""
-    retry_attempts: int = Field(3, ge=0)
-    """Retries of a ``429`` (too many concurrent runs), with exponential backoff."""
-    retry_backoff_seconds: float = Field(0.5, ge=0)
 
 
 class HermesCallError(Exception):
@@ -130,8 +139,9 @@ class HermesAgentHandler(Handler):
         }
         if self.settings.instructions:
             body["instructions"] = self.settings.instructions
+        deadline = self.settings.deadline(RUN)
         try:
-            created = await self._call("POST", "/v1/runs", body, retry=True)
+            created = await self._call("POST", "/v1/runs", body, retry=True, deadline=deadline)
         except HermesCallError as exc:
             yield Failed(exc.reason)
             return
@@ -144,7 +154,7 @@ class HermesAgentHandler(Handler):
         if request.session.get("hermes_session_id") != session_id:
             yield SessionUpdate({"hermes_session_id": session_id})
         # aclosing: closing this iterator (cancel) closes the follower, and its stream, now
-        async with contextlib.aclosing(self._follow(run_id, stream=True)) as events:
+        async with contextlib.aclosing(self._follow(run_id, deadline, stream=True)) as events:
             async for event in events:
                 yield event
 
@@ -184,11 +194,14 @@ class HermesAgentHandler(Handler):
 
     async def reattach(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
         # The event stream has a single consumer and no replay: a second subscriber may
-        # wait forever, so a re-attached run is followed by polling its state.
+        # wait forever, so a re-attached run is followed by polling its state. Its time
+        # bound counts again from here (how long it ran before is not known here).
         if not request.run_ref:
             yield Failed("no Hermes run to re-attach to")
             return
-        async with contextlib.aclosing(self._follow(request.run_ref, stream=False)) as events:
+        deadline = self.settings.deadline(RUN)
+        async with contextlib.aclosing(self._follow(request.run_ref, deadline,
+                                                    stream=False)) as events:
             async for event in events:
                 yield event
 
@@ -202,20 +215,25 @@ class HermesAgentHandler(Handler):
         messages.append({"role": "user", "content": _input_text(request)})
         body = {"model": self.settings.hermes_model, "messages": messages, "stream": False}
         try:
-            answer = await self._call("POST", "/v1/chat/completions", body, retry=True)
+            answer = await self._call("POST", "/v1/chat/completions", body, retry=True,
+                                      deadline=self.settings.deadline(RUN))
         except HermesCallError as exc:
             return Failed(exc.reason)
         try:
             text = answer["choices"][0]["message"]["content"] or ""
         except (KeyError, IndexError, TypeError):
             return Failed("Hermes returned a chat completion without a message")
+        if not isinstance(text, str):
+            return Failed(UnexpectedFrame(BACKEND, "a message content that is not text").reason)
         metadata = {"usage": answer["usage"]} if isinstance(answer.get("usage"), dict) else {}
         return Reply(text=text, metadata=metadata)
 
     # -- following a run -----------------------------------------------------------
 
-    async def _follow(self, run_id: str, *, stream: bool) -> AsyncIterator[HandlerEvent]:
-        """Events of one run until its terminal event, from the stream or by polling."""
+    async def _follow(self, run_id: str, deadline: Deadline, *,
+                      stream: bool) -> AsyncIterator[HandlerEvent]:
+        """Events of one run until its terminal event, from the stream or by polling;
+        a run past ``deadline`` or one whose events make no sense is stopped and fails."""
         mapper = RunEventMapper(run_id, self.settings.approval_choices)
         state = _RunState()
         _FOLLOWED[run_id] = state
@@ -224,14 +242,18 @@ class HermesAgentHandler(Handler):
         try:
             while mapper.terminal is None:
                 deadlines = [d for d in (state.stop_deadline, approval_deadline) if d is not None]
-                timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+                timeout = max(0.0, min(deadlines + [deadline.at]) - time.monotonic())
                 try:
                     kind, item = await asyncio.wait_for(state.queue.get(), timeout)
                 except TimeoutError:
                     now = time.monotonic()
-                    if state.stop_deadline is not None and now >= state.stop_deadline:
+                    if state.stop_deadline is not None and now >= min(state.stop_deadline,
+                                                                      deadline.at):
                         log.warning("hermes_stop_unconfirmed", run_id=run_id)
                         yield Canceled("stopped; Hermes did not confirm the stop in time")
+                        return
+                    if now >= deadline.at:
+                        yield await self._abandon(run_id, deadline.reason)
                         return
                     if approval_deadline is not None and now >= approval_deadline:
                         approval_deadline = None
@@ -240,12 +262,19 @@ class HermesAgentHandler(Handler):
                 if kind == "fail":
                     yield Failed(item)
                     return
-                if kind == "event":
-                    events = mapper.feed(item)
-                elif kind == "status":
-                    events = mapper.feed_status(item)
-                else:
-                    continue
+                if kind == "unexpected":
+                    yield await self._abandon(run_id, item)
+                    return
+                try:
+                    if kind == "event":
+                        events = mapper.feed(item)
+                    elif kind == "status":
+                        events = mapper.feed_status(item)
+                    else:
+                        continue
+                except UnexpectedFrame as exc:
+                    yield await self._abandon(run_id, exc.reason)
+                    return
                 for event in events:
                     yield event
                 if not mapper.awaiting_approval:
@@ -258,6 +287,15 @@ class HermesAgentHandler(Handler):
                 await pump
             if _FOLLOWED.get(run_id) is state:
                 del _FOLLOWED[run_id]
+
+    async def _abandon(self, run_id: str, reason: str) -> Failed:
+        """Stop a run the bridge gives up on (best effort) and fail its task."""
+        log.warning("hermes_run_abandoned", run_id=run_id, reason=reason)
+        try:
+            await self._call("POST", f"/v1/runs/{run_id}/stop")
+        except HermesCallError as exc:
+            log.warning("hermes_stop_failed", run_id=run_id, reason=exc.reason)
+        return Failed(reason)
 
     async def _pump(self, run_id: str, queue: asyncio.Queue[tuple[str, Any]], stream: bool) -> None:
         """Feed ``queue`` with the run's events; poll its state once the stream is gone."""
@@ -277,12 +315,13 @@ class HermesAgentHandler(Handler):
                                 status=source.response.status_code)
                     return False
                 async for sse in source.aiter_sse():
+                    if not sse.data:
+                        continue
                     try:
-                        event = json.loads(sse.data) if sse.data else None
-                    except ValueError:
-                        continue
-                    if not isinstance(event, dict):
-                        continue
+                        event = SSEFrame(sse.event, sse.data).object(BACKEND)
+                    except UnexpectedFrame as exc:
+                        queue.put_nowait(("unexpected", exc.reason))
+                        return True
                     queue.put_nowait(("event", event))
                     if event.get("event") in TERMINAL_EVENTS:
                         return True
@@ -293,8 +332,8 @@ class HermesAgentHandler(Handler):
         return False
 
     async def _poll(self, run_id: str, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+        """Queue each change of the run's state until it ends (the follower bounds how long)."""
         interval = self.settings.poll_interval_seconds
-        give_up = time.monotonic() + self.settings.run_timeout_seconds
         failing_since: float | None = None
         last: tuple[Any, Any] | None = None
         while True:
@@ -317,10 +356,6 @@ class HermesAgentHandler(Handler):
                     queue.put_nowait(("status", run))
                 if run.get("status") in TERMINAL_STATUSES:
                     return
-            if time.monotonic() > give_up:
-                queue.put_nowait(("fail", f"Hermes run {run_id} did not finish within "
-                                          f"{self.settings.run_timeout_seconds:g} s"))
-                return
             await asyncio.sleep(interval)
 
     async def _deny_unanswered(self, run_id: str) -> None:
@@ -330,33 +365,32 @@ class HermesAgentHandler(Handler):
 
     # -- HTTP ----------------------------------------------------------------------
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
-                    *, retry: bool = False) -> dict[str, Any]:
-        """One Hermes API call; every failure becomes a ``HermesCallError``."""
-        attempts = 1 + (self.settings.retry_attempts if retry else 0)
-        for attempt in range(attempts):
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+                    retry: bool = False, deadline: Deadline | None = None) -> dict[str, Any]:
+        """One Hermes API call (a 429 retried when ``retry``, all of it bounded by
+        ``deadline``); every failure becomes a ``HermesCallError``."""
+        request = self.http.build_request(method, f"{self._base}{path}", json=body,
+                                          headers=self._headers,
+                                          timeout=self.settings.hermes_timeout)
+        policy = self.settings.retry if retry else NO_RETRY
+        try:
+            response, attempts = await policy.send(self.http, request, deadline)
+        except RunTimedOut as exc:
+            raise HermesCallError(exc.reason) from None
+        except httpx.TimeoutException:
+            raise HermesCallError(f"Hermes did not answer {method} {path} within "
+                                  f"{self.settings.hermes_timeout:g} s") from None
+        except httpx.HTTPError as exc:
+            raise HermesCallError(f"Hermes API server unreachable at {self._base} "
+                                  f"({type(exc).__name__})") from None
+        if response.status_code < 400:
             try:
-                response = await self.http.request(
-                    method, f"{self._base}{path}", json=body, headers=self._headers,
-                    timeout=self.settings.hermes_timeout)
-            except httpx.TimeoutException:
-                raise HermesCallError(f"Hermes did not answer {method} {path} within "
-                                      f"{self.settings.hermes_timeout:g} s") from None
-            except httpx.HTTPError as exc:
-                raise HermesCallError(f"Hermes API server unreachable at {self._base} "
-                                      f"({type(exc).__name__})") from None
-            if response.status_code == 429 and attempt + 1 < attempts:
-                await asyncio.sleep(_backoff(response, self.settings.retry_backoff_seconds, attempt))
-                continue
-            if response.status_code < 400:
-                try:
-                    payload = response.json()
-                except ValueError:
-                    raise HermesCallError(f"Hermes sent a non-JSON answer to {method} {path}",
-                                          response.status_code) from None
-                return payload if isinstance(payload, dict) else {}
-            raise self._error(response, method, path, attempts)
-        raise AssertionError("unreachable")
+                payload = response.json()
+            except ValueError:
+                raise HermesCallError(f"Hermes sent a non-JSON answer to {method} {path}",
+                                      response.status_code) from None
+            return payload if isinstance(payload, dict) else {}
+        raise self._error(response, method, path, attempts)
 
     def _error(self, response: httpx.Response, method: str, path: str,
                attempts: int) -> HermesCallError:
@@ -377,13 +411,6 @@ class HermesAgentHandler(Handler):
 
     def _redact(self, text: str) -> str:
         return text.replace(self._secret, "***") if self._secret else text
-
-
-def _backoff(response: httpx.Response, base: float, attempt: int) -> float:
-    try:
-        return min(float(response.headers.get("retry-after", "")), 10.0)
-    except ValueError:
-        return base * (2**attempt)
 
 
 def _error_detail(response: httpx.Response) -> tuple[str, str | None]:

@@ -3,7 +3,8 @@
 Hermes sends each event as one bare ``data: {json}`` frame whose ``"event"`` key
 names it; there are no ``event:`` or ``id:`` lines and no replay. ``RunEventMapper``
 turns that sequence (or, after the stream is lost, the ``GET /v1/runs/{id}``
-snapshots) into the events of ``handlers.base``. It does no I/O.
+snapshots) into the events of ``handlers.base``. It does no I/O. A frame of a
+shape it does not know raises ``UnexpectedFrame``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from handlers.base import (
     Progress,
     TextDelta,
 )
+from handlers.openai_stream import UnexpectedFrame
 
+BACKEND = "Hermes"
 TERMINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled"})
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 HERMES_CHOICES = ("once", "session", "always", "deny")
@@ -54,8 +57,11 @@ def approval_prompt(command: str, description: str, choices: list[str]) -> str:
     )
 
 
-def narrow_choices(offered: list[str] | None, allowed: list[str]) -> list[str]:
+def narrow_choices(offered: list[str] | None, allowed: Iterable[str]) -> list[str]:
     """The approval choices Hermes offered that the endpoint lets remote callers use."""
+    if offered is not None and not (isinstance(offered, list)
+                                    and all(isinstance(c, str) for c in offered)):
+        raise UnexpectedFrame(BACKEND, "approval choices that are not a list of names")
     return [c for c in (offered or HERMES_CHOICES) if c in allowed] or ["deny"]
 
 
@@ -79,8 +85,10 @@ class RunEventMapper:
         name = event.get("event")
         if self.terminal is not None:
             return []
+        if not isinstance(name, str):
+            raise UnexpectedFrame(BACKEND, "an event without a name")
         if name == "message.delta":
-            return self._delta(str(event.get("delta") or ""))
+            return self._delta(_text(event, "delta"))
         if name == "tool.started":
             data = {"tool": event.get("tool"), "preview": event.get("preview")}
             return [Progress("tool_started", f"{event.get('tool')}: {event.get('preview') or ''}"
@@ -95,7 +103,7 @@ class RunEventMapper:
             return [Progress("approval_responded", f"approval answered: {event.get('choice')}",
                              _clean(data))]
         if name == "run.completed":
-            return [self._finish(Completed(text=str(event.get("output") or ""),
+            return [self._finish(Completed(text=_text(event, "output"),
                                            metadata=self._result_metadata(event)))]
         if name == "run.failed":
             return [self._finish(Failed(f"Hermes run failed: {event.get('error') or 'no reason'}"))]
@@ -111,7 +119,7 @@ class RunEventMapper:
         if self.terminal is not None:
             return []
         if status == "completed":
-            return [self._finish(Completed(text=str(run.get("output") or ""),
+            return [self._finish(Completed(text=_text(run, "output"),
                                            metadata=self._result_metadata(run)))]
         if status == "failed":
             return [self._finish(Failed(f"Hermes run failed: {run.get('error') or 'no reason'}"))]
@@ -168,6 +176,16 @@ class RunEventMapper:
         self.awaiting_approval = False
         self.terminal = event
         return event
+
+
+def _text(source: dict[str, Any], key: str) -> str:
+    """A text field of an event or snapshot (missing or null: empty)."""
+    value = source.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise UnexpectedFrame(BACKEND, f"{key!r} is not text")
+    return value
 
 
 def _clean(data: dict[str, Any]) -> dict[str, Any]:

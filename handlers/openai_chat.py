@@ -25,14 +25,16 @@ from handlers.base import (
     Handler,
     HandlerEvent,
     HandlerRequest,
-    HandlerSettings,
     Progress,
     Rejected,
     Reply,
     TextDelta,
 )
 from handlers.openai_stream import (
+    Deadline,
+    RunLimits,
     SSEFrame,
+    UnexpectedFrame,
     UpstreamCall,
     UpstreamError,
     clip,
@@ -44,9 +46,10 @@ __all__ = ["ChatStream", "OpenAIChatHandler", "OpenAIChatSettings", "build_messa
 log = structlog.get_logger(__name__)
 
 BACKEND = "the chat backend"
+RUN = "the chat completion"
 
 
-class OpenAIChatSettings(HandlerSettings):
+class OpenAIChatSettings(RunLimits):
     base_url: str = "http://127.0.0.1:8000/v1"
     """Base URL of the OpenAI API (``…/v1``); ``/chat/completions`` is appended."""
     api_key: SecretStr | None = None
@@ -77,12 +80,32 @@ def build_messages(request: HandlerRequest, system_prompt: str | None) -> list[d
 
 
 def _message_text(content: Any) -> str:
+    if content is None:
+        return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # content parts
         return "".join(p.get("text", "") for p in content
                        if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return ""
+    raise UnexpectedFrame(BACKEND, "'content' is neither text nor a list of parts")
+
+
+def _choices(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``choices`` of a chunk or completion (missing or null: none)."""
+    choices = data.get("choices")
+    if choices is None:
+        return []
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise UnexpectedFrame(BACKEND, "'choices' is not a list of objects")
+    return choices
+
+
+def _object(value: Any, name: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UnexpectedFrame(BACKEND, f"{name!r} is not an object")
+    return value
 
 
 def _chunk_error(data: dict[str, Any]) -> str | None:
@@ -106,16 +129,15 @@ class ChatStream:
         self.error: str | None = None
 
     def feed(self, frame: SSEFrame) -> list[HandlerEvent]:
+        """Events for one frame; ``UnexpectedFrame`` when it has an unknown shape."""
         if frame.done:
             self.done = True
             return []
-        data = frame.json()
-        if data is None:
-            return []
         if frame.event == "hermes.tool.progress":
-            return [self._tool_progress(data)]
+            return [self._tool_progress(frame.object(BACKEND))]
         if frame.event and frame.event != "chunk":  # unnamed frames arrive as ""
             return []  # other named events of a backend's own
+        data = frame.object(BACKEND)
         error = _chunk_error(data)
         if error is not None:
             self.error = error
@@ -125,11 +147,10 @@ class ChatStream:
         if isinstance(data.get("usage"), dict):
             self.usage = data["usage"]
         events: list[HandlerEvent] = []
-        for choice in data.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+        for choice in _choices(data):
+            if choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
-            text = _message_text(delta.get("content"))
+            text = _message_text(_object(choice.get("delta"), "delta").get("content"))
             if text:
                 self.parts.append(text)
                 events.append(TextDelta(text))
@@ -198,23 +219,25 @@ class OpenAIChatHandler(Handler):
             headers["Authorization"] = f"Bearer {self._token}"
         return headers
 
-    def _call(self, request: HandlerRequest, *, stream: bool) -> UpstreamCall:
+    def _call(self, request: HandlerRequest, deadline: Deadline, *, stream: bool) -> UpstreamCall:
         secrets = [self._token, *self.settings.extra_headers.values()]
         return UpstreamCall(
             self.http, backend=BACKEND, url=self.completions_url,
             body=self.build_body(request, stream=stream), headers=self.build_headers(),
-            timeout=self.settings.timeout, secrets=secrets)
+            timeout=self.settings.timeout, deadline=deadline, retry=self.settings.retry,
+            secrets=secrets)
 
     async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
         if not request_text(request).strip():
             yield Rejected("the message has no text or data")
             return
+        deadline = self.settings.deadline(RUN)
         try:
             if self.settings.response_mode == "message":
-                yield await self._reply(request)
+                yield await self._reply(request, deadline)
                 return
             parser = ChatStream()
-            async with self._call(request, stream=True) as call:
+            async with self._call(request, deadline, stream=True) as call:
                 async for frame in call.frames():
                     for event in parser.feed(frame):
                         yield event
@@ -229,17 +252,17 @@ class OpenAIChatHandler(Handler):
                         task_id=request.task_id, reason=exc.reason)
             yield Failed(exc.reason)
 
-    async def _reply(self, request: HandlerRequest) -> HandlerEvent:
-        async with self._call(request, stream=False) as call:
+    async def _reply(self, request: HandlerRequest, deadline: Deadline) -> HandlerEvent:
+        async with self._call(request, deadline, stream=False) as call:
             data = await call.json()
         error = _chunk_error(data)
         if error is not None:
             return Failed(call.reason(f"the chat backend reported an error: {error}"))
-        choices = data.get("choices") or []
-        first = choices[0] if choices and isinstance(choices[0], dict) else None
-        if first is None or not isinstance(first.get("message"), dict):
+        choices = _choices(data)
+        if not choices or choices[0].get("message") is None:
             return Failed("the chat backend answered without a message")
-        text = _message_text(first["message"].get("content"))
+        first = choices[0]
+        text = _message_text(_object(first["message"], "message").get("content"))
         return Reply(text=text, metadata=_metadata(
             data.get("usage"), first.get("finish_reason"), data.get("model")))
 

@@ -1,9 +1,10 @@
-"""What the OpenAI-style handlers share: one streamed or plain HTTP call, its
-server-sent events, and turning transport and HTTP errors into short reasons
-that never carry the API key.
+"""The HTTP layer the bridges share: one streamed or plain call to a backend, its
+server-sent events, the bound on a run's total time, retries of HTTP 429, and
+turning transport and HTTP errors into short reasons that never carry the API key.
 
 Used by ``handlers.openclaw`` (``/v1/responses``) and ``handlers.openai_chat``
-(``/v1/chat/completions``).
+(``/v1/chat/completions``); ``handlers.hermes`` uses its run bound, its retries
+and its frame errors.
 """
 
 from __future__ import annotations
@@ -11,17 +12,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+import math
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, TypeVar
 
 import httpx
+import structlog
 from httpx_sse import EventSource, SSEError
+from pydantic import Field
 
-from handlers.base import HandlerRequest
+from handlers.base import HandlerRequest, HandlerSettings
 
 DONE = "[DONE]"
 MAX_REASON_CHARS = 500
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 
 class UpstreamError(Exception):
@@ -30,6 +40,125 @@ class UpstreamError(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class UnexpectedFrame(UpstreamError):
+    """The backend sent a well-formed frame of a shape the bridge does not know.
+
+    ``detail`` names what was wrong, never the frame's content (which may carry
+    anything, secrets included)."""
+
+    def __init__(self, backend: str, detail: str) -> None:
+        super().__init__(f"{backend} sent an unexpected frame ({detail})")
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """When a run must have ended: ``seconds`` after it started (``time.monotonic``)."""
+
+    at: float
+    seconds: float
+    run: str
+    """What runs, for the reason: e.g. ``the Hermes run``."""
+
+    @classmethod
+    def start(cls, seconds: float, run: str) -> Deadline:
+        return cls(time.monotonic() + seconds, seconds, run)
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
+
+    @property
+    def reason(self) -> str:
+        return f"{self.run} exceeded run_timeout_seconds={self.seconds:g}"
+
+    async def within(self, awaitable: Awaitable[T]) -> T:
+        """``await awaitable``, or ``RunTimedOut`` once the deadline passes. Use it
+        around one await, never around a ``yield``: a timeout spanning a yield
+        would cancel the consumer instead."""
+        try:
+            async with asyncio.timeout(self.remaining()):
+                return await awaitable
+        except TimeoutError:
+            raise RunTimedOut(self.reason) from None
+
+
+class RunTimedOut(UpstreamError):
+    """The run reached its ``run_timeout_seconds``."""
+
+
+class RunLimits(HandlerSettings):
+    """The settings every bridge shares: a run's time bound and retries of HTTP 429."""
+
+    run_timeout_seconds: float = Field(3600.0, gt=0)
+    """Longest a run may take, from the first request to its final answer (streamed,
+    polled or re-attached); then the task fails and the run is stopped where the
+    backend allows it."""
+    retry_attempts: int = Field(3, ge=0)
+    """Retries of a request the backend refused with HTTP 429."""
+    retry_backoff_seconds: float = Field(0.5, ge=0)
+    """Wait before the first retry when the 429 has no ``Retry-After``; doubles per retry."""
+    retry_max_wait_seconds: float = Field(30.0, ge=0)
+    """Longest wait before one retry, whatever ``Retry-After`` asks for."""
+
+    def deadline(self, run: str) -> Deadline:
+        return Deadline.start(self.run_timeout_seconds, run)
+
+    @property
+    def retry(self) -> Retry:
+        return Retry(self.retry_attempts, self.retry_backoff_seconds, self.retry_max_wait_seconds)
+
+
+def retry_after(value: str | None) -> float | None:
+    """The seconds a ``Retry-After`` header asks for (delay-seconds or an HTTP date)."""
+    value = (value or "").strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    seconds = (when - datetime.now(UTC)).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Repeats a request the backend refused with HTTP 429 (rate limit, too many runs)."""
+
+    attempts: int
+    """Retries after the first try."""
+    backoff: float
+    max_wait: float
+
+    def wait(self, response: httpx.Response, retries: int,
+             deadline: Deadline | None) -> float | None:
+        """Seconds to wait before retry number ``retries + 1``, or None to give up:
+        not a 429, no retries left, or the wait would end past the deadline."""
+        if response.status_code != 429 or retries >= self.attempts:
+            return None
+        asked = retry_after(response.headers.get("retry-after"))
+        wait = min(self.backoff * 2**retries if asked is None else asked, self.max_wait)
+        return wait if deadline is None or wait < deadline.remaining() else None
+
+    async def send(self, http: httpx.AsyncClient, request: httpx.Request,
+                   deadline: Deadline | None, *, stream: bool = False) -> tuple[httpx.Response, int]:
+        """The backend's last answer to ``request`` (the caller closes it) and the
+        number of tries. Every try is bounded by ``deadline`` (``RunTimedOut``)."""
+        tries = 0
+        while True:
+            sent = http.send(request, stream=stream)
+            response = await (deadline.within(sent) if deadline else sent)
+            wait = self.wait(response, tries, deadline)
+            tries += 1
+            if wait is None:
+                return response, tries
+            await response.aclose()
+            log.info("backend_rate_limited_retrying", url=str(request.url), attempt=tries,
+                     wait_seconds=round(wait, 3))
+            await asyncio.sleep(wait)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +172,15 @@ class SSEFrame:
     def done(self) -> bool:
         return self.data.strip() == DONE
 
-    def json(self) -> dict[str, Any] | None:
-        """The data as a JSON object, or None when it is not one."""
+    def object(self, backend: str) -> dict[str, Any]:
+        """The data as a JSON object; anything else is ``UnexpectedFrame``."""
         try:
             value = json.loads(self.data)
         except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
+            raise UnexpectedFrame(backend, "data that is not JSON") from None
+        if not isinstance(value, dict):
+            raise UnexpectedFrame(backend, "data that is not a JSON object")
+        return value
 
 
 def redact(text: str, secrets: Iterable[str | None]) -> str:
@@ -83,7 +214,7 @@ def error_message(body: bytes | str) -> str:
     return clip(text)
 
 
-def http_error_reason(backend: str, status: int, body: bytes) -> str:
+def http_error_reason(backend: str, status: int, body: bytes, attempts: int = 1) -> str:
     """A reason for a non-2xx answer; 401/403 never echo the body."""
     if status == 401:
         return (f"{backend} rejected the gateway's credentials (HTTP 401); "
@@ -92,7 +223,8 @@ def http_error_reason(backend: str, status: int, body: bytes) -> str:
         return f"{backend} refused the request (HTTP 403): the API key lacks a permission"
     message = error_message(body)
     if status == 429:
-        return f"{backend} is rate limiting requests (HTTP 429): {message}"
+        return (f"{backend} is rate limiting requests (HTTP 429, {attempts} attempt(s)): "
+                f"{message}")
     if status >= 500:
         return f"{backend} failed (HTTP {status}): {message}"
     return f"{backend} rejected the request (HTTP {status}): {message}"
@@ -129,20 +261,23 @@ class UpstreamCall:
     """One POST to an OpenAI-style backend, as an SSE stream or one JSON answer.
 
     ``async with UpstreamCall(...) as call: async for frame in call.frames(): …``.
-    Leaving the block (normally, by an error, or because the task was canceled and
-    the handler's iterator closed) closes the HTTP response, which is how the
-    backend learns that the client went away.
+    A 429 is retried as ``retry`` allows; every wait, the retries included, ends
+    at ``deadline`` (``RunTimedOut``). Leaving the block (normally, by an error,
+    or because the task was canceled and the handler's iterator closed) closes
+    the HTTP response, which is how the backend learns that the client went away.
     """
 
     def __init__(self, http: httpx.AsyncClient, *, backend: str, url: str,
                  body: dict[str, Any], headers: dict[str, str], timeout: float,
-                 secrets: Iterable[str | None] = ()) -> None:
+                 deadline: Deadline, retry: Retry, secrets: Iterable[str | None] = ()) -> None:
         self.http = http
         self.backend = backend
         self.url = url
         self.body = body
         self.headers = headers
         self.timeout = timeout
+        self.deadline = deadline
+        self.retry = retry
         self.secrets = [s for s in secrets if s]
         self._stack = contextlib.AsyncExitStack()
         self.response: httpx.Response | None = None
@@ -156,14 +291,16 @@ class UpstreamCall:
         if self.body.get("stream"):
             headers.setdefault("Accept", "text/event-stream")
             headers.setdefault("Cache-Control", "no-store")
+        request = self.http.build_request("POST", self.url, json=self.body, headers=headers,
+                                          timeout=make_timeout(self.timeout))
         try:
-            self.response = await self._stack.enter_async_context(self.http.stream(
-                "POST", self.url, json=self.body, headers=headers,
-                timeout=make_timeout(self.timeout)))
+            self.response, attempts = await self.retry.send(
+                self.http, request, self.deadline, stream=True)
+            self._stack.push_async_callback(self.response.aclose)
             if self.response.status_code >= 400:
-                body = await self.response.aread()
-                raise UpstreamError(self.reason(
-                    http_error_reason(self.backend, self.response.status_code, body)))
+                body = await self.deadline.within(self.response.aread())
+                raise UpstreamError(self.reason(http_error_reason(
+                    self.backend, self.response.status_code, body, attempts)))
         except httpx.HTTPError as exc:
             await self._stack.aclose()
             raise UpstreamError(self.reason(
@@ -184,7 +321,7 @@ class UpstreamCall:
         """The whole answer as a JSON object (non-streaming calls)."""
         assert self.response is not None
         try:
-            body = await self.response.aread()
+            body = await self.deadline.within(self.response.aread())
         except httpx.HTTPError as exc:
             raise UpstreamError(self.reason(
                 transport_error_reason(self.backend, self.url, exc, self.timeout))) from None
@@ -209,7 +346,7 @@ class UpstreamCall:
         try:
             while True:
                 try:
-                    sse = await anext(events)
+                    sse = await self.deadline.within(anext(events))
                 except StopAsyncIteration:
                     return
                 except (httpx.HTTPError, SSEError) as exc:

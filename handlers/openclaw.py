@@ -35,25 +35,34 @@ from handlers.base import (
     Handler,
     HandlerEvent,
     HandlerRequest,
-    HandlerSettings,
     Progress,
     Rejected,
     Reply,
     SessionUpdate,
     TextDelta,
 )
-from handlers.openai_stream import SSEFrame, UpstreamCall, UpstreamError, clip, request_text
+from handlers.openai_stream import (
+    Deadline,
+    RunLimits,
+    SSEFrame,
+    UnexpectedFrame,
+    UpstreamCall,
+    UpstreamError,
+    clip,
+    request_text,
+)
 
 __all__ = ["OpenClawHandler", "OpenClawSettings", "ResponsesStream", "response_text"]
 
 log = structlog.get_logger(__name__)
 
 BACKEND = "OpenClaw"
+RUN = "the OpenClaw run"
 SESSION_KEY = "openclaw_previous_response_id"
 _TERMINAL = ("response.completed", "response.failed", "response.incomplete", "response.cancelled")
 
 
-class OpenClawSettings(HandlerSettings):
+class OpenClawSettings(RunLimits):
     openclaw_api_url: str = "http://127.0.0.1:18789"
     """Base URL of the OpenClaw gateway (a trailing ``/v1`` is accepted)."""
     openclaw_api_key: SecretStr | None = None
@@ -81,15 +90,35 @@ class OpenClawSettings(HandlerSettings):
 def response_text(response: dict[str, Any]) -> str:
     """The answer of an OpenResponses ``response``: its ``output_text`` parts joined."""
     texts: list[str] = []
-    for item in response.get("output") or []:
-        if not isinstance(item, dict) or item.get("type") != "message":
+    for item in _objects(response.get("output"), "output"):
+        if item.get("type") != "message":
             continue
-        for part in item.get("content") or []:
-            if isinstance(part, dict) and part.get("type") == "output_text":
+        for part in _objects(item.get("content"), "content"):
+            if part.get("type") == "output_text":
                 text = part.get("text")
-                if isinstance(text, str):
-                    texts.append(text)
+                if not isinstance(text, str):
+                    raise UnexpectedFrame(BACKEND, "an output_text without text")
+                texts.append(text)
     return "".join(texts)
+
+
+def _objects(value: Any, name: str) -> list[dict[str, Any]]:
+    """A list of JSON objects (missing or null: empty)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise UnexpectedFrame(BACKEND, f"{name!r} is not a list of objects")
+    return value
+
+
+def _response(data: dict[str, Any]) -> dict[str, Any]:
+    """The ``response`` object of a lifecycle event (missing: empty)."""
+    response = data.get("response")
+    if response is None:
+        return {}
+    if not isinstance(response, dict):
+        raise UnexpectedFrame(BACKEND, "'response' is not an object")
+    return response
 
 
 def _error_reason(response: dict[str, Any], fallback: str) -> str:
@@ -128,17 +157,16 @@ class ResponsesStream:
         self.terminal: list[HandlerEvent] | None = None
 
     def feed(self, frame: SSEFrame) -> list[HandlerEvent]:
+        """Events for one frame; ``UnexpectedFrame`` when it has an unknown shape."""
         if frame.done:
             self.done = True
             return []
         if self.terminal is not None:
             return []
-        data = frame.json()
-        if data is None:
-            return []
+        data = frame.object(BACKEND)
         kind = data.get("type") if isinstance(data.get("type"), str) else frame.event
         if kind in ("response.created", "response.in_progress", "response.queued"):
-            response = data.get("response") if isinstance(data.get("response"), dict) else {}
+            response = _response(data)
             if isinstance(response.get("id"), str):
                 self.response_id = response["id"]
             if self.started:
@@ -148,17 +176,20 @@ class ResponsesStream:
             return [Progress("working", data=extra)]
         if kind == "response.output_text.delta":
             delta = data.get("delta")
-            if isinstance(delta, str) and delta:
+            if not isinstance(delta, str):
+                raise UnexpectedFrame(BACKEND, "a text delta without text")
+            if delta:
                 self.deltas.append(delta)
                 return [TextDelta(delta)]
             return []
         if kind in _TERMINAL:
-            response = data.get("response") if isinstance(data.get("response"), dict) else {}
-            self.terminal = self._close(kind, response)
+            self.terminal = self._close(kind, _response(data))
             return []
         if kind == "error":
-            message = data.get("message") or (data.get("error") or {}).get("message")
-            self.terminal = [Failed(f"OpenClaw run failed: {clip(str(message or 'error event'))}")]
+            message = data.get("message")
+            self.terminal = [Failed(f"OpenClaw run failed: {clip(message)}"
+                                    if isinstance(message, str) and message
+                                    else _error_reason(data, "OpenClaw run failed: error event"))]
         return []
 
     def _close(self, kind: str, response: dict[str, Any]) -> list[HandlerEvent]:
@@ -233,23 +264,25 @@ class OpenClawHandler(Handler):
             headers["x-openclaw-model"] = self.settings.openclaw_model
         return headers
 
-    def _call(self, request: HandlerRequest, *, stream: bool) -> UpstreamCall:
+    def _call(self, request: HandlerRequest, deadline: Deadline, *, stream: bool) -> UpstreamCall:
         return UpstreamCall(
             self.http, backend=BACKEND, url=self.responses_url,
             body=self.build_body(request, stream=stream), headers=self.build_headers(),
-            timeout=self.settings.openclaw_timeout, secrets=[self._token])
+            timeout=self.settings.openclaw_timeout, deadline=deadline,
+            retry=self.settings.retry, secrets=[self._token])
 
     async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
         if not request_text(request).strip():
             yield Rejected("the message has no text or data for OpenClaw")
             return
+        deadline = self.settings.deadline(RUN)
         try:
             if self.settings.response_mode == "message":
-                yield await self._reply(request)
+                yield await self._reply(request, deadline)
                 return
             # aclosing: when the gateway closes this iterator (cancel), the inner
             # one must close now, so that the upstream stream closes at once.
-            async with aclosing(self._stream(request)) as events:
+            async with aclosing(self._stream(request, deadline)) as events:
                 async for event in events:
                     yield event
         except UpstreamError as exc:
@@ -257,17 +290,17 @@ class OpenClawHandler(Handler):
                         task_id=request.task_id, reason=exc.reason)
             yield Failed(exc.reason)
 
-    async def _reply(self, request: HandlerRequest) -> HandlerEvent:
-        async with self._call(request, stream=False) as call:
+    async def _reply(self, request: HandlerRequest, deadline: Deadline) -> HandlerEvent:
+        async with self._call(request, deadline, stream=False) as call:
             response = await call.json()
         if response.get("status") not in (None, "completed"):
             return Failed(call.reason(_error_reason(
                 response, f"OpenClaw run ended with status {response.get('status')!r}")))
         return Reply(text=response_text(response), metadata=_result_metadata(response))
 
-    async def _stream(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
+    async def _stream(self, request: HandlerRequest, deadline: Deadline) -> AsyncIterator[HandlerEvent]:
         parser = ResponsesStream()
-        async with self._call(request, stream=True) as call:
+        async with self._call(request, deadline, stream=True) as call:
             async for frame in call.frames():
                 for event in parser.feed(frame):
                     yield event

@@ -16,6 +16,11 @@ last message / trigger                 reply
 ``FAKE_TOOL_SAFE``                     shell tool call ``echo fake-safe-ok``
 ``FAKE_HTTP_400`` (any ``FAKE_HTTP_NNN``)  that HTTP status with an OpenAI error body
 ``FAKE_SLOW [words=N] [delay=S]``      N words (default 40), S seconds apart (0.5)
+``FAKE_HANG``                          nothing at all, not even headers, until the
+                                       client goes away (a hung model)
+``FAKE_RATE_LIMIT [times=N]``          HTTP 429 with ``Retry-After: S`` to the first N
+``[retry_after=S] [retry_date=1]``     requests with this text (default 1 and 1 s;
+                                       ``retry_date=1``: as an HTTP date), then the echo
 anything else                          ``Hello from fakellm. You said: <text[:80]>``
 =====================================  =============================================
 
@@ -32,6 +37,8 @@ import json
 import re
 import time
 import uuid
+from collections import Counter
+from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +48,8 @@ MODEL = "fake-model"
 SHELL_TOOLS = ("terminal", "exec", "bash", "shell", "run_command")
 DEFAULT_DANGER_PATH = "/tmp/scripted-llm-danger-target"
 
-_TRIGGER = re.compile(r"\b(FAKE_TOOL_DANGER|FAKE_TOOL_SAFE|FAKE_SLOW|FAKE_HTTP_(\d{3}))\b")
+_TRIGGER = re.compile(
+    r"\b(FAKE_TOOL_DANGER|FAKE_TOOL_SAFE|FAKE_SLOW|FAKE_HANG|FAKE_RATE_LIMIT|FAKE_HTTP_(\d{3}))\b")
 _OPTION = re.compile(r"\b([a-z_]+)=(\S+)")
 _OC_TIMESTAMP = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} [^\]\n]{1,40}\]\s*")
 _OC_RUNTIME = re.compile(r"\n\nRuntime: agent=.*\Z", re.DOTALL)
@@ -102,16 +110,20 @@ def offered_tools(body: dict[str, Any]) -> list[str]:
 
 
 class Plan:
-    """What to answer: text (optionally paced), a tool call, or an HTTP error."""
+    """What to answer: text (optionally paced), a tool call, an HTTP error, nothing
+    (``hang``), or ``rate_limit`` = (times, Retry-After value) 429s before the text."""
 
     def __init__(self, trigger: str, words: list[str], delay: float = 0.0,
-                 tool: tuple[str, str] | None = None, status: int = 200) -> None:
+                 tool: tuple[str, str] | None = None, status: int = 200, hang: bool = False,
+                 rate_limit: tuple[int, str] | None = None) -> None:
         self.trigger = trigger
         self.text = ""
         self.words = words
         self.delay = delay
         self.tool = tool
         self.status = status
+        self.hang = hang
+        self.rate_limit = rate_limit
 
 
 def split_words(text: str) -> list[str]:
@@ -142,6 +154,14 @@ def _plan(trigger: str, match: re.Match[str] | None, options: dict[str, str],
         count = int(options.get("words", 40))
         delay = float(options.get("delay", 0.5))
         return Plan(trigger, split_words(" ".join(f"slow{i}" for i in range(count))), delay)
+    if trigger == "FAKE_HANG":
+        return Plan(trigger, [], hang=True)
+    if trigger == "FAKE_RATE_LIMIT":
+        wait = int(options.get("retry_after", 1))
+        value = (formatdate(time.time() + wait, usegmt=True)
+                 if options.get("retry_date") == "1" else str(wait))
+        return Plan(trigger, split_words("Hello from fakellm. You said: " + text[:80]),
+                    rate_limit=(int(options.get("times", 1)), value))
     if trigger == "FAKE_TOOL_DANGER" and shell:
         return Plan(trigger, [], tool=(shell, f"rm -rf {options.get('path', danger_path)}"))
     if trigger == "FAKE_TOOL_SAFE" and shell:
@@ -157,6 +177,8 @@ class ScriptedLLM:
         self.danger_path = danger_path
         self.log_path = Path(log_path) if log_path else None
         self.requests: list[dict[str, Any]] = []
+        self.rate_limited: Counter[str] = Counter()
+        """How many 429s each ``FAKE_RATE_LIMIT`` text got so far."""
         self.app = web.Application()
         self.app.router.add_get("/health", self._health)
         self.app.router.add_get("/v1/models", self._models)
@@ -239,6 +261,14 @@ class ScriptedLLM:
             return _error(plan.status, "fakellm scripted bad request"
                           if plan.status == 400 else f"fakellm scripted HTTP {plan.status}",
                           f"fake_{plan.status}")
+        if plan.rate_limit and self.rate_limited[plan.text] < plan.rate_limit[0]:
+            self.rate_limited[plan.text] += 1
+            self._finish(entry, "http_429")
+            refusal = _error(429, "fakellm scripted rate limit", "rate_limit_exceeded")
+            refusal.headers["Retry-After"] = plan.rate_limit[1]
+            return refusal
+        if plan.hang:
+            return await self._hang(request, entry)
         usage = {"prompt_tokens": 20 if entry["last_role"] == "tool" else 10,
                  "completion_tokens": max(1, len(plan.words)),
                  "total_tokens": 0}
@@ -247,6 +277,16 @@ class ScriptedLLM:
             self._finish(entry, "completed")
             return web.json_response(_completion(plan, usage))
         return await self._stream(request, body, plan, usage, entry)
+
+    async def _hang(self, request: web.Request, entry: dict[str, Any]) -> web.Response:
+        """Answer nothing until the client closes the connection (polled: aiohttp does
+        not cancel a handler when its client leaves)."""
+        try:
+            while request.transport is not None and not request.transport.is_closing():
+                await asyncio.sleep(0.1)
+        finally:
+            self._finish(entry, "client_disconnected")
+        return web.Response(status=499)
 
     async def _stream(self, request: web.Request, body: dict[str, Any], plan: Plan,
                       usage: dict[str, int], entry: dict[str, Any]) -> web.StreamResponse:

@@ -6,8 +6,11 @@ No network: the mapper is fed the recorded events, and the handler talks to an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import time
+from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ from handlers.base import (
 )
 from handlers.hermes import HermesAgentHandler, HermesSettings
 from handlers.hermes_events import HERMES_CHOICES, RunEventMapper, parse_frames
+from handlers.openai_stream import UnexpectedFrame
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "hermes"
 KEY = "hermes-unit-test-key-0123456789"
@@ -418,3 +422,123 @@ async def test_reattach_follows_the_run_by_polling() -> None:
 def test_the_key_never_prints() -> None:
     settings = HermesSettings(hermes_api_key=KEY)
     assert KEY not in repr(settings) and KEY not in str(settings.model_dump())
+
+
+# -- the run's time bound, on every path ----------------------------------------------
+
+
+class KeptAlive(httpx.AsyncByteStream):
+    """An event stream that sends ``head`` and then only keepalive comments, as Hermes
+    does while the model hangs."""
+
+    def __init__(self, head: str = "") -> None:
+        self.head = head
+        self.closed = False
+
+    async def __aiter__(self):
+        if self.head:
+            yield self.head.encode()
+        while True:
+            await asyncio.sleep(0.05)
+            yield b": keepalive\n\n"
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def running(run_id: str) -> httpx.Response:
+    return httpx.Response(200, json={"object": "hermes.run", "run_id": run_id, "status": "running"})
+
+
+def stops(fake: FakeHermes) -> list[str]:
+    return [c.url.path for c in fake.calls if c.url.path.endswith("/stop")]
+
+
+async def test_a_hung_model_behind_keepalives_fails_at_run_timeout_seconds() -> None:
+    fake = FakeHermes()
+    run_id = fake.rec.run_id
+    delta = json.dumps({"event": "message.delta", "run_id": run_id, "delta": "slow0"})
+    stream = KeptAlive(f"data: {delta}\n\n")
+    fake.queue("GET", f"/v1/runs/{run_id}/events", httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, stream=stream))
+    started = time.monotonic()
+    events = await collect(fake, run_timeout_seconds=1)
+    assert events[-1] == Failed("the Hermes run exceeded run_timeout_seconds=1")
+    assert TextDelta("slow0") in events
+    assert 0.9 <= time.monotonic() - started < 3
+    assert stops(fake) == [f"/v1/runs/{run_id}/stop"]  # the run is stopped at Hermes too
+    assert stream.closed
+
+
+async def test_a_run_followed_by_polling_fails_at_run_timeout_seconds() -> None:
+    fake = FakeHermes(cut_stream=True)
+    run_id = fake.rec.run_id
+    fake.queue("GET", f"/v1/runs/{run_id}", *[running(run_id) for _ in range(1000)])
+    events = await collect(fake, run_timeout_seconds=0.5)
+    assert events[-1] == Failed("the Hermes run exceeded run_timeout_seconds=0.5")
+    assert stops(fake) == [f"/v1/runs/{run_id}/stop"]
+
+
+async def test_a_reattached_run_fails_at_run_timeout_seconds() -> None:
+    fake = FakeHermes()
+    fake.queue("GET", "/v1/runs/run_a", *[running("run_a") for _ in range(1000)])
+    async with httpx.AsyncClient(transport=httpx.MockTransport(fake)) as http:
+        handler = HermesAgentHandler(HermesSettings(
+            poll_interval_seconds=0.01, run_timeout_seconds=0.5), http)
+        events = [e async for e in handler.reattach(make_request(run_ref="run_a"))]
+    assert events == [Failed("the Hermes run exceeded run_timeout_seconds=0.5")]
+    assert stops(fake) == ["/v1/runs/run_a/stop"]
+
+
+async def test_a_429_is_not_retried_past_the_run_deadline() -> None:
+    fake = FakeHermes()
+    busy = httpx.Response(429, headers={"retry-after": "30"}, json={"error": {
+        "message": "Too many concurrent runs", "code": "rate_limit_exceeded"}})
+    fake.queue("POST", "/v1/runs", busy)
+    started = time.monotonic()
+    (event,) = await collect(fake, run_timeout_seconds=2)
+    assert isinstance(event, Failed) and "HTTP 429" in event.reason and "1 attempt" in event.reason
+    assert time.monotonic() - started < 1
+
+
+async def test_a_429_retry_after_http_date_is_honoured() -> None:
+    fake = FakeHermes()
+    when = formatdate(time.time() + 2, usegmt=True)
+    fake.queue("POST", "/v1/runs", httpx.Response(429, headers={"retry-after": when}, json={}))
+    started = time.monotonic()
+    events = await collect(fake)
+    assert isinstance(events[-1], Completed) and len(fake.bodies("/v1/runs")) == 2
+    assert time.monotonic() - started >= 0.9
+
+
+# -- frames of a shape the bridge does not know: a protocol error of Hermes ------------
+
+
+@pytest.mark.parametrize(("frame", "detail"), [
+    pytest.param({"event": "approval.request", "command": "rm -rf /x", "choices": 7},
+                 "approval choices that are not a list of names", id="choices-7"),
+    pytest.param({"event": "message.delta", "delta": {"text": KEY}}, "'delta' is not text",
+                 id="delta-object"),
+    pytest.param({"event": "run.completed", "output": ["a"]}, "'output' is not text", id="output-list"),
+    pytest.param({"delta": "x"}, "an event without a name", id="no-name"),
+    pytest.param([1, 2], "data that is not a JSON object", id="json-list"),
+    pytest.param("{oops", "data that is not JSON", id="not-json"),
+])
+async def test_an_unexpected_frame_fails_the_task_and_stops_the_run(frame: Any, detail: str) -> None:
+    fake = FakeHermes()
+    run_id = fake.rec.run_id
+    data = frame if isinstance(frame, str) else json.dumps(frame)
+    first = json.dumps({"event": "message.delta", "run_id": run_id, "delta": "hi"})
+    fake.queue("GET", f"/v1/runs/{run_id}/events", httpx.Response(
+        200, headers={"content-type": "text/event-stream"},
+        content=f"data: {first}\n\ndata: {data}\n\n: keepalive\n\n".encode()))
+    events = await collect(fake)
+    assert events[-1] == Failed(f"Hermes sent an unexpected frame ({detail})")
+    assert TextDelta("hi") in events
+    assert stops(fake) == [f"/v1/runs/{run_id}/stop"]
+    assert KEY not in events[-1].reason
+
+
+def test_the_mapper_rejects_a_snapshot_of_an_unexpected_shape() -> None:
+    with pytest.raises(UnexpectedFrame, match=r"'output' is not text"):
+        RunEventMapper("run_x").feed_status({"status": "completed", "output": 7})

@@ -168,3 +168,40 @@ async def test_closing_the_iterator_closes_the_upstream_stream() -> None:
                 break
         await events.aclose()
     assert stream.closed
+
+
+# -- frames of a shape the bridge does not know: a protocol error of the backend -------
+
+UNEXPECTED = [
+    pytest.param(b'data: {"choices": 7}\n\n', "'choices' is not a list of objects", id="choices-7"),
+    pytest.param(b'data: {"choices": [7]}\n\n', "'choices' is not a list of objects", id="choice-7"),
+    pytest.param(b'data: {"choices": [{"index": 0, "delta": "hi"}]}\n\n', "'delta' is not an object",
+                 id="delta-text"),
+    pytest.param(b'data: {"choices": [{"index": 0, "delta": {"content": 7}}]}\n\n',
+                 "'content' is neither text nor a list of parts", id="content-7"),
+    pytest.param(b"data: [1, 2]\n\n", "data that is not a JSON object", id="json-list"),
+    pytest.param(b"data: {not json\n\n", "data that is not JSON", id="not-json"),
+    pytest.param(b"event: hermes.tool.progress\ndata: 7\n\n", "data that is not a JSON object",
+                 id="tool-progress-7"),
+]
+
+
+@pytest.mark.parametrize(("frame", "detail"), UNEXPECTED)
+async def test_a_frame_of_an_unexpected_shape_fails_the_task_clearly(frame: bytes, detail: str) -> None:
+    head = sse_chunks(fixture("oc_chat_stream.txt"))[:2]
+    events, _ = await run_raw(b"".join(head) + frame + b"data: [DONE]\n\n")
+    assert events[-1] == Failed(f"the chat backend sent an unexpected frame ({detail})")
+    assert [type(e) for e in events[:-1]] == [TextDelta]  # what came before still streamed
+
+
+async def test_an_unexpected_frame_is_not_echoed() -> None:
+    events, _ = await run_raw(f'data: {{"choices": "{KEY}"}}\n\n'.encode())
+    assert isinstance(events[-1], Failed) and KEY not in events[-1].reason
+
+
+async def test_message_mode_answer_of_an_unexpected_shape_fails_clearly() -> None:
+    backend = Backend(lambda r: json_response({"choices": 7}))
+    async with backend.client() as http:
+        [event] = await collect(handler(http, response_mode="message").run(make_request()))
+    assert event == Failed("the chat backend sent an unexpected frame "
+                           "('choices' is not a list of objects)")

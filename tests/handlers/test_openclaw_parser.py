@@ -261,3 +261,53 @@ async def test_closing_the_iterator_closes_the_upstream_stream() -> None:
         await events.aclose()  # what the gateway does on CancelTask
     assert stream.closed
     assert stream.sent < len(chunks)
+
+
+# -- frames of a shape the bridge does not know: a protocol error of the backend -------
+
+CREATED = 'event: response.created\ndata: {"type":"response.created","response":{"id":"resp_1"}}\n\n'
+
+
+@pytest.mark.parametrize(("frame", "detail"), [
+    pytest.param('data: {"type": "response.created", "response": 7}', "'response' is not an object",
+                 id="response-7"),
+    pytest.param('data: {"type": "response.output_text.delta", "delta": 7}',
+                 "a text delta without text", id="delta-7"),
+    pytest.param('data: {"type": "response.completed", "response": {"status": "completed", '
+                 '"output": 7}}', "'output' is not a list of objects", id="output-7"),
+    pytest.param('data: {"type": "response.completed", "response": {"output": [{"type": '
+                 '"message", "content": [{"type": "output_text", "text": 7}]}]}}',
+                 "an output_text without text", id="text-7"),
+    pytest.param("data: [1]", "data that is not a JSON object", id="json-list"),
+    pytest.param("data: {oops", "data that is not JSON", id="not-json"),
+])
+async def test_a_frame_of_an_unexpected_shape_fails_the_task_clearly(frame: str, detail: str) -> None:
+    raw = (CREATED + frame + "\n\ndata: [DONE]\n\n").encode()
+    backend = Backend(lambda request: sse_response(raw))
+    async with backend.client() as http:
+        events = await collect(handler(http).run(make_request("ping")))
+    assert events[-1] == Failed(f"OpenClaw sent an unexpected frame ({detail})")
+    assert isinstance(events[0], Progress)
+
+
+async def test_an_error_event_with_a_text_error_fails_with_it() -> None:
+    raw = (CREATED + 'data: {"type": "error", "error": "model overloaded"}\n\n').encode()
+    backend = Backend(lambda request: sse_response(raw))
+    async with backend.client() as http:
+        events = await collect(handler(http).run(make_request("ping")))
+    assert events[-1] == Failed("OpenClaw run failed: model overloaded")
+
+
+async def test_an_unexpected_frame_is_not_echoed() -> None:
+    raw = (CREATED + f'data: {{"type": "response.created", "response": "{TOKEN}"}}\n\n').encode()
+    backend = Backend(lambda request: sse_response(raw))
+    async with backend.client() as http:
+        events = await collect(handler(http).run(make_request("ping")))
+    assert isinstance(events[-1], Failed) and TOKEN not in events[-1].reason
+
+
+async def test_message_mode_answer_of_an_unexpected_shape_fails_clearly() -> None:
+    backend = Backend(lambda r: json_response({"status": "completed", "output": [7]}))
+    async with backend.client() as http:
+        [event] = await collect(handler(http, response_mode="message").run(make_request("ping")))
+    assert event == Failed("OpenClaw sent an unexpected frame ('output' is not a list of objects)")
