@@ -305,14 +305,19 @@ async def _stream(
     request: web.Request, gateway: Gateway, events: AsyncIterator[Any], frame: Callable[[Any], bytes],
     request_id: Any, headers: dict[str, str], version: str,
 ) -> web.StreamResponse:
-    """The JSON-RPC SSE stream: errors carry the request's id; 1.0 names them ``event:
-    error`` (the a2a-sdk's clients read that), 0.3 sent them as plain ``data:`` events
-    (its clients look for ``error`` in the data, and miss a named event)."""
+    """The JSON-RPC SSE stream; its errors carry the request's id.
+
+    1.0 names them ``event: error`` (the a2a-sdk's clients read that), and an error before
+    the first event is a plain JSON-RPC response (the 1.0 TCK, STREAM-SUB-003, reads
+    nothing else). 0.3 servers sent errors as plain ``data:`` events — 0.3 clients look
+    for ``error`` in the data and miss a named event — and, to a client that asked for
+    ``text/event-stream``, an early error too (the 0.3 TCK reads nothing else).
+    """
     def error_frame(error: A2AError) -> bytes:
         return orjson.dumps(error_body(request_id, error))
 
     return await stream_events(
         request, gateway.settings.sse_keepalive_seconds, events, frame, error_frame, headers,
         error_event="error" if version == V10 else None,
-        early_errors_in_stream=accepts_event_stream(request),
+        early_errors_in_stream=version == V03 and accepts_event_stream(request),
     )
