@@ -422,3 +422,30 @@ async def test_answer_to_a_finished_run_reports_approval_not_active(handler):
     with pytest.raises(InputRejectedError) as caught:
         await handler.resume(request)
     assert "approval_not_active" in caught.value.prompt
+
+
+# -- a hung model: the run's time bound ends the task and stops the Hermes run ------------
+
+
+@pytest.mark.parametrize("text", [
+    pytest.param("FAKE_HANG", id="no-answer-at-all"),
+    pytest.param("FAKE_SLOW words=3 delay=600", id="hangs-mid-answer"),
+])
+async def test_a_hung_model_fails_the_task_at_run_timeout_seconds(gw, hermes_url, text):
+    endpoint = await hermes_endpoint(gw, hermes_url, run_timeout_seconds=3)
+    started = time.monotonic()
+    async with gw.client(endpoint, streaming=False) as client:
+        (event,) = [e async for e in client.send_message(message(f"{text} {token()}"))]
+    took = time.monotonic() - started
+    assert event.task.status.state == TaskState.TASK_STATE_FAILED
+    assert event.task.status.message.parts[0].text == "the Hermes run exceeded run_timeout_seconds=3"
+    assert 3 <= took < 10  # Hermes' keepalives (every 30 s) did not keep it WORKING
+    stored = await gw.store.get_task(Scope("default", endpoint, "anonymous"), event.task.id)
+    async with httpx.AsyncClient() as http:
+        for _ in range(50):  # the bridge stopped the run at Hermes
+            run = (await http.get(f"{hermes_url}/v1/runs/{stored.run_ref}", headers={
+                "Authorization": f"Bearer {require_env('A2A_TEST_HERMES_KEY')}"})).json()
+            if run["status"] == "cancelled":
+                break
+            await asyncio.sleep(0.1)
+    assert run["status"] == "cancelled"

@@ -131,6 +131,24 @@ async def test_cancel_closes_the_upstream_stream(backend, http) -> None:
     assert len(entry["chunks"]) < 30
 
 
+# --- directly against the scripted LLM: a 429 with Retry-After is retried ------------
+
+
+@pytest.mark.parametrize("retry", ["retry_after=1", "retry_after=2 retry_date=1"],
+                         ids=["retry-after-seconds", "retry-after-http-date"])
+async def test_a_429_with_retry_after_is_retried(http, retry: str) -> None:
+    llm = require_env("A2A_TEST_LLM_URL").rstrip("/")
+    text = f"FAKE_RATE_LIMIT times=2 {retry} {tag()}"
+    handler = OpenAIChatHandler(OpenAIChatSettings(base_url=f"{llm}/v1", model="fake-model"), http)
+    events = [e async for e in handler.run(make_request(text))]
+    assert isinstance(events[-1], Completed), events[-1]
+    assert events[-1].text == f"Hello from fakellm. You said: {text}"
+    entries = [e for e in (await http.get(f"{llm}/_requests")).json() if e["text"] == text]
+    assert [e["outcome"] for e in entries] == ["http_429", "http_429", "completed"]
+    waits = [later["ts"] - earlier["ts"] for earlier, later in zip(entries, entries[1:])]
+    assert all(w >= 0.9 for w in waits), waits  # Retry-After was honoured (a date: 1-2 s)
+
+
 # --- through the gateway, with the real a2a-sdk client ------------------------------
 
 
