@@ -247,6 +247,7 @@ class HermesAgentHandler(Handler):
                     kind, item = await asyncio.wait_for(state.queue.get(), timeout)
                 except TimeoutError:
                     now = time.monotonic()
+                    # a cancel under way ends CANCELED, even when the run's bound passes first
                     if state.stop_deadline is not None and now >= min(state.stop_deadline,
                                                                       deadline.at):
                         log.warning("hermes_stop_unconfirmed", run_id=run_id)

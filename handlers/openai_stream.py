@@ -144,7 +144,8 @@ class Retry:
         return wait if deadline is None or wait < deadline.remaining() else None
 
     async def send(self, http: httpx.AsyncClient, request: httpx.Request,
-                   deadline: Deadline | None, *, stream: bool = False) -> tuple[httpx.Response, int]:
+                   deadline: Deadline | None, *,
+                   stream: bool = False) -> tuple[httpx.Response, int]:
         """The backend's last answer to ``request`` (the caller closes it) and the
         number of tries. Every try is bounded by ``deadline`` (``RunTimedOut``)."""
         tries = 0

@@ -298,7 +298,8 @@ class OpenClawHandler(Handler):
                 response, f"OpenClaw run ended with status {response.get('status')!r}")))
         return Reply(text=response_text(response), metadata=_result_metadata(response))
 
-    async def _stream(self, request: HandlerRequest, deadline: Deadline) -> AsyncIterator[HandlerEvent]:
+    async def _stream(self, request: HandlerRequest,
+                      deadline: Deadline) -> AsyncIterator[HandlerEvent]:
         parser = ResponsesStream()
         async with self._call(request, deadline, stream=True) as call:
             async for frame in call.frames():

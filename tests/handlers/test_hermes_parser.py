@@ -519,12 +519,14 @@ async def test_a_429_retry_after_http_date_is_honoured() -> None:
                  "approval choices that are not a list of names", id="choices-7"),
     pytest.param({"event": "message.delta", "delta": {"text": KEY}}, "'delta' is not text",
                  id="delta-object"),
-    pytest.param({"event": "run.completed", "output": ["a"]}, "'output' is not text", id="output-list"),
+    pytest.param({"event": "run.completed", "output": ["a"]}, "'output' is not text",
+                 id="output-list"),
     pytest.param({"delta": "x"}, "an event without a name", id="no-name"),
     pytest.param([1, 2], "data that is not a JSON object", id="json-list"),
     pytest.param("{oops", "data that is not JSON", id="not-json"),
 ])
-async def test_an_unexpected_frame_fails_the_task_and_stops_the_run(frame: Any, detail: str) -> None:
+async def test_an_unexpected_frame_fails_the_task_and_stops_the_run(frame: Any,
+                                                                     detail: str) -> None:
     fake = FakeHermes()
     run_id = fake.rec.run_id
     data = frame if isinstance(frame, str) else json.dumps(frame)
@@ -542,3 +544,11 @@ async def test_an_unexpected_frame_fails_the_task_and_stops_the_run(frame: Any, 
 def test_the_mapper_rejects_a_snapshot_of_an_unexpected_shape() -> None:
     with pytest.raises(UnexpectedFrame, match=r"'output' is not text"):
         RunEventMapper("run_x").feed_status({"status": "completed", "output": 7})
+
+
+async def test_message_mode_answer_whose_content_is_not_text_fails_clearly() -> None:
+    fake = FakeHermes(None)
+    fake.queue("POST", "/v1/chat/completions", httpx.Response(200, json={
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": {"k": KEY}}}]}))
+    events = await collect(fake, response_mode="message")
+    assert events == [Failed("Hermes sent an unexpected frame (a message content that is not text)")]

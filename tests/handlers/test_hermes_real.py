@@ -438,7 +438,8 @@ async def test_a_hung_model_fails_the_task_at_run_timeout_seconds(gw, hermes_url
         (event,) = [e async for e in client.send_message(message(f"{text} {token()}"))]
     took = time.monotonic() - started
     assert event.task.status.state == TaskState.TASK_STATE_FAILED
-    assert event.task.status.message.parts[0].text == "the Hermes run exceeded run_timeout_seconds=3"
+    reason = event.task.status.message.parts[0].text
+    assert reason == "the Hermes run exceeded run_timeout_seconds=3"
     assert 3 <= took < 10  # Hermes' keepalives (every 30 s) did not keep it WORKING
     stored = await gw.store.get_task(Scope("default", endpoint, "anonymous"), event.task.id)
     async with httpx.AsyncClient() as http:

@@ -174,9 +174,10 @@ async def test_closing_the_iterator_closes_the_upstream_stream() -> None:
 
 UNEXPECTED = [
     pytest.param(b'data: {"choices": 7}\n\n', "'choices' is not a list of objects", id="choices-7"),
-    pytest.param(b'data: {"choices": [7]}\n\n', "'choices' is not a list of objects", id="choice-7"),
-    pytest.param(b'data: {"choices": [{"index": 0, "delta": "hi"}]}\n\n', "'delta' is not an object",
-                 id="delta-text"),
+    pytest.param(b'data: {"choices": [7]}\n\n', "'choices' is not a list of objects",
+                 id="choice-7"),
+    pytest.param(b'data: {"choices": [{"index": 0, "delta": "hi"}]}\n\n',
+                 "'delta' is not an object", id="delta-text"),
     pytest.param(b'data: {"choices": [{"index": 0, "delta": {"content": 7}}]}\n\n',
                  "'content' is neither text nor a list of parts", id="content-7"),
     pytest.param(b"data: [1, 2]\n\n", "data that is not a JSON object", id="json-list"),
@@ -187,7 +188,8 @@ UNEXPECTED = [
 
 
 @pytest.mark.parametrize(("frame", "detail"), UNEXPECTED)
-async def test_a_frame_of_an_unexpected_shape_fails_the_task_clearly(frame: bytes, detail: str) -> None:
+async def test_a_frame_of_an_unexpected_shape_fails_the_task_clearly(frame: bytes,
+                                                                      detail: str) -> None:
     head = sse_chunks(fixture("oc_chat_stream.txt"))[:2]
     events, _ = await run_raw(b"".join(head) + frame + b"data: [DONE]\n\n")
     assert events[-1] == Failed(f"the chat backend sent an unexpected frame ({detail})")

@@ -265,7 +265,8 @@ async def test_closing_the_iterator_closes_the_upstream_stream() -> None:
 
 # -- frames of a shape the bridge does not know: a protocol error of the backend -------
 
-CREATED = 'event: response.created\ndata: {"type":"response.created","response":{"id":"resp_1"}}\n\n'
+CREATED = ('event: response.created\n'
+           'data: {"type":"response.created","response":{"id":"resp_1"}}\n\n')
 
 
 @pytest.mark.parametrize(("frame", "detail"), [
@@ -281,7 +282,8 @@ CREATED = 'event: response.created\ndata: {"type":"response.created","response":
     pytest.param("data: [1]", "data that is not a JSON object", id="json-list"),
     pytest.param("data: {oops", "data that is not JSON", id="not-json"),
 ])
-async def test_a_frame_of_an_unexpected_shape_fails_the_task_clearly(frame: str, detail: str) -> None:
+async def test_a_frame_of_an_unexpected_shape_fails_the_task_clearly(frame: str,
+                                                                      detail: str) -> None:
     raw = (CREATED + frame + "\n\ndata: [DONE]\n\n").encode()
     backend = Backend(lambda request: sse_response(raw))
     async with backend.client() as http:
