@@ -1,13 +1,16 @@
-"""The store contract: endpoints, tasks, push configs, conversation contexts, leases.
+"""The store contract: endpoints, API keys, tasks, push configs, conversation contexts, leases.
 
 Every task, context and push config is keyed by a ``Scope`` (tenant, endpoint,
 caller principal) and every read filters on all three, so one caller never sees
 another's rows. Task updates are conditional on the version the writer read, so
 two writers cannot lose an update, and a terminal task is never reopened.
 
+API keys are addressed by their public id alone (what a caller presents); the key
+names the scope its caller gets.
+
 Stores hold protobuf ``Task`` objects; trimming (history length, artifacts) for a
-response is the caller's job. Implementations: ``memory``, ``sqlite``, and later
-``postgres`` and ``dynamodb``; ``tests/stores`` is the one contract suite they pass.
+response is the caller's job. Implementations: ``memory``, ``sqlite``, ``postgres``
+and ``dynamodb``; ``tests/stores`` is the one contract suite they pass.
 """
 
 from __future__ import annotations
@@ -82,6 +85,26 @@ class Endpoint:
 
 
 @dataclass(slots=True)
+class ApiKey:
+    """A caller's API key as stored: its hash, never the key itself."""
+
+    id: str
+    """Public key id (16 lowercase hex characters), unique."""
+    endpoint_id: str
+    tenant: str
+    principal: str
+    """The caller identity tasks are recorded under."""
+    name: str
+    """The operator's label ("" if none)."""
+    key_hash: str
+    """Hex HMAC-SHA-256 of the full key."""
+    created_at: datetime
+    """Aware UTC; stores keep microseconds."""
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
+@dataclass(slots=True)
 class StoredTask:
     task: Task
     version: int
@@ -135,6 +158,30 @@ def status_timestamp_us(task: Task) -> int:
     return ts.seconds * 1_000_000 + ts.nanos // 1000
 
 
+def as_utc(value: datetime) -> datetime:
+    """The same instant in UTC (a naive value is taken as UTC)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def utc_text(value: datetime) -> str:
+    """Fixed-width UTC ISO 8601 with microseconds, so text order is time order."""
+    return as_utc(value).isoformat(timespec="microseconds")
+
+
+def utc_from_text(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text is not None else None
+
+
+def storable_key_id(key_id: str) -> bool:
+    """Whether every store can address ``key_id``: 1 to 2048 bytes of UTF-8 (DynamoDB's key
+    limits) without NUL (PostgreSQL text). Looking up any other id finds nothing."""
+    try:
+        size = len(key_id.encode())
+    except UnicodeEncodeError:  # lone surrogates, e.g. from undecodable header bytes
+        return False
+    return 0 < size <= 2048 and "\x00" not in key_id
+
+
 class Store(ABC):
     """Persistence for the gateway. All methods are coroutines safe to call concurrently."""
 
@@ -160,6 +207,26 @@ class Store(ABC):
 
     @abstractmethod
     async def list_endpoints(self) -> list[Endpoint]: ...
+
+    # API keys --------------------------------------------------------------
+    @abstractmethod
+    async def create_api_key(self, key: ApiKey) -> None:
+        """Insert; ``ConflictError`` if the id exists."""
+
+    @abstractmethod
+    async def get_api_key(self, key_id: str) -> ApiKey | None:
+        """One primary-key read (every authenticated request makes it); None also for an id
+        no store could hold (``storable_key_id``), whatever a caller presented."""
+
+    @abstractmethod
+    async def list_api_keys(self, endpoint_id: str | None = None) -> list[ApiKey]:
+        """Every key (of ``endpoint_id`` if given), revoked ones included, ordered by
+        ``created_at`` then id. For operators, not request paths: on DynamoDB it is a Scan."""
+
+    @abstractmethod
+    async def revoke_api_key(self, key_id: str, revoked_at: datetime) -> bool:
+        """Set ``revoked_at`` unless already set (the first revocation time stays);
+        False if there is no such key."""
 
     # tasks -----------------------------------------------------------------
     @abstractmethod

@@ -1,11 +1,12 @@
 """DynamoDB store (``dynamodb://?region=…&table_prefix=a2a-``): boto3 in a dedicated thread pool.
 
-Two tables. ``<prefix>endpoints`` is keyed by endpoint id. ``<prefix>tasks`` holds tasks, push
-configs and contexts under a partition key that names tenant, endpoint and principal
-(``T#t#E#e#P#p``), so no key can reach across scopes. Sparse indexes serve ListTasks (all, by
-context, by state; newest status first) and the ownership leases. Every task write is conditional;
-terminal tasks get an ``expires_at`` TTL when ``ttl_days`` is set, and reads skip expired items
-because DynamoDB deletes them lazily. The table layout is described in ``docs/dynamodb.md``.
+Three tables. ``<prefix>endpoints`` is keyed by endpoint id, ``<prefix>api_keys`` by key id.
+``<prefix>tasks`` holds tasks, push configs and contexts under a partition key that names tenant,
+endpoint and principal (``T#t#E#e#P#p``), so no key can reach across scopes. Sparse indexes serve
+ListTasks (all, by context, by state; newest status first) and the ownership leases. Every task
+write is conditional; terminal tasks get an ``expires_at`` TTL when ``ttl_days`` is set, and reads
+skip expired items because DynamoDB deletes them lazily. The table layout is described in
+``docs/dynamodb.md``.
 
 This module is the store; ``dynamodb_items`` holds the key design and item encoding,
 ``dynamodb_schema`` the settings, client, error mapping and tables (``create_tables``). The names
@@ -21,12 +22,14 @@ import functools
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 from a2a.types import Task, TaskPushNotificationConfig
 
 from a2a_gateway.stores.base import (
     TERMINAL_STATES,
+    ApiKey,
     ClaimedTask,
     ConflictError,
     Context,
@@ -39,12 +42,16 @@ from a2a_gateway.stores.base import (
     TaskPage,
     TaskQuery,
     status_timestamp_us,
+    storable_key_id,
+    utc_text,
 )
 from a2a_gateway.stores.dynamodb_items import (
     LEASE_SHARDS,
     Expr,
     N,
     S,
+    api_key_from_item,
+    api_key_item,
     endpoint_from_item,
     endpoint_item,
     esc,
@@ -58,6 +65,7 @@ from a2a_gateway.stores.dynamodb_items import (
 )
 from a2a_gateway.stores.dynamodb_schema import (
     DynamoDBSettings,
+    MissingTableError,
     call_mapped,
     client_credentials,
     create_tables,
@@ -70,6 +78,7 @@ __all__ = [
     "LEASE_SHARDS",
     "DynamoDBSettings",
     "DynamoDBStore",
+    "MissingTableError",
     "create_tables",
     "scope_key",
     "status_key",
@@ -98,6 +107,7 @@ class DynamoDBStore(Store):
         self._settings = settings
         self._endpoints = settings.endpoints_table
         self._tasks = settings.tasks_table
+        self._api_keys = settings.api_keys_table
         self._token_key = page_token_key
 
     @classmethod
@@ -133,10 +143,11 @@ class DynamoDBStore(Store):
             self._executor, call_mapped, op, fn
         )
 
-    async def _query_all(self, **params: Any) -> list[dict[str, Any]]:
+    async def _all_pages(self, op: str, **params: Any) -> list[dict[str, Any]]:
+        """Every item a ``query`` or ``scan`` returns, following ``LastEvaluatedKey``."""
         items, start = [], None
         while True:
-            resp = await self._call("query", **params, **_start(start))
+            resp = await self._call(op, **params, **_start(start))
             items += resp.get("Items", [])
             start = resp.get("LastEvaluatedKey")
             if not start:
@@ -149,6 +160,22 @@ class DynamoDBStore(Store):
             raise
         except StoreError as exc:
             raise StoreUnavailableError(str(exc)) from exc
+
+    async def check_schema(self) -> None:
+        """``MissingTableError`` naming a table that does not exist (``serve`` checks this at
+        startup). One ``GetItem`` per table, which the gateway's IAM policy already allows."""
+        probes = {
+            self._endpoints: {"id": S("#ping")},
+            self._tasks: {"pk": S("#ping"), "sk": S("#ping")},
+            self._api_keys: {"id": S("#ping")},
+        }
+        for table, key in probes.items():
+            try:
+                await self._call("get_item", TableName=table, Key=key)
+            except MissingTableError as exc:
+                raise MissingTableError(
+                    f"dynamodb table {table} does not exist: run `a2a-gateway migrate`"
+                ) from exc
 
     # endpoints ---------------------------------------------------------------------------------
     async def create_endpoint(self, endpoint: Endpoint) -> None:
@@ -186,20 +213,65 @@ class DynamoDBStore(Store):
         return endpoint_from_item(resp["Item"]) if "Item" in resp else None
 
     async def list_endpoints(self) -> list[Endpoint]:
-        items, start = [], None
-        while True:
-            resp = await self._call(
-                "scan",
-                TableName=self._endpoints,
-                ConsistentRead=True,
-                **_start(start),
-            )
-            items += resp.get("Items", [])
-            start = resp.get("LastEvaluatedKey")
-            if not start:
-                break
+        items = await self._all_pages("scan", TableName=self._endpoints, ConsistentRead=True)
         endpoints = [endpoint_from_item(i) for i in items]
         return sorted(endpoints, key=lambda ep: (ep.created_at, ep.id))
+
+    # API keys ----------------------------------------------------------------------------------
+    async def create_api_key(self, key: ApiKey) -> None:
+        e = Expr()
+        try:
+            await self._call(
+                "put_item",
+                **e.params(
+                    TableName=self._api_keys,
+                    Item=api_key_item(key),
+                    ConditionExpression=f"attribute_not_exists({e.n('id')})",
+                ),
+            )
+        except ConflictError as exc:
+            raise ConflictError(f"API key {key.id} exists") from exc
+
+    async def get_api_key(self, key_id: str) -> ApiKey | None:
+        if not storable_key_id(key_id):
+            return None
+        resp = await self._call(
+            "get_item", TableName=self._api_keys, Key={"id": S(key_id)}, ConsistentRead=True
+        )
+        return api_key_from_item(resp["Item"]) if "Item" in resp else None
+
+    async def list_api_keys(self, endpoint_id: str | None = None) -> list[ApiKey]:
+        # A consistent Scan (operators only): a key just created is listed, and the table
+        # holds a few rows per endpoint, so an index would buy nothing.
+        e = Expr()
+        wanted = None
+        if endpoint_id is not None:
+            wanted = f"{e.n('endpoint_id')} = {e.v(S(endpoint_id))}"
+        items = await self._all_pages(
+            "scan",
+            **e.params(TableName=self._api_keys, ConsistentRead=True, FilterExpression=wanted),
+        )
+        keys = [api_key_from_item(i) for i in items]
+        return sorted(keys, key=lambda k: (k.created_at, k.id))
+
+    async def revoke_api_key(self, key_id: str, revoked_at: datetime) -> bool:
+        if not storable_key_id(key_id):
+            return False
+        e = Expr()
+        revoked, now = e.n("revoked_at"), e.v(S(utc_text(revoked_at)))
+        try:
+            await self._call(
+                "update_item",
+                **e.params(
+                    TableName=self._api_keys,
+                    Key={"id": S(key_id)},
+                    UpdateExpression=f"SET {revoked} = if_not_exists({revoked}, {now})",
+                    ConditionExpression=f"attribute_exists({e.n('id')})",
+                ),
+            )
+        except ConflictError:
+            return False
+        return True
 
     # tasks -------------------------------------------------------------------------------------
     def _expires_at(self, task: Task, now: float) -> dict[str, Any]:
@@ -421,8 +493,9 @@ class DynamoDBStore(Store):
             f"{e.n('pk')} = {e.v(S(scope_key(scope)))}"
             f" AND begins_with({e.n('sk')}, {e.v(S(f'PUSH#{esc(task_id)}#'))})"
         )
-        items = await self._query_all(
-            **e.params(TableName=self._tasks, KeyConditionExpression=key, ConsistentRead=True)
+        items = await self._all_pages(
+            "query",
+            **e.params(TableName=self._tasks, KeyConditionExpression=key, ConsistentRead=True),
         )
         configs = [TaskPushNotificationConfig.FromString(i["config"]["B"]) for i in items]
         return sorted(configs, key=lambda c: c.id)
@@ -463,12 +536,13 @@ class DynamoDBStore(Store):
             return
         wanted = {task_sk(task_id) for task_id in task_ids}
         e = Expr()
-        owned = await self._query_all(
+        owned = await self._all_pages(
+            "query",
             **e.params(
                 TableName=self._tasks,
                 IndexName="by_owner",
                 KeyConditionExpression=f"{e.n('owner')} = {e.v(S(owner))}",
-            )
+            ),
         )
         keys = [{"pk": i["pk"], "sk": i["sk"]} for i in owned if i["sk"]["S"] in wanted]
         await asyncio.gather(*(self._renew_one(key, owner, lease_until) for key in keys))

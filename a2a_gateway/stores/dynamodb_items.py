@@ -1,4 +1,4 @@
-"""DynamoDB store: the key design and how tasks, endpoints and expressions become items.
+"""DynamoDB store: the key design and how tasks, endpoints, API keys and expressions become items.
 
 Every task-table partition key starts with the caller's scope (``T#t#E#e#P#p``), with ``%`` and
 ``#`` escaped inside names, so no key can reach across tenants, endpoints or principals. The
@@ -16,10 +16,13 @@ from a2a.types import Task
 
 from a2a_gateway.stores.base import (
     TERMINAL_STATES,
+    ApiKey,
     Endpoint,
     Scope,
     StoredTask,
     status_timestamp_us,
+    utc_from_text,
+    utc_text,
 )
 
 LEASE_SHARDS = 8
@@ -125,6 +128,41 @@ def endpoint_from_item(item: dict[str, Any]) -> Endpoint:
         metadata=json.loads(item["metadata"]["S"]),
         created_at=datetime.fromisoformat(item["created_at"]["S"]),
         updated_at=datetime.fromisoformat(item["updated_at"]["S"]),
+    )
+
+
+def api_key_item(key: ApiKey) -> dict[str, Any]:
+    """Times are ISO text, not numbers: no TTL setting can ever delete a key item."""
+    item = {
+        "id": S(key.id),
+        "endpoint_id": S(key.endpoint_id),
+        "tenant": S(key.tenant),
+        "principal": S(key.principal),
+        "name": S(key.name),
+        "key_hash": S(key.key_hash),
+        "created_at": S(utc_text(key.created_at)),
+    }
+    if key.expires_at is not None:
+        item["expires_at"] = S(utc_text(key.expires_at))
+    if key.revoked_at is not None:
+        item["revoked_at"] = S(utc_text(key.revoked_at))
+    return item
+
+
+def api_key_from_item(item: dict[str, Any]) -> ApiKey:
+    def text(name: str) -> str | None:
+        return item[name]["S"] if name in item else None
+
+    return ApiKey(
+        id=item["id"]["S"],
+        endpoint_id=item["endpoint_id"]["S"],
+        tenant=item["tenant"]["S"],
+        principal=item["principal"]["S"],
+        name=item["name"]["S"],
+        key_hash=item["key_hash"]["S"],
+        created_at=datetime.fromisoformat(item["created_at"]["S"]),
+        expires_at=utc_from_text(text("expires_at")),
+        revoked_at=utc_from_text(text("revoked_at")),
     )
 
 

@@ -1,7 +1,7 @@
 """DynamoDB store: settings, the boto3 client, error mapping, and the tables (``migrate``).
 
 ``DynamoDBSettings`` comes from the store URL (``dynamodb://?region=…&table_prefix=a2a-``).
-``table_definitions`` is the schema — two tables, five sparse indexes — that ``create_tables``
+``table_definitions`` is the schema — three tables, five sparse indexes — that ``create_tables``
 creates where missing and ``deploy/dynamodb/template.yaml`` mirrors as CloudFormation.
 """
 
@@ -32,6 +32,11 @@ RETRIABLE_CODES = frozenset(
     }
 )
 LIST_PROJECTION = ["task", "expires_at", "state"]
+
+
+class MissingTableError(StoreError):
+    """A table of the store does not exist: ``a2a-gateway migrate`` was not run (since the
+    table was added)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +82,10 @@ class DynamoDBSettings:
     def tasks_table(self) -> str:
         return f"{self.table_prefix}tasks"
 
+    @property
+    def api_keys_table(self) -> str:
+        return f"{self.table_prefix}api_keys"
+
 
 # -- schema --------------------------------------------------------------------------------------
 
@@ -96,7 +105,7 @@ def _index(name: str, hash_key: str, range_key: str, include: list[str] | None) 
 
 
 def table_definitions(settings: DynamoDBSettings) -> list[dict[str, Any]]:
-    """``CreateTable`` arguments for both tables (``deploy/dynamodb`` mirrors these)."""
+    """``CreateTable`` arguments for every table (``deploy/dynamodb`` mirrors these)."""
 
     def attrs(**kinds: str) -> list[dict[str, str]]:
         return [{"AttributeName": k, "AttributeType": t} for k, t in kinds.items()]
@@ -126,6 +135,12 @@ def table_definitions(settings: DynamoDBSettings) -> list[dict[str, Any]]:
                 _index("by_owner", "owner", "sk", None),
                 _index("by_lease", "lease_shard", "lease_until", None),
             ],
+        },
+        {
+            "TableName": settings.api_keys_table,
+            "BillingMode": "PAY_PER_REQUEST",
+            "AttributeDefinitions": attrs(id="S"),
+            "KeySchema": [{"AttributeName": "id", "KeyType": "HASH"}],
         },
     ]
 
@@ -159,7 +174,9 @@ def map_errors(op: str, fn: Callable[[], Any]) -> Any:
         if code in RETRIABLE_CODES or status >= 500:
             raise StoreUnavailableError(f"dynamodb {op}: {code or status} after retries") from exc
         if code == "ResourceNotFoundException":
-            raise StoreError(f"dynamodb {op}: table missing (run `a2a-gateway migrate`)") from exc
+            raise MissingTableError(
+                f"dynamodb {op}: table missing (run `a2a-gateway migrate`)"
+            ) from exc
         raise StoreError(f"dynamodb {op}: {code}") from exc
     except NoCredentialsError as exc:
         raise StoreError("dynamodb: no AWS credentials found") from exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
+from datetime import datetime
 from typing import Any, TypeVar
 
 from a2a.types import Task, TaskPushNotificationConfig
@@ -11,6 +12,7 @@ from google.protobuf.message import Message
 
 from a2a_gateway.stores.base import (
     TERMINAL_STATES,
+    ApiKey,
     ClaimedTask,
     ConflictError,
     Context,
@@ -20,7 +22,9 @@ from a2a_gateway.stores.base import (
     StoredTask,
     TaskPage,
     TaskQuery,
+    as_utc,
     status_timestamp_us,
+    storable_key_id,
 )
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
 
@@ -38,6 +42,7 @@ class MemoryStore(Store):
     def __init__(self, page_token_key: bytes | None = None) -> None:
         self._token_key = page_token_key
         self._endpoints: dict[str, Endpoint] = {}
+        self._api_keys: dict[str, ApiKey] = {}
         self._tasks: dict[tuple[Scope, str], StoredTask] = {}
         self._push: dict[tuple[Scope, str], dict[str, TaskPushNotificationConfig]] = {}
         self._contexts: dict[tuple[Scope, str], Context] = {}
@@ -62,6 +67,41 @@ class MemoryStore(Store):
 
     async def list_endpoints(self) -> list[Endpoint]:
         return [copy.deepcopy(e) for e in sorted(self._endpoints.values(), key=lambda e: e.created_at)]
+
+    # API keys
+    async def create_api_key(self, key: ApiKey) -> None:
+        if key.id in self._api_keys:
+            raise ConflictError(f"API key {key.id} exists")
+        self._api_keys[key.id] = replace(
+            key,
+            created_at=as_utc(key.created_at),
+            expires_at=key.expires_at and as_utc(key.expires_at),
+            revoked_at=key.revoked_at and as_utc(key.revoked_at),
+        )
+
+    async def get_api_key(self, key_id: str) -> ApiKey | None:
+        if not storable_key_id(key_id):
+            return None
+        found = self._api_keys.get(key_id)
+        return replace(found) if found else None
+
+    async def list_api_keys(self, endpoint_id: str | None = None) -> list[ApiKey]:
+        keys = [
+            replace(k)
+            for k in self._api_keys.values()
+            if endpoint_id is None or k.endpoint_id == endpoint_id
+        ]
+        return sorted(keys, key=lambda k: (k.created_at, k.id))
+
+    async def revoke_api_key(self, key_id: str, revoked_at: datetime) -> bool:
+        if not storable_key_id(key_id):
+            return False
+        found = self._api_keys.get(key_id)
+        if found is None:
+            return False
+        if found.revoked_at is None:
+            found.revoked_at = as_utc(revoked_at)
+        return True
 
     # tasks
     async def create_task(

@@ -23,6 +23,7 @@ from google.protobuf import json_format
 from a2a_gateway.stores.base import (
     NOT_TERMINAL_SQL,
     TERMINAL_STATES,
+    ApiKey,
     ClaimedTask,
     ConflictError,
     Context,
@@ -34,6 +35,7 @@ from a2a_gateway.stores.base import (
     TaskPage,
     TaskQuery,
     status_timestamp_us,
+    storable_key_id,
 )
 from a2a_gateway.stores.migrations import migration_files
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
@@ -96,6 +98,20 @@ def _endpoint_from_row(row: asyncpg.Record) -> Endpoint:
         metadata=row["metadata"],
         created_at=row["created_at"].astimezone(UTC),
         updated_at=row["updated_at"].astimezone(UTC),
+    )
+
+
+def _api_key_from_row(row: asyncpg.Record) -> ApiKey:
+    return ApiKey(
+        id=row["id"],
+        endpoint_id=row["endpoint_id"],
+        tenant=row["tenant"],
+        principal=row["principal"],
+        name=row["name"],
+        key_hash=row["key_hash"],
+        created_at=row["created_at"].astimezone(UTC),
+        expires_at=row["expires_at"] and row["expires_at"].astimezone(UTC),
+        revoked_at=row["revoked_at"] and row["revoked_at"].astimezone(UTC),
     )
 
 
@@ -267,6 +283,54 @@ class PostgresStore(Store):
         async with self._conn() as conn:
             rows = await conn.fetch("SELECT * FROM endpoints ORDER BY created_at, id")
         return [_endpoint_from_row(r) for r in rows]
+
+    # API keys --------------------------------------------------------------
+    async def create_api_key(self, key: ApiKey) -> None:
+        async with self._conn() as conn:
+            try:
+                await conn.execute(
+                    "INSERT INTO api_keys (id, endpoint_id, tenant, principal, name, key_hash,"
+                    " created_at, expires_at, revoked_at)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    key.id,
+                    key.endpoint_id,
+                    key.tenant,
+                    key.principal,
+                    key.name,
+                    key.key_hash,
+                    _utc(key.created_at),
+                    key.expires_at and _utc(key.expires_at),
+                    key.revoked_at and _utc(key.revoked_at),
+                )
+            except asyncpg.UniqueViolationError as exc:
+                raise ConflictError(f"API key {key.id} exists") from exc
+
+    async def get_api_key(self, key_id: str) -> ApiKey | None:
+        if not storable_key_id(key_id):
+            return None
+        async with self._conn() as conn:
+            row = await conn.fetchrow("SELECT * FROM api_keys WHERE id = $1", key_id)
+        return _api_key_from_row(row) if row else None
+
+    async def list_api_keys(self, endpoint_id: str | None = None) -> list[ApiKey]:
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                "SELECT * FROM api_keys WHERE $1::text IS NULL OR endpoint_id = $1"
+                " ORDER BY created_at, id",
+                endpoint_id,
+            )
+        return [_api_key_from_row(r) for r in rows]
+
+    async def revoke_api_key(self, key_id: str, revoked_at: datetime) -> bool:
+        if not storable_key_id(key_id):
+            return False
+        async with self._conn() as conn:
+            status = await conn.execute(
+                "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $2) WHERE id = $1",
+                key_id,
+                _utc(revoked_at),
+            )
+        return status == "UPDATE 1"
 
     # tasks -----------------------------------------------------------------
     async def create_task(

@@ -1,8 +1,9 @@
 """SQLite store (``sqlite:///path``): the embedded default, one file, WAL mode.
 
 The schema comes from ``migrations/sqlite/NNNN_*.sql``, applied on open and tracked
-with ``PRAGMA user_version``. Tasks and push configs are stored as serialized
-protobuf; the columns beside them exist for filtering and ordering.
+with ``PRAGMA user_version``, so an older file is upgraded when it is opened. Tasks and
+push configs are stored as serialized protobuf; the columns beside them exist for
+filtering and ordering.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from a2a.types import Task, TaskPushNotificationConfig
 from a2a_gateway.stores.base import (
     NOT_TERMINAL_SQL,
     TERMINAL_STATES,
+    ApiKey,
     ClaimedTask,
     ConflictError,
     Context,
@@ -30,6 +32,9 @@ from a2a_gateway.stores.base import (
     TaskPage,
     TaskQuery,
     status_timestamp_us,
+    storable_key_id,
+    utc_from_text,
+    utc_text,
 )
 from a2a_gateway.stores.migrations import migration_files
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
@@ -49,6 +54,20 @@ def _endpoint_from_row(row: aiosqlite.Row) -> Endpoint:
         metadata=json.loads(row["metadata"]),
         created_at=datetime.fromisoformat(row["created_at"]),
         updated_at=datetime.fromisoformat(row["updated_at"]),
+    )
+
+
+def _api_key_from_row(row: aiosqlite.Row) -> ApiKey:
+    return ApiKey(
+        id=row["id"],
+        endpoint_id=row["endpoint_id"],
+        tenant=row["tenant"],
+        principal=row["principal"],
+        name=row["name"],
+        key_hash=row["key_hash"],
+        created_at=datetime.fromisoformat(row["created_at"]),
+        expires_at=utc_from_text(row["expires_at"]),
+        revoked_at=utc_from_text(row["revoked_at"]),
     )
 
 
@@ -149,6 +168,49 @@ class SQLiteStore(Store):
     async def list_endpoints(self) -> list[Endpoint]:
         async with self._db.execute("SELECT * FROM endpoints ORDER BY created_at, id") as cur:
             return [_endpoint_from_row(r) for r in await cur.fetchall()]
+
+    # API keys --------------------------------------------------------------
+    async def create_api_key(self, key: ApiKey) -> None:
+        try:
+            await self._db.execute(
+                "INSERT INTO api_keys (id, endpoint_id, tenant, principal, name, key_hash,"
+                " created_at, expires_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    key.id,
+                    key.endpoint_id,
+                    key.tenant,
+                    key.principal,
+                    key.name,
+                    key.key_hash,
+                    utc_text(key.created_at),
+                    utc_text(key.expires_at) if key.expires_at else None,
+                    utc_text(key.revoked_at) if key.revoked_at else None,
+                ),
+            )
+        except aiosqlite.IntegrityError as exc:
+            raise ConflictError(f"API key {key.id} exists") from exc
+
+    async def get_api_key(self, key_id: str) -> ApiKey | None:
+        if not storable_key_id(key_id):
+            return None
+        rows = await self._db.execute_fetchall("SELECT * FROM api_keys WHERE id = ?", (key_id,))
+        return _api_key_from_row(rows[0]) if rows else None
+
+    async def list_api_keys(self, endpoint_id: str | None = None) -> list[ApiKey]:
+        rows = await self._db.execute_fetchall(
+            "SELECT * FROM api_keys WHERE ? IS NULL OR endpoint_id = ? ORDER BY created_at, id",
+            (endpoint_id, endpoint_id),
+        )
+        return [_api_key_from_row(r) for r in rows]
+
+    async def revoke_api_key(self, key_id: str, revoked_at: datetime) -> bool:
+        if not storable_key_id(key_id):
+            return False
+        cur = await self._db.execute(
+            "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?",
+            (utc_text(revoked_at), key_id),
+        )
+        return cur.rowcount == 1
 
     # tasks -----------------------------------------------------------------
     async def create_task(

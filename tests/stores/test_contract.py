@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from a2a.types import (
@@ -14,6 +17,7 @@ from a2a.types import (
 )
 
 from a2a_gateway.stores.base import (
+    ApiKey,
     ConflictError,
     Context,
     Endpoint,
@@ -49,6 +53,91 @@ async def test_endpoint_round_trip_and_update(store):
     with pytest.raises(ConflictError):
         await store.create_endpoint(ep)
     assert await store.get_endpoint(str(uuid.uuid4())) is None
+
+
+def make_key(endpoint_id: str = "ep-1", created_at: datetime | None = None, **fields) -> ApiKey:
+    key = ApiKey(
+        id=secrets.token_hex(8),
+        endpoint_id=endpoint_id,
+        tenant="t1",
+        principal=f"caller-{secrets.token_hex(2)}",
+        name="",
+        key_hash=secrets.token_hex(32),
+        created_at=created_at or datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC),
+    )
+    return replace(key, **fields)
+
+
+async def test_api_key_round_trips_every_field_to_the_microsecond(store):
+    key = make_key(
+        name="ci runner",
+        created_at=datetime(2026, 3, 1, 12, 0, 0, 1, tzinfo=UTC),
+        expires_at=datetime(2027, 3, 1, 0, 0, 0, 999999, tzinfo=UTC),
+        revoked_at=datetime(2026, 6, 1, 8, 30, 0, tzinfo=UTC),
+    )
+    await store.create_api_key(key)
+    got = await store.get_api_key(key.id)
+    assert got == key
+    times = (got.created_at, got.expires_at, got.revoked_at)
+    assert all(t.utcoffset() == timedelta(0) for t in times)
+    plain = make_key()
+    await store.create_api_key(plain)
+    got = await store.get_api_key(plain.id)
+    assert got == plain and got.expires_at is None and got.revoked_at is None
+
+
+async def test_api_key_times_in_another_zone_come_back_as_the_same_instant_in_utc(store):
+    cet = timezone(timedelta(hours=1))
+    key = make_key(created_at=datetime(2026, 3, 1, 13, 0, 0, 500, tzinfo=cet))
+    await store.create_api_key(key)
+    got = await store.get_api_key(key.id)
+    assert got.created_at == datetime(2026, 3, 1, 12, 0, 0, 500, tzinfo=UTC)
+    assert got.created_at.utcoffset() == timedelta(0)
+
+
+async def test_api_key_ids_are_unique_and_unknown_ids_are_none(store):
+    key = make_key()
+    await store.create_api_key(key)
+    with pytest.raises(ConflictError):
+        await store.create_api_key(replace(make_key(endpoint_id="ep-2"), id=key.id))
+    assert (await store.get_api_key(key.id)).endpoint_id == "ep-1"
+    assert await store.get_api_key(secrets.token_hex(8)) is None
+    for presented in ("", "x" * 3000, "é" * 1100, "a\x00b", "a\udcff"):
+        assert await store.get_api_key(presented) is None
+        assert await store.revoke_api_key(presented, datetime.now(UTC)) is False
+
+
+async def test_api_keys_list_in_creation_order_and_filter_by_endpoint(store):
+    base = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+    # created out of order, two with the same time (the id breaks the tie), a revoked one
+    third = make_key("ep-1", base + timedelta(microseconds=2))
+    first = make_key("ep-2", base)
+    second = make_key("ep-1", base + timedelta(microseconds=1), revoked_at=base)
+    tied = sorted([make_key("ep-1", base + timedelta(seconds=5)) for _ in range(2)],
+                  key=lambda k: k.id)
+    for key in (third, tied[1], first, tied[0], second):
+        await store.create_api_key(key)
+    assert await store.list_api_keys() == [first, second, third, *tied]
+    assert await store.list_api_keys("ep-1") == [second, third, *tied]
+    assert await store.list_api_keys("ep-2") == [first]
+    assert await store.list_api_keys("ep-3") == []
+
+
+async def test_revoking_an_api_key_keeps_the_first_time(store):
+    key = make_key(expires_at=datetime(2027, 1, 1, tzinfo=UTC))
+    other = make_key()
+    await store.create_api_key(key)
+    await store.create_api_key(other)
+    first = datetime(2026, 4, 1, 9, 0, 0, 654321, tzinfo=UTC)
+    assert await store.revoke_api_key(key.id, first) is True
+    assert await store.revoke_api_key(key.id, first + timedelta(days=1)) is True
+    got = await store.get_api_key(key.id)
+    assert got.revoked_at == first and got.expires_at == key.expires_at
+    assert got.key_hash == key.key_hash
+    assert (await store.get_api_key(other.id)).revoked_at is None
+    listed = {k.id: k.revoked_at for k in await store.list_api_keys()}
+    assert listed == {key.id: first, other.id: None}
+    assert await store.revoke_api_key(secrets.token_hex(8), first) is False
 
 
 async def test_task_create_get_is_scoped(store):

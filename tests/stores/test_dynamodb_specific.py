@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from a2a.types import Task, TaskState
 from aiohttp import web
 
 from a2a_gateway.stores.base import (
+    ApiKey,
     ConflictError,
     InvalidPageTokenError,
     Scope,
@@ -29,6 +31,7 @@ from a2a_gateway.stores.base import (
 from a2a_gateway.stores.dynamodb import (
     DynamoDBSettings,
     DynamoDBStore,
+    MissingTableError,
     create_tables,
     scope_key,
     table_definitions,
@@ -327,6 +330,7 @@ async def test_create_tables_is_idempotent_and_adds_missing_indexes():
         assert first == [
             settings.endpoints_table,
             settings.tasks_table,
+            settings.api_keys_table,
             f"{settings.tasks_table} ttl:expires_at",
         ]
         assert await create_tables(url, **support.CREDENTIALS) == []
@@ -352,6 +356,26 @@ async def test_create_tables_is_idempotent_and_adds_missing_indexes():
     finally:
         client.close()
         await support.drop_tables(url)
+
+
+async def test_tables_from_before_api_keys_are_refused_until_migrate_adds_the_table(request):
+    async with support.open_test_store(request) as store:
+        await store.check_schema()
+        from a2a_gateway.stores.dynamodb import _client
+
+        settings = store._settings
+        client = _client(settings, support.CREDENTIALS)
+        try:
+            await asyncio.to_thread(client.delete_table, TableName=settings.api_keys_table)
+        finally:
+            client.close()
+        missing = rf"{settings.api_keys_table} does not exist: run `a2a-gateway migrate`"
+        with pytest.raises(MissingTableError, match=missing):
+            await store.check_schema()
+        url = support.store_url(support.moto_endpoint(), settings.table_prefix)
+        assert await create_tables(url, **support.CREDENTIALS) == [settings.api_keys_table]
+        await store.check_schema()
+        assert await store.list_api_keys() == []
 
 
 def test_deploy_template_matches_table_definitions():
@@ -409,6 +433,17 @@ async def test_every_expression_placeholder_sent_is_used(request):
         ):
             await store.list_tasks(SCOPE, query)
         await store.list_push_configs(SCOPE, task.id)
+        key = ApiKey(
+            id="0123456789abcdef", endpoint_id="ep-1", tenant="t1", principal="ci", name="",
+            key_hash="ab" * 32, created_at=datetime.now(UTC),
+        )
+        await store.create_api_key(key)
+        await store.get_api_key(key.id)
+        await store.list_api_keys()
+        await store.list_api_keys("ep-1")
+        await store.revoke_api_key(key.id, datetime.now(UTC))
+        await store.revoke_api_key("fedcba9876543210", datetime.now(UTC))
+        await store.check_schema()
         await store.ping()
     assert unused == []
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import socket
+import subprocess
+import sys
 import time
+from datetime import UTC, datetime
 
 import asyncpg
 import pytest
 
-from a2a_gateway.stores.base import StoreUnavailableError
+from a2a_gateway.stores.base import ApiKey, Endpoint, StoreUnavailableError
 from a2a_gateway.stores.migrations import migration_files
 from a2a_gateway.stores.postgres import (
     MigrationError,
@@ -133,6 +136,52 @@ async def test_check_schema_and_migrate_refuse_a_schema_newer_than_the_code(empt
         await check_schema(empty_db, files=[CREATE_A])
     with pytest.raises(MigrationError, match="newer than this gateway"):
         await migrate_postgres(empty_db, files=[CREATE_A])
+
+
+def _before_api_keys() -> tuple[list, list[str]]:
+    """The migrations of the release before API keys, and the names of the ones after."""
+    files = migration_files("postgres")
+    first_new = next(i for i, f in enumerate(files) if f[1] == "0005_api_keys.sql")
+    return files[:first_new], [name for _, name, _ in files[first_new:]]
+
+
+async def test_a_database_from_before_api_keys_is_refused_then_upgraded_keeping_its_rows(empty_db):
+    previous, added = _before_api_keys()
+    await migrate_postgres(empty_db, files=previous)
+    store = await PostgresStore.open(empty_db)
+    try:
+        await store.create_endpoint(Endpoint(id="ep-old", name="written before the upgrade"))
+        behind = r"behind this gateway \(not applied: 0005_api_keys.sql\).*a2a-gateway migrate"
+        with pytest.raises(SchemaMismatchError, match=behind):
+            await store.check_schema()
+        with pytest.raises(SchemaMismatchError, match="api_keys.*run `a2a-gateway migrate`"):
+            await store.get_api_key("0123456789abcdef")
+
+        assert await migrate_postgres(empty_db) == added
+        await store.check_schema()
+        assert (await store.get_endpoint("ep-old")).name == "written before the upgrade"
+        key = ApiKey(
+            id="0123456789abcdef", endpoint_id="ep-old", tenant="default", principal="ci",
+            name="", key_hash="ab" * 32, created_at=datetime(2026, 3, 1, 0, 0, 0, 7, tzinfo=UTC),
+        )
+        await store.create_api_key(key)
+        assert await store.list_api_keys("ep-old") == [key]
+    finally:
+        await store.aclose()
+
+
+async def test_serve_on_a_database_from_before_api_keys_asks_for_migrate(empty_db):
+    previous, _ = _before_api_keys()
+    await migrate_postgres(empty_db, files=previous)
+    refused = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "a2a_gateway", "serve", "--store", empty_db, "--port", "0"],
+        capture_output=True, text=True, timeout=60,
+    )
+    output = refused.stdout + refused.stderr
+    assert refused.returncode != 0, output
+    assert "0005_api_keys.sql" in output and "a2a-gateway migrate" in output
+    assert "Traceback" not in output
 
 
 async def test_store_check_schema_passes_on_the_migrated_template():
