@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 
 import pytest
 
@@ -176,12 +177,17 @@ def test_every_option_and_subcommand_has_help_text():
     assert seen > 40
 
 
-def test_demo_help_names_the_store_it_serves(capsys):
+def test_demo_help_names_the_store_demo_serves(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("A2A_GATEWAY_STORE", raising=False)
     with pytest.raises(SystemExit) as exited:
         cli.main(["demo", "--help"])
-    out = capsys.readouterr().out
     assert exited.value.code == 0
-    assert "sqlite:///./a2a-gateway.db" in out and "demo.db" not in out
+    named = re.search(r"default (sqlite:///\S+?\.db)", " ".join(capsys.readouterr().out.split()))
+    served: list[str] = []
+    monkeypatch.setattr(cli, "serve", lambda settings, *endpoints: served.append(settings.store))
+    cli.main(["demo"])
+    assert named is not None and served == [named[1]]
 
 
 def test_migrate_names_what_it_applied(tmp_path):
