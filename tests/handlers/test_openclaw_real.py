@@ -152,6 +152,24 @@ async def test_upstream_error_fails_the_task(env, http) -> None:
     assert not any(isinstance(e, Completed) for e in events)
 
 
+async def test_a_run_past_run_timeout_seconds_fails_and_openclaw_aborts_it(env, http) -> None:
+    tag = nonce()
+    started = time.monotonic()
+    events = [e async for e in openclaw(env, http, run_timeout_seconds=3).run(make_request(
+        f"FAKE_SLOW words=100 delay=1 {tag}", context_id=f"bound-{tag}"))]
+    assert events[-1] == Failed("the OpenClaw run exceeded run_timeout_seconds=3")
+    assert any(isinstance(e, TextDelta) for e in events)
+    assert 3 <= time.monotonic() - started < 8
+    entry: dict[str, Any] = {}
+    for _ in range(100):  # closing the stream made OpenClaw abort its LLM call
+        entry = (await llm_requests(env, http, tag))[-1]
+        if entry["outcome"] != "in_progress":
+            break
+        await asyncio.sleep(0.1)
+    assert entry["outcome"] == "client_disconnected"
+    assert len(entry["chunks"]) < 20
+
+
 async def test_cancel_mid_stream_stops_the_upstream_run(env, http) -> None:
     tag = nonce()
     words = 30
