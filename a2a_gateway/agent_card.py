@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from a2a.types import AgentCard, AgentInterface
+from a2a.types import AgentCard, AgentInterface, APIKeySecurityScheme, HTTPAuthSecurityScheme
 from google.protobuf.json_format import ParseDict, ParseError
 
 from a2a_gateway.errors import EndpointMisconfiguredError
@@ -17,8 +17,10 @@ from a2a_gateway.stores.base import Endpoint
 
 CARD_FIELDS = {
     "provider", "version", "documentationUrl", "iconUrl", "defaultInputModes",
-    "defaultOutputModes", "skills", "securitySchemes", "securityRequirements",
+    "defaultOutputModes", "skills",
 }
+"""Card fields a row may set. Security schemes are not among them: the card states what the
+gateway enforces."""
 CAPABILITY_FLAGS = {"streaming": True, "pushNotifications": True, "extendedAgentCard": False}
 """Capabilities an endpoint row may switch, with their defaults."""
 SKILL_REQUIRED = ("id", "name", "description", "tags")
@@ -39,7 +41,11 @@ def endpoint_urls(base_url: str, endpoint_id: str) -> tuple[str, str]:
     return root, f"{root}/rest"
 
 
-def build_card(endpoint: Endpoint, base_url: str, *, extended: bool = False) -> AgentCard:
+def build_card(
+    endpoint: Endpoint, base_url: str, *, extended: bool = False, api_key_header: str | None = None
+) -> AgentCard:
+    """The endpoint's card; ``api_key_header`` (None: anonymous calls) is advertised as its
+    security scheme, with the same key as a bearer token as the alternative."""
     source: dict[str, Any] = endpoint.card
     jsonrpc_url, rest_url = endpoint_urls(base_url, endpoint.id)
     card = AgentCard(
@@ -63,6 +69,8 @@ def build_card(endpoint: Endpoint, base_url: str, *, extended: bool = False) -> 
     card.capabilities.extended_agent_card = capability(endpoint, "extendedAgentCard")
     for ext in capabilities(endpoint).get("extensions", []):
         ParseDict(ext, card.capabilities.extensions.add(), ignore_unknown_fields=True)
+    if api_key_header is not None:
+        _require_api_key(card, api_key_header)
     card.supported_interfaces.extend(
         [
             AgentInterface(url=jsonrpc_url, protocol_binding="JSONRPC", protocol_version="1.0"),
@@ -71,6 +79,17 @@ def build_card(endpoint: Endpoint, base_url: str, *, extended: bool = False) -> 
         ]
     )
     return card
+
+
+def _require_api_key(card: AgentCard, header: str) -> None:
+    card.security_schemes["apiKey"].api_key_security_scheme.CopyFrom(APIKeySecurityScheme(
+        location="header", name=header, description="an API key from a2a-gateway keys create",
+    ))
+    card.security_schemes["bearer"].http_auth_security_scheme.CopyFrom(HTTPAuthSecurityScheme(
+        scheme="Bearer", description="the same API key, as a bearer token",
+    ))
+    for scheme in ("apiKey", "bearer"):  # either one
+        card.security_requirements.add().schemes[scheme].SetInParent()
 
 
 def check_card(endpoint: Endpoint) -> None:

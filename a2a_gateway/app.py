@@ -15,6 +15,8 @@ import httpx
 import structlog
 from aiohttp import web
 
+from a2a_gateway.auth.api_keys import ApiKeyVerifier
+from a2a_gateway.auth.callers import Authenticator
 from a2a_gateway.engine import TaskEngine
 from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.live import LiveHub
@@ -91,7 +93,10 @@ def build_app(
         hub.attach(engine)
         await hub.start()
         registry = EndpointRegistry(opened, settings, http)
-        gateway = Gateway(settings, opened, http, registry, hub, push, engine)
+        keys = ApiKeyVerifier(opened, settings.api_key_secret.get_secret_value().encode(),
+                              settings.api_key_cache_seconds)
+        auth = Authenticator(keys, settings.api_key_header)
+        gateway = Gateway(settings, opened, http, registry, hub, push, engine, auth)
         app[GATEWAY] = gateway
         await engine.recover_expired(registry)
         lease_task = asyncio.create_task(_lease_loop(gateway))

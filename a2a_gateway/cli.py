@@ -22,6 +22,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from a2a_gateway.app import ENDPOINT_COUNT, build_app
+from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.logs import configure_logging
 from a2a_gateway.registry import check_endpoint
 from a2a_gateway.settings import DEFAULT_STORE, GatewaySettings, load_settings
@@ -177,8 +178,8 @@ def _report(endpoint: Endpoint, settings: GatewaySettings, *, prefix: str = "") 
     for problem in check.problems:
         print(f"{prefix}{problem}", file=sys.stderr)
     if not endpoint.metadata.get("public") and not settings.allow_unauthenticated_endpoints:
-        print(f"{prefix}note: not --public: the gateway refuses to serve it until callers can "
-              "authenticate (or A2A_GATEWAY_ALLOW_UNAUTHENTICATED_ENDPOINTS=true)", file=sys.stderr)
+        print(f"{prefix}note: not --public: callers need an API key "
+              f"(a2a-gateway keys create --endpoint {endpoint.id})", file=sys.stderr)
     return not check.problems
 
 
@@ -244,6 +245,51 @@ def _set_enabled(enabled: bool) -> Any:
     return command
 
 
+# -- keys -------------------------------------------------------------------------------------
+
+
+def cmd_keys_create(args: argparse.Namespace) -> None:
+    settings = _settings(args)
+    if args.expires is not None and args.expires <= 0:
+        raise CommandError("--expires must be a positive number of days")
+
+    async def create(store: Any) -> tuple[Any, str]:
+        endpoint = await _existing(store, args.endpoint)
+        row, key = make_key(
+            settings.api_key_secret.get_secret_value().encode(), endpoint_id=endpoint.id,
+            tenant=endpoint.tenant, principal=args.principal, name=args.name or "",
+            expires_days=args.expires,
+        )
+        await store.create_api_key(row)
+        return row, key
+
+    row, key = asyncio.run(_with_store(_row_store(args), create))
+    expires = row.expires_at.isoformat(timespec="seconds") if row.expires_at else "never"
+    print(f"key {row.id} for endpoint {row.endpoint_id}, principal {row.principal}, expires {expires}")
+    print("the key is shown only now:", file=sys.stderr)
+    print(key)
+
+
+def cmd_keys_list(args: argparse.Namespace) -> None:
+    rows = asyncio.run(_with_store(_row_store(args), lambda s: s.list_api_keys(args.endpoint)))
+    now = datetime.now(UTC)
+    for row in rows:
+        if row.revoked_at is not None:
+            state = f"revoked {row.revoked_at.isoformat(timespec='seconds')}"
+        elif row.expires_at is not None and row.expires_at <= now:
+            state = f"expired {row.expires_at.isoformat(timespec='seconds')}"
+        else:
+            state = "active"
+        print(f"{row.id}  {row.endpoint_id}  {row.principal}  {state}  {row.name}".rstrip())
+
+
+def cmd_keys_revoke(args: argparse.Namespace) -> None:
+    revoked = asyncio.run(_with_store(_row_store(args), lambda s: s.revoke_api_key(args.key_id, datetime.now(UTC))))
+    if not revoked:
+        raise CommandError(f"no key {args.key_id}")
+    print(f"{args.key_id} revoked")
+
+
 def cmd_migrate(args: argparse.Namespace) -> None:
     from a2a_gateway.stores.migrate import migrate
 
@@ -303,6 +349,30 @@ def _endpoint_commands(sub: Any) -> None:
         p.set_defaults(func=func)
 
 
+def _key_commands(sub: Any) -> None:
+    keys = sub.add_parser(
+        "keys", help="manage callers' API keys", description="Manage the API keys callers present "
+        "(X-API-Key header or Authorization: Bearer). Keys are stored only as a keyed hash.",
+    ).add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = keys.add_parser("create", help="create a key for an endpoint; prints the key once, last")
+    _store_args(create)
+    create.add_argument("--endpoint", required=True, help="endpoint id the key may call")
+    create.add_argument("--principal", help="caller identity its tasks belong to (default: the key's "
+                        "id); keys with the same principal share tasks, as when rotating")
+    create.add_argument("--name", help="label for the operator")
+    create.add_argument("--expires", type=float, metavar="DAYS", help="days until the key stops working")
+    create.set_defaults(func=cmd_keys_create)
+    listing = keys.add_parser("list", help="list keys: id, endpoint, principal, state, label")
+    _store_args(listing)
+    listing.add_argument("--endpoint", help="only the keys of this endpoint")
+    listing.set_defaults(func=cmd_keys_list)
+    revoke = keys.add_parser("revoke", help="revoke a key (running gateways stop taking it within "
+                             "A2A_GATEWAY_API_KEY_CACHE_SECONDS)")
+    _store_args(revoke)
+    revoke.add_argument("key_id", help="key id, as keys list shows it")
+    revoke.set_defaults(func=cmd_keys_revoke)
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="a2a-gateway", description="A2A gateway for agents of any framework")
     root.add_argument("--version", action="version", version=f"%(prog)s {version('a2a-gateway')}")
@@ -321,6 +391,7 @@ def parser() -> argparse.ArgumentParser:
     _store_args(p)
     p.set_defaults(func=cmd_migrate)
     _endpoint_commands(sub)
+    _key_commands(sub)
     return root
 
 

@@ -3,6 +3,7 @@
     Error                        HTTP  REST status       JSON-RPC  ErrorInfo reason
     EndpointNotFoundError        404   NOT_FOUND         -32601    METHOD_NOT_FOUND
     EndpointMisconfiguredError   503   UNAVAILABLE       -32603    INTERNAL_ERROR
+    UnauthenticatedError         401   UNAUTHENTICATED   -32600    INVALID_REQUEST
     StoreUnavailableError        503   UNAVAILABLE       -32603    INTERNAL_ERROR
     request body over the limit  413   INVALID_ARGUMENT  -32600    INVALID_REQUEST
 
@@ -14,12 +15,16 @@ database comes back): ``UNAVAILABLE`` and HTTP 503 say "retry later", the messag
 why; -32603 is the only JSON-RPC code for that (A2A defines none). StoreUnavailableError
 lives in ``stores.base``; it also sends ``Retry-After``. The middleware writes these.
 
+A missing or invalid credential is HTTP 401 with ``WWW-Authenticate`` (RFC 9110 §11.6.1);
+A2A defines no JSON-RPC code for it, and the request as sent is one this endpoint does not
+take, so the body says -32600 with the reason.
+
 Protocol errors are the a2a-sdk's ``A2AError`` classes, mapped by the SDK's tables.
 """
 
 from __future__ import annotations
 
-from a2a.utils.errors import A2AError, InternalError, MethodNotFoundError
+from a2a.utils.errors import A2AError, InternalError, InvalidRequestError, MethodNotFoundError
 
 
 class GatewayError(Exception):
@@ -37,6 +42,10 @@ class GatewayError(Exception):
     def as_a2a_error(self) -> A2AError:
         return self.a2a_error(self.message)
 
+    def headers(self) -> dict[str, str]:
+        """HTTP headers the error response carries."""
+        return {}
+
 
 class EndpointNotFoundError(GatewayError):
     http_status = 404
@@ -49,3 +58,13 @@ class EndpointMisconfiguredError(GatewayError):
     http_status = 503
     status = "UNAVAILABLE"
     message = "endpoint is misconfigured"
+
+
+class UnauthenticatedError(GatewayError):
+    http_status = 401
+    status = "UNAUTHENTICATED"
+    a2a_error = InvalidRequestError
+    message = "this endpoint needs credentials"
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": 'Bearer realm="a2a-gateway"'}

@@ -8,6 +8,7 @@ import httpx
 from a2a.compat.v0_3.request_handler import RequestHandler03
 from aiohttp import web
 
+from a2a_gateway.auth.callers import Authenticator
 from a2a_gateway.engine import TaskEngine
 from a2a_gateway.live import LiveHub
 from a2a_gateway.push import PushNotifier
@@ -26,6 +27,7 @@ class Gateway:
     hub: LiveHub
     push: PushNotifier
     engine: TaskEngine
+    auth: Authenticator
 
     def request_handlers(self, runtime: EndpointRuntime) -> tuple[GatewayRequestHandler, RequestHandler03]:
         """The endpoint's 1.0 request handler and its 0.3 adapter (built once per runtime)."""

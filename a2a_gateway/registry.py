@@ -3,8 +3,8 @@
 A runtime holds the endpoint row and its handler instance (settings resolved). Rows are
 re-read at most every ``endpoint_cache_seconds``; a changed row builds a new runtime and
 closes the old handler. A row that cannot be served (handler not allowed or missing,
-invalid settings or card, private while the gateway has no authentication) becomes a
-runtime with a ``problem``, which every route of the endpoint answers.
+invalid settings or card) becomes a runtime with a ``problem``, which every route of the
+endpoint answers.
 ``check_endpoint`` runs the same checks for the command line, before a row is written.
 """
 
@@ -41,6 +41,8 @@ class EndpointRuntime:
     handler: Handler | None
     problem: str | None = None
     """Why the handler could not be built (the endpoint then answers with an error)."""
+    api_key_header: str | None = None
+    """Where callers send their API key; None when the endpoint takes anonymous calls."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Per-runtime caches owned by other modules (card bytes, request handlers)."""
 
@@ -87,18 +89,6 @@ def load_handler_class(metadata: dict[str, Any], allowlist: list[str]) -> type[H
     if not (isinstance(cls, type) and issubclass(cls, Handler)):
         raise EndpointMisconfiguredError(f"{module_name}.{class_name} is not a handler class")
     return cls
-
-
-NOT_PUBLIC = (
-    "endpoint is not public and this gateway has no caller authentication yet: "
-    "create it with --public, or set A2A_GATEWAY_ALLOW_UNAUTHENTICATED_ENDPOINTS=true "
-    "to serve it without credentials"
-)
-
-
-def check_access(endpoint: Endpoint, settings: GatewaySettings) -> None:
-    if not endpoint.metadata.get("public") and not settings.allow_unauthenticated_endpoints:
-        raise EndpointMisconfiguredError(NOT_PUBLIC)
 
 
 @dataclass(slots=True)
@@ -201,14 +191,19 @@ class EndpointRegistry:
     def _build(self, endpoint: Endpoint) -> EndpointRuntime:
         path = handler_path(endpoint.metadata)
         try:
-            check_access(endpoint, self._settings)
             check_card(endpoint)
             cls = load_handler_class(endpoint.metadata, self._settings.handler_allowlist)
             settings = resolve_handler_settings(cls.Settings, path, endpoint.metadata, self._settings)
-            return EndpointRuntime(endpoint, cls(settings, self._http))
+            handler = cls(settings, self._http)
+            return EndpointRuntime(endpoint, handler, api_key_header=self._api_key_header(endpoint))
         except (EndpointMisconfiguredError, HandlerSettingsError) as exc:
             log.warning("endpoint_misconfigured", endpoint_id=endpoint.id, problem=str(exc))
             return EndpointRuntime(endpoint, None, problem=str(exc))
+
+    def _api_key_header(self, endpoint: Endpoint) -> str | None:
+        if endpoint.metadata.get("public") or self._settings.allow_unauthenticated_endpoints:
+            return None
+        return self._settings.api_key_header
 
     async def aclose(self) -> None:
         for _, runtime in self._cache.values():

@@ -328,4 +328,7 @@ class GatewayRequestHandler(RequestHandler):
         extended = self.runtime.endpoint.card.get("extended")
         if not extended:
             raise ExtendedAgentCardNotConfiguredError()
-        return build_card(self.runtime.endpoint, context.state.get("base_url", ""), extended=True)
+        return build_card(
+            self.runtime.endpoint, context.state.get("base_url", ""), extended=True,
+            api_key_header=self.runtime.api_key_header,
+        )

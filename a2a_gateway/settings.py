@@ -44,8 +44,14 @@ class GatewaySettings(BaseSettings):
     default_endpoint: str = ""
     """Endpoint id also served at the root (``/.well-known/agent-card.json``, ``/a2a``)."""
     allow_unauthenticated_endpoints: bool = False
-    """Serve endpoints created without ``--public`` to anyone. The gateway has no caller
-    authentication yet, so without this such endpoints answer an error on every route."""
+    """Take calls without credentials on every endpoint, public or not (local testing only)."""
+    api_key_header: str = "X-API-Key"
+    """Header that carries a caller's API key (``Authorization: Bearer <key>`` works too)."""
+    api_key_secret: SecretStr = SecretStr("a2a-gateway-api-key")
+    """Key of the HMAC under which API keys are stored: the same on every replica; changing
+    it invalidates every key."""
+    api_key_cache_seconds: float = 5.0
+    """How long a key's row is cached (a revoked key stops working within this time)."""
     handler_allowlist: list[str] = ["handlers."]
     """Module prefixes that endpoint rows may name as handlers."""
     handler_settings: dict[str, dict[str, Any]] = {}

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from a2a.auth.user import UnauthenticatedUser
 from a2a.compat.v0_3 import types as t03
 from a2a.server.context import ServerCallContext
 from a2a.types import (
@@ -48,8 +47,8 @@ from google.protobuf.json_format import ParseError
 from pydantic import ValidationError
 
 from a2a_gateway.gateway import GATEWAY, Gateway
-from a2a_gateway.registry import EndpointRuntime
-from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, JSONRPC_ID, REQUEST_ID
+from a2a_gateway.transport.call_context import call_context
+from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, JSONRPC_ID
 from a2a_gateway.transport.negotiate import (
     V03,
     V10,
@@ -176,20 +175,6 @@ async def _read_envelope(request: web.Request) -> dict[str, Any]:
     return payload
 
 
-def _call_context(request: web.Request, gateway: Gateway, runtime: EndpointRuntime, activated: list[str]) -> ServerCallContext:
-    # model_construct: these values are ours and already valid (saves pydantic's checks)
-    return ServerCallContext.model_construct(
-        state={
-            "headers": request.headers,
-            "base_url": gateway.base_url(request),
-            "request_id": request.get(REQUEST_ID),
-        },
-        user=UnauthenticatedUser(),
-        tenant=runtime.endpoint.tenant,
-        requested_extensions=set(activated),
-    )
-
-
 async def handle_jsonrpc(request: web.Request) -> web.StreamResponse:
     """Gateway errors (unknown or misconfigured endpoint, store outage) are left to the
     middleware, which echoes the id read here."""
@@ -198,14 +183,14 @@ async def handle_jsonrpc(request: web.Request) -> web.StreamResponse:
     try:
         payload = await _read_envelope(request)
         runtime = await gateway.registry.get(request.match_info["endpoint_id"])
-        runtime.require_handler()
+        user = await gateway.auth.caller(request.headers, runtime)
         method_name = payload["method"]
         request[A2A_METHOD] = method_name
         version = parse_version(requested_version(request))
         activated = negotiate_extensions(request, runtime)
         if activated:
             headers["A2A-Extensions"] = ", ".join(activated)
-        context = _call_context(request, gateway, runtime, activated)
+        context = call_context(request, gateway, runtime, user, activated)
         v10, v03 = gateway.request_handlers(runtime)
         if method_name in V10_METHODS:
             if version != V10:

@@ -101,6 +101,7 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     except GatewayError as exc:
         request[A2A_ERROR] = type(exc).__name__
         response = error_response(request, exc.http_status, exc.status, exc.as_a2a_error())
+        response.headers.update(exc.headers())
         status = exc.http_status
     except Exception:
         log.exception("request_failed")

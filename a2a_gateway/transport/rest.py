@@ -43,7 +43,8 @@ from google.protobuf.json_format import ParseError
 
 from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.request_handler import GatewayRequestHandler
-from a2a_gateway.transport.jsonrpc import JSON_CONTENT_TYPES, _call_context, result_to_json
+from a2a_gateway.transport.call_context import call_context
+from a2a_gateway.transport.jsonrpc import JSON_CONTENT_TYPES, result_to_json
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD
 from a2a_gateway.transport.negotiate import (
     V10,
@@ -244,7 +245,7 @@ def rest_view(route: Route) -> Callable[[web.Request], Awaitable[web.StreamRespo
     async def view(request: web.Request) -> web.StreamResponse:
         gateway = request.app[GATEWAY]
         runtime = await gateway.registry.get(request.match_info["endpoint_id"])
-        runtime.require_handler()
+        user = await gateway.auth.caller(request.headers, runtime)
         headers = {"Vary": "A2A-Version"}
         request[REST_HEADERS] = headers
         request[A2A_METHOD] = route.__name__
@@ -254,7 +255,7 @@ def rest_view(route: Route) -> Callable[[web.Request], Awaitable[web.StreamRespo
             activated = negotiate_extensions(request, runtime)
             if activated:
                 headers["A2A-Extensions"] = ", ".join(activated)
-            context = _call_context(request, gateway, runtime, activated)
+            context = call_context(request, gateway, runtime, user, activated)
             handler, _ = gateway.request_handlers(runtime)
             return await route(request, gateway, handler, context)
         except A2AError as exc:

@@ -1,5 +1,5 @@
-"""Endpoints a gateway cannot serve answer a clear error on every route; private endpoints are
-refused until callers can authenticate; the default endpoint is also served at the root."""
+"""Endpoints a gateway cannot serve answer a clear error on every route; endpoints that are not
+public need credentials; the default endpoint is also served at the root."""
 
 from __future__ import annotations
 
@@ -47,15 +47,17 @@ async def test_an_endpoint_that_fails_to_load_answers_its_problem_on_every_route
     assert got["jsonrpc"].json()["id"] == "req-7"
 
 
-async def test_an_endpoint_created_without_public_is_refused_unless_allowed():
+async def test_an_endpoint_created_without_public_needs_credentials_unless_allowed():
     async with running_gateway(allow_unauthenticated_endpoints=False) as gw:
         private = await gw.add_endpoint(settings={"delay": 0})
         public = await gw.add_endpoint(settings={"delay": 0, "public": True})
         refused = await answers(gw.endpoint_url(private))
         served = await answers(gw.endpoint_url(public))
+    assert refused.pop("card").status_code == 200  # the card says how to authenticate
     for response in refused.values():
-        assert response.status_code == 503
-        assert "not public" in response.text and "--public" in response.text
+        assert response.status_code == 401 and "needs an API key" in response.text
+        assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    assert refused["jsonrpc"].json()["id"] == "req-7"
     assert served["card"].status_code == 200
     assert served["jsonrpc"].json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     async with running_gateway(allow_unauthenticated_endpoints=True) as gw:

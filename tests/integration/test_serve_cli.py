@@ -72,3 +72,32 @@ def test_an_invalid_default_endpoint_setting_is_one_line(value):
     done = run_cli("serve", "--store", "memory://", A2A_GATEWAY_DEFAULT_ENDPOINT=value)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert done.stderr.startswith("a2a-gateway: default_endpoint:") and len(done.stderr.strip().splitlines()) == 1
+
+
+async def test_keys_through_the_cli_against_a_running_gateway(tmp_path):
+    add = run_cli("endpoints", "add", "--name", "private", "--handler", "handlers.echo:EchoHandler",
+                  "--set", "delay=0", cwd=tmp_path)
+    assert "callers need an API key" in add.stderr
+    endpoint = add.stdout.strip().splitlines()[-1]
+    created = run_cli("keys", "create", "--endpoint", endpoint, "--name", "ci", "--expires", "30", cwd=tmp_path)
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip().splitlines()[-1]
+    key_id = key.split("_")[1]
+    listed = run_cli("keys", "list", "--endpoint", endpoint, cwd=tmp_path, check=True).stdout
+    assert key_id in listed and "active" in listed and key not in listed
+    assert key not in run_cli("endpoints", "show", endpoint, cwd=tmp_path).stdout
+    async with serving("serve", cwd=tmp_path, A2A_GATEWAY_API_KEY_CACHE_SECONDS="0") as listening:
+        url = f"{listening[1]}/{endpoint}/a2a"
+        async with httpx.AsyncClient(timeout=10) as http:
+            anonymous = await http.post(url, json=SEND, headers={"A2A-Version": "1.0"})
+            with_key = await http.post(url, json=SEND, headers={"A2A-Version": "1.0", "X-API-Key": key})
+            revoked = run_cli("keys", "revoke", key_id, cwd=tmp_path)
+            after = await http.post(url, json=SEND, headers={"A2A-Version": "1.0", "Authorization": f"Bearer {key}"})
+    assert anonymous.status_code == 401
+    assert with_key.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert revoked.returncode == 0 and after.status_code == 401
+    assert "revoked" in run_cli("keys", "list", cwd=tmp_path, check=True).stdout
+    unknown = run_cli("keys", "create", "--endpoint", "22222222-2222-4222-8222-222222222222", cwd=tmp_path)
+    assert unknown.returncode != 0 and unknown.stderr.strip() == \
+        "a2a-gateway: no endpoint 22222222-2222-4222-8222-222222222222"
+    assert run_cli("keys", "revoke", "0123456789abcdef", cwd=tmp_path).returncode != 0

@@ -1,0 +1,199 @@
+"""Caller authentication with API keys, through a running gateway, on every store.
+
+An endpoint that is not public answers a missing, malformed, revoked, expired or foreign key
+with 401 on every binding; a valid key (``X-API-Key`` or ``Authorization: Bearer``) makes its
+principal the owner of the tasks it creates, and another principal sees them as not existing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from a2a_gateway.auth.api_keys import make_key
+from tests.harness import RunningGateway, running_gateway
+from tests.stores.store_urls import STORE_KINDS, fresh_store_url
+
+V10 = {"A2A-Version": "1.0"}
+
+
+def rpc(method: str, params: dict, request_id: str = "r1") -> dict:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+
+
+def send(text: str = "hi", **message: str) -> dict:
+    return rpc("SendMessage", {"message": {"messageId": f"m-{text}", "role": "ROLE_USER",
+                                           "parts": [{"text": text}], **message}})
+
+
+@pytest.fixture(params=STORE_KINDS)
+async def gw(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[RunningGateway]:
+    async with fresh_store_url(request.param, tmp_path, monkeypatch) as url:
+        async with running_gateway(url, allow_unauthenticated_endpoints=False, api_key_cache_seconds=0) as running:
+            yield running
+
+
+class Keys:
+    """Keys written as ``a2a-gateway keys create`` writes them."""
+
+    def __init__(self, gw: RunningGateway) -> None:
+        self.gw = gw
+        self.secret = gw.gateway.settings.api_key_secret.get_secret_value().encode()
+
+    async def create(self, endpoint_id: str, **options) -> tuple[str, str]:
+        endpoint = await self.gw.store.get_endpoint(endpoint_id)
+        row, key = make_key(self.secret, endpoint_id=endpoint_id, tenant=endpoint.tenant, **options)
+        await self.gw.store.create_api_key(row)
+        return row.id, key
+
+
+async def call(http: httpx.AsyncClient, url: str, body: dict, key: str | None = None, *, bearer: bool = False) -> httpx.Response:
+    headers = dict(V10)
+    if key is not None:
+        headers.update({"Authorization": f"Bearer {key}"} if bearer else {"X-API-Key": key})
+    return await http.post(url, json=body, headers=headers)
+
+
+async def test_no_or_bad_key_is_401_on_every_route_and_creates_nothing(gw):
+    endpoint = await gw.add_endpoint(settings={"delay": 0})
+    other = await gw.add_endpoint(settings={"delay": 0})
+    _, foreign = await Keys(gw).create(other)
+    rpc_url, rest = gw.jsonrpc_url(endpoint), gw.rest_url(endpoint)
+    stream = rpc("SendStreamingMessage", send()["params"])
+    async with httpx.AsyncClient(timeout=10) as http:
+        for key in (None, "", "nonsense", foreign, foreign[:-2] + "xx"):
+            headers = {**V10, **({"X-API-Key": key} if key is not None else {})}
+            answers = [
+                await http.post(rpc_url, json=send(), headers=headers),
+                await http.post(rpc_url, json=stream, headers={**headers, "Accept": "text/event-stream"}),
+                await http.post(f"{rest}/message:send", json=send()["params"], headers=headers),
+                await http.get(f"{rest}/tasks", headers=headers),
+                await http.get(f"{rest}/tasks/some-id:subscribe", headers=headers),
+            ]
+            for response in answers:
+                assert response.status_code == 401, (key, response.text)
+                assert response.headers["WWW-Authenticate"].startswith("Bearer")
+                assert response.headers["Content-Type"].startswith("application/json")
+            assert answers[0].json()["id"] == "r1" and answers[0].json()["error"]["code"] == -32600
+            assert answers[2].json()["error"]["status"] == "UNAUTHENTICATED"
+            if key:
+                assert key not in "".join(r.text for r in answers)
+        card = await http.get(f"{gw.endpoint_url(endpoint)}/.well-known/agent-card.json")
+    assert card.status_code == 200
+    schemes = card.json()["securitySchemes"]
+    assert schemes["apiKey"]["apiKeySecurityScheme"] == {
+        "location": "header", "name": "X-API-Key", "description": "an API key from a2a-gateway keys create"}
+    assert schemes["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
+    assert card.json()["security"] == [{"apiKey": []}, {"bearer": []}]  # the 0.3 form
+    _, key = await Keys(gw).create(endpoint)
+    async with httpx.AsyncClient(timeout=10) as http:
+        listed = await call(http, rpc_url, rpc("ListTasks", {}), key)
+    assert listed.json()["result"]["tasks"] == []
+
+
+async def test_a_key_owns_its_tasks_and_another_principal_sees_none_of_them(gw):
+    endpoint = await gw.add_endpoint(settings={"delay": 0})
+    keys = Keys(gw)
+    _, alice = await keys.create(endpoint, principal="alice")
+    _, alice_rotated = await keys.create(endpoint, principal="alice")
+    _, bob = await keys.create(endpoint)  # principal defaults to the key's own id
+    url, rest = gw.jsonrpc_url(endpoint), gw.rest_url(endpoint)
+    async with httpx.AsyncClient(timeout=10) as http:
+        sent = (await call(http, url, send("secret plans ?input"), alice, bearer=True)).json()
+        task = sent["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        task_id, context_id = task["id"], task["contextId"]
+        config = {"taskId": task_id, "id": "hook", "url": "http://127.0.0.1:9/hook"}
+        assert "result" in (await call(http, url, rpc("CreateTaskPushNotificationConfig", config), alice)).json()
+
+        # bob: every operation on alice's task answers as for a task that does not exist
+        not_found = [
+            await call(http, url, rpc("GetTask", {"id": task_id}), bob),
+            await call(http, url, rpc("CancelTask", {"id": task_id}), bob),
+            await call(http, url, rpc("SubscribeToTask", {"id": task_id}), bob),
+            await call(http, url, rpc("GetTaskPushNotificationConfig", {"taskId": task_id, "id": "hook"}), bob),
+            await call(http, url, rpc("ListTaskPushNotificationConfigs", {"taskId": task_id}), bob),
+            await call(http, url, rpc("CreateTaskPushNotificationConfig", {**config, "id": "bobs"}), bob),
+            await call(http, url, send("answer", taskId=task_id), bob),
+        ]
+        for response in not_found:
+            assert response.json()["error"]["code"] == -32001, response.text
+        deleted = await call(http, url, rpc("DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "hook"}), bob)
+        assert deleted.json().get("error", {}).get("code", -32001) == -32001
+        bob_rest = await http.get(f"{rest}/tasks/{task_id}", headers={**V10, "X-API-Key": bob})
+        assert bob_rest.status_code == 404
+        listed = await call(http, url, rpc("ListTasks", {}), bob)
+        assert listed.json()["result"]["tasks"] == []
+        joined = (await call(http, url, send("join", contextId=context_id), bob)).json()
+        elsewhere = (await call(http, url, send("join", contextId="no-such-context"), bob)).json()
+        assert joined.keys() == elsewhere.keys()  # someone else's context is as one that does not exist
+        if "error" in joined:
+            assert joined["error"]["code"] == elsewhere["error"]["code"]
+        else:
+            assert [m["parts"][0]["text"] for m in joined["result"]["task"]["history"]] == ["join"]
+
+        # alice with her rotated key is the same caller: she sees and answers her task
+        got = await call(http, url, rpc("GetTask", {"id": task_id}), alice_rotated)
+        assert got.json()["result"]["id"] == task_id
+        hooks = await call(http, url, rpc("ListTaskPushNotificationConfigs", {"taskId": task_id}), alice_rotated)
+        assert [c["id"] for c in hooks.json()["result"]["configs"]] == ["hook"]
+        answered = await call(http, url, send("go on", taskId=task_id), alice_rotated)
+        assert answered.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        mine = await call(http, url, rpc("ListTasks", {}), alice)
+    assert [t["id"] for t in mine.json()["result"]["tasks"]] == [task_id]
+    assert "secret plans" not in listed.text + "".join(r.text for r in not_found)
+
+
+async def test_revoked_and_expired_keys_stop_working(gw):
+    endpoint = await gw.add_endpoint(settings={"delay": 0})
+    keys = Keys(gw)
+    key_id, key = await keys.create(endpoint)
+    _, short_lived = await keys.create(endpoint, expires_days=1 / 86400)  # one second
+    url = gw.jsonrpc_url(endpoint)
+    async with httpx.AsyncClient(timeout=10) as http:
+        assert (await call(http, url, rpc("ListTasks", {}), key)).status_code == 200
+        assert (await call(http, url, rpc("ListTasks", {}), short_lived)).status_code == 200
+        assert await gw.store.revoke_api_key(key_id, datetime.now(UTC))
+        await asyncio.sleep(1.1)
+        assert (await call(http, url, rpc("ListTasks", {}), key)).status_code == 401
+        assert (await call(http, url, rpc("ListTasks", {}), short_lived)).status_code == 401
+
+
+async def test_public_endpoints_take_anonymous_calls_and_still_check_a_presented_key(gw):
+    endpoint = await gw.add_endpoint(settings={"delay": 0, "public": True})
+    _, key = await Keys(gw).create(endpoint, principal="carol")
+    url = gw.jsonrpc_url(endpoint)
+    async with httpx.AsyncClient(timeout=10) as http:
+        anonymous = await call(http, url, send())
+        carols = await call(http, url, send("mine"), key)
+        bad = await call(http, url, send(), key[:-1] + ("A" if key[-1] != "A" else "B"))
+        card = await http.get(f"{gw.endpoint_url(endpoint)}/.well-known/agent-card.json")
+        seen_by_anonymous = await call(http, url, rpc("ListTasks", {}))
+        seen_by_carol = await call(http, url, rpc("ListTasks", {}), key)
+    assert anonymous.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert carols.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert bad.status_code == 401
+    assert "securitySchemes" not in card.json()
+    assert [t["id"] for t in seen_by_anonymous.json()["result"]["tasks"]] == [anonymous.json()["result"]["task"]["id"]]
+    assert [t["id"] for t in seen_by_carol.json()["result"]["tasks"]] == [carols.json()["result"]["task"]["id"]]
+
+
+async def test_a_key_of_another_endpoint_with_the_same_principal_is_refused():
+    async with running_gateway(allow_unauthenticated_endpoints=False) as gw:
+        first = await gw.add_endpoint(settings={"delay": 0})
+        second = await gw.add_endpoint(settings={"delay": 0})
+        keys = Keys(gw)
+        _, key_first = await keys.create(first, principal="dave")
+        expired_row, _ = make_key(keys.secret, endpoint_id=second, tenant="default", principal="dave")
+        expired_row.expires_at = datetime.now(UTC) - timedelta(seconds=1)
+        await gw.store.create_api_key(expired_row)
+        async with httpx.AsyncClient(timeout=10) as http:
+            sent = await call(http, gw.jsonrpc_url(first), send(), key_first)
+            task_id = sent.json()["result"]["task"]["id"]
+            refused = await call(http, gw.jsonrpc_url(second), rpc("GetTask", {"id": task_id}), key_first)
+    assert refused.status_code == 401
