@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from a2a_gateway.app import ENDPOINT_COUNT, build_app
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.logs import configure_logging
-from a2a_gateway.registry import check_endpoint
+from a2a_gateway.registry import check_endpoint, secret_settings
 from a2a_gateway.settings import DEFAULT_STORE, GatewaySettings, load_settings
 from a2a_gateway.stores import UnknownStoreError, display_url, open_store
 from a2a_gateway.stores.base import Endpoint, StoreError
@@ -135,10 +135,19 @@ def cmd_demo(args: argparse.Namespace) -> None:
 # -- endpoints --------------------------------------------------------------------------------
 
 
-def _endpoint_json(ep: Endpoint) -> dict[str, Any]:
+def _shown_metadata(ep: Endpoint, settings: GatewaySettings) -> dict[str, Any]:
+    """The row's metadata with literal secrets masked (``env:NAME`` references are shown)."""
+    secret = secret_settings(ep, settings)
+    return {
+        k: "***" if k in secret and not (isinstance(v, str) and v.startswith("env:")) else v
+        for k, v in ep.metadata.items()
+    }
+
+
+def _endpoint_json(ep: Endpoint, settings: GatewaySettings) -> dict[str, Any]:
     return {
         "id": ep.id, "tenant": ep.tenant, "name": ep.name, "description": ep.description,
-        "enabled": ep.enabled, "card": ep.card, "metadata": ep.metadata,
+        "enabled": ep.enabled, "card": ep.card, "metadata": _shown_metadata(ep, settings),
         "created_at": ep.created_at.isoformat(), "updated_at": ep.updated_at.isoformat(),
     }
 
@@ -228,7 +237,7 @@ def cmd_endpoints_list(args: argparse.Namespace) -> None:
 
 def cmd_endpoints_show(args: argparse.Namespace) -> None:
     ep = asyncio.run(_with_store(_row_store(args), lambda s: _existing(s, args.id)))
-    print(json.dumps(_endpoint_json(ep), indent=2))
+    print(json.dumps(_endpoint_json(ep, _settings(args)), indent=2))
 
 
 def _set_enabled(enabled: bool) -> Any:

@@ -14,7 +14,8 @@ SECRET_KEY_PARTS = ("authorization", "api_key", "apikey", "token", "password", "
 
 
 @functools.lru_cache(maxsize=1024)
-def _is_secret_key(key: str) -> bool:
+def looks_secret(key: str) -> bool:
+    """Whether a field named ``key`` likely holds a credential."""
     lowered = key.lower()
     return any(part in lowered for part in SECRET_KEY_PARTS)
 
@@ -22,7 +23,7 @@ def _is_secret_key(key: str) -> bool:
 def drop_secrets(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     """Replace values whose key looks like a secret."""
     for key in event_dict:
-        if _is_secret_key(key):
+        if looks_secret(key):
             event_dict[key] = "***"
     return event_dict
 

@@ -22,6 +22,7 @@ import structlog
 
 from a2a_gateway.agent_card import capabilities, capability, check_card
 from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError
+from a2a_gateway.logs import looks_secret
 from a2a_gateway.settings import (
     RESERVED_METADATA_KEYS,
     GatewaySettings,
@@ -128,6 +129,19 @@ def check_endpoint(endpoint: Endpoint, settings: GatewaySettings) -> EndpointChe
     except HandlerSettingsError as exc:
         check.problems.append(str(exc))
     return check
+
+
+def secret_settings(endpoint: Endpoint, settings: GatewaySettings) -> set[str]:
+    """Metadata keys whose values are secrets: the handler's ``SecretStr`` settings, and any
+    key named like a credential when the handler cannot be loaded."""
+    try:
+        cls = load_handler_class(endpoint.metadata, settings.handler_allowlist)
+    except EndpointMisconfiguredError:
+        return {k for k in endpoint.metadata if looks_secret(k)}
+    return {
+        name for name, info in cls.Settings.model_fields.items()
+        if "SecretStr" in str(info.annotation) or looks_secret(name)
+    }
 
 
 def is_endpoint_id(value: str) -> bool:

@@ -195,3 +195,19 @@ def test_migrate_names_what_it_applied(tmp_path):
     shipped = sorted(p.name for p in (ROOT / "migrations" / "sqlite").glob("*.sql"))
     assert run_cli("migrate", "--store", store, check=True).stdout.split() == shipped
     assert "up to date" in run_cli("migrate", "--store", store, check=True).stdout
+
+
+def test_endpoints_show_masks_literal_secrets_but_shows_env_references(tmp_path):
+    store = f"sqlite:///{tmp_path}/cli.db"
+    literal = "sk-literal-0123456789"
+    hermes = added_id(run_cli("endpoints", "add", "--store", store, "--name", "h", "--public",
+                              "--handler", "handlers.hermes:HermesAgentHandler",
+                              "--set", f"hermes_api_key={literal}"))
+    chat = added_id(run_cli("endpoints", "add", "--store", store, "--name", "c", "--public",
+                            "--handler", "handlers.openai_chat:OpenAIChatHandler",
+                            "--set", "api_key=env:OPENAI_API_KEY", "--set", "model=m"))
+    shown = json.loads(run_cli("endpoints", "show", "--store", store, hermes, check=True).stdout)
+    assert shown["metadata"]["hermes_api_key"] == "***"
+    assert literal not in run_cli("endpoints", "list", "--store", store).stdout
+    other = json.loads(run_cli("endpoints", "show", "--store", store, chat, check=True).stdout)
+    assert other["metadata"]["api_key"] == "env:OPENAI_API_KEY" and other["metadata"]["model"] == "m"
