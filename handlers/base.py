@@ -34,6 +34,7 @@ A handler never touches HTTP routing, the task store or SSE.
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -103,6 +104,15 @@ class HandlerRequest:
     """The caller; contexts (and so ``history``/``session``) belong to one caller."""
     streaming: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    def backend_user(self, *, per_context: bool = False) -> str:
+        """An opaque, stable name of this caller (``per_context``: of this caller's context)
+        for the backend's own user or session field, so two callers never share a backend
+        conversation, even when they chose the same context id."""
+        parts = [self.tenant, self.endpoint_id, self.principal]
+        if per_context:
+            parts.append(self.context_id)
+        return "a2a-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,7 +130,8 @@ class HermesAgentHandler(Handler):
         if self.settings.response_mode == "message":
             yield await self._reply(request)
             return
-        session_id = request.session.get("hermes_session_id") or f"a2a-{request.context_id}"
+        # one Hermes session per caller's context (context ids are chosen by clients)
+        session_id = request.session.get("hermes_session_id") or request.backend_user(per_context=True)
         body: dict[str, Any] = {
             "input": _input_text(request),
             "session_id": session_id,

@@ -208,6 +208,7 @@ class OpenAIChatHandler(Handler):
             "model": self.settings.model,
             "messages": build_messages(request, self.settings.system_prompt),
             "stream": stream,
+            "user": request.backend_user(),  # the OpenAI API's end-user id, one per caller
         }
         if stream and self.settings.stream_usage:
             body["stream_options"] = {"include_usage": True}

@@ -21,7 +21,6 @@ See docs/handlers.md for the settings and the event mapping.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, Literal
@@ -239,8 +238,7 @@ class OpenClawHandler(Handler):
 
     def session_user(self, request: HandlerRequest) -> str:
         """The ``user`` that pins this A2A context to one OpenClaw session."""
-        seed = "\0".join((request.tenant, request.endpoint_id, request.principal, request.context_id))
-        return "a2a-" + hashlib.sha256(seed.encode()).hexdigest()[:32]
+        return request.backend_user(per_context=True)
 
     def build_body(self, request: HandlerRequest, *, stream: bool) -> dict[str, Any]:
         """The request body: only keys OpenClaw accepts (it rejects unknown ones)."""

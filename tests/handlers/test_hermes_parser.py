@@ -248,16 +248,26 @@ async def test_run_posts_the_turn_with_history_and_a_stable_session() -> None:
     fake = FakeHermes()
     request = make_request(history=[Turn("user", "first"), Turn("agent", "first answer")])
     events = await collect(fake, request, instructions="be brief")
+    session_id = request.backend_user(per_context=True)
     assert events[0] == RunStarted(fake.rec.run_id)
-    assert events[1] == SessionUpdate({"hermes_session_id": "a2a-ctx-1"})
+    assert events[1] == SessionUpdate({"hermes_session_id": session_id})
     assert isinstance(events[-1], Completed)
     body = fake.bodies("/v1/runs")[0]
     assert body["input"] == "hello runs"
-    assert body["session_id"] == "a2a-ctx-1"
+    assert body["session_id"] == session_id
     assert body["instructions"] == "be brief"
     assert body["conversation_history"] == [{"role": "user", "content": "first"},
                                             {"role": "assistant", "content": "first answer"}]
     assert all(c.headers["authorization"] == f"Bearer {KEY}" for c in fake.calls)
+
+
+async def test_two_callers_with_the_same_context_id_get_two_hermes_sessions() -> None:
+    fake = FakeHermes()
+    await collect(fake, make_request(principal="alice"))
+    await collect(fake, make_request(principal="bob"))
+    alice, bob = (b["session_id"] for b in fake.bodies("/v1/runs"))
+    assert alice != bob and "ctx-1" not in alice + bob and "alice" not in alice
+    assert alice == make_request(principal="alice").backend_user(per_context=True)
 
 
 async def test_a_known_session_is_not_rewritten() -> None:

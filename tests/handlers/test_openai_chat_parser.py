@@ -207,3 +207,14 @@ async def test_message_mode_answer_of_an_unexpected_shape_fails_clearly() -> Non
         [event] = await collect(handler(http, response_mode="message").run(make_request()))
     assert event == Failed("the chat backend sent an unexpected frame "
                            "('choices' is not a list of objects)")
+
+
+async def test_each_caller_is_its_own_end_user_at_the_backend() -> None:
+    users = []
+    for principal in ("alice", "bob", "alice"):
+        request = make_request("hi")
+        request.principal = principal
+        _, backend = await run_raw(fixture("oc_chat_stream.txt"), request)
+        users.append(backend.bodies[0]["user"])
+    assert users[0] == users[2] != users[1]
+    assert not any("alice" in u or "bob" in u for u in users)
