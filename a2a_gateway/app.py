@@ -22,6 +22,7 @@ from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.live import LiveHub
 from a2a_gateway.live_postgres import PostgresLiveHub, uses_postgres
 from a2a_gateway.push import PushNotifier
+from a2a_gateway.push_guard import WebhookGuard
 from a2a_gateway.registry import EndpointRegistry
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores import open_store
@@ -77,8 +78,9 @@ def build_app(
         http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
         hub = PostgresLiveHub(opened, settings.replica_id) if uses_postgres(opened) else LiveHub()
         push = PushNotifier(
-            opened, http,
-            allow_private_urls=settings.push_allow_private_urls,
+            opened,
+            WebhookGuard(allow_loopback=settings.push_allow_private_urls,
+                         allowed_hosts=settings.push_allowed_hosts),
             timeout=settings.push_timeout_seconds,
             max_attempts=settings.push_max_attempts,
         )

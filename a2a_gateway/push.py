@@ -18,9 +18,9 @@ import orjson
 import structlog
 from a2a.types import StreamResponse, Task, TaskPushNotificationConfig
 from a2a.utils.errors import InvalidParamsError
-from a2a.utils.push_url_validator import validate_push_notification_url
 
 from a2a_gateway.executor import status_event
+from a2a_gateway.push_guard import RefusedUrlError, WebhookGuard, pin
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import Scope, Store
 from a2a_gateway.transport.protojson import message_to_dict
@@ -32,28 +32,30 @@ class PushNotifier:
     def __init__(
         self,
         store: Store,
-        http: httpx.AsyncClient,
+        guard: WebhookGuard,
         *,
-        allow_private_urls: bool = False,
         timeout: float = 10.0,
         max_attempts: int = 3,
+        http: httpx.AsyncClient | None = None,
     ) -> None:
         self._store = store
-        self._http = http
-        self._allow_private = allow_private_urls
+        self.guard = guard
+        # Its own client: no proxy from the environment (it would resolve the name itself),
+        # no redirects, and no kept-alive connections, which are pooled by address alone and
+        # would carry a request for one name over a TLS session verified for another.
+        self._http = http or httpx.AsyncClient(
+            trust_env=False, follow_redirects=False, limits=httpx.Limits(max_keepalive_connections=0)
+        )
         self._timeout = timeout
         self._max_attempts = max_attempts
         self._deliveries: set[asyncio.Task[None]] = set()
 
     async def check_url(self, url: str) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise InvalidParamsError("push notification url must be http(s)")
-        if self._allow_private:
-            return
-        if not await validate_push_notification_url(url):
-            raise InvalidParamsError(
-                "push notification url is not allowed (loopback, private or unresolvable address)"
-            )
+        """``InvalidParamsError`` (-32602) with the reason when ``url`` may not be called."""
+        try:
+            await self.guard.check(url)
+        except RefusedUrlError as exc:
+            raise InvalidParamsError(str(exc)) from None
 
     async def save_inline_config(
         self, scope: Scope, task_id: str, config: TaskPushNotificationConfig
@@ -91,16 +93,17 @@ class PushNotifier:
             headers["X-A2A-Notification-Token"] = config.token
         for attempt in range(1, self._max_attempts + 1):
             try:
-                await self.check_url(config.url)
-                response = await self._http.post(
-                    config.url, content=body, headers=headers, timeout=self._timeout, follow_redirects=False
+                target = await self.guard.check(config.url)
+                request = self._http.build_request(
+                    "POST", target.url, content=body, headers=headers, timeout=self._timeout
                 )
+                response = await self._http.send(pin(request, target), follow_redirects=False)
                 if response.status_code < 500:
-                    if response.status_code >= 400:
+                    if response.status_code >= 300:
                         log.warning("push_rejected", task_id=config.task_id, status=response.status_code)
                     return
-            except InvalidParamsError:
-                log.warning("push_url_refused", task_id=config.task_id)
+            except RefusedUrlError as exc:
+                log.warning("push_url_refused", task_id=config.task_id, reason=str(exc))
                 return
             except httpx.HTTPError as exc:
                 log.info("push_attempt_failed", task_id=config.task_id, attempt=attempt, error=type(exc).__name__)
@@ -113,3 +116,4 @@ class PushNotifier:
         for delivery in list(self._deliveries):
             with contextlib.suppress(asyncio.CancelledError):
                 await delivery
+        await self._http.aclose()

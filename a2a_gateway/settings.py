@@ -66,7 +66,11 @@ class GatewaySettings(BaseSettings):
     cancel_wait_seconds: float = 10.0
     context_max_turns: int = 200
     push_allow_private_urls: bool = False
-    """Allow webhooks on loopback/private addresses (local testing only)."""
+    """Allow webhooks on loopback addresses (local testing only); private, link-local, metadata
+    and other non-public addresses stay refused."""
+    push_allowed_hosts: list[str] = []
+    """Webhook hosts push notifications may reach (empty: any host with a public address);
+    ``.example.com`` also matches its subdomains. Their addresses are checked all the same."""
     push_timeout_seconds: float = 10.0
     push_max_attempts: int = 3
     lease_seconds: float = 30.0

@@ -1,4 +1,6 @@
-"""Push notifications reach a webhook receiver; private webhook URLs are refused by default."""
+"""Push notifications reach a webhook receiver; webhook URLs that lead to the internal network
+are refused (when a config is created and again on delivery), redirects are not followed, and
+the POST goes to the address that was checked."""
 
 from __future__ import annotations
 
@@ -93,3 +95,135 @@ async def test_private_webhook_urls_are_refused_unless_allowed():
             create = {"jsonrpc": "2.0", "id": 2, "method": "CreateTaskPushNotificationConfig",
                       "params": {"taskId": task_id, "url": target}}
             assert (await http.post(gw.jsonrpc_url(ep), json=create, headers=V10)).json()["error"]["code"] == -32602
+
+
+class Receiver:
+    """A webhook receiver on 127.0.0.1: records every POST; ``answers[path]`` sets replies."""
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[str, dict, bytes]] = []
+        self.answers: dict[str, web.Response] = {}
+        self.port = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.posts.append((request.path, dict(request.headers), await request.read()))
+        return self.answers.get(request.path) or web.Response(status=204)
+
+    def url(self, path: str, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    def paths(self) -> list[str]:
+        return [path for path, _, _ in self.posts]
+
+    async def wait_for(self, path: str, timeout: float = 20.0) -> None:
+        for _ in range(int(timeout / 0.05)):
+            if path in self.paths():
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no POST to {path}; got {self.paths()}")
+
+
+@pytest.fixture
+async def hooks():
+    receiver = Receiver()
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", receiver.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    receiver.port = site._server.sockets[0].getsockname()[1]
+    yield receiver
+    await runner.cleanup()
+
+
+def fake_dns(mapping: dict[str, str]):
+    """A resolver over ``mapping`` (name → address), changeable while the gateway runs."""
+
+    async def resolve(host: str, port: int) -> list[str]:
+        if host not in mapping:
+            raise OSError("no such host")
+        return [mapping[host]]
+
+    return resolve
+
+
+async def test_a_name_that_resolves_to_a_private_address_is_refused_at_config_time(hooks):
+    async with running_gateway() as gw, httpx.AsyncClient() as http:
+        gw.gateway.push.guard.resolver = fake_dns({"hooks.internal.test": "10.20.30.40"})
+        ep = await gw.add_endpoint(settings={"delay": 0})
+        inline = {"url": "http://hooks.internal.test/a2a"}
+        err = (await http.post(gw.jsonrpc_url(ep), json=send_body("x", inline), headers=V10)).json()
+        assert err["id"] == 1 and err["error"]["code"] == -32602
+        assert err["error"]["message"] == (
+            "push notification url is not allowed: hooks.internal.test resolves to a private address"
+        )
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("wait ?input"), headers=V10)
+        task_id = r.json()["result"]["task"]["id"]
+        for url, reason in [
+            ("http://hooks.internal.test/a2a", "resolves to a private address"),
+            ("http://169.254.169.254/latest/meta-data/", "is a cloud metadata address"),
+            ("http://[::ffff:10.0.0.1]/", "is a private address"),
+            ("http://unknown.test/", "unknown.test does not resolve"),
+        ]:
+            create = {"jsonrpc": "2.0", "id": 7, "method": "CreateTaskPushNotificationConfig",
+                      "params": {"taskId": task_id, "url": url}}
+            err = (await http.post(gw.jsonrpc_url(ep), json=create, headers=V10)).json()
+            assert err["id"] == 7 and err["error"]["code"] == -32602 and reason in err["error"]["message"]
+        listed = {"jsonrpc": "2.0", "id": 8, "method": "ListTaskPushNotificationConfigs",
+                  "params": {"taskId": task_id}}
+        assert (await http.post(gw.jsonrpc_url(ep), json=listed, headers=V10)).json()["result"].get(
+            "configs", []) == []
+    assert hooks.posts == []
+
+
+async def test_the_post_goes_to_the_checked_address_with_the_name_as_host(hooks):
+    # hooks.test exists only in the gateway's resolver: the POST reaches the receiver only
+    # because the connection goes to the address the guard checked
+    async with running_gateway() as gw, httpx.AsyncClient() as http:
+        gw.gateway.push.guard.resolver = fake_dns({"hooks.test": "127.0.0.1"})
+        ep = await gw.add_endpoint(settings={"delay": 0})
+        push = {"url": hooks.url("/pinned", host="hooks.test")}
+        await http.post(gw.jsonrpc_url(ep), json=send_body("hi", push), headers=V10)
+        await hooks.wait_for("/pinned")
+    assert hooks.posts[0][1]["Host"] == f"hooks.test:{hooks.port}"
+
+
+async def test_a_name_rebound_to_a_private_address_after_the_config_is_not_called(hooks):
+    async with running_gateway() as gw, httpx.AsyncClient() as http:
+        dns = {"hooks.test": "127.0.0.1", "steady.test": "127.0.0.1"}
+        gw.gateway.push.guard.resolver = fake_dns(dns)
+        ep = await gw.add_endpoint(settings={"delay": 0})
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("wait ?input"), headers=V10)
+        task_id = r.json()["result"]["task"]["id"]
+        for config_id, url in [("rebound", hooks.url("/rebound", "hooks.test")),
+                               ("steady", hooks.url("/steady", "steady.test"))]:
+            create = {"jsonrpc": "2.0", "id": 2, "method": "CreateTaskPushNotificationConfig",
+                      "params": {"taskId": task_id, "id": config_id, "url": url}}
+            assert "result" in (await http.post(gw.jsonrpc_url(ep), json=create, headers=V10)).json()
+        dns["hooks.test"] = "10.0.0.9"  # the name now leads inside
+        follow = send_body("answer")
+        follow["params"]["message"]["taskId"] = task_id
+        await http.post(gw.jsonrpc_url(ep), json=follow, headers=V10)
+        await hooks.wait_for("/steady")
+        await asyncio.sleep(0.5)
+    assert "/rebound" not in hooks.paths()
+
+
+async def test_a_redirect_is_not_followed(hooks):
+    hooks.answers["/moved"] = web.Response(status=307, headers={"Location": hooks.url("/inside")})
+    async with running_gateway() as gw, httpx.AsyncClient() as http:
+        ep = await gw.add_endpoint(settings={"delay": 0})
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("wait ?input"), headers=V10)
+        task_id = r.json()["result"]["task"]["id"]
+        for config_id, path in [("moved", "/moved"), ("steady", "/steady")]:
+            create = {"jsonrpc": "2.0", "id": 2, "method": "CreateTaskPushNotificationConfig",
+                      "params": {"taskId": task_id, "id": config_id, "url": hooks.url(path)}}
+            assert "result" in (await http.post(gw.jsonrpc_url(ep), json=create, headers=V10)).json()
+        follow = send_body("answer")
+        follow["params"]["message"]["taskId"] = task_id
+        await http.post(gw.jsonrpc_url(ep), json=follow, headers=V10)
+        await hooks.wait_for("/moved")
+        await hooks.wait_for("/steady")
+        await asyncio.sleep(0.5)
+    assert hooks.paths().count("/moved") == 1 and "/inside" not in hooks.paths()
