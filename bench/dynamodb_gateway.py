@@ -95,12 +95,12 @@ async def create_tables(url: str) -> None:
 
 
 def drop_tables(url: str) -> None:
-    from a2a_gateway.stores.dynamodb import DynamoDBSettings, _client
+    from a2a_gateway.stores.dynamodb import DynamoDBSettings, _client, table_definitions
 
     settings = DynamoDBSettings.from_url(url)
     client = _client(settings, CREDENTIALS)
     try:
-        for name in (settings.endpoints_table, settings.tasks_table):
+        for name in (d["TableName"] for d in table_definitions(settings)):
             try:
                 client.delete_table(TableName=name)
             except client.exceptions.ResourceNotFoundException:
