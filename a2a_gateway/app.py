@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import httpx
 import structlog
@@ -28,6 +29,7 @@ from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores import open_store
 from a2a_gateway.stores.base import Endpoint, Store, StoreUnavailableError
 from a2a_gateway.transport.middleware import request_context
+from a2a_gateway.transport.body import BODY_BUDGET, BodyBudget
 from a2a_gateway.transport.routes import add_routes
 from a2a_gateway.transport.sse import OPEN_STREAMS
 
@@ -57,6 +59,16 @@ async def _ensure_endpoints(store: Store, endpoints: Sequence[Endpoint]) -> int:
         if await store.get_endpoint(endpoint.id) is None:
             await store.create_endpoint(endpoint)
     return len(await store.list_endpoints())
+
+
+def server_options(settings: GatewaySettings) -> dict[str, Any]:
+    """Connection limits for ``web.AppRunner(app, **server_options(settings))``."""
+    return {
+        "keepalive_timeout": settings.keepalive_timeout_seconds,
+        "max_line_size": settings.max_header_bytes,
+        "max_field_size": settings.max_header_bytes,
+        "max_headers": settings.max_headers,
+    }
 
 
 def build_app(
@@ -117,6 +129,7 @@ def build_app(
                 await opened.aclose()
 
     app[OPEN_STREAMS] = set()
+    app[BODY_BUDGET] = BodyBudget(settings.max_inflight_body_bytes)
 
     async def end_streams(app: web.Application) -> None:
         for stream in list(app[OPEN_STREAMS]):

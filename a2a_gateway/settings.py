@@ -57,6 +57,21 @@ class GatewaySettings(BaseSettings):
     handler_settings: dict[str, dict[str, Any]] = {}
     """Defaults per handler, keyed ``module:Class`` (or just the module)."""
     max_body_bytes: int = 4 * 1024 * 1024
+    max_inflight_body_bytes: int = 64 * 1024 * 1024
+    """Bytes of request bodies the whole process receives at once; past it a request is
+    answered 503 with ``Retry-After`` (bounds memory under many slow uploads)."""
+    body_read_timeout_seconds: float = 30.0
+    """Time a client has to send a request's whole body; then 408 and the connection closes."""
+    max_json_depth: int = 32
+    """Deepest nesting of JSON objects and arrays a request body may have."""
+    keepalive_timeout_seconds: float = 75.0
+    """An idle connection is closed after this long. The same timer bounds the time a client
+    takes to send a request's headers (slow clients). Keep it above the idle timeout of a
+    reverse proxy in front."""
+    max_header_bytes: int = 8190
+    """Longest request line and longest header field (larger: 400)."""
+    max_headers: int = 128
+    """Most header fields a request may have."""
     rest_content_type: str = "application/json"
     rest_error_statuses: Literal["1.0.1", "1.0.0"] = "1.0.1"
     """HTTP statuses of REST errors: A2A v1.0.1's table (as the a2a-sdk) or v1.0.0's."""

@@ -8,6 +8,8 @@ result serialized back. 0.3 exists only here: the core speaks 1.0.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +49,7 @@ from google.protobuf.json_format import ParseError
 from pydantic import ValidationError
 
 from a2a_gateway.gateway import GATEWAY, Gateway
+from a2a_gateway.transport.body import check_depth, read_body
 from a2a_gateway.transport.call_context import call_context
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, JSONRPC_ID
 from a2a_gateway.transport.negotiate import (
@@ -159,7 +162,8 @@ async def _read_envelope(request: web.Request) -> dict[str, Any]:
     content_type = request.headers.get("Content-Type")
     if content_type is not None and not request.content_type.startswith(JSON_CONTENT_TYPES):
         raise ContentTypeNotSupportedError(f"Content-Type {request.content_type!r} is not supported; use application/json")
-    body = await request.read()
+    settings = request.app[GATEWAY].settings
+    body = await read_body(request, settings)
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -172,6 +176,7 @@ async def _read_envelope(request: web.Request) -> dict[str, Any]:
     request[JSONRPC_ID] = request_id
     if payload.get("jsonrpc") != "2.0" or not isinstance(payload.get("method"), str):
         raise InvalidRequestError("not a JSON-RPC 2.0 request: jsonrpc must be \"2.0\" and method a string")
+    check_depth(payload, settings.max_json_depth)
     return payload
 
 
@@ -239,22 +244,53 @@ async def _call_1_0(
     return json_response({"jsonrpc": "2.0", "id": request_id, "result": result_to_json(result, send=method.handler_method == "on_message_send")}, headers)
 
 
-def _require_part_kinds(params: Any) -> None:
-    """The 0.3 schema requires every part's ``kind``; the SDK's models would take text."""
-    message = params.get("message") if isinstance(params, dict) else None
+INT32_MAX = 2**31 - 1
+
+
+def _check_0_3_params(params: Any) -> None:
+    """What the SDK's 0.3 models take but its conversion to 1.0 cannot: a part without
+    ``kind`` (the 0.3 schema requires it), file bytes that are not base64, a
+    ``historyLength`` that is negative or beyond int32."""
+    if not isinstance(params, dict):
+        return
+    configuration = params.get("configuration")
+    for where, holder in (("params", params), ("params.configuration", configuration)):
+        length = holder.get("historyLength") if isinstance(holder, dict) else None
+        if type(length) is int and not 0 <= length <= INT32_MAX:  # bool is not a length
+            raise InvalidParamsError(
+                f"invalid params: {where}.historyLength must be between 0 and {INT32_MAX}"
+            )
+    message = params.get("message")
     parts = message.get("parts") if isinstance(message, dict) else None
     for i, part in enumerate(parts if isinstance(parts, list) else []):
-        if isinstance(part, dict) and "kind" not in part:
+        if not isinstance(part, dict):
+            continue
+        if "kind" not in part:
             raise InvalidParamsError(
                 f"invalid params: params.message.parts.{i}.kind: Field required (text, file or data)"
             )
+        file = part.get("file")
+        data = file.get("bytes") if isinstance(file, dict) else None
+        if isinstance(data, str) and not _is_base64(data):
+            raise InvalidParamsError(
+                f"invalid params: params.message.parts.{i}.file.bytes is not valid base64"
+            )
+
+
+def _is_base64(text: str) -> bool:
+    """As the SDK's 0.3 conversion decodes it (characters outside the alphabet are skipped)."""
+    try:
+        base64.b64decode(text)
+    except (binascii.Error, ValueError):
+        return False
+    return True
 
 
 async def _call_0_3(
     request: web.Request, gateway: Gateway, method: Method, handler: Any,
     payload: dict[str, Any], context: ServerCallContext, headers: dict[str, str],
 ) -> web.StreamResponse:
-    _require_part_kinds(payload.get("params"))
+    _check_0_3_params(payload.get("params"))
     try:
         envelope = method.model.model_validate(payload)
     except ValidationError as exc:

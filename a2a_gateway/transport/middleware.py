@@ -102,6 +102,8 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
         request[A2A_ERROR] = type(exc).__name__
         response = error_response(request, exc.http_status, exc.status, exc.as_a2a_error())
         response.headers.update(exc.headers())
+        if getattr(exc, "close_connection", False):
+            response.force_close()  # the rest of a body that was not read is not waited for
         status = exc.http_status
     except Exception:
         log.exception("request_failed")

@@ -10,7 +10,8 @@ do not expect, a JSON shape that is not plainly valid — falls back to
 
 One difference: unknown fields are ignored, as ``ignore_unknown_fields`` does, but
 an unknown enum value is an error naming the valid ones (``json_format`` would drop
-it like an unknown field, and the request would then seem to lack the field).
+it like an unknown field, and the request would then seem to lack the field), and so is
+an integer its field cannot hold (protobuf would raise a bare ``ValueError``).
 """
 
 from __future__ import annotations
@@ -29,8 +30,13 @@ __all__ = ["message_to_dict", "parse_dict"]
 
 FD = FieldDescriptor
 _INT64 = {FD.CPPTYPE_INT64, FD.CPPTYPE_UINT64}
-_INT32 = {FD.CPPTYPE_INT32, FD.CPPTYPE_UINT32}
 _FLOAT = {FD.CPPTYPE_FLOAT, FD.CPPTYPE_DOUBLE}
+_INT_RANGES = {
+    FD.CPPTYPE_INT32: (-(2**31), 2**31 - 1),
+    FD.CPPTYPE_UINT32: (0, 2**32 - 1),
+    FD.CPPTYPE_INT64: (-(2**63), 2**63 - 1),
+    FD.CPPTYPE_UINT64: (0, 2**64 - 1),
+}
 
 
 class _Fallback(Exception):
@@ -207,8 +213,9 @@ def _scalar(field: FieldDescriptor, value: Any) -> Any:
         if not isinstance(value, bool):
             raise _Fallback
         return value
-    if cpp in _INT32 or cpp in _INT64:
-        if isinstance(value, bool) or not isinstance(value, int):
+    if cpp in _INT_RANGES:
+        low, high = _INT_RANGES[cpp]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise _Fallback
         return value
     if cpp == FD.CPPTYPE_ENUM:
@@ -301,8 +308,22 @@ def _is_enum_value(field: FieldDescriptor, value: Any) -> bool:
     return True  # not an enum's JSON type: json_format reports it
 
 
-def _check_enum_values(data: Any, descriptor: Descriptor, prefix: str = "") -> None:
-    """``ParseError`` for the first enum value of ``data`` that ``descriptor`` does not know."""
+def _out_of_range(field: FieldDescriptor, value: Any) -> bool:
+    """Whether ``value`` (a JSON number or numeric string) cannot be held by integer ``field``."""
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            return False  # not a number: json_format reports it
+    if isinstance(value, bool) or not isinstance(value, int):
+        return False
+    low, high = _INT_RANGES[field.cpp_type]
+    return not low <= value <= high
+
+
+def _check_values(data: Any, descriptor: Descriptor, prefix: str = "") -> None:
+    """``ParseError`` for the first enum value of ``data`` that ``descriptor`` does not know,
+    or the first integer its field cannot hold (protobuf would raise a bare ``ValueError``)."""
     if not isinstance(data, dict):
         return
     fields = _fields_by_json_key(descriptor)
@@ -317,19 +338,27 @@ def _check_enum_values(data: Any, descriptor: Descriptor, prefix: str = "") -> N
                 if not _is_enum_value(field, item):
                     valid = ", ".join(v.name for v in field.enum_type.values if v.number != 0)
                     raise json_format.ParseError(f"invalid value {item!r} for {path}: expected one of {valid}")
+        elif field.cpp_type in _INT_RANGES:
+            for item in items:
+                if _out_of_range(field, item):
+                    low, high = _INT_RANGES[field.cpp_type]
+                    raise json_format.ParseError(
+                        f"{path} must be between {low} and {high}, got {item}"
+                    )
         elif field.message_type is not None and not field.message_type.GetOptions().map_entry:
             for i, item in enumerate(items):
                 where = f"{path}[{i}]." if field.is_repeated else f"{path}."
-                _check_enum_values(item, field.message_type, where)
+                _check_values(item, field.message_type, where)
 
 
 def parse_dict(data: Any, message: Message) -> Message:
     """Same result as ``json_format.ParseDict(data, message, ignore_unknown_fields=True)``
-    for a fresh ``message``, but for unknown enum values; raises ``json_format.ParseError``."""
+    for a fresh ``message``, but for unknown enum values and integers out of their field's
+    range; raises ``json_format.ParseError``."""
     try:
         _fill_message(message, data)
         return message
     except _Fallback:
         message.Clear()
-        _check_enum_values(data, message.DESCRIPTOR)
+        _check_values(data, message.DESCRIPTOR)
         return json_format.ParseDict(data, message, ignore_unknown_fields=True)

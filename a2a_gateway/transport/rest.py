@@ -43,6 +43,7 @@ from google.protobuf.json_format import ParseError
 
 from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.request_handler import GatewayRequestHandler
+from a2a_gateway.transport.body import check_depth, read_body
 from a2a_gateway.transport.call_context import call_context
 from a2a_gateway.transport.jsonrpc import JSON_CONTENT_TYPES, result_to_json
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD
@@ -106,13 +107,15 @@ def _ok(gateway: Gateway, body: Any, headers: dict[str, str]) -> web.Response:
 async def _body(request: web.Request, model: Any) -> Any:
     if request.headers.get("Content-Type") and not request.content_type.startswith(JSON_CONTENT_TYPES):
         raise ContentTypeNotSupportedError(f"Content-Type {request.content_type!r} is not supported")
-    raw = await request.read()
+    settings = request.app[GATEWAY].settings
+    raw = await read_body(request, settings)
     try:
         data = orjson.loads(raw) if raw else {}
     except orjson.JSONDecodeError:
         raise InvalidParamsError("request body is not valid JSON") from None
     if not isinstance(data, dict):
         raise InvalidParamsError("request body must be a JSON object")
+    check_depth(data, settings.max_json_depth)
     try:
         parsed = parse_dict(data, model)
     except ParseError as exc:
