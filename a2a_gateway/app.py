@@ -95,6 +95,8 @@ def build_app(
                          allowed_hosts=settings.push_allowed_hosts),
             timeout=settings.push_timeout_seconds,
             max_attempts=settings.push_max_attempts,
+            retry_base_seconds=settings.push_retry_base_seconds,
+            retry_max_seconds=settings.push_retry_max_seconds,
         )
         engine = TaskEngine(
             opened, hub, push,

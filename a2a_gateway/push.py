@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 
 import httpx
 import orjson
@@ -19,13 +20,23 @@ import structlog
 from a2a.types import StreamResponse, Task, TaskPushNotificationConfig
 from a2a.utils.errors import InvalidParamsError
 
-from a2a_gateway.executor import status_event
+from a2a_gateway.executor import new_id, status_event
 from a2a_gateway.push_guard import RefusedUrlError, WebhookGuard, pin
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import Scope, Store
 from a2a_gateway.transport.protojson import message_to_dict
 
 log = structlog.get_logger(__name__)
+
+DELIVERY_ID_HEADER = "X-A2A-Notification-Id"
+"""Names one notification: the same on every retry of it, so a receiver can drop duplicates."""
+
+
+def retry_delay(attempts: int, base: float, cap: float) -> float:
+    """Seconds to wait after ``attempts`` failed attempts: doubling from ``base`` up to ``cap``,
+    then a random half of it taken off, so receivers coming back are not hit all at once."""
+    delay = min(base * 2 ** (attempts - 1), cap)
+    return delay / 2 + random.uniform(0, delay / 2)
 
 
 class PushNotifier:
@@ -36,6 +47,8 @@ class PushNotifier:
         *,
         timeout: float = 10.0,
         max_attempts: int = 3,
+        retry_base_seconds: float = 1.0,
+        retry_max_seconds: float = 300.0,
         http: httpx.AsyncClient | None = None,
     ) -> None:
         self._store = store
@@ -48,6 +61,8 @@ class PushNotifier:
         )
         self._timeout = timeout
         self._max_attempts = max_attempts
+        self._retry_base = retry_base_seconds
+        self._retry_max = retry_max_seconds
         self._deliveries: set[asyncio.Task[None]] = set()
 
     async def check_url(self, url: str) -> None:
@@ -91,6 +106,7 @@ class PushNotifier:
             headers["Authorization"] = f"{config.authentication.scheme} {config.authentication.credentials}"
         if config.token:
             headers["X-A2A-Notification-Token"] = config.token
+        headers[DELIVERY_ID_HEADER] = new_id()
         for attempt in range(1, self._max_attempts + 1):
             try:
                 target = await self.guard.check(config.url)
@@ -107,7 +123,7 @@ class PushNotifier:
                 return
             except httpx.HTTPError as exc:
                 log.info("push_attempt_failed", task_id=config.task_id, attempt=attempt, error=type(exc).__name__)
-            await asyncio.sleep(0.5 * 2 ** (attempt - 1))
+            await asyncio.sleep(retry_delay(attempt, self._retry_base, self._retry_max))
         log.warning("push_gave_up", task_id=config.task_id, attempts=self._max_attempts)
 
     async def aclose(self) -> None:

@@ -88,6 +88,10 @@ class GatewaySettings(BaseSettings):
     ``.example.com`` also matches its subdomains. Their addresses are checked all the same."""
     push_timeout_seconds: float = 10.0
     push_max_attempts: int = 3
+    push_retry_base_seconds: float = 1.0
+    """Wait before a notification's first retry; each next wait doubles, up to
+    ``push_retry_max_seconds``, less a random part of up to half (jitter)."""
+    push_retry_max_seconds: float = 300.0
     lease_seconds: float = 30.0
     remote_poll_seconds: float = 1.0
     """How often a replica polls the store for a task that runs on another replica."""

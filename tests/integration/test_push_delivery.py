@@ -8,6 +8,7 @@ import asyncio
 import uuid
 
 import httpx
+import orjson
 import pytest
 from aiohttp import web
 
@@ -98,16 +99,25 @@ async def test_private_webhook_urls_are_refused_unless_allowed():
 
 
 class Receiver:
-    """A webhook receiver on 127.0.0.1: records every POST; ``answers[path]`` sets replies."""
+    """A webhook receiver on 127.0.0.1 that records every POST. It answers 204, or the next
+    of ``statuses[path]`` while there is one, or a redirect to ``redirects[path]``."""
 
     def __init__(self) -> None:
         self.posts: list[tuple[str, dict, bytes]] = []
-        self.answers: dict[str, web.Response] = {}
+        self.statuses: dict[str, list[int]] = {}
+        self.redirects: dict[str, str] = {}
         self.port = 0
 
     async def handle(self, request: web.Request) -> web.Response:
         self.posts.append((request.path, dict(request.headers), await request.read()))
-        return self.answers.get(request.path) or web.Response(status=204)
+        if request.path in self.redirects:
+            return web.Response(status=307, headers={"Location": self.redirects[request.path]})
+        pending = self.statuses.get(request.path)
+        return web.Response(status=pending.pop(0) if pending else 204)
+
+    def posts_to(self, path: str) -> list[tuple[dict, dict]]:
+        """``(headers, JSON body)`` of each POST to ``path``."""
+        return [(headers, orjson.loads(body)) for p, headers, body in self.posts if p == path]
 
     def url(self, path: str, host: str = "127.0.0.1") -> str:
         return f"http://{host}:{self.port}{path}"
@@ -211,7 +221,7 @@ async def test_a_name_rebound_to_a_private_address_after_the_config_is_not_calle
 
 
 async def test_a_redirect_is_not_followed(hooks):
-    hooks.answers["/moved"] = web.Response(status=307, headers={"Location": hooks.url("/inside")})
+    hooks.redirects["/moved"] = hooks.url("/inside")
     async with running_gateway() as gw, httpx.AsyncClient() as http:
         ep = await gw.add_endpoint(settings={"delay": 0})
         r = await http.post(gw.jsonrpc_url(ep), json=send_body("wait ?input"), headers=V10)
@@ -227,3 +237,35 @@ async def test_a_redirect_is_not_followed(hooks):
         await hooks.wait_for("/steady")
         await asyncio.sleep(0.5)
     assert hooks.paths().count("/moved") == 1 and "/inside" not in hooks.paths()
+
+
+async def test_each_post_carries_authorization_token_and_an_id_kept_across_retries(hooks):
+    hooks.statuses["/flaky"] = [500, 503]
+    async with running_gateway(push_retry_base_seconds=0.1) as gw, httpx.AsyncClient() as http:
+        ep = await gw.add_endpoint(settings={"delay": 0})
+        push = {"id": "cfg", "url": hooks.url("/flaky"), "token": "tok-1",
+                "authentication": {"scheme": "Basic", "credentials": "dXNlcjpwdw=="}}
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("wait ?input", push), headers=V10)
+        task_id = r.json()["result"]["task"]["id"]
+        follow = send_body("answer")
+        follow["params"]["message"]["taskId"] = task_id
+        await http.post(gw.jsonrpc_url(ep), json=follow, headers=V10)
+        for _ in range(400):
+            if len(hooks.posts_to("/flaky")) >= 5:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # nothing more comes
+    posts = hooks.posts_to("/flaky")
+    by_id: dict[str, list[dict]] = {}
+    for headers, body in posts:
+        assert headers["Authorization"] == "Basic dXNlcjpwdw=="
+        assert headers["X-A2A-Notification-Token"] == "tok-1"
+        assert headers["Content-Type"] == "application/a2a+json"
+        assert body["statusUpdate"]["taskId"] == task_id
+        by_id.setdefault(headers["X-A2A-Notification-Id"], []).append(body)
+    # one id per notified state change (WORKING, INPUT_REQUIRED, COMPLETED), the same on each
+    # retry of it: 3 deliveries, 2 of their attempts answered 500/503, so 5 POSTs
+    assert len(posts) == 5 and len(by_id) == 3
+    assert all(bodies == bodies[:1] * len(bodies) for bodies in by_id.values())
+    assert sorted(b[0]["statusUpdate"]["status"]["state"] for b in by_id.values()) == [
+        "TASK_STATE_COMPLETED", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_WORKING"]
