@@ -7,6 +7,7 @@ Servers (each its own process, started fresh for every run):
     a2a-sdk              the official a2a-sdk server (Starlette + uvicorn, httptools, uvloop)
     bare-aiohttp         an aiohttp handler returning a fixed JSON-RPC reply
     gateway-sqlite       the gateway on a fresh ``sqlite:///`` file, log level warning
+    gateway-memory-key   gateway-memory with a private endpoint: every request carries an API key
 
 The load generator is ``wrk`` with ``bench/wrk_send.lua`` (a fresh messageId per request),
 a closed loop of ``--concurrency`` connections. With ``taskset`` available the server is
@@ -49,6 +50,10 @@ PROBE = json.dumps({
 }).encode()
 
 
+API_KEY = "a2agw_0123456789abcdef_" + "k" * 43
+"""The key of the gateway-memory-key server (well-formed; what it opens exists only in the run)."""
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     name: str
@@ -56,6 +61,8 @@ class ServerConfig:
     args: tuple[str, ...] = ()
     checks_echo: bool = True
     sqlite: bool = False
+    api_key: bool = False
+    """Requests carry ``API_KEY`` (the server makes its endpoint private with it)."""
 
 
 CONFIGS = {
@@ -64,6 +71,8 @@ CONFIGS = {
     "a2a-sdk": ServerConfig("a2a-sdk", "a2a_sdk_server.py"),
     "bare-aiohttp": ServerConfig("bare-aiohttp", "bare_aiohttp.py", checks_echo=False),
     "gateway-sqlite": ServerConfig("gateway-sqlite", "gateway.py", ("--log-level", "warning"), sqlite=True),
+    "gateway-memory-key": ServerConfig("gateway-memory-key", "gateway.py",
+                                       ("--store", "memory://", "--log-level", "warning", "--api-key", API_KEY), api_key=True),
 }
 
 
@@ -118,12 +127,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def probe(url: str, deadline: float, checks_echo: bool) -> None:
+def probe(url: str, deadline: float, checks_echo: bool, with_key: bool = False) -> None:
     """Wait until the server answers one SendMessage; check the echo when it should be there."""
     last: Exception | None = None
     while time.monotonic() < deadline:
         req = urllib.request.Request(url, data=PROBE, method="POST", headers={
             "Content-Type": "application/json", "A2A-Version": "1.0",
+            **({"X-API-Key": API_KEY} if with_key else {}),
         })
         try:
             with urllib.request.urlopen(req, timeout=5) as resp:
@@ -166,12 +176,13 @@ def describe_source(ref: str | None, workdir: Path) -> str:
     return f"working tree at {commit}" + (" with uncommitted changes in a2a_gateway/ or handlers/" if dirty else "")
 
 
-def run_wrk(url: str, args: argparse.Namespace, seconds: float) -> dict[str, float]:
+def run_wrk(url: str, args: argparse.Namespace, seconds: float, with_key: bool = False) -> dict[str, float]:
     argv = pinned(args.client_cpu, [
         "wrk", f"-t{args.threads}", f"-c{args.concurrency}", f"-d{max(1, round(seconds))}s",
         "--timeout", "10s", "-s", str(LUA), url,
     ])
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
+    env = {**os.environ, **({"A2A_BENCH_API_KEY": API_KEY} if with_key else {})}
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60, check=True, env=env).stdout
     for line in out.splitlines():
         if line.startswith("WRKJSON "):
             return json.loads(line[len("WRKJSON "):])
@@ -188,12 +199,12 @@ def one_run(config: ServerConfig, args: argparse.Namespace, workdir: Path, index
         proc = subprocess.Popen(pinned(args.server_cpu, argv), stdout=log_file, stderr=subprocess.STDOUT, cwd=ROOT)
     url = f"http://127.0.0.1:{port}/{ENDPOINT_ID}/a2a"
     try:
-        probe(url, time.monotonic() + 30, config.checks_echo)
+        probe(url, time.monotonic() + 30, config.checks_echo, config.api_key)
         if args.warmup > 0:
-            run_wrk(url, args, args.warmup)
+            run_wrk(url, args, args.warmup, config.api_key)
         load = loadavg()
         cpu_before = cpu_seconds(proc.pid)
-        stats = run_wrk(url, args, args.duration)
+        stats = run_wrk(url, args, args.duration, config.api_key)
         cpu_used = cpu_seconds(proc.pid) - cpu_before
     finally:
         proc.send_signal(signal.SIGINT)

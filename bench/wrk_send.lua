@@ -8,6 +8,10 @@ local thread_tag = tostring(math.random(1, 1000000000))
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["A2A-Version"] = "1.0"
+local api_key = os.getenv("A2A_BENCH_API_KEY")
+if api_key then
+  wrk.headers["X-API-Key"] = api_key
+end
 
 request = function()
   counter = counter + 1

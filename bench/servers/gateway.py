@@ -20,6 +20,7 @@ if os.environ.get("A2A_BENCH_SOURCE"):  # a snapshot of a2a_gateway/ and handler
 from aiohttp import web  # noqa: E402
 
 from a2a_gateway.app import build_app  # noqa: E402
+from a2a_gateway.auth.api_keys import hash_key, key_id_of, make_key  # noqa: E402
 from a2a_gateway.gateway import GATEWAY  # noqa: E402
 from a2a_gateway.logs import configure_logging  # noqa: E402
 from a2a_gateway.settings import GatewaySettings  # noqa: E402
@@ -34,6 +35,7 @@ def main() -> None:
     p.add_argument("--port", type=int, default=8701)
     p.add_argument("--log-level", default="warning")
     p.add_argument("--no-uvloop", action="store_true")
+    p.add_argument("--api-key", help="make the endpoint private, callable with this key")
     args = p.parse_args()
 
     settings = GatewaySettings(store=args.store, host=args.host, port=args.port, log_level=args.log_level)
@@ -45,8 +47,14 @@ def main() -> None:
         if await store.get_endpoint(BENCH_ENDPOINT_ID) is None:
             await store.create_endpoint(Endpoint(
                 id=BENCH_ENDPOINT_ID, name="echo", description="benchmark echo",
-                metadata={"module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0},
+                metadata={"module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0,
+                          "public": args.api_key is None},
             ))
+        if args.api_key:
+            secret = settings.api_key_secret.get_secret_value().encode()
+            row, _ = make_key(secret, endpoint_id=BENCH_ENDPOINT_ID, tenant="default")
+            row.id, row.key_hash = key_id_of(args.api_key), hash_key(secret, args.api_key)
+            await store.create_api_key(row)
 
     app.on_startup.append(add_endpoint)
     loop, uvloop_used = new_loop(not args.no_uvloop)
