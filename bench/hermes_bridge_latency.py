@@ -106,7 +106,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     base = f"http://127.0.0.1:{runner.addresses[0][1]}"
     endpoint = Endpoint(id=str(uuid.uuid4()), name="hermes", metadata={
         "module_name": "handlers.hermes", "class_name": "HermesAgentHandler",
-        "hermes_api_url": args.hermes_url, "hermes_api_key": args.hermes_key})
+        "hermes_api_url": args.hermes_url, "hermes_api_key": args.hermes_key, "public": True})
     await app[GATEWAY].store.create_endpoint(endpoint)
     direct: list[float] = []
     bridged: list[float] = []
