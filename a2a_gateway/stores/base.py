@@ -1,9 +1,13 @@
-"""The store contract: endpoints, API keys, tasks, push configs, conversation contexts, leases.
+"""The store contract: endpoints, API keys, tasks, push configs, the push delivery outbox,
+conversation contexts, leases.
 
 Every task, context and push config is keyed by a ``Scope`` (tenant, endpoint,
 caller principal) and every read filters on all three, so one caller never sees
 another's rows. Task updates are conditional on the version the writer read, so
 two writers cannot lose an update, and a terminal task is never reopened.
+
+Push deliveries (the outbox) are claimed like tasks: a replica takes the due ones with a
+time-limited claim, so a delivery whose replica stopped is sent by another.
 
 API keys are addressed by their public id alone (what a caller presents); the key
 names the scope its caller gets.
@@ -123,6 +127,26 @@ class ClaimedTask:
 
     scope: Scope
     stored: StoredTask
+
+
+@dataclass(slots=True)
+class PushDelivery:
+    """One notification for one webhook, kept until it is delivered or given up."""
+
+    id: str
+    """Unique; the receiver sees it on every attempt, to drop duplicates."""
+    scope: Scope
+    task_id: str
+    config_id: str
+    body: bytes
+    """What is POSTed (a ``StreamResponse`` as JSON)."""
+    due_at: float
+    """Epoch seconds from which a replica may claim it: its next retry, or its claim's end."""
+    attempts: int = 0
+    """Claims so far, one per attempt: counted when claimed, so an attempt cut short by a
+    stopped replica counts too."""
+    owner: str | None = None
+    """The replica whose claim it is (None between attempts)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +309,30 @@ class Store(ABC):
     @abstractmethod
     async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> None:
         """Idempotent."""
+
+    # push delivery outbox ----------------------------------------------------
+    @abstractmethod
+    async def add_push_deliveries(self, deliveries: list[PushDelivery]) -> None:
+        """Insert each as given (a replica adds them claimed by itself, to send at once)."""
+
+    @abstractmethod
+    async def claim_push_deliveries(
+        self, owner: str, now: float, claim_until: float, limit: int = 100
+    ) -> list[PushDelivery]:
+        """Take up to ``limit`` deliveries due at or before ``now``, earliest first: each gets
+        ``owner``, one more attempt and ``due_at = claim_until`` (conditional, so two
+        replicas never claim the same delivery)."""
+
+    @abstractmethod
+    async def retry_push_delivery(
+        self, delivery_id: str, owner: str, attempts: int, due_at: float
+    ) -> None:
+        """After a failed attempt: unclaimed and due again at ``due_at``, if ``owner``'s claim
+        for attempt ``attempts`` still holds (otherwise the delivery is someone else's now)."""
+
+    @abstractmethod
+    async def delete_push_delivery(self, delivery_id: str) -> None:
+        """Delivered or given up. Idempotent."""
 
     # conversation contexts ---------------------------------------------------
     @abstractmethod

@@ -1,6 +1,7 @@
 """DynamoDB store (``dynamodb://?region=…&table_prefix=a2a-``): boto3 in a dedicated thread pool.
 
-Three tables. ``<prefix>endpoints`` is keyed by endpoint id, ``<prefix>api_keys`` by key id.
+Four tables. ``<prefix>endpoints`` is keyed by endpoint id, ``<prefix>api_keys`` by key id,
+``<prefix>push_deliveries`` (the push outbox) by delivery id, with a sharded index of due times.
 ``<prefix>tasks`` holds tasks, push configs and contexts under a partition key that names tenant,
 endpoint and principal (``T#t#E#e#P#p``), so no key can reach across scopes. Sparse indexes serve
 ListTasks (all, by context, by state; newest status first) and the ownership leases. Every task
@@ -34,6 +35,7 @@ from a2a_gateway.stores.base import (
     ConflictError,
     Context,
     Endpoint,
+    PushDelivery,
     Scope,
     Store,
     StoredTask,
@@ -52,6 +54,8 @@ from a2a_gateway.stores.dynamodb_items import (
     S,
     api_key_from_item,
     api_key_item,
+    delivery_from_item,
+    delivery_item,
     endpoint_from_item,
     endpoint_item,
     esc,
@@ -108,6 +112,7 @@ class DynamoDBStore(Store):
         self._endpoints = settings.endpoints_table
         self._tasks = settings.tasks_table
         self._api_keys = settings.api_keys_table
+        self._deliveries = settings.push_deliveries_table
         self._token_key = page_token_key
 
     @classmethod
@@ -168,6 +173,7 @@ class DynamoDBStore(Store):
             self._endpoints: {"id": S("#ping")},
             self._tasks: {"pk": S("#ping"), "sk": S("#ping")},
             self._api_keys: {"id": S("#ping")},
+            self._deliveries: {"id": S("#ping")},
         }
         for table, key in probes.items():
             try:
@@ -504,6 +510,100 @@ class DynamoDBStore(Store):
         await self._call(
             "delete_item", TableName=self._tasks, Key=self._push_key(scope, task_id, config_id)
         )
+
+    # push delivery outbox ----------------------------------------------------------------------
+    async def add_push_deliveries(self, deliveries: list[PushDelivery]) -> None:
+        e = Expr()
+        condition = f"attribute_not_exists({e.n('id')})"
+        try:
+            await asyncio.gather(*(
+                self._call(
+                    "put_item",
+                    **e.params(
+                        TableName=self._deliveries,
+                        Item=delivery_item(d),
+                        ConditionExpression=condition,
+                    ),
+                )
+                for d in deliveries
+            ))
+        except ConflictError as exc:
+            raise ConflictError("a push delivery with this id exists") from exc
+
+    async def claim_push_deliveries(
+        self, owner: str, now: float, claim_until: float, limit: int = 100
+    ) -> list[PushDelivery]:
+        async def due_in(shard: int) -> list[dict[str, Any]]:
+            e = Expr()
+            key = (
+                f"{e.n('due_shard')} = {e.v(S(f'D{shard}'))}"
+                f" AND {e.n('due_at')} <= {e.v(N(float(now)))}"
+            )
+            resp = await self._call(
+                "query",
+                **e.params(
+                    TableName=self._deliveries,
+                    IndexName="by_due",
+                    KeyConditionExpression=key,
+                    Limit=limit,
+                ),
+            )
+            return resp.get("Items", [])
+
+        shards = await asyncio.gather(*(due_in(s) for s in range(LEASE_SHARDS)))
+        candidates = sorted(
+            (i for items in shards for i in items), key=lambda i: float(i["due_at"]["N"])
+        )[:limit]
+        claimed = await asyncio.gather(
+            *(self._claim_delivery(i["id"], owner, now, claim_until) for i in candidates)
+        )
+        return [c for c in claimed if c is not None]
+
+    async def _claim_delivery(
+        self, key: dict[str, Any], owner: str, now: float, claim_until: float
+    ) -> PushDelivery | None:
+        e = Expr()
+        update = (
+            f"SET {e.n('owner')} = {e.v(S(owner))},"
+            f" {e.n('due_at')} = {e.v(N(float(claim_until)))},"
+            f" {e.n('attempts')} = {e.n('attempts')} + {e.v(N(1))}"
+        )
+        # the index may be stale (or another replica just claimed it): re-checked on the item
+        condition = f"{e.n('due_at')} <= {e.v(N(float(now)))}"
+        try:
+            resp = await self._call(
+                "update_item",
+                **e.params(
+                    TableName=self._deliveries,
+                    Key={"id": key},
+                    UpdateExpression=update,
+                    ConditionExpression=condition,
+                    ReturnValues="ALL_NEW",
+                ),
+            )
+        except ConflictError:
+            return None
+        return delivery_from_item(resp["Attributes"])
+
+    async def retry_push_delivery(
+        self, delivery_id: str, owner: str, attempts: int, due_at: float
+    ) -> None:
+        e = Expr()
+        update = f"SET {e.n('due_at')} = {e.v(N(float(due_at)))} REMOVE {e.n('owner')}"
+        condition = f"{e.n('owner')} = {e.v(S(owner))} AND {e.n('attempts')} = {e.v(N(attempts))}"
+        with contextlib.suppress(ConflictError):  # claimed by another replica since
+            await self._call(
+                "update_item",
+                **e.params(
+                    TableName=self._deliveries,
+                    Key={"id": S(delivery_id)},
+                    UpdateExpression=update,
+                    ConditionExpression=condition,
+                ),
+            )
+
+    async def delete_push_delivery(self, delivery_id: str) -> None:
+        await self._call("delete_item", TableName=self._deliveries, Key={"id": S(delivery_id)})
 
     # contexts ----------------------------------------------------------------------------------
     def _context_key(self, scope: Scope, context_id: str) -> dict[str, Any]:

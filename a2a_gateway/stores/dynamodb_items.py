@@ -1,4 +1,5 @@
-"""DynamoDB store: the key design and how tasks, endpoints, API keys and expressions become items.
+"""DynamoDB store: the key design and how tasks, endpoints, API keys, push deliveries and
+expressions become items.
 
 Every task-table partition key starts with the caller's scope (``T#t#E#e#P#p``), with ``%`` and
 ``#`` escaped inside names, so no key can reach across tenants, endpoints or principals. The
@@ -18,6 +19,7 @@ from a2a_gateway.stores.base import (
     TERMINAL_STATES,
     ApiKey,
     Endpoint,
+    PushDelivery,
     Scope,
     StoredTask,
     status_timestamp_us,
@@ -185,3 +187,39 @@ def task_index_attrs(spk: str, task: Task) -> dict[str, Any]:
         "state_pk": S(f"{spk}#S#{int(task.status.state)}"),
     }
 
+
+
+def due_shard(delivery_id: str) -> str:
+    """The ``by_due`` index partition of a delivery (``D0``…``D7``)."""
+    return f"D{zlib.crc32(delivery_id.encode()) % LEASE_SHARDS}"
+
+
+def delivery_item(delivery: PushDelivery) -> dict[str, Any]:
+    item = {
+        "id": S(delivery.id),
+        "tenant": S(delivery.scope.tenant),
+        "endpoint_id": S(delivery.scope.endpoint_id),
+        "principal": S(delivery.scope.principal),
+        "task_id": S(delivery.task_id),
+        "config_id": S(delivery.config_id),
+        "body": {"B": delivery.body},
+        "due_at": N(float(delivery.due_at)),
+        "due_shard": S(due_shard(delivery.id)),
+        "attempts": N(delivery.attempts),
+    }
+    if delivery.owner is not None:
+        item["owner"] = S(delivery.owner)
+    return item
+
+
+def delivery_from_item(item: dict[str, Any]) -> PushDelivery:
+    return PushDelivery(
+        id=item["id"]["S"],
+        scope=Scope(item["tenant"]["S"], item["endpoint_id"]["S"], item["principal"]["S"]),
+        task_id=item["task_id"]["S"],
+        config_id=item["config_id"]["S"],
+        body=bytes(item["body"]["B"]),
+        due_at=float(item["due_at"]["N"]),
+        attempts=int(item["attempts"]["N"]),
+        owner=item["owner"]["S"] if "owner" in item else None,
+    )

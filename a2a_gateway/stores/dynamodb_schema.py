@@ -1,7 +1,7 @@
 """DynamoDB store: settings, the boto3 client, error mapping, and the tables (``migrate``).
 
 ``DynamoDBSettings`` comes from the store URL (``dynamodb://?region=…&table_prefix=a2a-``).
-``table_definitions`` is the schema — three tables, five sparse indexes — that ``create_tables``
+``table_definitions`` is the schema — four tables, six sparse indexes — that ``create_tables``
 creates where missing and ``deploy/dynamodb/template.yaml`` mirrors as CloudFormation.
 """
 
@@ -86,6 +86,10 @@ class DynamoDBSettings:
     def api_keys_table(self) -> str:
         return f"{self.table_prefix}api_keys"
 
+    @property
+    def push_deliveries_table(self) -> str:
+        return f"{self.table_prefix}push_deliveries"
+
 
 # -- schema --------------------------------------------------------------------------------------
 
@@ -141,6 +145,13 @@ def table_definitions(settings: DynamoDBSettings) -> list[dict[str, Any]]:
             "BillingMode": "PAY_PER_REQUEST",
             "AttributeDefinitions": attrs(id="S"),
             "KeySchema": [{"AttributeName": "id", "KeyType": "HASH"}],
+        },
+        {
+            "TableName": settings.push_deliveries_table,
+            "BillingMode": "PAY_PER_REQUEST",
+            "AttributeDefinitions": attrs(id="S", due_shard="S", due_at="N"),
+            "KeySchema": [{"AttributeName": "id", "KeyType": "HASH"}],
+            "GlobalSecondaryIndexes": [_index("by_due", "due_shard", "due_at", None)],
         },
     ]
 

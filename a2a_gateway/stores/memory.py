@@ -17,6 +17,7 @@ from a2a_gateway.stores.base import (
     ConflictError,
     Context,
     Endpoint,
+    PushDelivery,
     Scope,
     Store,
     StoredTask,
@@ -46,6 +47,7 @@ class MemoryStore(Store):
         self._tasks: dict[tuple[Scope, str], StoredTask] = {}
         self._push: dict[tuple[Scope, str], dict[str, TaskPushNotificationConfig]] = {}
         self._contexts: dict[tuple[Scope, str], Context] = {}
+        self._deliveries: dict[str, PushDelivery] = {}
 
     async def ping(self) -> None:
         return None
@@ -190,6 +192,34 @@ class MemoryStore(Store):
 
     async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> None:
         self._push.get((scope, task_id), {}).pop(config_id, None)
+
+    # push delivery outbox
+    async def add_push_deliveries(self, deliveries: list[PushDelivery]) -> None:
+        for delivery in deliveries:
+            if delivery.id in self._deliveries:
+                raise ConflictError(f"push delivery {delivery.id} exists")
+        self._deliveries.update((d.id, replace(d)) for d in deliveries)
+
+    async def claim_push_deliveries(
+        self, owner: str, now: float, claim_until: float, limit: int = 100
+    ) -> list[PushDelivery]:
+        due = sorted(
+            (d for d in self._deliveries.values() if d.due_at <= now), key=lambda d: d.due_at
+        )
+        for delivery in due[:limit]:
+            delivery.owner, delivery.due_at = owner, claim_until
+            delivery.attempts += 1
+        return [replace(d) for d in due[:limit]]
+
+    async def retry_push_delivery(
+        self, delivery_id: str, owner: str, attempts: int, due_at: float
+    ) -> None:
+        found = self._deliveries.get(delivery_id)
+        if found is not None and found.owner == owner and found.attempts == attempts:
+            found.owner, found.due_at = None, due_at
+
+    async def delete_push_delivery(self, delivery_id: str) -> None:
+        self._deliveries.pop(delivery_id, None)
 
     # contexts
     async def get_context(self, scope: Scope, context_id: str) -> Context | None:

@@ -28,6 +28,7 @@ from a2a_gateway.stores.base import (
     ConflictError,
     Context,
     Endpoint,
+    PushDelivery,
     Scope,
     Store,
     StoredTask,
@@ -123,6 +124,19 @@ def _stored_from_row(row: asyncpg.Record) -> StoredTask:
         run_state=row["run_state"],
         owner=row["owner"],
         lease_until=row["lease_until"],
+    )
+
+
+def _delivery_from_row(row: asyncpg.Record) -> PushDelivery:
+    return PushDelivery(
+        id=row["id"],
+        scope=Scope(row["tenant"], row["endpoint_id"], row["principal"]),
+        task_id=row["task_id"],
+        config_id=row["config_id"],
+        body=row["body"],
+        due_at=row["due_at"],
+        attempts=row["attempts"],
+        owner=row["owner"],
     )
 
 
@@ -485,6 +499,60 @@ class PostgresStore(Store):
                 task_id,
                 config_id,
             )
+
+    # push delivery outbox --------------------------------------------------------
+    async def add_push_deliveries(self, deliveries: list[PushDelivery]) -> None:
+        if not deliveries:
+            return
+        async with self._conn() as conn:
+            try:
+                await conn.executemany(
+                    "INSERT INTO push_deliveries (id, tenant, endpoint_id, principal, task_id,"
+                    " config_id, body, due_at, attempts, owner)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                    [
+                        (d.id, *d.scope.as_tuple(), d.task_id, d.config_id, d.body, d.due_at,
+                         d.attempts, d.owner)
+                        for d in deliveries
+                    ],
+                )
+            except asyncpg.UniqueViolationError as exc:
+                raise ConflictError("a push delivery with this id exists") from exc
+
+    async def claim_push_deliveries(
+        self, owner: str, now: float, claim_until: float, limit: int = 100
+    ) -> list[PushDelivery]:
+        # as claim_expired_tasks: rows another replica is claiming are skipped
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                "WITH due AS ("
+                "  SELECT id FROM push_deliveries WHERE due_at <= $2"
+                "  ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED)"
+                " UPDATE push_deliveries d SET owner = $1, due_at = $3, attempts = d.attempts + 1"
+                " FROM due WHERE d.id = due.id RETURNING d.*",
+                owner,
+                now,
+                claim_until,
+                limit,
+            )
+        return [_delivery_from_row(r) for r in rows]
+
+    async def retry_push_delivery(
+        self, delivery_id: str, owner: str, attempts: int, due_at: float
+    ) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                "UPDATE push_deliveries SET owner = NULL, due_at = $4"
+                " WHERE id = $1 AND owner = $2 AND attempts = $3",
+                delivery_id,
+                owner,
+                attempts,
+                due_at,
+            )
+
+    async def delete_push_delivery(self, delivery_id: str) -> None:
+        async with self._conn() as conn:
+            await conn.execute("DELETE FROM push_deliveries WHERE id = $1", delivery_id)
 
     # contexts ------------------------------------------------------------------
     async def get_context(self, scope: Scope, context_id: str) -> Context | None:

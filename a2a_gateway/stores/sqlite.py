@@ -24,6 +24,7 @@ from a2a_gateway.stores.base import (
     ConflictError,
     Context,
     Endpoint,
+    PushDelivery,
     Scope,
     Store,
     StoredTask,
@@ -79,6 +80,19 @@ def _stored_from_row(row: aiosqlite.Row) -> StoredTask:
         run_state=json.loads(row["run_state"]),
         owner=row["owner"],
         lease_until=row["lease_until"],
+    )
+
+
+def _delivery_from_row(row: aiosqlite.Row) -> PushDelivery:
+    return PushDelivery(
+        id=row["id"],
+        scope=Scope(row["tenant"], row["endpoint_id"], row["principal"]),
+        task_id=row["task_id"],
+        config_id=row["config_id"],
+        body=row["body"],
+        due_at=row["due_at"],
+        attempts=row["attempts"],
+        owner=row["owner"],
     )
 
 
@@ -347,6 +361,45 @@ class SQLiteStore(Store):
             f"DELETE FROM push_configs WHERE {_SCOPE} AND task_id = ? AND id = ?",
             (*scope.as_tuple(), task_id, config_id),
         )
+
+    # push delivery outbox --------------------------------------------------------
+    async def add_push_deliveries(self, deliveries: list[PushDelivery]) -> None:
+        try:
+            await self._db.executemany(
+                "INSERT INTO push_deliveries (id, tenant, endpoint_id, principal, task_id,"
+                " config_id, body, due_at, attempts, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (d.id, *d.scope.as_tuple(), d.task_id, d.config_id, d.body, d.due_at,
+                     d.attempts, d.owner)
+                    for d in deliveries
+                ],
+            )
+        except aiosqlite.IntegrityError as exc:
+            raise ConflictError("a push delivery with this id exists") from exc
+
+    async def claim_push_deliveries(
+        self, owner: str, now: float, claim_until: float, limit: int = 100
+    ) -> list[PushDelivery]:
+        # one statement: the claim is atomic, whoever else looks at the same rows
+        rows = await self._db.execute_fetchall(
+            "UPDATE push_deliveries SET owner = ?, due_at = ?, attempts = attempts + 1"
+            " WHERE id IN (SELECT id FROM push_deliveries WHERE due_at <= ?"
+            " ORDER BY due_at LIMIT ?) RETURNING *",
+            (owner, claim_until, now, limit),
+        )
+        return [_delivery_from_row(r) for r in rows]  # all due at claim_until now: any order
+
+    async def retry_push_delivery(
+        self, delivery_id: str, owner: str, attempts: int, due_at: float
+    ) -> None:
+        await self._db.execute(
+            "UPDATE push_deliveries SET owner = NULL, due_at = ?"
+            " WHERE id = ? AND owner = ? AND attempts = ?",
+            (due_at, delivery_id, owner, attempts),
+        )
+
+    async def delete_push_delivery(self, delivery_id: str) -> None:
+        await self._db.execute("DELETE FROM push_deliveries WHERE id = ?", (delivery_id,))
 
     # contexts ------------------------------------------------------------------
     async def get_context(self, scope: Scope, context_id: str) -> Context | None:

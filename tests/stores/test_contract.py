@@ -22,6 +22,7 @@ from a2a_gateway.stores.base import (
     Context,
     Endpoint,
     InvalidPageTokenError,
+    PushDelivery,
     Scope,
     TaskQuery,
 )
@@ -336,3 +337,86 @@ async def test_page_tokens_are_signed_with_the_configured_key():
     assert len((await ours.list_tasks(SCOPE, TaskQuery(page_size=1, page_token=token))).tasks) == 1
     with pytest.raises(InvalidPageTokenError):
         await theirs.list_tasks(SCOPE, TaskQuery(page_token=token))
+
+
+# -- push delivery outbox -------------------------------------------------------------------------
+
+
+def make_delivery(
+    due_at: float, *, attempts: int = 0, owner: str | None = None, **fields
+) -> PushDelivery:
+    delivery = PushDelivery(
+        id=str(uuid.uuid4()), scope=SCOPE, task_id=str(uuid.uuid4()), config_id="cfg",
+        body=b'{"statusUpdate":{"taskId":"t"}}\x00\xff', due_at=due_at, attempts=attempts,
+        owner=owner,
+    )
+    return replace(delivery, **fields)
+
+
+async def test_push_deliveries_are_claimed_when_due_each_claim_an_attempt(store):
+    sent_now = make_delivery(2000.0, attempts=1, owner="gw-a")  # added claimed, until 2000
+    waiting = make_delivery(1000.0, scope=OTHER_PRINCIPAL, config_id="c2")
+    later = make_delivery(5000.0)
+    await store.add_push_deliveries([sent_now, waiting, later])
+    assert await store.claim_push_deliveries("gw-b", now=999.0, claim_until=1100.0) == []
+
+    claimed = await store.claim_push_deliveries("gw-b", now=1500.0, claim_until=1600.0)
+    assert claimed == [replace(waiting, owner="gw-b", attempts=1, due_at=1600.0)]
+    assert await store.claim_push_deliveries("gw-c", now=1599.0, claim_until=1700.0) == []
+
+    # gw-a stopped mid-attempt: once its claim ends, another replica takes the delivery
+    claimed = await store.claim_push_deliveries("gw-c", now=2500.0, claim_until=2600.0)
+    assert sorted(claimed, key=lambda d: d.id) == sorted([
+        replace(sent_now, owner="gw-c", attempts=2, due_at=2600.0),
+        replace(waiting, owner="gw-c", attempts=2, due_at=2600.0),
+    ], key=lambda d: d.id)
+
+
+async def test_claims_take_the_earliest_due_up_to_the_limit(store):
+    deliveries = [make_delivery(float(100 + i)) for i in range(5)]
+    await store.add_push_deliveries(list(reversed(deliveries)))
+    first = await store.claim_push_deliveries("gw-a", now=1000.0, claim_until=2000.0, limit=2)
+    assert {d.id for d in first} == {d.id for d in deliveries[:2]}
+    rest = await store.claim_push_deliveries("gw-b", now=1000.0, claim_until=2000.0, limit=10)
+    assert {d.id for d in rest} == {d.id for d in deliveries[2:]}
+
+
+async def test_a_retry_releases_the_delivery_only_for_the_claim_that_holds_it(store):
+    delivery = make_delivery(2000.0, attempts=1, owner="gw-a")
+    await store.add_push_deliveries([delivery])
+    await store.retry_push_delivery(delivery.id, "gw-b", 1, due_at=10.0)  # not gw-b's
+    await store.retry_push_delivery(delivery.id, "gw-a", 2, due_at=10.0)  # not this attempt
+    assert await store.claim_push_deliveries("gw-b", now=1000.0, claim_until=3000.0) == []
+
+    await store.retry_push_delivery(delivery.id, "gw-a", 1, due_at=1500.0)
+    assert await store.claim_push_deliveries("gw-b", now=1499.0, claim_until=3000.0) == []
+    (claimed,) = await store.claim_push_deliveries("gw-b", now=1500.0, claim_until=3000.0)
+    assert (claimed.owner, claimed.attempts, claimed.due_at) == ("gw-b", 2, 3000.0)
+    await store.retry_push_delivery(delivery.id, "gw-a", 1, due_at=0.0)  # gw-a's claim is over
+    assert await store.claim_push_deliveries("gw-a", now=2999.0, claim_until=4000.0) == []
+
+
+async def test_a_delivered_push_is_deleted_idempotently_and_ids_are_unique(store):
+    delivery, other = make_delivery(10.0), make_delivery(10.0)
+    await store.add_push_deliveries([delivery, other])
+    with pytest.raises(ConflictError):
+        await store.add_push_deliveries([replace(delivery, config_id="again")])
+    await store.delete_push_delivery(delivery.id)
+    await store.delete_push_delivery(delivery.id)
+    await store.delete_push_delivery("never-added")
+    left = await store.claim_push_deliveries("gw", now=20.0, claim_until=30.0)
+    assert [d.id for d in left] == [other.id]
+
+
+async def test_concurrent_claims_never_take_the_same_delivery_twice(store):
+    deliveries = [make_delivery(float(i)) for i in range(20)]
+    await store.add_push_deliveries(deliveries)
+    rounds = await asyncio.gather(*(
+        store.claim_push_deliveries(f"gw-{n}", now=100.0, claim_until=200.0, limit=7)
+        for n in range(4)
+    ))
+    claimed = [d.id for batch in rounds for d in batch]
+    assert len(claimed) == len(set(claimed))
+    # a claim may skip rows another one holds at that moment; nothing is lost
+    rest = await store.claim_push_deliveries("gw-last", now=100.0, claim_until=200.0)
+    assert sorted(claimed + [d.id for d in rest]) == sorted(d.id for d in deliveries)

@@ -24,6 +24,7 @@ from a2a_gateway.stores.base import (
     ApiKey,
     ConflictError,
     InvalidPageTokenError,
+    PushDelivery,
     Scope,
     StoreUnavailableError,
     TaskQuery,
@@ -331,6 +332,7 @@ async def test_create_tables_is_idempotent_and_adds_missing_indexes():
             settings.endpoints_table,
             settings.tasks_table,
             settings.api_keys_table,
+            settings.push_deliveries_table,
             f"{settings.tasks_table} ttl:expires_at",
         ]
         assert await create_tables(url, **support.CREDENTIALS) == []
@@ -443,6 +445,14 @@ async def test_every_expression_placeholder_sent_is_used(request):
         await store.list_api_keys("ep-1")
         await store.revoke_api_key(key.id, datetime.now(UTC))
         await store.revoke_api_key("fedcba9876543210", datetime.now(UTC))
+        delivery = PushDelivery(
+            id="d-1", scope=SCOPE, task_id=task.id, config_id="c", body=b"{}", due_at=1.0,
+            attempts=1, owner="a",
+        )
+        await store.add_push_deliveries([delivery])
+        await store.retry_push_delivery(delivery.id, "a", 1, due_at=2.0)
+        await store.claim_push_deliveries("b", now=3.0, claim_until=4.0)
+        await store.delete_push_delivery(delivery.id)
         await store.check_schema()
         await store.ping()
     assert unused == []

@@ -151,7 +151,10 @@ async def test_a_database_from_before_api_keys_is_refused_then_upgraded_keeping_
     store = await PostgresStore.open(empty_db)
     try:
         await store.create_endpoint(Endpoint(id="ep-old", name="written before the upgrade"))
-        behind = r"behind this gateway \(not applied: 0005_api_keys.sql\).*a2a-gateway migrate"
+        behind = (
+            r"behind this gateway \(not applied: 0005_api_keys.sql, 0006_push_deliveries.sql\)"
+            r".*a2a-gateway migrate"
+        )
         with pytest.raises(SchemaMismatchError, match=behind):
             await store.check_schema()
         with pytest.raises(SchemaMismatchError, match="api_keys.*run `a2a-gateway migrate`"):
