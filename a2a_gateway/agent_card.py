@@ -12,6 +12,7 @@ from typing import Any
 from a2a.types import AgentCard, AgentInterface, APIKeySecurityScheme, HTTPAuthSecurityScheme
 from google.protobuf.json_format import ParseDict, ParseError
 
+from a2a_gateway.auth.config import EndpointAuth
 from a2a_gateway.errors import EndpointMisconfiguredError
 from a2a_gateway.stores.base import Endpoint
 
@@ -42,10 +43,9 @@ def endpoint_urls(base_url: str, endpoint_id: str) -> tuple[str, str]:
 
 
 def build_card(
-    endpoint: Endpoint, base_url: str, *, extended: bool = False, api_key_header: str | None = None
+    endpoint: Endpoint, base_url: str, *, extended: bool = False, auth: EndpointAuth | None = None
 ) -> AgentCard:
-    """The endpoint's card; ``api_key_header`` (None: anonymous calls) is advertised as its
-    security scheme, with the same key as a bearer token as the alternative."""
+    """The endpoint's card; ``auth`` (None: anonymous calls) gives its security schemes."""
     source: dict[str, Any] = endpoint.card
     jsonrpc_url, rest_url = endpoint_urls(base_url, endpoint.id)
     card = AgentCard(
@@ -66,11 +66,13 @@ def build_card(
         card.skills.add(id="chat", name=endpoint.name, description=card.description, tags=["chat"])
     card.capabilities.streaming = capability(endpoint, "streaming")
     card.capabilities.push_notifications = capability(endpoint, "pushNotifications")
-    card.capabilities.extended_agent_card = capability(endpoint, "extendedAgentCard")
+    # advertised only when there is one to serve
+    card.capabilities.extended_agent_card = capability(endpoint, "extendedAgentCard") and bool(
+        source.get("extended"))
     for ext in capabilities(endpoint).get("extensions", []):
         ParseDict(ext, card.capabilities.extensions.add(), ignore_unknown_fields=True)
-    if api_key_header is not None:
-        _require_api_key(card, api_key_header)
+    if auth is not None:
+        _advertise_auth(card, auth)
     card.supported_interfaces.extend(
         [
             AgentInterface(url=jsonrpc_url, protocol_binding="JSONRPC", protocol_version="1.0"),
@@ -81,15 +83,37 @@ def build_card(
     return card
 
 
-def _require_api_key(card: AgentCard, header: str) -> None:
-    card.security_schemes["apiKey"].api_key_security_scheme.CopyFrom(APIKeySecurityScheme(
-        location="header", name=header, description="an API key from a2a-gateway keys create",
-    ))
-    card.security_schemes["bearer"].http_auth_security_scheme.CopyFrom(HTTPAuthSecurityScheme(
-        scheme="Bearer", description="the same API key, as a bearer token",
-    ))
-    for scheme in ("apiKey", "bearer"):  # either one
-        card.security_requirements.add().schemes[scheme].SetInParent()
+def _advertise_auth(card: AgentCard, auth: EndpointAuth) -> None:
+    """Each scheme the endpoint takes, each one an alternative. An endpoint that also takes
+    anonymous calls lists the schemes it declared but requires none of them."""
+    if auth.anonymous and not auth.declared:
+        return
+    schemes = card.security_schemes
+    accepted = []
+    if auth.api_key_header:
+        schemes["apiKey"].api_key_security_scheme.CopyFrom(APIKeySecurityScheme(
+            location="header", name=auth.api_key_header,
+            description="an API key from a2a-gateway keys create",
+        ))
+        schemes["bearer"].http_auth_security_scheme.CopyFrom(HTTPAuthSecurityScheme(
+            scheme="Bearer", description="the same API key, as a bearer token",
+        ))
+        accepted += ["apiKey", "bearer"]
+    if auth.jwt:
+        schemes["jwt"].http_auth_security_scheme.CopyFrom(HTTPAuthSecurityScheme(
+            scheme="Bearer", bearer_format="JWT", description=f"a JWT issued by {auth.jwt.issuer}",
+        ))
+        accepted.append("jwt")
+    if auth.trusted_header:
+        schemes["proxy"].api_key_security_scheme.CopyFrom(APIKeySecurityScheme(
+            location="header", name=auth.trusted_header,
+            description="set by the authenticating proxy in front of the gateway after you sign "
+            "in there; sent by anyone else it is ignored",
+        ))
+        accepted.append("proxy")
+    if not auth.anonymous:
+        for name in accepted:
+            card.security_requirements.add().schemes[name].SetInParent()
 
 
 def check_card(endpoint: Endpoint) -> None:

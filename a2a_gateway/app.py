@@ -16,8 +16,8 @@ import httpx
 import structlog
 from aiohttp import web
 
-from a2a_gateway.auth.api_keys import ApiKeyVerifier
-from a2a_gateway.auth.callers import Authenticator
+from a2a_gateway.auth.callers import build_authenticator
+from a2a_gateway.auth.peer import remember_peer
 from a2a_gateway.engine import TaskEngine
 from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.live import LiveHub
@@ -78,6 +78,7 @@ def build_app(
     ``endpoints`` are created at startup if the store has no row of that id (the demo agent)."""
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[request_context])
     add_routes(app, default_endpoint=settings.default_endpoint)
+    app.middlewares.append(remember_peer)
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         opened = store or await open_store(
@@ -109,9 +110,7 @@ def build_app(
         hub.attach(engine)
         await hub.start()
         registry = EndpointRegistry(opened, settings, http)
-        keys = ApiKeyVerifier(opened, settings.api_key_secret.get_secret_value().encode(),
-                              settings.api_key_cache_seconds)
-        auth = Authenticator(keys, settings.api_key_header)
+        auth = build_authenticator(settings, opened, http)
         gateway = Gateway(settings, opened, http, registry, hub, push, engine, auth)
         app[GATEWAY] = gateway
         await engine.recover_expired(registry)

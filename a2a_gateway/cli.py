@@ -24,7 +24,9 @@ from pydantic import ValidationError
 from a2a_gateway.app import ENDPOINT_COUNT, build_app
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.logs import configure_logging
-from a2a_gateway.registry import check_endpoint, secret_settings
+from a2a_gateway.auth.callers import needed
+from a2a_gateway.errors import EndpointMisconfiguredError
+from a2a_gateway.registry import check_endpoint, runtime_auth, secret_settings
 from a2a_gateway.settings import DEFAULT_STORE, GatewaySettings, load_settings
 from a2a_gateway.stores import UnknownStoreError, display_url, open_store
 from a2a_gateway.stores.base import Endpoint, StoreError
@@ -164,6 +166,11 @@ def _endpoint_from_args(args: argparse.Namespace) -> Endpoint:
         metadata[key] = _parse_value(value)
     if args.public:
         metadata["public"] = True
+    if args.auth:
+        try:
+            metadata["auth"] = json.loads(args.auth)
+        except json.JSONDecodeError as exc:
+            raise CommandError(f"--auth is not valid JSON: {exc.msg} at character {exc.pos}") from None
     try:
         card = json.loads(args.card) if args.card else {}
     except json.JSONDecodeError as exc:
@@ -187,9 +194,17 @@ def _report(endpoint: Endpoint, settings: GatewaySettings, *, prefix: str = "") 
     for problem in check.problems:
         print(f"{prefix}{problem}", file=sys.stderr)
     if not endpoint.metadata.get("public") and not settings.allow_unauthenticated_endpoints:
-        print(f"{prefix}note: not --public: callers need an API key "
-              f"(a2a-gateway keys create --endpoint {endpoint.id})", file=sys.stderr)
+        print(f"{prefix}note: not --public: {_who_may_call(endpoint, settings)}", file=sys.stderr)
     return not check.problems
+
+
+def _who_may_call(endpoint: Endpoint, settings: GatewaySettings) -> str:
+    try:
+        auth = runtime_auth(endpoint, settings, resolve_env=False)
+    except EndpointMisconfiguredError:
+        return "callers need the credentials its auth declares"
+    keys = f"; a2a-gateway keys create --endpoint {endpoint.id} makes a key" if auth.api_key_header else ""
+    return f"callers need {needed(auth)}{keys}"
 
 
 def cmd_endpoints_add(args: argparse.Namespace) -> None:
@@ -339,7 +354,13 @@ def _endpoint_commands(sub: Any) -> None:
     add.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="handler setting, JSON or text; env:NAME is read from the gateway's environment")
     add.add_argument("--public", action="store_true",
-                     help="anyone may call it (the gateway has no caller authentication yet)")
+                     help="anyone may call it without credentials (principal anonymous); "
+                     "credentials that are sent are still checked")
+    add.add_argument("--auth", metavar="JSON",
+                     help='who may call it, any of {"api_key": {"header": …}, "jwt": {"issuer": …, '
+                     '"audience": …, "jwks_url": … or "keys": [PEM, JWK or env:NAME], "algorithms": '
+                     '[…], "principal_claim": "sub", "tenant_claim": …}, "trusted_header": '
+                     '{"header": "X-Forwarded-User"}} (default: API keys)')
     add.set_defaults(func=cmd_endpoints_add)
     check = endpoints.add_parser("check", help="run the checks of add on stored endpoints")
     _store_args(check)

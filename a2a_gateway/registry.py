@@ -21,6 +21,7 @@ import httpx
 import structlog
 
 from a2a_gateway.agent_card import capabilities, capability, check_card
+from a2a_gateway.auth.config import EndpointAuth, endpoint_auth
 from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError
 from a2a_gateway.logs import looks_secret
 from a2a_gateway.settings import (
@@ -42,8 +43,8 @@ class EndpointRuntime:
     handler: Handler | None
     problem: str | None = None
     """Why the handler could not be built (the endpoint then answers with an error)."""
-    api_key_header: str | None = None
-    """Where callers send their API key; None when the endpoint takes anonymous calls."""
+    auth: EndpointAuth = field(default_factory=EndpointAuth)
+    """The schemes callers may authenticate with (the row's ``auth``, ``public``)."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Per-runtime caches owned by other modules (card bytes, request handlers)."""
 
@@ -57,7 +58,8 @@ class EndpointRuntime:
 
     @property
     def extended_card(self) -> bool:
-        return capability(self.endpoint, "extendedAgentCard")
+        """The row declares an extended card and configures its content."""
+        return capability(self.endpoint, "extendedAgentCard") and bool(self.endpoint.card.get("extended"))
 
     @property
     def extensions(self) -> list[dict[str, Any]]:
@@ -100,14 +102,22 @@ class EndpointCheck:
     """What this process cannot check (environment references the gateway must resolve)."""
 
 
+def runtime_auth(endpoint: Endpoint, settings: GatewaySettings, *, resolve_env: bool = True) -> EndpointAuth:
+    return endpoint_auth(
+        endpoint.metadata, default_header=settings.api_key_header,
+        allow_anonymous=settings.allow_unauthenticated_endpoints, resolve_env=resolve_env,
+    )
+
+
 def check_endpoint(endpoint: Endpoint, settings: GatewaySettings) -> EndpointCheck:
-    """The checks of ``_build`` without building: handler, settings, card. Settings that
+    """The checks of ``_build`` without building: handler, settings, card, auth. Settings that
     name an unset ``env:`` variable are noted, not refused: the gateway may have it."""
     check = EndpointCheck()
     try:
         check_card(endpoint)
     except EndpointMisconfiguredError as exc:
         check.problems.append(exc.message)
+    _check_auth(endpoint, settings, check)
     try:
         cls = load_handler_class(endpoint.metadata, settings.handler_allowlist)
     except EndpointMisconfiguredError as exc:
@@ -129,6 +139,21 @@ def check_endpoint(endpoint: Endpoint, settings: GatewaySettings) -> EndpointChe
     except HandlerSettingsError as exc:
         check.problems.append(str(exc))
     return check
+
+
+def _check_auth(endpoint: Endpoint, settings: GatewaySettings, check: EndpointCheck) -> None:
+    try:
+        auth = runtime_auth(endpoint, settings, resolve_env=False)
+    except EndpointMisconfiguredError as exc:
+        check.problems.append(exc.message)
+        return
+    keys = ((endpoint.metadata.get("auth") or {}).get("jwt") or {}).get("keys") or []
+    unset = unset_env_refs({f"auth.jwt.keys.{i}": key for i, key in enumerate(keys)})
+    check.notes += [f"{where} reads the environment variable {name}, which is not set here"
+                    for where, name in unset.items()]
+    if auth.trusted_header and not settings.trusted_proxies:
+        check.notes.append(f"auth.trusted_header: no proxy address is trusted here, so the "
+                           f"{auth.trusted_header} header is ignored (set A2A_GATEWAY_TRUSTED_PROXIES)")
 
 
 def secret_settings(endpoint: Endpoint, settings: GatewaySettings) -> set[str]:
@@ -208,16 +233,12 @@ class EndpointRegistry:
             check_card(endpoint)
             cls = load_handler_class(endpoint.metadata, self._settings.handler_allowlist)
             settings = resolve_handler_settings(cls.Settings, path, endpoint.metadata, self._settings)
+            auth = runtime_auth(endpoint, self._settings)
             handler = cls(settings, self._http)
-            return EndpointRuntime(endpoint, handler, api_key_header=self._api_key_header(endpoint))
+            return EndpointRuntime(endpoint, handler, auth=auth)
         except (EndpointMisconfiguredError, HandlerSettingsError) as exc:
             log.warning("endpoint_misconfigured", endpoint_id=endpoint.id, problem=str(exc))
             return EndpointRuntime(endpoint, None, problem=str(exc))
-
-    def _api_key_header(self, endpoint: Endpoint) -> str | None:
-        if endpoint.metadata.get("public") or self._settings.allow_unauthenticated_endpoints:
-            return None
-        return self._settings.api_key_header
 
     async def aclose(self) -> None:
         for _, runtime in self._cache.values():

@@ -104,7 +104,8 @@ class GatewayRequestHandler(RequestHandler):
     def _scope(self, context: ServerCallContext) -> Scope:
         endpoint = self.runtime.endpoint
         principal = context.user.user_name if context.user.is_authenticated else ANONYMOUS
-        return Scope(endpoint.tenant, endpoint.id, principal or ANONYMOUS)
+        tenant = getattr(context.user, "tenant", None) or endpoint.tenant  # a token's tenant claim
+        return Scope(tenant, endpoint.id, principal or ANONYMOUS)
 
     # messages ---------------------------------------------------------------------
     async def _start(
@@ -325,10 +326,9 @@ class GatewayRequestHandler(RequestHandler):
     ) -> AgentCard:
         if not self.runtime.extended_card:
             raise UnsupportedOperationError("this agent declares no extended agent card")
-        extended = self.runtime.endpoint.card.get("extended")
-        if not extended:
-            raise ExtendedAgentCardNotConfiguredError()
+        if not context.user.is_authenticated:
+            raise ExtendedAgentCardNotConfiguredError("the extended card is for authenticated callers only")
         return build_card(
             self.runtime.endpoint, context.state.get("base_url", ""), extended=True,
-            api_key_header=self.runtime.api_key_header,
+            auth=self.runtime.auth,
         )

@@ -10,18 +10,19 @@ This is the only module that reads ``os.environ``.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 import uuid
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from handlers.base import HandlerSettings
 
-RESERVED_METADATA_KEYS = frozenset({"module_name", "class_name", "public", "strict_v1_card"})
+RESERVED_METADATA_KEYS = frozenset({"module_name", "class_name", "public", "strict_v1_card", "auth"})
 """Endpoint metadata keys the gateway itself reads (the rest are handler settings)."""
 
 
@@ -52,6 +53,21 @@ class GatewaySettings(BaseSettings):
     it invalidates every key."""
     api_key_cache_seconds: float = 5.0
     """How long a key's row is cached (a revoked key stops working within this time)."""
+    jwt_leeway_seconds: float = 30.0
+    """Clock skew allowed when checking a JWT's ``exp``, ``nbf`` and ``iat``."""
+    jwks_cache_seconds: float = 300.0
+    """How long an issuer's JWKS is used before it is fetched again."""
+    jwks_refresh_seconds: float = 30.0
+    """Least time between two fetches of one JWKS (a token with an unknown ``kid`` fetches
+    again, at most this often)."""
+    jwks_timeout_seconds: float = 5.0
+    """Time allowed for fetching a JWKS."""
+    jwks_max_bytes: int = 512 * 1024
+    """Largest JWKS document read."""
+    trusted_proxies: Annotated[list[str], NoDecode] = []
+    """Addresses or CIDRs of authenticating reverse proxies whose identity header an endpoint
+    may trust (``auth.trusted_header``); the TCP peer's address is checked, never
+    X-Forwarded-For. Empty: no proxy is trusted."""
     handler_allowlist: list[str] = ["handlers."]
     """Module prefixes that endpoint rows may name as handlers."""
     handler_settings: dict[str, dict[str, Any]] = {}
@@ -99,6 +115,17 @@ class GatewaySettings(BaseSettings):
     replica_id: str = Field(default_factory=lambda: f"gw-{uuid.uuid4().hex[:12]}")
     log_level: str = "info"
     log_format: str = "json"
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _networks(cls, value: Any) -> Any:
+        """A list, or comma-separated text (``A2A_GATEWAY_TRUSTED_PROXIES=10.0.0.5,10.1.0.0/16``)."""
+        items = value.split(",") if isinstance(value, str) else value
+        if isinstance(items, list):
+            items = [str(v).strip() for v in items if str(v).strip()]
+            for item in items:
+                ipaddress.ip_network(item, strict=False)  # ValueError names a bad one
+        return items
 
     @field_validator("default_endpoint")
     @classmethod

@@ -21,7 +21,7 @@ from a2a_gateway.registry import EndpointRuntime
 
 
 def card_document(runtime: EndpointRuntime, base_url: str) -> dict[str, Any]:
-    card = build_card(runtime.endpoint, base_url, api_key_header=runtime.api_key_header)
+    card = build_card(runtime.endpoint, base_url, auth=runtime.auth)
     if runtime.endpoint.metadata.get("strict_v1_card"):
         return MessageToDict(card)
     return agent_card_to_dict(card)

@@ -197,3 +197,21 @@ async def test_a_key_of_another_endpoint_with_the_same_principal_is_refused():
             task_id = sent.json()["result"]["task"]["id"]
             refused = await call(http, gw.jsonrpc_url(second), rpc("GetTask", {"id": task_id}), key_first)
     assert refused.status_code == 401
+
+
+async def test_an_endpoint_may_declare_its_own_key_header_and_a_bad_key_is_an_invalid_token(gw):
+    endpoint = await gw.add_endpoint(settings={"delay": 0, "auth": {"api_key": {"header": "X-Agent-Key"}}})
+    _, key = await Keys(gw).create(endpoint)
+    url = gw.jsonrpc_url(endpoint)
+    async with httpx.AsyncClient(timeout=10) as http:
+        in_its_header = await http.post(url, json=rpc("ListTasks", {}), headers={**V10, "X-Agent-Key": key})
+        in_the_default_header = await call(http, url, rpc("ListTasks", {}), key)  # X-API-Key: not read here
+        as_bearer = await call(http, url, rpc("ListTasks", {}), key, bearer=True)
+        bad = await http.post(url, json=rpc("ListTasks", {}), headers={**V10, "X-Agent-Key": key[:-2] + "xx"})
+        card = (await http.get(f"{gw.endpoint_url(endpoint)}/.well-known/agent-card.json")).json()
+    assert in_its_header.status_code == 200 and as_bearer.status_code == 200
+    assert in_the_default_header.status_code == 401
+    assert "X-Agent-Key" in in_the_default_header.json()["error"]["message"]
+    assert "error=" not in in_the_default_header.headers["WWW-Authenticate"]  # no credential: no error code
+    assert bad.status_code == 401 and 'error="invalid_token"' in bad.headers["WWW-Authenticate"]
+    assert card["securitySchemes"]["apiKey"]["apiKeySecurityScheme"]["name"] == "X-Agent-Key"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from a2a_gateway.auth.api_keys import make_key
 from tests.harness import RunningGateway
 
 V10 = {"A2A-Version": "1.0"}
@@ -67,7 +68,17 @@ async def test_return_immediately_vs_blocking(gw, tck_id):
 
 
 async def test_extended_card(gw, tck_id):
-    card = (await call(gw, tck_id, {"jsonrpc": "2.0", "id": 3, "method": "GetExtendedAgentCard"}))["result"]
+    """Only an authenticated caller gets the extended card; an anonymous one (the TCK sends no
+    credentials) is told it has none for them (-32007)."""
+    request = {"jsonrpc": "2.0", "id": 3, "method": "GetExtendedAgentCard"}
+    anonymous = await call(gw, tck_id, request)
+    assert anonymous["id"] == 3 and anonymous["error"]["code"] == -32007
+    secret = gw.gateway.settings.api_key_secret.get_secret_value().encode()
+    row, key = make_key(secret, endpoint_id=tck_id, tenant="default")
+    await gw.store.create_api_key(row)
+    async with httpx.AsyncClient(timeout=10) as http:
+        answer = await http.post(gw.jsonrpc_url(tck_id), json=request, headers={**V10, "X-API-Key": key})
+    card = answer.json()["result"]
     assert "secret" in [s["id"] for s in card["skills"]]
     plain = await gw.card(tck_id)
     assert "secret" not in [s.id for s in plain.skills]
