@@ -68,6 +68,7 @@ def server_options(settings: GatewaySettings) -> dict[str, Any]:
         "max_line_size": settings.max_header_bytes,
         "max_field_size": settings.max_header_bytes,
         "max_headers": settings.max_headers,
+        "auto_decompress": False,  # transport.body decodes within the body limits
     }
 
 

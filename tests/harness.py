@@ -21,7 +21,7 @@ from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.types import AgentCard, StreamResponse
 from aiohttp import web
 
-from a2a_gateway.app import build_app
+from a2a_gateway.app import build_app, server_options
 from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Endpoint, Store
@@ -128,8 +128,9 @@ async def running_gateway(
         "push_allow_private_urls": True, "log_level": "warning", "lease_seconds": 30.0,
         "allow_unauthenticated_endpoints": True,
     }
-    app = build_app(GatewaySettings(store=store_url, **{**defaults, **settings}), store=store)
-    runner = web.AppRunner(app, access_log=None)
+    gateway_settings = GatewaySettings(store=store_url, **{**defaults, **settings})
+    app = build_app(gateway_settings, store=store)
+    runner = web.AppRunner(app, access_log=None, **server_options(gateway_settings))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -1,9 +1,9 @@
 """Request bodies: read within the size, time and whole-process memory limits, then parsed
 as JSON no deeper than the nesting limit.
 
-aiohttp decodes ``gzip`` and ``deflate`` bodies as they arrive (a compressed bomb is
-counted after decoding, so it meets ``max_body_bytes`` like any other body); every other
-``Content-Encoding`` is refused with 415. The bytes of all bodies being read at once are
+``gzip`` and ``deflate`` bodies are decoded as they arrive, never more at once than the
+limit has room for (a compressed bomb meets ``max_body_bytes`` like any other body); every
+other ``Content-Encoding`` is refused with 415. The bytes of all bodies being read at once are
 bounded by ``max_inflight_body_bytes``: past it a request is answered 503 with
 ``Retry-After`` instead of buffering, so no number of stalled uploads grows memory
 without bound. A body's reservation ends when it has been read; parsing follows at once.
@@ -12,6 +12,7 @@ without bound. A body's reservation ends when it has been read; parsing follows 
 from __future__ import annotations
 
 import asyncio
+import zlib
 from typing import Any
 
 from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError, InvalidRequestError
@@ -94,18 +95,52 @@ def _too_large(settings: GatewaySettings) -> BodyTooLargeError:
     return BodyTooLargeError(f"request body is too large: over max_body_bytes ({limit} bytes)")
 
 
+class _Decoder:
+    """gzip or deflate (zlib-wrapped, or raw as some clients send it) that never yields
+    more than it is asked for, so a small bomb cannot expand in memory."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        self._zlib: Any = None
+
+    def feed(self, data: bytes, room: int) -> bytes:
+        """At most ``room + 1`` decoded bytes of ``data`` (more than ``room``: too large)."""
+        if self._zlib is None:
+            if self.encoding == "gzip":
+                wbits = 16 + zlib.MAX_WBITS
+            else:
+                wbits = zlib.MAX_WBITS if data[0] & 0x0F == 8 else -zlib.MAX_WBITS
+            self._zlib = zlib.decompressobj(wbits)
+        try:
+            return self._zlib.decompress(data, room + 1)
+        except zlib.error:
+            raise self.bad() from None
+
+    def finish(self) -> None:
+        if self._zlib is not None and (not self._zlib.eof or self._zlib.unused_data):
+            raise self.bad()
+
+    def bad(self) -> BadEncodingError:
+        return BadEncodingError(f"request body is not valid {self.encoding} data")
+
+
 async def read_body(request: web.Request, settings: GatewaySettings) -> bytes:
     """The decoded body, or a ``BodyError`` naming the limit it broke."""
     encoding = _check_encoding(request)
     limit = settings.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         raise _too_large(settings)
+    # aiohttp decodes itself unless the server runs with auto_decompress=False (server_options)
+    decoded_by_aiohttp = getattr(request.content, "total_compressed_bytes", None) is not None
+    decoder = _Decoder(encoding) if encoding != "identity" and not decoded_by_aiohttp else None
     budget = request.app[BODY_BUDGET]
     chunks: list[bytes] = []
     held = 0
     try:
         async with asyncio.timeout(settings.body_read_timeout_seconds):
             while chunk := await request.content.readany():
+                if decoder is not None:
+                    chunk = decoder.feed(chunk, limit - held)
                 if held + len(chunk) > limit:
                     raise _too_large(settings)
                 if not budget.take(len(chunk)):
@@ -115,12 +150,14 @@ async def read_body(request: web.Request, settings: GatewaySettings) -> bytes:
                     )
                 held += len(chunk)
                 chunks.append(chunk)
+        if decoder is not None:
+            decoder.finish()
     except TimeoutError:
         seconds = settings.body_read_timeout_seconds
         raise BodyTimeoutError(
             f"request body not received within body_read_timeout_seconds ({seconds:g} s)"
         ) from None
-    except web.RequestPayloadError as exc:  # bad chunking or bad compressed data
+    except web.RequestPayloadError as exc:  # bad chunking, or bad data aiohttp was decoding
         if encoding == "identity":
             raise BadEncodingError("request body could not be read (bad chunked encoding)") from exc
         raise BadEncodingError(f"request body is not valid {encoding} data") from exc

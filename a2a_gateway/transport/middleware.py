@@ -123,4 +123,6 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     )
     if not response.prepared:
         response.headers.setdefault("X-Request-Id", request_id)
+        if request.body_exists and not request.content.is_eof():
+            response.force_close()  # what is left of an unread body may not decode: start afresh
     return response

@@ -143,7 +143,7 @@ async def test_content_encodings(gw: RunningGateway, echo_id, http):
         r = await http.post(url, content=raw, headers={**JSON, **V10, "Content-Encoding": encoding})
         assert r.status_code == 400, r.text
         assert r.json()["error"]["message"] == f"request body is not valid {encoding} data"
-    for encoding in ("compress", "gzip, gzip", "bogus"):
+    for encoding in ("br", "zstd", "compress", "gzip, gzip", "bogus"):
         r = await http.post(url, content=raw, headers={**JSON, **V10, "Content-Encoding": encoding})
         assert r.status_code == 415, r.text
         assert r.headers["Accept-Encoding"] == "gzip, deflate"
