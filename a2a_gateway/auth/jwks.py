@@ -54,6 +54,11 @@ class JwksCache:
                     await self._fetch(url, entry)
         return entry.keys
 
+    def has_keys(self, url: str) -> bool:
+        """Whether a fetch of ``url`` has ever succeeded."""
+        entry = self._entries.get(url)
+        return entry is not None and entry.fetched_at is not None
+
     def _wants_fetch(self, entry: _Entry, kid: str | None) -> bool:
         now = self._clock()
         if now - entry.tried_at < self._refresh_seconds:

@@ -54,7 +54,10 @@ class JwtVerifier:
             raise InvalidToken(f"tokens signed with {shown} are not accepted here "
                                f"(accepted: {', '.join(config.algorithms)})")
         kid = header.get("kid") if isinstance(header.get("kid"), str) else None
-        candidates = [k for k in await self._keys(config, kid) if k.fits(alg)]
+        keys = await self._keys(config, kid)
+        if not keys and config.jwks_url is not None and not self._jwks.has_keys(config.jwks_url):
+            raise InvalidToken("the issuer's keys (its JWKS) cannot be fetched now; try again later")
+        candidates = [k for k in keys if k.fits(alg)]
         if not candidates:
             raise InvalidToken("no key of the issuer matches the token (kid, alg)")
         claims = self._decode(config, token, alg, candidates)

@@ -383,3 +383,13 @@ async def test_the_extended_card_is_served_only_to_authenticated_callers(gw, jwk
     assert cards[private]["supportsAuthenticatedExtendedCard"] is True
     assert not cards[declared_only]["capabilities"].get("extendedAgentCard")  # none configured
     assert "supportsAuthenticatedExtendedCard" not in cards[declared_only]
+
+
+async def test_an_unreachable_or_broken_jwks_refuses_tokens_with_401_never_500(gw, jwks):
+    key = SigningKey("k1")
+    closed = await gw.add_endpoint(settings={"delay": 0, "auth": jwt_auth("http://127.0.0.1:9/jwks.json")})
+    broken = await gw.add_endpoint(settings={"delay": 0, "auth": jwt_auth(jwks.url.replace("jwks.json", "nothing"))})
+    for endpoint in (closed, broken):
+        answer = await post(gw.jsonrpc_url(endpoint), rpc("ListTasks"), key.token())
+        assert answer.status_code == 401 and answer.json()["id"] == "r1"
+        assert "cannot be fetched now" in answer.json()["error"]["message"]
