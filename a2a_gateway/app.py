@@ -99,6 +99,10 @@ def build_app(
             max_attempts=settings.push_max_attempts,
             retry_base_seconds=settings.push_retry_base_seconds,
             retry_max_seconds=settings.push_retry_max_seconds,
+            replica_id=settings.replica_id,
+            claim_seconds=settings.lease_seconds,
+            poll_seconds=settings.push_poll_seconds,
+            max_in_flight=settings.push_max_in_flight,
         )
         engine = TaskEngine(
             opened, hub, push,
@@ -116,6 +120,7 @@ def build_app(
         app[GATEWAY] = gateway
         await engine.recover_expired(registry)
         lease_task = asyncio.create_task(_lease_loop(gateway))
+        push.start()
         try:
             yield
         finally:

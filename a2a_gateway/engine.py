@@ -449,6 +449,8 @@ class TaskEngine:
         self.hub.publish(task.id, status_event(task))
         self.hub.end(task.id)
         log.warning("task_failed_gateway_lost", task_id=task.id)
+        if runtime is not None:
+            await self.push.notify(runtime, scope, task)
 
     async def aclose(self) -> None:
         """Stop driving runs and end their leases now, so another replica (or this one,

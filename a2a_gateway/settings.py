@@ -103,11 +103,19 @@ class GatewaySettings(BaseSettings):
     """Webhook hosts push notifications may reach (empty: any host with a public address);
     ``.example.com`` also matches its subdomains. Their addresses are checked all the same."""
     push_timeout_seconds: float = 10.0
-    push_max_attempts: int = 3
+    """Time one webhook POST may take (keep it well below ``lease_seconds``, the claim)."""
+    push_max_attempts: int = 8
+    """Attempts per notification and webhook, the first included; then it is given up
+    (logged as ``push_gave_up``)."""
     push_retry_base_seconds: float = 1.0
     """Wait before a notification's first retry; each next wait doubles, up to
     ``push_retry_max_seconds``, less a random part of up to half (jitter)."""
     push_retry_max_seconds: float = 300.0
+    push_poll_seconds: float = 1.0
+    """How often each replica claims due deliveries from the store: retries, and deliveries
+    of a replica that stopped (once its claim, ``lease_seconds``, has run out)."""
+    push_max_in_flight: int = 64
+    """Webhook POSTs one replica has under way at once; more wait in the store."""
     lease_seconds: float = 30.0
     remote_poll_seconds: float = 1.0
     """How often a replica polls the store for a task that runs on another replica."""

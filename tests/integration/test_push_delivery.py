@@ -8,11 +8,11 @@ import asyncio
 import uuid
 
 import httpx
-import orjson
 import pytest
 from aiohttp import web
 
 from tests.harness import running_gateway
+from tests.webhooks import fake_dns, webhook_receiver
 
 V10 = {"A2A-Version": "1.0"}
 
@@ -98,64 +98,10 @@ async def test_private_webhook_urls_are_refused_unless_allowed():
             assert (await http.post(gw.jsonrpc_url(ep), json=create, headers=V10)).json()["error"]["code"] == -32602
 
 
-class Receiver:
-    """A webhook receiver on 127.0.0.1 that records every POST. It answers 204, or the next
-    of ``statuses[path]`` while there is one, or a redirect to ``redirects[path]``."""
-
-    def __init__(self) -> None:
-        self.posts: list[tuple[str, dict, bytes]] = []
-        self.statuses: dict[str, list[int]] = {}
-        self.redirects: dict[str, str] = {}
-        self.port = 0
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.posts.append((request.path, dict(request.headers), await request.read()))
-        if request.path in self.redirects:
-            return web.Response(status=307, headers={"Location": self.redirects[request.path]})
-        pending = self.statuses.get(request.path)
-        return web.Response(status=pending.pop(0) if pending else 204)
-
-    def posts_to(self, path: str) -> list[tuple[dict, dict]]:
-        """``(headers, JSON body)`` of each POST to ``path``."""
-        return [(headers, orjson.loads(body)) for p, headers, body in self.posts if p == path]
-
-    def url(self, path: str, host: str = "127.0.0.1") -> str:
-        return f"http://{host}:{self.port}{path}"
-
-    def paths(self) -> list[str]:
-        return [path for path, _, _ in self.posts]
-
-    async def wait_for(self, path: str, timeout: float = 20.0) -> None:
-        for _ in range(int(timeout / 0.05)):
-            if path in self.paths():
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"no POST to {path}; got {self.paths()}")
-
-
 @pytest.fixture
 async def hooks():
-    receiver = Receiver()
-    app = web.Application()
-    app.router.add_post("/{tail:.*}", receiver.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    receiver.port = site._server.sockets[0].getsockname()[1]
-    yield receiver
-    await runner.cleanup()
-
-
-def fake_dns(mapping: dict[str, str]):
-    """A resolver over ``mapping`` (name → address), changeable while the gateway runs."""
-
-    async def resolve(host: str, port: int) -> list[str]:
-        if host not in mapping:
-            raise OSError("no such host")
-        return [mapping[host]]
-
-    return resolve
+    async with webhook_receiver() as receiver:
+        yield receiver
 
 
 async def test_a_name_that_resolves_to_a_private_address_is_refused_at_config_time(hooks):
@@ -241,7 +187,8 @@ async def test_a_redirect_is_not_followed(hooks):
 
 async def test_each_post_carries_authorization_token_and_an_id_kept_across_retries(hooks):
     hooks.statuses["/flaky"] = [500, 503]
-    async with running_gateway(push_retry_base_seconds=0.1) as gw, httpx.AsyncClient() as http:
+    fast = {"push_retry_base_seconds": 0.1, "push_poll_seconds": 0.1}
+    async with running_gateway(**fast) as gw, httpx.AsyncClient() as http:
         ep = await gw.add_endpoint(settings={"delay": 0})
         push = {"id": "cfg", "url": hooks.url("/flaky"), "token": "tok-1",
                 "authentication": {"scheme": "Basic", "credentials": "dXNlcjpwdw=="}}
