@@ -4,6 +4,7 @@
     EndpointNotFoundError        404   NOT_FOUND         -32601    METHOD_NOT_FOUND
     EndpointMisconfiguredError   503   UNAVAILABLE       -32603    INTERNAL_ERROR
     UnauthenticatedError         401   UNAUTHENTICATED   -32600    INVALID_REQUEST
+    RateLimitedError             429   RESOURCE_EXHAUSTED -32600   INVALID_REQUEST
     StoreUnavailableError        503   UNAVAILABLE       -32603    INTERNAL_ERROR
     request body over the limit  413   INVALID_ARGUMENT  -32600    INVALID_REQUEST
 
@@ -68,3 +69,19 @@ class UnauthenticatedError(GatewayError):
 
     def headers(self) -> dict[str, str]:
         return {"WWW-Authenticate": 'Bearer realm="a2a-gateway"'}
+
+
+class RateLimitedError(GatewayError):
+    """The caller's rate limit is spent; ``Retry-After`` says when to come back."""
+
+    http_status = 429
+    status = "RESOURCE_EXHAUSTED"
+    a2a_error = InvalidRequestError
+    message = "rate limit exceeded"
+
+    def __init__(self, message: str | None = None, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}

@@ -19,9 +19,11 @@ from typing import Any
 
 import httpx
 import structlog
+from pydantic import ValidationError
 
 from a2a_gateway.agent_card import capabilities, capability, check_card
 from a2a_gateway.auth.config import EndpointAuth, endpoint_auth
+from a2a_gateway.auth.rate_limit import RateLimit, endpoint_rate_limit
 from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError
 from a2a_gateway.logs import looks_secret
 from a2a_gateway.settings import (
@@ -45,6 +47,8 @@ class EndpointRuntime:
     """Why the handler could not be built (the endpoint then answers with an error)."""
     auth: EndpointAuth = field(default_factory=EndpointAuth)
     """The schemes callers may authenticate with (the row's ``auth``, ``public``)."""
+    rate_limit: RateLimit | None = None
+    """Requests per caller (the row's ``rate_limit`` or the gateway's); None: unlimited."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Per-runtime caches owned by other modules (card bytes, request handlers)."""
 
@@ -109,6 +113,18 @@ def runtime_auth(endpoint: Endpoint, settings: GatewaySettings, *, resolve_env: 
     )
 
 
+def runtime_rate_limit(endpoint: Endpoint, settings: GatewaySettings) -> RateLimit | None:
+    try:
+        return endpoint_rate_limit(
+            endpoint.metadata, settings.rate_limit_per_second, settings.rate_limit_burst
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors()
+        )
+        raise EndpointMisconfiguredError(f"invalid rate_limit: {problems}") from None
+
+
 def check_endpoint(endpoint: Endpoint, settings: GatewaySettings) -> EndpointCheck:
     """The checks of ``_build`` without building: handler, settings, card, auth. Settings that
     name an unset ``env:`` variable are noted, not refused: the gateway may have it."""
@@ -118,6 +134,10 @@ def check_endpoint(endpoint: Endpoint, settings: GatewaySettings) -> EndpointChe
     except EndpointMisconfiguredError as exc:
         check.problems.append(exc.message)
     _check_auth(endpoint, settings, check)
+    try:
+        runtime_rate_limit(endpoint, settings)
+    except EndpointMisconfiguredError as exc:
+        check.problems.append(exc.message)
     try:
         cls = load_handler_class(endpoint.metadata, settings.handler_allowlist)
     except EndpointMisconfiguredError as exc:
@@ -234,8 +254,9 @@ class EndpointRegistry:
             cls = load_handler_class(endpoint.metadata, self._settings.handler_allowlist)
             settings = resolve_handler_settings(cls.Settings, path, endpoint.metadata, self._settings)
             auth = runtime_auth(endpoint, self._settings)
+            rate_limit = runtime_rate_limit(endpoint, self._settings)
             handler = cls(settings, self._http)
-            return EndpointRuntime(endpoint, handler, auth=auth)
+            return EndpointRuntime(endpoint, handler, auth=auth, rate_limit=rate_limit)
         except (EndpointMisconfiguredError, HandlerSettingsError) as exc:
             log.warning("endpoint_misconfigured", endpoint_id=endpoint.id, problem=str(exc))
             return EndpointRuntime(endpoint, None, problem=str(exc))

@@ -22,7 +22,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from handlers.base import HandlerSettings
 
-RESERVED_METADATA_KEYS = frozenset({"module_name", "class_name", "public", "strict_v1_card", "auth"})
+RESERVED_METADATA_KEYS = frozenset(
+    {"module_name", "class_name", "public", "strict_v1_card", "auth", "rate_limit"}
+)
 """Endpoint metadata keys the gateway itself reads (the rest are handler settings)."""
 
 
@@ -51,6 +53,11 @@ class GatewaySettings(BaseSettings):
     api_key_secret: SecretStr = SecretStr("a2a-gateway-api-key")
     """Key of the HMAC under which API keys are stored: the same on every replica; changing
     it invalidates every key."""
+    rate_limit_per_second: float = 0.0
+    """Requests per second each caller may make on an endpoint without its own ``rate_limit``
+    (0: no limit); counted per replica."""
+    rate_limit_burst: int = 0
+    """Requests a caller may make at once (0: one second's worth)."""
     api_key_cache_seconds: float = 5.0
     """How long a key's row is cached (a revoked key stops working within this time)."""
     jwt_leeway_seconds: float = 30.0
@@ -93,6 +100,10 @@ class GatewaySettings(BaseSettings):
     """HTTP statuses of REST errors: A2A v1.0.1's table (as the a2a-sdk) or v1.0.0's."""
     sse_keepalive_seconds: float = 15.0
     card_max_age_seconds: int = 300
+    card_signing_keys: list[str] = []
+    """Keys that sign agent cards, each a file or ``env:NAME`` holding a PEM or JWK key (ES256
+    or EdDSA): the first signs, all are published at ``/.well-known/jwks.json``, so a key
+    stays listed until the cards it signed are gone. Empty: cards are unsigned."""
     endpoint_cache_seconds: float = 5.0
     cancel_wait_seconds: float = 10.0
     context_max_turns: int = 200

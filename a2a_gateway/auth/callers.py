@@ -1,4 +1,5 @@
-"""The caller of a request: its credential checked against the schemes of the endpoint it calls.
+"""The caller of a request: its credential checked against the schemes of the endpoint it calls,
+then admitted by the endpoint's rate limit (``auth.rate_limit``).
 
 The schemes an endpoint takes are its ``EndpointAuth`` (``auth.config``). Credentials are
 looked for in this order, and the first one found decides (an invalid one is refused, never
@@ -25,6 +26,7 @@ from a2a_gateway.auth.api_keys import KEY_PREFIX, ApiKeyVerifier
 from a2a_gateway.auth.config import EndpointAuth
 from a2a_gateway.auth.jwks import JwksCache
 from a2a_gateway.auth.peer import PEER, IpNetwork, is_trusted, networks
+from a2a_gateway.auth.rate_limit import RateLimiter
 from a2a_gateway.auth.tokens import InvalidToken, JwtVerifier
 from a2a_gateway.errors import UnauthenticatedError
 from a2a_gateway.registry import EndpointRuntime
@@ -64,12 +66,24 @@ class InvalidCredentialError(UnauthenticatedError):
 
 
 class Authenticator:
-    def __init__(self, keys: ApiKeyVerifier, tokens: JwtVerifier, trusted_proxies: tuple[IpNetwork, ...]) -> None:
+    def __init__(
+        self, keys: ApiKeyVerifier, tokens: JwtVerifier, trusted_proxies: tuple[IpNetwork, ...],
+        limiter: RateLimiter | None = None,
+    ) -> None:
         self._keys = keys
         self._tokens = tokens
         self._trusted_proxies = trusted_proxies
+        self._limiter = limiter or RateLimiter()
 
     async def caller(self, headers: Mapping[str, str], runtime: EndpointRuntime) -> User:
+        """The authenticated caller, admitted by the endpoint's rate limit."""
+        user = await self._authenticate(headers, runtime)
+        if runtime.rate_limit is not None:
+            who = user.user_name if user.is_authenticated else f"anonymous@{PEER.get()}"
+            self._limiter.admit(runtime.endpoint.id, who, runtime.rate_limit)
+        return user
+
+    async def _authenticate(self, headers: Mapping[str, str], runtime: EndpointRuntime) -> User:
         auth = runtime.auth
         if auth.trusted_header and is_trusted(PEER.get(), self._trusted_proxies):
             identity = headers.get(auth.trusted_header, "").strip()

@@ -215,3 +215,29 @@ async def test_an_endpoint_may_declare_its_own_key_header_and_a_bad_key_is_an_in
     assert "error=" not in in_the_default_header.headers["WWW-Authenticate"]  # no credential: no error code
     assert bad.status_code == 401 and 'error="invalid_token"' in bad.headers["WWW-Authenticate"]
     assert card["securitySchemes"]["apiKey"]["apiKeySecurityScheme"]["name"] == "X-Agent-Key"
+
+
+async def test_each_caller_has_its_own_rate_limit_answered_with_429_and_retry_after(gw):
+    endpoint = await gw.add_endpoint(settings={"delay": 0, "rate_limit": {"per_second": 0.2, "burst": 2}})
+    keys = Keys(gw)
+    _, alice = await keys.create(endpoint)
+    _, bob = await keys.create(endpoint)
+    url, rest = gw.jsonrpc_url(endpoint), gw.rest_url(endpoint)
+    async with httpx.AsyncClient(timeout=10) as http:
+        allowed = [await call(http, url, rpc("ListTasks", {}), alice) for _ in range(2)]
+        limited = await call(http, url, send(), alice)
+        limited_rest = await http.get(f"{rest}/tasks", headers={**V10, "X-API-Key": alice})
+        for_bob = await call(http, url, rpc("ListTasks", {}), bob)
+    assert [r.status_code for r in allowed] == [200, 200]
+    assert limited.status_code == 429 and limited.headers["Retry-After"] == "5"
+    assert limited.json()["id"] == "r1" and "rate limit of 0.2 requests per second" in limited.text
+    assert limited_rest.status_code == 429 and limited_rest.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+    assert for_bob.status_code == 200  # another caller's bucket is full
+
+
+async def test_a_malformed_rate_limit_is_the_endpoints_problem():
+    async with running_gateway() as gw:
+        endpoint = await gw.add_endpoint(settings={"rate_limit": {"per_second": "lots"}})
+        async with httpx.AsyncClient(timeout=10) as http:
+            answer = await call(http, gw.jsonrpc_url(endpoint), send())
+    assert answer.status_code == 503 and "invalid rate_limit: per_second" in answer.text

@@ -72,6 +72,7 @@ def test_row_commands_refuse_the_memory_store(command):
         (["--card", '{"capabilities": {"streaming": "yes"}}'], "capabilities.streaming must be true or false"),
         (["--card", "{not json"], "--card is not valid JSON"),
         (["--id", "not-a-uuid"], "--id must be a UUID"),
+        (["--set", 'rate_limit={"per_second": -1}'], "invalid rate_limit: per_second"),
     ],
 )
 def test_endpoints_add_checks_before_it_writes(tmp_path, extra, expected):
