@@ -4,6 +4,7 @@ deep nesting, bad content encodings, bad base64, unknown enum values, bodies tha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import uuid
 import zlib
@@ -11,6 +12,7 @@ import zlib
 import httpx
 import pytest
 
+from a2a_gateway.transport.body import BODY_BUDGET
 from tests.harness import RunningGateway, running_gateway
 
 V10 = {"A2A-Version": "1.0"}
@@ -162,3 +164,110 @@ async def test_a_compressed_bomb_meets_the_body_limit(http):
                             headers={**JSON, **V10, "Content-Encoding": "gzip"})
         assert r.status_code == 413
         assert "max_body_bytes (65536 bytes)" in r.json()["error"]["message"]
+
+
+# --- slow, stalled and never-ending uploads; idle and slow connections ------------------
+
+
+async def _open(gw: RunningGateway) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = gw.base_url.removeprefix("http://").split(":")
+    return await asyncio.open_connection(host, int(port))
+
+
+def _head(path: str, **headers: str) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json", "A2A-Version: 1.0"]
+    lines += [f"{name.replace('_', '-')}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+async def _answer(reader: asyncio.StreamReader) -> tuple[int | None, bytes]:
+    """(HTTP status, rest) of what the server sent until it closed (None: closed silently)."""
+    data = await asyncio.wait_for(reader.read(), timeout=60)  # until the server closes
+    if not data:
+        return None, b""
+    return int(data.split(b" ", 2)[1]), data
+
+
+async def test_a_stalled_upload_is_answered_408_and_closed(http):
+    async with running_gateway(body_read_timeout_seconds=1) as gw:
+        endpoint_id = await gw.add_endpoint(settings={"delay": 0})
+        for framing in ({"Content_Length": "5000"}, {"Transfer_Encoding": "chunked"}):
+            reader, writer = await _open(gw)
+            first = b'{"jsonrpc": "2.0", "id": 1' if "Content_Length" in framing else b"a\r\n{\"jsonrpc\"\r\n"
+            writer.write(_head(f"/{endpoint_id}/a2a", **framing) + first)
+            status, data = await _answer(reader)  # the client sends nothing more
+            assert status == 408, data
+            assert b"body_read_timeout_seconds (1 s)" in data and b"Connection: close" in data
+            writer.close()
+        assert gw.app[BODY_BUDGET].held == 0
+
+
+async def test_many_stalled_uploads_stay_within_the_in_flight_budget(http):
+    """Stalled uploads hold at most max_inflight_body_bytes in all: past it they are answered
+    503 with Retry-After at once, the rest 408 when their time is up; then every buffer is
+    given back and the gateway serves as before."""
+    budget_bytes = 256 * 1024
+    async with running_gateway(max_body_bytes=128 * 1024, max_inflight_body_bytes=budget_bytes,
+                               body_read_timeout_seconds=3) as gw:
+        endpoint_id = await gw.add_endpoint(settings={"delay": 0})
+        budget = gw.app[BODY_BUDGET]
+        peak = 0
+
+        async def stalled() -> tuple[int | None, bytes]:
+            nonlocal peak
+            reader, writer = await _open(gw)
+            try:
+                writer.write(_head(f"/{endpoint_id}/a2a", Content_Length="120000") + b" " * 100_000)
+                await writer.drain()
+                peak = max(peak, budget.held)
+                return await _answer(reader)
+            finally:
+                writer.close()
+
+        answers = await asyncio.gather(*(stalled() for _ in range(30)))
+        statuses = [status for status, _ in answers]
+        assert set(statuses) <= {408, 503, None}, statuses
+        assert statuses.count(503) >= 20 and statuses.count(408) >= 1, statuses
+        assert all(b"Retry-After: 1" in data and b"max_inflight_body_bytes" in data
+                   for status, data in answers if status == 503)
+        assert peak <= budget_bytes and budget.held == 0
+        r = await http.post(gw.jsonrpc_url(endpoint_id), headers=V10,
+                            json=rpc("SendMessage", {"message": message_1_0()}))
+        assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+async def test_a_never_ending_chunked_upload_is_413(http):
+    async with running_gateway(max_body_bytes=64 * 1024) as gw:
+        endpoint_id = await gw.add_endpoint(settings={"delay": 0})
+        reader, writer = await _open(gw)
+        writer.write(_head(f"/{endpoint_id}/a2a", Transfer_Encoding="chunked"))
+        chunk = b"4000\r\n" + b" " * 0x4000 + b"\r\n"
+        with contextlib.suppress(ConnectionError):
+            for _ in range(64):  # 1 MiB, or until the server has answered and closed
+                writer.write(chunk)
+                await writer.drain()
+        status, data = await _answer(reader)
+        writer.close()
+        assert status == 413 and b"max_body_bytes (65536 bytes)" in data
+        assert gw.app[BODY_BUDGET].held == 0
+
+
+async def test_idle_and_slow_header_connections_are_closed_after_the_keepalive_timeout():
+    async with running_gateway(keepalive_timeout_seconds=1) as gw:
+        idle_reader, idle_writer = await _open(gw)  # sends nothing at all
+        slow_reader, slow_writer = await _open(gw)  # sends its headers a byte at a time
+
+        async def trickle() -> None:
+            with contextlib.suppress(ConnectionError):
+                for byte in b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 1000:
+                    slow_writer.write(bytes([byte]))
+                    await slow_writer.drain()
+                    await asyncio.sleep(0.2)
+
+        trickling = asyncio.create_task(trickle())
+        assert await asyncio.wait_for(idle_reader.read(), timeout=60) == b""
+        assert await asyncio.wait_for(slow_reader.read(), timeout=60) == b""
+        assert not trickling.done()  # closed long before its 200 s of headers were sent
+        trickling.cancel()
+        for writer in (idle_writer, slow_writer):
+            writer.close()
