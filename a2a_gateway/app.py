@@ -103,6 +103,7 @@ def build_app(
             claim_seconds=settings.lease_seconds,
             poll_seconds=settings.push_poll_seconds,
             max_in_flight=settings.push_max_in_flight,
+            stop_grace_seconds=settings.push_stop_grace_seconds,
         )
         engine = TaskEngine(
             opened, hub, push,

@@ -80,6 +80,7 @@ class PushNotifier:
         claim_seconds: float = 30.0,
         poll_seconds: float = 1.0,
         max_in_flight: int = 64,
+        stop_grace_seconds: float = 5.0,
         http: httpx.AsyncClient | None = None,
     ) -> None:
         self._store = store
@@ -99,6 +100,7 @@ class PushNotifier:
         self._claim_seconds = claim_seconds
         self._poll_seconds = poll_seconds
         self._max_in_flight = max_in_flight
+        self._stop_grace = stop_grace_seconds
         self._in_flight: dict[asyncio.Task[None], PushDelivery] = {}
         self._poller: asyncio.Task[None] | None = None
 
@@ -243,11 +245,14 @@ class PushNotifier:
         return Outcome.REFUSED, f"HTTP {status}"
 
     async def aclose(self) -> None:
-        """Stop sending; deliveries under way are released, due now, for the next replica."""
+        """Stop sending: POSTs under way get ``stop_grace_seconds`` to finish (one cut off
+        may reach its receiver twice); the rest are released, due now, for the next replica."""
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
+        if self._in_flight:
+            await asyncio.wait(list(self._in_flight), timeout=self._stop_grace)
         stopped = dict(self._in_flight)
         for sending in stopped:
             sending.cancel()

@@ -127,6 +127,9 @@ class GatewaySettings(BaseSettings):
     of a replica that stopped (once its claim, ``lease_seconds``, has run out)."""
     push_max_in_flight: int = 64
     """Webhook POSTs one replica has under way at once; more wait in the store."""
+    push_stop_grace_seconds: float = 5.0
+    """On shutdown, webhook POSTs under way get this long to finish; the rest are cut off and
+    left to the next replica (their receiver may then get them twice, under one id)."""
     lease_seconds: float = 30.0
     remote_poll_seconds: float = 1.0
     """How often a replica polls the store for a task that runs on another replica."""
