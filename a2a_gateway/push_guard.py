@@ -109,7 +109,9 @@ class WebhookGuard:
         resolver: Resolver = system_resolver,
     ) -> None:
         self.allow_loopback = allow_loopback
-        self.allowed_hosts = frozenset(h.strip().lower().rstrip(".") for h in allowed_hosts if h.strip())
+        self.allowed_hosts = frozenset(
+            h.strip().lower().rstrip(".") for h in allowed_hosts if h.strip()
+        )
         self.resolver = resolver
 
     async def check(self, url: str) -> Target:
@@ -132,7 +134,9 @@ class WebhookGuard:
             kind = refused_class(address)
             if kind is not None and not (kind == "loopback" and self.allow_loopback):
                 what = "is" if literal else "resolves to"
-                raise RefusedUrlError(f"push notification url is not allowed: {host} {what} a {kind} address")
+                raise RefusedUrlError(
+                    f"push notification url is not allowed: {host} {what} a {kind} address"
+                )
         return Target(parsed, host, str(addresses[0]))
 
     async def _resolve(self, host: str, port: int) -> list[Address]:

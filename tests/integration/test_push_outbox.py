@@ -234,3 +234,23 @@ async def test_every_notification_arrives_through_failures_and_a_restart(
 
 
 ENDPOINT = "7f0c9a52-6d3e-4b8a-9c1f-2e5d8b7a4c60"
+
+
+async def test_a_task_failed_as_gateway_lost_is_notified(hooks):
+    from a2a.types import Task
+    from a2a.types.a2a_pb2 import TASK_STATE_WORKING
+
+    async with running_gateway(**FAST) as gw:
+        ep = await gw.add_endpoint(settings={"delay": 0})
+        scope = Scope("default", ep, "anonymous")
+        task = Task(id=str(uuid.uuid4()), context_id="ctx")
+        task.status.state = TASK_STATE_WORKING
+        # a run of a replica that died: its lease is over, no handler can re-attach it
+        await gw.store.create_task(scope, task, owner="gw-dead", lease_until=time.time() - 1)
+        await gw.store.put_push_config(scope, TaskPushNotificationConfig(
+            id="c1", task_id=task.id, url=hooks.url("/hook")))
+        await gw.gateway.engine.recover_expired(gw.gateway.registry)
+        await hooks.wait_for("/hook")
+    ((_, body),) = hooks.posts_to("/hook")
+    assert body["statusUpdate"]["status"]["state"] == "TASK_STATE_FAILED"
+    assert body["statusUpdate"]["status"]["message"]["parts"][0]["text"] == "gateway instance lost"
