@@ -5,12 +5,14 @@ the POST goes to the address that was checked."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 
 import httpx
 import pytest
 from aiohttp import web
+from structlog.testing import capture_logs
 
 from tests.harness import running_gateway
 from tests.webhooks import fake_dns, webhook_receiver
@@ -222,3 +224,30 @@ async def test_each_post_carries_authorization_token_and_an_id_kept_across_retri
     assert all(bodies == bodies[:1] * len(bodies) for bodies in by_id.values())
     assert sorted(b[0]["statusUpdate"]["status"]["state"] for b in by_id.values()) == [
         "TASK_STATE_COMPLETED", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_WORKING"]
+
+
+async def test_webhook_url_credentials_appear_in_no_error_and_no_log(hooks, caplog):
+    caplog.set_level(logging.WARNING)
+    hooks.statuses["/creds"] = [500]
+    fast = {"push_retry_base_seconds": 0.1, "push_poll_seconds": 0.1}
+    async with running_gateway(**fast) as gw, httpx.AsyncClient() as http:
+        gw.gateway.push.guard.resolver = fake_dns({"inside.test": "10.0.0.3"})
+        ep = await gw.add_endpoint(settings={"delay": 0})
+        with capture_logs() as logs:
+            answers = []
+            for refused in ("http://admin:pw-s3cret@inside.test/h?key=q-s3cret",
+                            "ftp://admin:pw-s3cret@inside.test/h", "http://admin:pw-s3cret@/h"):
+                body = send_body("x", {"url": refused})
+                r = await http.post(gw.jsonrpc_url(ep), json=body, headers=V10)
+                assert r.json()["error"]["code"] == -32602
+                answers.append(r.text)
+            sent = {"url": f"http://admin:pw-s3cret@127.0.0.1:{hooks.port}/creds?key=q-s3cret"}
+            r = await http.post(gw.jsonrpc_url(ep), json=send_body("y", sent), headers=V10)
+            answers.append(r.text)
+            await hooks.wait_for("/creds", count=3)  # WORKING (500, then 204) and COMPLETED
+    # what the gateway writes: its answers, its own log events, and warnings of the
+    # libraries it calls (the a2a-sdk's URL validator used to log whole webhook URLs)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    written = " ".join(answers + [str(e) for e in logs] + warnings)
+    assert "push_attempt_failed" in written
+    assert "s3cret" not in written
