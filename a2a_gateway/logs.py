@@ -1,14 +1,22 @@
-"""structlog setup: JSON lines (or console), context variables, secrets dropped."""
+"""structlog setup: JSON lines (or console), context variables, secrets dropped.
+
+Also for the log lines of libraries (stdlib ``logging``): credentials in URLs are masked,
+tracebacks are text, and a request aiohttp's parser rejects (a client's malformed bytes,
+not a fault of the gateway) is one INFO line naming the error, never its bytes.
+"""
 
 from __future__ import annotations
 
 import functools
 import logging
+import re
 import sys
 from typing import Any
 
 import orjson
 import structlog
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 SECRET_KEY_PARTS = ("authorization", "api_key", "apikey", "token", "password", "secret", "credential")
 
@@ -28,6 +36,37 @@ def drop_secrets(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     return event_dict
 
 
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^/\s@]+@")
+
+
+def _mask_credentials(value: str) -> str:
+    return _URL_CREDENTIALS.sub("***@", value) if "@" in value else value
+
+
+def mask_url_credentials(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """``scheme://user:password@host`` → ``scheme://***@host`` in every string value."""
+    for key, value in event_dict.items():
+        if isinstance(value, str):
+            event_dict[key] = _mask_credentials(value)
+    return event_dict
+
+
+class RejectedRequests(logging.Filter):
+    """aiohttp logs each request its parser rejects (folded or oversized headers, a bad
+    ``Expect``, undecodable bodies) at ERROR with a traceback; this makes it one INFO line
+    with the error's class and HTTP status, without the request's bytes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if not isinstance(error, HttpProcessingError | RequestPayloadError):
+            return True
+        status = getattr(error, "code", 400)
+        record.msg, record.args = f"http_request_rejected {type(error).__name__} {status}", ()
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.exc_info = record.exc_text = None
+        return logging.getLogger().isEnabledFor(logging.INFO)
+
+
 def configure_logging(level: str = "info", fmt: str = "json") -> None:
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
@@ -43,7 +82,7 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     )
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
     structlog.configure(
-        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        processors=[*shared, structlog.processors.format_exc_info, mask_url_credentials, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=(
             structlog.BytesLoggerFactory(sys.stdout.buffer)
@@ -56,6 +95,8 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            mask_url_credentials,
             structlog.processors.JSONRenderer() if json_lines else renderer,  # text for stdlib
         ])
     )
@@ -63,3 +104,6 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     root.handlers[:] = [handler]
     root.setLevel(max(numeric, logging.INFO))
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    server = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, RejectedRequests) for f in server.filters):
+        server.addFilter(RejectedRequests())

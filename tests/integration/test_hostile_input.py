@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import signal
+import sys
 import uuid
 import zlib
 
@@ -13,6 +15,7 @@ import httpx
 import pytest
 
 from a2a_gateway.transport.body import BODY_BUDGET
+from tests.cli_process import LISTENING, ROOT, cli_env
 from tests.harness import RunningGateway, running_gateway
 
 V10 = {"A2A-Version": "1.0"}
@@ -271,3 +274,44 @@ async def test_idle_and_slow_header_connections_are_closed_after_the_keepalive_t
         trickling.cancel()
         for writer in (idle_writer, slow_writer):
             writer.close()
+
+
+# --- what such requests leave in the log ------------------------------------------------
+
+MALFORMED = {
+    "folded header": b"GET /healthz HTTP/1.1\r\nHost: a\r\nX-A: SECRETBYTES\r\n SECRETBYTES\r\n\r\n",
+    "duplicate Host": b"GET /healthz HTTP/1.1\r\nHost: SECRETBYTES\r\nHost: b\r\n\r\n",
+    "oversized line": b"GET /SECRETBYTES" + b"a" * 9000 + b" HTTP/1.1\r\nHost: a\r\n\r\n",
+    "bad chunk size": b"POST /x/a2a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nSECRETBYTES\r\n",
+    "Expect: bogus": b"POST /healthz HTTP/1.1\r\nHost: a\r\nExpect: SECRETBYTES\r\nContent-Length: 2\r\n\r\n{}",
+}
+
+
+async def test_parser_rejections_are_one_info_line_each_without_the_bytes():
+    """``a2a-gateway serve`` as an operator runs it: requests aiohttp's parser rejects are
+    answered 4xx and logged once each at INFO, with no traceback and none of their bytes."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "a2a_gateway", "serve", "--store", "memory://", "--port", "0",
+        env=cli_env(A2A_GATEWAY_LOG_LEVEL="info"), cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        async with asyncio.timeout(60):
+            while (listening := LISTENING.search((await proc.stdout.readline()).decode())) is None:
+                pass
+        host, port = listening[1].removeprefix("http://").split(":")
+        for name, raw in MALFORMED.items():
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(raw)
+            answer = await asyncio.wait_for(reader.read(200), timeout=30)
+            writer.close()
+            assert answer.split(b" ")[1] in (b"400", b"417"), (name, answer)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        log = (await asyncio.wait_for(proc.stdout.read(), timeout=60)).decode()
+        await proc.wait()
+    rejected = [line for line in log.splitlines() if "http_request_rejected" in line]
+    assert len(rejected) == 4, log  # Expect is answered 417 by aiohttp without a log line
+    assert all('"level": "info"' in line for line in rejected), rejected
+    assert "SECRETBYTES" not in log and "Traceback" not in log and "traceback object" not in log
+    assert '"level": "error"' not in log
