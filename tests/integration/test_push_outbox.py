@@ -254,3 +254,25 @@ async def test_a_task_failed_as_gateway_lost_is_notified(hooks):
     ((_, body),) = hooks.posts_to("/hook")
     assert body["statusUpdate"]["status"]["state"] == "TASK_STATE_FAILED"
     assert body["statusUpdate"]["status"]["message"]["parts"][0]["text"] == "gateway instance lost"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_two_replicas_send_a_dead_replicas_deliveries_once(
+    kind, hooks, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    async with fresh_store_url(kind, tmp_path, monkeypatch) as url:
+        async with running_gateway(url, replica_id="gw-a", **FAST) as a, \
+                running_gateway(url, replica_id="gw-b", **FAST):
+            scope = Scope("default", "ep-x", "anonymous")
+            await a.store.put_push_config(scope, TaskPushNotificationConfig(
+                id="c1", task_id="task-1", url=hooks.url("/hook")))
+            claim_ends = time.time() + 0.5
+            await a.store.add_push_deliveries([
+                PushDelivery(f"d-{i}", scope, "task-1", "c1", b"{}", claim_ends, 1, "gw-dead")
+                for i in range(20)
+            ])
+            await hooks.wait_for("/hook", count=20)
+            await settle()
+            assert await pending(a.store) == []
+    ids = [h[DELIVERY_ID] for h, _ in hooks.posts_to("/hook")]
+    assert sorted(ids) == sorted(f"d-{i}" for i in range(20))  # each once, none twice
