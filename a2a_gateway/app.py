@@ -18,6 +18,7 @@ from aiohttp import web
 
 from a2a_gateway.auth.callers import build_authenticator
 from a2a_gateway.auth.peer import remember_peer
+from a2a_gateway.card_signing import load_card_signer
 from a2a_gateway.engine import TaskEngine
 from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.live import LiveHub
@@ -80,6 +81,7 @@ def build_app(
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[request_context])
     add_routes(app, default_endpoint=settings.default_endpoint)
     app.middlewares.append(remember_peer)
+    card_signer = load_card_signer(settings.card_signing_keys)  # a bad key stops startup here
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         opened = store or await open_store(
@@ -117,7 +119,7 @@ def build_app(
         await hub.start()
         registry = EndpointRegistry(opened, settings, http)
         auth = build_authenticator(settings, opened, http)
-        gateway = Gateway(settings, opened, http, registry, hub, push, engine, auth)
+        gateway = Gateway(settings, opened, http, registry, hub, push, engine, auth, card_signer)
         app[GATEWAY] = gateway
         await engine.recover_expired(registry)
         lease_task = asyncio.create_task(_lease_loop(gateway))

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from a2a_gateway.app import ENDPOINT_COUNT, build_app
 from a2a_gateway.auth.api_keys import make_key
+from a2a_gateway.card_signing import CardSigningKeyError
 from a2a_gateway.logs import configure_logging
 from a2a_gateway.auth.callers import needed
 from a2a_gateway.errors import EndpointMisconfiguredError
@@ -429,7 +430,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     try:
         args.func(args)
-    except (CommandError, StoreError, UnknownStoreError, ValidationError) as exc:
+    except (CommandError, StoreError, UnknownStoreError, ValidationError, CardSigningKeyError) as exc:
         sys.exit(f"a2a-gateway: {_one_line(exc)}")
 
 

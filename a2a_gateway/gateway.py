@@ -9,6 +9,7 @@ from a2a.compat.v0_3.request_handler import RequestHandler03
 from aiohttp import web
 
 from a2a_gateway.auth.callers import Authenticator
+from a2a_gateway.card_signing import CardSigner
 from a2a_gateway.engine import TaskEngine
 from a2a_gateway.live import LiveHub
 from a2a_gateway.push import PushNotifier
@@ -28,12 +29,14 @@ class Gateway:
     push: PushNotifier
     engine: TaskEngine
     auth: Authenticator
+    card_signer: CardSigner
+    """Signs the cards served (signs nothing without configured keys)."""
 
     def request_handlers(self, runtime: EndpointRuntime) -> tuple[GatewayRequestHandler, RequestHandler03]:
         """The endpoint's 1.0 request handler and its 0.3 adapter (built once per runtime)."""
         handlers = runtime.extras.get("request_handlers")
         if handlers is None:
-            v10 = GatewayRequestHandler(runtime, self.engine, self.push)
+            v10 = GatewayRequestHandler(runtime, self.engine, self.push, self.card_signer)
             handlers = (v10, RequestHandler03(v10))
             runtime.extras["request_handlers"] = handlers
         return handlers

@@ -53,6 +53,7 @@ from a2a_gateway.push import PushNotifier
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import TERMINAL_STATES, InvalidPageTokenError, Scope, TaskQuery
 from a2a_gateway.agent_card import build_card
+from a2a_gateway.card_signing import CardSigner
 
 ANONYMOUS = "anonymous"
 
@@ -96,10 +97,12 @@ class GatewayRequestHandler(RequestHandler):
         runtime: EndpointRuntime,
         engine: TaskEngine,
         push: PushNotifier,
+        card_signer: CardSigner,
     ) -> None:
         self.runtime = runtime
         self.engine = engine
         self.push = push
+        self.card_signer = card_signer
 
     def _scope(self, context: ServerCallContext) -> Scope:
         endpoint = self.runtime.endpoint
@@ -328,7 +331,11 @@ class GatewayRequestHandler(RequestHandler):
             raise UnsupportedOperationError("this agent declares no extended agent card")
         if not context.user.is_authenticated:
             raise ExtendedAgentCardNotConfiguredError("the extended card is for authenticated callers only")
-        return build_card(
-            self.runtime.endpoint, context.state.get("base_url", ""), extended=True,
-            auth=self.runtime.auth,
-        )
+        base_url = context.state.get("base_url", "")
+        cached = self.runtime.extras.get("extended_card")
+        if cached is None or cached[0] != base_url:  # built and signed once per runtime
+            card = build_card(self.runtime.endpoint, base_url, extended=True,
+                              auth=self.runtime.auth)
+            cached = (base_url, self.card_signer.sign(card, base_url))
+            self.runtime.extras["extended_card"] = cached
+        return cached[1]

@@ -1,8 +1,10 @@
-"""Serving agent cards (``a2a_gateway.agent_card`` builds them) with caching headers.
+"""Serving agent cards (``a2a_gateway.agent_card`` builds them) and the JWKS of their
+signing keys, with caching headers.
 
 By default a card also carries the 0.3 top-level fields (``url``, ``preferredTransport``,
 ``protocolVersion``) so 0.3 clients can discover the endpoint; an endpoint whose
-metadata sets ``strict_v1_card: true`` gets a strict 1.0 card instead.
+metadata sets ``strict_v1_card: true`` gets a strict 1.0 card instead. With signing keys
+configured, a card is signed once per cached body (``a2a_gateway.card_signing``).
 """
 
 from __future__ import annotations
@@ -17,31 +19,52 @@ from aiohttp import web
 from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.agent_card import build_card
+from a2a_gateway.card_signing import CardSigner
 from a2a_gateway.registry import EndpointRuntime
 
 
-def card_document(runtime: EndpointRuntime, base_url: str) -> dict[str, Any]:
+def card_document(runtime: EndpointRuntime, base_url: str, signer: CardSigner) -> dict[str, Any]:
     card = build_card(runtime.endpoint, base_url, auth=runtime.auth)
+    signer.sign(card, base_url)
     if runtime.endpoint.metadata.get("strict_v1_card"):
         return MessageToDict(card)
     return agent_card_to_dict(card)
 
 
-def card_response(request: web.Request, runtime: EndpointRuntime, base_url: str, max_age: int) -> web.Response:
+def card_response(
+    request: web.Request, runtime: EndpointRuntime, base_url: str, max_age: int, signer: CardSigner
+) -> web.Response:
     # a changed row builds a new runtime, so the base URL is the only key needed here
     cached = runtime.extras.get("card")
     if cached is None or cached[0] != base_url:
-        body = orjson.dumps(card_document(runtime, base_url))
-        etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-        cached = (base_url, body, etag)
+        body = orjson.dumps(card_document(runtime, base_url, signer))
+        cached = (base_url, body, _etag(body))
         runtime.extras["card"] = cached
     _, body, etag = cached
     headers = {
-        "ETag": etag,
         "Last-Modified": format_datetime(runtime.endpoint.updated_at, usegmt=True),
-        "Cache-Control": f"public, max-age={max_age}",
         "Vary": "A2A-Version",
     }
+    return _cached_json(request, body, etag, max_age, headers)
+
+
+def jwks_response(request: web.Request, signer: CardSigner, max_age: int) -> web.Response:
+    """The public card-signing keys; 404 when cards are not signed."""
+    if not signer.enabled:
+        raise web.HTTPNotFound()
+    body = orjson.dumps(signer.jwks)
+    return _cached_json(request, body, _etag(body), max_age, {}, "application/jwk-set+json")
+
+
+def _etag(body: bytes) -> str:
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+def _cached_json(
+    request: web.Request, body: bytes, etag: str, max_age: int, headers: dict[str, str],
+    content_type: str = "application/json",
+) -> web.Response:
+    headers = {"ETag": etag, "Cache-Control": f"public, max-age={max_age}", **headers}
     if etag in [t.strip() for t in request.headers.get("If-None-Match", "").split(",")]:
         return web.Response(status=304, headers=headers)
-    return web.Response(body=body, content_type="application/json", headers=headers)
+    return web.Response(body=body, content_type=content_type, headers=headers)

@@ -14,7 +14,8 @@ from aiohttp import web
 
 from a2a_gateway.gateway import GATEWAY
 from a2a_gateway.transport import health, rest
-from a2a_gateway.transport.card import card_response
+from a2a_gateway.card_signing import JWKS_PATH
+from a2a_gateway.transport.card import card_response, jwks_response
 from a2a_gateway.transport.jsonrpc import handle_jsonrpc
 
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -24,7 +25,15 @@ ENDPOINT = "/{endpoint_id}"
 async def agent_card(request: web.Request) -> web.StreamResponse:
     gateway = request.app[GATEWAY]
     runtime = await gateway.registry.get(request.match_info["endpoint_id"])
-    return card_response(request, runtime, gateway.base_url(request), gateway.settings.card_max_age_seconds)
+    return card_response(
+        request, runtime, gateway.base_url(request), gateway.settings.card_max_age_seconds,
+        gateway.card_signer,
+    )
+
+
+async def jwks(request: web.Request) -> web.StreamResponse:
+    gateway = request.app[GATEWAY]
+    return jwks_response(request, gateway.card_signer, gateway.settings.card_max_age_seconds)
 
 
 def _endpoint_routes() -> list[tuple[str, str, View]]:
@@ -53,6 +62,7 @@ def add_routes(app: web.Application, *, default_endpoint: str = "") -> None:
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)
     app.router.add_get("/metrics", health.metrics)
+    app.router.add_get(JWKS_PATH, jwks)
     if default_endpoint:
         for method, path, view in routes:
             app.router.add_route(method, path, _as_endpoint(default_endpoint, view))
