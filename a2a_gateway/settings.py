@@ -95,6 +95,12 @@ class GatewaySettings(BaseSettings):
     """Longest request line and longest header field (larger: 400)."""
     max_headers: int = 128
     """Most header fields a request may have."""
+    max_message_parts: int = 100
+    """Most parts one message may have."""
+    max_text_chars: int = 1_000_000
+    """Longest text part, in characters."""
+    max_metadata_bytes: int = 64 * 1024
+    """Largest metadata object (of a request, a message or a part), as JSON bytes."""
     rest_content_type: str = "application/json"
     rest_error_statuses: Literal["1.0.1", "1.0.0"] = "1.0.1"
     """HTTP statuses of REST errors: A2A v1.0.1's table (as the a2a-sdk) or v1.0.0's."""

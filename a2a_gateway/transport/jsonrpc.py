@@ -52,6 +52,7 @@ from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.transport.body import check_depth, read_body
 from a2a_gateway.transport.call_context import call_context
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, JSONRPC_ID
+from a2a_gateway.transport.limits import check_request_limits
 from a2a_gateway.transport.negotiate import (
     V03,
     V10,
@@ -177,6 +178,7 @@ async def _read_envelope(request: web.Request) -> dict[str, Any]:
     if payload.get("jsonrpc") != "2.0" or not isinstance(payload.get("method"), str):
         raise InvalidRequestError("not a JSON-RPC 2.0 request: jsonrpc must be \"2.0\" and method a string")
     check_depth(payload, settings.max_json_depth)
+    check_request_limits(payload.get("params"), settings)
     return payload
 
 

@@ -47,6 +47,7 @@ from a2a_gateway.transport.body import check_depth, read_body
 from a2a_gateway.transport.call_context import call_context
 from a2a_gateway.transport.jsonrpc import JSON_CONTENT_TYPES, result_to_json
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD
+from a2a_gateway.transport.limits import check_request_limits
 from a2a_gateway.transport.negotiate import (
     V10,
     negotiate_extensions,
@@ -116,6 +117,7 @@ async def _body(request: web.Request, model: Any) -> Any:
     if not isinstance(data, dict):
         raise InvalidParamsError("request body must be a JSON object")
     check_depth(data, settings.max_json_depth)
+    check_request_limits(data, settings)
     try:
         parsed = parse_dict(data, model)
     except ParseError as exc:

@@ -315,3 +315,27 @@ async def test_parser_rejections_are_one_info_line_each_without_the_bytes():
     assert all('"level": "info"' in line for line in rejected), rejected
     assert "SECRETBYTES" not in log and "Traceback" not in log and "traceback object" not in log
     assert '"level": "error"' not in log
+
+
+async def test_parts_text_and_metadata_limits_are_settings_named_in_the_error(http):
+    async with running_gateway(max_message_parts=3, max_text_chars=50, max_metadata_bytes=100) as gw:
+        endpoint_id = await gw.add_endpoint(settings={"delay": 0})
+        url = gw.jsonrpc_url(endpoint_id)
+        cases = [
+            ({"parts": [{"text": "a"}] * 4}, "max_message_parts is 3"),
+            ({"parts": [{"text": "a" * 51}]}, "max_text_chars is 50"),
+            ({"metadata": {"k": "v" * 100}}, "max_metadata_bytes is 100"),
+            ({"parts": [{"text": "a", "metadata": {"k": "v" * 100}}]}, "parts[0].metadata"),
+        ]
+        for change, named in cases:
+            message = {**message_1_0(), **change}
+            error = await rpc_error(http, url, rpc("SendMessage", {"message": message}), V10)
+            assert named in error["message"], error
+            r = await http.post(gw.rest_url(endpoint_id) + "/message:send", headers=V10, json={"message": message})
+            assert r.status_code == 400 and named in r.json()["error"]["message"]
+        params = message_0_3(*[{"kind": "text", "text": "a"}] * 4)
+        error = await rpc_error(http, url, rpc("message/send", params), {})
+        assert "max_message_parts is 3" in error["message"]
+        at_limit = {**message_1_0(), "parts": [{"text": "a" * 50}] * 3, "metadata": {"k": "v" * 80}}
+        r = await http.post(url, json=rpc("SendMessage", {"message": at_limit}), headers=V10)
+        assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
