@@ -13,7 +13,10 @@ import zlib
 
 import httpx
 import pytest
+from aiohttp import web
 
+from a2a_gateway.app import build_app
+from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.transport.body import BODY_BUDGET
 from tests.cli_process import LISTENING, ROOT, cli_env
 from tests.harness import RunningGateway, running_gateway
@@ -339,3 +342,29 @@ async def test_parts_text_and_metadata_limits_are_settings_named_in_the_error(ht
         at_limit = {**message_1_0(), "parts": [{"text": "a" * 50}] * 3, "metadata": {"k": "v" * 80}}
         r = await http.post(url, json=rpc("SendMessage", {"message": at_limit}), headers=V10)
         assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+async def test_bodies_aiohttp_decodes_itself_meet_the_same_limits(http):
+    """Served without ``server_options`` (aiohttp decoding gzip itself), a compressed body
+    is read the same, a false one is 400 and a bomb is 413."""
+    settings = GatewaySettings(
+        store="memory://", max_body_bytes=64 * 1024, allow_unauthenticated_endpoints=True
+    )
+    runner = web.AppRunner(build_app(settings), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        gw = RunningGateway(f"http://127.0.0.1:{port}", runner.app)
+        url = gw.jsonrpc_url(await gw.add_endpoint(settings={"delay": 0}))
+        raw = httpx.Request("POST", url, json=rpc("GetTask", {"id": "missing"})).content
+        gzipped = {**JSON, **V10, "Content-Encoding": "gzip"}
+        r = await http.post(url, content=gzip.compress(raw), headers=gzipped)
+        assert r.json()["error"]["code"] == -32001, r.text
+        r = await http.post(url, content=raw, headers=gzipped)
+        assert r.status_code == 400 and r.json()["error"]["message"] == "request body is not valid gzip data"
+        r = await http.post(url, content=gzip.compress(b" " * (20 * 1024 * 1024)), headers=gzipped)
+        assert r.status_code == 413
+    finally:
+        await runner.cleanup()
