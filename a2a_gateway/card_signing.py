@@ -15,7 +15,8 @@ whose capabilities are all false (``"capabilities": {}`` is signed without it).
 
 A card gets a second signature, by the same key, over the card a 0.3 reader rebuilds from
 its 0.3 form: a 0.3 card lists no 1.0 interfaces, so the a2a-sdk reading the 0.3 binding
-(``agent/getAuthenticatedExtendedCard``) holds a card with the 0.3 interface only. The 0.3
+(``agent/getAuthenticatedExtendedCard``) holds a card with the 0.3 interface only (so a
+verifier also accepts the card cut down to that interface: what a 0.3 client sees). The 0.3
 fields a default card also carries (``url``, ``preferredTransport``, ...) are covered by
 neither: the a2a-sdk reads such a card through its 1.0 fields.
 """
@@ -43,8 +44,6 @@ from jwt.exceptions import PyJWKError
 from a2a_gateway.settings import HandlerSettingsError, expand_env_refs
 
 JWKS_PATH = "/.well-known/jwks.json"
-ALGORITHMS = ("ES256", "EdDSA")
-"""What the gateway signs with (and what a verifier of its cards should accept)."""
 
 PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
 
@@ -70,14 +69,17 @@ class CardSigner:
         self.keys = tuple(keys)
         self.jwks: dict[str, Any] = {"keys": [k.public_jwk for k in self.keys]}
         first = self.keys[0] if self.keys else None
-        self._private = PyJWK(_private_jwk(first.private), first.alg) if first and first.private else None
+        self._private = (
+            PyJWK(_private_jwk(first.private), first.alg) if first and first.private else None
+        )
 
     @property
     def enabled(self) -> bool:
         return bool(self.keys)
 
     def sign(self, card: AgentCard, base_url: str) -> AgentCard:
-        """Append a signature to ``card`` (in place) and return it; unchanged without keys."""
+        """Append the signatures (1.0 card, 0.3 reading) to ``card`` in place and return it;
+        unchanged without keys."""
         if self._private is None:
             return card
         current = self.keys[0]
@@ -167,7 +169,7 @@ def _signing_key(key: object, kid: str | None, where: str) -> SigningKey:
     else:
         raise CardSigningKeyError(f"{where}: unsupported algorithm ({type(key).__name__}); "
                                   "use ES256 (P-256) or EdDSA (Ed25519)")
-    private = key if isinstance(key, (ec.EllipticCurvePrivateKey, ed25519.Ed25519PrivateKey)) else None
+    private = key if isinstance(key, PrivateKey) else None
     public = key.public_key() if private is not None else key
     jwk = to_jwk(public, as_dict=True)
     kid = kid or _thumbprint(jwk)
@@ -175,12 +177,14 @@ def _signing_key(key: object, kid: str | None, where: str) -> SigningKey:
 
 
 def _private_jwk(key: PrivateKey) -> dict[str, Any]:
-    to_jwk = ECAlgorithm.to_jwk if isinstance(key, ec.EllipticCurvePrivateKey) else OKPAlgorithm.to_jwk
-    return to_jwk(key, as_dict=True)
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        return ECAlgorithm.to_jwk(key, as_dict=True)
+    return OKPAlgorithm.to_jwk(key, as_dict=True)
 
 
 def _thumbprint(jwk: dict[str, Any]) -> str:
     """RFC 7638: SHA-256 of the required members, sorted, without whitespace."""
     members = ("crv", "kty", "x", "y") if jwk["kty"] == "EC" else ("crv", "kty", "x")
     canonical = json.dumps({m: jwk[m] for m in members}, separators=(",", ":"), sort_keys=True)
-    return base64.urlsafe_b64encode(hashlib.sha256(canonical.encode()).digest()).rstrip(b"=").decode()
+    digest = hashlib.sha256(canonical.encode()).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
