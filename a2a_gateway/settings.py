@@ -121,9 +121,9 @@ class GatewaySettings(BaseSettings):
     ``.example.com`` also matches its subdomains. Their addresses are checked all the same."""
     push_timeout_seconds: float = 10.0
     """Time one webhook POST may take (keep it well below ``lease_seconds``, the claim)."""
-    push_max_attempts: int = 8
+    push_max_attempts: int = 20
     """Attempts per notification and webhook, the first included; then it is given up
-    (logged as ``push_gave_up``)."""
+    (logged as ``push_gave_up``). With the default backoff, 20 attempts span about 45 minutes."""
     push_retry_base_seconds: float = 1.0
     """Wait before a notification's first retry; each next wait doubles, up to
     ``push_retry_max_seconds``, less a random part of up to half (jitter)."""
