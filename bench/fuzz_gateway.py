@@ -40,6 +40,7 @@ def main() -> None:
 
     outcome = Outcome()
     statuses: Counter[int] = Counter()
+    unsendable = [0]
     started = time.monotonic()
     with gateway_thread() as target, httpx.Client(timeout=args.timeout) as client:
 
@@ -51,6 +52,9 @@ def main() -> None:
             try:
                 response = client.request(case.method, target.base_url + case.path,
                                           headers=case.headers, content=case.body)
+            except httpx.LocalProtocolError:
+                unsendable[0] += 1  # httpx refuses to send it (a generated header HTTP forbids)
+                return
             except httpx.TimeoutException:
                 found = ["timeout: no answer"]
             except httpx.TransportError as exc:
@@ -71,6 +75,7 @@ def main() -> None:
     print(f"malformed        {outcome.malformed}")
     print(f"no answer        {outcome.timeouts}")
     print(f"tasks created    {created}, without the valid key: {stray}")
+    print(f"not sendable     {unsendable[0]} (refused by the client, not counted)")
     print(f"seconds          {time.monotonic() - started:.0f}")
     print("statuses         " + ", ".join(f"{code}: {n}" for code, n in sorted(statuses.items())))
     for example in outcome.examples:

@@ -189,8 +189,8 @@ def _headers(draw: st.DrawFn, key: str) -> tuple[dict[str, str], str]:
         if draw(st.booleans()):
             headers["X-API-Key"] = presented
         else:
-            headers["Authorization"] = f"Bearer {presented}".rstrip()
-    return headers, credential
+            headers["Authorization"] = f"Bearer {presented}"
+    return {name: value.strip() for name, value in headers.items()}, credential  # as HTTP sends them
 
 
 @st.composite
