@@ -15,7 +15,12 @@ import asyncio
 import zlib
 from typing import Any
 
-from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError, InvalidRequestError
+from a2a.utils.errors import (
+    ContentTypeNotSupportedError,
+    InternalError,
+    InvalidParamsError,
+    InvalidRequestError,
+)
 from aiohttp import web
 
 from a2a_gateway.errors import GatewayError
@@ -64,6 +69,7 @@ class BodyTimeoutError(BodyError):
 class BodyBudgetError(BodyError):
     http_status = 503
     status = "UNAVAILABLE"
+    a2a_error = InternalError  # the server's state, not the request's fault: retry later
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": "1"}
