@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from a2a_gateway.app import ENDPOINT_COUNT, build_app
+from a2a_gateway.app import ENDPOINT_COUNT, build_app, server_options
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.card_signing import CardSigningKeyError
 from a2a_gateway.logs import configure_logging
@@ -92,7 +92,7 @@ def serve(settings: GatewaySettings, endpoints: Sequence[Endpoint] = ()) -> None
 
 async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint]) -> None:
     app = build_app(settings, endpoints=endpoints)
-    runner = web.AppRunner(app, access_log=None, handle_signals=True)
+    runner = web.AppRunner(app, access_log=None, handle_signals=True, **server_options(settings))
     await runner.setup()
     try:
         site = web.TCPSite(runner, settings.host, settings.port)

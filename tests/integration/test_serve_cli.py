@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import httpx
@@ -101,3 +102,21 @@ async def test_keys_through_the_cli_against_a_running_gateway(tmp_path):
     assert unknown.returncode != 0 and unknown.stderr.strip() == \
         "a2a-gateway: no endpoint 22222222-2222-4222-8222-222222222222"
     assert run_cli("keys", "revoke", "0123456789abcdef", cwd=tmp_path).returncode != 0
+
+
+async def test_serve_applies_the_connection_limits():
+    async with serving("demo", "--store", "memory://", A2A_GATEWAY_KEEPALIVE_TIMEOUT_SECONDS="1") as listening:
+        url = f"{listening[1]}/{DEMO_ENDPOINT_ID}/a2a"
+        async with httpx.AsyncClient(timeout=10) as http:
+            # decoding is the gateway's (aiohttp's own would answer an unknown encoding in plain text)
+            brotli = await http.post(url, content=b"\x0b\x02\x80{}\x03", headers={
+                "Content-Type": "application/json", "Content-Encoding": "br", "A2A-Version": "1.0"})
+        host, port = listening[1].removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            async with asyncio.timeout(10):
+                closed = await reader.read()  # an idle connection is closed by the server
+        finally:
+            writer.close()
+    assert brotli.status_code == 415 and brotli.headers["Content-Type"].startswith("application/json")
+    assert closed == b""
