@@ -113,6 +113,7 @@ def build_app(
             lease_seconds=settings.lease_seconds,
             cancel_wait_seconds=settings.cancel_wait_seconds,
             max_turns=settings.context_max_turns,
+            max_task_history=settings.max_task_history,
             remote_poll_seconds=settings.remote_poll_seconds,
         )
         hub.attach(engine)

@@ -97,6 +97,7 @@ class TaskEngine:
         lease_seconds: float = 30.0,
         cancel_wait_seconds: float = 10.0,
         max_turns: int = 200,
+        max_task_history: int = 1000,
         remote_poll_seconds: float = 1.0,
     ) -> None:
         self.store = store
@@ -106,6 +107,7 @@ class TaskEngine:
         self.lease_seconds = lease_seconds
         self.cancel_wait_seconds = cancel_wait_seconds
         self.max_turns = max_turns
+        self.max_task_history = max_task_history
         self.remote_poll_seconds = remote_poll_seconds
         self.runs: dict[str, TaskRun] = {}
         self._task_locks: dict[str, asyncio.Lock] = {}
@@ -204,6 +206,11 @@ class TaskEngine:
             if state not in INTERRUPTED_STATES:
                 raise UnsupportedOperationError(
                     f"Task {task.id} is still working; send a message when it asks for input"
+                )
+            if len(task.history) >= self.max_task_history:
+                raise InvalidParamsError(
+                    f"Task {task.id} holds {len(task.history)} messages, the max_task_history "
+                    "limit: go on in a new task of the same context"
                 )
             message.context_id = task.context_id
             context = await self._context(runtime, scope, task.context_id)

@@ -36,7 +36,10 @@ class Gateway:
         """The endpoint's 1.0 request handler and its 0.3 adapter (built once per runtime)."""
         handlers = runtime.extras.get("request_handlers")
         if handlers is None:
-            v10 = GatewayRequestHandler(runtime, self.engine, self.push, self.card_signer)
+            v10 = GatewayRequestHandler(
+                runtime, self.engine, self.push, self.card_signer,
+                max_push_configs=self.settings.max_push_configs_per_task,
+            )
             handlers = (v10, RequestHandler03(v10))
             runtime.extras["request_handlers"] = handlers
         return handlers

@@ -98,11 +98,13 @@ class GatewayRequestHandler(RequestHandler):
         engine: TaskEngine,
         push: PushNotifier,
         card_signer: CardSigner,
+        max_push_configs: int = 10,
     ) -> None:
         self.runtime = runtime
         self.engine = engine
         self.push = push
         self.card_signer = card_signer
+        self.max_push_configs = max_push_configs
 
     def _scope(self, context: ServerCallContext) -> Scope:
         endpoint = self.runtime.endpoint
@@ -295,6 +297,12 @@ class GatewayRequestHandler(RequestHandler):
         config = TaskPushNotificationConfig()
         config.CopyFrom(params)
         config.id = config.id or config.task_id
+        existing = await self.engine.store.list_push_configs(scope, config.task_id)
+        if len(existing) >= self.max_push_configs and all(c.id != config.id for c in existing):
+            raise InvalidParamsError(
+                f"task {config.task_id} has {len(existing)} push notification configs, the "
+                "max_push_configs_per_task limit"
+            )
         await self.engine.store.put_push_config(scope, config)
         return config
 

@@ -113,6 +113,10 @@ class GatewaySettings(BaseSettings):
     endpoint_cache_seconds: float = 5.0
     cancel_wait_seconds: float = 10.0
     context_max_turns: int = 200
+    max_task_history: int = 1000
+    """Messages a task may hold; a follow-up past it is refused (-32602), naming this limit."""
+    max_push_configs_per_task: int = 10
+    """Push notification configs one task may have."""
     push_allow_private_urls: bool = False
     """Allow webhooks on loopback addresses (local testing only); private, link-local, metadata
     and other non-public addresses stay refused."""

@@ -183,38 +183,57 @@ async def test_public_endpoints_take_anonymous_calls_and_still_check_a_presented
     assert [t["id"] for t in seen_by_carol.json()["result"]["tasks"]] == [carols.json()["result"]["task"]["id"]]
 
 
-async def test_a_key_of_another_endpoint_with_the_same_principal_is_refused():
-    async with running_gateway(allow_unauthenticated_endpoints=False) as gw:
-        first = await gw.add_endpoint(settings={"delay": 0})
-        second = await gw.add_endpoint(settings={"delay": 0})
-        keys = Keys(gw)
-        _, key_first = await keys.create(first, principal="dave")
-        expired_row, _ = make_key(keys.secret, endpoint_id=second, tenant="default", principal="dave")
-        expired_row.expires_at = datetime.now(UTC) - timedelta(seconds=1)
-        await gw.store.create_api_key(expired_row)
-        async with httpx.AsyncClient(timeout=10) as http:
-            sent = await call(http, gw.jsonrpc_url(first), send(), key_first)
-            task_id = sent.json()["result"]["task"]["id"]
-            refused = await call(http, gw.jsonrpc_url(second), rpc("GetTask", {"id": task_id}), key_first)
-    assert refused.status_code == 401
-
-
-async def test_an_endpoint_may_declare_its_own_key_header_and_a_bad_key_is_an_invalid_token(gw):
-    endpoint = await gw.add_endpoint(settings={"delay": 0, "auth": {"api_key": {"header": "X-Agent-Key"}}})
-    _, key = await Keys(gw).create(endpoint)
-    url = gw.jsonrpc_url(endpoint)
+async def test_another_endpoint_sees_nothing_of_a_task_and_refuses_its_keys(gw):
+    first = await gw.add_endpoint(settings={"delay": 0})
+    second = await gw.add_endpoint(settings={"delay": 0})
+    public = await gw.add_endpoint(settings={"delay": 0, "public": True})
+    keys = Keys(gw)
+    _, key_first = await keys.create(first, principal="dave")
+    _, key_second = await keys.create(second, principal="dave")  # same principal, other endpoint
     async with httpx.AsyncClient(timeout=10) as http:
-        in_its_header = await http.post(url, json=rpc("ListTasks", {}), headers={**V10, "X-Agent-Key": key})
-        in_the_default_header = await call(http, url, rpc("ListTasks", {}), key)  # X-API-Key: not read here
-        as_bearer = await call(http, url, rpc("ListTasks", {}), key, bearer=True)
-        bad = await http.post(url, json=rpc("ListTasks", {}), headers={**V10, "X-Agent-Key": key[:-2] + "xx"})
-        card = (await http.get(f"{gw.endpoint_url(endpoint)}/.well-known/agent-card.json")).json()
-    assert in_its_header.status_code == 200 and as_bearer.status_code == 200
-    assert in_the_default_header.status_code == 401
-    assert "X-Agent-Key" in in_the_default_header.json()["error"]["message"]
-    assert "error=" not in in_the_default_header.headers["WWW-Authenticate"]  # no credential: no error code
-    assert bad.status_code == 401 and 'error="invalid_token"' in bad.headers["WWW-Authenticate"]
-    assert card["securitySchemes"]["apiKey"]["apiKeySecurityScheme"]["name"] == "X-Agent-Key"
+        sent = await call(http, gw.jsonrpc_url(first), send("first's ?input"), key_first)
+        task_id = sent.json()["result"]["task"]["id"]
+        refused = await call(http, gw.jsonrpc_url(second), rpc("GetTask", {"id": task_id}), key_first)
+        answers = []
+        for url, key in ((gw.jsonrpc_url(second), key_second), (gw.jsonrpc_url(public), None)):
+            answers += [
+                await call(http, url, rpc("GetTask", {"id": task_id}), key),
+                await call(http, url, rpc("CancelTask", {"id": task_id}), key),
+                await call(http, url, rpc("SubscribeToTask", {"id": task_id}), key),
+                await call(http, url, rpc("ListTaskPushNotificationConfigs", {"taskId": task_id}), key),
+                await call(http, url, send("answer", taskId=task_id), key),
+            ]
+            listed = await call(http, url, rpc("ListTasks", {}), key)
+            assert listed.json()["result"]["tasks"] == []
+        still = await call(http, gw.jsonrpc_url(first), rpc("GetTask", {"id": task_id}), key_first)
+    assert refused.status_code == 401
+    for response in answers:
+        assert response.json()["error"]["code"] == -32001, response.text
+    assert still.json()["result"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+
+
+async def test_push_configs_per_task_and_messages_per_task_are_limited():
+    async with running_gateway(max_push_configs_per_task=2, max_task_history=2) as gw:
+        endpoint = await gw.add_endpoint(settings={"delay": 0})
+        url = gw.jsonrpc_url(endpoint)
+        async with httpx.AsyncClient(timeout=10) as http:
+            task = (await call(http, url, send("a ?input"))).json()["result"]["task"]
+            configs = [
+                await call(http, url, rpc("CreateTaskPushNotificationConfig",
+                                          {"taskId": task["id"], "id": f"c{i}", "url": "http://127.0.0.1:9/h"}))
+                for i in range(3)
+            ]
+            replaced = await call(http, url, rpc("CreateTaskPushNotificationConfig",
+                                                 {"taskId": task["id"], "id": "c1", "url": "http://127.0.0.1:8/h"}))
+            # the task holds the message and the agent's prompt: 2, the limit
+            past = await call(http, url, send("c", taskId=task["id"]))
+            kept = await call(http, url, rpc("GetTask", {"id": task["id"]}))
+    assert ["result" in c.json() for c in configs] == [True, True, False]
+    assert configs[2].json()["error"]["code"] == -32602 and "max_push_configs_per_task" in configs[2].text
+    assert "result" in replaced.json()
+    assert past.json()["error"]["code"] == -32602 and "max_task_history" in past.text
+    assert kept.json()["result"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert len(kept.json()["result"]["history"]) == 2
 
 
 async def test_each_caller_has_its_own_rate_limit_answered_with_429_and_retry_after(gw):
