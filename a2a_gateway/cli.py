@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from a2a_gateway.app import ENDPOINT_COUNT, build_app, server_options
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.card_signing import CardSigningKeyError
-from a2a_gateway.logs import configure_logging
+from a2a_gateway.logs import configure_logging, looks_secret, mask_credentials
 from a2a_gateway.auth.callers import needed
 from a2a_gateway.errors import EndpointMisconfiguredError
 from a2a_gateway.registry import check_endpoint, runtime_auth, secret_settings
@@ -139,12 +139,23 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def _shown_metadata(ep: Endpoint, settings: GatewaySettings) -> dict[str, Any]:
-    """The row's metadata with literal secrets masked (``env:NAME`` references are shown)."""
+    """The row's metadata with literal secrets masked (``env:NAME`` references are shown):
+    secret settings, fields named like a credential at any depth (``extra_headers``'
+    ``X-Api-Key``), and credentials in URLs (``user:password@``, ``?token=``)."""
     secret = secret_settings(ep, settings)
-    return {
-        k: "***" if k in secret and not (isinstance(v, str) and v.startswith("env:")) else v
-        for k, v in ep.metadata.items()
-    }
+    return {k: "***" if k in secret and not _env_ref(v) else _shown(v) for k, v in ep.metadata.items()}
+
+
+def _shown(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: "***" if looks_secret(k) and not _env_ref(v) else _shown(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shown(v) for v in value]
+    return mask_credentials(value) if isinstance(value, str) else value
+
+
+def _env_ref(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("env:")
 
 
 def _endpoint_json(ep: Endpoint, settings: GatewaySettings) -> dict[str, Any]:

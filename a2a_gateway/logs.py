@@ -24,7 +24,7 @@ SECRET_KEY_PARTS = ("authorization", "api_key", "apikey", "token", "password", "
 @functools.lru_cache(maxsize=1024)
 def looks_secret(key: str) -> bool:
     """Whether a field named ``key`` likely holds a credential."""
-    lowered = key.lower()
+    lowered = key.lower().replace("-", "_")  # header names too: X-Api-Key
     return any(part in lowered for part in SECRET_KEY_PARTS)
 
 
@@ -37,17 +37,33 @@ def drop_secrets(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
 
 
 _URL_CREDENTIALS = re.compile(r"(?<=://)[^/\s@]+@")
+_QUERY_PARAMETER = re.compile(r"(?<=[?&])([^=&#\s\"']+)=([^&#\s\"']*)")
+SECRET_QUERY_NAMES = frozenset({"key", "sig", "code"})
+"""Query parameters that carry a credential though their name does not look it (``?key=``;
+a presigned URL's ``…Signature=`` too)."""
 
 
-def _mask_credentials(value: str) -> str:
-    return _URL_CREDENTIALS.sub("***@", value) if "@" in value else value
+def _masked_parameter(match: re.Match[str]) -> str:
+    name = match[1].lower()
+    secret = looks_secret(name) or name in SECRET_QUERY_NAMES or "signature" in name
+    return f"{match[1]}=***" if secret else match[0]
+
+
+def mask_credentials(value: str) -> str:
+    """``value`` with the credentials of the URLs in it masked."""
+    if "@" in value:
+        value = _URL_CREDENTIALS.sub("***@", value)
+    if "=" in value:
+        value = _QUERY_PARAMETER.sub(_masked_parameter, value)
+    return value
 
 
 def mask_url_credentials(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    """``scheme://user:password@host`` → ``scheme://***@host`` in every string value."""
+    """``scheme://user:password@host`` → ``scheme://***@host``, and ``?token=…`` (any
+    parameter whose name looks secret) → ``?token=***``, in every string value."""
     for key, value in event_dict.items():
         if isinstance(value, str):
-            event_dict[key] = _mask_credentials(value)
+            event_dict[key] = mask_credentials(value)
     return event_dict
 
 
@@ -104,6 +120,8 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     root.handlers[:] = [handler]
     root.setLevel(max(numeric, logging.INFO))
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    for chatty in ("httpx", "httpcore"):  # a line per request, its whole URL
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     server = logging.getLogger("aiohttp.server")
     if not any(isinstance(f, RejectedRequests) for f in server.filters):
         server.addFilter(RejectedRequests())

@@ -48,6 +48,7 @@ from handlers.openai_stream import (
     RunTimedOut,
     SSEFrame,
     UnexpectedFrame,
+    shown_url,
 )
 
 __all__ = ["HermesAgentHandler", "HermesSettings"]
@@ -383,7 +384,7 @@ class HermesAgentHandler(Handler):
             raise HermesCallError(f"Hermes did not answer {method} {path} within "
                                   f"{self.settings.hermes_timeout:g} s") from None
         except httpx.HTTPError as exc:
-            raise HermesCallError(f"Hermes API server unreachable at {self._base} "
+            raise HermesCallError(f"Hermes API server unreachable at {shown_url(self._base)} "
                                   f"({type(exc).__name__})") from None
         if response.status_code < 400:
             try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable
 from dataclasses import dataclass
@@ -229,8 +230,18 @@ def http_error_reason(backend: str, status: int, body: bytes, attempts: int = 1)
     return f"{backend} rejected the request (HTTP {status}): {message}"
 
 
+_USERINFO = re.compile(r"(?<=://)[^/?#@]*@")
+
+
+def shown_url(url: str) -> str:
+    """``url`` as a caller may read it: without ``user:password@`` and the query, which may
+    carry credentials."""
+    return _USERINFO.sub("", url).partition("?")[0].partition("#")[0]
+
+
 def transport_error_reason(backend: str, url: str, exc: BaseException, timeout: float) -> str:
-    """A reason for an httpx error (the URL never carries the key)."""
+    """A reason for an httpx error, naming the URL without its credentials."""
+    url = shown_url(url)
     if isinstance(exc, httpx.ConnectTimeout):
         return f"cannot reach {backend} at {url}: connection timed out"
     if isinstance(exc, httpx.TimeoutException):

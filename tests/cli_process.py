@@ -37,14 +37,17 @@ def run_cli(*args: str, cwd: Path | None = None, check: bool = False, **env: str
 
 
 @asynccontextmanager
-async def serving(*args: str, cwd: Path | None = None, **env: str) -> AsyncIterator[re.Match[str]]:
+async def serving(*args: str, cwd: Path | None = None, output: list[str] | None = None,
+                  **env: str) -> AsyncIterator[re.Match[str]]:
     """Run ``a2a-gateway ARGS --port 0`` until its listening line; yield that line's match
-    (groups: base URL, store, endpoint count); SIGTERM it afterwards."""
+    (groups: base URL, store, endpoint count); SIGTERM it afterwards. With ``output``, all
+    the process writes (stdout and stderr, to its exit) is appended there."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "a2a_gateway", *args, "--port", "0",
         cwd=cwd or ROOT, env=cli_env(**env),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
+    readers: list[asyncio.Task[None]] = []
     try:
         assert proc.stdout is not None
         match = None
@@ -54,7 +57,12 @@ async def serving(*args: str, cwd: Path | None = None, **env: str) -> AsyncItera
                 if not line:
                     err = (await proc.stderr.read()).decode() if proc.stderr else ""
                     raise AssertionError(f"gateway exited before listening: {err}")
+                if output is not None:
+                    output.append(line)
                 match = LISTENING.search(line)
+        if output is not None:
+            readers.extend(asyncio.create_task(_keep_rest(stream, output))
+                           for stream in (proc.stdout, proc.stderr) if stream is not None)
         yield match
     finally:
         if proc.returncode is None:
@@ -65,3 +73,8 @@ async def serving(*args: str, cwd: Path | None = None, **env: str) -> AsyncItera
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
+        await asyncio.gather(*readers)
+
+
+async def _keep_rest(stream: asyncio.StreamReader, output: list[str]) -> None:
+    output.append((await stream.read()).decode())  # to EOF; keeps the pipe from filling
