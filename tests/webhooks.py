@@ -14,6 +14,8 @@ from contextlib import asynccontextmanager
 import orjson
 from aiohttp import web
 
+from tests.local_server import serve_locally
+
 DELIVERY_ID = "X-A2A-Notification-Id"
 
 
@@ -82,15 +84,9 @@ async def webhook_receiver() -> AsyncIterator[Receiver]:
     receiver = Receiver()
     app = web.Application()
     app.router.add_post("/{tail:.*}", receiver.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    receiver.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
+    async with serve_locally(app) as base_url:
+        receiver.port = int(base_url.rsplit(":", 1)[1])
         yield receiver
-    finally:
-        await runner.cleanup()
 
 
 def fake_dns(mapping: dict[str, str]):

@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.stores.base import Scope, TaskQuery
 from tests.harness import RunningGateway, running_gateway
+from tests.local_server import serve_locally
 
 V10 = {"A2A-Version": "1.0"}
 ISSUER = "https://issuer.example"
@@ -94,15 +95,9 @@ async def jwks() -> AsyncIterator[JwksServer]:
     server = JwksServer()
     app = web.Application()
     app.router.add_get("/jwks.json", server.serve)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/jwks.json"  # type: ignore[union-attr]
-    try:
+    async with serve_locally(app) as base_url:
+        server.url = f"{base_url}/jwks.json"
         yield server
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture

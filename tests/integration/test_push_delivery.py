@@ -15,6 +15,7 @@ from aiohttp import web
 from structlog.testing import capture_logs
 
 from tests.harness import running_gateway
+from tests.local_server import serve_locally
 from tests.webhooks import fake_dns, webhook_receiver
 
 V10 = {"A2A-Version": "1.0"}
@@ -32,13 +33,8 @@ async def receiver():
 
     app = web.Application()
     app.router.add_post("/webhook", hook)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}/webhook", received, arrived
-    await runner.cleanup()
+    async with serve_locally(app) as base_url:
+        yield f"{base_url}/webhook", received, arrived
 
 
 def send_body(text: str, push: dict | None = None) -> dict:

@@ -31,6 +31,7 @@ from jwt.algorithms import OKPAlgorithm
 
 from a2a_gateway.logs import drop_secrets, mask_url_credentials
 from tests.cli_process import run_cli, serving
+from tests.local_server import serve_locally
 from tests.webhooks import webhook_receiver
 
 V10 = {"A2A-Version": "1.0"}
@@ -75,15 +76,9 @@ async def chat_backend() -> AsyncIterator[FakeChatBackend]:
     backend = FakeChatBackend()
     app = web.Application()
     app.router.add_post("/v1/chat/completions", backend.completions)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    backend.port = site._server.sockets[0].getsockname()[1]
-    try:
+    async with serve_locally(app) as base_url:
+        backend.port = int(base_url.rsplit(":", 1)[1])
         yield backend
-    finally:
-        await runner.cleanup()
 
 
 def closed_port() -> int:
