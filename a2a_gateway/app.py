@@ -19,12 +19,12 @@ from aiohttp import web
 from a2a_gateway.auth.callers import build_authenticator
 from a2a_gateway.auth.peer import remember_peer
 from a2a_gateway.card_signing import load_card_signer
-from a2a_gateway.engine import TaskEngine
+from a2a_gateway.tasks.engine import TaskEngine
 from a2a_gateway.gateway import GATEWAY, Gateway
-from a2a_gateway.live import LiveHub
-from a2a_gateway.live_postgres import PostgresLiveHub, uses_postgres
-from a2a_gateway.push import PushNotifier
-from a2a_gateway.push_guard import WebhookGuard
+from a2a_gateway.live.hub import LiveHub
+from a2a_gateway.live.postgres import PostgresLiveHub, uses_postgres
+from a2a_gateway.tasks.push import PushNotifier
+from a2a_gateway.tasks.push_guard import WebhookGuard
 from a2a_gateway.registry import EndpointRegistry
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores import open_store

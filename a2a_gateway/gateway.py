@@ -10,11 +10,11 @@ from aiohttp import web
 
 from a2a_gateway.auth.callers import Authenticator
 from a2a_gateway.card_signing import CardSigner
-from a2a_gateway.engine import TaskEngine
-from a2a_gateway.live import LiveHub
-from a2a_gateway.push import PushNotifier
+from a2a_gateway.tasks.engine import TaskEngine
+from a2a_gateway.live.hub import LiveHub
+from a2a_gateway.tasks.push import PushNotifier
 from a2a_gateway.registry import EndpointRegistry, EndpointRuntime
-from a2a_gateway.request_handler import GatewayRequestHandler
+from a2a_gateway.tasks.request_handler import GatewayRequestHandler
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Store
 

@@ -42,7 +42,7 @@ from aiohttp import web
 from google.protobuf.json_format import ParseError
 
 from a2a_gateway.gateway import GATEWAY, Gateway
-from a2a_gateway.request_handler import GatewayRequestHandler
+from a2a_gateway.tasks.request_handler import GatewayRequestHandler
 from a2a_gateway.transport.body import check_depth, read_body
 from a2a_gateway.transport.call_context import call_context
 from a2a_gateway.transport.jsonrpc import JSON_CONTENT_TYPES, result_to_json

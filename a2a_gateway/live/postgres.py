@@ -49,8 +49,8 @@ from typing import Any
 import structlog
 from a2a.types import TaskArtifactUpdateEvent
 
-from a2a_gateway.live import LiveEvent, LiveHub, Subscription
-from a2a_gateway.live_postgres_wire import (
+from a2a_gateway.live.hub import LiveEvent, LiveHub, Subscription
+from a2a_gateway.live.postgres_wire import (
     CONTROL,
     EVENT,
     STATUS,

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
-from a2a_gateway.live import LiveEvent
+from a2a_gateway.live.hub import LiveEvent
 from a2a_gateway.stores.base import Scope
 
 WATCH_CHANNEL = "a2a_live_watch"

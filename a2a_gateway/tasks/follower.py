@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
-from a2a_gateway.executor import INTERRUPTED_STATES, status_event
-from a2a_gateway.live import LiveEvent, LiveHub
+from a2a_gateway.tasks.run import INTERRUPTED_STATES, status_event
+from a2a_gateway.live.hub import LiveEvent, LiveHub
 from a2a_gateway.stores.base import TERMINAL_STATES, Scope, Store
 
 

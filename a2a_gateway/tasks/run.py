@@ -1,4 +1,4 @@
-"""The executor: maps one handler run's events to A2A task states and artifacts.
+"""One run (``TaskRun``): maps one handler run's events to A2A task states and artifacts.
 
 Each handler event is applied to the task in memory, then split in two paths:
 
@@ -72,7 +72,7 @@ from handlers.base import (
 )
 
 if TYPE_CHECKING:
-    from a2a_gateway.engine import TaskEngine
+    from a2a_gateway.tasks.engine import TaskEngine
 
 log = structlog.get_logger(__name__)
 

@@ -1,6 +1,6 @@
 """The task engine: starts, continues, cancels and recovers task runs.
 
-Runs are ``executor.TaskRun`` objects keyed by task id in this replica. Running
+Runs are ``tasks.run.TaskRun`` objects keyed by task id in this replica. Running
 tasks carry this replica's id and a lease that one batch renews; a replica that
 finds an expired lease re-attaches the run (when the handler can) or fails the
 task with "gateway instance lost". A task owned by another replica is followed
@@ -39,7 +39,7 @@ from a2a.utils.errors import (
 )
 
 from a2a_gateway.errors import GatewayError
-from a2a_gateway.executor import (
+from a2a_gateway.tasks.run import (
     GATEWAY_LOST,
     INTERRUPTED_STATES,
     SupersededError,
@@ -51,7 +51,7 @@ from a2a_gateway.executor import (
     stamp,
     status_event,
 )
-from a2a_gateway.live import LiveHub, Subscription
+from a2a_gateway.live.hub import LiveHub, Subscription
 from a2a_gateway.metrics import task_ended
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import (

@@ -45,11 +45,11 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from a2a_gateway.engine import SendOutcome, TaskEngine
-from a2a_gateway.executor import INTERRUPTED_STATES, copy_task
-from a2a_gateway.follower import follow_task
-from a2a_gateway.live import Subscription
-from a2a_gateway.push import PushNotifier
+from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
+from a2a_gateway.tasks.run import INTERRUPTED_STATES, copy_task
+from a2a_gateway.tasks.follower import follow_task
+from a2a_gateway.live.hub import Subscription
+from a2a_gateway.tasks.push import PushNotifier
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import TERMINAL_STATES, InvalidPageTokenError, Scope, TaskQuery
 from a2a_gateway.agent_card import build_card

@@ -1,0 +1,1 @@
+"""Fan-out of live events to a task's streaming clients: in process, or across replicas."""
