@@ -42,8 +42,8 @@ from a2a.types import (
     TaskState,
 )
 
-from a2a_gateway.live_postgres import PostgresLiveHub
-from a2a_gateway.live_postgres_wire import PAYLOAD_LIMIT, LiveWire, split_utf8
+from a2a_gateway.live.postgres import PostgresLiveHub
+from a2a_gateway.live.postgres_wire import PAYLOAD_LIMIT, LiveWire, split_utf8
 from tests.harness import running_gateway
 from tests.replicas.cluster import PgControl, replica_set
 from tests.replicas.fake_backend import FakeBackend, big_text

@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from a2a_gateway.push import PushNotifier
-from a2a_gateway.push_guard import WebhookGuard
+from a2a_gateway.tasks.push import PushNotifier
+from a2a_gateway.tasks.push_guard import WebhookGuard
 from a2a_gateway.stores.base import PushDelivery, Scope
 from a2a_gateway.stores.memory import MemoryStore
 from tests.webhooks import fake_dns

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from a2a.types import TaskStatusUpdateEvent
 
-from a2a_gateway.live import LiveHub
+from a2a_gateway.live.hub import LiveHub
 
 
 async def test_in_process_follow_gets_published_events_until_the_task_ends():

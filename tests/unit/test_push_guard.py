@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from a2a_gateway.push_guard import RefusedUrlError, UnresolvedHostError, WebhookGuard
+from a2a_gateway.tasks.push_guard import RefusedUrlError, UnresolvedHostError, WebhookGuard
 
 REFUSED = [
     ("127.0.0.1", "loopback"),
