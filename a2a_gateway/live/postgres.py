@@ -23,7 +23,7 @@
 * **Snapshot.** On a new watch (or a re-announcement after a reconnect) the owner
   first sends the text streamed so far (``append: false``), then the live deltas,
   in order — what a local ``SubscribeToTask`` gets.
-* **Payloads** (``live_postgres_wire``) stay under PostgreSQL's 8000-byte limit: a
+* **Payloads** (``live.postgres_wire``) stay under PostgreSQL's 8000-byte limit: a
   larger text delta is split, a larger final artifact or status update becomes a
   pointer. The receiving replica reads the task from the store once the owner's
   write has landed and delivers the stored event; later events of that task wait
