@@ -74,10 +74,13 @@ def server_options(settings: GatewaySettings) -> dict[str, Any]:
 
 
 def build_app(
-    settings: GatewaySettings, store: Store | None = None, *, endpoints: Sequence[Endpoint] = ()
+    settings: GatewaySettings, store: Store | None = None, *, endpoints: Sequence[Endpoint] = (),
+    http: httpx.AsyncClient | None = None,
 ) -> web.Application:
     """The gateway app. ``store`` may be given (tests); otherwise ``settings.store`` is opened.
-    ``endpoints`` are created at startup if the store has no row of that id (the demo agent)."""
+    ``endpoints`` are created at startup if the store has no row of that id (the demo agent).
+    ``http`` is the client the handlers use (tests pass one over ``httpx.MockTransport``); the
+    gateway closes only a client it opened itself."""
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[request_context])
     add_routes(app, default_endpoint=settings.default_endpoint)
     app.middlewares.append(remember_peer)
@@ -91,7 +94,7 @@ def build_app(
         if check_schema is not None:
             await check_schema()  # refuse to serve an unmigrated or newer schema
         app[ENDPOINT_COUNT] = await _ensure_endpoints(opened, endpoints)
-        http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
+        client = http or httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
         hub = PostgresLiveHub(opened, settings.replica_id) if uses_postgres(opened) else LiveHub()
         push = PushNotifier(
             opened,
@@ -118,9 +121,9 @@ def build_app(
         )
         hub.attach(engine)
         await hub.start()
-        registry = EndpointRegistry(opened, settings, http)
-        auth = build_authenticator(settings, opened, http)
-        gateway = Gateway(settings, opened, http, registry, hub, push, engine, auth, card_signer)
+        registry = EndpointRegistry(opened, settings, client)
+        auth = build_authenticator(settings, opened, client)
+        gateway = Gateway(settings, opened, client, registry, hub, push, engine, auth, card_signer)
         app[GATEWAY] = gateway
         await engine.recover_expired(registry)
         lease_task = asyncio.create_task(_lease_loop(gateway))
@@ -135,7 +138,8 @@ def build_app(
             await hub.aclose()
             await push.aclose()
             await registry.aclose()
-            await http.aclose()
+            if http is None:
+                await client.aclose()
             if store is None:
                 await opened.aclose()
 

@@ -121,7 +121,8 @@ class RunningGateway:
 
 @asynccontextmanager
 async def running_gateway(
-    store_url: str = "memory://", *, store: Store | None = None, **settings: Any
+    store_url: str = "memory://", *, store: Store | None = None,
+    http: httpx.AsyncClient | None = None, **settings: Any
 ) -> AsyncIterator[RunningGateway]:
     """Serve the gateway app on 127.0.0.1 with a free port for the duration of the block."""
     defaults: dict[str, Any] = {
@@ -129,7 +130,7 @@ async def running_gateway(
         "allow_unauthenticated_endpoints": True,
     }
     gateway_settings = GatewaySettings(store=store_url, **{**defaults, **settings})
-    app = build_app(gateway_settings, store=store)
+    app = build_app(gateway_settings, store=store, http=http)
     runner = web.AppRunner(app, access_log=None, **server_options(gateway_settings))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
