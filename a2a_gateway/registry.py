@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import importlib
 import time
+import typing
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import structlog
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from a2a_gateway.agent_card import capabilities, capability, check_card
 from a2a_gateway.auth.config import EndpointAuth, endpoint_auth
@@ -185,8 +186,13 @@ def secret_settings(endpoint: Endpoint, settings: GatewaySettings) -> set[str]:
         return {k for k in endpoint.metadata if looks_secret(k)}
     return {
         name for name, info in cls.Settings.model_fields.items()
-        if "SecretStr" in str(info.annotation) or looks_secret(name)
+        if _holds_secret(info.annotation) or looks_secret(name)
     }
+
+
+def _holds_secret(annotation: Any) -> bool:
+    """``SecretStr``, or a union/optional of it."""
+    return annotation is SecretStr or SecretStr in typing.get_args(annotation)
 
 
 def is_endpoint_id(value: str) -> bool:

@@ -124,7 +124,7 @@ async def test_a_key_owns_its_tasks_and_another_principal_sees_none_of_them(gw):
         for response in not_found:
             assert response.json()["error"]["code"] == -32001, response.text
         deleted = await call(http, url, rpc("DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "hook"}), bob)
-        assert deleted.json().get("error", {}).get("code", -32001) == -32001
+        assert deleted.json()["error"]["code"] == -32001
         bob_rest = await http.get(f"{rest}/tasks/{task_id}", headers={**V10, "X-API-Key": bob})
         assert bob_rest.status_code == 404
         listed = await call(http, url, rpc("ListTasks", {}), bob)
