@@ -14,10 +14,15 @@ expanded) and an ``httpx.AsyncClient`` that the gateway owns and closes.
   never stored one by one), ``Progress`` (tool started/finished, reasoning notes:
   WORKING status updates with metadata) and ``SessionUpdate`` (handler memory
   for this conversation).
-* ``InputRequired`` pauses the task (INPUT_REQUIRED). A handler whose backend keeps
-  the run open (Hermes approvals) keeps the iterator open and receives the
-  client's answer through ``resume``; a stateless handler simply ends the iterator
-  and gets a fresh ``run`` with the answer in the history.
+* any number of ``ArtifactDelta``: named artifacts of their own (text, file and
+  data parts), several per task, streamed in chunks (``append``/``last_chunk``) and
+  kept on the task; the store sees them at the next state change.
+* ``InputRequired`` pauses the task (INPUT_REQUIRED), ``AuthRequired`` the same
+  with AUTH_REQUIRED (the caller must authorize something out of band, spec
+  §7.6.1). A handler whose backend keeps the run open (Hermes approvals) keeps the
+  iterator open and receives the client's answer through ``resume``; a stateless
+  handler simply ends the iterator and gets a fresh ``run`` with the answer in the
+  history.
 * exactly one terminal event ends a task: ``Completed``, ``Failed``, ``Rejected``
   or ``Canceled``. ``Reply`` instead of all of the above answers with a single
   A2A Message and creates no task (message mode); only ``SessionUpdate`` may
@@ -28,6 +33,12 @@ leaves the task waiting for input; one that ends without any of them fails the
 task. An exception raised from ``run`` fails the task with a generic reason (the
 exception is logged, never shown to the client, since it may carry secrets):
 handlers should turn their native errors into ``Failed`` with a clear reason.
+
+Inbound file parts reach the handler as ``FileInput`` values (``request.files``) only
+when the handler names their media types in ``accepted_file_types``; any other
+file part is refused before a task exists (ContentTypeNotSupportedError), never
+dropped. The gateway calls ``await open()`` once before the first request and
+``await aclose()`` only after the handler's last run has ended.
 
 A handler never touches HTTP routing, the task store or SSE.
 """
@@ -45,9 +56,12 @@ from a2a.types import Message, Part
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "ArtifactDelta",
+    "AuthRequired",
     "Canceled",
     "Completed",
     "Failed",
+    "FileInput",
     "Handler",
     "HandlerEvent",
     "HandlerRequest",
@@ -61,6 +75,9 @@ __all__ = [
     "SessionUpdate",
     "TextDelta",
     "Turn",
+    "data_part",
+    "file_part",
+    "text_part",
 ]
 
 
@@ -78,6 +95,16 @@ class Turn:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class FileInput:
+    """A file part of the inbound message: its bytes, or a URI the backend may fetch."""
+
+    media_type: str
+    name: str = ""
+    data: bytes | None = None
+    uri: str | None = None
+
+
 @dataclass(slots=True)
 class HandlerRequest:
     """One A2A message for the handler, with what the gateway remembers."""
@@ -90,6 +117,8 @@ class HandlerRequest:
     """The text parts of ``message`` joined with newlines."""
     data: list[dict[str, Any]] = field(default_factory=list)
     """The data parts of ``message``."""
+    files: list[FileInput] = field(default_factory=list)
+    """The file parts of ``message`` (only of the handler's ``accepted_file_types``)."""
     history: list[Turn] = field(default_factory=list)
     """Earlier turns of this context, not including ``message``."""
     session: dict[str, Any] = field(default_factory=dict)
@@ -102,6 +131,10 @@ class HandlerRequest:
     tenant: str = ""
     principal: str = "anonymous"
     """The caller; contexts (and so ``history``/``session``) belong to one caller."""
+    extensions: frozenset[str] = frozenset()
+    """The A2A extensions the caller activated (``A2A-Extensions``) that the agent declares."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Selected inbound headers worth passing on (trace context: ``traceparent``, ...)."""
     streaming: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -126,6 +159,42 @@ class TextDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ArtifactDelta:
+    """A chunk of the artifact ``artifact_id`` (a handler-chosen id, unique in the task).
+    ``append`` adds ``parts`` to what this id streamed so far (otherwise they replace it);
+    ``last_chunk`` says the artifact is complete."""
+
+    artifact_id: str
+    parts: list[Part]
+    name: str = ""
+    append: bool = False
+    last_chunk: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def text_part(text: str) -> Part:
+    return Part(text=text)
+
+
+def file_part(media_type: str, *, data: bytes | None = None, uri: str | None = None, name: str = "") -> Part:
+    """A file part: inline ``data`` or a ``uri``."""
+    if (data is None) == (uri is None):
+        raise ValueError("a file part has either data or a uri")
+    part = Part(media_type=media_type, filename=name)
+    if data is not None:
+        part.raw = data
+    else:
+        part.url = uri
+    return part
+
+
+def data_part(value: dict[str, Any]) -> Part:
+    part = Part(media_type="application/json")
+    part.data.struct_value.update(value)
+    return part
+
+
+@dataclass(frozen=True, slots=True)
 class Progress:
     """A WORKING status update: ``kind`` is e.g. ``tool_started``, ``tool_completed``,
     ``reasoning``; ``data`` goes into the status update's metadata."""
@@ -146,6 +215,16 @@ class SessionUpdate:
 class InputRequired:
     """The run waits for the client: ``prompt`` becomes the status message text,
     ``data`` (e.g. ``{"command", "description", "choices"}``) a data part."""
+
+    prompt: str
+    data: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuthRequired:
+    """The run waits for the caller to authorize something (AUTH_REQUIRED): ``prompt``
+    says what and where (e.g. a consent URL), ``data`` becomes a data part. Answered
+    and resumed like ``InputRequired``."""
 
     prompt: str
     data: dict[str, Any] | None = None
@@ -190,9 +269,11 @@ class Reply:
 HandlerEvent = (
     RunStarted
     | TextDelta
+    | ArtifactDelta
     | Progress
     | SessionUpdate
     | InputRequired
+    | AuthRequired
     | Completed
     | Failed
     | Rejected
@@ -220,6 +301,10 @@ class Handler(ABC):
     supports_reattach: ClassVar[bool] = False
     """True when ``reattach`` can follow a run started before a gateway restart."""
 
+    accepted_file_types: ClassVar[tuple[str, ...]] = ()
+    """Media types of inbound file parts the backend takes (``image/*`` matches a family);
+    a file part of another type is refused with ContentTypeNotSupportedError."""
+
     uses_context: ClassVar[bool] = True
     """False when the handler never reads ``history``/``session``: the gateway then
     skips loading and saving the conversation for it."""
@@ -227,6 +312,15 @@ class Handler(ABC):
     def __init__(self, settings: HandlerSettings, http: httpx.AsyncClient) -> None:
         self.settings = settings
         self.http = http
+
+    async def open(self) -> None:  # noqa: B027 - an optional hook
+        """Called once before the first request (e.g. to start a subprocess or a pool)."""
+
+    def accepts_file(self, media_type: str) -> bool:
+        kind = media_type.split(";")[0].strip().lower()
+        return any(
+            kind == t or (t.endswith("/*") and kind.startswith(t[:-1])) for t in self.accepted_file_types
+        )
 
     @abstractmethod
     def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:

@@ -47,7 +47,6 @@ from collections import deque
 from typing import Any
 
 import structlog
-from a2a.types import TaskArtifactUpdateEvent
 
 from a2a_gateway.live.hub import LiveEvent, LiveHub, Subscription
 from a2a_gateway.live.postgres_wire import (
@@ -297,14 +296,13 @@ class PostgresLiveHub(LiveHub):
         channel = replica_channel(str(message.get("r")))
         expiry = time.monotonic() + 3 * self._refresh
         for task_id in message.get("ids") or ():
-            run = self._engine.runs.get(task_id)
-            if run is None:
+            if task_id not in self._engine.runs:
                 continue
             watchers = self._watchers.setdefault(task_id, {})
             new = channel not in watchers
             watchers[channel] = expiry
             if new or message.get("s"):
-                self._send_snapshot(run, channel)
+                self._send_snapshot(task_id, channel)
 
     def _on_unwatch(self, message: dict[str, Any]) -> None:
         channel = replica_channel(str(message.get("r")))
@@ -315,15 +313,11 @@ class PostgresLiveHub(LiveHub):
                 if not watchers:
                     del self._watchers[task_id]
 
-    def _send_snapshot(self, run: Any, channel: str) -> None:
-        text = run.text_so_far
-        if run.finished or not run.artifact_id or not text:
+    def _send_snapshot(self, task_id: str, channel: str) -> None:
+        event = self._engine.text_so_far(task_id)
+        if event is None:
             return
-        event = TaskArtifactUpdateEvent(task_id=run.task.id, context_id=run.task.context_id)
-        event.artifact.artifact_id = run.artifact_id
-        event.artifact.name = "response"
-        event.artifact.parts.add(text=text)
-        for payload in self._encode(run.task.id, event):
+        for payload in self._encode(task_id, event):
             self._enqueue(channel, payload)
 
     # receiving ------------------------------------------------------------------------

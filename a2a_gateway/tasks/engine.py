@@ -21,6 +21,7 @@ from a2a.helpers.proto_helpers import get_message_text
 from a2a.types import (
     Message,
     Task,
+    TaskArtifactUpdateEvent,
     TaskState,
     TaskStatus,
 )
@@ -39,18 +40,17 @@ from a2a.utils.errors import (
 )
 
 from a2a_gateway.errors import GatewayError
-from a2a_gateway.tasks.run import (
+from a2a_gateway.tasks.events import (
     GATEWAY_LOST,
     INTERRUPTED_STATES,
-    SupersededError,
-    TaskRun,
     agent_message,
     copy_task,
-    message_data,
     new_id,
     stamp,
     status_event,
+    text_chunk,
 )
+from a2a_gateway.tasks.run import SupersededError, TaskRun, message_data
 from a2a_gateway.live.hub import LiveHub, Subscription
 from a2a_gateway.metrics import task_ended
 from a2a_gateway.registry import EndpointRuntime
@@ -381,6 +381,13 @@ class TaskEngine:
         self.hub.publish(task.id, status_event(task))
         self.hub.end(task.id)
         await self.push.notify(runtime, scope, task)
+
+    def text_so_far(self, task_id: str) -> TaskArtifactUpdateEvent | None:
+        """The response text a local run streamed so far, as one chunk (for a late listener)."""
+        run = self.runs.get(task_id)
+        if run is None or run.finished or not run.artifact_id or not run.text_so_far:
+            return None
+        return text_chunk(run.task, run.artifact_id, run.text_so_far, append=False)
 
     # ownership -----------------------------------------------------------------------
     async def renew_leases(self) -> None:

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
-from a2a_gateway.tasks.run import INTERRUPTED_STATES, status_event
+from a2a_gateway.tasks.events import INTERRUPTED_STATES, artifact_event, status_event
 from a2a_gateway.live.hub import LiveEvent, LiveHub
 from a2a_gateway.stores.base import TERMINAL_STATES, Scope, Store
 
@@ -72,11 +72,7 @@ async def follow_task(
                 blob = artifact.SerializeToString()
                 if seen_artifacts.get(artifact.artifact_id) != blob:
                     seen_artifacts[artifact.artifact_id] = blob
-                    update = TaskArtifactUpdateEvent(
-                        task_id=task.id, context_id=task.context_id, append=False, last_chunk=True
-                    )
-                    update.artifact.CopyFrom(artifact)
-                    yield update
+                    yield artifact_event(task, artifact, last_chunk=True)
             if _status_key(stored.task) != seen_status:
                 seen_status = _status_key(stored.task)
                 yield status_event(stored.task)

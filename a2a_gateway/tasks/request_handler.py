@@ -46,7 +46,7 @@ from a2a.utils.errors import (
 )
 
 from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
-from a2a_gateway.tasks.run import INTERRUPTED_STATES, copy_task
+from a2a_gateway.tasks.events import INTERRUPTED_STATES, copy_task, text_chunk
 from a2a_gateway.tasks.follower import follow_task
 from a2a_gateway.live.hub import Subscription
 from a2a_gateway.tasks.push import PushNotifier
@@ -218,10 +218,7 @@ class GatewayRequestHandler(RequestHandler):
             # snapshot and subscription in one step: nothing is missed or seen twice
             snapshot = copy_task(run.task)
             if run.artifact_id and run.text_so_far and not run.finished:
-                chunk = TaskArtifactUpdateEvent(task_id=snapshot.id, context_id=snapshot.context_id)
-                chunk.artifact.artifact_id = run.artifact_id
-                chunk.artifact.name = "response"
-                chunk.artifact.parts.add(text=run.text_so_far)
+                chunk = text_chunk(snapshot, run.artifact_id, run.text_so_far, append=False)
             sub = self.engine.hub.subscribe(params.id)
         else:
             yield stored.task

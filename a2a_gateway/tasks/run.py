@@ -47,6 +47,15 @@ from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names p
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from a2a_gateway.tasks.events import (
+    INTERRUPTED_STATES,
+    agent_message,
+    copy_task,
+    new_id,
+    stamp,
+    status_event,
+    text_chunk,
+)
 from a2a_gateway.metrics import MESSAGES, TASKS_STARTED, task_ended
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import (
@@ -75,49 +84,6 @@ if TYPE_CHECKING:
     from a2a_gateway.tasks.engine import TaskEngine
 
 log = structlog.get_logger(__name__)
-
-INTERRUPTED_STATES = frozenset({TASK_STATE_INPUT_REQUIRED, TASK_STATE_AUTH_REQUIRED})
-GATEWAY_LOST = "gateway instance lost"
-
-
-def new_id() -> str:
-    """A random (version 4) UUID string, three times cheaper than ``str(uuid.uuid4())``."""
-    h = os.urandom(16).hex()
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:32]}"
-
-
-def stamp(timestamp: Timestamp) -> None:
-    """Set ``timestamp`` to now (cheaper than ``GetCurrentTime``)."""
-    us = time.time_ns() // 1000
-    timestamp.seconds, timestamp.nanos = divmod(us, 1_000_000)
-    timestamp.nanos *= 1000
-
-
-def copy_task(task: Task) -> Task:
-    out = Task()
-    out.CopyFrom(task)
-    return out
-
-
-def agent_message(task: Task, text: str, data: dict[str, Any] | None = None) -> Message:
-    msg = Message(
-        message_id=new_id(), role=ROLE_AGENT, task_id=task.id, context_id=task.context_id
-    )
-    msg.parts.append(Part(text=text))
-    if data is not None:
-        part = Part(media_type="application/json")
-        ParseDict(data, part.data)
-        msg.parts.append(part)
-    return msg
-
-
-def status_event(task: Task, metadata: dict[str, Any] | None = None) -> TaskStatusUpdateEvent:
-    """The status update that announces ``task``'s current status."""
-    event = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
-    event.status.CopyFrom(task.status)
-    if metadata:
-        event.metadata.update(metadata)
-    return event
 
 
 

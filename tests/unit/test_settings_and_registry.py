@@ -72,9 +72,10 @@ def test_handler_class_allowlist():
 
 def test_handler_contract_exports_are_pinned():
     assert sorted(handlers.base.__all__) == [
-        "Canceled", "Completed", "Failed", "Handler", "HandlerEvent", "HandlerRequest",
-        "HandlerSettings", "InputRejectedError", "InputRequired", "Progress", "Rejected",
-        "Reply", "RunStarted", "SessionUpdate", "TextDelta", "Turn",
+        "ArtifactDelta", "AuthRequired", "Canceled", "Completed", "Failed", "FileInput",
+        "Handler", "HandlerEvent", "HandlerRequest", "HandlerSettings", "InputRejectedError",
+        "InputRequired", "Progress", "Rejected", "Reply", "RunStarted", "SessionUpdate",
+        "TextDelta", "Turn", "data_part", "file_part", "text_part",
     ]
 
 
