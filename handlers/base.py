@@ -87,6 +87,14 @@ class HandlerSettings(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+class ResponseModeSettings(HandlerSettings):
+    """Settings of a handler that can answer without a task (``Handler.answer``)."""
+
+    response_mode: Literal["task", "message"] = "task"
+    """``task``: every message is a task. ``message``: the answer is one A2A Message
+    and no task is created."""
+
+
 @dataclass(frozen=True, slots=True)
 class Turn:
     """One earlier turn of the conversation (an A2A context), oldest first."""
@@ -321,6 +329,20 @@ class Handler(ABC):
         return any(
             kind == t or (t.endswith("/*") and kind.startswith(t[:-1])) for t in self.accepted_file_types
         )
+
+    @property
+    def message_mode(self) -> bool:
+        """True when this endpoint answers with one A2A Message (``response_mode: message``)."""
+        return isinstance(self.settings, ResponseModeSettings) and (
+            self.settings.response_mode == "message")
+
+    def answer(self, event: HandlerEvent) -> HandlerEvent:
+        """The final event as the endpoint's ``response_mode`` asks: in message mode a
+        ``Completed`` becomes a ``Reply`` with its text, parts and metadata; any other
+        event (``Failed``, ...) is returned as it is."""
+        if self.message_mode and isinstance(event, Completed):
+            return Reply(text=event.text, parts=event.parts, metadata=event.metadata)
+        return event
 
     @abstractmethod
     def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:

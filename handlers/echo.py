@@ -1,31 +1,44 @@
 """Demo agent: echoes the message back word by word.
 
 Settings: ``delay`` (seconds per word; 0 for benchmarks), ``response_mode``
-(``task`` or ``message``). A message containing ``?input`` makes it ask for more
-input first; the answer is then echoed.
+(``task`` or ``message``). Trigger words in the message's text (task mode):
+
+* ``?input``: asks for more input first (``InputRequired`` with the data
+  ``{"choices": ["any text"]}``); the answer is then echoed.
+* ``?auth``: asks the caller to authorize first (``AuthRequired`` with the data
+  ``{"auth_url": "https://example.com/echo/authorize"}``); the answer is then echoed.
+* ``?artifacts``: streams three named artifacts before the echo: ``notes`` (text, in
+  two chunks: ``"first "``, then ``"second"`` appended with ``last_chunk``),
+  ``file`` (one file part ``echo.txt``, ``text/plain``, holding the message's text)
+  and ``data`` (one data part ``{"echo": <text>, "words": <count>}``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from handlers.base import (
+    ArtifactDelta,
+    AuthRequired,
     Completed,
     Handler,
     HandlerEvent,
     HandlerRequest,
-    HandlerSettings,
     InputRequired,
-    Reply,
+    ResponseModeSettings,
     TextDelta,
+    data_part,
+    file_part,
+    text_part,
 )
 
+AUTH_URL = "https://example.com/echo/authorize"
 
-class EchoSettings(HandlerSettings):
+
+class EchoSettings(ResponseModeSettings):
     delay: float = 0.05
-    response_mode: Literal["task", "message"] = "task"
 
 
 class EchoHandler(Handler):
@@ -35,15 +48,37 @@ class EchoHandler(Handler):
 
     async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
         text = request.text or "(no text)"
-        if self.settings.response_mode == "message":
-            yield Reply(text=f"echo: {text}")
-            return
-        if "?input" in text and request.pending_input is None:
-            yield InputRequired("What should I echo? Reply with any text.", {"choices": ["any text"]})
-            return
         answer = f"echo: {text}"
+        if self.message_mode:
+            yield self.answer(Completed(text=answer))
+            return
+        if request.pending_input is None:
+            if "?input" in text:
+                yield InputRequired("What should I echo? Reply with any text.",
+                                    {"choices": ["any text"]})
+                return
+            if "?auth" in text:
+                yield AuthRequired(f"Authorize the echo agent at {AUTH_URL}, then reply with "
+                                   "any text.", {"auth_url": AUTH_URL})
+                return
+        if "?artifacts" in text:
+            for artifact in artifacts(text):
+                yield artifact
         for i, word in enumerate(answer.split(" ")):
             yield TextDelta(word if i == 0 else f" {word}")
             if self.settings.delay:
                 await asyncio.sleep(self.settings.delay)
         yield Completed(text=answer)
+
+
+def artifacts(text: str) -> list[ArtifactDelta]:
+    """The ``?artifacts`` demo: named artifacts with text, file and data parts."""
+    return [
+        ArtifactDelta("notes", [text_part("first ")], name="notes"),
+        ArtifactDelta("notes", [text_part("second")], name="notes", append=True,
+                      last_chunk=True),
+        ArtifactDelta("file", [file_part("text/plain", data=text.encode(), name="echo.txt")],
+                      name="file", last_chunk=True),
+        ArtifactDelta("data", [data_part({"echo": text, "words": len(text.split())})],
+                      name="data", last_chunk=True),
+    ]

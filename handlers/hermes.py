@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -19,7 +18,6 @@ from typing import Any, ClassVar, Literal
 
 import httpx
 import structlog
-from httpx_sse import SSEError, aconnect_sse
 from pydantic import Field, SecretStr
 
 from handlers.base import (
@@ -30,7 +28,6 @@ from handlers.base import (
     HandlerRequest,
     HandlerSettings,
     InputRejectedError,
-    Reply,
     RunStarted,
     SessionUpdate,
 )
@@ -41,14 +38,14 @@ from handlers.hermes_events import (
     RunEventMapper,
     narrow_choices,
 )
-from handlers.openai_stream import (
+from handlers.openai_chat import build_messages, history_messages, read_completion
+from handlers.upstream import (
+    BridgeSettings,
     Deadline,
-    Retry,
-    RunLimits,
-    RunTimedOut,
-    SSEFrame,
     UnexpectedFrame,
-    shown_url,
+    Upstream,
+    UpstreamError,
+    request_text,
 )
 
 __all__ = ["HermesAgentHandler", "HermesSettings"]
@@ -56,7 +53,6 @@ __all__ = ["HermesAgentHandler", "HermesSettings"]
 log = structlog.get_logger(__name__)
 
 RUN = "the Hermes run"
-NO_RETRY = Retry(0, 0.0, 0.0)
 
 _TEXT_CHOICES = {
     "once": "once", "approve": "once", "approved": "once", "allow": "once", "yes": "once",
@@ -65,8 +61,9 @@ _TEXT_CHOICES = {
 }
 
 
-class HermesSettings(RunLimits):
-    """Hermes' settings; ``run_timeout_seconds`` and the 429 retries come from ``RunLimits``."""
+class HermesSettings(BridgeSettings):
+    """Hermes' settings; the response mode, ``run_timeout_seconds`` and the retries come
+    from ``BridgeSettings``."""
 
     hermes_api_url: str = "http://127.0.0.1:8642"
     """Base URL of the Hermes API server (with or without a trailing ``/v1``)."""
@@ -74,10 +71,10 @@ class HermesSettings(RunLimits):
     """``API_SERVER_KEY`` of that server; write ``env:NAME`` in endpoint rows."""
     hermes_model: str = "hermes-agent"
     hermes_timeout: float = Field(30.0, gt=0)
-    """Seconds for connecting and for each non-streaming call."""
+    """Seconds Hermes may stay silent on a call that is not the event stream (connect: at
+    most 10 s)."""
     hermes_stream_idle_timeout: float = Field(90.0, gt=0)
     """Longest silence on the event stream (Hermes sends a keepalive every 30 s)."""
-    response_mode: Literal["task", "message"] = "task"
     instructions: str | None = None
     """Extra system prompt sent with every run."""
     approval_choices: list[Literal["once", "session", "always", "deny"]] = ["once", "deny"]
@@ -90,27 +87,12 @@ class HermesSettings(RunLimits):
     poll_interval_seconds: float = Field(0.5, gt=0)
 
 
-class HermesCallError(Exception):
-    """A Hermes API call failed; ``reason`` is safe to show (no key, no headers)."""
-
-    def __init__(self, reason: str, status: int | None = None, code: str | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-        self.code = code
-
-
 @dataclass(slots=True)
 class _RunState:
-    """What ``cancel`` tells the iterator following a run in this process."""
+    """What ``cancel`` tells the iterator following a run of this handler."""
 
     queue: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
     stop_deadline: float | None = None
-
-
-_FOLLOWED: dict[str, _RunState] = {}
-"""Runs followed in this process, by Hermes run id (shared by handler instances, since
-the registry may rebuild a handler while its runs go on)."""
 
 
 class HermesAgentHandler(Handler):
@@ -120,31 +102,38 @@ class HermesAgentHandler(Handler):
 
     def __init__(self, settings: HandlerSettings, http: httpx.AsyncClient) -> None:
         super().__init__(settings, http)
-        self._base = self.settings.hermes_api_url.rstrip("/").removesuffix("/v1")
         key = self.settings.hermes_api_key
-        self._secret = key.get_secret_value() if key is not None else ""
-        self._headers = {"Authorization": f"Bearer {self._secret}"} if self._secret else {}
+        secret = key.get_secret_value() if key is not None else ""
+        self.upstream = Upstream(
+            http, BACKEND, self.settings.hermes_api_url.rstrip("/").removesuffix("/v1"),
+            {"Authorization": f"Bearer {secret}"} if secret else {},
+            self.settings.hermes_timeout, self.settings.retry, (secret,) if secret else ())
+        self._followed: dict[str, _RunState] = {}
+        """The runs this instance follows, by Hermes run id: the gateway cancels a run
+        through the instance whose ``run``/``reattach`` follows it."""
 
     # -- the contract --------------------------------------------------------------
 
     async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        if self.settings.response_mode == "message":
-            yield await self._reply(request)
+        if self.message_mode:
+            yield self.answer(await self._reply(request))
             return
         # one Hermes session per caller's context (context ids are chosen by clients)
-        session_id = request.session.get("hermes_session_id") or request.backend_user(per_context=True)
+        session_id = (request.session.get("hermes_session_id")
+                      or request.backend_user(per_context=True))
         body: dict[str, Any] = {
-            "input": _input_text(request),
+            "input": request_text(request),
             "session_id": session_id,
-            "conversation_history": _history(request),
+            "conversation_history": history_messages(request),
             "model": self.settings.hermes_model,
         }
         if self.settings.instructions:
             body["instructions"] = self.settings.instructions
         deadline = self.settings.deadline(RUN)
         try:
-            created = await self._call("POST", "/v1/runs", body, retry=True, deadline=deadline)
-        except HermesCallError as exc:
+            created = await self.upstream.json("POST", "/v1/runs", body, request=request,
+                                               deadline=deadline)
+        except UpstreamError as exc:
             yield Failed(exc.reason)
             return
         run_id = str(created.get("run_id") or "")
@@ -156,7 +145,8 @@ class HermesAgentHandler(Handler):
         if request.session.get("hermes_session_id") != session_id:
             yield SessionUpdate({"hermes_session_id": session_id})
         # aclosing: closing this iterator (cancel) closes the follower, and its stream, now
-        async with contextlib.aclosing(self._follow(run_id, deadline, stream=True)) as events:
+        async with contextlib.aclosing(self._follow(run_id, request, deadline,
+                                                    stream=True)) as events:
             async for event in events:
                 yield event
 
@@ -173,8 +163,8 @@ class HermesAgentHandler(Handler):
                 "(send a data part {\"choice\": ...} or one of those words; approve/yes = once, "
                 "no = deny).", {**pending, "choices": choices})
         try:
-            await self._call("POST", f"/v1/runs/{run_id}/approval", {"choice": choice})
-        except HermesCallError as exc:
+            await self._post(f"/v1/runs/{run_id}/approval", request, {"choice": choice})
+        except UpstreamError as exc:
             raise InputRejectedError(_approval_problem(exc), pending or None) from None
         log.info("hermes_approval_answered", run_id=run_id, choice=choice)
         return True
@@ -184,11 +174,11 @@ class HermesAgentHandler(Handler):
         if not run_id:
             return False
         try:
-            await self._call("POST", f"/v1/runs/{run_id}/stop")
-        except HermesCallError as exc:
+            await self._post(f"/v1/runs/{run_id}/stop", request)
+        except UpstreamError as exc:
             log.warning("hermes_stop_failed", run_id=run_id, reason=exc.reason)
             return False
-        state = _FOLLOWED.get(run_id)
+        state = self._followed.get(run_id)
         if state is not None:
             state.stop_deadline = time.monotonic() + self.settings.stop_wait_seconds
             state.queue.put_nowait(("wake", None))
@@ -202,7 +192,7 @@ class HermesAgentHandler(Handler):
             yield Failed("no Hermes run to re-attach to")
             return
         deadline = self.settings.deadline(RUN)
-        async with contextlib.aclosing(self._follow(request.run_ref, deadline,
+        async with contextlib.aclosing(self._follow(request.run_ref, request, deadline,
                                                     stream=False)) as events:
             async for event in events:
                 yield event
@@ -210,36 +200,25 @@ class HermesAgentHandler(Handler):
     # -- message mode --------------------------------------------------------------
 
     async def _reply(self, request: HandlerRequest) -> HandlerEvent:
-        messages = []
-        if self.settings.instructions:
-            messages.append({"role": "system", "content": self.settings.instructions})
-        messages += _history(request)
-        messages.append({"role": "user", "content": _input_text(request)})
-        body = {"model": self.settings.hermes_model, "messages": messages, "stream": False}
+        """One chat completion (Hermes raises no approvals there)."""
+        body = {"model": self.settings.hermes_model, "stream": False,
+                "messages": build_messages(request, self.settings.instructions)}
         try:
-            answer = await self._call("POST", "/v1/chat/completions", body, retry=True,
-                                      deadline=self.settings.deadline(RUN))
-        except HermesCallError as exc:
+            answer = await self.upstream.json("POST", "/v1/chat/completions", body,
+                                              request=request, deadline=self.settings.deadline(RUN))
+            return read_completion(answer, BACKEND)
+        except UpstreamError as exc:
             return Failed(exc.reason)
-        try:
-            text = answer["choices"][0]["message"]["content"] or ""
-        except (KeyError, IndexError, TypeError):
-            return Failed("Hermes returned a chat completion without a message")
-        if not isinstance(text, str):
-            return Failed(UnexpectedFrame(BACKEND, "a message content that is not text").reason)
-        metadata = {"usage": answer["usage"]} if isinstance(answer.get("usage"), dict) else {}
-        return Reply(text=text, metadata=metadata)
 
     # -- following a run -----------------------------------------------------------
 
-    async def _follow(self, run_id: str, deadline: Deadline, *,
+    async def _follow(self, run_id: str, request: HandlerRequest, deadline: Deadline, *,
                       stream: bool) -> AsyncIterator[HandlerEvent]:
         """Events of one run until its terminal event, from the stream or by polling;
         a run past ``deadline`` or one whose events make no sense is stopped and fails."""
         mapper = RunEventMapper(run_id, self.settings.approval_choices)
-        state = _RunState()
-        _FOLLOWED[run_id] = state
-        pump = asyncio.create_task(self._pump(run_id, state.queue, stream))
+        state = self._followed[run_id] = _RunState()
+        pump = asyncio.create_task(self._pump(run_id, request, state.queue, stream))
         approval_deadline: float | None = None
         try:
             while mapper.terminal is None:
@@ -256,17 +235,17 @@ class HermesAgentHandler(Handler):
                         yield Canceled("stopped; Hermes did not confirm the stop in time")
                         return
                     if now >= deadline.at:
-                        yield await self._abandon(run_id, deadline.reason)
+                        yield await self._abandon(run_id, request, deadline.reason)
                         return
                     if approval_deadline is not None and now >= approval_deadline:
                         approval_deadline = None
-                        await self._deny_unanswered(run_id)
+                        await self._deny_unanswered(run_id, request)
                     continue
                 if kind == "fail":
                     yield Failed(item)
                     return
                 if kind == "unexpected":
-                    yield await self._abandon(run_id, item)
+                    yield await self._abandon(run_id, request, item)
                     return
                 try:
                     if kind == "event":
@@ -276,7 +255,7 @@ class HermesAgentHandler(Handler):
                     else:
                         continue
                 except UnexpectedFrame as exc:
-                    yield await self._abandon(run_id, exc.reason)
+                    yield await self._abandon(run_id, request, exc.reason)
                     return
                 for event in events:
                     yield event
@@ -288,61 +267,60 @@ class HermesAgentHandler(Handler):
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pump
-            if _FOLLOWED.get(run_id) is state:
-                del _FOLLOWED[run_id]
+            if self._followed.get(run_id) is state:
+                del self._followed[run_id]
 
-    async def _abandon(self, run_id: str, reason: str) -> Failed:
+    async def _abandon(self, run_id: str, request: HandlerRequest, reason: str) -> Failed:
         """Stop a run the bridge gives up on (best effort) and fail its task."""
         log.warning("hermes_run_abandoned", run_id=run_id, reason=reason)
         try:
-            await self._call("POST", f"/v1/runs/{run_id}/stop")
-        except HermesCallError as exc:
+            await self._post(f"/v1/runs/{run_id}/stop", request)
+        except UpstreamError as exc:
             log.warning("hermes_stop_failed", run_id=run_id, reason=exc.reason)
         return Failed(reason)
 
-    async def _pump(self, run_id: str, queue: asyncio.Queue[tuple[str, Any]], stream: bool) -> None:
+    async def _pump(self, run_id: str, request: HandlerRequest,
+                    queue: asyncio.Queue[tuple[str, Any]], stream: bool) -> None:
         """Feed ``queue`` with the run's events; poll its state once the stream is gone."""
-        if stream and await self._stream_events(run_id, queue):
+        if stream and await self._stream_events(run_id, request, queue):
             return
-        await self._poll(run_id, queue)
+        await self._poll(run_id, request, queue)
 
-    async def _stream_events(self, run_id: str, queue: asyncio.Queue[tuple[str, Any]]) -> bool:
+    async def _stream_events(self, run_id: str, request: HandlerRequest,
+                             queue: asyncio.Queue[tuple[str, Any]]) -> bool:
         """Queue the stream's events; True when the terminal event was among them."""
-        timeout = httpx.Timeout(self.settings.hermes_timeout,
-                                read=self.settings.hermes_stream_idle_timeout)
         try:
-            async with aconnect_sse(self.http, "GET", f"{self._base}/v1/runs/{run_id}/events",
-                                    headers=self._headers, timeout=timeout) as source:
-                if source.response.status_code != 200:
-                    log.warning("hermes_events_refused", run_id=run_id,
-                                status=source.response.status_code)
-                    return False
-                async for sse in source.aiter_sse():
-                    if not sse.data:
+            async with self.upstream.call("GET", f"/v1/runs/{run_id}/events", request=request,
+                                          retry=False, events=True,
+                                          timeout=self.settings.hermes_stream_idle_timeout) as call:
+                async for frame in call.frames():
+                    if not frame.data:
                         continue
                     try:
-                        event = SSEFrame(sse.event, sse.data).object(BACKEND)
+                        event = frame.object(BACKEND)
                     except UnexpectedFrame as exc:
                         queue.put_nowait(("unexpected", exc.reason))
                         return True
                     queue.put_nowait(("event", event))
                     if event.get("event") in TERMINAL_EVENTS:
                         return True
-        except (httpx.HTTPError, SSEError) as exc:
-            log.warning("hermes_events_lost", run_id=run_id, error=type(exc).__name__)
+        except UpstreamError as exc:
+            log.warning("hermes_events_lost", run_id=run_id, reason=exc.reason)
             return False
         log.warning("hermes_events_ended_early", run_id=run_id)
         return False
 
-    async def _poll(self, run_id: str, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+    async def _poll(self, run_id: str, request: HandlerRequest,
+                    queue: asyncio.Queue[tuple[str, Any]]) -> None:
         """Queue each change of the run's state until it ends (the follower bounds how long)."""
         interval = self.settings.poll_interval_seconds
         failing_since: float | None = None
         last: tuple[Any, Any] | None = None
         while True:
             try:
-                run = await self._call("GET", f"/v1/runs/{run_id}")
-            except HermesCallError as exc:
+                run = await self.upstream.json("GET", f"/v1/runs/{run_id}", request=request,
+                                               retry=False)
+            except UpstreamError as exc:
                 if exc.status == 404:
                     queue.put_nowait(("fail", f"Hermes no longer knows run {run_id} "
                                               "(it ended over an hour ago or Hermes restarted)"))
@@ -361,89 +339,24 @@ class HermesAgentHandler(Handler):
                     return
             await asyncio.sleep(interval)
 
-    async def _deny_unanswered(self, run_id: str) -> None:
+    async def _deny_unanswered(self, run_id: str, request: HandlerRequest) -> None:
         log.info("hermes_approval_unanswered", run_id=run_id)
-        with contextlib.suppress(HermesCallError):
-            await self._call("POST", f"/v1/runs/{run_id}/approval", {"choice": "deny"})
+        with contextlib.suppress(UpstreamError):
+            await self._post(f"/v1/runs/{run_id}/approval", request, {"choice": "deny"})
 
-    # -- HTTP ----------------------------------------------------------------------
-
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
-                    retry: bool = False, deadline: Deadline | None = None) -> dict[str, Any]:
-        """One Hermes API call (a 429 retried when ``retry``, all of it bounded by
-        ``deadline``); every failure becomes a ``HermesCallError``."""
-        request = self.http.build_request(method, f"{self._base}{path}", json=body,
-                                          headers=self._headers,
-                                          timeout=self.settings.hermes_timeout)
-        policy = self.settings.retry if retry else NO_RETRY
-        try:
-            response, attempts = await policy.send(self.http, request, deadline)
-        except RunTimedOut as exc:
-            raise HermesCallError(exc.reason) from None
-        except httpx.TimeoutException:
-            raise HermesCallError(f"Hermes did not answer {method} {path} within "
-                                  f"{self.settings.hermes_timeout:g} s") from None
-        except httpx.HTTPError as exc:
-            raise HermesCallError(f"Hermes API server unreachable at {shown_url(self._base)} "
-                                  f"({type(exc).__name__})") from None
-        if response.status_code < 400:
-            try:
-                payload = response.json()
-            except ValueError:
-                raise HermesCallError(f"Hermes sent a non-JSON answer to {method} {path}",
-                                      response.status_code) from None
-            return payload if isinstance(payload, dict) else {}
-        raise self._error(response, method, path, attempts)
-
-    def _error(self, response: httpx.Response, method: str, path: str,
-               attempts: int) -> HermesCallError:
-        status = response.status_code
-        message, code = _error_detail(response)
-        message = self._redact(message)
-        if status in (401, 403):
-            reason = (f"Hermes rejected the API key (HTTP {status}); "
-                      "check the endpoint's hermes_api_key")
-        elif status == 429:
-            reason = (f"Hermes is at its limit of concurrent runs (HTTP 429) after {attempts} "
-                      f"attempt(s): {message}")
-        elif status >= 500:
-            reason = f"Hermes API server error (HTTP {status}) on {method} {path}: {message}"
-        else:
-            reason = f"Hermes refused {method} {path} (HTTP {status}, {code or 'no code'}): {message}"
-        return HermesCallError(reason, status, code)
-
-    def _redact(self, text: str) -> str:
-        return text.replace(self._secret, "***") if self._secret else text
+    async def _post(self, path: str, request: HandlerRequest,
+                    body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A control call (approval, stop): answered at once or failed, never retried."""
+        return await self.upstream.json("POST", path, body, request=request, retry=False)
 
 
-def _error_detail(response: httpx.Response) -> tuple[str, str | None]:
-    try:
-        error = response.json().get("error") or {}
-    except (ValueError, AttributeError):
-        return response.text[:300] or response.reason_phrase, None
-    if not isinstance(error, dict):
-        return str(error)[:300], None
-    return str(error.get("message") or "")[:300], error.get("code")
-
-
-def _approval_problem(exc: HermesCallError) -> str:
+def _approval_problem(exc: UpstreamError) -> str:
     if exc.code in ("approval_not_active", "approval_not_pending"):
         return (f"Hermes is no longer waiting for this approval ({exc.code}): it expired, was "
                 "answered already, or the run ended. The task follows what Hermes does next.")
     if exc.status == 404:
         return "Hermes no longer knows this run; the approval cannot be answered."
     return f"The answer could not be delivered to Hermes: {exc.reason}"
-
-
-def _input_text(request: HandlerRequest) -> str:
-    parts = [request.text] if request.text else []
-    parts += [json.dumps(d, ensure_ascii=False) for d in request.data]
-    return "\n".join(parts)
-
-
-def _history(request: HandlerRequest) -> list[dict[str, str]]:
-    return [{"role": "user" if turn.role == "user" else "assistant", "content": turn.text}
-            for turn in request.history if turn.text]
 
 
 def _choice(request: HandlerRequest) -> str | None:

@@ -22,7 +22,7 @@ from handlers.base import (
     Progress,
     TextDelta,
 )
-from handlers.openai_stream import UnexpectedFrame
+from handlers.upstream import UnexpectedFrame
 
 BACKEND = "Hermes"
 TERMINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled"})

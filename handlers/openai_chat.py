@@ -3,53 +3,48 @@ Ollama, LiteLLM, or the chat endpoints of Hermes and OpenClaw.
 
 The backend is treated as stateless: every call carries the optional system
 prompt, the A2A context's earlier turns (``request.history``) and the new
-message. Tasks are streamed (SSE chunks until ``data: [DONE]``) for blocking and
-streaming A2A sends alike; ``response_mode: message`` makes one non-streamed
-call and replies with a single A2A Message. Canceling a task closes the
-upstream stream.
+message. Inbound image files go with the message as ``image_url`` content parts
+(inline bytes as a ``data:`` URL). Tasks are streamed (SSE chunks until
+``data: [DONE]``) for blocking and streaming A2A sends alike; ``response_mode:
+message`` makes one non-streamed call and replies with a single A2A Message.
+Canceling a task closes the upstream stream.
 
 See docs/handlers.md for the settings and the event mapping.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any, Literal
+import base64
+from typing import Any, ClassVar
 
-import structlog
 from pydantic import Field, SecretStr
 
 from handlers.base import (
     Completed,
     Failed,
-    Handler,
+    FileInput,
     HandlerEvent,
     HandlerRequest,
     Progress,
-    Rejected,
-    Reply,
     TextDelta,
 )
-from handlers.openai_stream import (
-    Deadline,
-    RunLimits,
+from handlers.bridge import StreamingBridge
+from handlers.upstream import (
+    BridgeSettings,
     SSEFrame,
     UnexpectedFrame,
-    UpstreamCall,
-    UpstreamError,
+    Upstream,
     clip,
     request_text,
 )
 
-__all__ = ["ChatStream", "OpenAIChatHandler", "OpenAIChatSettings", "build_messages"]
-
-log = structlog.get_logger(__name__)
+__all__ = ["ChatStream", "OpenAIChatHandler", "OpenAIChatSettings", "build_messages",
+           "read_completion"]
 
 BACKEND = "the chat backend"
-RUN = "the chat completion"
 
 
-class OpenAIChatSettings(RunLimits):
+class OpenAIChatSettings(BridgeSettings):
     base_url: str = "http://127.0.0.1:8000/v1"
     """Base URL of the OpenAI API (``…/v1``); ``/chat/completions`` is appended."""
     api_key: SecretStr | None = None
@@ -59,27 +54,42 @@ class OpenAIChatSettings(RunLimits):
     """Seconds the backend may stay silent (connect: at most 10 s) before the task fails."""
     extra_headers: dict[str, str] = Field(default_factory=dict)
     """Added to every request (e.g. routing headers); ``env:NAME`` values are expanded."""
-    response_mode: Literal["task", "message"] = "task"
     system_prompt: str | None = None
     stream_usage: bool = True
     """Ask for a usage chunk (``stream_options.include_usage``); turn off for
     backends that reject the field."""
 
 
-def build_messages(request: HandlerRequest, system_prompt: str | None) -> list[dict[str, str]]:
+def history_messages(request: HandlerRequest) -> list[dict[str, str]]:
+    """The context's earlier turns (oldest first) as chat messages."""
+    return [{"role": "assistant" if turn.role == "agent" else "user", "content": turn.text}
+            for turn in request.history if turn.text]
+
+
+def image_url(file: FileInput) -> dict[str, Any]:
+    """An ``image_url`` content part: the file's URI, or its bytes as a ``data:`` URL."""
+    url = file.uri
+    if url is None:
+        url = f"data:{file.media_type};base64,{base64.b64encode(file.data or b'').decode()}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def user_content(request: HandlerRequest) -> str | list[dict[str, Any]]:
+    """The new message: its text, or content parts when it carries images."""
+    text = request_text(request)
+    if not request.files:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    return parts + [image_url(file) for file in request.files]
+
+
+def build_messages(request: HandlerRequest, system_prompt: str | None) -> list[dict[str, Any]]:
     """System prompt, earlier turns (oldest first), then the new message."""
-    messages: list[dict[str, str]] = []
-    if system_prompt:
-        messages.append({"role": "system", "content": system_prompt})
-    for turn in request.history:
-        if turn.text:
-            role = "assistant" if turn.role == "agent" else "user"
-            messages.append({"role": role, "content": turn.text})
-    messages.append({"role": "user", "content": request_text(request)})
-    return messages
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*system, *history_messages(request), {"role": "user", "content": user_content(request)}]
 
 
-def _message_text(content: Any) -> str:
+def _message_text(content: Any, backend: str) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
@@ -87,24 +97,24 @@ def _message_text(content: Any) -> str:
     if isinstance(content, list):  # content parts
         return "".join(p.get("text", "") for p in content
                        if isinstance(p, dict) and isinstance(p.get("text"), str))
-    raise UnexpectedFrame(BACKEND, "'content' is neither text nor a list of parts")
+    raise UnexpectedFrame(backend, "'content' is neither text nor a list of parts")
 
 
-def _choices(data: dict[str, Any]) -> list[dict[str, Any]]:
+def _choices(data: dict[str, Any], backend: str) -> list[dict[str, Any]]:
     """The ``choices`` of a chunk or completion (missing or null: none)."""
     choices = data.get("choices")
     if choices is None:
         return []
     if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
-        raise UnexpectedFrame(BACKEND, "'choices' is not a list of objects")
+        raise UnexpectedFrame(backend, "'choices' is not a list of objects")
     return choices
 
 
-def _object(value: Any, name: str) -> dict[str, Any]:
+def _object(value: Any, name: str, backend: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise UnexpectedFrame(BACKEND, f"{name!r} is not an object")
+        raise UnexpectedFrame(backend, f"{name!r} is not an object")
     return value
 
 
@@ -117,10 +127,25 @@ def _chunk_error(data: dict[str, Any]) -> str | None:
     return clip(str(error))
 
 
+def read_completion(data: dict[str, Any], backend: str = BACKEND) -> HandlerEvent:
+    """``Completed`` for a non-streamed chat completion, or ``Failed``."""
+    error = _chunk_error(data)
+    if error is not None:
+        return Failed(f"{backend} reported an error: {error}")
+    choices = _choices(data, backend)
+    if not choices or choices[0].get("message") is None:
+        return Failed(f"{backend} answered without a message")
+    first = choices[0]
+    text = _message_text(_object(first["message"], "message", backend).get("content"), backend)
+    return Completed(text=text, metadata=_metadata(
+        data.get("usage"), first.get("finish_reason"), data.get("model")))
+
+
 class ChatStream:
     """Maps the chunks of one streamed chat completion to handler events."""
 
-    def __init__(self) -> None:
+    def __init__(self, backend: str = BACKEND) -> None:
+        self.backend = backend
         self.parts: list[str] = []
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
@@ -134,10 +159,10 @@ class ChatStream:
             self.done = True
             return []
         if frame.event == "hermes.tool.progress":
-            return [self._tool_progress(frame.object(BACKEND))]
+            return [self._tool_progress(frame.object(self.backend))]
         if frame.event and frame.event != "chunk":  # unnamed frames arrive as ""
             return []  # other named events of a backend's own
-        data = frame.object(BACKEND)
+        data = frame.object(self.backend)
         error = _chunk_error(data)
         if error is not None:
             self.error = error
@@ -147,10 +172,11 @@ class ChatStream:
         if isinstance(data.get("usage"), dict):
             self.usage = data["usage"]
         events: list[HandlerEvent] = []
-        for choice in _choices(data):
+        for choice in _choices(data, self.backend):
             if choice.get("index", 0) != 0:
                 continue
-            text = _message_text(_object(choice.get("delta"), "delta").get("content"))
+            delta = _object(choice.get("delta"), "delta", self.backend)
+            text = _message_text(delta.get("content"), self.backend)
             if text:
                 self.parts.append(text)
                 events.append(TextDelta(text))
@@ -170,13 +196,13 @@ class ChatStream:
     def ended(self) -> bool:
         return self.done or self.error is not None
 
-    def finish(self) -> HandlerEvent:
+    def finish(self) -> list[HandlerEvent]:
         if self.error is not None:
-            return Failed(f"the chat backend reported an error: {self.error}")
+            return [Failed(f"{self.backend} reported an error: {self.error}")]
         if not self.done and self.finish_reason is None:
-            return Failed("the chat backend closed the stream before the answer was complete")
-        return Completed(text="".join(self.parts), metadata=_metadata(
-            self.usage, self.finish_reason, self.model))
+            return [Failed(f"{self.backend} closed the stream before the answer was complete")]
+        return [Completed(text="".join(self.parts), metadata=_metadata(
+            self.usage, self.finish_reason, self.model))]
 
 
 def _metadata(usage: Any, finish_reason: str | None, model: str | None) -> dict[str, Any]:
@@ -190,18 +216,22 @@ def _metadata(usage: Any, finish_reason: str | None, model: str | None) -> dict[
     return metadata
 
 
-class OpenAIChatHandler(Handler):
+class OpenAIChatHandler(StreamingBridge):
     Settings = OpenAIChatSettings
     settings: OpenAIChatSettings
+    accepted_file_types: ClassVar[tuple[str, ...]] = ("image/*",)
+    path = "/chat/completions"
+    run_name = "the chat completion"
+    failure_log = "chat_backend_request_failed"
 
-    @property
-    def completions_url(self) -> str:
-        return self.settings.base_url.rstrip("/") + "/chat/completions"
-
-    @property
-    def _token(self) -> str | None:
-        key = self.settings.api_key
-        return key.get_secret_value() if key is not None else None
+    def make_upstream(self) -> Upstream:
+        key = self.settings.api_key.get_secret_value() if self.settings.api_key else None
+        headers = dict(self.settings.extra_headers)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        secrets = tuple(s for s in (key, *self.settings.extra_headers.values()) if s)
+        return Upstream(self.http, BACKEND, self.settings.base_url.rstrip("/"), headers,
+                        self.settings.timeout, self.settings.retry, secrets)
 
     def build_body(self, request: HandlerRequest, *, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -214,56 +244,8 @@ class OpenAIChatHandler(Handler):
             body["stream_options"] = {"include_usage": True}
         return body
 
-    def build_headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", **self.settings.extra_headers}
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
-        return headers
+    def stream_parser(self) -> ChatStream:
+        return ChatStream()
 
-    def _call(self, request: HandlerRequest, deadline: Deadline, *, stream: bool) -> UpstreamCall:
-        secrets = [self._token, *self.settings.extra_headers.values()]
-        return UpstreamCall(
-            self.http, backend=BACKEND, url=self.completions_url,
-            body=self.build_body(request, stream=stream), headers=self.build_headers(),
-            timeout=self.settings.timeout, deadline=deadline, retry=self.settings.retry,
-            secrets=secrets)
-
-    async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        if not request_text(request).strip():
-            yield Rejected("the message has no text or data")
-            return
-        deadline = self.settings.deadline(RUN)
-        try:
-            if self.settings.response_mode == "message":
-                yield await self._reply(request, deadline)
-                return
-            parser = ChatStream()
-            async with self._call(request, deadline, stream=True) as call:
-                async for frame in call.frames():
-                    for event in parser.feed(frame):
-                        yield event
-                    if parser.ended:
-                        break
-            final = parser.finish()
-            if isinstance(final, Failed):
-                final = Failed(call.reason(final.reason))
-            yield final
-        except UpstreamError as exc:
-            log.warning("chat_backend_request_failed", endpoint_id=request.endpoint_id,
-                        task_id=request.task_id, reason=exc.reason)
-            yield Failed(exc.reason)
-
-    async def _reply(self, request: HandlerRequest, deadline: Deadline) -> HandlerEvent:
-        async with self._call(request, deadline, stream=False) as call:
-            data = await call.json()
-        error = _chunk_error(data)
-        if error is not None:
-            return Failed(call.reason(f"the chat backend reported an error: {error}"))
-        choices = _choices(data)
-        if not choices or choices[0].get("message") is None:
-            return Failed("the chat backend answered without a message")
-        first = choices[0]
-        text = _message_text(_object(first["message"], "message").get("content"))
-        return Reply(text=text, metadata=_metadata(
-            data.get("usage"), first.get("finish_reason"), data.get("model")))
-
+    def read_answer(self, data: dict[str, Any]) -> HandlerEvent:
+        return read_completion(data)

@@ -16,52 +16,54 @@ Limits of OpenClaw's HTTP API: no approvals (server-side tools run or are denied
 inside OpenClaw, never INPUT_REQUIRED here), no run retrieval (a run cannot be
 re-attached after a gateway restart), no tool or reasoning events.
 
+Input files: images (JPEG, PNG, GIF, WebP, HEIC/HEIF) go with the message as
+``input_image`` parts, documents (plain text, Markdown, HTML, CSV, JSON, PDF) as
+``input_file`` parts (OpenClaw adds their text to the run's system prompt); inline
+bytes are sent base64, a URI as a URL for OpenClaw to fetch. These are the types
+OpenClaw takes by default (``gateway.http.endpoints.responses.images/files``).
+
 See docs/handlers.md for the settings and the event mapping.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import aclosing
-from typing import Any, Literal
+import base64
+from typing import Any, ClassVar
 
-import structlog
 from pydantic import Field, SecretStr, field_validator
 
 from handlers.base import (
     Completed,
     Failed,
-    Handler,
+    FileInput,
     HandlerEvent,
     HandlerRequest,
     Progress,
-    Rejected,
-    Reply,
     SessionUpdate,
     TextDelta,
 )
-from handlers.openai_stream import (
-    Deadline,
-    RunLimits,
+from handlers.bridge import StreamingBridge
+from handlers.upstream import (
+    BridgeSettings,
     SSEFrame,
     UnexpectedFrame,
-    UpstreamCall,
-    UpstreamError,
+    Upstream,
     clip,
     request_text,
 )
 
-__all__ = ["OpenClawHandler", "OpenClawSettings", "ResponsesStream", "response_text"]
-
-log = structlog.get_logger(__name__)
+__all__ = ["OpenClawHandler", "OpenClawSettings", "ResponsesStream", "build_input",
+           "response_text"]
 
 BACKEND = "OpenClaw"
-RUN = "the OpenClaw run"
 SESSION_KEY = "openclaw_previous_response_id"
 _TERMINAL = ("response.completed", "response.failed", "response.incomplete", "response.cancelled")
+IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp", "image/heic", "image/heif")
+FILE_TYPES = ("text/plain", "text/markdown", "text/html", "text/csv", "application/json",
+              "application/pdf")
 
 
-class OpenClawSettings(RunLimits):
+class OpenClawSettings(BridgeSettings):
     openclaw_api_url: str = "http://127.0.0.1:18789"
     """Base URL of the OpenClaw gateway (a trailing ``/v1`` is accepted)."""
     openclaw_api_key: SecretStr | None = None
@@ -73,7 +75,6 @@ class OpenClawSettings(RunLimits):
     openclaw_timeout: float = Field(default=600.0, gt=0)
     """Seconds OpenClaw may stay silent (connect: at most 10 s) before the task fails.
     OpenClaw sends nothing while server-side tools run, so keep it generous."""
-    response_mode: Literal["task", "message"] = "task"
 
     @field_validator("openclaw_agent_id")
     @classmethod
@@ -84,6 +85,30 @@ class OpenClawSettings(RunLimits):
         if not value or len(value) > 64 or not all(c.isalnum() or c in "_-" for c in value):
             raise ValueError("must match [a-z0-9][a-z0-9_-]{0,63}")
         return value
+
+
+def input_part(file: FileInput) -> dict[str, Any]:
+    """An ``input_image`` or ``input_file`` content part for one inbound file."""
+    media_type = file.media_type.split(";")[0].strip().lower()
+    kind = "input_image" if media_type in IMAGE_TYPES else "input_file"
+    if file.uri is not None:
+        return {"type": kind, "source": {"type": "url", "url": file.uri}}
+    source = {"type": "base64", "data": base64.b64encode(file.data or b"").decode(),
+              "media_type": media_type if kind == "input_image" else file.media_type}
+    if kind == "input_file" and file.name:
+        source["filename"] = file.name
+    return {"type": kind, "source": source}
+
+
+def build_input(request: HandlerRequest) -> str | list[dict[str, Any]]:
+    """The ``input``: the message's text, or one user message item with content parts
+    when it carries files."""
+    text = request_text(request)
+    if not request.files:
+        return text
+    content = [{"type": "input_text", "text": text}] if text else []
+    content += [input_part(file) for file in request.files]
+    return [{"type": "message", "role": "user", "content": content}]
 
 
 def response_text(response: dict[str, Any]) -> str:
@@ -213,6 +238,10 @@ class ResponsesStream:
         events.append(Completed(text=text, metadata=_result_metadata(response)))
         return events
 
+    @property
+    def ended(self) -> bool:
+        return self.terminal is not None or self.done
+
     def finish(self) -> list[HandlerEvent]:
         if self.terminal is not None:
             return self.terminal
@@ -221,20 +250,31 @@ class ResponsesStream:
         return [Failed("OpenClaw closed the stream before the run finished")]
 
 
-class OpenClawHandler(Handler):
+def read_response(response: dict[str, Any]) -> HandlerEvent:
+    """``Completed`` for a non-streamed ``response``, or ``Failed``."""
+    if response.get("status") not in (None, "completed"):
+        return Failed(_error_reason(response, f"OpenClaw run ended with status "
+                                              f"{response.get('status')!r}"))
+    return Completed(text=response_text(response), metadata=_result_metadata(response))
+
+
+class OpenClawHandler(StreamingBridge):
     Settings = OpenClawSettings
     settings: OpenClawSettings
+    accepted_file_types: ClassVar[tuple[str, ...]] = IMAGE_TYPES + FILE_TYPES
+    path = "/v1/responses"
+    run_name = "the OpenClaw run"
+    failure_log = "openclaw_request_failed"
 
-    @property
-    def responses_url(self) -> str:
-        base = self.settings.openclaw_api_url.rstrip("/")
-        base = base.removesuffix("/v1")
-        return f"{base}/v1/responses"
-
-    @property
-    def _token(self) -> str | None:
+    def make_upstream(self) -> Upstream:
         key = self.settings.openclaw_api_key
-        return key.get_secret_value() if key is not None else None
+        token = key.get_secret_value() if key is not None else None
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if self.settings.openclaw_model:
+            headers["x-openclaw-model"] = self.settings.openclaw_model
+        base = self.settings.openclaw_api_url.rstrip("/").removesuffix("/v1")
+        return Upstream(self.http, BACKEND, base, headers, self.settings.openclaw_timeout,
+                        self.settings.retry, (token,) if token else ())
 
     def session_user(self, request: HandlerRequest) -> str:
         """The ``user`` that pins this A2A context to one OpenClaw session."""
@@ -245,7 +285,7 @@ class OpenClawHandler(Handler):
         agent = self.settings.openclaw_agent_id
         body: dict[str, Any] = {
             "model": f"openclaw/{agent}" if agent else "openclaw",
-            "input": request_text(request),
+            "input": build_input(request),
             "stream": stream,
             "user": self.session_user(request),
         }
@@ -254,60 +294,8 @@ class OpenClawHandler(Handler):
             body["previous_response_id"] = previous
         return body
 
-    def build_headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
-        if self.settings.openclaw_model:
-            headers["x-openclaw-model"] = self.settings.openclaw_model
-        return headers
+    def stream_parser(self) -> ResponsesStream:
+        return ResponsesStream()
 
-    def _call(self, request: HandlerRequest, deadline: Deadline, *, stream: bool) -> UpstreamCall:
-        return UpstreamCall(
-            self.http, backend=BACKEND, url=self.responses_url,
-            body=self.build_body(request, stream=stream), headers=self.build_headers(),
-            timeout=self.settings.openclaw_timeout, deadline=deadline,
-            retry=self.settings.retry, secrets=[self._token])
-
-    async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        if not request_text(request).strip():
-            yield Rejected("the message has no text or data for OpenClaw")
-            return
-        deadline = self.settings.deadline(RUN)
-        try:
-            if self.settings.response_mode == "message":
-                yield await self._reply(request, deadline)
-                return
-            # aclosing: when the gateway closes this iterator (cancel), the inner
-            # one must close now, so that the upstream stream closes at once.
-            async with aclosing(self._stream(request, deadline)) as events:
-                async for event in events:
-                    yield event
-        except UpstreamError as exc:
-            log.warning("openclaw_request_failed", endpoint_id=request.endpoint_id,
-                        task_id=request.task_id, reason=exc.reason)
-            yield Failed(exc.reason)
-
-    async def _reply(self, request: HandlerRequest, deadline: Deadline) -> HandlerEvent:
-        async with self._call(request, deadline, stream=False) as call:
-            response = await call.json()
-        if response.get("status") not in (None, "completed"):
-            return Failed(call.reason(_error_reason(
-                response, f"OpenClaw run ended with status {response.get('status')!r}")))
-        return Reply(text=response_text(response), metadata=_result_metadata(response))
-
-    async def _stream(self, request: HandlerRequest,
-                      deadline: Deadline) -> AsyncIterator[HandlerEvent]:
-        parser = ResponsesStream()
-        async with self._call(request, deadline, stream=True) as call:
-            async for frame in call.frames():
-                for event in parser.feed(frame):
-                    yield event
-                if parser.terminal is not None or parser.done:
-                    break
-            if parser.terminal is not None and not parser.done:
-                await call.drain()
-        for event in parser.finish():
-            if isinstance(event, Failed):
-                event = Failed(call.reason(event.reason))
-            yield event
+    def read_answer(self, data: dict[str, Any]) -> HandlerEvent:
+        return read_response(data)

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from typing import ClassVar
 
 from a2a.types import Part
-from google.protobuf.json_format import ParseDict
 
 from handlers.base import (
     Completed,
@@ -29,6 +28,7 @@ from handlers.base import (
     Rejected,
     Reply,
     TextDelta,
+    data_part,
 )
 
 
@@ -36,12 +36,6 @@ class TckSettings(HandlerSettings):
     stream_delay: float = 4.0
     delayed_complete_delay: float = 2.0
     keep_unmatched_open: bool = False
-
-
-def _data_part(value: dict) -> Part:
-    part = Part(media_type="application/json")
-    ParseDict(value, part.data)
-    return part
 
 
 class TckHandler(Handler):
@@ -80,7 +74,7 @@ class TckHandler(Handler):
         )
 
     async def _artifact_data(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        yield Completed(parts=[_data_part({"key": "value", "count": 42})])
+        yield Completed(parts=[data_part({"key": "value", "count": 42})])
 
     async def _message(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
         yield Reply(text="Direct message response")

@@ -34,7 +34,7 @@ from handlers.base import (
 )
 from handlers.hermes import HermesAgentHandler, HermesSettings
 from handlers.hermes_events import HERMES_CHOICES, RunEventMapper, parse_frames
-from handlers.openai_stream import UnexpectedFrame
+from handlers.upstream import UnexpectedFrame
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "hermes"
 KEY = "hermes-unit-test-key-0123456789"
@@ -294,9 +294,20 @@ async def test_unauthorized_fails_with_a_clear_reason_without_the_key() -> None:
 
 async def test_server_error_message_is_redacted() -> None:
     fake = FakeHermes()
-    fake.queue("POST", "/v1/runs", httpx.Response(503, json={"error": {"message": f"down {KEY}"}}))
+    fake.queue("POST", "/v1/runs", httpx.Response(500, json={"error": {"message": f"down {KEY}"}}))
     (event,) = await collect(fake)
-    assert "HTTP 503" in event.reason and KEY not in event.reason and "***" in event.reason
+    assert "HTTP 500" in event.reason and KEY not in event.reason and "***" in event.reason
+
+
+async def test_503_is_retried_then_gives_up_with_the_redacted_reason() -> None:
+    fake = FakeHermes()
+    down = {"error": {"message": f"starting {KEY}"}}
+    fake.queue("POST", "/v1/runs", httpx.Response(503, json=down))
+    assert isinstance((await collect(fake))[-1], Completed)  # the second try got through
+    fake = FakeHermes()
+    fake.queue("POST", "/v1/runs", *[httpx.Response(503, json=down) for _ in range(3)])
+    (event,) = await collect(fake, retry_attempts=2)
+    assert event == Failed("Hermes is unavailable (HTTP 503, 3 attempt(s)): starting ***")
 
 
 async def test_unreachable_hermes_fails_clearly() -> None:
@@ -306,7 +317,7 @@ async def test_unreachable_hermes_fails_clearly() -> None:
     async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as http:
         handler = HermesAgentHandler(HermesSettings(hermes_api_key=KEY), http)
         (event,) = [e async for e in handler.run(make_request())]
-    assert isinstance(event, Failed) and "unreachable" in event.reason and KEY not in event.reason
+    assert event == Failed("cannot reach Hermes at http://127.0.0.1:8642/v1/runs")
 
 
 async def test_timeout_fails_clearly() -> None:
@@ -316,7 +327,7 @@ async def test_timeout_fails_clearly() -> None:
     async with httpx.AsyncClient(transport=httpx.MockTransport(slow)) as http:
         handler = HermesAgentHandler(HermesSettings(hermes_timeout=7), http)
         (event,) = [e async for e in handler.run(make_request())]
-    assert isinstance(event, Failed) and "within 7 s" in event.reason
+    assert event == Failed("Hermes sent nothing for 7 s (timeout)")
 
 
 async def test_429_is_retried_then_succeeds() -> None:
@@ -351,8 +362,8 @@ async def test_message_mode_answers_with_one_reply() -> None:
     fake.queue("POST", "/v1/chat/completions", httpx.Response(200, json=answer))
     events = await collect(fake, make_request(history=[Turn("user", "a"), Turn("agent", "b")]),
                            response_mode="message")
-    assert events == [Reply(text="Hello from fakellm. You said: ping one",
-                            metadata={"usage": answer["usage"]})]
+    assert events == [Reply(text="Hello from fakellm. You said: ping one", metadata={
+        "usage": answer["usage"], "finish_reason": "stop", "model": "hermes-agent"})]
     body = fake.bodies("/v1/chat/completions")[0]
     assert body["stream"] is False and body["model"] == "hermes-agent"
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
@@ -561,4 +572,5 @@ async def test_message_mode_answer_whose_content_is_not_text_fails_clearly() -> 
     fake.queue("POST", "/v1/chat/completions", httpx.Response(200, json={
         "choices": [{"index": 0, "message": {"role": "assistant", "content": {"k": KEY}}}]}))
     events = await collect(fake, response_mode="message")
-    assert events == [Failed("Hermes sent an unexpected frame (a message content that is not text)")]
+    assert events == [Failed("Hermes sent an unexpected frame "
+                             "('content' is neither text nor a list of parts)")]

@@ -375,7 +375,7 @@ async def test_unreachable_hermes_fails_the_task(gw, hermes_url):
         async with gw.client(endpoint, streaming=False) as client:
             (event,) = [e async for e in client.send_message(message(f"hello {token()}"))]
     assert event.task.status.state == TaskState.TASK_STATE_FAILED
-    assert "unreachable" in event.task.status.message.parts[0].text
+    assert "cannot reach Hermes at" in event.task.status.message.parts[0].text
 
 
 @contextlib.contextmanager

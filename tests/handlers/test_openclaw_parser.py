@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from handlers.base import Completed, Failed, Progress, Rejected, Reply, SessionUpdate, TextDelta
-from handlers.openai_stream import SSEFrame
 from handlers.openclaw import OpenClawHandler, OpenClawSettings, ResponsesStream
+from handlers.upstream import SSEFrame
 from tests.handlers.openai_mock import (
     Backend,
     TrackedStream,

@@ -1,5 +1,5 @@
-"""The shared HTTP layer (handlers.openai_stream) through both bridges that use it:
-retries of HTTP 429 (Retry-After in seconds or as an HTTP date, capped, bounded in
+"""The shared HTTP layer (handlers.upstream) through the streaming bridges that use it:
+retries of HTTP 429 and 503 (Retry-After in seconds or as an HTTP date, capped, bounded in
 attempts and by the run's deadline) and the bound on a run's total time.
 
 The backends are ``httpx.MockTransport`` fakes at the transport seam; real OpenClaw
@@ -21,8 +21,8 @@ import pytest
 
 from handlers.base import Completed, Failed, Handler
 from handlers.openai_chat import OpenAIChatHandler, OpenAIChatSettings
-from handlers.openai_stream import Deadline, Retry, retry_after
 from handlers.openclaw import OpenClawHandler, OpenClawSettings
+from handlers.upstream import Deadline, Retry, retry_after
 from tests.handlers.openai_mock import (
     Backend,
     TrackedStream,
@@ -103,7 +103,8 @@ def test_retry_waits_as_asked_capped_and_gives_up_after_the_attempts() -> None:
     assert retry.wait(busy("120"), 0, far) == 10.0  # capped
     assert [retry.wait(busy(), n, far) for n in (0, 1)] == [0.5, 1.0]  # backoff without header
     assert retry.wait(busy("1"), 2, far) is None  # attempts used up
-    assert retry.wait(json_response({}, status=503), 0, far) is None  # only 429 is retried
+    assert retry.wait(json_response({}, status=503), 0, far) == 0.5  # unavailable for now
+    assert retry.wait(json_response({}, status=500), 0, far) is None  # only 429 and 503
 
 
 def test_retry_never_waits_past_the_deadline() -> None:

@@ -1,10 +1,12 @@
-"""The HTTP layer the bridges share: one streamed or plain call to a backend, its
-server-sent events, the bound on a run's total time, retries of HTTP 429, and
-turning transport and HTTP errors into short reasons that never carry the API key.
+"""The upstream HTTP layer every bridge uses (Hermes, OpenClaw, the chat handler).
 
-Used by ``handlers.openclaw`` (``/v1/responses``) and ``handlers.openai_chat``
-(``/v1/chat/completions``); ``handlers.hermes`` uses its run bound, its retries
-and its frame errors.
+``Upstream`` is one backend: its base URL, the headers it needs (credentials),
+its secrets, its timeout and its retry policy. ``Upstream.call`` makes one
+request, a plain JSON answer or server-sent events, bounded by the run's
+``Deadline``, retried when the backend answers HTTP 429 or 503 (as
+``Retry-After`` asks), with the caller's trace context (``request.headers``)
+passed on. Every failure is an ``UpstreamError`` whose ``reason`` is short,
+names the backend, and never carries a secret.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -25,21 +27,29 @@ import structlog
 from httpx_sse import EventSource, SSEError
 from pydantic import Field
 
-from handlers.base import HandlerRequest, HandlerSettings
+from handlers.base import HandlerRequest, ResponseModeSettings
 
 DONE = "[DONE]"
 MAX_REASON_CHARS = 500
+RETRIED_STATUSES = frozenset({429, 503})
+NEVER_PASSED_ON = frozenset({"authorization", "proxy-authorization", "cookie", "host",
+                             "content-type", "content-length", "accept"})
+"""Inbound headers never sent upstream, whatever the gateway selected: the caller's
+credentials are for the gateway only, and the call sets the others itself."""
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 
 class UpstreamError(Exception):
-    """The backend could not be used; ``reason`` is safe to show to the A2A client."""
+    """The backend could not be used; ``reason`` is safe to show to the A2A client.
+    ``status`` and ``code`` are the HTTP status and the error code of an error answer."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, status: int | None = None, code: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.status = status
+        self.code = code
 
 
 class UnexpectedFrame(UpstreamError):
@@ -50,6 +60,10 @@ class UnexpectedFrame(UpstreamError):
 
     def __init__(self, backend: str, detail: str) -> None:
         super().__init__(f"{backend} sent an unexpected frame ({detail})")
+
+
+class RunTimedOut(UpstreamError):
+    """The run reached its ``run_timeout_seconds``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,21 +97,18 @@ class Deadline:
             raise RunTimedOut(self.reason) from None
 
 
-class RunTimedOut(UpstreamError):
-    """The run reached its ``run_timeout_seconds``."""
-
-
-class RunLimits(HandlerSettings):
-    """The settings every bridge shares: a run's time bound and retries of HTTP 429."""
+class BridgeSettings(ResponseModeSettings):
+    """The settings every bridge shares: the response mode, a run's time bound and
+    retries of HTTP 429/503."""
 
     run_timeout_seconds: float = Field(3600.0, gt=0)
     """Longest a run may take, from the first request to its final answer (streamed,
     polled or re-attached); then the task fails and the run is stopped where the
     backend allows it."""
     retry_attempts: int = Field(3, ge=0)
-    """Retries of a request the backend refused with HTTP 429."""
+    """Retries of a request the backend refused with HTTP 429 or 503."""
     retry_backoff_seconds: float = Field(0.5, ge=0)
-    """Wait before the first retry when the 429 has no ``Retry-After``; doubles per retry."""
+    """Wait before the first retry when the answer has no ``Retry-After``; doubles per retry."""
     retry_max_wait_seconds: float = Field(30.0, ge=0)
     """Longest wait before one retry, whatever ``Retry-After`` asks for."""
 
@@ -125,7 +136,8 @@ def retry_after(value: str | None) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class Retry:
-    """Repeats a request the backend refused with HTTP 429 (rate limit, too many runs)."""
+    """Repeats a request the backend refused for now: HTTP 429 (rate limit, too many
+    runs) or 503 (overloaded, starting)."""
 
     attempts: int
     """Retries after the first try."""
@@ -135,8 +147,8 @@ class Retry:
     def wait(self, response: httpx.Response, retries: int,
              deadline: Deadline | None) -> float | None:
         """Seconds to wait before retry number ``retries + 1``, or None to give up:
-        not a 429, no retries left, or the wait would end past the deadline."""
-        if response.status_code != 429 or retries >= self.attempts:
+        not a 429/503, no retries left, or the wait would end past the deadline."""
+        if response.status_code not in RETRIED_STATUSES or retries >= self.attempts:
             return None
         asked = retry_after(response.headers.get("retry-after"))
         wait = min(self.backoff * 2**retries if asked is None else asked, self.max_wait)
@@ -156,9 +168,12 @@ class Retry:
             if wait is None:
                 return response, tries
             await response.aclose()
-            log.info("backend_rate_limited_retrying", url=str(request.url), attempt=tries,
-                     wait_seconds=round(wait, 3))
+            log.info("backend_busy_retrying", url=shown_url(str(request.url)),
+                     status=response.status_code, attempt=tries, wait_seconds=round(wait, 3))
             await asyncio.sleep(wait)
+
+
+NO_RETRY = Retry(0, 0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +199,7 @@ class SSEFrame:
 
 
 def redact(text: str, secrets: Iterable[str | None]) -> str:
-    """``text`` with every secret (and ``Bearer <secret>``) replaced by ``***``."""
+    """``text`` with every secret replaced by ``***``."""
     for secret in secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "***")
@@ -196,35 +211,38 @@ def clip(text: str, limit: int = MAX_REASON_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def error_message(body: bytes | str) -> str:
-    """The ``error.message`` of an OpenAI-style error body, else the body itself."""
+def error_detail(body: bytes | str) -> tuple[str, str | None]:
+    """The message and code of an OpenAI-style error body (``{"error": {"message",
+    "code"}}``), else the body itself and no code."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     try:
         value = json.loads(text)
     except ValueError:
-        return clip(text)
+        return clip(text), None
     if isinstance(value, dict):
         error = value.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return clip(error["message"])
+            code = error.get("code")
+            return clip(error["message"]), code if isinstance(code, str) else None
         if isinstance(error, str):
-            return clip(error)
+            return clip(error), None
         if isinstance(value.get("message"), str):
-            return clip(value["message"])
-    return clip(text)
+            return clip(value["message"]), None
+    return clip(text), None
 
 
-def http_error_reason(backend: str, status: int, body: bytes, attempts: int = 1) -> str:
+def http_error_reason(backend: str, status: int, message: str, attempts: int = 1) -> str:
     """A reason for a non-2xx answer; 401/403 never echo the body."""
     if status == 401:
-        return (f"{backend} rejected the gateway's credentials (HTTP 401); "
+        return (f"{backend} rejected the API key (HTTP 401); "
                 "check the endpoint's API key setting")
     if status == 403:
         return f"{backend} refused the request (HTTP 403): the API key lacks a permission"
-    message = error_message(body)
     if status == 429:
         return (f"{backend} is rate limiting requests (HTTP 429, {attempts} attempt(s)): "
                 f"{message}")
+    if status == 503:
+        return f"{backend} is unavailable (HTTP 503, {attempts} attempt(s)): {message}"
     if status >= 500:
         return f"{backend} failed (HTTP {status}): {message}"
     return f"{backend} rejected the request (HTTP {status}): {message}"
@@ -267,54 +285,103 @@ def request_text(request: HandlerRequest) -> str:
     return "\n".join(pieces)
 
 
-class UpstreamCall:
-    """One POST to an OpenAI-style backend, as an SSE stream or one JSON answer.
+def has_input(request: HandlerRequest) -> bool:
+    """True when the message carries text, data or a file for the backend."""
+    return bool(request_text(request).strip() or request.files)
 
-    ``async with UpstreamCall(...) as call: async for frame in call.frames(): …``.
-    A 429 is retried as ``retry`` allows; every wait, the retries included, ends
-    at ``deadline`` (``RunTimedOut``). Leaving the block (normally, by an error,
-    or because the task was canceled and the handler's iterator closed) closes
-    the HTTP response, which is how the backend learns that the client went away.
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """One backend, as every call to it needs it."""
+
+    http: httpx.AsyncClient
+    name: str
+    """The backend in reasons: ``Hermes``, ``OpenClaw``, ``the chat backend``."""
+    base_url: str
+    headers: Mapping[str, str]
+    """Sent with every call (credentials, routing); they win over inbound headers."""
+    timeout: float
+    """Seconds the backend may stay silent (connect: at most 10 s)."""
+    retry: Retry
+    secrets: tuple[str, ...] = ()
+    """Never shown: removed from every reason."""
+
+    def reason(self, text: str) -> str:
+        return redact(text, self.secrets)
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+             request: HandlerRequest | None = None, deadline: Deadline | None = None,
+             retry: bool = True, events: bool = False,
+             timeout: float | None = None) -> UpstreamCall:
+        """One call to ``base_url + path``: ``async with upstream.call(...) as call``,
+        then ``await call.json()`` or ``async for frame in call.frames()`` (``events``)."""
+        headers = httpx.Headers({k: v for k, v in (request.headers if request else {}).items()
+                                 if k.lower() not in NEVER_PASSED_ON})
+        headers.update(self.headers)  # case-insensitive: the backend's own headers win
+        if events:
+            headers.update({"Accept": "text/event-stream", "Cache-Control": "no-store"})
+        return UpstreamCall(self, method, self.base_url + path, body, headers,
+                            timeout or self.timeout, deadline, self.retry if retry else NO_RETRY)
+
+    async def json(self, method: str, path: str, body: dict[str, Any] | None = None,
+                   **options: Any) -> dict[str, Any]:
+        """The JSON object the backend answers to one call."""
+        async with self.call(method, path, body, **options) as call:
+            return await call.json()
+
+
+class UpstreamCall:
+    """One request to a backend (made by ``Upstream.call``), as an SSE stream or one
+    JSON answer.
+
+    Every wait, the retries included, ends at ``deadline`` (``RunTimedOut``). Leaving
+    the block (normally, by an error, or because the task was canceled and the
+    handler's iterator closed) closes the HTTP response, which is how the backend
+    learns that the client went away.
     """
 
-    def __init__(self, http: httpx.AsyncClient, *, backend: str, url: str,
-                 body: dict[str, Any], headers: dict[str, str], timeout: float,
-                 deadline: Deadline, retry: Retry, secrets: Iterable[str | None] = ()) -> None:
-        self.http = http
-        self.backend = backend
+    def __init__(self, upstream: Upstream, method: str, url: str, body: dict[str, Any] | None,
+                 headers: httpx.Headers, timeout: float, deadline: Deadline | None,
+                 retry: Retry) -> None:
+        self.upstream = upstream
+        self.backend = upstream.name
+        self.method = method
         self.url = url
         self.body = body
         self.headers = headers
         self.timeout = timeout
         self.deadline = deadline
         self.retry = retry
-        self.secrets = [s for s in secrets if s]
         self._stack = contextlib.AsyncExitStack()
         self.response: httpx.Response | None = None
         self._frames: AsyncGenerator[SSEFrame, None] | None = None
 
     def reason(self, text: str) -> str:
-        return redact(text, self.secrets)
+        return self.upstream.reason(text)
+
+    async def _within(self, awaitable: Awaitable[T]) -> T:
+        return await (self.deadline.within(awaitable) if self.deadline else awaitable)
+
+    def _transport_error(self, exc: BaseException) -> UpstreamError:
+        return UpstreamError(self.reason(
+            transport_error_reason(self.backend, self.url, exc, self.timeout)))
 
     async def __aenter__(self) -> UpstreamCall:
-        headers = dict(self.headers)
-        if self.body.get("stream"):
-            headers.setdefault("Accept", "text/event-stream")
-            headers.setdefault("Cache-Control", "no-store")
-        request = self.http.build_request("POST", self.url, json=self.body, headers=headers,
-                                          timeout=make_timeout(self.timeout))
+        http = self.upstream.http
+        request = http.build_request(self.method, self.url, json=self.body, headers=self.headers,
+                                     timeout=make_timeout(self.timeout))
         try:
-            self.response, attempts = await self.retry.send(
-                self.http, request, self.deadline, stream=True)
+            self.response, attempts = await self.retry.send(http, request, self.deadline,
+                                                            stream=True)
             self._stack.push_async_callback(self.response.aclose)
-            if self.response.status_code >= 400:
-                body = await self.deadline.within(self.response.aread())
-                raise UpstreamError(self.reason(http_error_reason(
-                    self.backend, self.response.status_code, body, attempts)))
+            status = self.response.status_code
+            if status >= 400:
+                message, code = error_detail(await self._within(self.response.aread()))
+                raise UpstreamError(self.reason(
+                    http_error_reason(self.backend, status, message, attempts)), status, code)
         except httpx.HTTPError as exc:
             await self._stack.aclose()
-            raise UpstreamError(self.reason(
-                transport_error_reason(self.backend, self.url, exc, self.timeout))) from None
+            raise self._transport_error(exc) from None
         except BaseException:
             await self._stack.aclose()
             raise
@@ -328,17 +395,17 @@ class UpstreamCall:
             await self._stack.aclose()
 
     async def json(self) -> dict[str, Any]:
-        """The whole answer as a JSON object (non-streaming calls)."""
+        """The whole answer as a JSON object."""
         assert self.response is not None
         try:
-            body = await self.deadline.within(self.response.aread())
+            body = await self._within(self.response.aread())
         except httpx.HTTPError as exc:
-            raise UpstreamError(self.reason(
-                transport_error_reason(self.backend, self.url, exc, self.timeout))) from None
+            raise self._transport_error(exc) from None
         try:
             value = json.loads(body)
         except ValueError:
-            raise UpstreamError(f"{self.backend} answered with something that is not JSON") from None
+            raise UpstreamError(
+                f"{self.backend} answered with something that is not JSON") from None
         if not isinstance(value, dict):
             raise UpstreamError(f"{self.backend} answered with an unexpected JSON value")
         return value
@@ -356,12 +423,11 @@ class UpstreamCall:
         try:
             while True:
                 try:
-                    sse = await self.deadline.within(anext(events))
+                    sse = await self._within(anext(events))
                 except StopAsyncIteration:
                     return
                 except (httpx.HTTPError, SSEError) as exc:
-                    raise UpstreamError(self.reason(transport_error_reason(
-                        self.backend, self.url, exc, self.timeout))) from None
+                    raise self._transport_error(exc) from None
                 yield SSEFrame(sse.event if sse.event != "message" else "", sse.data)
         finally:
             await events.aclose()
