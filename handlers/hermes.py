@@ -3,7 +3,8 @@
 Task mode posts ``/v1/runs`` and follows ``/v1/runs/{id}/events`` (falling back to
 polling ``/v1/runs/{id}`` when the single-consumer stream is lost); approvals are
 answered with ``/approval``, cancels with ``/stop``. Message mode answers with one
-``/v1/chat/completions`` call (Hermes raises no approvals there). Event mapping:
+``/v1/chat/completions`` call (Hermes raises no approvals there). Inbound images go
+with the message as ``image_url`` content parts on both paths. Event mapping:
 ``handlers.hermes_events``; the full table is in HERMES_INTEGRATION.md.
 """
 
@@ -38,15 +39,8 @@ from handlers.hermes_events import (
     RunEventMapper,
     narrow_choices,
 )
-from handlers.openai_chat import build_messages, history_messages, read_completion
-from handlers.upstream import (
-    BridgeSettings,
-    Deadline,
-    UnexpectedFrame,
-    Upstream,
-    UpstreamError,
-    request_text,
-)
+from handlers.openai_chat import build_messages, history_messages, read_completion, user_content
+from handlers.upstream import BridgeSettings, Deadline, UnexpectedFrame, Upstream, UpstreamError
 
 __all__ = ["HermesAgentHandler", "HermesSettings"]
 
@@ -98,6 +92,9 @@ class _RunState:
 class HermesAgentHandler(Handler):
     Settings: ClassVar[type[HandlerSettings]] = HermesSettings
     supports_reattach: ClassVar[bool] = True
+    accepted_file_types: ClassVar[tuple[str, ...]] = ("image/*",)
+    """Hermes takes images (``image_url`` parts: a ``data:image/…`` or http(s) URL) in runs
+    and chat completions, and describes them with its vision tool; no other files."""
     settings: HermesSettings
 
     def __init__(self, settings: HandlerSettings, http: httpx.AsyncClient) -> None:
@@ -122,7 +119,7 @@ class HermesAgentHandler(Handler):
         session_id = (request.session.get("hermes_session_id")
                       or request.backend_user(per_context=True))
         body: dict[str, Any] = {
-            "input": request_text(request),
+            "input": run_input(request),
             "session_id": session_id,
             "conversation_history": history_messages(request),
             "model": self.settings.hermes_model,
@@ -357,6 +354,13 @@ def _approval_problem(exc: UpstreamError) -> str:
     if exc.status == 404:
         return "Hermes no longer knows this run; the approval cannot be answered."
     return f"The answer could not be delivered to Hermes: {exc.reason}"
+
+
+def run_input(request: HandlerRequest) -> str | list[dict[str, Any]]:
+    """The ``input`` of ``POST /v1/runs``: the message's text, or one user message with
+    content parts when it carries images."""
+    content = user_content(request)
+    return content if isinstance(content, str) else [{"role": "user", "content": content}]
 
 
 def _choice(request: HandlerRequest) -> str | None:

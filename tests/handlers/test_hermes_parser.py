@@ -261,6 +261,23 @@ async def test_run_posts_the_turn_with_history_and_a_stable_session() -> None:
     assert all(c.headers["authorization"] == f"Bearer {KEY}" for c in fake.calls)
 
 
+async def test_trace_context_goes_with_every_call_of_the_run() -> None:
+    fake = FakeHermes()
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    request = make_request(headers={"traceparent": trace, "authorization": "Bearer caller"})
+    events = await collect(fake, request)
+    assert isinstance(events[-1], Completed)
+    assert [(c.method, c.url.path) for c in fake.calls] == [
+        ("POST", "/v1/runs"), ("GET", f"/v1/runs/{fake.rec.run_id}/events")]
+    assert all(c.headers["traceparent"] == trace for c in fake.calls)
+    assert all(c.headers.get_list("authorization") == [f"Bearer {KEY}"] for c in fake.calls)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(fake)) as http:
+        handler = HermesAgentHandler(HermesSettings(hermes_api_key=KEY), http)
+        assert await handler.cancel(make_request(run_ref="run_a", headers={"traceparent": trace}))
+    assert fake.calls[-1].url.path == "/v1/runs/run_a/stop"
+    assert fake.calls[-1].headers["traceparent"] == trace
+
+
 async def test_two_callers_with_the_same_context_id_get_two_hermes_sessions() -> None:
     fake = FakeHermes()
     await collect(fake, make_request(principal="alice"))
@@ -489,6 +506,44 @@ async def test_a_hung_model_behind_keepalives_fails_at_run_timeout_seconds() -> 
     assert 0.9 <= time.monotonic() - started < 3
     assert stops(fake) == [f"/v1/runs/{run_id}/stop"]  # the run is stopped at Hermes too
     assert stream.closed
+
+
+async def follow_and_stop(stop_through_the_follower: bool) -> tuple[list, float]:
+    """Follow a run whose stream only keeps alive, stop it through the instance that
+    follows it or through another one; the run's events and seconds after the stop."""
+    fake = FakeHermes()
+    run_id = fake.rec.run_id
+    fake.queue("GET", f"/v1/runs/{run_id}/events", httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, stream=KeptAlive()))
+    settings = HermesSettings(hermes_api_key=KEY, stop_wait_seconds=0.3, run_timeout_seconds=3)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(fake)) as http:
+        follower, other = HermesAgentHandler(settings, http), HermesAgentHandler(settings, http)
+        run = asyncio.create_task(collect_events(follower.run(make_request())))
+        for _ in range(500):  # until the follower subscribed to the run's events
+            if any(c.url.path.endswith("/events") for c in fake.calls):
+                break
+            await asyncio.sleep(0.01)
+        stopper = follower if stop_through_the_follower else other
+        assert await stopper.cancel(make_request(run_ref=run_id)) is True
+        stopped = time.monotonic()
+        events = await run
+    return events, time.monotonic() - stopped
+
+
+async def collect_events(events) -> list:
+    return [event async for event in events]
+
+
+async def test_a_stop_through_the_instance_following_the_run_ends_it_canceled() -> None:
+    events, took = await follow_and_stop(stop_through_the_follower=True)
+    assert events[-1] == Canceled("stopped; Hermes did not confirm the stop in time")
+    assert took < 2.5  # stop_wait_seconds, not the run's bound
+
+
+async def test_each_instance_tracks_only_the_runs_it_follows() -> None:
+    # a stop through another handler instance (another endpoint) never reaches this run
+    events, _ = await follow_and_stop(stop_through_the_follower=False)
+    assert events[-1] == Failed("the Hermes run exceeded run_timeout_seconds=3")
 
 
 async def test_a_run_followed_by_polling_fails_at_run_timeout_seconds() -> None:

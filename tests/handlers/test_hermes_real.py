@@ -34,7 +34,7 @@ from a2a.types import (
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from a2a_gateway.stores.base import Scope
-from handlers.base import Completed, HandlerRequest, InputRejectedError
+from handlers.base import Completed, FileInput, HandlerRequest, InputRejectedError
 from handlers.hermes import HermesAgentHandler, HermesSettings
 from tests.harness import RunningGateway, require_env, running_gateway
 
@@ -450,3 +450,25 @@ async def test_a_hung_model_fails_the_task_at_run_timeout_seconds(gw, hermes_url
                 break
             await asyncio.sleep(0.1)
     assert run["status"] == "cancelled"
+
+
+# -- inbound images ------------------------------------------------------------------------
+
+RED_DOT = (Path(__file__).parent.parent / "fixtures" / "images" / "red-dot.png").read_bytes()
+
+
+@pytest.mark.parametrize("mode", ["task", "message"])
+async def test_an_image_reaches_hermes_vision(hermes_url, mode):
+    mark = token()
+    async with httpx.AsyncClient() as http:
+        handler = HermesAgentHandler(HermesSettings(
+            hermes_api_url=hermes_url, hermes_api_key=require_env("A2A_TEST_HERMES_KEY"),
+            response_mode=mode), http)
+        request = handler_request(f"what is this {mark}",
+                                  files=[FileInput("image/png", "red-dot.png", data=RED_DOT)])
+        events = [e async for e in handler.run(request)]
+    assert events[-1].text.startswith(  # Hermes describes the image, then answers
+        "Hello from fakellm. You said: [The user attached an image. Here's what it contains:")
+    [seen] = [e for e in await llm_requests() if mark in (e.get("text") or "")]
+    turn = seen["messages"][-1]["content"]  # what the model answered: the image, described
+    assert turn.startswith("[The user attached an image.") and turn.endswith(f"what is this {mark}")

@@ -11,13 +11,14 @@ import asyncio
 import os
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
 
-from handlers.base import Completed, Failed, Reply, TextDelta, Turn
+from handlers.base import Completed, Failed, FileInput, Reply, TextDelta, Turn
 from handlers.openai_chat import OpenAIChatHandler, OpenAIChatSettings
 from tests.handlers.openai_mock import make_request
 from tests.harness import require_env, running_gateway
@@ -176,3 +177,20 @@ async def test_gateway_stream_then_follow_up_in_the_same_context(backend, http) 
     everything = "\n".join(m["content"] for m in seen["messages"])
     assert f"FAKE_SLOW words=4 delay=0.2 {t}" in everything  # the first turn came along
     assert "slow0 slow1 slow2 slow3" in everything
+
+
+RED_DOT = (Path(__file__).parent.parent / "fixtures" / "images" / "red-dot.png").read_bytes()
+
+
+async def test_an_image_part_is_taken_by_the_backend(backend, http) -> None:
+    t = tag()
+    request = make_request(f"what is this {t}")
+    request.principal = f"caller-{t}"  # a session of its own at OpenClaw
+    request.files = [FileInput("image/png", "red-dot.png", data=RED_DOT)]
+    events = [e async for e in chat(backend, http).run(request)]
+    assert isinstance(events[-1], Completed), events[-1]
+    [seen] = await llm_requests(backend, http, f"what is this {t}")
+    if backend["name"] == "hermes":  # Hermes describes the image with its vision tool
+        assert seen["messages"][-1]["content"].startswith("[The user attached an image.")
+    else:
+        assert events[-1].text == f"Hello from fakellm. You said: what is this {t}"

@@ -11,6 +11,7 @@ import asyncio
 import os
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,6 +30,7 @@ from a2a.types import (
 from handlers.base import (
     Completed,
     Failed,
+    FileInput,
     HandlerEvent,
     HandlerRequest,
     Progress,
@@ -369,3 +371,22 @@ async def test_gateway_bad_token_fails_without_leaking_it(gw, env, http, monkeyp
     for secret in (bad, env["A2A_TEST_OPENCLAW_TOKEN"]):
         assert secret not in str(task) and secret not in card.text
         assert secret not in logged.out and secret not in logged.err
+
+
+# -- inbound files -------------------------------------------------------------------------
+
+RED_DOT = (Path(__file__).parent.parent / "fixtures" / "images" / "red-dot.png").read_bytes()
+
+
+async def test_a_document_and_an_image_reach_openclaw(env, http) -> None:
+    tag = nonce()
+    secret_line = f"the document says {nonce()}"
+    request = make_request(f"read this {tag}", context_id=f"files-{tag}")
+    request.files = [FileInput("text/plain", "notes.txt", data=secret_line.encode()),
+                     FileInput("image/png", "red-dot.png", data=RED_DOT)]
+    events = [e async for e in openclaw(env, http).run(request)]
+    assert isinstance(events[-1], Completed), events[-1]
+    assert events[-1].text == f"Hello from fakellm. You said: read this {tag}"
+    [seen] = await llm_requests(env, http, tag)
+    system = "\n".join(m["content"] for m in seen["messages"] if m["role"] == "system")
+    assert secret_line in system  # OpenClaw put the document's text into the system prompt

@@ -62,8 +62,8 @@ def bridge(request: pytest.FixtureRequest) -> tuple[Callable[..., Handler], byte
     return make, fixture(recording), backend, run
 
 
-def busy(retry: str | None = None) -> httpx.Response:
-    response = json_response(BUSY, status=429)
+def busy(retry: str | None = None, status: int = 429) -> httpx.Response:
+    response = json_response(BUSY, status=status)
     if retry is not None:
         response.headers["Retry-After"] = retry
     return response
@@ -123,6 +123,27 @@ async def test_a_429_is_retried_after_retry_after_seconds(bridge) -> None:
     assert len(backend.requests) == 2
     assert backend.bodies[0] == backend.bodies[1]
     assert took >= 0.95  # Retry-After was honoured
+
+
+async def test_a_503_is_retried_after_retry_after_seconds(bridge) -> None:
+    _, recording, _, _ = bridge
+    events, backend, took = await run_against(bridge, [busy("1", 503), sse_response(recording)])
+    assert isinstance(events[-1], Completed), events[-1]
+    assert len(backend.requests) == 2 and took >= 0.95
+
+
+async def test_503_retries_end_after_the_attempts(bridge) -> None:
+    _, _, backend_name, _ = bridge
+    events, backend, _ = await run_against(
+        bridge, [busy("0", 503)], retry_attempts=1, retry_backoff_seconds=0)
+    assert events == [Failed(f"{backend_name} is unavailable (HTTP 503, 2 attempt(s)): slow down")]
+    assert len(backend.requests) == 2
+
+
+async def test_a_500_is_not_retried(bridge) -> None:
+    events, backend, _ = await run_against(bridge, [busy("0", 500)])
+    assert isinstance(events[-1], Failed) and "HTTP 500" in events[-1].reason
+    assert len(backend.requests) == 1
 
 
 async def test_a_retry_after_http_date_is_honoured(bridge) -> None:
@@ -208,3 +229,23 @@ async def test_a_stream_that_never_ends_is_cut_at_the_bound(bridge) -> None:
                                         run_timeout_seconds=1)
     assert events[-1] == Failed(f"{run} exceeded run_timeout_seconds=1")
     assert took < 3
+
+
+# -- the caller's context ---------------------------------------------------------------
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+async def test_trace_context_goes_upstream_and_the_callers_credentials_do_not(bridge) -> None:
+    make, recording, _, _ = bridge
+    backend = Backend(lambda request: sse_response(recording))
+    request = make_request()
+    request.headers = {"traceparent": TRACEPARENT, "tracestate": "gw=1",
+                       "Authorization": "Bearer the-callers-gateway-key", "cookie": "s=1"}
+    async with backend.client() as http:
+        events = await collect(make(http).run(request))
+    assert isinstance(events[-1], Completed)
+    [sent] = backend.requests
+    assert sent.headers["traceparent"] == TRACEPARENT and sent.headers["tracestate"] == "gw=1"
+    assert sent.headers.get_list("authorization") == [f"Bearer {KEY}"]
+    assert "cookie" not in sent.headers
