@@ -21,7 +21,8 @@ from a2a_gateway.auth.peer import remember_peer
 from a2a_gateway.card_signing import load_card_signer
 from a2a_gateway.tasks.engine import TaskEngine
 from a2a_gateway.gateway import GATEWAY, Gateway
-from a2a_gateway.live.hub import LiveHub
+from a2a_gateway.live.hub import LiveHub, ReplayLimits
+from a2a_gateway.tasks.live_view import LiveView
 from a2a_gateway.live.postgres import PostgresLiveHub, uses_postgres
 from a2a_gateway.tasks.push import PushNotifier
 from a2a_gateway.tasks.push_guard import WebhookGuard
@@ -119,7 +120,9 @@ def build_app(
             max_task_history=settings.max_task_history,
             remote_poll_seconds=settings.remote_poll_seconds,
         )
-        hub.attach(engine)
+        hub.serve(LiveView(engine), ReplayLimits(settings.stream_replay_events,
+                                                 settings.stream_replay_keep_seconds,
+                                                 settings.stream_replay_max_bytes))
         await hub.start()
         registry = EndpointRegistry(opened, settings, client)
         auth = build_authenticator(settings, opened, client)

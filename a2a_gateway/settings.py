@@ -105,6 +105,16 @@ class GatewaySettings(BaseSettings):
     rest_error_statuses: Literal["1.0.1", "1.0.0"] = "1.0.1"
     """HTTP statuses of REST errors: A2A v1.0.1's table (as the a2a-sdk) or v1.0.0's."""
     sse_keepalive_seconds: float = 15.0
+    stream_replay_events: int = 1000
+    """Events of a streamed task each replica keeps, so a client that reconnects with
+    ``Last-Event-ID`` gets exactly the events it missed (0: none kept; a reconnect then
+    starts from the Task snapshot)."""
+    stream_replay_keep_seconds: float = 60.0
+    """How long those events are kept after the task's last event or its last stream
+    closed, so a client that lost the final events can still fetch them."""
+    stream_replay_max_bytes: int = 64 * 1024 * 1024
+    """All kept events of all tasks together, in bytes; beyond it the least recently active
+    tasks' events are dropped first."""
     card_max_age_seconds: int = 300
     card_signing_keys: list[str] = []
     """Keys that sign agent cards, each a file or ``env:NAME`` holding a PEM or JWK key (ES256

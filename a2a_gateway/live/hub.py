@@ -1,22 +1,79 @@
-"""The live path: per-task fan-out of events to the SSE clients of that task.
+"""The live path: per-task fan-out of events to the SSE clients of that task, with a
+short replay log per streamed task so a client that lost its connection can resume.
 
 Text deltas, progress notes and state changes of a running task are published
 here as a2a protobuf events; every subscriber (the SendStreamingMessage caller,
-SubscribeToTask callers) gets them in publication order. Nothing here is stored:
-a late subscriber gets its starting point (the Task and the text so far) from the
-run itself, then follows the hub. This implementation is in-process; a
-cross-replica hub (PostgreSQL LISTEN/NOTIFY) implements the same methods, and
-``follow`` (a task run elsewhere) is where it differs from ``subscribe``.
+SubscribeToTask callers) gets them in publication order, each with an event id.
+A late subscriber gets its starting point (the Task and the text so far) from the
+run itself, then follows the hub.
+
+**Replay log.** A task streamed on this replica (``subscribe``) gets a log of its
+recent events, numbered in order; while the log lives every event of the task is
+published (``has_listeners``), whether or not a client is connected, so
+``resume(task_id, last_event_id)`` can hand a reconnecting client exactly the events
+after the last one it saw, then the live ones. An event id is ``<log token>.<n>``;
+the token is random per log, so an id from another replica, an earlier process or a
+log since dropped is simply a miss (the caller then starts from a snapshot). A log
+holds the events of one run only: when another run of the task publishes, a new log
+starts. Logs are bounded (``ReplayLimits``): events per task, a byte budget over all
+tasks (least recently active dropped first), and a keep time after the last event or
+the last subscriber, so the final events of an ended task can still be fetched.
+
+This implementation is in-process; a cross-replica hub (PostgreSQL LISTEN/NOTIFY)
+implements the same methods, and ``follow`` (a task run elsewhere) is where it
+differs from ``subscribe``. The hub knows the runs of this replica only through
+``LocalRuns``, given to ``serve``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import itertools
+import os
+import time
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
+from a2a_gateway.stores.base import Scope
+
 LiveEvent = Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
+
+
+class LocalRun(Protocol):
+    """A task's run on this replica, as the hub sees it: where its task is stored."""
+
+    @property
+    def scope(self) -> Scope: ...
+
+    @property
+    def version(self) -> int | None: ...
+
+
+class LocalRuns(Protocol):
+    """What the hub needs of this replica's runs (``tasks.live_view`` adapts the engine)."""
+
+    def run(self, task_id: str) -> LocalRun | None:
+        """The run of ``task_id`` on this replica; None when it runs elsewhere or nowhere."""
+
+    def text_so_far(self, task_id: str) -> TaskArtifactUpdateEvent | None:
+        """The response text streamed so far, as one chunk (for a watcher that arrives late)."""
+
+    async def handle_control(self, command: str, task_id: str) -> None:
+        """A command (e.g. ``cancel``) from another replica about ``task_id``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayLimits:
+    events: int = 1000
+    """Events kept per task; 0 keeps none (a reconnect always starts from a snapshot)."""
+    keep_seconds: float = 60.0
+    """How long a log is kept after its last event or its last subscriber left."""
+    max_bytes: int = 64 * 1024 * 1024
+    """All logs together (serialized event sizes plus a little per task)."""
 
 
 class SubscriberOverflowError(Exception):
@@ -25,13 +82,18 @@ class SubscriberOverflowError(Exception):
 
 _END = object()
 _OVERFLOW = object()
+_LOG_OVERHEAD = 256
+"""Bytes a log counts for itself, so a budget also bounds many empty logs."""
 
 
 class Subscription:
-    """Events of one task for one subscriber; iterate it, close it when done."""
+    """Events of one task for one subscriber, as ``(event_id, event)``; iterate it, close
+    it when done. ``position`` is the id of the point it starts at: a snapshot taken
+    together with the subscription stands for everything up to there."""
 
-    def __init__(self, hub: LiveHub, task_id: str, max_backlog: int) -> None:
+    def __init__(self, hub: LiveHub, task_id: str, max_backlog: int, position: str) -> None:
         self.task_id = task_id
+        self.position = position
         self._hub = hub
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self._max_backlog = max_backlog
@@ -43,7 +105,7 @@ class Subscription:
             return
         self._queue.put_nowait(item)
 
-    async def __aiter__(self) -> AsyncIterator[LiveEvent]:
+    async def __aiter__(self) -> AsyncIterator[tuple[str, LiveEvent]]:
         while True:
             item = await self._queue.get()
             if item is _END:
@@ -56,16 +118,64 @@ class Subscription:
         self._hub.unsubscribe(self)
 
 
+class _Log:
+    """The recent events of one run of one task, numbered from 1."""
+
+    __slots__ = ("token", "events", "last", "run", "ended", "touched", "size")
+
+    def __init__(self, run: object, now: float) -> None:
+        self.token = os.urandom(6).hex()
+        self.events: deque[tuple[int, LiveEvent, int]] = deque()  # (n, event, bytes)
+        self.last = 0
+        self.run = run
+        """The run whose events these are (None before the first run published)."""
+        self.ended = False
+        self.touched = now
+        self.size = _LOG_OVERHEAD
+
+    def id(self, n: int) -> str:
+        return f"{self.token}.{n}"
+
+    def after(self, event_id: str) -> list[tuple[str, LiveEvent]] | None:
+        """The events after ``event_id``; None unless this log holds all of them."""
+        token, _, number = event_id.rpartition(".")
+        if token != self.token or not number.isdigit():
+            return None
+        n = int(number)
+        first = self.events[0][0] if self.events else self.last + 1
+        if not first - 1 <= n <= self.last:
+            return None
+        return [(self.id(m), event) for m, event, _ in self.events if m > n]
+
+
 class LiveHub:
     def __init__(self, max_backlog: int = 10_000) -> None:
         self._subscribers: dict[str, list[Subscription]] = {}
         self._max_backlog = max_backlog
+        self._local: LocalRuns | None = None
+        self._limits = ReplayLimits()
+        self._logs: OrderedDict[str, _Log] = OrderedDict()  # least recently active first
+        self._log_bytes = 0
+        self._token = os.urandom(6).hex()
+        self._loose = itertools.count(1)
+        self.clock: Callable[[], float] = time.monotonic
 
+    def serve(self, local: LocalRuns, limits: ReplayLimits | None = None) -> None:
+        """The runs of this replica (whose control commands this hub delivers) and the
+        bounds of the replay logs; before ``start()``."""
+        self._local = local
+        if limits is not None:
+            self._limits = limits
+
+    def _run(self, task_id: str) -> LocalRun | None:
+        return self._local.run(task_id) if self._local is not None else None
+
+    # subscriptions ----------------------------------------------------------------
     def subscribe(self, task_id: str) -> Subscription:
-        """Events of ``task_id``, a task whose run is on this replica (or is starting here)."""
-        sub = Subscription(self, task_id, self._max_backlog)
-        self._subscribers.setdefault(task_id, []).append(sub)
-        return sub
+        """Events of ``task_id``, a task whose run is on this replica (or is starting here);
+        from now on the task's events are logged for a reconnect."""
+        log = self._open_log(task_id)
+        return self._add(task_id, log.id(log.last) if log is not None else self.unlogged_id())
 
     def follow(self, task_id: str) -> Subscription:
         """Events of ``task_id``, a task run on another replica (or on none right now).
@@ -73,36 +183,152 @@ class LiveHub:
         other replica, so this is ``subscribe``."""
         return self.subscribe(task_id)
 
+    def resume(self, task_id: str, last_event_id: str) -> Subscription | None:
+        """The events of ``task_id`` after ``last_event_id``, then the live ones (none once
+        the task ended here); None when the log does not hold all of them, or when the
+        task ended and nothing followed that id."""
+        self._sweep(self.clock())
+        log = self._logs.get(task_id)
+        if log is None or (not log.ended and (log.run is None or log.run is not self._run(task_id))):
+            return None  # no log, or its run is no longer the one here: other events may be missing
+        missed = log.after(last_event_id)
+        if missed is None or (log.ended and not missed):
+            return None
+        if log.ended:
+            sub = Subscription(self, task_id, self._max_backlog, last_event_id)
+        else:
+            sub = self._add(task_id, last_event_id)
+        for item in missed:
+            sub._queue.put_nowait(item)
+        if log.ended:
+            sub._queue.put_nowait(_END)  # kept its time after the end, however often resumed
+        else:
+            self._touch(task_id, log)
+        return sub
+
+    def _add(self, task_id: str, position: str) -> Subscription:
+        sub = Subscription(self, task_id, self._max_backlog, position)
+        self._subscribers.setdefault(task_id, []).append(sub)
+        return sub
+
     def unsubscribe(self, sub: Subscription) -> None:
         subs = self._subscribers.get(sub.task_id)
         if subs and sub in subs:
             subs.remove(sub)
             if not subs:
                 del self._subscribers[sub.task_id]
+                log = self._logs.get(sub.task_id)
+                if log is not None:
+                    self._touch(sub.task_id, log)  # its keep time starts now
 
+    # events -------------------------------------------------------------------------
     def publish(self, task_id: str, event: LiveEvent) -> None:
+        log = self._logs.get(task_id)
+        if log is not None and not log.ended:
+            run = self._run(task_id)
+            if log.run is not run and log.run is not None:
+                log = self._new_log(task_id, run)
+            log.run = run
+            event_id = self._append(task_id, log, event)
+        else:
+            event_id = self.unlogged_id()
+        self._fan_out(task_id, event_id, event)
+
+    def _fan_out(self, task_id: str, event_id: str, event: LiveEvent) -> None:
         for sub in list(self._subscribers.get(task_id, ())):
-            sub._put(event)
+            sub._put((event_id, event))
+
+    def unlogged_id(self) -> str:
+        """An id for an event outside every log (a snapshot, an event read from the store):
+        a reconnect with it is a miss."""
+        return f"{self._token}-{next(self._loose)}"
 
     def end(self, task_id: str) -> None:
-        """The task will publish nothing more: end every subscription."""
+        """The task will publish nothing more: end every subscription (its log is kept)."""
         for sub in self._subscribers.pop(task_id, []):
             sub._queue.put_nowait(_END)
+        log = self._logs.get(task_id)
+        if log is not None and not log.ended:
+            log.ended, log.run = True, None
+            self._touch(task_id, log)
 
     def subscriber_count(self, task_id: str) -> int:
         return len(self._subscribers.get(task_id, ()))
 
     def has_listeners(self, task_id: str) -> bool:
-        """Whether anyone would receive events of ``task_id`` (so they are worth building);
-        a hub spanning replicas also counts its remote listeners."""
-        return task_id in self._subscribers
+        """Whether anyone would receive events of ``task_id`` (so they are worth building):
+        a subscriber, or a live log a client may resume from; a hub spanning replicas also
+        counts its remote listeners."""
+        if task_id in self._subscribers:
+            return True
+        log = self._logs.get(task_id)
+        return log is not None and not log.ended
+
+    # logs ---------------------------------------------------------------------------
+    def _open_log(self, task_id: str) -> _Log | None:
+        """The task's live log, started if there is none (or only an ended one)."""
+        if self._limits.events <= 0:
+            return None
+        log = self._logs.get(task_id)
+        if log is None or log.ended:
+            log = self._new_log(task_id, self._run(task_id))
+        self._touch(task_id, log)
+        return log
+
+    def _new_log(self, task_id: str, run: object) -> _Log:
+        self._drop_log(task_id)
+        log = _Log(run, self.clock())
+        self._logs[task_id] = log
+        self._log_bytes += log.size
+        return log
+
+    def _append(self, task_id: str, log: _Log, event: LiveEvent) -> str:
+        log.last += 1
+        size = event.ByteSize()
+        log.events.append((log.last, event, size))
+        log.size += size
+        self._log_bytes += size
+        while len(log.events) > self._limits.events:
+            _, _, dropped = log.events.popleft()
+            log.size -= dropped
+            self._log_bytes -= dropped
+        self._touch(task_id, log)
+        return log.id(log.last)
+
+    def _touch(self, task_id: str, log: _Log) -> None:
+        now = self.clock()
+        log.touched = now
+        self._logs.move_to_end(task_id)
+        self._sweep(now)
+
+    def _sweep(self, now: float) -> None:
+        """Drop logs past their keep time (those with subscribers count as active) and,
+        while over the byte budget, the least recently active ones."""
+        keep = self._limits.keep_seconds
+        for _ in range(len(self._logs)):
+            task_id, log = next(iter(self._logs.items()))
+            over_budget = self._log_bytes > self._limits.max_bytes
+            if not over_budget and log.touched + keep > now:
+                return
+            if not over_budget and task_id in self._subscribers:
+                log.touched = now
+                self._logs.move_to_end(task_id)
+                continue
+            self._drop_log(task_id)
+
+    def _drop_log(self, task_id: str) -> None:
+        log = self._logs.pop(task_id, None)
+        if log is not None:
+            self._log_bytes -= log.size
+
+    def replay_stats(self) -> dict[str, Any]:
+        """Logs held and their bytes (for tests and figures)."""
+        return {"logs": len(self._logs), "bytes": self._log_bytes,
+                "events": sum(len(log.events) for log in self._logs.values())}
 
     # lifecycle: nothing to do in-process; a hub spanning replicas connects here
     listening = True
     """False while a cross-replica hub cannot receive (followers then poll the store)."""
-
-    def attach(self, engine: object) -> None:
-        """The engine that receives control commands from other replicas."""
 
     async def start(self) -> None:
         pass

@@ -16,7 +16,7 @@
   one dict lookup per event; nothing is sent.
 * **Replica channels.** Each replica LISTENs on ``a2a_live_<digest of its id>``, on
   one dedicated connection outside the pool; events for watched tasks and control
-  commands (``send_control``: e.g. ``cancel`` → ``engine.handle_control``) arrive
+  commands (``send_control``: e.g. ``cancel`` → ``LocalRuns.handle_control``) arrive
   there. When the connection is lost it is re-opened with back-off and every
   watch is announced again; meanwhile followers keep polling the store, so a lost
   listener makes them slower, never stuck.
@@ -29,6 +29,9 @@
   write has landed and delivers the stored event; later events of that task wait
   behind it. A larger status update goes without its message unless the store
   holds that exact status.
+* **Event ids.** Events forwarded from another replica reach the local followers with
+  ids outside every replay log: a client that reconnects with one starts from a
+  snapshot (only the replica running a task logs its events for replay).
 * **Order.** One sender task sends the outbox in order; a batch is one statement,
   hence one transaction, and PostgreSQL delivers a transaction's notifications in
   order.
@@ -81,7 +84,7 @@ def uses_postgres(store: Any) -> bool:
 class PostgresLiveHub(LiveHub):
     """``LiveHub`` plus LISTEN/NOTIFY between the replicas sharing one PostgreSQL store.
 
-    ``attach(engine)`` before ``start()``; ``aclose()`` before the store closes.
+    ``serve(local)`` before ``start()``; ``aclose()`` before the store closes.
     """
 
     def __init__(
@@ -99,7 +102,6 @@ class PostgresLiveHub(LiveHub):
         self._store = store
         self.replica_id = replica_id
         self.channel = replica_channel(replica_id)
-        self._engine: Any = None
         self._refresh = refresh_seconds
         self._keepalive = keepalive_seconds
         self._max_pending = max_pending
@@ -122,10 +124,6 @@ class PostgresLiveHub(LiveHub):
         self.stats = {"sent": 0, "received": 0, "dropped": 0, "send_failures": 0, "connects": 0}
 
     # lifecycle -----------------------------------------------------------------
-    def attach(self, engine: Any) -> None:
-        """The engine whose runs this hub forwards and whose ``handle_control`` it calls."""
-        self._engine = engine
-
     @property
     def listening(self) -> bool:
         """True while the LISTEN connection is up."""
@@ -160,8 +158,10 @@ class PostgresLiveHub(LiveHub):
     def follow(self, task_id: str) -> Subscription:
         """Subscribe, and ask the replica running ``task_id`` (unless it is this one)
         to forward its events here, starting with a snapshot."""
-        sub = self.subscribe(task_id)
-        if not self._closing and self._runs_elsewhere(task_id):
+        if not self._runs_elsewhere(task_id):
+            return self.subscribe(task_id)
+        sub = self._add(task_id, self.unlogged_id())  # forwarded events are not logged here
+        if not self._closing:
             # every new follower asks for a snapshot: the text so far replaces the
             # artifact (append: false), harmless to earlier subscribers
             self._interest.add(task_id)
@@ -176,9 +176,9 @@ class PostgresLiveHub(LiveHub):
             self._announce(UNWATCH, [task_id])
 
     def has_listeners(self, task_id: str) -> bool:
-        """Local subscribers or watchers on other replicas: otherwise the engine need
-        not build the task's live events at all."""
-        return task_id in self._subscribers or task_id in self._watchers
+        """Local subscribers, a live replay log or watchers on other replicas: otherwise
+        the run need not build the task's live events at all."""
+        return super().has_listeners(task_id) or task_id in self._watchers
 
     def publish(self, task_id: str, event: LiveEvent) -> None:
         super().publish(task_id, event)
@@ -208,8 +208,7 @@ class PostgresLiveHub(LiveHub):
     # encoding -------------------------------------------------------------------
     def _encode(self, task_id: str, event: LiveEvent) -> list[str]:
         """Payloads (each under the NOTIFY limit) that carry ``event`` to a watcher."""
-        run = self._engine.runs.get(task_id) if self._engine is not None else None
-        payloads = self._wire.event(task_id, event, run)
+        payloads = self._wire.event(task_id, event, self._run(task_id))
         if not payloads:
             log.warning("live_event_too_large", task_id=task_id, bytes=event.ByteSize())
         return payloads
@@ -258,7 +257,7 @@ class PostgresLiveHub(LiveHub):
 
     # interest ------------------------------------------------------------------------
     def _runs_elsewhere(self, task_id: str) -> bool:
-        return self._engine is not None and task_id not in self._engine.runs
+        return self._local is not None and self._run(task_id) is None
 
     def _announce(self, kind: str, task_ids: list[str], *, snap: bool = False) -> None:
         """Broadcast ``watch``/``unwatch`` for ``task_ids``."""
@@ -278,9 +277,8 @@ class PostgresLiveHub(LiveHub):
         if remote and self.listening:
             self._announce(WATCH, remote)
         now = time.monotonic()
-        runs = self._engine.runs if self._engine is not None else {}
         for task_id in list(self._watchers):
-            if task_id not in runs:
+            if self._run(task_id) is None:
                 del self._watchers[task_id]
                 continue
             watchers = self._watchers[task_id]
@@ -291,12 +289,12 @@ class PostgresLiveHub(LiveHub):
                 del self._watchers[task_id]
 
     def _on_watch(self, message: dict[str, Any]) -> None:
-        if self._engine is None:
+        if self._local is None:
             return
         channel = replica_channel(str(message.get("r")))
         expiry = time.monotonic() + 3 * self._refresh
         for task_id in message.get("ids") or ():
-            if task_id not in self._engine.runs:
+            if self._run(task_id) is None:
                 continue
             watchers = self._watchers.setdefault(task_id, {})
             new = channel not in watchers
@@ -314,7 +312,7 @@ class PostgresLiveHub(LiveHub):
                     del self._watchers[task_id]
 
     def _send_snapshot(self, task_id: str, channel: str) -> None:
-        event = self._engine.text_so_far(task_id)
+        event = self._local.text_so_far(task_id) if self._local is not None else None
         if event is None:
             return
         for payload in self._encode(task_id, event):
@@ -390,9 +388,9 @@ class PostgresLiveHub(LiveHub):
             log.exception("live_message_failed", kind=kind)
 
     def _on_control(self, message: dict[str, Any]) -> None:
-        if self._engine is None:
+        if self._local is None:
             return
-        task = asyncio.create_task(self._engine.handle_control(str(message.get("c")), str(message.get("t"))))
+        task = asyncio.create_task(self._local.handle_control(str(message.get("c")), str(message.get("t"))))
         self._side_tasks.add(task)
         task.add_done_callback(self._side_done)
 
@@ -416,7 +414,7 @@ class PostgresLiveHub(LiveHub):
         if message.get("k") == EVENT:
             event = decode_event(message)
             if event is not None:
-                LiveHub.publish(self, task_id, event)  # local subscribers only
+                self._fan_out(task_id, self.unlogged_id(), event)  # local subscribers only
 
     async def _resolve(self, task_id: str, message: dict[str, Any]) -> None:
         """Deliver an oversized event from the store, then what arrived behind it."""
@@ -430,7 +428,7 @@ class PostgresLiveHub(LiveHub):
         finally:
             held = self._held.pop(task_id, [])
             if event is not None:
-                LiveHub.publish(self, task_id, event)
+                self._fan_out(task_id, self.unlogged_id(), event)
             for later in held:
                 self._deliver(later)
 

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
-from a2a_gateway.live.hub import LiveEvent
+from a2a_gateway.live.hub import LiveEvent, LocalRun
 from a2a_gateway.stores.base import Scope
 
 WATCH_CHANNEL = "a2a_live_watch"
@@ -63,7 +63,7 @@ class LiveWire:
     def __init__(self) -> None:
         self._seq = itertools.count(1)
 
-    def event(self, task_id: str, event: LiveEvent, run: Any = None) -> list[str]:
+    def event(self, task_id: str, event: LiveEvent, run: LocalRun | None = None) -> list[str]:
         """Payloads that carry ``event`` to a watcher. ``run``, the task's run on this
         replica (``scope``, ``version``) or None, locates an oversized event in the store."""
         size = event.ByteSize()
@@ -197,7 +197,7 @@ def split_utf8(text: str, limit: int) -> list[str]:
     return pieces
 
 
-def _pointer(run: Any, kind: str) -> dict[str, Any]:
+def _pointer(run: LocalRun | None, kind: str) -> dict[str, Any]:
     """Where a watcher finds the full event: the task's scope and the store version
     that will hold it (a final artifact is published just before its write)."""
     if run is None or run.version is None:

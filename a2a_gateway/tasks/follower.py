@@ -3,7 +3,9 @@
 Live events of such a task arrive through ``LiveHub.follow`` when the hub spans
 replicas (PostgreSQL LISTEN/NOTIFY); the store is the ground truth either way: it is
 polled at ``interval`` seconds and every durable change the hub did not already
-deliver (new state, final artifact) is turned into an event. A follower ends at
+deliver (new state, final artifact) is turned into an event. Events come with ids
+as ``(event_id, event)``: the hub's, or for an event read from the store one outside
+every replay log (a client reconnecting with it starts from a snapshot). A follower ends at
 a terminal state, or — when asked to stop at interruptions — at the first
 input-required state written after ``after_version``.
 """
@@ -36,12 +38,12 @@ async def follow_task(
     interval: float,
     stop_when_interrupted: bool,
     after_version: int | None = None,
-) -> AsyncIterator[LiveEvent]:
+) -> AsyncIterator[tuple[str, LiveEvent]]:
     """Events of ``task`` (already sent to the client at ``version``) until it settles."""
     sub = hub.follow(task.id)
     seen_status = _status_key(task)
     seen_artifacts = {a.artifact_id: a.SerializeToString() for a in task.artifacts}
-    live_next: asyncio.Task[LiveEvent] | None = None
+    live_next: asyncio.Task[tuple[str, LiveEvent]] | None = None
     events = sub.__aiter__()
     try:
         while True:
@@ -50,7 +52,7 @@ async def follow_task(
             done, _ = await asyncio.wait({live_next}, timeout=interval)
             if live_next in done:
                 try:
-                    event = live_next.result()
+                    event_id, event = live_next.result()
                 except StopAsyncIteration:
                     event = None
                 live_next = None
@@ -59,7 +61,7 @@ async def follow_task(
                         seen_status = _status_key(event)
                     if isinstance(event, TaskArtifactUpdateEvent) and event.last_chunk:
                         seen_artifacts[event.artifact.artifact_id] = event.artifact.SerializeToString()
-                    yield event
+                    yield event_id, event
                     if _settles(event.status.state if isinstance(event, TaskStatusUpdateEvent) else None,
                                 stop_when_interrupted, after_version, version):
                         return
@@ -72,10 +74,10 @@ async def follow_task(
                 blob = artifact.SerializeToString()
                 if seen_artifacts.get(artifact.artifact_id) != blob:
                     seen_artifacts[artifact.artifact_id] = blob
-                    yield artifact_event(task, artifact, last_chunk=True)
+                    yield hub.unlogged_id(), artifact_event(task, artifact, last_chunk=True)
             if _status_key(stored.task) != seen_status:
                 seen_status = _status_key(stored.task)
-                yield status_event(stored.task)
+                yield hub.unlogged_id(), status_event(stored.task)
             if _settles(stored.task.status.state, stop_when_interrupted, after_version, version):
                 return
     finally:

@@ -28,7 +28,6 @@ from a2a.types import (
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
-    TaskArtifactUpdateEvent,
     TaskPushNotificationConfig,
     TaskStatusUpdateEvent,
 )
@@ -48,6 +47,7 @@ from a2a.utils.errors import (
 from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
 from a2a_gateway.tasks.events import INTERRUPTED_STATES, copy_task, text_chunk
 from a2a_gateway.tasks.follower import follow_task
+from a2a_gateway.tasks.live_view import LAST_EVENT_ID, tagged
 from a2a_gateway.live.hub import Subscription
 from a2a_gateway.tasks.push import PushNotifier
 from a2a_gateway.registry import EndpointRuntime
@@ -159,27 +159,33 @@ class GatewayRequestHandler(RequestHandler):
         history_length = _history_length(params.configuration)
         outcome = await self._start(params, context, streaming=True)
         run, sub = outcome.run, outcome.subscription
+        hub = self.engine.hub
         try:
             if run is None:
-                yield trim_task(outcome.task, history_length)  # type: ignore[arg-type]
+                answer = trim_task(outcome.task, history_length)  # type: ignore[arg-type]
+                yield tagged(context, hub.unlogged_id(), answer)
                 if outcome.follow_version is not None:
-                    async for event in self._follow_elsewhere(outcome, stop_when_interrupted=True):
-                        yield event
+                    elsewhere = self._follow_elsewhere(outcome, stop_when_interrupted=True)
+                    async for event_id, event in elsewhere:
+                        yield tagged(context, event_id, event)
                 return
             await run.created.wait()
             if run.store_error is not None and run.version is None:
                 raise run.store_error
             if run.reply is not None:
-                yield run.reply
+                yield tagged(context, None, run.reply)  # no task: nothing to resume
                 return
-            yield trim_task(run.initial_task, history_length)
-            async for event in self._follow(sub, stop_when_interrupted=True):  # type: ignore[arg-type]
-                yield event
+            initial = trim_task(run.initial_task, history_length)
+            yield tagged(context, sub.position, initial)  # type: ignore[union-attr]
+            async for event_id, event in self._follow(sub, stop_when_interrupted=True):  # type: ignore[arg-type]
+                yield tagged(context, event_id, event)
         finally:
             if sub is not None:
                 sub.close()
 
-    def _follow_elsewhere(self, outcome: SendOutcome, *, stop_when_interrupted: bool) -> AsyncGenerator[Event]:
+    def _follow_elsewhere(
+        self, outcome: SendOutcome, *, stop_when_interrupted: bool
+    ) -> AsyncGenerator[tuple[str, Event]]:
         return follow_task(
             self.engine.store, self.engine.hub, outcome.scope, outcome.task, outcome.follow_version,
             interval=self.engine.remote_poll_seconds, stop_when_interrupted=stop_when_interrupted,
@@ -193,9 +199,11 @@ class GatewayRequestHandler(RequestHandler):
         stored = await self.engine.store.get_task(outcome.scope, outcome.task.id)
         return stored.task if stored is not None else outcome.task
 
-    async def _follow(self, sub: Subscription, *, stop_when_interrupted: bool) -> AsyncGenerator[Event]:
-        async for event in sub:
-            yield event
+    async def _follow(
+        self, sub: Subscription, *, stop_when_interrupted: bool
+    ) -> AsyncGenerator[tuple[str, Event]]:
+        async for event_id, event in sub:
+            yield event_id, event
             if isinstance(event, TaskStatusUpdateEvent):
                 state = event.status.state
                 if state in TERMINAL_STATES or (stop_when_interrupted and state in INTERRUPTED_STATES):
@@ -210,30 +218,37 @@ class GatewayRequestHandler(RequestHandler):
         stored = await self.engine.store.get_task(scope, params.id)
         if stored is None:
             raise TaskNotFoundError(f"Task {params.id} not found")
-        if stored.task.status.state in TERMINAL_STATES:
+        hub = self.engine.hub
+        # a reconnecting client: exactly the events after its last one, when this replica has them
+        last_event_id = (context.state.get("headers") or {}).get(LAST_EVENT_ID)
+        sub = hub.resume(params.id, last_event_id) if last_event_id else None
+        if sub is None and stored.task.status.state in TERMINAL_STATES:
             raise UnsupportedOperationError(f"Task {params.id} is in a terminal state")
         run = self.engine.runs.get(params.id)
-        chunk: TaskArtifactUpdateEvent | None = None
-        if run is not None:
-            # snapshot and subscription in one step: nothing is missed or seen twice
-            snapshot = copy_task(run.task)
-            if run.artifact_id and run.text_so_far and not run.finished:
-                chunk = text_chunk(snapshot, run.artifact_id, run.text_so_far, append=False)
-            sub = self.engine.hub.subscribe(params.id)
-        else:
-            yield stored.task
-            async for event in follow_task(
-                self.engine.store, self.engine.hub, scope, stored.task, stored.version,
+        if sub is None and run is None:
+            yield tagged(context, hub.unlogged_id(), stored.task)
+            async for event_id, event in follow_task(
+                self.engine.store, hub, scope, stored.task, stored.version,
                 interval=self.engine.remote_poll_seconds, stop_when_interrupted=False,
             ):
-                yield event
+                yield tagged(context, event_id, event)
             return
+        start: list[tuple[str, Event]] = []
+        if sub is None:
+            # snapshot and subscription in one step: nothing is missed or seen twice
+            snapshot = copy_task(run.task)
+            sub = hub.subscribe(params.id)
+            if run.artifact_id and run.text_so_far and not run.finished:
+                chunk = text_chunk(snapshot, run.artifact_id, run.text_so_far, append=False)
+                # only both together stand for the stream up to the subscription's position
+                start = [(hub.unlogged_id(), snapshot), (sub.position, chunk)]
+            else:
+                start = [(sub.position, snapshot)]
         try:
-            yield snapshot
-            if chunk is not None:
-                yield chunk
-            async for event in self._follow(sub, stop_when_interrupted=False):
-                yield event
+            for event_id, event in start:
+                yield tagged(context, event_id, event)
+            async for event_id, event in self._follow(sub, stop_when_interrupted=False):
+                yield tagged(context, event_id, event)
         finally:
             sub.close()
 

@@ -49,6 +49,7 @@ from google.protobuf.json_format import ParseError
 from pydantic import ValidationError
 
 from a2a_gateway.gateway import GATEWAY, Gateway
+from a2a_gateway.tasks.live_view import EVENT_ID
 from a2a_gateway.transport.body import check_depth, read_body
 from a2a_gateway.transport.call_context import call_context
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, JSONRPC_ID
@@ -241,7 +242,7 @@ async def _call_1_0(
             result = message_to_dict(to_stream_response(event))
             return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
 
-        return await _stream(request, gateway, events, frame, request_id, headers, V10)
+        return await _stream(request, gateway, events, frame, request_id, headers, V10, context)
     result = await call(params, context)
     return json_response({"jsonrpc": "2.0", "id": request_id, "result": result_to_json(result, send=method.handler_method == "on_message_send")}, headers)
 
@@ -315,7 +316,7 @@ async def _call_0_3(
                 result["final"] = True  # 0.3 marks the event that ends the stream
             return orjson.dumps(body)
 
-        return await _stream(request, gateway, events, frame, request_id, headers, V03)
+        return await _stream(request, gateway, events, frame, request_id, headers, V03, context)
     result = await call(envelope, context)
     body = _dump_0_3(result)
     params = payload.get("params")
@@ -326,7 +327,7 @@ async def _call_0_3(
 
 async def _stream(
     request: web.Request, gateway: Gateway, events: AsyncIterator[Any], frame: Callable[[Any], bytes],
-    request_id: Any, headers: dict[str, str], version: str,
+    request_id: Any, headers: dict[str, str], version: str, context: ServerCallContext,
 ) -> web.StreamResponse:
     """The JSON-RPC SSE stream; its errors carry the request's id.
 
@@ -334,7 +335,8 @@ async def _stream(
     the first event is a plain JSON-RPC response (the 1.0 TCK, STREAM-SUB-003, reads
     nothing else). 0.3 servers sent errors as plain ``data:`` events — 0.3 clients look
     for ``error`` in the data and miss a named event — and, to a client that asked for
-    ``text/event-stream``, an early error too (the 0.3 TCK reads nothing else).
+    ``text/event-stream``, an early error too (the 0.3 TCK reads nothing else). Every
+    event carries the ``id:`` the request handler gave it (``Last-Event-ID`` on reconnect).
     """
     def error_frame(error: A2AError) -> bytes:
         return orjson.dumps(error_body(request_id, error))
@@ -343,4 +345,5 @@ async def _stream(
         request, gateway.settings.sse_keepalive_seconds, events, frame, error_frame, headers,
         error_event="error" if version == V10 else None,
         early_errors_in_stream=version == V03 and accepts_event_stream(request),
+        event_id=lambda: context.state.pop(EVENT_ID, None),
     )

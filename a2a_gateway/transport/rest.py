@@ -43,6 +43,7 @@ from google.protobuf.json_format import ParseError
 
 from a2a_gateway.gateway import GATEWAY, Gateway
 from a2a_gateway.tasks.request_handler import GatewayRequestHandler
+from a2a_gateway.tasks.live_view import EVENT_ID
 from a2a_gateway.transport.body import check_depth, read_body
 from a2a_gateway.transport.call_context import call_context
 from a2a_gateway.transport.jsonrpc import JSON_CONTENT_TYPES, result_to_json
@@ -145,14 +146,20 @@ def _query(request: web.Request, model: Any, ints: tuple[str, ...] = (), bools: 
         raise InvalidParamsError(f"invalid query parameters: {exc}") from None
 
 
-async def _stream(request: web.Request, gateway: Gateway, events: Any, headers: dict[str, str]) -> web.StreamResponse:
+async def _stream(
+    request: web.Request, gateway: Gateway, events: Any, context: ServerCallContext
+) -> web.StreamResponse:
+    """An SSE stream; each event carries the ``id:`` the request handler gave it."""
     def frame(event: Any) -> bytes:
         return orjson.dumps(message_to_dict(to_stream_response(event)))
 
     def error_frame(error: A2AError) -> bytes:
         return orjson.dumps(build_rest_error_payload(error))
 
-    return await stream_events(request, gateway.settings.sse_keepalive_seconds, events, frame, error_frame, headers)
+    return await stream_events(
+        request, gateway.settings.sse_keepalive_seconds, events, frame, error_frame, _headers(request),
+        event_id=lambda: context.state.pop(EVENT_ID, None),
+    )
 
 
 async def send_message(request, gateway, handler, context):  # type: ignore[no-untyped-def]
@@ -165,7 +172,7 @@ async def send_message(request, gateway, handler, context):  # type: ignore[no-u
 async def stream_message(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     params = await _body(request, SendMessageRequest())
     validate_required_fields(params)
-    return await _stream(request, gateway, handler.on_message_send_stream(params, context), _headers(request))
+    return await _stream(request, gateway, handler.on_message_send_stream(params, context), context)
 
 
 async def get_task(request, gateway, handler, context):  # type: ignore[no-untyped-def]
@@ -190,7 +197,7 @@ async def cancel_task(request, gateway, handler, context):  # type: ignore[no-un
 
 async def subscribe(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     params = SubscribeToTaskRequest(id=request.match_info["task_id"])
-    return await _stream(request, gateway, handler.on_subscribe_to_task(params, context), _headers(request))
+    return await _stream(request, gateway, handler.on_subscribe_to_task(params, context), context)
 
 
 async def create_push_config(request, gateway, handler, context):  # type: ignore[no-untyped-def]

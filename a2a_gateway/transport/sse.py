@@ -1,4 +1,5 @@
-"""SSE responses for A2A streams: ``data:`` events, ``event: error``, keepalive comments.
+"""SSE responses for A2A streams: ``data:`` events with their ``id:``, ``event: error``,
+keepalive comments.
 
 A client that goes away ends the response quietly; it never cancels the task
 behind the stream. A client that vanished while its task is idle is noticed by
@@ -22,6 +23,9 @@ from a2a_gateway.transport.keys import A2A_ERROR
 log = structlog.get_logger(__name__)
 
 OPEN_STREAMS = web.AppKey("open_sse_streams", set)
+
+EventId = Callable[[], str | None] | None
+"""Gives the id of the event just taken from a stream (None: the event has none)."""
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -66,8 +70,10 @@ class SSEStream:
             self.done.set()
         return self.connected
 
-    async def send(self, data: bytes, event: str | None = None) -> bool:
+    async def send(self, data: bytes, event: str | None = None, event_id: str | None = None) -> bool:
         prefix = f"event: {event}\n".encode() if event else b""
+        if event_id:
+            prefix += f"id: {event_id}\n".encode()
         return await self._write(prefix + b"data: " + data + b"\n\n")
 
     async def _ping(self) -> None:
@@ -79,8 +85,11 @@ class SSEStream:
         """Stop the stream at the next opportunity (server shutdown)."""
         self.done.set()
 
-    async def pump(self, events: AsyncIterator[Any], frame: Callable[[Any], bytes]) -> None:
-        """Send every event of ``events`` until it ends, the client leaves or the server stops."""
+    async def pump(
+        self, events: AsyncIterator[Any], frame: Callable[[Any], bytes], event_id: EventId = None
+    ) -> None:
+        """Send every event of ``events`` until it ends, the client leaves or the server stops;
+        ``event_id()``, called right after each event arrives, gives its id."""
         done = asyncio.ensure_future(self.done.wait())
         try:
             while True:
@@ -95,7 +104,7 @@ class SSEStream:
                     event = following.result()
                 except StopAsyncIteration:
                     return
-                if not await self.send(frame(event)):
+                if not await self.send(frame(event), event_id=event_id() if event_id else None):
                     return
         finally:
             done.cancel()
@@ -122,16 +131,20 @@ def accepts_event_stream(request: web.Request) -> bool:
 async def stream_events(
     request: web.Request, keepalive_seconds: float, events: AsyncIterator[Any], frame: Callable[[Any], bytes],
     error_frame: Callable[[A2AError], bytes], headers: dict[str, str], *,
-    error_event: str | None = "error", early_errors_in_stream: bool = False,
+    error_event: str | None = "error", early_errors_in_stream: bool = False, event_id: EventId = None,
 ) -> web.StreamResponse:
     """SSE response for a handler's event stream; an error ends it as an ``error_event``
     event (``None``: a plain ``data:`` event, as A2A 0.3 sent them). The first event is
     fetched before any header is sent, so an error there is still a plain error
     response — unless ``early_errors_in_stream``: then, as the a2a-sdk does, it is the
-    stream's one event (a client that asked for ``text/event-stream`` may read nothing else)."""
+    stream's one event (a client that asked for ``text/event-stream`` may read nothing else).
+    ``event_id()`` gives the id of the event just taken from ``events`` (the ``id:`` line
+    a reconnecting client sends back as ``Last-Event-ID``)."""
     early_error: A2AError | None = None
+    first_id: str | None = None
     try:
         first = await anext(events)
+        first_id = event_id() if event_id else None
     except StopAsyncIteration:
         first = None
     except A2AError as exc:
@@ -147,8 +160,8 @@ async def stream_events(
         if early_error is not None:
             request[A2A_ERROR] = type(early_error).__name__
             await stream.send(error_frame(early_error), event=error_event)
-        elif first is not None and await stream.send(frame(first)):
-            await stream.pump(events, frame)
+        elif first is not None and await stream.send(frame(first), event_id=first_id):
+            await stream.pump(events, frame, event_id)
     except A2AError as exc:
         await stream.send(error_frame(exc), event=error_event)
     except Exception:

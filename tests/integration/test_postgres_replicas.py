@@ -375,7 +375,10 @@ async def test_lost_listener_reconnects_and_the_follower_still_finishes(postgres
 
 
 class _NoRuns:
-    runs: dict[str, Any] = {}
+    """``LocalRuns`` of a replica that runs nothing."""
+
+    def run(self, task_id: str) -> None:
+        return None
 
 
 def _queued(hub: PostgresLiveHub) -> list[dict[str, Any]]:
@@ -384,7 +387,7 @@ def _queued(hub: PostgresLiveHub) -> list[dict[str, Any]]:
 
 async def test_follow_announces_interest_at_once_and_subscribe_never_does():
     hub = PostgresLiveHub(store=None, replica_id="b")
-    hub.attach(_NoRuns())
+    hub.serve(_NoRuns())
     local = hub.subscribe("t-local")
     await asyncio.sleep(0.1)
     assert _queued(hub) == []

@@ -1,0 +1,334 @@
+"""Resumable streams: every SSE event of a task stream has an ``id:``; a client that lost
+its stream sends ``SubscribeToTask`` with ``Last-Event-ID`` and gets exactly the events it
+missed, then the live ones — over JSON-RPC 1.0, HTTP+JSON and JSON-RPC 0.3, on every store.
+
+Raw SSE (httpx + httpx-sse) against a real gateway with the slow echo handler: a client
+reads a few events, drops the connection, waits (bounded) until it has missed some, and
+reconnects. What it then holds is compared event by event with an uninterrupted stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from httpx_sse import ServerSentEvent, aconnect_sse
+
+from tests.harness import RunningGateway, running_gateway
+from tests.stores.pg_support import fresh_database
+from tests.stores.store_urls import STORE_KINDS, fresh_store_url
+
+WORDS = " ".join(f"w{i}" for i in range(40))
+ANSWER = f"echo: {WORDS}"
+WORD_DELAY = 0.05
+"""Seconds per echoed word: the stream runs about two seconds."""
+READ_BEFORE_DROP = 6
+MISS_AT_LEAST = 5
+"""Events the task publishes while the client is away, before it reconnects."""
+
+
+# the three bindings ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Binding:
+    name: str
+    send: Callable[[RunningGateway, str, str], tuple[str, str, dict[str, Any], dict[str, str]]]
+    subscribe: Callable[[RunningGateway, str, str], tuple[str, str, dict[str, Any], dict[str, str]]]
+    result: Callable[[dict[str, Any]], dict[str, Any]]
+    """The stream response of a ``data:`` payload, as ``{"task"|"statusUpdate"|"artifactUpdate": …}``."""
+
+
+def _message_1_0(text: str) -> dict[str, Any]:
+    return {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}
+
+
+def _jsonrpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": method, "params": params}
+
+
+V10 = {"A2A-Version": "1.0"}
+V03 = {"A2A-Version": "0.3"}
+_KINDS_0_3 = {"task": "task", "status-update": "statusUpdate", "artifact-update": "artifactUpdate"}
+
+
+def _from_0_3(data: dict[str, Any]) -> dict[str, Any]:
+    result = dict(data["result"])
+    kind = _KINDS_0_3[result.pop("kind")]
+    if kind == "artifactUpdate":
+        for part in result["artifact"]["parts"]:
+            part.pop("kind", None)
+    return {kind: result}
+
+
+JSONRPC_1_0 = Binding(
+    "jsonrpc-1.0",
+    lambda gw, ep, text: ("POST", gw.jsonrpc_url(ep), _jsonrpc("SendStreamingMessage", {"message": _message_1_0(text)}), V10),
+    lambda gw, ep, tid: ("POST", gw.jsonrpc_url(ep), _jsonrpc("SubscribeToTask", {"id": tid}), V10),
+    lambda data: data["result"],
+)
+REST = Binding(
+    "rest",
+    lambda gw, ep, text: ("POST", gw.rest_url(ep) + "/message:stream", {"message": _message_1_0(text)}, V10),
+    lambda gw, ep, tid: ("GET", gw.rest_url(ep) + f"/tasks/{tid}:subscribe", {}, V10),
+    lambda data: data,
+)
+JSONRPC_0_3 = Binding(
+    "jsonrpc-0.3",
+    lambda gw, ep, text: ("POST", gw.jsonrpc_url(ep), _jsonrpc("message/stream", {"message": {
+        "kind": "message", "messageId": str(uuid.uuid4()), "role": "user",
+        "parts": [{"kind": "text", "text": text}],
+    }}), V03),
+    lambda gw, ep, tid: ("POST", gw.jsonrpc_url(ep), _jsonrpc("tasks/resubscribe", {"id": tid}), V03),
+    _from_0_3,
+)
+BINDINGS = [JSONRPC_1_0, REST, JSONRPC_0_3]
+
+
+# reading streams ---------------------------------------------------------------------------
+
+
+@dataclass
+class Event:
+    id: str
+    result: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        (kind,) = self.result
+        return kind
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return self.result[self.kind]
+
+
+async def read(
+    http: httpx.AsyncClient, request: tuple[str, str, dict[str, Any], dict[str, str]], binding: Binding,
+    *, last_event_id: str | None = None, limit: int | None = None,
+) -> list[Event]:
+    """The events of one SSE response (the first ``limit``, then the connection is dropped)."""
+    method, url, body, headers = request
+    if last_event_id is not None:
+        headers = {**headers, "Last-Event-ID": last_event_id}
+    events: list[Event] = []
+    kwargs: dict[str, Any] = {"json": body} if method == "POST" else {}
+    async with aconnect_sse(http, method, url, headers=headers, **kwargs) as source:
+        assert source.response.status_code == 200, await source.response.aread()
+        sse: ServerSentEvent
+        async for sse in source.aiter_sse():
+            assert sse.event == "message", sse.data
+            events.append(Event(sse.id, binding.result(orjson.loads(sse.data))))
+            if limit is not None and len(events) >= limit:
+                break
+    return events
+
+
+def shape(events: list[Event]) -> list[tuple[Any, ...]]:
+    """What a client sees, without ids and timestamps: kinds, states, chunk texts and flags."""
+    out: list[tuple[Any, ...]] = []
+    for event in events:
+        body = event.body
+        if event.kind == "artifactUpdate":
+            text = "".join(p["text"] for p in body["artifact"]["parts"])
+            out.append(("artifact", text, bool(body.get("append")), bool(body.get("lastChunk"))))
+        else:
+            out.append((event.kind, body["status"]["state"]))
+    return out
+
+
+def rebuilt_text(events: list[Event]) -> str:
+    """The response text a client rebuilds: a task's artifacts, then updates (append or replace)."""
+    text = ""
+    for event in events:
+        if event.kind == "task":
+            text = "".join(p["text"] for a in event.body.get("artifacts", []) for p in a["parts"])
+        elif event.kind == "artifactUpdate":
+            chunk = "".join(p["text"] for p in event.body["artifact"]["parts"])
+            text = text + chunk if event.body.get("append") else chunk
+    return text
+
+
+def final_state(events: list[Event]) -> str:
+    return [e.body["status"]["state"] for e in events if e.kind == "statusUpdate"][-1]
+
+
+def is_completed(state: str) -> bool:
+    return state in ("TASK_STATE_COMPLETED", "completed")
+
+
+def position(event_id: str) -> int:
+    return int(event_id.rpartition(".")[2])
+
+
+async def until(predicate: Callable[[], Any], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def published(gw: RunningGateway, task_id: str) -> int:
+    """How many events of ``task_id`` the gateway's replay log numbered so far."""
+    log = gw.gateway.hub._logs.get(task_id)
+    return log.last if log is not None else 0
+
+
+def ended(gw: RunningGateway, task_id: str) -> bool:
+    log = gw.gateway.hub._logs.get(task_id)
+    return log is not None and log.ended
+
+
+def report(what: str, **figures: Any) -> None:
+    print(f"\nresume figures [{what}]: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+# fixtures ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=STORE_KINDS)
+async def gw(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[RunningGateway]:
+    async with fresh_store_url(request.param, tmp_path, monkeypatch) as url:
+        async with running_gateway(url) as running:
+            yield running
+
+
+@pytest.fixture
+async def slow_echo(gw: RunningGateway) -> str:
+    return await gw.add_endpoint(settings={"delay": WORD_DELAY})
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as client:
+        yield client
+
+
+# reconnect on the same replica -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("binding", BINDINGS, ids=lambda b: b.name)
+async def test_a_dropped_stream_resumes_with_nothing_lost_and_nothing_twice(gw, slow_echo, http, binding):
+    reference_stream = asyncio.create_task(read(http, binding.send(gw, slow_echo, WORDS), binding))
+    head = await read(http, binding.send(gw, slow_echo, WORDS), binding, limit=READ_BEFORE_DROP)
+    task_id = head[0].body["id"]
+    last = position(head[-1].id)
+    await until(lambda: published(gw, task_id) >= last + MISS_AT_LEAST, "events missed while away")
+    missed = published(gw, task_id) - last
+    tail = await read(http, binding.subscribe(gw, slow_echo, task_id), binding, last_event_id=head[-1].id)
+    resumed = head + tail
+    reference = await reference_stream
+
+    ids = [e.id for e in resumed]
+    token = ids[0].rpartition(".")[0]
+    assert ids == [f"{token}.{n}" for n in range(len(ids))], "an event lost or seen twice"
+    assert shape(resumed) == shape(reference)
+    assert rebuilt_text(resumed) == ANSWER == rebuilt_text(reference)
+    assert is_completed(final_state(resumed))
+    assert [e.kind for e in tail].count("task") == 0  # a hit: no snapshot, just the events
+    assert missed < len(tail)  # the task was still running: replayed, then live
+    report(binding.name, read_before_drop=len(head), missed_while_away=missed,
+           after_reconnect=len(tail), lost=0, duplicated=0, events=len(resumed))
+
+
+@pytest.mark.parametrize("binding", BINDINGS, ids=lambda b: b.name)
+async def test_a_stale_or_unknown_id_starts_from_the_task_snapshot(gw, slow_echo, http, binding):
+    for stale in ("not-an-id", "0123456789ab.5"):  # the second well formed, another log's token
+        head = await read(http, binding.send(gw, slow_echo, WORDS), binding, limit=READ_BEFORE_DROP)
+        task_id = head[0].body["id"]
+        events = await read(http, binding.subscribe(gw, slow_echo, task_id), binding, last_event_id=stale)
+        assert events[0].kind == "task" and events[0].body["id"] == task_id
+        assert rebuilt_text(events) == ANSWER
+        assert is_completed(final_state(events))
+        assert all(e.id for e in events)
+
+
+@pytest.mark.parametrize("binding", BINDINGS, ids=lambda b: b.name)
+async def test_a_reconnect_after_the_task_ended_gets_the_remaining_events(gw, slow_echo, http, binding):
+    reference, head = await asyncio.gather(
+        read(http, binding.send(gw, slow_echo, WORDS), binding),
+        read(http, binding.send(gw, slow_echo, WORDS), binding, limit=READ_BEFORE_DROP),
+    )
+    task_id = head[0].body["id"]
+    await until(lambda: ended(gw, task_id), "the task to end")
+    tail = await read(http, binding.subscribe(gw, slow_echo, task_id), binding, last_event_id=head[-1].id)
+    resumed = head + tail
+    assert shape(resumed) == shape(reference)
+    assert tail[-2].body.get("lastChunk") and is_completed(final_state(tail))
+    assert rebuilt_text(resumed) == ANSWER
+    report(f"{binding.name}, after the end", read_before_drop=len(head), replayed=len(tail), lost=0, duplicated=0)
+
+
+async def test_after_the_keep_time_an_ended_task_answers_as_the_spec_says(http):
+    async with running_gateway(stream_replay_keep_seconds=0.5) as gw:
+        ep = await gw.add_endpoint(settings={"delay": 0.0})
+        events = await read(http, JSONRPC_1_0.send(gw, ep, "short"), JSONRPC_1_0)
+        task_id, first_id = events[0].body["id"], events[0].id
+        method, url, body, headers = JSONRPC_1_0.subscribe(gw, ep, task_id)
+        replay = await read(http, (method, url, body, headers), JSONRPC_1_0, last_event_id=first_id)
+        assert shape(replay) == shape(events[1:])  # within the keep time: the remainder
+        deadline = time.monotonic() + 20
+        while True:
+            answer = await http.post(url, json=body, headers={**headers, "Last-Event-ID": first_id})
+            if answer.headers["content-type"].startswith("application/json"):
+                break
+            assert time.monotonic() < deadline, "the ended task's events were never dropped"
+            await asyncio.sleep(0.1)
+        error = answer.json()["error"]
+        assert error["code"] == -32004 and "terminal" in error["message"]
+        assert answer.json()["id"] == body["id"]
+        assert gw.gateway.hub.replay_stats()["logs"] == 0
+
+
+async def test_a_message_answer_has_no_event_id(http):
+    async with running_gateway() as gw:
+        ep = await gw.add_endpoint(settings={"delay": 0.0, "response_mode": "message"})
+        method, url, body, headers = JSONRPC_1_0.send(gw, ep, "hello")
+        async with aconnect_sse(http, method, url, json=body, headers=headers) as source:
+            (sse,) = [s async for s in source.aiter_sse()]
+        assert "message" in orjson.loads(sse.data)["result"] and sse.id == ""
+
+
+async def test_replay_off_every_reconnect_starts_from_the_snapshot(http):
+    async with running_gateway(stream_replay_events=0) as gw:
+        ep = await gw.add_endpoint(settings={"delay": WORD_DELAY})
+        head = await read(http, JSONRPC_1_0.send(gw, ep, WORDS), JSONRPC_1_0, limit=READ_BEFORE_DROP)
+        assert all(e.id for e in head)
+        events = await read(http, JSONRPC_1_0.subscribe(gw, ep, head[0].body["id"]), JSONRPC_1_0,
+                            last_event_id=head[-1].id)
+        assert events[0].kind == "task" and rebuilt_text(events) == ANSWER
+
+
+# reconnect to another replica --------------------------------------------------------------
+
+
+async def test_a_reconnect_to_another_replica_gets_the_snapshot_then_live_events(http):
+    async with fresh_database() as url, running_gateway(url, replica_id="a") as a, \
+            running_gateway(url, replica_id="b") as b:
+        ep = await a.add_endpoint(settings={"delay": WORD_DELAY})
+        head = await read(http, JSONRPC_1_0.send(a, ep, WORDS), JSONRPC_1_0, limit=READ_BEFORE_DROP)
+        task_id = head[0].body["id"]
+        on_b = await read(http, JSONRPC_1_0.subscribe(b, ep, task_id), JSONRPC_1_0, last_event_id=head[-1].id,
+                          limit=READ_BEFORE_DROP)
+        assert on_b[0].kind == "task" and on_b[0].body["id"] == task_id  # a miss there: the snapshot
+        assert all(e.id for e in on_b)
+        # B's ids are its own and not replayable: back on B, the snapshot again, then live to the end
+        again = await read(http, JSONRPC_1_0.subscribe(b, ep, task_id), JSONRPC_1_0, last_event_id=on_b[-1].id)
+        assert again[0].kind == "task"
+        assert is_completed(final_state(again)) and rebuilt_text(again) == ANSWER
+        # A, which ran the task, still replays from its own id
+        tail = await read(http, JSONRPC_1_0.subscribe(a, ep, task_id), JSONRPC_1_0, last_event_id=head[-1].id)
+    assert [e.kind for e in tail].count("task") == 0
+    assert rebuilt_text(head + tail) == ANSWER and is_completed(final_state(tail))
+    report("another replica", snapshot_first=True, replayed_on_owner=len(tail))
