@@ -139,7 +139,7 @@ class _Log:
     def after(self, event_id: str) -> list[tuple[str, LiveEvent]] | None:
         """The events after ``event_id``; None unless this log holds all of them."""
         token, _, number = event_id.rpartition(".")
-        if token != self.token or not number.isdigit():
+        if token != self.token or not number.isascii() or not number.isdigit() or len(number) > 18:
             return None
         n = int(number)
         first = self.events[0][0] if self.events else self.last + 1

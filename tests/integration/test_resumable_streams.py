@@ -332,3 +332,15 @@ async def test_a_reconnect_to_another_replica_gets_the_snapshot_then_live_events
     assert [e.kind for e in tail].count("task") == 0
     assert rebuilt_text(head + tail) == ANSWER and is_completed(final_state(tail))
     report("another replica", snapshot_first=True, replayed_on_owner=len(tail))
+
+
+async def test_a_hostile_last_event_id_is_a_miss_never_a_server_error(http):
+    async with running_gateway() as gw:
+        ep = await gw.add_endpoint(settings={"delay": 0.0})
+        events = await read(http, JSONRPC_1_0.send(gw, ep, "short"), JSONRPC_1_0)
+        token = events[0].id.rpartition(".")[0]
+        method, url, body, headers = JSONRPC_1_0.subscribe(gw, ep, events[0].body["id"])
+        for hostile in (f"{token}." + "9" * 5000, f"{token}.\u0661", "."):  # ١, an Arabic-Indic 1
+            answer = await http.post(url, json=body, headers={**headers, "Last-Event-ID": hostile.encode()})
+            assert answer.status_code == 200
+            assert answer.json()["error"]["code"] == -32004  # ended, and nothing to replay

@@ -107,7 +107,9 @@ def test_resume_after_the_last_event_waits_live_and_an_unknown_id_is_a_miss():
     hub.publish("t", delta("t", "two"))
     assert texts(drain(resumed)) == ["two"]
     token = last_id.rpartition(".")[0]
-    for stale in ("", "garbage", f"{token}.99", f"{token}.-1", f"{token}x.1", "0123456789ab.1", f"{token}"):
+    hostile = (f"{token}." + "9" * 5000, f"{token}.\u0661", f"{token}.1.1")
+    for stale in ("", "garbage", f"{token}.99", f"{token}.-1", f"{token}x.1", "0123456789ab.1", f"{token}",
+                  *hostile):
         assert hub.resume("t", stale) is None, stale
     assert hub.resume("other-task", last_id) is None
 
