@@ -204,3 +204,62 @@ def test_no_log_when_replay_is_off():
     assert hub.resume("t", event_id) is None and hub.resume("t", sub.position) is None
     assert not hub.has_listeners("t")
     assert hub.replay_stats() == {"logs": 0, "bytes": 0, "events": 0}
+
+
+# the cross-replica hub on a LocalRuns, without a database ----------------------------------
+
+
+class RecordingRuns(Runs):
+    def __init__(self) -> None:
+        super().__init__()
+        self.commands: list[tuple[str, str]] = []
+
+    def text_so_far(self, task_id: str) -> TaskArtifactUpdateEvent | None:
+        return delta(task_id, "so far") if task_id in self.runs else None
+
+    async def handle_control(self, command: str, task_id: str) -> None:
+        self.commands.append((command, task_id))
+
+
+async def test_the_postgres_hub_needs_only_local_runs_for_control_watchers_and_pointers():
+    import asyncio
+
+    import orjson
+
+    from a2a_gateway.live.postgres import PostgresLiveHub
+    from a2a_gateway.live.postgres_wire import WATCH_CHANNEL, control_payload
+    from a2a_gateway.stores.base import Scope
+
+    class Run:
+        scope, version = Scope("tenant", "ep", "alice"), 7
+
+    hub, runs = PostgresLiveHub(store=None, replica_id="a"), RecordingRuns()
+    hub.serve(runs)
+    runs.runs["t"] = Run()
+    hub._on_notify(None, 0, hub.channel, control_payload("b", "cancel", "t"))
+    await asyncio.gather(*hub._side_tasks)
+    assert runs.commands == [("cancel", "t")]
+    watch = orjson.dumps({"k": "w", "r": "b", "q": 1, "ids": ["t", "elsewhere"], "s": True}).decode()
+    hub._on_notify(None, 0, WATCH_CHANNEL, watch)
+    assert list(hub._watchers) == ["t"]  # only the task that runs here
+    (snapshot,) = [orjson.loads(p) for _, p in hub._outbox]
+    assert snapshot["t"] == "t" and snapshot["k"] == "e"
+    huge = TaskStatusUpdateEvent(task_id="t", context_id="c")
+    huge.status.message.parts.add(text="x" * 20_000)
+    hub.publish("t", huge)
+    pointer = orjson.loads(hub._outbox[-1][1])
+    assert (pointer["f"], pointer["sc"], pointer["v"]) == ("fs", ["tenant", "ep", "alice"], 7)
+
+
+def test_live_imports_nothing_above_it():
+    import ast
+    from pathlib import Path
+
+    import a2a_gateway.live as live
+
+    for path in Path(live.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith(
+                    ("a2a_gateway.tasks", "a2a_gateway.transport", "a2a_gateway.registry", "a2a_gateway.app")
+                ), f"{path.name} imports {node.module}"
