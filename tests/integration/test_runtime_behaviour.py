@@ -73,8 +73,8 @@ async def test_a_vanished_subscriber_of_an_idle_task_is_let_go():
     async with running_gateway(sse_keepalive_seconds=0.1) as gw, httpx.AsyncClient(timeout=10) as http:
         ep = await gw.add_endpoint(settings={"delay": 0})
         async with await _open_idle_subscription(gw, http, ep) as r:
-            first = await anext(r.aiter_lines())
-            assert first.startswith("data: ") and "TASK_STATE_INPUT_REQUIRED" in first
+            first = await anext(line async for line in r.aiter_lines() if line.startswith("data: "))
+            assert "TASK_STATE_INPUT_REQUIRED" in first
             assert len(gw.app[OPEN_STREAMS]) == 1
         for _ in range(50):  # the client left; the next keepalive notices
             if not gw.app[OPEN_STREAMS]:
@@ -92,7 +92,8 @@ async def test_shutdown_ends_open_streams_promptly():
         ep = await gw.add_endpoint(settings={"delay": 0})
         async with await _open_idle_subscription(gw, http, ep) as r:
             lines = r.aiter_lines()
-            await anext(lines)
+            while not (await anext(lines)).startswith("data: "):  # after the event's id: line
+                pass
             started = time.monotonic()
             await gateway_cm.__aexit__(None, None, None)
             assert time.monotonic() - started < 5
