@@ -19,8 +19,11 @@ from aiohttp import web
 from a2a_gateway.auth.callers import build_authenticator
 from a2a_gateway.auth.peer import remember_peer
 from a2a_gateway.card_signing import load_card_signer
-from a2a_gateway.tasks.engine import TaskEngine
-from a2a_gateway.gateway import GATEWAY, Gateway
+from a2a_gateway.tasks.conversation import Conversation
+from a2a_gateway.tasks.engine import EngineLimits, TaskEngine
+from a2a_gateway.tasks.ownership import Ownership
+from a2a_gateway.tasks.run import RunServices
+from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.live.hub import LiveHub, ReplayLimits
 from a2a_gateway.tasks.live_view import LiveView
 from a2a_gateway.live.postgres import PostgresLiveHub, uses_postgres
@@ -46,9 +49,7 @@ async def _lease_loop(gateway: Gateway) -> None:
     while True:
         await asyncio.sleep(interval)
         try:
-            await gateway.engine.renew_leases()
-            await gateway.engine.check_superseded()
-            await gateway.engine.recover_expired(gateway.registry)
+            await gateway.engine.keep_ownership(gateway.registry)
         except StoreUnavailableError:
             log.warning("lease_loop_store_unavailable")  # /readyz says so too; retried next tick
         except Exception:
@@ -111,15 +112,16 @@ def build_app(
             max_in_flight=settings.push_max_in_flight,
             stop_grace_seconds=settings.push_stop_grace_seconds,
         )
-        engine = TaskEngine(
+        services = RunServices(
             opened, hub, push,
-            replica_id=settings.replica_id,
-            lease_seconds=settings.lease_seconds,
+            Ownership(opened, settings.replica_id, settings.lease_seconds),
+            Conversation(opened, settings.context_max_turns),
+        )
+        engine = TaskEngine(services, EngineLimits(
             cancel_wait_seconds=settings.cancel_wait_seconds,
-            max_turns=settings.context_max_turns,
             max_task_history=settings.max_task_history,
             remote_poll_seconds=settings.remote_poll_seconds,
-        )
+        ))
         hub.serve(LiveView(engine), ReplayLimits(settings.stream_replay_events,
                                                  settings.stream_replay_keep_seconds,
                                                  settings.stream_replay_max_bytes))

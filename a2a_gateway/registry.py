@@ -1,8 +1,8 @@
 """Endpoint registry: endpoint id → row → allowlisted handler class → cached runtime.
 
-A runtime holds the endpoint row and its handler instance (settings resolved). Rows are
-re-read at most every ``endpoint_cache_seconds``; a changed row builds a new runtime and
-closes the old handler. A row that cannot be served (handler not allowed or missing,
+A runtime holds the endpoint row and its handler instance (settings resolved, opened
+once). Rows are re-read at most every ``endpoint_cache_seconds``; a changed row builds a
+new runtime, and the old handler is closed once its last run has ended. A row that cannot be served (handler not allowed or missing,
 invalid settings or card) becomes a runtime with a ``problem``, which every route of the
 endpoint answers.
 ``check_endpoint`` runs the same checks for the command line, before a row is written.
@@ -11,12 +11,13 @@ endpoint answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import time
 import typing
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import structlog
@@ -37,6 +38,12 @@ from a2a_gateway.settings import (
 from a2a_gateway.stores.base import Endpoint, Store
 from handlers.base import Handler
 
+if TYPE_CHECKING:
+    from a2a.compat.v0_3.request_handler import RequestHandler03
+    from a2a.types import AgentCard
+
+    from a2a_gateway.tasks.request_handler import GatewayRequestHandler
+
 log = structlog.get_logger(__name__)
 
 
@@ -50,8 +57,40 @@ class EndpointRuntime:
     """The schemes callers may authenticate with (the row's ``auth``, ``public``)."""
     rate_limit: RateLimit | None = None
     """Requests per caller (the row's ``rate_limit`` or the gateway's); None: unlimited."""
-    extras: dict[str, Any] = field(default_factory=dict)
-    """Per-runtime caches owned by other modules (card bytes, request handlers)."""
+    request_handlers: tuple[GatewayRequestHandler, RequestHandler03] | None = None
+    """The endpoint's 1.0 request handler and its 0.3 adapter (``state.Gateway`` builds them)."""
+    card_cache: tuple[str, bytes, str] | None = None
+    """The served card for one base URL: (base URL, signed JSON bytes, ETag)."""
+    extended_card_cache: tuple[str, AgentCard] | None = None
+    """The signed extended card for one base URL."""
+    _active_runs: int = field(default=0, init=False, repr=False)
+    _idle: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
+
+    @classmethod
+    def gone(cls, endpoint_id: str) -> EndpointRuntime:
+        """The runtime of an endpoint that no longer exists (its tasks can only be ended)."""
+        return cls(Endpoint(id=endpoint_id, name="", enabled=False), None, problem="endpoint not found")
+
+    def run_started(self) -> None:
+        self._active_runs += 1
+        self._idle.clear()
+
+    def run_ended(self) -> None:
+        self._active_runs -= 1
+        if self._active_runs <= 0:
+            self._idle.set()
+
+    async def close_when_idle(self, timeout: float | None = None) -> None:
+        """Close the handler once no run of it is going on (``timeout``: close anyway)."""
+        if self.handler is None:
+            return
+        if self._active_runs > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), timeout)
+        try:
+            await self.handler.aclose()
+        except Exception:
+            log.exception("handler_close_failed", endpoint_id=self.endpoint.id)
 
     @property
     def streaming(self) -> bool:
@@ -210,6 +249,8 @@ class EndpointRegistry:
         self._http = http
         self._cache: dict[str, tuple[float, EndpointRuntime | None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
+        """Old runtimes whose handler closes once its runs end."""
 
     async def get(self, endpoint_id: str) -> EndpointRuntime:
         """The runtime of an enabled endpoint that can be served: ``EndpointNotFoundError`` for
@@ -244,9 +285,9 @@ class EndpointRegistry:
         if row is not None and old is not None and old.endpoint.updated_at == row.updated_at:
             runtime: EndpointRuntime | None = old
         else:
-            runtime = self._build(row) if row is not None else None
-            if old is not None and old.handler is not None:
-                await old.handler.aclose()
+            runtime = await self._open(self._build(row)) if row is not None else None
+            if old is not None:
+                self._retire(old)
         if runtime is None:
             self._cache.pop(endpoint_id, None)  # unknown ids are not remembered
         else:
@@ -267,8 +308,27 @@ class EndpointRegistry:
             log.warning("endpoint_misconfigured", endpoint_id=endpoint.id, problem=str(exc))
             return EndpointRuntime(endpoint, None, problem=str(exc))
 
+    async def _open(self, runtime: EndpointRuntime) -> EndpointRuntime:
+        if runtime.handler is None:
+            return runtime
+        try:
+            await runtime.handler.open()
+        except Exception as exc:  # the message may carry settings: only the type is shown
+            problem = f"handler failed to open ({type(exc).__name__})"
+            log.warning("endpoint_misconfigured", endpoint_id=runtime.endpoint.id, problem=problem)
+            return EndpointRuntime(runtime.endpoint, None, problem=problem)
+        return runtime
+
+    def _retire(self, runtime: EndpointRuntime) -> None:
+        task = asyncio.create_task(runtime.close_when_idle())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
     async def aclose(self) -> None:
+        """Close every handler (the engine stopped the runs before this)."""
         for _, runtime in self._cache.values():
-            if runtime is not None and runtime.handler is not None:
-                await runtime.handler.aclose()
+            if runtime is not None:
+                await runtime.close_when_idle(timeout=self._settings.cancel_wait_seconds)
         self._cache.clear()
+        if self._retiring:
+            await asyncio.wait(set(self._retiring), timeout=self._settings.cancel_wait_seconds)

@@ -36,7 +36,7 @@ def serve(port: int) -> None:
     from aiohttp import web
 
     from a2a_gateway import app as gateway_app
-    from a2a_gateway.gateway import GATEWAY
+    from a2a_gateway.state import GATEWAY
     from a2a_gateway.logs import configure_logging
     from a2a_gateway.settings import GatewaySettings
     from a2a_gateway.stores.base import Endpoint

@@ -1,37 +1,24 @@
 """The task engine: starts, continues, cancels and recovers task runs.
 
-Runs are ``tasks.run.TaskRun`` objects keyed by task id in this replica. Running
-tasks carry this replica's id and a lease that one batch renews; a replica that
-finds an expired lease re-attaches the run (when the handler can) or fails the
-task with "gateway instance lost". A task owned by another replica is followed
-through the store and the hub, and canceled through the store.
+Runs are ``tasks.run.TaskRun`` objects keyed by task id in this replica; the engine
+decides which run carries a request and the run writes the task. Running tasks carry
+this replica's id and a lease (``tasks.ownership``); a replica that finds an expired
+lease re-attaches the run (when the handler can) or fails the task with "gateway
+instance lost". A task owned by another replica is followed through the store and
+the hub, and canceled through the store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import structlog
-from a2a.helpers.proto_helpers import get_message_text
-from a2a.types import (
-    Message,
-    Task,
-    TaskArtifactUpdateEvent,
-    TaskState,
-    TaskStatus,
-)
-from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names per access
-    ROLE_USER,
-    TASK_STATE_CANCELED,
-    TASK_STATE_FAILED,
-    TASK_STATE_SUBMITTED,
-    TASK_STATE_WORKING,
-)
+from a2a.types import Message, Task, TaskArtifactUpdateEvent
+from a2a.types.a2a_pb2 import ROLE_USER, TASK_STATE_SUBMITTED  # plain ints
 from a2a.utils.errors import (
     InvalidParamsError,
     TaskNotCancelableError,
@@ -40,32 +27,14 @@ from a2a.utils.errors import (
 )
 
 from a2a_gateway.errors import GatewayError
-from a2a_gateway.tasks.events import (
-    GATEWAY_LOST,
-    INTERRUPTED_STATES,
-    agent_message,
-    copy_task,
-    new_id,
-    stamp,
-    status_event,
-    text_chunk,
-)
-from a2a_gateway.tasks.run import SupersededError, TaskRun, message_data
 from a2a_gateway.live.hub import LiveHub, Subscription
-from a2a_gateway.metrics import task_ended
-from a2a_gateway.registry import EndpointRuntime
-from a2a_gateway.stores.base import (
-    TERMINAL_STATES,
-    ConflictError,
-    Context,
-    Scope,
-    Store,
-)
-from handlers.base import (
-    HandlerRequest,
-    InputRejectedError,
-    Turn,
-)
+from a2a_gateway.registry import EndpointRegistry, EndpointRuntime
+from a2a_gateway.stores.base import TERMINAL_STATES, Scope, StoredTask
+from a2a_gateway.tasks.conversation import Caller, Conversation
+from a2a_gateway.tasks.events import GATEWAY_LOST, INTERRUPTED_STATES, copy_task, new_id, stamp, text_chunk
+from a2a_gateway.tasks.ownership import Ownership
+from a2a_gateway.tasks.run import RunServices, SupersededError, TaskRun
+from handlers.base import HandlerRequest, InputRejectedError
 
 log = structlog.get_logger(__name__)
 
@@ -83,42 +52,44 @@ class SendOutcome:
     scope: Scope | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    cancel_wait_seconds: float = 10.0
+    """How long a cancel waits for a handler that said its run ends with ``Canceled``."""
+    max_task_history: int = 1000
+    remote_poll_seconds: float = 1.0
+
 
 class TaskEngine:
     """Starts, continues, cancels and recovers task runs for every endpoint."""
 
-    def __init__(
-        self,
-        store: Store,
-        hub: LiveHub,
-        push: Any,
-        *,
-        replica_id: str,
-        lease_seconds: float = 30.0,
-        cancel_wait_seconds: float = 10.0,
-        max_turns: int = 200,
-        max_task_history: int = 1000,
-        remote_poll_seconds: float = 1.0,
-    ) -> None:
-        self.store = store
-        self.hub = hub
-        self.push = push
-        self.replica_id = replica_id
-        self.lease_seconds = lease_seconds
-        self.cancel_wait_seconds = cancel_wait_seconds
-        self.max_turns = max_turns
-        self.max_task_history = max_task_history
-        self.remote_poll_seconds = remote_poll_seconds
+    def __init__(self, services: RunServices, limits: EngineLimits = EngineLimits()) -> None:
+        self.services = services
+        self.store = services.store
+        self.hub: LiveHub = services.hub
+        self.ownership: Ownership = services.ownership
+        self.conversation: Conversation = services.conversation
+        self.limits = limits
+        self.remote_poll_seconds = limits.remote_poll_seconds
         self.runs: dict[str, TaskRun] = {}
         self._task_locks: dict[str, asyncio.Lock] = {}
 
-    def lease_deadline(self) -> float:
-        return time.time() + self.lease_seconds
+    @property
+    def replica_id(self) -> str:
+        return self.ownership.replica_id
 
-    @staticmethod
-    def remembers_context(runtime: EndpointRuntime) -> bool:
-        handler = runtime.handler
-        return bool(handler is not None and handler.uses_context)
+    def _start(self, run: TaskRun, events: AsyncIterator[Any]) -> TaskRun:
+        self.runs[run.task.id] = run
+        run.start(events)
+        return run
+
+    def _run_done(self, run: TaskRun) -> None:
+        if self.runs.get(run.task.id) is run:
+            del self.runs[run.task.id]
+
+    def _idle_run(self, runtime: EndpointRuntime, scope: Scope, request: HandlerRequest, stored: StoredTask) -> TaskRun:
+        return TaskRun.of_stored(self.services, runtime, runtime.require_handler(), scope, request, stored,
+                                 on_done=self._run_done)
 
     @contextlib.asynccontextmanager
     async def _task_lock(self, task_id: str) -> AsyncIterator[None]:
@@ -131,196 +102,117 @@ class TaskEngine:
             if not lock.locked() and not getattr(lock, "_waiters", None):
                 self._task_locks.pop(task_id, None)
 
-    async def _context(self, runtime: EndpointRuntime, scope: Scope, context_id: str) -> Context:
-        if not self.remembers_context(runtime):
-            return Context()
-        return await self.store.get_context(scope, context_id) or Context()
-
-    def _request(
-        self, runtime: EndpointRuntime, scope: Scope, task: Task, message: Message, context: Context,
-        *, streaming: bool, run_ref: str | None = None, pending: dict[str, Any] | None = None,
-    ) -> HandlerRequest:
-        return HandlerRequest(
-            task_id=task.id,
-            context_id=task.context_id,
-            message=message,
-            text=get_message_text(message),
-            data=message_data(message),
-            history=[Turn(t["role"], t["text"]) for t in context.turns],  # type: ignore[arg-type]
-            session=dict(context.session),
-            run_ref=run_ref,
-            pending_input=pending,
-            endpoint_id=scope.endpoint_id,
-            tenant=scope.tenant,
-            principal=scope.principal,
-            streaming=streaming,
-            metadata=dict(message.metadata) if message.metadata else {},
-        )
-
     # sending -----------------------------------------------------------------------
     async def send(
         self, runtime: EndpointRuntime, scope: Scope, message: Message, *,
-        streaming: bool, subscribe: bool, push_config: Any = None,
+        streaming: bool, subscribe: bool, push_config: Any = None, caller: Caller | None = None,
     ) -> SendOutcome:
         """Start a task or continue one (see ``SendOutcome``)."""
         handler = runtime.require_handler()
+        caller = caller or Caller(scope.principal)
         if message.task_id:
-            return await self._continue(runtime, scope, message, streaming=streaming, subscribe=subscribe)
+            return await self._continue(runtime, scope, message, caller, streaming=streaming, subscribe=subscribe)
         task = Task(id=new_id(), context_id=message.context_id or new_id())
         message.task_id, message.context_id = task.id, task.context_id
         task.status.state = TASK_STATE_SUBMITTED
         stamp(task.status.timestamp)
         task.history.append(message)
-        context = await self._context(runtime, scope, task.context_id)
-        request = self._request(runtime, scope, task, message, context, streaming=streaming)
-        run = TaskRun(self, runtime, scope, request, task, None, {}, handler.run(request), push_config)
+        request = await self.conversation.request(handler, scope, task, message, caller, streaming=streaming)
+        run = TaskRun(self.services, runtime, handler, scope, request, task, push_config=push_config,
+                      on_done=self._run_done)
         sub = self.hub.subscribe(task.id) if subscribe else None
-        run.start()
+        self._start(run, handler.run(request))
         return SendOutcome(run=run, subscription=sub)
 
-    def owned_elsewhere(self, stored: Any) -> bool:
-        """True when another replica runs the task and its lease is current."""
-        return (
-            stored.owner is not None
-            and stored.owner != self.replica_id
-            and (stored.lease_until or 0) > time.time()
-        )
-
     async def _continue(
-        self, runtime: EndpointRuntime, scope: Scope, message: Message, *, streaming: bool, subscribe: bool
+        self, runtime: EndpointRuntime, scope: Scope, message: Message, caller: Caller, *,
+        streaming: bool, subscribe: bool,
     ) -> SendOutcome:
-        runtime.require_handler()
+        handler = runtime.require_handler()
         async with self._task_lock(message.task_id):
             stored = await self.store.get_task(scope, message.task_id)
             if stored is None:
                 raise TaskNotFoundError(f"Task {message.task_id} not found")
             live = self.runs.get(message.task_id)
             task = live.task if live is not None else stored.task
-            state = task.status.state
-            if state in TERMINAL_STATES:
-                raise UnsupportedOperationError(
-                    f"Task {task.id} is in a terminal state and accepts no more messages"
-                )
-            if message.context_id and message.context_id != task.context_id:
-                raise InvalidParamsError("contextId does not match the task's contextId")
-            if state not in INTERRUPTED_STATES:
-                raise UnsupportedOperationError(
-                    f"Task {task.id} is still working; send a message when it asks for input"
-                )
-            if len(task.history) >= self.max_task_history:
-                raise InvalidParamsError(
-                    f"Task {task.id} holds {len(task.history)} messages, the max_task_history "
-                    "limit: go on in a new task of the same context"
-                )
+            self._check_answerable(task, message)
             message.context_id = task.context_id
-            context = await self._context(runtime, scope, task.context_id)
-            run_state = dict(stored.run_state)
-            request = self._request(
-                runtime, scope, task, message, context, streaming=streaming,
-                run_ref=stored.run_ref, pending=run_state.get("pending_input"),
+            request = await self.conversation.request(
+                handler, scope, task, message, caller, streaming=streaming,
+                run_ref=stored.run_ref, pending=stored.run_state.get("pending_input"),
             )
             sub = self.hub.subscribe(task.id) if subscribe else None
             outcome = SendOutcome()
             try:
                 if live is not None:
-                    outcome = await self._continue_live(live, request, message, run_state, sub)
+                    outcome = await self._answer_live(live, request, message, sub)
                 else:
-                    outcome = await self._continue_idle(
-                        runtime, scope, stored, request, message, run_state, sub
-                    )
+                    outcome = await self._answer_idle(self._idle_run(runtime, scope, request, stored),
+                                                      stored, request, message, sub)
                 return outcome
             finally:
                 if sub is not None and outcome.subscription is not sub:
                     sub.close()  # answered at once, or followed elsewhere: not needed
 
-    async def _continue_live(
-        self, run: TaskRun, request: HandlerRequest, message: Message,
-        run_state: dict[str, Any], sub: Subscription | None,
+    def _check_answerable(self, task: Task, message: Message) -> None:
+        state = task.status.state
+        if state in TERMINAL_STATES:
+            raise UnsupportedOperationError(f"Task {task.id} is in a terminal state and accepts no more messages")
+        if message.context_id and message.context_id != task.context_id:
+            raise InvalidParamsError("contextId does not match the task's contextId")
+        if state not in INTERRUPTED_STATES:
+            raise UnsupportedOperationError(f"Task {task.id} is still working; send a message when it asks for input")
+        if len(task.history) >= self.limits.max_task_history:
+            raise InvalidParamsError(
+                f"Task {task.id} holds {len(task.history)} messages, the max_task_history "
+                "limit: go on in a new task of the same context"
+            )
+
+    async def _answer_live(
+        self, run: TaskRun, request: HandlerRequest, message: Message, sub: Subscription | None,
     ) -> SendOutcome:
         """The handler's iterator is still open here: WORKING first, then the answer goes
         to the handler, and the events that follow arrive on the same run."""
-        task = run.task
-        prompt_status = TaskStatus()
-        prompt_status.CopyFrom(task.status)
-        settled = run.begin_turn()
-        task.history.append(message)
-        task.status.CopyFrom(TaskStatus(state=TASK_STATE_WORKING))
-        stamp(task.status.timestamp)
-        run.request, run.run_state = request, run_state
-        run_state.pop("pending_input", None)
+        run.begin_turn()
         try:
-            await run._write()
+            asked = await run.take_answer(request, message)
         except SupersededError:
             return SendOutcome(task=await self._final_task(run))
-        run.initial_task = copy_task(task)
-        run._publish_status()
         try:
-            continued = await run.runtime.require_handler().resume(request)
+            continued = await run.handler.resume(request)
         except InputRejectedError as exc:
-            if run.finished:
-                return SendOutcome(task=copy_task(run.task))
-            task.status.CopyFrom(prompt_status)
-            run_state["pending_input"] = request.pending_input or {}
-            rejected = await self._reject_input(run.scope, task, run.version, exc, run)
-            settled.set()
-            return SendOutcome(task=rejected)
-        if continued:
+            return SendOutcome(task=await run.refuse_answer(exc, message, asked))
+        if continued and not run.exhausted:
+            run.answer_delivered()
             return SendOutcome(run=run, subscription=sub)
-        await run.stop_driver()  # the handler starts over with a fresh run
-        fresh = TaskRun(self, run.runtime, run.scope, request, task, run.version, run_state,
-                        run.runtime.require_handler().run(request))
-        fresh.start()
+        await run.stop()  # the handler starts over with a fresh run
+        fresh = self._start(run.following(request), run.handler.run(request))
         return SendOutcome(run=fresh, subscription=sub)
 
-    async def _continue_idle(
-        self, runtime: EndpointRuntime, scope: Scope, stored: Any, request: HandlerRequest,
-        message: Message, run_state: dict[str, Any], sub: Subscription | None,
+    async def _answer_idle(
+        self, run: TaskRun, stored: StoredTask, request: HandlerRequest, message: Message,
+        sub: Subscription | None,
     ) -> SendOutcome:
         """No iterator runs here: the answer goes to the handler, then a fresh run (or a
         re-attached one) carries on, unless another replica owns the run."""
-        task, version = stored.task, stored.version
-        handler = runtime.require_handler()
         try:
-            continued = await handler.resume(request)
+            continued = await run.handler.resume(request)
         except InputRejectedError as exc:
-            task.history.append(message)
-            return SendOutcome(task=await self._reject_input(scope, task, version, exc, None))
-        if continued and self.owned_elsewhere(stored):
+            return SendOutcome(task=await run.refuse_answer(exc, message, None))
+        if continued and self.ownership.owned_elsewhere(stored):
             # the run goes on at its owner, which records what follows
-            return SendOutcome(task=copy_task(task), follow_version=version, scope=scope)
-        task.history.append(message)
-        task.status.CopyFrom(TaskStatus(state=TASK_STATE_WORKING))
-        stamp(task.status.timestamp)
-        run_state.pop("pending_input", None)
-        events = handler.reattach(request) if continued else handler.run(request)
-        run = TaskRun(self, runtime, scope, request, task, version, run_state, events)
+            return SendOutcome(task=copy_task(stored.task), follow_version=stored.version, scope=run.scope)
+        run.task.history.append(message)
         try:
-            await run._write()
+            await run.mark_working()
         except SupersededError:
             return SendOutcome(task=await self._final_task(run))
-        run._publish_status()
-        run.start()
-        return SendOutcome(run=run, subscription=sub)
+        events = run.handler.reattach(request) if continued else run.handler.run(request)
+        return SendOutcome(run=self._start(run, events), subscription=sub)
 
     async def _final_task(self, run: TaskRun) -> Task:
         stored = await self.store.get_task(run.scope, run.task.id)
         return stored.task if stored is not None else copy_task(run.task)
-
-    async def _reject_input(
-        self, scope: Scope, task: Task, version: int | None, exc: InputRejectedError, live: TaskRun | None,
-    ) -> Task:
-        """Keep the task waiting for input, with a status message saying why the answer
-        was not accepted (e.g. the valid choices)."""
-        prompt = agent_message(task, exc.prompt, exc.data)
-        task.status.message.CopyFrom(prompt)
-        stamp(task.status.timestamp)
-        task.history.append(prompt)
-        if live is not None:
-            await live._write()
-            live._publish_status()
-        else:
-            await self.store.update_task(scope, task, expected_version=version or 0)
-        return copy_task(task)
 
     # cancel ---------------------------------------------------------------------------
     async def cancel(self, runtime: EndpointRuntime, scope: Scope, task_id: str) -> Task:
@@ -330,90 +222,34 @@ class TaskEngine:
         if stored.task.status.state in TERMINAL_STATES:
             raise TaskNotCancelableError(f"Task {task_id} is already in a terminal state")
         run = self.runs.get(task_id)
-        handler = runtime.require_handler()
-        if run is not None:
-            await self._cancel_run(run, handler)
-        else:
+        if run is None:
             # idle, or running on another replica: that owner notices the terminal
             # state (hub message or its next lease check) and stops its run
-            await self._cancel_idle(runtime, scope, stored, handler)
-            if stored.owner and stored.owner != self.replica_id:
-                await self.hub.send_control(stored.owner, "cancel", task_id)
+            run = self._idle_run(runtime, scope, self._stored_request(scope, stored), stored)
+        with contextlib.suppress(SupersededError):
+            await run.cancel(self.limits.cancel_wait_seconds)
+        if stored.owner and stored.owner != self.replica_id:
+            await self.hub.send_control(stored.owner, "cancel", task_id)
         final = await self.store.get_task(scope, task_id)
         return final.task if final else stored.task
 
-    async def _cancel_run(self, run: TaskRun, handler: Any) -> None:
-        try:
-            waits = await handler.cancel(run.request_for_cancel())
-        except Exception:
-            log.exception("handler_cancel_failed", task_id=run.task.id)
-            waits = False
-        if waits:
-            await run.wait_done(self.cancel_wait_seconds)
-        await run.stop_driver()
-        if not run.finished:
-            await run._finish(TASK_STATE_CANCELED, "canceled")
-            self.hub.end(run.task.id)
-
-    async def _cancel_idle(self, runtime: EndpointRuntime, scope: Scope, stored: Any, handler: Any) -> None:
+    @staticmethod
+    def _stored_request(scope: Scope, stored: StoredTask, message: Message | None = None) -> HandlerRequest:
+        """The request of a task read from the store, for the handler's cancel."""
         task = stored.task
-        if stored.run_ref:
-            request = HandlerRequest(
-                task_id=task.id, context_id=task.context_id, message=Message(), text="",
-                run_ref=stored.run_ref, endpoint_id=scope.endpoint_id, tenant=scope.tenant,
-            )
-            with contextlib.suppress(Exception):
-                await handler.cancel(request)
-        status = TaskStatus(state=TASK_STATE_CANCELED)
-        stamp(status.timestamp)
-        for _ in range(5):
-            task.status.CopyFrom(status)
-            task.status.message.CopyFrom(agent_message(task, "canceled"))
-            try:
-                await self.store.update_task(scope, task, expected_version=stored.version)
-                break
-            except ConflictError:
-                stored = await self.store.get_task(scope, task.id)
-                if stored is None or stored.task.status.state in TERMINAL_STATES:
-                    return
-                task = stored.task
-        task_ended(TASK_STATE_CANCELED)
-        self.hub.publish(task.id, status_event(task))
-        self.hub.end(task.id)
-        await self.push.notify(runtime, scope, task)
+        return HandlerRequest(
+            task_id=task.id, context_id=task.context_id, message=message or Message(), text="",
+            run_ref=stored.run_ref, endpoint_id=scope.endpoint_id, tenant=scope.tenant,
+            principal=scope.principal,
+        )
 
+    # what the live hub asks ----------------------------------------------------------
     def text_so_far(self, task_id: str) -> TaskArtifactUpdateEvent | None:
         """The response text a local run streamed so far, as one chunk (for a late listener)."""
         run = self.runs.get(task_id)
         if run is None or run.finished or not run.artifact_id or not run.text_so_far:
             return None
         return text_chunk(run.task, run.artifact_id, run.text_so_far, append=False)
-
-    # ownership -----------------------------------------------------------------------
-    async def renew_leases(self) -> None:
-        ids = [tid for tid, run in self.runs.items() if run.version is not None]
-        if ids:
-            await self.store.renew_leases(self.replica_id, ids, self.lease_deadline())
-
-    async def check_superseded(self) -> None:
-        """Stop local runs whose task another replica ended (e.g. canceled there)."""
-        for task_id, run in list(self.runs.items()):
-            if run.version is None or run.finished:
-                continue
-            stored = await self.store.get_task(run.scope, task_id)
-            if stored is not None and stored.task.status.state in TERMINAL_STATES:
-                await self.stop_superseded(run, stored.task)
-
-    async def stop_superseded(self, run: TaskRun, final: Task) -> None:
-        run.finished = True
-        handler = run.runtime.handler
-        if handler is not None and final.status.state == TASK_STATE_CANCELED:
-            with contextlib.suppress(Exception):
-                await handler.cancel(run.request_for_cancel())
-        self.hub.publish(final.id, status_event(final))  # before the driver stops, which ends the hub
-        await run.stop_driver()
-        self.hub.end(final.id)
-        log.info("task_superseded", task_id=final.id, state=TaskState.Name(final.status.state))
 
     async def handle_control(self, command: str, task_id: str) -> None:
         """A command from another replica about a task this replica may run."""
@@ -423,58 +259,66 @@ class TaskEngine:
         if command == "cancel":
             stored = await self.store.get_task(run.scope, task_id)
             if stored is not None and stored.task.status.state in TERMINAL_STATES:
-                await self.stop_superseded(run, stored.task)
+                await run.superseded(stored.task)
 
-    async def recover_expired(self, registry: Any) -> None:
+    # ownership -----------------------------------------------------------------------
+    async def keep_ownership(self, registry: EndpointRegistry) -> None:
+        """One lease interval: renew this replica's leases, stop runs another replica
+        ended, take over tasks whose owner went away."""
+        await self.ownership.renew([tid for tid, run in self.runs.items() if run.version is not None])
+        await self.check_superseded()
+        await self.recover_expired(registry)
+
+    async def check_superseded(self) -> None:
+        """Stop local runs whose task another replica ended (e.g. canceled there)."""
+        for task_id, run in list(self.runs.items()):
+            if run.version is None or run.finished:
+                continue
+            stored = await self.store.get_task(run.scope, task_id)
+            if stored is not None and stored.task.status.state in TERMINAL_STATES:
+                await run.superseded(stored.task)
+
+    async def recover_expired(self, registry: EndpointRegistry) -> None:
         """Take over tasks whose owner stopped renewing its lease: re-attach to the backend
         run where the handler can, otherwise fail them with "gateway instance lost"."""
-        claimed = await self.store.claim_expired_tasks(self.replica_id, time.time(), self.lease_deadline())
-        for item in claimed:
+        for item in await self.ownership.claim_expired():
             try:
                 await self._recover(item.scope, item.stored, registry)
             except Exception:
                 log.exception("task_recovery_failed", task_id=item.stored.task.id)
 
-    async def _recover(self, scope: Scope, stored: Any, registry: Any) -> None:
+    async def _recover(self, scope: Scope, stored: StoredTask, registry: EndpointRegistry) -> None:
         task = stored.task
         try:
-            runtime = await registry.get(scope.endpoint_id)
+            runtime: EndpointRuntime | None = await registry.get(scope.endpoint_id)
         except GatewayError:
             runtime = None
         handler = runtime.handler if runtime is not None else None
-        if handler is not None and handler.supports_reattach and stored.run_ref:
+        if runtime is not None and handler is not None and handler.supports_reattach and stored.run_ref:
             users = [m for m in task.history if m.role == ROLE_USER]
-            message = users[-1] if users else Message()
-            request = self._request(
-                runtime, scope, task, message, await self._context(runtime, scope, task.context_id),
+            request = await self.conversation.request(
+                handler, scope, task, users[-1] if users else Message(), Caller(scope.principal),
                 streaming=False, run_ref=stored.run_ref, pending=stored.run_state.get("pending_input"),
             )
-            run = TaskRun(self, runtime, scope, request, task, stored.version, dict(stored.run_state),
-                          handler.reattach(request))
-            run.start()
+            self._start(self._idle_run(runtime, scope, request, stored), handler.reattach(request))
             log.info("task_reattached", task_id=task.id)
             return
-        status = TaskStatus(state=TASK_STATE_FAILED)
-        stamp(status.timestamp)
-        task.status.CopyFrom(status)
-        task.status.message.CopyFrom(agent_message(task, GATEWAY_LOST))
-        await self.store.update_task(scope, task, expected_version=stored.version)
-        task_ended(TASK_STATE_FAILED)
-        self.hub.publish(task.id, status_event(task))
-        self.hub.end(task.id)
+        # an endpoint that can no longer be served still gets its task ended, by a run
+        # without a handler (and without push notifications)
+        run = TaskRun.of_stored(self.services, runtime or EndpointRuntime.gone(scope.endpoint_id), handler,
+                                scope, self._stored_request(scope, stored), stored)
+        with contextlib.suppress(SupersededError):
+            await run.fail(GATEWAY_LOST)
         log.warning("task_failed_gateway_lost", task_id=task.id)
-        if runtime is not None:
-            await self.push.notify(runtime, scope, task)
 
     async def aclose(self) -> None:
         """Stop driving runs and end their leases now, so another replica (or this one,
         restarted) takes them over at once instead of after the lease time."""
         owned = [task_id for task_id, run in self.runs.items() if run.version is not None]
         for run in list(self.runs.values()):
-            await run.stop_driver()
-        if owned:
-            try:
-                await self.store.renew_leases(self.replica_id, owned, time.time())
-            except Exception:
-                log.warning("lease_release_failed", tasks=len(owned))
+            await run.stop()
+        try:
+            await self.ownership.release(owned)
+        except Exception:
+            log.warning("lease_release_failed", tasks=len(owned))
 

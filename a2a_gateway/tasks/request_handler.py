@@ -44,6 +44,7 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
+from a2a_gateway.tasks.conversation import Caller
 from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
 from a2a_gateway.tasks.events import INTERRUPTED_STATES, copy_task, text_chunk
 from a2a_gateway.tasks.follower import follow_task
@@ -102,6 +103,7 @@ class GatewayRequestHandler(RequestHandler):
     ) -> None:
         self.runtime = runtime
         self.engine = engine
+        self.store = engine.store
         self.push = push
         self.card_signer = card_signer
         self.max_push_configs = max_push_configs
@@ -126,10 +128,12 @@ class GatewayRequestHandler(RequestHandler):
                 raise PushNotificationNotSupportedError()
             push_config = config.task_push_notification_config
             await self.push.check_url(push_config.url)
+        scope = self._scope(context)
+        caller = Caller.of(scope.principal, context.requested_extensions, context.state.get("headers") or {})
         # the request's own message (parsed for this call): the engine fills in its ids
         return await self.engine.send(
-            self.runtime, self._scope(context), params.message,
-            streaming=streaming, subscribe=streaming, push_config=push_config,
+            self.runtime, scope, params.message,
+            streaming=streaming, subscribe=streaming, push_config=push_config, caller=caller,
         )
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
@@ -254,7 +258,7 @@ class GatewayRequestHandler(RequestHandler):
 
     # tasks ------------------------------------------------------------------------------
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
-        stored = await self.engine.store.get_task(self._scope(context), params.id)
+        stored = await self.store.get_task(self._scope(context), params.id)
         if stored is None:
             raise TaskNotFoundError(f"Task {params.id} not found")
         return trim_task(stored.task, _history_length(params))
@@ -274,7 +278,7 @@ class GatewayRequestHandler(RequestHandler):
             page_size=page_size, page_token=params.page_token,
         )
         try:
-            page = await self.engine.store.list_tasks(self._scope(context), query)
+            page = await self.store.list_tasks(self._scope(context), query)
         except InvalidPageTokenError:
             raise InvalidParamsError("invalid pageToken") from None
         history_length = _history_length(params)
@@ -294,7 +298,7 @@ class GatewayRequestHandler(RequestHandler):
 
     async def _require_task(self, context: ServerCallContext, task_id: str) -> Scope:
         scope = self._scope(context)
-        if not task_id or await self.engine.store.get_task(scope, task_id) is None:
+        if not task_id or await self.store.get_task(scope, task_id) is None:
             raise TaskNotFoundError(f"Task {task_id} not found")
         return scope
 
@@ -309,13 +313,13 @@ class GatewayRequestHandler(RequestHandler):
         config = TaskPushNotificationConfig()
         config.CopyFrom(params)
         config.id = config.id or config.task_id
-        existing = await self.engine.store.list_push_configs(scope, config.task_id)
+        existing = await self.store.list_push_configs(scope, config.task_id)
         if len(existing) >= self.max_push_configs and all(c.id != config.id for c in existing):
             raise InvalidParamsError(
                 f"task {config.task_id} has {len(existing)} push notification configs, the "
                 "max_push_configs_per_task limit"
             )
-        await self.engine.store.put_push_config(scope, config)
+        await self.store.put_push_config(scope, config)
         return config
 
     async def on_get_task_push_notification_config(
@@ -323,7 +327,7 @@ class GatewayRequestHandler(RequestHandler):
     ) -> TaskPushNotificationConfig:
         self._require_push()
         scope = await self._require_task(context, params.task_id)
-        config = await self.engine.store.get_push_config(scope, params.task_id, params.id or params.task_id)
+        config = await self.store.get_push_config(scope, params.task_id, params.id or params.task_id)
         if config is None:
             raise TaskNotFoundError(f"push notification config {params.id} not found")
         return config
@@ -333,7 +337,7 @@ class GatewayRequestHandler(RequestHandler):
     ) -> ListTaskPushNotificationConfigsResponse:
         self._require_push()
         scope = await self._require_task(context, params.task_id)
-        configs = await self.engine.store.list_push_configs(scope, params.task_id)
+        configs = await self.store.list_push_configs(scope, params.task_id)
         return ListTaskPushNotificationConfigsResponse(configs=configs)
 
     async def on_delete_task_push_notification_config(
@@ -341,7 +345,7 @@ class GatewayRequestHandler(RequestHandler):
     ) -> None:
         self._require_push()
         scope = await self._require_task(context, params.task_id)
-        await self.engine.store.delete_push_config(scope, params.task_id, params.id)
+        await self.store.delete_push_config(scope, params.task_id, params.id)
 
     # extended card ---------------------------------------------------------------------------
     async def on_get_extended_agent_card(
@@ -352,10 +356,9 @@ class GatewayRequestHandler(RequestHandler):
         if not context.user.is_authenticated:
             raise ExtendedAgentCardNotConfiguredError("the extended card is for authenticated callers only")
         base_url = context.state.get("base_url", "")
-        cached = self.runtime.extras.get("extended_card")
+        cached = self.runtime.extended_card_cache
         if cached is None or cached[0] != base_url:  # built and signed once per runtime
             card = build_card(self.runtime.endpoint, base_url, extended=True,
                               auth=self.runtime.auth)
-            cached = (base_url, self.card_signer.sign(card, base_url))
-            self.runtime.extras["extended_card"] = cached
+            cached = self.runtime.extended_card_cache = (base_url, self.card_signer.sign(card, base_url))
         return cached[1]

@@ -1,41 +1,35 @@
-"""One run (``TaskRun``): maps one handler run's events to A2A task states and artifacts.
+"""One run (``TaskRun``): the only writer of its task.
 
-Each handler event is applied to the task in memory, then split in two paths:
+A run maps one handler iterator's events to A2A task states and artifacts (through
+``tasks.events``), and carries out what the engine asks of the task: take an
+answer, refuse one, cancel, fail it as lost, stop because another replica ended it.
+Every change is applied to the task in memory, then split in two paths:
 
-* the live path — text deltas, progress notes and every state change are
-  published on the ``LiveHub`` to the task's SSE clients; deltas stop there;
-* the durable path — the task is written to the store only when its state
-  changes (created/WORKING, INPUT_REQUIRED, terminal), so a reply of a thousand
-  tokens costs a handful of writes. The final artifact replaces the streamed
-  chunks (same artifact id, ``append: false``, ``lastChunk: true``), so what a
-  streaming client reconstructs equals what the store holds.
+* the live path — text and artifact chunks, progress notes and every state change
+  are published on the ``LiveHub`` to the task's SSE clients; chunks stop there;
+* the durable path — the task is written to the store (``_write``, the one write
+  site) only when its state changes (created/WORKING, INPUT_REQUIRED or
+  AUTH_REQUIRED, terminal), so a reply of a thousand tokens costs a handful of
+  writes. The final artifact replaces the streamed chunks (same artifact id,
+  ``append: false``, ``lastChunk: true``), so what a streaming client rebuilds equals
+  what the store holds.
 
-A ``TaskRun`` belongs to the engine (``engine.py``), not to any request: closing a
-client stream never cancels it.
+A run gets its collaborators (``RunServices``) and an ``on_done`` callback, never the
+engine. It belongs to no request: closing a client stream never cancels it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from a2a.helpers.proto_helpers import get_message_text
-from a2a.types import (
-    Artifact,
-    Message,
-    Part,
-    Task,
-    TaskArtifactUpdateEvent,
-    TaskStatus,
-    TaskStatusUpdateEvent,
-)
+from a2a.types import Artifact, Message, Part, Task, TaskState, TaskStatus
 from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names per access
-    ROLE_AGENT,
     TASK_STATE_AUTH_REQUIRED,
     TASK_STATE_CANCELED,
     TASK_STATE_COMPLETED,
@@ -44,33 +38,35 @@ from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names p
     TASK_STATE_REJECTED,
     TASK_STATE_WORKING,
 )
-from google.protobuf.json_format import MessageToDict, ParseDict
-from google.protobuf.timestamp_pb2 import Timestamp
 
+from a2a_gateway.live.hub import LiveHub
+from a2a_gateway.metrics import MESSAGES, TASKS_STARTED, task_ended
+from a2a_gateway.registry import EndpointRuntime
+from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, Store, StoredTask, StoreUnavailableError
+from a2a_gateway.tasks.conversation import Conversation
 from a2a_gateway.tasks.events import (
     INTERRUPTED_STATES,
+    RESPONSE_ARTIFACT,
     agent_message,
+    artifact_event,
     copy_task,
     new_id,
-    stamp,
+    new_status,
+    reply_message,
     status_event,
     text_chunk,
 )
-from a2a_gateway.metrics import MESSAGES, TASKS_STARTED, task_ended
-from a2a_gateway.registry import EndpointRuntime
-from a2a_gateway.stores.base import (
-    TERMINAL_STATES,
-    ConflictError,
-    Context,
-    Scope,
-    StoreUnavailableError,
-)
+from a2a_gateway.tasks.ownership import Ownership
 from handlers.base import (
+    ArtifactDelta,
+    AuthRequired,
     Canceled,
     Completed,
     Failed,
+    Handler,
     HandlerEvent,
     HandlerRequest,
+    InputRejectedError,
     InputRequired,
     Progress,
     Rejected,
@@ -80,80 +76,110 @@ from handlers.base import (
     TextDelta,
 )
 
-if TYPE_CHECKING:
-    from a2a_gateway.tasks.engine import TaskEngine
-
 log = structlog.get_logger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class RunServices:
+    """What every run works with (one set per gateway)."""
 
-def message_data(message: Message) -> list[dict[str, Any]]:
-    out = []
-    for part in message.parts:
-        if part.HasField("data"):
-            value = MessageToDict(part.data)
-            out.append(value if isinstance(value, dict) else {"value": value})
-    return out
+    store: Store
+    hub: LiveHub
+    push: Any
+    """``tasks.push.PushNotifier``: ``save_inline_config`` and ``notify``."""
+    ownership: Ownership
+    conversation: Conversation
+
+
+_IDLE_WRITE_ATTEMPTS = 5
 
 
 class SupersededError(Exception):
     """The task changed under this run (e.g. canceled elsewhere): stop driving it."""
 
 
+class _Reloaded(Exception):
+    """An idle run's write met a newer version: the task was reloaded; apply the change again."""
+
+
 class TaskRun:
-    """One handler iterator driving one task."""
+    """One task, driven by one handler iterator (or idle, between two of them)."""
 
     def __init__(
         self,
-        engine: TaskEngine,
+        services: RunServices,
         runtime: EndpointRuntime,
+        handler: Handler | None,
         scope: Scope,
         request: HandlerRequest,
         task: Task,
-        version: int | None,
-        run_state: dict[str, Any],
-        events: AsyncIterator[HandlerEvent],
+        *,
+        version: int | None = None,
+        run_state: dict[str, Any] | None = None,
         push_config: Any = None,
+        on_done: Callable[[TaskRun], None] | None = None,
     ) -> None:
-        self.engine = engine
+        self._services = services
+        self._store = services.store
+        self._hub = services.hub
         self.runtime = runtime
+        self.handler = handler
+        """The instance that started the run: cancel and resume go to it (None only for a
+        task of an endpoint that can no longer be served, which can just be failed)."""
         self.scope = scope
         self.request = request
         self.task = task
         self.version = version
-        self.run_state = run_state
+        self.run_state = run_state if run_state is not None else {}
         self.run_ref = request.run_ref
         self.initial_task = copy_task(task) if request.streaming else task  # streams start from it
         self.reply: Message | None = None
         self.created = asyncio.Event()
         self.settled = asyncio.Event()
         self.finished = False
-        self._events = events
+        self.store_error: StoreUnavailableError | None = None
+        """Set when the store could not be written: the caller answers with a retriable error."""
         self._push_config = push_config
+        self._on_done = on_done
+        self._events: AsyncIterator[HandlerEvent] | None = None
+        self._driver: asyncio.Task[None] | None = None
+        self._iterator_done = False
+        self._answer_taken = False
+        """An answer arrived while the iterator was open: its end is not the task's end."""
+        self._owns = False
+        """Whether this run drives (or is about to drive) an iterator, so owns the task."""
         self._write_lock = asyncio.Lock()
         self._text: list[str] = []
         self._artifact_id: str | None = None
         self._session_updates: dict[str, Any] = {}
-        self._driver: asyncio.Task[None] | None = None
-        self._iterator_done = False
-        self.store_error: StoreUnavailableError | None = None
-        """Set when the store could not be written: the caller answers with a retriable error."""
         if version is not None:
             self.created.set()
 
+    @classmethod
+    def of_stored(
+        cls, services: RunServices, runtime: EndpointRuntime, handler: Handler | None, scope: Scope,
+        request: HandlerRequest, stored: StoredTask, on_done: Callable[[TaskRun], None] | None = None,
+    ) -> TaskRun:
+        """An idle run of a task read from the store (to answer, cancel or recover it)."""
+        return cls(services, runtime, handler, scope, request, stored.task, version=stored.version,
+                   run_state=dict(stored.run_state), on_done=on_done)
+
+    def following(self, request: HandlerRequest) -> TaskRun:
+        """A fresh run of this task for ``request`` (the handler starts over)."""
+        return TaskRun(self._services, self.runtime, self.handler, self.scope, request, self.task,
+                       version=self.version, run_state=self.run_state, on_done=self._on_done)
+
     # lifecycle ---------------------------------------------------------------
-    def start(self) -> None:
-        self.engine.runs[self.task.id] = self
+    def start(self, events: AsyncIterator[HandlerEvent]) -> None:
+        self._events = events
+        self._owns = True
+        self.runtime.run_started()
         self._driver = asyncio.create_task(self._drive(), name=f"task-run-{self.task.id}")
 
     def begin_turn(self) -> asyncio.Event:
         """A new wait for the next terminal or interrupted state."""
         self.settled = asyncio.Event()
         return self.settled
-
-    def request_for_cancel(self) -> HandlerRequest:
-        self.request.run_ref = self.run_ref
-        return self.request
 
     @property
     def text_so_far(self) -> str:
@@ -169,7 +195,8 @@ class TaskRun:
         done, _ = await asyncio.wait({self._driver}, timeout=timeout)
         return bool(done)
 
-    async def stop_driver(self) -> None:
+    async def stop(self) -> None:
+        """Stop driving the iterator (the task keeps its state)."""
         if self._driver is not None and not self._driver.done():
             self._driver.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -178,6 +205,7 @@ class TaskRun:
     async def _drive(self) -> None:
         # this driver runs in its own copy of the request's context
         structlog.contextvars.bind_contextvars(task_id=self.task.id, endpoint_id=self.scope.endpoint_id)
+        assert self._events is not None
         try:
             async for event in self._events:
                 await self._apply(event)
@@ -196,10 +224,11 @@ class TaskRun:
             await self._safe_fail("the agent failed unexpectedly")
         finally:
             await self._close_events()
-            if self.engine.runs.get(self.task.id) is self:
-                del self.engine.runs[self.task.id]
+            self.runtime.run_ended()
+            if self._on_done is not None:
+                self._on_done(self)
             if self.finished and self.reply is None:
-                self.engine.hub.end(self.task.id)
+                self._hub.end(self.task.id)
             self.created.set()
             self.settled.set()
 
@@ -209,10 +238,10 @@ class TaskRun:
         never created cannot be recovered, so its backend run is stopped."""
         self.store_error = exc
         log.warning("task_store_unavailable", created=self.version is not None)
-        self.engine.hub.end(self.task.id)  # streams end; clients may subscribe again later
-        if self.version is None and self.run_ref and self.runtime.handler is not None:
+        self._hub.end(self.task.id)  # streams end; clients may subscribe again later
+        if self.version is None and self.run_ref and self.handler is not None:
             with contextlib.suppress(Exception):
-                await self.runtime.handler.cancel(self.request_for_cancel())
+                await self.handler.cancel(self._cancel_request())
 
     async def _close_events(self) -> None:
         aclose = getattr(self._events, "aclose", None)
@@ -220,8 +249,15 @@ class TaskRun:
             with contextlib.suppress(Exception):
                 await aclose()
 
+    @property
+    def exhausted(self) -> bool:
+        """The handler's iterator ended: events can only come from a fresh run."""
+        return self._iterator_done
+
     async def _exhausted(self) -> None:
         self._iterator_done = True
+        if self._answer_taken:
+            return  # the engine goes on with a fresh run (the answer is in the task)
         if self.finished or self.task.status.state in INTERRUPTED_STATES:
             if self.task.status.state in INTERRUPTED_STATES and self.version is not None:
                 await self._write()  # release ownership: nothing runs this task now
@@ -236,6 +272,88 @@ class TaskRun:
         except Exception:
             log.exception("task_fail_write_failed")
 
+    def _cancel_request(self) -> HandlerRequest:
+        self.request.run_ref = self.run_ref
+        return self.request
+
+    # what the engine asks of the task ------------------------------------------
+    async def take_answer(self, request: HandlerRequest, message: Message) -> TaskStatus:
+        """The client answered the question the task waits on: WORKING, with ``message`` in
+        the history. Returns the status asked with, for ``refuse_answer``."""
+        asked = TaskStatus()
+        asked.CopyFrom(self.task.status)
+        self._answer_taken = True
+        self.request = request
+        self.run_state.pop("pending_input", None)
+        self.task.history.append(message)
+        self._set_status(TASK_STATE_WORKING)
+        await self._write()
+        self.initial_task = copy_task(self.task)
+        self._publish_status()
+        return asked
+
+    def answer_delivered(self) -> None:
+        """The handler took the answer on this run's open iterator: its events go on here."""
+        self._answer_taken = False
+
+    async def refuse_answer(self, exc: InputRejectedError, message: Message, asked: TaskStatus | None) -> Task:
+        """The handler refused the answer: the task keeps waiting, with a status message
+        saying why (e.g. the valid choices). ``asked`` is the status before ``take_answer``
+        (None: the answer was not taken yet)."""
+        self._answer_taken = False
+        if self.finished:
+            return copy_task(self.task)
+        if asked is None:
+            self.task.history.append(message)
+        else:
+            self.task.status.CopyFrom(asked)
+            self.run_state["pending_input"] = self.request.pending_input or {}
+        prompt = agent_message(self.task, exc.prompt, exc.data)
+        self.task.status.CopyFrom(new_status(self.task.status.state, prompt))
+        self.task.history.append(prompt)
+        await self._write()
+        self._publish_status()
+        self.settled.set()
+        return copy_task(self.task)
+
+    async def cancel(self, wait_seconds: float) -> None:
+        """Ask the handler to stop (waiting up to ``wait_seconds`` when it says its run
+        will end with ``Canceled``), then end the task CANCELED if it has not ended."""
+        waits = False
+        if self.handler is not None and (self._driver is not None or self.run_ref):
+            try:
+                waits = await self.handler.cancel(self._cancel_request())
+            except Exception:
+                log.exception("handler_cancel_failed", task_id=self.task.id)
+        if waits:
+            await self.wait_done(wait_seconds)
+        await self.stop()
+        if not self.finished:
+            await self._finish(TASK_STATE_CANCELED, "canceled")
+
+    async def fail(self, reason: str) -> None:
+        """End the task FAILED with ``reason`` (e.g. its replica was lost)."""
+        await self._finish(TASK_STATE_FAILED, reason)
+
+    async def superseded(self, final: Task) -> None:
+        """Another replica ended the task: tell the listeners and stop driving it."""
+        self.finished = True
+        if final.status.state == TASK_STATE_CANCELED and self.handler is not None:
+            with contextlib.suppress(Exception):
+                await self.handler.cancel(self._cancel_request())
+        self._hub.publish(final.id, status_event(final))  # before the driver stops, which ends the hub
+        await self.stop()
+        self._hub.end(final.id)
+        log.info("task_superseded", task_id=final.id, state=TaskState.Name(final.status.state))
+
+    async def mark_working(self) -> None:
+        """An idle run goes on: its task is WORKING again (written and announced)."""
+        self.run_state.pop("pending_input", None)
+        self._set_status(TASK_STATE_WORKING)
+        self._owns = True
+        await self._write()
+        self._publish_status()
+
     # event mapping -------------------------------------------------------------
     async def _apply(self, event: HandlerEvent) -> None:
         if isinstance(event, Reply):
@@ -249,17 +367,21 @@ class TaskRun:
             await self._ensure_created()
             return
         await self._ensure_created()
-        if isinstance(event, TextDelta | Progress) and self.task.status.state in INTERRUPTED_STATES:
+        if isinstance(event, TextDelta | ArtifactDelta | Progress) and self.task.status.state in INTERRUPTED_STATES:
             await self._back_to_working()
         if isinstance(event, TextDelta):
             self._on_text(event.text)
+        elif isinstance(event, ArtifactDelta):
+            self._on_artifact(event)
         elif isinstance(event, Progress):
             self._on_progress(event)
         elif isinstance(event, RunStarted):
             self.run_ref = event.run_ref
             await self._write()
         elif isinstance(event, InputRequired):
-            await self._on_input_required(event)
+            await self._on_question(TASK_STATE_INPUT_REQUIRED, event.prompt, event.data)
+        elif isinstance(event, AuthRequired):
+            await self._on_question(TASK_STATE_AUTH_REQUIRED, event.prompt, event.data)
         elif isinstance(event, Completed):
             await self._on_completed(event)
         elif isinstance(event, Failed):
@@ -273,20 +395,20 @@ class TaskRun:
         if self.version is not None:
             return
         self._set_status(TASK_STATE_WORKING)
-        self.version = await self.engine.store.create_task(
+        self.version = await self._store.create_task(
             self.scope,
             self.task,
             run_ref=self.run_ref,
             run_state=self.run_state,
-            owner=self.engine.replica_id,
-            lease_until=self.engine.lease_deadline(),
+            owner=self._services.ownership.replica_id,
+            lease_until=self._services.ownership.lease_deadline(),
         )
         TASKS_STARTED.inc()
         self.created.set()
         self._publish_status()
         if self._push_config is not None:
             # no other config can exist yet: the client does not know the task id
-            push = self.engine.push
+            push = self._services.push
             config = await push.save_inline_config(self.scope, self.task.id, self._push_config)
             await push.notify(self.runtime, self.scope, self.task, [config])
 
@@ -303,34 +425,51 @@ class TaskRun:
         if first:
             self._artifact_id = new_id()
         self._text.append(text)
-        if not self.engine.hub.has_listeners(self.task.id):
-            return  # nobody streams this task: the text is kept for the final artifact
-        artifact = Artifact(artifact_id=self._artifact_id, name="response")
-        artifact.parts.append(Part(text=text))
-        self.engine.hub.publish(
-            self.task.id,
-            TaskArtifactUpdateEvent(
-                task_id=self.task.id, context_id=self.task.context_id, artifact=artifact, append=not first
-            ),
-        )
+        if self._hub.has_listeners(self.task.id):  # otherwise kept for the final artifact only
+            self._hub.publish(self.task.id, text_chunk(self.task, self._artifact_id, text, append=not first))
+
+    def _on_artifact(self, event: ArtifactDelta) -> None:
+        """A handler-named artifact: kept on the task (stored at the next state change)."""
+        artifact = self._artifact(event.artifact_id)
+        if event.name:
+            artifact.name = event.name
+        if not event.append:
+            del artifact.parts[:]
+        artifact.parts.extend(event.parts)
+        if event.metadata:
+            artifact.metadata.update(event.metadata)
+        if self._hub.has_listeners(self.task.id):
+            chunk = Artifact(artifact_id=event.artifact_id, name=artifact.name)
+            chunk.parts.extend(event.parts)
+            if event.metadata:
+                chunk.metadata.update(event.metadata)
+            self._hub.publish(
+                self.task.id,
+                artifact_event(self.task, chunk, append=event.append, last_chunk=event.last_chunk),
+            )
+
+    def _artifact(self, artifact_id: str) -> Artifact:
+        for artifact in self.task.artifacts:
+            if artifact.artifact_id == artifact_id:
+                return artifact
+        return self.task.artifacts.add(artifact_id=artifact_id)
 
     def _on_progress(self, event: Progress) -> None:
         self._set_status(TASK_STATE_WORKING)
         if event.text:
             self.task.status.message.CopyFrom(agent_message(self.task, event.text))
-        metadata = {"kind": event.kind, **event.data}
-        self._publish_status(metadata)
+        self._publish_status({"kind": event.kind, **event.data})
 
-    async def _on_input_required(self, event: InputRequired) -> None:
-        self._set_status(TASK_STATE_INPUT_REQUIRED)
-        prompt = agent_message(self.task, event.prompt, event.data)
-        self.task.status.message.CopyFrom(prompt)
+    async def _on_question(self, state: int, prompt_text: str, data: dict[str, Any] | None) -> None:
+        """INPUT_REQUIRED or AUTH_REQUIRED: the task waits for its caller."""
+        prompt = agent_message(self.task, prompt_text, data)
+        self.task.status.CopyFrom(new_status(state, prompt))
         self.task.history.append(prompt)
-        self.run_state["pending_input"] = event.data or {}
-        await self._remember_turn(event.prompt)
+        self.run_state["pending_input"] = data or {}
+        await self._remember_turn(prompt_text)
         await self._write()
         self._publish_status()
-        await self.engine.push.notify(self.runtime, self.scope, self.task)
+        await self._services.push.notify(self.runtime, self.scope, self.task)
         self.settled.set()
 
     async def _on_completed(self, event: Completed) -> None:
@@ -339,17 +478,14 @@ class TaskRun:
         if not parts and (final_text or self._artifact_id):
             parts = [Part(text=final_text)]
         if parts:
-            artifact = Artifact(artifact_id=self._artifact_id or new_id(), name=event.artifact_name)
+            artifact = self._artifact(self._artifact_id or new_id())
+            artifact.name = event.artifact_name or RESPONSE_ARTIFACT
+            del artifact.parts[:]
             artifact.parts.extend(parts)
             if event.metadata:
                 artifact.metadata.update(event.metadata)
-            self._replace_artifact(artifact)
-            if self.engine.hub.has_listeners(self.task.id):
-                final = TaskArtifactUpdateEvent(
-                    task_id=self.task.id, context_id=self.task.context_id,
-                    artifact=artifact, append=False, last_chunk=True,
-                )
-                self.engine.hub.publish(self.task.id, final)
+            if self._hub.has_listeners(self.task.id):
+                self._hub.publish(self.task.id, artifact_event(self.task, artifact, last_chunk=True))
         await self._remember_turn(final_text or "")
         await self._finish(TASK_STATE_COMPLETED, None)
 
@@ -358,89 +494,85 @@ class TaskRun:
             log.warning("reply_after_task_created")
             await self._on_completed(Completed(text=event.text, parts=event.parts, metadata=event.metadata))
             return
-        msg = Message(
-            message_id=new_id(), role=ROLE_AGENT, context_id=self.task.context_id
-        )
-        msg.parts.extend(event.parts or [Part(text=event.text or "")])
-        if event.metadata:
-            msg.metadata.update(event.metadata)
-        self.reply = msg
+        self.reply = reply_message(self.task.context_id, event.parts or [Part(text=event.text or "")],
+                                   event.metadata)
         MESSAGES.inc()
-        await self._remember_turn(event.text or get_message_text(msg))
+        await self._remember_turn(event.text or get_message_text(self.reply))
         self.finished = True
         self.created.set()
         self.settled.set()
 
-    def _replace_artifact(self, artifact: Artifact) -> None:
-        for i, existing in enumerate(self.task.artifacts):
-            if existing.artifact_id == artifact.artifact_id:
-                self.task.artifacts[i].CopyFrom(artifact)
-                return
-        self.task.artifacts.append(artifact)
-
     async def _finish(self, state: int, reason: str | None) -> None:
+        """The one terminal transition: written, announced, notified, the streams ended."""
         await self._ensure_created()
-        self._set_status(state)
-        if reason:
-            self.task.status.message.CopyFrom(agent_message(self.task, reason))
         self.run_state.pop("pending_input", None)
-        self.finished = True
-        await self._write()
+        for attempt in range(1, _IDLE_WRITE_ATTEMPTS + 1):
+            self.task.status.CopyFrom(
+                new_status(state, agent_message(self.task, reason) if reason else None)
+            )
+            self.finished = True
+            try:
+                await self._write(reload_on_conflict=self._driver is None)
+                break
+            except _Reloaded:
+                if attempt == _IDLE_WRITE_ATTEMPTS:
+                    raise ConflictError(f"task {self.task.id} keeps changing") from None
         task_ended(state)
         self._publish_status()
-        await self.engine.push.notify(self.runtime, self.scope, self.task)
+        await self._services.push.notify(self.runtime, self.scope, self.task)
+        self._hub.end(self.task.id)
         self.settled.set()
 
     # helpers -----------------------------------------------------------------
     def _set_status(self, state: int) -> None:
-        status = TaskStatus(state=state)
-        stamp(status.timestamp)
-        self.task.status.CopyFrom(status)
+        self.task.status.CopyFrom(new_status(state))
 
     def _publish_status(self, metadata: dict[str, Any] | None = None) -> None:
-        if not self.engine.hub.has_listeners(self.task.id):
-            return
-        event = status_event(self.task, metadata)
-        self.engine.hub.publish(self.task.id, event)
+        if self._hub.has_listeners(self.task.id):
+            self._hub.publish(self.task.id, status_event(self.task, metadata))
 
-    async def _write(self) -> None:
+    async def _write(self, *, reload_on_conflict: bool = False) -> None:
+        """The one place the task is written. On a version conflict: a task ended elsewhere
+        stops this run (``SupersededError``); with ``reload_on_conflict`` (an idle run ending
+        the task) the task is reloaded (``_Reloaded``: apply the change again); otherwise
+        this run's state wins over a write of its own that landed unseen."""
         async with self._write_lock:
+            ownership = self._services.ownership
             terminal = self.task.status.state in TERMINAL_STATES
-            running = not terminal and not self._iterator_done and not self._driver_done()
+            running = not terminal and self._driving()
             for attempt in (1, 2):
                 try:
-                    self.version = await self.engine.store.update_task(
+                    self.version = await self._store.update_task(
                         self.scope,
                         self.task,
                         expected_version=self.version or 0,
                         run_ref=self.run_ref,
                         run_state=self.run_state,
-                        owner=self.engine.replica_id if running else None,
-                        lease_until=self.engine.lease_deadline() if running else None,
+                        owner=ownership.replica_id if running else None,
+                        lease_until=ownership.lease_deadline() if running else None,
                     )
                     return
                 except ConflictError:
-                    stored = await self.engine.store.get_task(self.scope, self.task.id)
+                    stored = await self._store.get_task(self.scope, self.task.id)
                     if stored is None or stored.task.status.state in TERMINAL_STATES:
                         self.finished = True
                         raise SupersededError from None
+                    if reload_on_conflict:
+                        self.task.CopyFrom(stored.task)
+                        self.version, self.run_ref = stored.version, stored.run_ref
+                        self.run_state = dict(stored.run_state)
+                        raise _Reloaded from None
                     if attempt == 2:
                         raise
                     # a write of ours was interrupted after it landed (e.g. by cancel);
                     # this run still owns the task, so its state in memory wins
                     self.version = stored.version
 
-    def _driver_done(self) -> bool:
-        return self._driver is not None and self._driver.done()
+    def _driving(self) -> bool:
+        """An iterator is (about to be) driven, so this replica owns the task while it runs."""
+        return self._owns and not self._iterator_done and not (self._driver is not None and self._driver.done())
 
     async def _remember_turn(self, agent_text: str) -> None:
-        if not self.engine.remembers_context(self.runtime):
-            return
-        context = await self.engine.store.get_context(self.scope, self.task.context_id) or Context()
-        context.turns.append({"role": "user", "text": self.request.text})
-        if agent_text:
-            context.turns.append({"role": "agent", "text": agent_text})
-        context.turns = context.turns[-self.engine.max_turns :]
-        context.session.update(self._session_updates)
-        self._session_updates.clear()
-        await self.engine.store.put_context(self.scope, self.task.context_id, context)
+        updates, self._session_updates = self._session_updates, {}
+        if self.handler is not None:
+            await self._services.conversation.remember(self.handler, self.scope, self.request, agent_text, updates)

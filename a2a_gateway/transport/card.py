@@ -35,11 +35,10 @@ def card_response(
     request: web.Request, runtime: EndpointRuntime, base_url: str, max_age: int, signer: CardSigner
 ) -> web.Response:
     # a changed row builds a new runtime, so the base URL is the only key needed here
-    cached = runtime.extras.get("card")
+    cached = runtime.card_cache
     if cached is None or cached[0] != base_url:
         body = orjson.dumps(card_document(runtime, base_url, signer))
-        cached = (base_url, body, _etag(body))
-        runtime.extras["card"] = cached
+        cached = runtime.card_cache = (base_url, body, _etag(body))
     _, body, etag = cached
     headers = {
         "Last-Modified": format_datetime(runtime.endpoint.updated_at, usegmt=True),

@@ -7,7 +7,7 @@ import asyncio
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from a2a_gateway.gateway import GATEWAY
+from a2a_gateway.state import GATEWAY
 from a2a_gateway.metrics import RUNNING
 from a2a_gateway.stores.base import StoreError
 

@@ -48,7 +48,7 @@ from aiohttp import web
 from google.protobuf.json_format import ParseError
 from pydantic import ValidationError
 
-from a2a_gateway.gateway import GATEWAY, Gateway
+from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.tasks.live_view import EVENT_ID
 from a2a_gateway.transport.body import check_depth, read_body
 from a2a_gateway.transport.call_context import call_context

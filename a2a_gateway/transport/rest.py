@@ -41,7 +41,7 @@ from a2a.utils.proto_utils import to_stream_response
 from aiohttp import web
 from google.protobuf.json_format import ParseError
 
-from a2a_gateway.gateway import GATEWAY, Gateway
+from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.tasks.request_handler import GatewayRequestHandler
 from a2a_gateway.tasks.live_view import EVENT_ID
 from a2a_gateway.transport.body import check_depth, read_body

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
-from a2a_gateway.gateway import GATEWAY
+from a2a_gateway.state import GATEWAY
 from a2a_gateway.transport import health, rest
 from a2a_gateway.card_signing import JWKS_PATH
 from a2a_gateway.transport.card import card_response, jwks_response

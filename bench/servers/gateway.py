@@ -21,7 +21,7 @@ from aiohttp import web  # noqa: E402
 
 from a2a_gateway.app import build_app  # noqa: E402
 from a2a_gateway.auth.api_keys import hash_key, key_id_of, make_key  # noqa: E402
-from a2a_gateway.gateway import GATEWAY  # noqa: E402
+from a2a_gateway.state import GATEWAY  # noqa: E402
 from a2a_gateway.logs import configure_logging  # noqa: E402
 from a2a_gateway.settings import GatewaySettings  # noqa: E402
 from a2a_gateway.stores.base import Endpoint  # noqa: E402

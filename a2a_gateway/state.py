@@ -1,4 +1,8 @@
-"""The parts of a running gateway, shared by the transports through one ``AppKey``."""
+"""The typed state of a running gateway (``GATEWAY``), which the transports read.
+
+It lives apart from ``app.py`` (which builds it) so that ``transport/`` can import it
+without importing the application that imports ``transport/``.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +14,13 @@ from aiohttp import web
 
 from a2a_gateway.auth.callers import Authenticator
 from a2a_gateway.card_signing import CardSigner
-from a2a_gateway.tasks.engine import TaskEngine
 from a2a_gateway.live.hub import LiveHub
-from a2a_gateway.tasks.push import PushNotifier
 from a2a_gateway.registry import EndpointRegistry, EndpointRuntime
-from a2a_gateway.tasks.request_handler import GatewayRequestHandler
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Store
+from a2a_gateway.tasks.engine import TaskEngine
+from a2a_gateway.tasks.push import PushNotifier
+from a2a_gateway.tasks.request_handler import GatewayRequestHandler
 
 
 @dataclass(slots=True)
@@ -34,15 +38,13 @@ class Gateway:
 
     def request_handlers(self, runtime: EndpointRuntime) -> tuple[GatewayRequestHandler, RequestHandler03]:
         """The endpoint's 1.0 request handler and its 0.3 adapter (built once per runtime)."""
-        handlers = runtime.extras.get("request_handlers")
-        if handlers is None:
+        if runtime.request_handlers is None:
             v10 = GatewayRequestHandler(
                 runtime, self.engine, self.push, self.card_signer,
                 max_push_configs=self.settings.max_push_configs_per_task,
             )
-            handlers = (v10, RequestHandler03(v10))
-            runtime.extras["request_handlers"] = handlers
-        return handlers
+            runtime.request_handlers = (v10, RequestHandler03(v10))
+        return runtime.request_handlers
 
     def base_url(self, request: web.Request) -> str:
         return self.settings.public_base_url or f"{request.scheme}://{request.host}"
