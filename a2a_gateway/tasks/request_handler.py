@@ -29,7 +29,6 @@ from a2a.types import (
     SubscribeToTaskRequest,
     Task,
     TaskPushNotificationConfig,
-    TaskStatusUpdateEvent,
 )
 from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names per access
     ROLE_UNSPECIFIED,
@@ -46,13 +45,12 @@ from a2a.utils.errors import (
 
 from a2a_gateway.tasks.conversation import Caller
 from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
-from a2a_gateway.tasks.events import INTERRUPTED_STATES, copy_task, text_chunk
-from a2a_gateway.tasks.follower import follow_task
+from a2a_gateway.tasks.events import copy_task
+from a2a_gateway.tasks.streams import send_stream, settled_elsewhere, subscribe_stream
 from a2a_gateway.tasks.live_view import LAST_EVENT_ID, tagged
-from a2a_gateway.live.hub import Subscription
 from a2a_gateway.tasks.push import PushNotifier
 from a2a_gateway.registry import EndpointRuntime
-from a2a_gateway.stores.base import TERMINAL_STATES, InvalidPageTokenError, Scope, TaskQuery
+from a2a_gateway.stores.base import InvalidPageTokenError, Scope, TaskQuery
 from a2a_gateway.agent_card import build_card
 from a2a_gateway.card_signing import CardSigner
 
@@ -143,7 +141,7 @@ class GatewayRequestHandler(RequestHandler):
         if run is None:
             task = outcome.task
             if outcome.follow_version is not None and not params.configuration.return_immediately:
-                task = await self._settled_elsewhere(outcome)
+                task = await settled_elsewhere(self.engine, outcome)
             return trim_task(task, history_length)  # type: ignore[arg-type]
         if params.configuration.return_immediately:
             await run.created.wait()
@@ -162,99 +160,28 @@ class GatewayRequestHandler(RequestHandler):
             raise UnsupportedOperationError("this agent does not stream")
         history_length = _history_length(params.configuration)
         outcome = await self._start(params, context, streaming=True)
-        run, sub = outcome.run, outcome.subscription
-        hub = self.engine.hub
+        events = send_stream(self.engine, outcome)
         try:
-            if run is None:
-                answer = trim_task(outcome.task, history_length)  # type: ignore[arg-type]
-                yield tagged(context, hub.unlogged_id(), answer)
-                if outcome.follow_version is not None:
-                    elsewhere = self._follow_elsewhere(outcome, stop_when_interrupted=True)
-                    async for event_id, event in elsewhere:
-                        yield tagged(context, event_id, event)
-                return
-            await run.created.wait()
-            if run.store_error is not None and run.version is None:
-                raise run.store_error
-            if run.reply is not None:
-                yield tagged(context, None, run.reply)  # no task: nothing to resume
-                return
-            initial = trim_task(run.initial_task, history_length)
-            yield tagged(context, sub.position, initial)  # type: ignore[union-attr]
-            async for event_id, event in self._follow(sub, stop_when_interrupted=True):  # type: ignore[arg-type]
+            async for event_id, event in events:
+                if isinstance(event, Task):
+                    event = trim_task(event, history_length)
                 yield tagged(context, event_id, event)
         finally:
-            if sub is not None:
-                sub.close()
-
-    def _follow_elsewhere(
-        self, outcome: SendOutcome, *, stop_when_interrupted: bool
-    ) -> AsyncGenerator[tuple[str, Event]]:
-        return follow_task(
-            self.engine.store, self.engine.hub, outcome.scope, outcome.task, outcome.follow_version,
-            interval=self.engine.remote_poll_seconds, stop_when_interrupted=stop_when_interrupted,
-            after_version=outcome.follow_version,
-        )
-
-    async def _settled_elsewhere(self, outcome: SendOutcome) -> Task:
-        """Wait for a run on another replica to reach a terminal or interrupted state."""
-        async for _ in self._follow_elsewhere(outcome, stop_when_interrupted=True):
-            pass
-        stored = await self.engine.store.get_task(outcome.scope, outcome.task.id)
-        return stored.task if stored is not None else outcome.task
-
-    async def _follow(
-        self, sub: Subscription, *, stop_when_interrupted: bool
-    ) -> AsyncGenerator[tuple[str, Event]]:
-        async for event_id, event in sub:
-            yield event_id, event
-            if isinstance(event, TaskStatusUpdateEvent):
-                state = event.status.state
-                if state in TERMINAL_STATES or (stop_when_interrupted and state in INTERRUPTED_STATES):
-                    return
+            await events.aclose()  # type: ignore[attr-defined]
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         if not self.runtime.streaming:
             raise UnsupportedOperationError("this agent does not stream")
-        scope = self._scope(context)
-        stored = await self.engine.store.get_task(scope, params.id)
-        if stored is None:
-            raise TaskNotFoundError(f"Task {params.id} not found")
-        hub = self.engine.hub
-        # a reconnecting client: exactly the events after its last one, when this replica has them
+        # a reconnecting client names its last event: the stream goes on after it
         last_event_id = (context.state.get("headers") or {}).get(LAST_EVENT_ID)
-        sub = hub.resume(params.id, last_event_id) if last_event_id else None
-        if sub is None and stored.task.status.state in TERMINAL_STATES:
-            raise UnsupportedOperationError(f"Task {params.id} is in a terminal state")
-        run = self.engine.runs.get(params.id)
-        if sub is None and run is None:
-            yield tagged(context, hub.unlogged_id(), stored.task)
-            async for event_id, event in follow_task(
-                self.engine.store, hub, scope, stored.task, stored.version,
-                interval=self.engine.remote_poll_seconds, stop_when_interrupted=False,
-            ):
-                yield tagged(context, event_id, event)
-            return
-        start: list[tuple[str, Event]] = []
-        if sub is None:
-            # snapshot and subscription in one step: nothing is missed or seen twice
-            snapshot = copy_task(run.task)
-            sub = hub.subscribe(params.id)
-            if run.artifact_id and run.text_so_far and not run.finished:
-                chunk = text_chunk(snapshot, run.artifact_id, run.text_so_far, append=False)
-                # only both together stand for the stream up to the subscription's position
-                start = [(hub.unlogged_id(), snapshot), (sub.position, chunk)]
-            else:
-                start = [(sub.position, snapshot)]
+        events = subscribe_stream(self.engine, self._scope(context), params.id, last_event_id)
         try:
-            for event_id, event in start:
-                yield tagged(context, event_id, event)
-            async for event_id, event in self._follow(sub, stop_when_interrupted=False):
+            async for event_id, event in events:
                 yield tagged(context, event_id, event)
         finally:
-            sub.close()
+            await events.aclose()  # type: ignore[attr-defined]
 
     # tasks ------------------------------------------------------------------------------
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:

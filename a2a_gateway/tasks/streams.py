@@ -1,0 +1,110 @@
+"""What a task stream yields, as ``(event_id, event)`` pairs: the stream of a
+SendStreamingMessage, the stream of a SubscribeToTask, and the wait of a blocking send
+whose task runs on another replica.
+
+A stream starts from a point that stands for everything before it (the Task, with the
+text streamed so far, taken together with the subscription; or, for a reconnecting
+client, its last event id) and then follows the hub — or, for a task run elsewhere,
+the follower — until the task settles. Nothing is missed or seen twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from a2a.types import Message, Task, TaskStatusUpdateEvent
+from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
+
+from a2a_gateway.live.hub import LiveEvent, Subscription
+from a2a_gateway.stores.base import TERMINAL_STATES, Scope
+from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
+from a2a_gateway.tasks.events import INTERRUPTED_STATES, copy_task
+from a2a_gateway.tasks.follower import follow_task
+
+StreamItem = tuple[str | None, LiveEvent | Message]
+"""An event and its SSE id (None: the stream cannot be resumed, e.g. a message answer)."""
+
+
+async def send_stream(engine: TaskEngine, outcome: SendOutcome) -> AsyncIterator[StreamItem]:
+    """The events of a SendStreamingMessage: the task, then until it settles or asks."""
+    run, sub = outcome.run, outcome.subscription
+    try:
+        if run is None:
+            yield engine.hub.unlogged_id(), outcome.task  # type: ignore[misc]
+            if outcome.follow_version is not None:
+                async for item in _elsewhere(engine, outcome, stop_when_interrupted=True):
+                    yield item
+            return
+        await run.created.wait()
+        if run.store_error is not None and run.version is None:
+            raise run.store_error
+        if run.reply is not None:
+            yield None, run.reply  # no task: nothing to resume
+            return
+        yield sub.position, run.initial_task  # type: ignore[union-attr]
+        async for item in _until_settled(sub, stop_when_interrupted=True):  # type: ignore[arg-type]
+            yield item
+    finally:
+        if sub is not None:
+            sub.close()
+
+
+async def subscribe_stream(
+    engine: TaskEngine, scope: Scope, task_id: str, last_event_id: str | None
+) -> AsyncIterator[StreamItem]:
+    """The events of a SubscribeToTask: after ``last_event_id`` when this replica still has
+    them; otherwise the task (and its text so far), then what follows."""
+    stored = await engine.store.get_task(scope, task_id)
+    if stored is None:
+        raise TaskNotFoundError(f"Task {task_id} not found")
+    hub = engine.hub
+    sub = hub.resume(task_id, last_event_id) if last_event_id else None
+    if sub is None and stored.task.status.state in TERMINAL_STATES:
+        raise UnsupportedOperationError(f"Task {task_id} is in a terminal state")
+    run = engine.runs.get(task_id)
+    if sub is None and run is None:
+        yield hub.unlogged_id(), stored.task
+        async for item in follow_task(engine.store, hub, scope, stored.task, stored.version,
+                                      interval=engine.remote_poll_seconds, stop_when_interrupted=False):
+            yield item
+        return
+    start: list[StreamItem] = []
+    if sub is None:
+        # snapshot and subscription in one step: nothing is missed or seen twice
+        snapshot = copy_task(run.task)  # type: ignore[union-attr]
+        sub = hub.subscribe(task_id)
+        chunk = engine.text_so_far(task_id)
+        # only both together stand for the stream up to the subscription's position
+        start = [(hub.unlogged_id(), snapshot), (sub.position, chunk)] if chunk else [(sub.position, snapshot)]
+    try:
+        for item in start:
+            yield item
+        async for item in _until_settled(sub, stop_when_interrupted=False):
+            yield item
+    finally:
+        sub.close()
+
+
+async def settled_elsewhere(engine: TaskEngine, outcome: SendOutcome) -> Task:
+    """Wait for a run on another replica to reach a terminal or interrupted state."""
+    async for _ in _elsewhere(engine, outcome, stop_when_interrupted=True):
+        pass
+    stored = await engine.store.get_task(outcome.scope, outcome.task.id)  # type: ignore[arg-type,union-attr]
+    return stored.task if stored is not None else outcome.task  # type: ignore[return-value]
+
+
+def _elsewhere(engine: TaskEngine, outcome: SendOutcome, *, stop_when_interrupted: bool) -> AsyncIterator[StreamItem]:
+    return follow_task(  # type: ignore[return-value]
+        engine.store, engine.hub, outcome.scope, outcome.task, outcome.follow_version,  # type: ignore[arg-type]
+        interval=engine.remote_poll_seconds, stop_when_interrupted=stop_when_interrupted,
+        after_version=outcome.follow_version,
+    )
+
+
+async def _until_settled(sub: Subscription, *, stop_when_interrupted: bool) -> AsyncIterator[StreamItem]:
+    async for event_id, event in sub:
+        yield event_id, event
+        if isinstance(event, TaskStatusUpdateEvent):
+            state = event.status.state
+            if state in TERMINAL_STATES or (stop_when_interrupted and state in INTERRUPTED_STATES):
+                return
