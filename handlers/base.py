@@ -71,6 +71,7 @@ __all__ = [
     "Progress",
     "Rejected",
     "Reply",
+    "ResponseModeSettings",
     "RunStarted",
     "SessionUpdate",
     "TextDelta",

@@ -74,7 +74,7 @@ def test_handler_contract_exports_are_pinned():
     assert sorted(handlers.base.__all__) == [
         "ArtifactDelta", "AuthRequired", "Canceled", "Completed", "Failed", "FileInput",
         "Handler", "HandlerEvent", "HandlerRequest", "HandlerSettings", "InputRejectedError",
-        "InputRequired", "Progress", "Rejected", "Reply", "RunStarted", "SessionUpdate",
+        "InputRequired", "Progress", "Rejected", "Reply", "ResponseModeSettings", "RunStarted", "SessionUpdate",
         "TextDelta", "Turn", "data_part", "file_part", "text_part",
     ]
 
