@@ -5,6 +5,9 @@ Drivers are imported only in the branch that needs them.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from a2a_gateway.stores.base import Store
@@ -45,28 +48,87 @@ def sqlite_path(url: str) -> str:
     return path or "a2a-gateway.db"
 
 
-async def open_store(url: str, *, page_token_key: bytes | None = None, **options: object) -> Store:
-    """Open the store named by ``url``; ``page_token_key`` signs ListTasks page tokens
-    (give every replica of a deployment the same key)."""
+@dataclass(frozen=True, slots=True)
+class _StoreKind:
+    open: Callable[[str, dict[str, Any]], Awaitable[Store]]
+    migrate: Callable[[str], Awaitable[list[str]]]
+    """Applies what the schema lacks; the names of the steps applied."""
+
+
+async def _open_memory(url: str, options: dict[str, Any]) -> Store:
+    from a2a_gateway.stores.memory import MemoryStore
+
+    return MemoryStore(options.get("page_token_key"))
+
+
+async def _migrate_memory(url: str) -> list[str]:
+    return []
+
+
+async def _open_sqlite(url: str, options: dict[str, Any]) -> Store:
+    from a2a_gateway.stores.sqlite import SQLiteStore
+
+    return await SQLiteStore.open(sqlite_path(url), options.get("page_token_key"))
+
+
+async def _migrate_sqlite(url: str) -> list[str]:
+    store = await _open_sqlite(url, {})  # opening applies what is missing
+    await store.aclose()
+    return store.applied_migrations  # type: ignore[attr-defined, no-any-return]
+
+
+async def _open_postgres(url: str, options: dict[str, Any]) -> Store:
+    from a2a_gateway.stores.postgres import PostgresStore
+
+    return await PostgresStore.open(url, **options)
+
+
+async def _migrate_postgres(url: str) -> list[str]:
+    from a2a_gateway.stores.postgres import migrate_postgres
+
+    return await migrate_postgres(url)
+
+
+async def _open_dynamodb(url: str, options: dict[str, Any]) -> Store:
+    from a2a_gateway.stores.dynamodb import DynamoDBStore
+
+    return await DynamoDBStore.open(url, **options)
+
+
+async def _migrate_dynamodb(url: str) -> list[str]:
+    from a2a_gateway.stores.dynamodb import create_tables
+
+    return await create_tables(url)
+
+
+_KINDS = {
+    "memory": _StoreKind(_open_memory, _migrate_memory),
+    "sqlite": _StoreKind(_open_sqlite, _migrate_sqlite),
+    "postgresql": _StoreKind(_open_postgres, _migrate_postgres),
+    "postgres": _StoreKind(_open_postgres, _migrate_postgres),
+    "dynamodb": _StoreKind(_open_dynamodb, _migrate_dynamodb),
+}
+
+
+def _kind(url: str) -> _StoreKind:
+    """The one switch on the store URL's scheme (its driver imported, or a clear error)."""
     scheme = urlsplit(url).scheme
-    if scheme == "memory":
-        from a2a_gateway.stores.memory import MemoryStore
-
-        return MemoryStore(page_token_key)
-    if scheme == "sqlite":
-        from a2a_gateway.stores.sqlite import SQLiteStore
-
-        return await SQLiteStore.open(sqlite_path(url), page_token_key)
-    if page_token_key:
-        options["page_token_key"] = page_token_key
+    kind = _KINDS.get(scheme)
+    if kind is None:
+        raise UnknownStoreError(f"unknown store URL scheme {scheme!r} (memory, sqlite, postgresql, dynamodb)")
     if scheme in EXTRAS:
         _require_driver(scheme)
-    if scheme in ("postgresql", "postgres"):
-        from a2a_gateway.stores.postgres import PostgresStore
+    return kind
 
-        return await PostgresStore.open(url, **options)
-    if scheme == "dynamodb":
-        from a2a_gateway.stores.dynamodb import DynamoDBStore
 
-        return await DynamoDBStore.open(url, **options)
-    raise UnknownStoreError(f"unknown store URL scheme {scheme!r} (memory, sqlite, postgresql, dynamodb)")
+async def open_store(url: str, *, page_token_key: bytes | None = None, **options: Any) -> Store:
+    """Open the store named by ``url``; ``page_token_key`` signs ListTasks page tokens
+    (give every replica of a deployment the same key)."""
+    if page_token_key:
+        options["page_token_key"] = page_token_key
+    return await _kind(url).open(url, options)
+
+
+async def migrate_store(url: str) -> list[str]:
+    """Bring the schema of the store at ``url`` up to date (see ``stores.migrate``)."""
+    return await _kind(url).migrate(url)
