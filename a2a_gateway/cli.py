@@ -29,7 +29,7 @@ from a2a_gateway.auth.callers import needed
 from a2a_gateway.errors import EndpointMisconfiguredError
 from a2a_gateway.registry import check_endpoint, runtime_auth, secret_settings
 from a2a_gateway.settings import DEFAULT_STORE, GatewaySettings, load_settings
-from a2a_gateway.stores import UnknownStoreError, display_url, open_store
+from a2a_gateway.stores import UnknownStoreError, display_url, migrate_store, open_store
 from a2a_gateway.stores.base import Endpoint, StoreError
 
 DEMO_ENDPOINT_ID = "00000000-0000-4000-8000-00000000ec40"
@@ -327,9 +327,7 @@ def cmd_keys_revoke(args: argparse.Namespace) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> None:
-    from a2a_gateway.stores.migrate import migrate
-
-    applied = asyncio.run(migrate(_settings(args).store))
+    applied = asyncio.run(migrate_store(_settings(args).store))
     print("\n".join(applied) if applied else "schema is up to date")
 
 

@@ -1,6 +1,7 @@
 """Store selection by URL: ``memory://``, ``sqlite:///path``, ``postgresql://…``, ``dynamodb://…``.
 
-Drivers are imported only in the branch that needs them.
+One table (``_KINDS``) maps a scheme to how its store is opened and migrated; drivers
+are imported only when their scheme is used.
 """
 
 from __future__ import annotations
@@ -130,5 +131,8 @@ async def open_store(url: str, *, page_token_key: bytes | None = None, **options
 
 
 async def migrate_store(url: str) -> list[str]:
-    """Bring the schema of the store at ``url`` up to date (see ``stores.migrate``)."""
+    """``a2a-gateway migrate``: bring the schema up to date; the names of the steps applied
+    (empty: up to date). SQLite migrates itself on open; PostgreSQL applies
+    ``migrations/postgres/*.sql`` under an advisory lock; DynamoDB creates its tables and
+    indexes if missing."""
     return await _kind(url).migrate(url)
