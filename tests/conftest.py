@@ -1,4 +1,5 @@
-"""Shared fixtures: a running gateway on the memory store with an echo endpoint.
+"""Shared fixtures: a running gateway on the memory store with an echo endpoint, and an
+HTTP client for raw calls to it.
 
 Tests that need a service skip when it is not configured; under CI (``CI=true``, set by
 .ci/run, which starts every service) a skip is turned into a failure, so none can pass
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
 from tests.harness import RunningGateway, running_gateway
@@ -33,3 +35,9 @@ async def gw() -> AsyncIterator[RunningGateway]:
 @pytest.fixture
 async def echo_id(gw: RunningGateway) -> str:
     return await gw.add_endpoint("handlers.echo:EchoHandler", settings={"delay": 0.0}, name="echo")
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=30) as client:
+        yield client

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -15,6 +14,7 @@ import orjson
 from aiohttp import web
 
 from tests.local_server import serve_locally
+from tests.waiting import eventually
 
 DELIVERY_ID = "X-A2A-Notification-Id"
 
@@ -72,11 +72,8 @@ class Receiver:
         ]
 
     async def wait_for(self, path: str, count: int = 1, timeout: float = 30.0) -> None:
-        for _ in range(int(timeout / 0.05)):
-            if self.paths().count(path) >= count:
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"fewer than {count} POSTs to {path}; got {self.paths()}")
+        await eventually(self.paths, until=lambda paths: paths.count(path) >= count,
+                         timeout=timeout, what=f"{count} POSTs to {path}")
 
 
 @asynccontextmanager

@@ -35,6 +35,7 @@ from handlers.base import (
 from handlers.hermes import HermesAgentHandler, HermesSettings
 from handlers.hermes_events import HERMES_CHOICES, RunEventMapper, parse_frames
 from handlers.upstream import UnexpectedFrame
+from tests.waiting import eventually
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "hermes"
 KEY = "hermes-unit-test-key-0123456789"
@@ -519,10 +520,8 @@ async def follow_and_stop(stop_through_the_follower: bool) -> tuple[list, float]
     async with httpx.AsyncClient(transport=httpx.MockTransport(fake)) as http:
         follower, other = HermesAgentHandler(settings, http), HermesAgentHandler(settings, http)
         run = asyncio.create_task(collect_events(follower.run(make_request())))
-        for _ in range(500):  # until the follower subscribed to the run's events
-            if any(c.url.path.endswith("/events") for c in fake.calls):
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: any(c.url.path.endswith("/events") for c in fake.calls),
+                         interval=0.01, what="the follower subscribes to the run's events")
         stopper = follower if stop_through_the_follower else other
         assert await stopper.cancel(make_request(run_ref=run_id)) is True
         stopped = time.monotonic()

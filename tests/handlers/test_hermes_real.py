@@ -25,18 +25,18 @@ from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
     Message,
-    Part,
     Role,
-    SendMessageRequest,
     StreamResponse,
     TaskState,
 )
-from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
 from handlers.base import Completed, FileInput, HandlerRequest, InputRejectedError
 from handlers.hermes import HermesAgentHandler, HermesSettings
 from tests.harness import RunningGateway, require_env, running_gateway
+from tests.messages import send_request
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.hermes
 
@@ -71,17 +71,6 @@ async def hermes_id(gw: RunningGateway, hermes_url: str) -> str:
 
 def token() -> str:
     return uuid.uuid4().hex[:10]
-
-
-def message(text: str = "", data: dict[str, Any] | None = None, **fields: Any) -> SendMessageRequest:
-    msg = Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, **fields)
-    if text:
-        msg.parts.append(Part(text=text))
-    if data is not None:
-        part = Part(media_type="application/json")
-        ParseDict(data, part.data)
-        msg.parts.append(part)
-    return SendMessageRequest(message=msg)
 
 
 def state_of(event: StreamResponse) -> int | None:
@@ -123,7 +112,7 @@ def approval_data(event: StreamResponse) -> dict[str, Any]:
 async def test_streamed_reply_arrives_token_by_token(gw, hermes_id):
     async with gw.client(hermes_id) as client:
         seen: list[tuple[float, StreamResponse]] = []
-        async for event in client.send_message(message(f"FAKE_SLOW words=6 delay=0.15 {token()}")):
+        async for event in client.send_message(send_request(f"FAKE_SLOW words=6 delay=0.15 {token()}")):
             seen.append((time.monotonic(), event))
     events = [e for _, e in seen]
     assert events[0].HasField("task")
@@ -142,14 +131,14 @@ async def test_streamed_reply_arrives_token_by_token(gw, hermes_id):
 async def test_blocking_send_returns_the_completed_task(gw, hermes_id):
     mark = token()
     async with gw.client(hermes_id, streaming=False) as client:
-        (event,) = [e async for e in client.send_message(message(f"hello {mark}"))]
+        (event,) = [e async for e in client.send_message(send_request(f"hello {mark}"))]
     assert event.task.status.state == COMPLETED
     assert final_text(event.task) == f"Hello from fakellm. You said: hello {mark}"
 
 
 async def test_safe_tool_call_reports_tool_status_updates(gw, hermes_id):
     async with gw.client(hermes_id) as client:
-        events = [e async for e in client.send_message(message(f"FAKE_TOOL_SAFE {token()}"))]
+        events = [e async for e in client.send_message(send_request(f"FAKE_TOOL_SAFE {token()}"))]
     progress = [MessageToDict(e.status_update.metadata) for e in events
                 if e.HasField("status_update") and e.status_update.metadata]
     kinds = [p["kind"] for p in progress]
@@ -166,7 +155,7 @@ async def test_dangerous_command_runs_after_approve_once(gw, hermes_id, tmp_path
     target.mkdir()
     async with gw.client(hermes_id) as client, gw.client(hermes_id, streaming=False) as blocking:
         head = await until_input_required(
-            client.send_message(message(f"FAKE_TOOL_DANGER path={target} {token()}")))
+            client.send_message(send_request(f"FAKE_TOOL_DANGER path={target} {token()}")))
         ask = approval_data(head[-1])
         assert ask["command"] == f"rm -rf {target}"
         assert ask["description"] == "delete in root path"
@@ -174,7 +163,7 @@ async def test_dangerous_command_runs_after_approve_once(gw, hermes_id, tmp_path
         assert target.exists()
         task_id, context_id = head[0].task.id, head[0].task.context_id
         (done,) = [e async for e in blocking.send_message(
-            message(data={"choice": "once"}, task_id=task_id, context_id=context_id))]
+            send_request("", data={"choice": "once"}, task_id=task_id, context_id=context_id))]
     assert done.task.status.state == COMPLETED
     assert not target.exists()
     assert '"exit_code": 0' in final_text(done.task)
@@ -185,14 +174,14 @@ async def test_dangerous_command_is_not_run_after_deny(gw, hermes_id, tmp_path: 
     target.mkdir()
     async with gw.client(hermes_id, streaming=False) as client:
         (first,) = [e async for e in client.send_message(
-            message(f"FAKE_TOOL_DANGER path={target} {token()}"))]
+            send_request(f"FAKE_TOOL_DANGER path={target} {token()}"))]
         task = first.task
         assert task.status.state == INPUT_REQUIRED
         ids = {"task_id": task.id, "context_id": task.context_id}
-        (wrong,) = [e async for e in client.send_message(message("maybe later", **ids))]
+        (wrong,) = [e async for e in client.send_message(send_request("maybe later", **ids))]
         assert wrong.task.status.state == INPUT_REQUIRED
         assert "Valid choices: once, deny" in wrong.task.status.message.parts[0].text
-        (done,) = [e async for e in client.send_message(message("no", **ids))]
+        (done,) = [e async for e in client.send_message(send_request("no", **ids))]
     assert done.task.status.state == COMPLETED
     assert target.exists()
     assert "BLOCKED: Command denied by user" in final_text(done.task)
@@ -200,7 +189,7 @@ async def test_dangerous_command_is_not_run_after_deny(gw, hermes_id, tmp_path: 
 
 async def test_cancel_while_streaming(gw, hermes_id):
     async with gw.client(hermes_id) as client:
-        stream = client.send_message(message(f"FAKE_SLOW words=40 delay=0.2 {token()}"))
+        stream = client.send_message(send_request(f"FAKE_SLOW words=40 delay=0.2 {token()}"))
         head = []
         async for event in stream:
             head.append(event)
@@ -219,20 +208,20 @@ async def test_cancel_while_waiting_for_approval(gw, hermes_id, tmp_path: Path):
     target.mkdir()
     async with gw.client(hermes_id, streaming=False) as client:
         (first,) = [e async for e in client.send_message(
-            message(f"FAKE_TOOL_DANGER path={target} {token()}"))]
+            send_request(f"FAKE_TOOL_DANGER path={target} {token()}"))]
         assert first.task.status.state == INPUT_REQUIRED
         started = time.monotonic()
         canceled = await client.cancel_task(CancelTaskRequest(id=first.task.id))
         waited = time.monotonic() - started
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED
     assert waited < 8  # Hermes confirmed the stop; the gateway did not just give up
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # a short while in which the denied command must not run
     assert target.exists()
 
 
 async def test_upstream_llm_error_fails_the_task(gw, hermes_id):
     async with gw.client(hermes_id, streaming=False) as client:
-        (event,) = [e async for e in client.send_message(message(f"FAKE_HTTP_400 {token()}"))]
+        (event,) = [e async for e in client.send_message(send_request(f"FAKE_HTTP_400 {token()}"))]
     assert event.task.status.state == TaskState.TASK_STATE_FAILED
     reason = event.task.status.message.parts[0].text
     assert "HTTP 400" in reason and "fakellm scripted bad request" in reason
@@ -242,7 +231,7 @@ async def test_message_mode_answers_with_a_message(gw, hermes_url):
     endpoint = await hermes_endpoint(gw, hermes_url, response_mode="message")
     mark = token()
     async with gw.client(endpoint, streaming=False) as client:
-        (event,) = [e async for e in client.send_message(message(f"ping {mark}"))]
+        (event,) = [e async for e in client.send_message(send_request(f"ping {mark}"))]
     assert event.HasField("message") and event.message.role == Role.ROLE_AGENT
     assert event.message.parts[0].text == f"Hello from fakellm. You said: ping {mark}"
 
@@ -252,7 +241,7 @@ async def test_second_message_of_a_context_carries_the_first_turn(gw, hermes_id)
     context_id = f"ctx-{mark}"
     async with gw.client(hermes_id, streaming=False) as client:
         for text in (f"first {mark}", f"second {mark}"):
-            (event,) = [e async for e in client.send_message(message(text, context_id=context_id))]
+            (event,) = [e async for e in client.send_message(send_request(text, context_id=context_id))]
             assert event.task.status.state == COMPLETED
     (second,) = [r for r in await llm_requests() if r["text"] == f"second {mark}"]
     convo = [(m["role"], m["content"]) for m in second["messages"] if m["role"] != "system"]
@@ -322,7 +311,7 @@ async def test_dropped_event_stream_completes_from_polling(gw, hermes_url):
         endpoint = await hermes_endpoint(gw, proxy.url)
         async with gw.client(endpoint) as client:
             events = []
-            async for event in client.send_message(message(f"FAKE_SLOW words=12 delay=0.2 {token()}")):
+            async for event in client.send_message(send_request(f"FAKE_SLOW words=12 delay=0.2 {token()}")):
                 events.append(event)
                 if sum(e.HasField("artifact_update") for e in events) == 2:
                     proxy.cut()  # kills the handler's SSE connection to Hermes mid-run
@@ -340,14 +329,11 @@ async def test_unanswered_approval_is_denied_after_the_bridge_bound(gw, hermes_u
     endpoint = await hermes_endpoint(gw, hermes_url, approval_wait_seconds=1.0)
     async with gw.client(endpoint) as client:
         head = await until_input_required(
-            client.send_message(message(f"FAKE_TOOL_DANGER path={target} {token()}")))
+            client.send_message(send_request(f"FAKE_TOOL_DANGER path={target} {token()}")))
         task_id = head[0].task.id
-        for _ in range(100):
-            task = await client.get_task(GetTaskRequest(id=task_id))
-            if task.status.state == COMPLETED:
-                break
-            await asyncio.sleep(0.1)
-    assert task.status.state == COMPLETED
+        task = await eventually(lambda: client.get_task(GetTaskRequest(id=task_id)),
+                                until=lambda t: t.status.state == COMPLETED, timeout=15,
+                                what="the unanswered approval is denied")
     assert "BLOCKED: Command denied by user" in final_text(task)
     assert target.exists()
 
@@ -358,7 +344,7 @@ async def test_wrong_key_fails_without_revealing_it(gw, hermes_url, monkeypatch)
     endpoint = await hermes_endpoint(gw, hermes_url, hermes_api_key="env:A2A_TEST_WRONG_HERMES_KEY")
     with structlog.testing.capture_logs() as logs:
         async with gw.client(endpoint, streaming=False) as client:
-            (event,) = [e async for e in client.send_message(message(f"hello {token()}"))]
+            (event,) = [e async for e in client.send_message(send_request(f"hello {token()}"))]
     reason = event.task.status.message.parts[0].text
     assert event.task.status.state == TaskState.TASK_STATE_FAILED
     assert "rejected the API key (HTTP 401)" in reason
@@ -373,7 +359,7 @@ async def test_unreachable_hermes_fails_the_task(gw, hermes_url):
     with socket_closed_port() as url:
         endpoint = await hermes_endpoint(gw, url)
         async with gw.client(endpoint, streaming=False) as client:
-            (event,) = [e async for e in client.send_message(message(f"hello {token()}"))]
+            (event,) = [e async for e in client.send_message(send_request(f"hello {token()}"))]
     assert event.task.status.state == TaskState.TASK_STATE_FAILED
     assert "cannot reach Hermes at" in event.task.status.message.parts[0].text
 
@@ -435,7 +421,7 @@ async def test_a_hung_model_fails_the_task_at_run_timeout_seconds(gw, hermes_url
     endpoint = await hermes_endpoint(gw, hermes_url, run_timeout_seconds=3)
     started = time.monotonic()
     async with gw.client(endpoint, streaming=False) as client:
-        (event,) = [e async for e in client.send_message(message(f"{text} {token()}"))]
+        (event,) = [e async for e in client.send_message(send_request(f"{text} {token()}"))]
     took = time.monotonic() - started
     assert event.task.status.state == TaskState.TASK_STATE_FAILED
     reason = event.task.status.message.parts[0].text
@@ -443,13 +429,12 @@ async def test_a_hung_model_fails_the_task_at_run_timeout_seconds(gw, hermes_url
     assert 3 <= took < 10  # Hermes' keepalives (every 30 s) did not keep it WORKING
     stored = await gw.store.get_task(Scope("default", endpoint, "anonymous"), event.task.id)
     async with httpx.AsyncClient() as http:
-        for _ in range(50):  # the bridge stopped the run at Hermes
-            run = (await http.get(f"{hermes_url}/v1/runs/{stored.run_ref}", headers={
+        async def the_run() -> dict:
+            return (await http.get(f"{hermes_url}/v1/runs/{stored.run_ref}", headers={
                 "Authorization": f"Bearer {require_env('A2A_TEST_HERMES_KEY')}"})).json()
-            if run["status"] == "cancelled":
-                break
-            await asyncio.sleep(0.1)
-    assert run["status"] == "cancelled"
+
+        await eventually(the_run, until=lambda run: run["status"] == "cancelled", timeout=10,
+                         what="the bridge stops the run at Hermes")
 
 
 # -- inbound images ------------------------------------------------------------------------

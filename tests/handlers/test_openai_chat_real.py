@@ -7,7 +7,6 @@ that is a failure.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 import uuid
@@ -16,12 +15,14 @@ from typing import Any
 
 import httpx
 import pytest
-from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
+from a2a.types import TaskState
 
 from handlers.base import Completed, Failed, FileInput, Reply, TextDelta, Turn
 from handlers.openai_chat import OpenAIChatHandler, OpenAIChatSettings
 from tests.handlers.openai_mock import make_request
 from tests.harness import require_env, running_gateway
+from tests.messages import send_request
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -122,12 +123,11 @@ async def test_cancel_closes_the_upstream_stream(backend, http) -> None:
         if isinstance(event, TextDelta):
             break
     await events.aclose()
-    entry: dict[str, Any] = {}
-    for _ in range(150):
-        entry = (await llm_requests(backend, http, t))[-1]
-        if entry["outcome"] != "in_progress":
-            break
-        await asyncio.sleep(0.1)
+    async def last_request() -> dict:
+        return (await llm_requests(backend, http, t))[-1]
+
+    entry = await eventually(last_request, until=lambda e: e["outcome"] != "in_progress",
+                             timeout=15, what="the LLM request ends")
     assert entry["outcome"] == "client_disconnected"
     assert len(entry["chunks"]) < 30
 
@@ -153,11 +153,6 @@ async def test_a_429_with_retry_after_is_retried(http, retry: str) -> None:
 # --- through the gateway, with the real a2a-sdk client ------------------------------
 
 
-def send(text: str, **fields: Any) -> SendMessageRequest:
-    return SendMessageRequest(message=Message(
-        message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text)], **fields))
-
-
 async def test_gateway_stream_then_follow_up_in_the_same_context(backend, http) -> None:
     t = tag()
     async with running_gateway() as gw:
@@ -165,13 +160,13 @@ async def test_gateway_stream_then_follow_up_in_the_same_context(backend, http) 
             "base_url": backend["base_url"], "api_key": backend["api_key"],
             "model": backend["model"]})
         async with gw.client(endpoint, timeout=60) as client:
-            events = [e async for e in client.send_message(send(f"FAKE_SLOW words=4 delay=0.2 {t}"))]
+            events = [e async for e in client.send_message(send_request(f"FAKE_SLOW words=4 delay=0.2 {t}"))]
             assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
             chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
             assert len(chunks) >= 3 and chunks[-1].last_chunk
             assert "".join(p.text for p in chunks[-1].artifact.parts) == "slow0 slow1 slow2 slow3"
             context = events[0].task.context_id
-            follow = [e async for e in client.send_message(send(f"again {t}", context_id=context))]
+            follow = [e async for e in client.send_message(send_request(f"again {t}", context_id=context))]
     assert follow[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
     seen = (await llm_requests(backend, http, f"again {t}"))[-1]
     everything = "\n".join(m["content"] for m in seen["messages"])

@@ -7,7 +7,6 @@ are unset, except under CI=true, where that is a failure.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 import uuid
@@ -19,10 +18,6 @@ import pytest
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
-    Message,
-    Part,
-    Role,
-    SendMessageRequest,
     StreamResponse,
     TaskState,
 )
@@ -41,6 +36,8 @@ from handlers.base import (
 from handlers.openclaw import OpenClawHandler, OpenClawSettings
 from tests.handlers.openai_mock import make_request
 from tests.harness import RunningGateway, require_env, running_gateway
+from tests.messages import send_request
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.openclaw, pytest.mark.timeout(90)]
 
@@ -74,6 +71,15 @@ async def llm_requests(env: dict[str, str], http: httpx.AsyncClient, marker: str
     url = env["A2A_TEST_LLM_URL"].rstrip("/").removesuffix("/v1") + "/_requests"
     entries = (await http.get(url)).json()
     return [e for e in entries if marker in (e.get("text") or "")]
+
+
+async def ended_request(env: dict[str, str], http: httpx.AsyncClient, marker: str) -> dict:
+    """The scripted LLM's last request for ``marker``, once it is no longer in progress."""
+    async def last() -> dict:
+        return (await llm_requests(env, http, marker))[-1]
+
+    return await eventually(last, until=lambda entry: entry["outcome"] != "in_progress",
+                            timeout=15, what=f"the LLM request for {marker} ends")
 
 
 async def run_all(handler: OpenClawHandler, request: HandlerRequest) -> list[tuple[float, HandlerEvent]]:
@@ -162,12 +168,7 @@ async def test_a_run_past_run_timeout_seconds_fails_and_openclaw_aborts_it(env, 
     assert events[-1] == Failed("the OpenClaw run exceeded run_timeout_seconds=3")
     assert any(isinstance(e, TextDelta) for e in events)
     assert 3 <= time.monotonic() - started < 8
-    entry: dict[str, Any] = {}
-    for _ in range(100):  # closing the stream made OpenClaw abort its LLM call
-        entry = (await llm_requests(env, http, tag))[-1]
-        if entry["outcome"] != "in_progress":
-            break
-        await asyncio.sleep(0.1)
+    entry = await ended_request(env, http, tag)  # closing the stream aborted the LLM call
     assert entry["outcome"] == "client_disconnected"
     assert len(entry["chunks"]) < 20
 
@@ -188,24 +189,18 @@ async def test_cancel_mid_stream_stops_the_upstream_run(env, http) -> None:
     await events.aclose()  # what the gateway does on CancelTask
     closed_at = time.time()
 
-    entry: dict[str, Any] = {}
-    for _ in range(100):  # OpenClaw aborts its LLM call soon after the client went away
-        entry = (await llm_requests(env, http, tag))[-1]
-        if entry["outcome"] != "in_progress":
-            break
-        await asyncio.sleep(0.1)
+    entry = await ended_request(env, http, tag)  # aborted soon after the client went away
     assert entry["outcome"] == "client_disconnected"
     assert entry["ended"] - closed_at < 5.0
     assert len(entry["chunks"]) < words
     if log_offset is not None:  # OpenClaw's own log tells that it aborted the run
-        for _ in range(100):
+        def logged_since_the_start() -> str:
             with open(log_path, encoding="utf-8", errors="replace") as log:
                 log.seek(log_offset)
-                if "ClientDisconnectError" in log.read():
-                    break
-            await asyncio.sleep(0.1)
-        else:
-            pytest.fail("OpenClaw did not log the client disconnect")
+                return log.read()
+
+        await eventually(logged_since_the_start, until=lambda text: "ClientDisconnectError" in text,
+                         timeout=15, what="OpenClaw logs the client disconnect")
 
 
 async def test_bad_token_fails_without_leaking_it(env, http) -> None:
@@ -239,11 +234,6 @@ async def openclaw_endpoint(gw: RunningGateway, env: dict[str, str], **settings:
     return await gw.add_endpoint(HANDLER, settings=values, name="openclaw agent")
 
 
-def send(text: str, **fields: Any) -> SendMessageRequest:
-    return SendMessageRequest(message=Message(
-        message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text)], **fields))
-
-
 def artifact_text(events: list[StreamResponse]) -> str:
     """The answer as a client rebuilds it from artifact updates (append / replace)."""
     text = ""
@@ -264,7 +254,7 @@ async def test_gateway_streams_tokens_before_completion(gw, env, http) -> None:
     timed: list[tuple[float, StreamResponse]] = []
     start = time.monotonic()
     async with gw.client(endpoint, timeout=60) as client:
-        async for event in client.send_message(send(f"FAKE_SLOW words=6 delay=0.3 {t}")):
+        async for event in client.send_message(send_request(f"FAKE_SLOW words=6 delay=0.3 {t}")):
             timed.append((time.monotonic() - start, event))
     events = [e for _, e in timed]
     assert events[0].HasField("task")
@@ -285,7 +275,7 @@ async def test_gateway_blocking_send_completes(gw, env) -> None:
     endpoint = await openclaw_endpoint(gw, env, openclaw_agent_id="main")
     t = nonce()
     async with gw.client(endpoint, streaming=False, timeout=60) as client:
-        [event] = [e async for e in client.send_message(send(f"block {t}"))]
+        [event] = [e async for e in client.send_message(send_request(f"block {t}"))]
     task = event.task
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     assert task.artifacts[0].parts[0].text == f"Hello from fakellm. You said: block {t}"
@@ -296,7 +286,7 @@ async def test_gateway_message_mode(gw, env) -> None:
     endpoint = await openclaw_endpoint(gw, env, response_mode="message")
     t = nonce()
     async with gw.client(endpoint, streaming=False, timeout=60) as client:
-        [event] = [e async for e in client.send_message(send(f"msg {t}"))]
+        [event] = [e async for e in client.send_message(send_request(f"msg {t}"))]
     assert event.HasField("message")
     assert event.message.parts[0].text == f"Hello from fakellm. You said: msg {t}"
 
@@ -305,10 +295,10 @@ async def test_gateway_two_messages_in_one_context(gw, env, http) -> None:
     endpoint = await openclaw_endpoint(gw, env)
     t = nonce()
     async with gw.client(endpoint, streaming=False, timeout=60) as client:
-        [first] = [e async for e in client.send_message(send(f"first {t}"))]
+        [first] = [e async for e in client.send_message(send_request(f"first {t}"))]
         assert first.task.status.state == TaskState.TASK_STATE_COMPLETED
         context = first.task.context_id
-        [second] = [e async for e in client.send_message(send(f"second {t}", context_id=context))]
+        [second] = [e async for e in client.send_message(send_request(f"second {t}", context_id=context))]
     assert second.task.status.state == TaskState.TASK_STATE_COMPLETED
     assert second.task.context_id == context
     turn2 = (await llm_requests(env, http, f"second {t}"))[-1]
@@ -320,7 +310,7 @@ async def test_gateway_two_messages_in_one_context(gw, env, http) -> None:
 async def test_gateway_upstream_error_fails_the_task(gw, env) -> None:
     endpoint = await openclaw_endpoint(gw, env)
     async with gw.client(endpoint, timeout=60) as client:
-        events = [e async for e in client.send_message(send(f"FAKE_HTTP_400 {nonce()}"))]
+        events = [e async for e in client.send_message(send_request(f"FAKE_HTTP_400 {nonce()}"))]
     status = events[-1].status_update.status
     assert status.state == TaskState.TASK_STATE_FAILED
     assert "400 fakellm scripted bad request" in status_text(status)
@@ -332,7 +322,7 @@ async def test_gateway_cancel_mid_stream_stops_the_openclaw_run(gw, env, http) -
     words = 30
     async with gw.client(endpoint, timeout=60) as client, \
             gw.client(endpoint, streaming=False, timeout=60) as control:
-        stream = client.send_message(send(f"FAKE_SLOW words={words} delay=0.3 {t}"))
+        stream = client.send_message(send_request(f"FAKE_SLOW words={words} delay=0.3 {t}"))
         seen: list[StreamResponse] = []
         async for event in stream:
             seen.append(event)
@@ -345,12 +335,7 @@ async def test_gateway_cancel_mid_stream_stops_the_openclaw_run(gw, env, http) -
         stored = await control.get_task(GetTaskRequest(id=task_id))
     assert stored.status.state == TaskState.TASK_STATE_CANCELED
     assert rest and rest[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
-    entry: dict[str, Any] = {}
-    for _ in range(100):
-        entry = (await llm_requests(env, http, t))[-1]
-        if entry["outcome"] != "in_progress":
-            break
-        await asyncio.sleep(0.1)
+    entry = await ended_request(env, http, t)
     assert entry["outcome"] == "client_disconnected"  # OpenClaw aborted its LLM call
     assert len(entry["chunks"]) < words
 
@@ -361,7 +346,7 @@ async def test_gateway_bad_token_fails_without_leaking_it(gw, env, http, monkeyp
     monkeypatch.setenv("A2A_TEST_OPENCLAW_BAD_TOKEN", bad)
     endpoint = await openclaw_endpoint(gw, env, openclaw_api_key="env:A2A_TEST_OPENCLAW_BAD_TOKEN")
     async with gw.client(endpoint, streaming=False, timeout=60) as client:
-        [event] = [e async for e in client.send_message(send("hello"))]
+        [event] = [e async for e in client.send_message(send_request("hello"))]
         task = await client.get_task(GetTaskRequest(id=event.task.id))
     assert task.status.state == TaskState.TASK_STATE_FAILED
     assert "401" in status_text(task.status)

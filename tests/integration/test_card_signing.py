@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -22,7 +23,7 @@ import pytest
 from a2a.client.card_resolver import A2ACardResolver, parse_agent_card
 from a2a.compat.v0_3 import conversions
 from a2a.compat.v0_3 import types as types_v03
-from a2a.types import AgentCard, Message, Part, Role, SendMessageRequest
+from a2a.types import AgentCard
 from a2a.utils.signing import InvalidSignaturesError, create_signature_verifier
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
@@ -33,6 +34,8 @@ from jwt.exceptions import PyJWKError
 from a2a_gateway.auth.api_keys import make_key
 from tests.cli_process import LISTENING, ROOT, cli_env, run_cli
 from tests.harness import RunningGateway, collect, reconstruct, running_gateway
+from tests.messages import send_request
+from tests.waiting import eventually
 
 V10 = {"A2A-Version": "1.0"}
 EXTENDED = {"capabilities": {"extendedAgentCard": True},
@@ -241,9 +244,7 @@ async def test_the_sdk_client_discovers_and_talks_to_a_signed_endpoint(tmp_path:
         endpoint_id = await gw.add_endpoint(settings={"delay": 0.0})
         assert (await gw.card(endpoint_id)).signatures
         async with gw.client(endpoint_id, version=version) as client:
-            request = SendMessageRequest(message=Message(
-                message_id="m1", role=Role.ROLE_USER, parts=[Part(text="hello signed")]))
-            events = await collect(client.send_message(request))
+            events = await collect(client.send_message(send_request("hello signed")))
     assert "hello signed" in "".join(reconstruct(events).values())
 
 
@@ -343,11 +344,11 @@ async def test_a_key_from_the_environment_signs_and_never_reaches_the_logs(tmp_p
             sys.executable, "-m", "a2a_gateway", "demo", "--store", "memory://", "--port", "0",
             cwd=ROOT, env=env, stdout=out, stderr=out)
         try:
-            async with asyncio.timeout(30):
-                while not (match := LISTENING.search(log.read_text())):
-                    assert proc.returncode is None, log.read_text()
-                    await asyncio.sleep(0.1)
-            base = match.group(1)
+            def listening() -> re.Match[str] | None:
+                assert proc.returncode is None, log.read_text()
+                return LISTENING.search(log.read_text())
+
+            base = (await eventually(listening, interval=0.1, what="the gateway listens")).group(1)
             async with httpx.AsyncClient() as http:
                 card = (await http.get(f"{base}/00000000-0000-4000-8000-00000000ec40"
                                        "/.well-known/agent-card.json")).json()

@@ -7,20 +7,10 @@ the PostgreSQL hub adds the live chunks (tests/integration/test_postgres_replica
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from typing import ClassVar
 
-from a2a.types import (
-    CancelTaskRequest,
-    GetTaskRequest,
-    Message,
-    Part,
-    Role,
-    SendMessageRequest,
-    SubscribeToTaskRequest,
-    TaskState,
-)
+from a2a.types import CancelTaskRequest, GetTaskRequest, SubscribeToTaskRequest, TaskState
 
 from a2a_gateway.stores.memory import MemoryStore
 from handlers.base import (
@@ -33,14 +23,10 @@ from handlers.base import (
     RunStarted,
 )
 from tests.harness import running_gateway
+from tests.messages import send_request
+from tests.waiting import eventually
 
 FAST = {"lease_seconds": 0.6, "remote_poll_seconds": 0.1}
-
-
-def send(text: str) -> SendMessageRequest:
-    return SendMessageRequest(
-        message=Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text)])
-    )
 
 
 async def test_subscribe_on_another_replica_gets_task_then_final_state():
@@ -50,7 +36,7 @@ async def test_subscribe_on_another_replica_gets_task_then_final_state():
         ep = await a.add_endpoint(settings={"delay": 0.05})
         words = " ".join(f"w{i}" for i in range(20))
         async with a.client(ep) as on_a, b.client(ep) as on_b:
-            stream = on_a.send_message(send(words))
+            stream = on_a.send_message(send_request(words))
             first = await anext(stream)
             remote = [e async for e in on_b.subscribe(SubscribeToTaskRequest(id=first.task.id))]
             _ = [e async for e in stream]
@@ -66,15 +52,15 @@ async def test_cancel_on_another_replica_stops_the_run_at_its_owner():
             running_gateway(store=store, replica_id="b", **FAST) as b:
         ep = await a.add_endpoint(settings={"delay": 0.1})
         async with a.client(ep) as on_a, b.client(ep, streaming=False) as on_b:
-            stream = on_a.send_message(send(" ".join(["word"] * 100)))
+            stream = on_a.send_message(send_request(" ".join(["word"] * 100)))
             first = await anext(stream)
             await anext(stream)
             canceled = await on_b.cancel_task(CancelTaskRequest(id=first.task.id))
             assert canceled.status.state == TaskState.TASK_STATE_CANCELED
             rest = [e async for e in stream]  # the owner's stream ends soon after
             assert rest[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
-            await asyncio.sleep(0.3)
-            assert first.task.id not in a.gateway.engine.runs
+            await eventually(lambda: first.task.id not in a.gateway.engine.runs, timeout=10,
+                             what="the run leaves the owner's table")
             final = await on_a.get_task(GetTaskRequest(id=first.task.id))
     assert final.status.state == TaskState.TASK_STATE_CANCELED
     assert not final.artifacts  # the run never completed after the cancel
@@ -109,9 +95,9 @@ async def test_answer_sent_to_another_replica_reaches_the_owners_run(monkeypatch
             running_gateway(store=store, replica_id="b", **FAST) as b:
         ep = await a.add_endpoint("handlers.echo:WaitsForApproval")
         async with a.client(ep, streaming=False) as on_a, b.client(ep) as on_b:
-            (first,) = [e async for e in on_a.send_message(send("do it"))]
+            (first,) = [e async for e in on_a.send_message(send_request("do it"))]
             assert first.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-            answer = send("once")
+            answer = send_request("once")
             answer.message.task_id = first.task.id
             events = [e async for e in on_b.send_message(answer)]
         assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED

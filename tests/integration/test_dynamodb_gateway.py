@@ -15,32 +15,25 @@ Every test gets its own table prefix, dropped afterwards. Needs ``A2A_TEST_DYNAM
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
-from a2a.types import (
-    CancelTaskRequest,
-    GetTaskRequest,
-    Message,
-    Part,
-    Role,
-    SendMessageRequest,
-    SubscribeToTaskRequest,
-    TaskState,
-)
+from a2a.types import CancelTaskRequest, GetTaskRequest, SubscribeToTaskRequest, TaskState
 
 from tests.harness import RunningGateway, collect, running_gateway
+from tests.messages import send_request
 from tests.stores import dynamo_support as support
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.dynamodb
 
@@ -110,17 +103,17 @@ async def gateway_process(store_url: str, replica_id: str) -> AsyncIterator[str]
 
         try:
             async with httpx.AsyncClient(timeout=1) as http:
-                for _ in range(300):  # 30 s
+                async def ready() -> bool:
                     if proc.poll() is not None:
                         pytest.fail(f"gateway process exited with {proc.returncode}: {output()}")
-                    try:
-                        if (await http.get(f"{base}/readyz")).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    await asyncio.sleep(0.1)
-                else:
-                    pytest.fail(f"gateway process not ready after 30 s: {output()}")
+                    with contextlib.suppress(httpx.HTTPError):
+                        return (await http.get(f"{base}/readyz")).status_code == 200
+                    return False
+
+                try:
+                    await eventually(ready, interval=0.1, what="the gateway process is ready")
+                except AssertionError as exc:
+                    pytest.fail(f"{exc}: {output()}")
             yield base
         finally:
             proc.terminate()
@@ -176,14 +169,6 @@ async def replica_b(url: str) -> AsyncIterator[RunningGateway]:
 # -- helpers --------------------------------------------------------------------------------
 
 
-def send(text: str, context_id: str = "") -> SendMessageRequest:
-    message = Message(
-        message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text)],
-        context_id=context_id,
-    )
-    return SendMessageRequest(message=message)
-
-
 # -- two gateway processes --------------------------------------------------------------------
 
 
@@ -194,7 +179,7 @@ async def test_subscribe_on_second_process_gets_task_then_final_state_by_polling
     ep = cli_endpoint_id
     async with replica_a(operator_url) as a, replica_b(operator_url) as b, \
             a.client(ep) as on_a, b.client(ep) as on_b:
-        stream = on_a.send_message(send(words))
+        stream = on_a.send_message(send_request(words))
         first = await anext(stream)
         remote = await collect(on_b.subscribe(SubscribeToTaskRequest(id=first.task.id)))
         local = await collect(stream)
@@ -218,18 +203,15 @@ async def test_cancel_on_second_process_stops_the_run_on_the_first(operator_url,
     ep = cli_endpoint_id
     async with replica_a(operator_url) as a, replica_b(operator_url) as b, \
             a.client(ep) as on_a, b.client(ep, streaming=False) as on_b:
-        stream = on_a.send_message(send(" ".join(["word"] * 200)))  # ten seconds if not stopped
+        stream = on_a.send_message(send_request(" ".join(["word"] * 200)))  # ten seconds if not stopped
         first = await anext(stream)
         await anext(stream)
         canceled = await on_b.cancel_task(CancelTaskRequest(id=first.task.id))
         started = time.monotonic()
         rest = await asyncio.wait_for(collect(stream), timeout=8)
         stopped_after = time.monotonic() - started
-        for _ in range(50):  # the run leaves the owner's table once its driver has stopped
-            if first.task.id not in a.gateway.engine.runs:
-                break
-            await asyncio.sleep(0.1)
-        assert first.task.id not in a.gateway.engine.runs
+        await eventually(lambda: first.task.id not in a.gateway.engine.runs, timeout=10,
+                         what="the run leaves the owner's table once its driver has stopped")
         final = await on_a.get_task(GetTaskRequest(id=first.task.id))
         seen_on_b = await on_b.get_task(GetTaskRequest(id=first.task.id))
 

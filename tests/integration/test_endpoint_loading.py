@@ -6,9 +6,10 @@ from __future__ import annotations
 import httpx
 import pytest
 from a2a.client import A2ACardResolver
-from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
+from a2a.types import TaskState
 
 from tests.harness import collect, running_gateway
+from tests.messages import send_request
 
 SEND = {
     "jsonrpc": "2.0", "id": "req-7", "method": "SendMessage",
@@ -77,7 +78,7 @@ async def test_the_default_endpoint_is_served_at_the_root():
             task_id = at_root["jsonrpc"].json()["result"]["task"]["id"]
             got = await http.get(f"{gw.base_url}/a2a/rest/tasks/{task_id}", headers=V10)
         async with gw.client(endpoint_id) as client:
-            request = SendMessageRequest(message=Message(message_id="m2", role=Role.ROLE_USER, parts=[Part(text="a b")]))
+            request = send_request("a b")
             events = await collect(client.send_message(request))
     assert at_root["card"].status_code == 200 and at_root["card"].json()["name"] == "root agent"
     assert card.name == "root agent"

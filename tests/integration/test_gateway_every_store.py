@@ -21,10 +21,7 @@ from a2a.types import (
     GetTaskRequest,
     ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
-    Message,
-    Part,
     Role,
-    SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
     TaskPushNotificationConfig,
@@ -33,7 +30,9 @@ from a2a.types import (
 from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 
 from tests.harness import RunningGateway, collect, reconstruct, running_gateway
+from tests.messages import send_request
 from tests.stores.store_urls import STORE_KINDS, fresh_store_url
+from tests.waiting import eventually
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 CANCELED = TaskState.TASK_STATE_CANCELED
@@ -61,30 +60,20 @@ async def slow_echo(gw: RunningGateway) -> str:
     return await gw.add_endpoint(settings={"delay": WORD_DELAY})
 
 
-def send(text: str, **fields: str) -> SendMessageRequest:
-    message = Message(
-        message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text)], **fields
-    )
-    return SendMessageRequest(message=message)
-
-
 def user_texts(task: Task) -> list[str]:
     return [m.parts[0].text for m in task.history if m.role == Role.ROLE_USER]
 
 
 async def until_terminal(client: Client, task_id: str, timeout: float = 10.0) -> Task:
-    """GetTask until the task is completed or canceled (or ``timeout`` passes)."""
-    for _ in range(int(timeout / 0.05)):
-        task = await client.get_task(GetTaskRequest(id=task_id))
-        if task.status.state in (COMPLETED, CANCELED):
-            return task
-        await asyncio.sleep(0.05)
-    return task
+    """GetTask until the task is completed or canceled (at most ``timeout`` seconds)."""
+    return await eventually(lambda: client.get_task(GetTaskRequest(id=task_id)),
+                            until=lambda task: task.status.state in (COMPLETED, CANCELED),
+                            timeout=timeout, what=f"task {task_id} ends")
 
 
 async def test_blocking_send_returns_the_completed_task_get_task_reads_it_back(gw, echo):
     async with gw.client(echo, streaming=False) as client:
-        (event,) = await collect(client.send_message(send("hello store")))
+        (event,) = await collect(client.send_message(send_request("hello store")))
         got = await client.get_task(GetTaskRequest(id=event.task.id))
     for task in (event.task, got):
         assert task.status.state == COMPLETED
@@ -95,7 +84,7 @@ async def test_blocking_send_returns_the_completed_task_get_task_reads_it_back(g
 async def test_streaming_send_delivers_task_chunks_final_and_stores_the_text(gw, slow_echo):
     words = "one two three four"
     async with gw.client(slow_echo) as client:
-        events = await collect(client.send_message(send(words)))
+        events = await collect(client.send_message(send_request(words)))
         stored = await client.get_task(GetTaskRequest(id=events[0].task.id))
     assert events[0].HasField("task")
     chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
@@ -111,13 +100,13 @@ async def test_streaming_send_delivers_task_chunks_final_and_stores_the_text(gw,
 
 async def test_input_required_then_the_answer_completes_the_same_task(gw, echo):
     async with gw.client(echo, streaming=False) as client:
-        (asked,) = await collect(client.send_message(send("please ?input")))
+        (asked,) = await collect(client.send_message(send_request("please ?input")))
         task = asked.task
         assert task.status.state == INPUT_REQUIRED
         waiting = await client.get_task(GetTaskRequest(id=task.id))
         listed = await client.list_tasks(ListTasksRequest(status=INPUT_REQUIRED))
         (answered,) = await collect(
-            client.send_message(send("the answer", task_id=task.id, context_id=task.context_id))
+            client.send_message(send_request("the answer", task_id=task.id, context_id=task.context_id))
         )
         done = await client.get_task(GetTaskRequest(id=task.id))
         still_waiting = await client.list_tasks(ListTasksRequest(status=INPUT_REQUIRED))
@@ -133,10 +122,10 @@ async def test_input_required_then_the_answer_completes_the_same_task(gw, echo):
 
 async def test_input_required_round_trip_over_streams(gw, echo):
     async with gw.client(echo) as client:
-        asked = await collect(client.send_message(send("?input over a stream")))
+        asked = await collect(client.send_message(send_request("?input over a stream")))
         task = asked[0].task
         answered = await collect(
-            client.send_message(send("streamed answer", task_id=task.id, context_id=task.context_id))
+            client.send_message(send_request("streamed answer", task_id=task.id, context_id=task.context_id))
         )
     assert asked[-1].status_update.status.state == INPUT_REQUIRED
     assert answered[0].task.id == task.id
@@ -146,7 +135,7 @@ async def test_input_required_round_trip_over_streams(gw, echo):
 
 async def test_cancel_stops_a_slow_stream_and_the_task_stays_canceled(gw, slow_echo):
     async with gw.client(slow_echo) as streaming, gw.client(slow_echo, streaming=False) as client:
-        stream = streaming.send_message(send(" ".join(["word"] * 100)))  # 5 s if not stopped
+        stream = streaming.send_message(send_request(" ".join(["word"] * 100)))  # 5 s if not stopped
         first = await anext(stream)
         await anext(stream)
         canceled = await client.cancel_task(CancelTaskRequest(id=first.task.id))
@@ -162,7 +151,7 @@ async def test_cancel_stops_a_slow_stream_and_the_task_stays_canceled(gw, slow_e
 async def test_subscribe_mid_stream_rebuilds_the_exact_text(gw, slow_echo):
     words = " ".join(f"w{i}" for i in range(20))
     async with gw.client(slow_echo) as first, gw.client(slow_echo) as second:
-        stream = first.send_message(send(words))
+        stream = first.send_message(send_request(words))
         head = [await anext(stream) for _ in range(6)]
         late = await collect(second.subscribe(SubscribeToTaskRequest(id=head[0].task.id)))
         rest = await collect(stream)
@@ -179,10 +168,10 @@ async def test_get_task_and_list_tasks_by_context_state_and_pages(gw, echo):
     async with gw.client(echo, streaming=False) as client:
         sent_a = []
         for i in range(5):
-            (event,) = await collect(client.send_message(send(f"a{i}", context_id=ctx_a)))
+            (event,) = await collect(client.send_message(send_request(f"a{i}", context_id=ctx_a)))
             sent_a.append(event.task.id)
         for i in range(2):
-            await collect(client.send_message(send(f"b{i}", context_id=ctx_b)))
+            await collect(client.send_message(send_request(f"b{i}", context_id=ctx_b)))
         got = await client.get_task(GetTaskRequest(id=sent_a[0], history_length=0))
         with pytest.raises(TaskNotFoundError):
             await client.get_task(GetTaskRequest(id=str(uuid.uuid4())))
@@ -227,7 +216,7 @@ async def test_get_task_and_list_tasks_by_context_state_and_pages(gw, echo):
 
 async def test_push_config_create_get_list_delete(gw, echo):
     async with gw.client(echo, streaming=False) as client:
-        (event,) = await collect(client.send_message(send("push me")))
+        (event,) = await collect(client.send_message(send_request("push me")))
         task_id = event.task.id
         for config_id in ("cfg-2", "cfg-1"):
             created = await client.create_task_push_notification_config(
@@ -257,7 +246,7 @@ async def test_push_config_create_get_list_delete(gw, echo):
 async def test_a_client_that_drops_its_stream_finds_the_full_result_with_get_task(gw, slow_echo):
     words = "a b c d e f g h"
     async with gw.client(slow_echo) as leaving:
-        stream = leaving.send_message(send(words))
+        stream = leaving.send_message(send_request(words))
         first = await anext(stream)
         await anext(stream)
         await stream.aclose()

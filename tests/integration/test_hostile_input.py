@@ -8,11 +8,9 @@ import contextlib
 import gzip
 import signal
 import sys
-import uuid
 import zlib
 
 import httpx
-import pytest
 from aiohttp import web
 
 from a2a_gateway.app import build_app
@@ -20,13 +18,10 @@ from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.transport.body import BODY_BUDGET
 from tests.cli_process import LISTENING, ROOT, cli_env
 from tests.harness import RunningGateway, running_gateway
+from tests.messages import params_0_3, rpc, wire_message
 
 V10 = {"A2A-Version": "1.0"}
 JSON = {"Content-Type": "application/json"}
-
-
-def rpc(method: str, params: dict, rid: int | str = "hostile-1") -> dict:
-    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
 
 
 def nested(levels: int) -> dict:
@@ -34,20 +29,6 @@ def nested(levels: int) -> dict:
     for _ in range(levels):
         value = {"a": value}
     return value
-
-
-def message_1_0(**extra: object) -> dict:
-    return {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "hi"}], **extra}
-
-
-def message_0_3(*parts: dict) -> dict:
-    return {"message": {"kind": "message", "messageId": str(uuid.uuid4()), "role": "user", "parts": list(parts)}}
-
-
-@pytest.fixture
-async def http():
-    async with httpx.AsyncClient(timeout=30) as client:
-        yield client
 
 
 async def rpc_error(http: httpx.AsyncClient, url: str, body: dict, headers: dict) -> dict:
@@ -66,7 +47,7 @@ async def test_integers_out_of_their_field_range_are_invalid_params(gw: RunningG
         ("GetTask", {"id": "t", "historyLength": 2147483648}, "historyLength"),
         ("ListTasks", {"pageSize": 99999999999}, "pageSize"),
         ("ListTasks", {"historyLength": -2147483649}, "historyLength"),
-        ("SendMessage", {"message": message_1_0(), "configuration": {"historyLength": 2**40}}, "historyLength"),
+        ("SendMessage", {"message": wire_message(), "configuration": {"historyLength": 2**40}}, "historyLength"),
     ]
     for method, params, field in cases:
         error = await rpc_error(http, url, rpc(method, params), V10)
@@ -78,7 +59,7 @@ async def test_integers_out_of_range_on_0_3_are_invalid_params(gw: RunningGatewa
     for length in (-1, 2147483648):
         error = await rpc_error(http, url, rpc("tasks/get", {"id": "t", "historyLength": length}), {})
         assert "historyLength" in error["message"]
-        params = {**message_0_3({"kind": "text", "text": "hi"}), "configuration": {"historyLength": length}}
+        params = {**params_0_3({"kind": "text", "text": "hi"}), "configuration": {"historyLength": length}}
         error = await rpc_error(http, url, rpc("message/send", params), {})
         assert "configuration.historyLength" in error["message"]
 
@@ -95,15 +76,15 @@ async def test_integers_out_of_range_in_rest_query_strings_are_400(gw: RunningGa
 async def test_nesting_deeper_than_the_limit_is_invalid_params(gw: RunningGateway, echo_id, http):
     url = gw.jsonrpc_url(echo_id)
     for levels in (34, 600):
-        body = rpc("SendMessage", {"message": message_1_0(metadata=nested(levels))})
+        body = rpc("SendMessage", {"message": wire_message(metadata=nested(levels))})
         error = await rpc_error(http, url, body, V10)
         assert "max_json_depth (32" in error["message"]
     for levels in (60, 600):
-        body = rpc("message/send", message_0_3({"kind": "data", "data": nested(levels)}))
+        body = rpc("message/send", params_0_3({"kind": "data", "data": nested(levels)}))
         error = await rpc_error(http, url, body, {})
         assert "max_json_depth" in error["message"]
     r = await http.post(gw.rest_url(echo_id) + "/message:send", headers=V10,
-                        json={"message": message_1_0(metadata=nested(40))})
+                        json={"message": wire_message(metadata=nested(40))})
     assert r.status_code == 400 and "max_json_depth" in r.json()["error"]["message"]
 
 
@@ -111,9 +92,9 @@ async def test_nesting_within_the_limit_is_served(gw: RunningGateway, echo_id, h
     """Deep but allowed metadata and data parts reach the agent and come back intact."""
     url = gw.jsonrpc_url(echo_id)
     deep = nested(26)
-    r = await http.post(url, json=rpc("SendMessage", {"message": message_1_0(metadata=deep)}), headers=V10)
+    r = await http.post(url, json=rpc("SendMessage", {"message": wire_message(metadata=deep)}), headers=V10)
     assert "result" in r.json(), r.text
-    body = rpc("message/send", message_0_3({"kind": "data", "data": nested(24)}))
+    body = rpc("message/send", params_0_3({"kind": "data", "data": nested(24)}))
     r = await http.post(url, json=body)
     assert "result" in r.json(), r.text
 
@@ -121,14 +102,14 @@ async def test_nesting_within_the_limit_is_served(gw: RunningGateway, echo_id, h
 async def test_the_depth_limit_is_a_setting(http):
     async with running_gateway(max_json_depth=8) as gw:
         endpoint_id = await gw.add_endpoint(settings={"delay": 0})
-        body = rpc("SendMessage", {"message": message_1_0(metadata=nested(6))})
+        body = rpc("SendMessage", {"message": wire_message(metadata=nested(6))})
         error = await rpc_error(http, gw.jsonrpc_url(endpoint_id), body, V10)
         assert "max_json_depth (8 levels)" in error["message"]
 
 
 async def test_invalid_base64_in_a_0_3_file_part_is_invalid_params(gw: RunningGateway, echo_id, http):
     part = {"kind": "file", "file": {"bytes": "!!!not base64", "mimeType": "text/plain"}}
-    error = await rpc_error(http, gw.jsonrpc_url(echo_id), rpc("message/send", message_0_3(part)), {})
+    error = await rpc_error(http, gw.jsonrpc_url(echo_id), rpc("message/send", params_0_3(part)), {})
     assert "parts.0.file.bytes" in error["message"]
 
 
@@ -238,7 +219,7 @@ async def test_many_stalled_uploads_stay_within_the_in_flight_budget(http):
                    for status, data in answers if status == 503)
         assert peak <= budget_bytes and budget.held == 0
         r = await http.post(gw.jsonrpc_url(endpoint_id), headers=V10,
-                            json=rpc("SendMessage", {"message": message_1_0()}))
+                            json=rpc("SendMessage", {"message": wire_message()}))
         assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
@@ -331,15 +312,15 @@ async def test_parts_text_and_metadata_limits_are_settings_named_in_the_error(ht
             ({"parts": [{"text": "a", "metadata": {"k": "v" * 100}}]}, "parts[0].metadata"),
         ]
         for change, named in cases:
-            message = {**message_1_0(), **change}
+            message = {**wire_message(), **change}
             error = await rpc_error(http, url, rpc("SendMessage", {"message": message}), V10)
             assert named in error["message"], error
             r = await http.post(gw.rest_url(endpoint_id) + "/message:send", headers=V10, json={"message": message})
             assert r.status_code == 400 and named in r.json()["error"]["message"]
-        params = message_0_3(*[{"kind": "text", "text": "a"}] * 4)
+        params = params_0_3(*[{"kind": "text", "text": "a"}] * 4)
         error = await rpc_error(http, url, rpc("message/send", params), {})
         assert "max_message_parts is 3" in error["message"]
-        at_limit = {**message_1_0(), "parts": [{"text": "a" * 50}] * 3, "metadata": {"k": "v" * 80}}
+        at_limit = {**wire_message(), "parts": [{"text": "a" * 50}] * 3, "metadata": {"k": "v" * 80}}
         r = await http.post(url, json=rpc("SendMessage", {"message": at_limit}), headers=V10)
         assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
 

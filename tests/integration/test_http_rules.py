@@ -4,26 +4,10 @@ from __future__ import annotations
 
 import uuid
 
-import httpx
-import pytest
-
 from tests.harness import RunningGateway, running_gateway
+from tests.messages import rpc, send_params
 
 V10 = {"A2A-Version": "1.0"}
-
-
-def rpc(method: str, params: dict | None = None, rid: int | str = 1) -> dict:
-    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params or {}}
-
-
-def send_params(text: str = "hi") -> dict:
-    return {"message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}}
-
-
-@pytest.fixture
-async def http():
-    async with httpx.AsyncClient(timeout=10) as client:
-        yield client
 
 
 async def test_send_over_1_0_and_0_3_on_the_same_url(gw: RunningGateway, echo_id, http):

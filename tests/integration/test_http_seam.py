@@ -3,10 +3,11 @@ takes the HTTP client its handlers use, so no backend process is needed for such
 
 from __future__ import annotations
 
-from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
+from a2a.types import TaskState
 
 from tests.handlers.openai_mock import Backend, fixture, sse_response
 from tests.harness import collect, reconstruct, running_gateway
+from tests.messages import send_request
 
 RECORDED_TEXT = "Hello from fakellm. You said: ping oc chat stream"
 
@@ -17,9 +18,7 @@ async def test_the_chat_bridge_streams_through_the_gateway_over_a_mock_transport
         endpoint = await gw.add_endpoint("handlers.openai_chat:OpenAIChatHandler", settings={
             "base_url": "http://chat.test/v1", "model": "m1", "api_key": "mock-key"})
         async with gw.client(endpoint) as client:
-            request = SendMessageRequest(message=Message(
-                message_id="m1", role=Role.ROLE_USER, parts=[Part(text="ping oc chat stream")]))
-            events = await collect(client.send_message(request))
+            events = await collect(client.send_message(send_request("ping oc chat stream")))
         assert not http.is_closed  # the gateway closes only a client it opened
     assert list(reconstruct(events).values()) == [RECORDED_TEXT]
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED

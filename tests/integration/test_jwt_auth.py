@@ -7,7 +7,6 @@ with RFC 6750's ``invalid_token`` challenge and the request's id, and create not
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import hmac
@@ -27,19 +26,12 @@ from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.stores.base import Scope, TaskQuery
 from tests.harness import RunningGateway, running_gateway
 from tests.local_server import serve_locally
+from tests.messages import rpc, send_body, send_params
+from tests.waiting import eventually
 
 V10 = {"A2A-Version": "1.0"}
 ISSUER = "https://issuer.example"
 AUDIENCE = "a2a-gateway"
-
-
-def rpc(method: str, params: dict | None = None, request_id: Any = "r1") -> dict:
-    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
-
-
-def send(text: str = "hi", **message: str) -> dict:
-    return rpc("SendMessage", {"message": {"messageId": f"m-{text}", "role": "ROLE_USER",
-                                           "parts": [{"text": text}], **message}})
 
 
 class SigningKey:
@@ -126,17 +118,17 @@ async def test_a_token_names_the_caller_and_two_subjects_do_not_see_each_others_
     endpoint = await gw.add_endpoint(settings={"delay": 0, "auth": jwt_auth(jwks.url)})
     url, rest = gw.jsonrpc_url(endpoint), gw.rest_url(endpoint)
     alice, alice_again, bob = key.token("alice"), key.token("alice", jti="2"), key.token("bob")
-    task = (await post(url, send("private ?input"), alice)).json()["result"]["task"]
+    task = (await post(url, send_body("private ?input"), alice)).json()["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
 
     bobs_get = await post(url, rpc("GetTask", {"id": task["id"]}), bob)
     assert bobs_get.json()["error"]["code"] == -32001
     assert (await post(url, rpc("ListTasks"), bob)).json()["result"]["tasks"] == []
-    assert (await post(url, send("answer", taskId=task["id"]), bob)).json()["error"]["code"] == -32001
+    assert (await post(url, send_body("answer", taskId=task["id"]), bob)).json()["error"]["code"] == -32001
     async with httpx.AsyncClient(timeout=30) as http:
         bobs_rest = await http.get(f"{rest}/tasks/{task['id']}", headers={**V10, "Authorization": f"Bearer {bob}"})
         alices_rest = await http.get(f"{rest}/tasks/{task['id']}", headers={**V10, "Authorization": f"Bearer {alice}"})
-        async with http.stream("POST", url, json=rpc("SendStreamingMessage", send("streamed")["params"]),
+        async with http.stream("POST", url, json=send_body("streamed", method="SendStreamingMessage"),
                                headers={**V10, "Authorization": f"Bearer {alice}"}) as stream:
             streamed = (await stream.aread()).decode()
     assert bobs_rest.status_code == 404 and alices_rest.status_code == 200
@@ -173,18 +165,18 @@ async def test_refused_tokens_are_401_with_the_invalid_token_challenge_and_creat
         "not a JWT": ("not-a-jwt", "not a JWT"),
     }
     for case, (token, reason) in refused.items():
-        answer = await post(url, send("should not exist"), token)
+        answer = await post(url, send_body("should not exist"), token)
         assert answer.status_code == 401, (case, answer.text)
         challenge = answer.headers["WWW-Authenticate"]
         assert challenge.startswith('Bearer realm="a2a-gateway", error="invalid_token"'), (case, challenge)
         body = answer.json()
-        assert body["id"] == "r1" and body["error"]["code"] == -32600 and reason in body["error"]["message"], (case, body)
+        assert body["id"] == "req-1" and body["error"]["code"] == -32600 and reason in body["error"]["message"], (case, body)
         assert token not in answer.text
     async with httpx.AsyncClient(timeout=30) as http:
-        rest_answer = await http.post(f"{rest}/message:send", json=send()["params"],
+        rest_answer = await http.post(f"{rest}/message:send", json=send_params(),
                                       headers={**V10, "Authorization": f"Bearer {key.token(exp=now - 120)}"})
     assert rest_answer.status_code == 401 and rest_answer.json()["error"]["status"] == "UNAUTHENTICATED"
-    missing = await post(url, send())
+    missing = await post(url, send_body())
     assert missing.status_code == 401 and "error=" not in missing.headers["WWW-Authenticate"]
     assert "a JWT from https://issuer.example" in missing.json()["error"]["message"]
     listed = await post(url, rpc("ListTasks"), key.token("alice"))
@@ -200,15 +192,25 @@ async def test_a_rotated_key_is_fetched_and_an_unknown_kid_is_refused_after_a_ra
     assert jwks.fetches == 1
 
     jwks.keys = [old, new]  # the issuer rotates: the new key is published
-    await asyncio.sleep(3.1)  # past jwks_refresh_seconds since the last fetch
-    assert (await post(url, rpc("ListTasks"), new.token())).status_code == 200
+    # refused until jwks_refresh_seconds have passed since the last fetch, then fetched once
+    await eventually(lambda: post(url, rpc("ListTasks"), new.token()), interval=0.2,
+                     until=lambda answer: answer.status_code == 200, what="the new key is fetched")
     assert jwks.fetches == 2
     assert (await post(url, rpc("ListTasks"), old.token())).status_code == 200  # both known now
 
-    await asyncio.sleep(3.1)
-    unknown = await post(url, rpc("ListTasks"), SigningKey("made-up").token())
-    assert unknown.status_code == 401 and "no key of the issuer matches" in unknown.json()["error"]["message"]
-    assert jwks.fetches == 3  # fetched once more for the unknown kid, still unknown
+    made_up = SigningKey("made-up")
+    answers = []
+
+    async def unknown_kid() -> int:
+        answers.append(await post(url, rpc("ListTasks"), made_up.token()))
+        return jwks.fetches
+
+    # fetched once more for the unknown kid, once jwks_refresh_seconds have passed again
+    await eventually(unknown_kid, until=lambda fetches: fetches == 3, interval=0.2,
+                     what="the unknown kid is looked up")
+    assert {a.status_code for a in answers} == {401}  # still unknown
+    assert "no key of the issuer matches" in answers[-1].json()["error"]["message"]
+    assert jwks.fetches == 3
     # how often an unknown kid may fetch is tested with a clock in tests/unit/test_jwks_cache.py
 
 
@@ -232,7 +234,7 @@ async def test_principal_and_tenant_come_from_the_configured_claims(gw, jwks):
     carol_a = key.token("x", email="carol@example.com", org="org-a")
     carol_b = key.token("y", email="carol@example.com", org="org-b")
     dave_a = key.token("z", email="dave@example.com", org="org-a")
-    task = (await post(url, send(), carol_a)).json()["result"]["task"]
+    task = (await post(url, send_body(), carol_a)).json()["result"]["task"]
     assert (await post(url, rpc("GetTask", {"id": task["id"]}), key.token("other-sub", email="carol@example.com",
                                                                             org="org-a"))).status_code == 200
     for stranger in (carol_b, dave_a):
@@ -274,7 +276,7 @@ async def test_the_trusted_header_is_taken_only_from_a_configured_proxy_address(
             headers = {**V10, **({"X-Forwarded-Email": user} if user else {}), **extra}
             return client.post(url, json=body, headers=headers)
 
-        task = (await as_user(proxy, send(), "erin@example.com")).json()["result"]["task"]
+        task = (await as_user(proxy, send_body(), "erin@example.com")).json()["result"]["task"]
         assert (await as_user(proxy, rpc("GetTask", {"id": task["id"]}), "erin@example.com")).status_code == 200
         frank = await as_user(proxy, rpc("GetTask", {"id": task["id"]}), "frank@example.com")
         assert frank.json()["error"]["code"] == -32001
@@ -284,10 +286,10 @@ async def test_the_trusted_header_is_taken_only_from_a_configured_proxy_address(
             await as_user(elsewhere, rpc("GetTask", {"id": task["id"]}), "erin@example.com"),
             await as_user(elsewhere, rpc("GetTask", {"id": task["id"]}), "erin@example.com",
                           **{"X-Forwarded-For": "127.0.0.1", "X-Real-IP": "127.0.0.1"}),
-            await as_user(elsewhere, send(), "erin@example.com"),
+            await as_user(elsewhere, send_body(), "erin@example.com"),
         ]
     for answer in spoofed:
-        assert answer.status_code == 401 and answer.json()["id"] == "r1", answer.text
+        assert answer.status_code == 401 and answer.json()["id"] == "req-1", answer.text
     assert len((await gw.store.list_tasks(Scope("default", endpoint, "erin@example.com"), TaskQuery(page_size=50))).tasks) == 1
 
 
@@ -349,11 +351,11 @@ async def test_the_extended_card_is_served_only_to_authenticated_callers(gw, jwk
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         async with httpx.AsyncClient(timeout=30) as http:
             return [
-                await http.post(gw.jsonrpc_url(endpoint), json=rpc("GetExtendedAgentCard", request_id=7),
+                await http.post(gw.jsonrpc_url(endpoint), json=rpc("GetExtendedAgentCard", rid=7),
                                 headers={**V10, **headers}),
                 await http.get(f"{gw.rest_url(endpoint)}/extendedAgentCard", headers={**V10, **headers}),
                 await http.post(gw.jsonrpc_url(endpoint), json=rpc("agent/getAuthenticatedExtendedCard",
-                                                                   request_id=7), headers=headers),
+                                                                   rid=7), headers=headers),
             ]
 
     for endpoint in (private, public):
@@ -386,5 +388,5 @@ async def test_an_unreachable_or_broken_jwks_refuses_tokens_with_401_never_500(g
     broken = await gw.add_endpoint(settings={"delay": 0, "auth": jwt_auth(jwks.url.replace("jwks.json", "nothing"))})
     for endpoint in (closed, broken):
         answer = await post(gw.jsonrpc_url(endpoint), rpc("ListTasks"), key.token())
-        assert answer.status_code == 401 and answer.json()["id"] == "r1"
+        assert answer.status_code == 401 and answer.json()["id"] == "req-1"
         assert "cannot be fetched now" in answer.json()["error"]["message"]

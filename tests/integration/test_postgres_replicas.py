@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,24 +29,16 @@ import asyncpg
 import httpx
 import orjson
 import pytest
-from a2a.types import (
-    CancelTaskRequest,
-    GetTaskRequest,
-    Message,
-    Part,
-    Role,
-    SendMessageConfiguration,
-    SendMessageRequest,
-    SubscribeToTaskRequest,
-    TaskState,
-)
+from a2a.types import CancelTaskRequest, GetTaskRequest, Part, SubscribeToTaskRequest, TaskState
 
 from a2a_gateway.live.postgres import PostgresLiveHub
 from a2a_gateway.live.postgres_wire import PAYLOAD_LIMIT, LiveWire, split_utf8
 from tests.harness import running_gateway
+from tests.messages import send_body, send_request
 from tests.replicas.cluster import PgControl, replica_set
 from tests.replicas.fake_backend import FakeBackend, big_text
 from tests.stores.pg_support import admin_dsn, fresh_database
+from tests.waiting import eventually
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 CANCELED = TaskState.TASK_STATE_CANCELED
@@ -58,15 +49,6 @@ ALLOW_TESTS = ["handlers.", "tests."]
 def postgres() -> str:
     """The test cluster's DSN (skips without one, fails in CI)."""
     return admin_dsn()
-
-
-def send(text: str, *, immediately: bool = False) -> SendMessageRequest:
-    request = SendMessageRequest(
-        message=Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text)])
-    )
-    if immediately:
-        request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
-    return request
 
 
 def rebuild(events: list[Any]) -> str:
@@ -90,15 +72,6 @@ async def collect(stream: AsyncIterator[Any], into: list[Any]) -> None:
         into.append(event)
 
 
-async def until(predicate: Any, timeout: float, what: str, step: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def artifact_updates(events: list[Any]) -> list[Any]:
     return [e.artifact_update for e in events if e.HasField("artifact_update")]
 
@@ -112,7 +85,7 @@ async def test_stream_on_a_subscribe_on_b_gets_live_chunks_and_final(postgres, t
         ep = await rs.add_endpoint("handlers.echo:EchoHandler", delay=0.05)
         words = " ".join(f"w{i}" for i in range(40))
         async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b:
-            stream = on_a.send_message(send(words))
+            stream = on_a.send_message(send_request(words))
             first = await anext(stream)
             for _ in range(3):
                 await anext(stream)
@@ -138,14 +111,14 @@ async def test_cancel_on_c_stops_the_run_on_a_at_once(postgres, tmp_path):
         ep = await rs.add_endpoint("handlers.echo:EchoHandler", delay=0.1)
         async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b, \
                 rs.client("c", ep, streaming=False) as on_c:
-            stream = on_a.send_message(send(" ".join(["word"] * 200)))
+            stream = on_a.send_message(send_request(" ".join(["word"] * 200)))
             first = await anext(stream)
             task_id = first.task.id
             await anext(stream)
             remote: list[Any] = []
             follower = asyncio.create_task(collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote))
             try:
-                await until(lambda: len(artifact_updates(remote)) >= 2, 10, "live chunks on B")
+                await eventually(lambda: len(artifact_updates(remote)) >= 2, timeout=10, what="live chunks on B")
                 started = time.monotonic()
                 canceled = await on_c.cancel_task(CancelTaskRequest(id=task_id))
                 assert canceled.status.state == CANCELED
@@ -158,7 +131,7 @@ async def test_cancel_on_c_stops_the_run_on_a_at_once(postgres, tmp_path):
                 follower.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await follower
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # a short while in which the canceled run must not complete
             final = await on_a.get_task(GetTaskRequest(id=task_id))
     assert final_state(rest) == CANCELED
     assert a_stopped < 3, f"A's stream ended {a_stopped:.1f}s after the cancel"
@@ -177,7 +150,7 @@ async def test_kill_9_of_the_owner_another_replica_completes_with_full_output(po
         words = " ".join(f"part{i}" for i in range(40))  # about 4 s of backend work
         async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b, \
                 rs.client("c", ep, streaming=False) as on_c:
-            stream = on_a.send_message(send(words))
+            stream = on_a.send_message(send_request(words))
             first = await anext(stream)
             task_id = first.task.id
             seen_on_a: list[Any] = []
@@ -186,7 +159,7 @@ async def test_kill_9_of_the_owner_another_replica_completes_with_full_output(po
             remote: list[Any] = []
             follower = asyncio.create_task(collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote))
             try:
-                await until(lambda: len(artifact_updates(remote)) >= 1, 10, "live chunks on B")
+                await eventually(lambda: len(artifact_updates(remote)) >= 1, timeout=10, what="live chunks on B")
                 rs.kill("a")
                 with contextlib.suppress(Exception):
                     await stream.aclose()
@@ -221,16 +194,13 @@ async def test_postgres_stopped_during_a_run_503_then_recovery(postgres, tmp_pat
         echo = await rs.add_endpoint("handlers.echo:EchoHandler", delay=0)
         words = " ".join(f"part{i}" for i in range(30))
         async with rs.client("a", ep, streaming=False) as on_a:
-            started = [e async for e in on_a.send_message(send(words, immediately=True))]
+            started = [e async for e in on_a.send_message(send_request(words, immediately=True))]
         task_id = started[0].task.id
-        await until(lambda: bool(backend.runs), 5, "the backend run")
+        await eventually(lambda: bool(backend.runs), timeout=5, what="the backend run")
         (run,) = backend.runs.values()
         assert run.status == "running"
 
-        body = {
-            "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-            "params": {"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
-        }
+        body = send_body()
         headers = {"A2A-Version": "1.0"}
         pg.stop()
         try:
@@ -250,7 +220,7 @@ async def test_postgres_stopped_during_a_run_503_then_recovery(postgres, tmp_pat
                 assert rest.status_code == 503 and "unavailable" in rest.json()["error"]["message"]
                 # the backend finishes while the database is down: the owner cannot
                 # record it, and the task must not stay WORKING
-                await until(lambda: run.status == "completed", 15, "the backend run to finish")
+                await eventually(lambda: run.status == "completed", timeout=15, what="the backend run to finish")
         finally:
             pg.start()
         async with httpx.AsyncClient(timeout=20) as http:
@@ -258,36 +228,32 @@ async def test_postgres_stopped_during_a_run_503_then_recovery(postgres, tmp_pat
                 await _until_status(http, f"{rs[name].base_url}/readyz", 200, 30)
         full = f"backend: {words}"
         async with rs.client("b", ep, streaming=False) as on_b:
-            deadline = time.monotonic() + 30
-            while True:
-                task = await on_b.get_task(GetTaskRequest(id=task_id))
-                if task.status.state == COMPLETED or time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.2)
-        assert task.status.state == COMPLETED, rs.logs()
+            try:
+                task = await eventually(lambda: on_b.get_task(GetTaskRequest(id=task_id)),
+                                        until=lambda t: t.status.state == COMPLETED,
+                                        interval=0.2, what="the task completes after the outage")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{rs.logs()}") from None
         assert task.artifacts[0].parts[0].text == full
         assert len(backend.runs) == 1
         for name in ("a", "b"):
             async with rs.client(name, echo, streaming=False) as client:
-                answer = [e async for e in client.send_message(send("after the outage"))]
+                answer = [e async for e in client.send_message(send_request("after the outage"))]
             assert answer[-1].task.status.state == COMPLETED
 
 
 async def _until_status(http: httpx.AsyncClient, url: str, status: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
+    async def answer() -> int | httpx.HTTPError:
         try:
             response = await http.get(url, timeout=5)
-            last = response.status_code
-            if last == status:
-                if status == 503:
-                    assert response.json()["status"] == "unavailable"
-                return
         except httpx.HTTPError as exc:
-            last = exc
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{url} did not answer {status} within {timeout}s (last: {last!r})")
+            return exc
+        if response.status_code == 503 == status:
+            assert response.json()["status"] == "unavailable"
+        return response.status_code
+
+    await eventually(answer, until=lambda last: last == status, timeout=timeout, interval=0.1,
+                     what=f"{url} answers {status}")
 
 
 # in-process: payload limits, lost listener ----------------------------------------------
@@ -302,7 +268,7 @@ async def test_oversized_deltas_are_split_and_oversized_final_is_fetched(postgre
     ) as b:
         ep = await a.add_endpoint("tests.replicas.fake_backend:BigTextHandler", settings=sizes)
         async with a.client(ep) as on_a, b.client(ep) as on_b:
-            stream = on_a.send_message(send("big"))
+            stream = on_a.send_message(send_request("big"))
             first = await anext(stream)
             remote: list[Any] = []
             async with asyncio.timeout(15):
@@ -323,8 +289,8 @@ async def test_a_task_nobody_follows_elsewhere_sends_no_notify(postgres):
             running_gateway(url, replica_id="b") as b:
         ep = await a.add_endpoint(settings={"delay": 0.01})
         async with a.client(ep) as on_a, a.client(ep, streaming=False) as blocking:
-            streamed = [e async for e in on_a.send_message(send("one two three four"))]
-            answered = [e async for e in blocking.send_message(send("five six"))]
+            streamed = [e async for e in on_a.send_message(send_request("one two three four"))]
+            answered = [e async for e in blocking.send_message(send_request("five six"))]
         await asyncio.sleep(0.3)  # time for the send loop to flush anything queued
         sent = (a.gateway.hub.stats["sent"], b.gateway.hub.stats["sent"])
     assert final_state(streamed) == COMPLETED
@@ -339,14 +305,14 @@ async def test_lost_listener_reconnects_and_the_follower_still_finishes(postgres
         ep = await a.add_endpoint(settings={"delay": 0.05})
         words = " ".join(f"w{i}" for i in range(80))
         async with a.client(ep) as on_a, b.client(ep) as on_b:
-            stream = on_a.send_message(send(words))
+            stream = on_a.send_message(send_request(words))
             first = await anext(stream)
             remote: list[Any] = []
             follower = asyncio.create_task(
                 collect(on_b.subscribe(SubscribeToTaskRequest(id=first.task.id)), remote)
             )
             try:
-                await until(lambda: len(artifact_updates(remote)) >= 3, 10, "live chunks on B")
+                await eventually(lambda: len(artifact_updates(remote)) >= 3, timeout=10, what="live chunks on B")
                 name = url.rsplit("/", 1)[-1]
                 admin = await asyncpg.connect(admin_dsn())
                 try:
@@ -389,7 +355,7 @@ async def test_follow_announces_interest_at_once_and_subscribe_never_does():
     hub = PostgresLiveHub(store=None, replica_id="b")
     hub.serve(_NoRuns())
     local = hub.subscribe("t-local")
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # a short while in which nothing may be announced
     assert _queued(hub) == []
     follower = hub.follow("t-remote")
     (watch,) = _queued(hub)

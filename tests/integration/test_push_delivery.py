@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 
 import httpx
 import pytest
@@ -16,6 +15,8 @@ from structlog.testing import capture_logs
 
 from tests.harness import running_gateway
 from tests.local_server import serve_locally
+from tests.messages import rpc, send_body
+from tests.waiting import eventually
 from tests.webhooks import fake_dns, webhook_receiver
 
 V10 = {"A2A-Version": "1.0"}
@@ -37,27 +38,17 @@ async def receiver():
         yield f"{base_url}/webhook", received, arrived
 
 
-def send_body(text: str, push: dict | None = None) -> dict:
-    params: dict = {"message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}}
-    if push:
-        params["configuration"] = {"taskPushNotificationConfig": push}
-    return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
-
-
 async def test_inline_config_delivers_stream_responses_with_authorization(receiver):
     url, received, _ = receiver
     async with running_gateway() as gw, httpx.AsyncClient() as http:
         ep = await gw.add_endpoint(settings={"delay": 0})
         push = {"id": "cfg", "url": url, "token": "tok-1",
                 "authentication": {"scheme": "Bearer", "credentials": "webhook-secret"}}
-        r = await http.post(gw.jsonrpc_url(ep), json=send_body("notify me", push), headers=V10)
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("notify me", push=push), headers=V10)
         task = r.json()["result"]["task"]
-        for _ in range(100):
-            states = [b["statusUpdate"]["status"]["state"] for _, b in received]
-            if "TASK_STATE_COMPLETED" in states:
-                break
-            await asyncio.sleep(0.05)
-    assert "TASK_STATE_COMPLETED" in states
+        await eventually(lambda: [b["statusUpdate"]["status"]["state"] for _, b in received],
+                         until=lambda states: "TASK_STATE_COMPLETED" in states,
+                         what="the COMPLETED notification arrives")
     headers, body = received[-1]
     assert headers["Authorization"] == "Bearer webhook-secret"
     assert headers["X-A2A-Notification-Token"] == "tok-1"
@@ -72,12 +63,9 @@ async def test_config_created_later_gets_the_next_update(receiver):
         r = await http.post(gw.jsonrpc_url(ep), json=send_body("wait ?input"), headers=V10)
         task = r.json()["result"]["task"]
         assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
-        create = {"jsonrpc": "2.0", "id": 2, "method": "CreateTaskPushNotificationConfig",
-                  "params": {"taskId": task["id"], "url": url}}
+        create = rpc("CreateTaskPushNotificationConfig", {"taskId": task["id"], "url": url})
         assert (await http.post(gw.jsonrpc_url(ep), json=create, headers=V10)).json()["result"]["id"] == task["id"]
-        follow = send_body("answer")
-        follow["params"]["message"]["taskId"] = task["id"]
-        await http.post(gw.jsonrpc_url(ep), json=follow, headers=V10)
+        await http.post(gw.jsonrpc_url(ep), json=send_body("answer", taskId=task["id"]), headers=V10)
         await asyncio.wait_for(arrived.wait(), 5)
     assert received[0][1]["statusUpdate"]["taskId"] == task["id"]
 
@@ -86,14 +74,13 @@ async def test_private_webhook_urls_are_refused_unless_allowed():
     async with running_gateway(push_allow_private_urls=False) as gw, httpx.AsyncClient() as http:
         ep = await gw.add_endpoint(settings={"delay": 0})
         push = {"url": "http://127.0.0.1:9/webhook"}
-        r = await http.post(gw.jsonrpc_url(ep), json=send_body("x", push), headers=V10)
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("x", push=push), headers=V10)
         err = r.json()["error"]
         assert err["code"] == -32602 and "not allowed" in err["message"]
         r = await http.post(gw.jsonrpc_url(ep), json=send_body("x"), headers=V10)
         task_id = r.json()["result"]["task"]["id"]
         for target in ("http://10.1.2.3/h", "http://localhost/h", "file:///etc/passwd"):
-            create = {"jsonrpc": "2.0", "id": 2, "method": "CreateTaskPushNotificationConfig",
-                      "params": {"taskId": task_id, "url": target}}
+            create = rpc("CreateTaskPushNotificationConfig", {"taskId": task_id, "url": target})
             assert (await http.post(gw.jsonrpc_url(ep), json=create, headers=V10)).json()["error"]["code"] == -32602
 
 
@@ -108,8 +95,8 @@ async def test_a_name_that_resolves_to_a_private_address_is_refused_at_config_ti
         gw.gateway.push.guard.resolver = fake_dns({"hooks.internal.test": "10.20.30.40"})
         ep = await gw.add_endpoint(settings={"delay": 0})
         inline = {"url": "http://hooks.internal.test/a2a"}
-        err = (await http.post(gw.jsonrpc_url(ep), json=send_body("x", inline), headers=V10)).json()
-        assert err["id"] == 1 and err["error"]["code"] == -32602
+        err = (await http.post(gw.jsonrpc_url(ep), json=send_body("x", push=inline), headers=V10)).json()
+        assert err["id"] == "req-1" and err["error"]["code"] == -32602
         assert err["error"]["message"] == (
             "push notification url is not allowed: hooks.internal.test resolves to a private address"
         )
@@ -121,13 +108,11 @@ async def test_a_name_that_resolves_to_a_private_address_is_refused_at_config_ti
             ("http://[::ffff:10.0.0.1]/", "is a private address"),
             ("http://unknown.test/", "unknown.test does not resolve"),
         ]:
-            create = {"jsonrpc": "2.0", "id": 7, "method": "CreateTaskPushNotificationConfig",
-                      "params": {"taskId": task_id, "url": url}}
+            create = rpc("CreateTaskPushNotificationConfig", {"taskId": task_id, "url": url}, rid=7)
             err = (await http.post(gw.jsonrpc_url(ep), json=create, headers=V10)).json()
             assert err["id"] == 7 and err["error"]["code"] == -32602
             assert reason in err["error"]["message"]
-        listed = {"jsonrpc": "2.0", "id": 8, "method": "ListTaskPushNotificationConfigs",
-                  "params": {"taskId": task_id}}
+        listed = rpc("ListTaskPushNotificationConfigs", {"taskId": task_id})
         assert (await http.post(gw.jsonrpc_url(ep), json=listed, headers=V10)).json()["result"].get(
             "configs", []) == []
     assert hooks.posts == []
@@ -140,7 +125,7 @@ async def test_the_post_goes_to_the_checked_address_with_the_name_as_host(hooks)
         gw.gateway.push.guard.resolver = fake_dns({"hooks.test": "127.0.0.1"})
         ep = await gw.add_endpoint(settings={"delay": 0})
         push = {"url": hooks.url("/pinned", host="hooks.test")}
-        await http.post(gw.jsonrpc_url(ep), json=send_body("hi", push), headers=V10)
+        await http.post(gw.jsonrpc_url(ep), json=send_body("hi", push=push), headers=V10)
         await hooks.wait_for("/pinned")
     assert hooks.posts[0][1]["Host"] == f"hooks.test:{hooks.port}"
 
@@ -154,14 +139,12 @@ async def test_a_name_rebound_to_a_private_address_after_the_config_is_not_calle
         task_id = r.json()["result"]["task"]["id"]
         for config_id, url in [("rebound", hooks.url("/rebound", "hooks.test")),
                                ("steady", hooks.url("/steady", "steady.test"))]:
-            create = {"jsonrpc": "2.0", "id": 2, "method": "CreateTaskPushNotificationConfig",
-                      "params": {"taskId": task_id, "id": config_id, "url": url}}
+            create = rpc("CreateTaskPushNotificationConfig",
+                         {"taskId": task_id, "id": config_id, "url": url})
             answer = await http.post(gw.jsonrpc_url(ep), json=create, headers=V10)
             assert "result" in answer.json()
         dns["hooks.test"] = "10.0.0.9"  # the name now leads inside
-        follow = send_body("answer")
-        follow["params"]["message"]["taskId"] = task_id
-        await http.post(gw.jsonrpc_url(ep), json=follow, headers=V10)
+        await http.post(gw.jsonrpc_url(ep), json=send_body("answer", taskId=task_id), headers=V10)
         await hooks.wait_for("/steady")
         await asyncio.sleep(0.3)  # a few poll intervals: nothing was left to retry
         assert await gw.store.claim_push_deliveries("t", time.time() + 1e6, time.time() + 2e6) == []
@@ -175,16 +158,14 @@ async def test_a_redirect_is_not_followed(hooks):
         r = await http.post(gw.jsonrpc_url(ep), json=send_body("wait ?input"), headers=V10)
         task_id = r.json()["result"]["task"]["id"]
         for config_id, path in [("moved", "/moved"), ("steady", "/steady")]:
-            create = {"jsonrpc": "2.0", "id": 2, "method": "CreateTaskPushNotificationConfig",
-                      "params": {"taskId": task_id, "id": config_id, "url": hooks.url(path)}}
+            create = rpc("CreateTaskPushNotificationConfig",
+                         {"taskId": task_id, "id": config_id, "url": hooks.url(path)})
             answer = await http.post(gw.jsonrpc_url(ep), json=create, headers=V10)
             assert "result" in answer.json()
-        follow = send_body("answer")
-        follow["params"]["message"]["taskId"] = task_id
-        await http.post(gw.jsonrpc_url(ep), json=follow, headers=V10)
+        await http.post(gw.jsonrpc_url(ep), json=send_body("answer", taskId=task_id), headers=V10)
         await hooks.wait_for("/moved")
         await hooks.wait_for("/steady")
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # a few poll intervals: nothing was left to retry
         assert await gw.store.claim_push_deliveries("t", time.time() + 1e6, time.time() + 2e6) == []
     assert hooks.paths().count("/moved") == 1 and "/inside" not in hooks.paths()
 
@@ -196,16 +177,11 @@ async def test_each_post_carries_authorization_token_and_an_id_kept_across_retri
         ep = await gw.add_endpoint(settings={"delay": 0})
         push = {"id": "cfg", "url": hooks.url("/flaky"), "token": "tok-1",
                 "authentication": {"scheme": "Basic", "credentials": "dXNlcjpwdw=="}}
-        r = await http.post(gw.jsonrpc_url(ep), json=send_body("wait ?input", push), headers=V10)
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("wait ?input", push=push), headers=V10)
         task_id = r.json()["result"]["task"]["id"]
-        follow = send_body("answer")
-        follow["params"]["message"]["taskId"] = task_id
-        await http.post(gw.jsonrpc_url(ep), json=follow, headers=V10)
-        for _ in range(400):
-            if len(hooks.posts_to("/flaky")) >= 5:
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)  # nothing more comes
+        await http.post(gw.jsonrpc_url(ep), json=send_body("answer", taskId=task_id), headers=V10)
+        await hooks.wait_for("/flaky", count=5)
+        await asyncio.sleep(0.5)  # a short while in which nothing more may come
     posts = hooks.posts_to("/flaky")
     by_id: dict[str, list[dict]] = {}
     for headers, body in posts:
@@ -233,12 +209,12 @@ async def test_webhook_url_credentials_appear_in_no_error_and_no_log(hooks, capl
             answers = []
             for refused in ("http://admin:pw-s3cret@inside.test/h?key=q-s3cret",
                             "ftp://admin:pw-s3cret@inside.test/h", "http://admin:pw-s3cret@/h"):
-                body = send_body("x", {"url": refused})
+                body = send_body("x", push={"url": refused})
                 r = await http.post(gw.jsonrpc_url(ep), json=body, headers=V10)
                 assert r.json()["error"]["code"] == -32602
                 answers.append(r.text)
             sent = {"url": f"http://admin:pw-s3cret@127.0.0.1:{hooks.port}/creds?key=q-s3cret"}
-            r = await http.post(gw.jsonrpc_url(ep), json=send_body("y", sent), headers=V10)
+            r = await http.post(gw.jsonrpc_url(ep), json=send_body("y", push=sent), headers=V10)
             answers.append(r.text)
             await hooks.wait_for("/creds", count=3)  # WORKING (500, then 204) and COMPLETED
     # what the gateway writes: its answers, its own log events, and warnings of the

@@ -17,7 +17,9 @@ from structlog.testing import capture_logs
 
 from a2a_gateway.stores.base import PushDelivery, Scope, Store
 from tests.harness import running_gateway
+from tests.messages import rpc, send_body
 from tests.stores.store_urls import fresh_store_url
+from tests.waiting import eventually
 from tests.webhooks import DELIVERY_ID, webhook_receiver
 
 V10 = {"A2A-Version": "1.0"}
@@ -31,19 +33,14 @@ async def hooks():
         yield receiver
 
 
-def send_body(text: str, push: dict) -> dict:
-    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}
-    params = {"message": message, "configuration": {"taskPushNotificationConfig": push}}
-    return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
-
-
 async def pending(store: Store) -> list[PushDelivery]:
     """What the outbox still holds (claims them: for the end of a test)."""
     return await store.claim_push_deliveries("inspector", time.time() + 1e6, time.time() + 2e6)
 
 
 async def settle(seconds: float = 0.6) -> None:
-    """Longer than a few poll intervals: lets anything still due be sent."""
+    """Longer than a few poll intervals: lets anything still due be sent, before a test
+    asserts that nothing more was (a bounded wait for something that must not happen)."""
     await asyncio.sleep(seconds)
 
 
@@ -52,7 +49,7 @@ async def test_retried_after_500s_with_one_id_then_delivered(hooks):
     async with running_gateway(**FAST) as gw, httpx.AsyncClient() as http:
         ep = await gw.add_endpoint(settings={"delay": 0})
         push = {"id": "c1", "url": hooks.url("/hook"), "authentication": AUTH}
-        r = await http.post(gw.jsonrpc_url(ep), json=send_body("hi", push), headers=V10)
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("hi", push=push), headers=V10)
         task_id = r.json()["result"]["task"]["id"]
         await hooks.wait_for("/hook", count=5)  # WORKING and COMPLETED, 3 failures between
         await settle()
@@ -75,7 +72,7 @@ async def test_given_up_after_the_attempt_limit_and_logged(hooks):
         ep = await gw.add_endpoint(settings={"delay": 0})
         push = {"id": "c1", "url": hooks.url("/down"), "token": "t"}
         with capture_logs() as logs:
-            await http.post(gw.jsonrpc_url(ep), json=send_body("hi", push), headers=V10)
+            await http.post(gw.jsonrpc_url(ep), json=send_body("hi", push=push), headers=V10)
             await hooks.wait_for("/down", count=6)
             await settle()
         assert await pending(gw.store) == []
@@ -89,7 +86,7 @@ async def test_a_receiver_rejecting_with_4xx_is_not_retried(hooks):
     hooks.statuses["/gone"] = [410, 410]
     async with running_gateway(**FAST) as gw, httpx.AsyncClient() as http:
         ep = await gw.add_endpoint(settings={"delay": 0})
-        await http.post(gw.jsonrpc_url(ep), json=send_body("hi", {"url": hooks.url("/gone")}),
+        await http.post(gw.jsonrpc_url(ep), json=send_body("hi", push={"url": hooks.url("/gone")}),
                         headers=V10)
         await hooks.wait_for("/gone", count=2)
         await settle()
@@ -108,7 +105,7 @@ async def test_a_pending_delivery_is_sent_by_the_next_gateway_after_a_restart(
         async with running_gateway(url, **slow_retry) as first, httpx.AsyncClient() as http:
             ep = await first.add_endpoint(settings={"delay": 0})
             push = {"id": "c1", "url": hooks.url("/hook"), "authentication": AUTH}
-            r = await http.post(first.jsonrpc_url(ep), json=send_body("hi", push), headers=V10)
+            r = await http.post(first.jsonrpc_url(ep), json=send_body("hi", push=push), headers=V10)
             task_id = r.json()["result"]["task"]["id"]
             await hooks.wait_for("/hook", count=2)  # WORKING and COMPLETED, both answered 500
         assert len(hooks.posts) == 2
@@ -150,7 +147,7 @@ async def test_a_gateway_stopped_mid_attempt_leaves_it_to_the_next(
         async with running_gateway(url, **stop_at_once) as first, httpx.AsyncClient() as http:
             ep = await first.add_endpoint(settings={"delay": 0})
             r = await http.post(first.jsonrpc_url(ep), headers=V10,
-                                json=send_body("wait ?input", {"url": hooks.url("/hook")}))
+                                json=send_body("wait ?input", push={"url": hooks.url("/hook")}))
             assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
             await asyncio.wait_for(hung.wait(), 30)
             await hooks.wait_for("/hook")  # the other notification, not held
@@ -188,12 +185,11 @@ async def test_a_deleted_config_stops_its_pending_deliveries(hooks):
     async with running_gateway(push_retry_base_seconds=1.0, push_poll_seconds=0.1) as gw, \
             httpx.AsyncClient() as http:
         ep = await gw.add_endpoint(settings={"delay": 0})
-        r = await http.post(gw.jsonrpc_url(ep), json=send_body("wait ?input", {
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("wait ?input", push={
             "id": "c1", "url": hooks.url("/hook")}), headers=V10)
         task_id = r.json()["result"]["task"]["id"]
         await hooks.wait_for("/hook", count=2)
-        delete = {"jsonrpc": "2.0", "id": 3, "method": "DeleteTaskPushNotificationConfig",
-                  "params": {"taskId": task_id, "id": "c1"}}
+        delete = rpc("DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "c1"})
         assert "error" not in (await http.post(gw.jsonrpc_url(ep), json=delete, headers=V10)).json()
         await settle(2.5)  # past the retries' due times
         assert await pending(gw.store) == []
@@ -214,12 +210,10 @@ async def test_every_notification_arrives_through_failures_and_a_restart(
                     if half == 0 else ENDPOINT
                 for i in range(tasks // 2):
                     push = {"id": "c", "url": hooks.url("/hook"), "authentication": AUTH}
-                    await http.post(gw.jsonrpc_url(ep), json=send_body(f"n{i}", push), headers=V10)
+                    await http.post(gw.jsonrpc_url(ep), json=send_body(f"n{i}", push=push), headers=V10)
                 if half == 1:
-                    for _ in range(600):
-                        if len(set(hooks.delivered_ids())) >= 2 * tasks:
-                            break
-                        await asyncio.sleep(0.05)
+                    await eventually(lambda: len(set(hooks.delivered_ids())) >= 2 * tasks,
+                                     what=f"{2 * tasks} notifications delivered")
                     await settle()
                     assert await pending(gw.store) == []
     delivered = hooks.delivered_ids()

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from typing import ClassVar
 
 import pytest
-from a2a.types import Message, Part, Role, SendMessageConfiguration, SendMessageRequest, TaskState
+from a2a.types import TaskState
 
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.stores.memory import MemoryStore
@@ -22,6 +21,8 @@ from handlers.base import (
     TextDelta,
 )
 from tests.harness import running_gateway
+from tests.messages import send_request
+from tests.waiting import eventually
 
 
 class SlowBackend(Handler):
@@ -57,10 +58,7 @@ async def _start_and_lose(store: MemoryStore, handler: str) -> tuple[str, str]:
     """Start a task on replica A, then let A die without finishing it."""
     async with running_gateway(store=store, lease_seconds=0.6, replica_id="replica-a") as a:
         ep = await a.add_endpoint(handler)
-        request = SendMessageRequest(
-            message=Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text="go")]),
-            configuration=SendMessageConfiguration(return_immediately=True),
-        )
+        request = send_request("go", immediately=True)
         async with a.client(ep, streaming=False) as client:
             (event,) = [e async for e in client.send_message(request)]
         stored = await store.get_task(Scope("default", ep, "anonymous"), event.task.id)
@@ -69,12 +67,10 @@ async def _start_and_lose(store: MemoryStore, handler: str) -> tuple[str, str]:
 
 
 async def _wait_terminal(store: MemoryStore, ep: str, task_id: str):
-    for _ in range(100):
-        stored = await store.get_task(Scope("default", ep, "anonymous"), task_id)
-        if stored.task.status.state in (TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED):
-            return stored
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"task stayed {stored.task.status.state}")
+    terminal = (TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED)
+    return await eventually(lambda: store.get_task(Scope("default", ep, "anonymous"), task_id),
+                            until=lambda stored: stored.task.status.state in terminal,
+                            timeout=10, what="the task ends on the other replica")
 
 
 async def test_expired_lease_is_reattached_by_another_replica():
@@ -101,13 +97,10 @@ async def test_live_replica_keeps_renewing_its_lease():
     async with running_gateway(store=store, lease_seconds=0.6, replica_id="replica-a") as a:
         ep = await a.add_endpoint("handlers.echo:SlowBackend")
         async with running_gateway(store=store, lease_seconds=0.6, replica_id="replica-b"):
-            request = SendMessageRequest(
-                message=Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text="go")]),
-                configuration=SendMessageConfiguration(return_immediately=True),
-            )
+            request = send_request("go", immediately=True)
             async with a.client(ep, streaming=False) as client:
                 (event,) = [e async for e in client.send_message(request)]
-            await asyncio.sleep(1.5)  # several lease periods
+            await asyncio.sleep(1.5)  # several lease periods, in which no one may take the task over
             stored = await store.get_task(Scope("default", ep, "anonymous"), event.task.id)
             assert stored.owner == "replica-a"
             assert stored.task.status.state == TaskState.TASK_STATE_WORKING
@@ -117,10 +110,7 @@ async def test_a_replica_that_shuts_down_hands_its_runs_over_at_once():
     store = MemoryStore()
     async with running_gateway(store=store, lease_seconds=120, replica_id="replica-a") as a:
         ep = await a.add_endpoint("handlers.echo:SlowBackend")
-        request = SendMessageRequest(
-            message=Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text="go")]),
-            configuration=SendMessageConfiguration(return_immediately=True),
-        )
+        request = send_request("go", immediately=True)
         async with a.client(ep, streaming=False) as client:
             (event,) = [e async for e in client.send_message(request)]
     # the lease was 120 s: only the release at shutdown lets B take over right away

@@ -2,45 +2,40 @@
 
 from __future__ import annotations
 
-import asyncio
-import uuid
 from datetime import UTC, datetime
 
 import httpx
 import structlog
 
 from tests.harness import running_gateway
+from tests.messages import rpc, send_body
+from tests.waiting import eventually
 
 V10 = {"A2A-Version": "1.0"}
-
-
-def send(text: str, method: str = "SendMessage") -> dict:
-    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": {
-        "message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}}}
 
 
 async def test_changed_row_rebuilds_the_handler_and_disabled_row_disappears():
     async with running_gateway(endpoint_cache_seconds=0.0) as gw, httpx.AsyncClient() as http:
         ep = await gw.add_endpoint(settings={"delay": 0, "response_mode": "task"})
-        r = await http.post(gw.jsonrpc_url(ep), json=send("a"), headers=V10)
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("a"), headers=V10)
         assert "task" in r.json()["result"]
         row = await gw.store.get_endpoint(ep)
         row.metadata["response_mode"] = "message"
         row.updated_at = datetime.now(UTC)
         await gw.store.update_endpoint(row)
-        r = await http.post(gw.jsonrpc_url(ep), json=send("a"), headers=V10)
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("a"), headers=V10)
         assert "message" in r.json()["result"]
         row.enabled = False
         row.updated_at = datetime.now(UTC)
         await gw.store.update_endpoint(row)
-        r = await http.post(gw.jsonrpc_url(ep), json=send("a"), headers=V10)
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("a"), headers=V10)
         assert r.status_code == 404
 
 
 async def test_sse_keepalive_comments_keep_idle_streams_alive():
     async with running_gateway(sse_keepalive_seconds=0.1) as gw, httpx.AsyncClient(timeout=10) as http:
         ep = await gw.add_endpoint(settings={"delay": 0.35})
-        async with http.stream("POST", gw.jsonrpc_url(ep), json=send("one two three", "SendStreamingMessage"), headers=V10) as r:
+        async with http.stream("POST", gw.jsonrpc_url(ep), json=send_body("one two three", method="SendStreamingMessage"), headers=V10) as r:
             body = (await r.aread()).decode()
     assert body.count(": ping") >= 2
     assert "TASK_STATE_COMPLETED" in body
@@ -52,18 +47,22 @@ async def test_logs_bind_ids_and_drop_secret_values(monkeypatch):
     with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
         async with running_gateway() as gw, httpx.AsyncClient() as http:
             ep = await gw.add_endpoint(settings={"delay": 0})
-            await http.post(gw.jsonrpc_url(ep), json=send("a"), headers={**V10, "X-Request-Id": "req-42"})
-            await asyncio.sleep(0.05)
-    line = next(entry for entry in logs if entry["event"] == "request" and entry.get("a2a_method") == "SendMessage")
+            await http.post(gw.jsonrpc_url(ep), json=send_body("a"), headers={**V10, "X-Request-Id": "req-42"})
+
+            def request_line() -> dict | None:
+                return next((entry for entry in logs if entry["event"] == "request"
+                             and entry.get("a2a_method") == "SendMessage"), None)
+
+            line = await eventually(request_line, what="the request is logged")
     assert line["request_id"] == "req-42" and line["endpoint_id"] == ep and line["status"] == 200
     cleaned = drop_secrets(None, "info", {"event": "x", "api_key": "k", "Authorization": "Bearer t", "ok": 1})
     assert cleaned == {"event": "x", "api_key": "***", "Authorization": "***", "ok": 1}
 
 
 async def _open_idle_subscription(gw, http, ep):
-    r = await http.post(gw.jsonrpc_url(ep), json=send("wait ?input"), headers=V10)
+    r = await http.post(gw.jsonrpc_url(ep), json=send_body("wait ?input"), headers=V10)
     task_id = r.json()["result"]["task"]["id"]
-    body = {"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask", "params": {"id": task_id}}
+    body = rpc("SubscribeToTask", {"id": task_id})
     return http.stream("POST", gw.jsonrpc_url(ep), json=body, headers=V10)
 
 
@@ -76,11 +75,8 @@ async def test_a_vanished_subscriber_of_an_idle_task_is_let_go():
             first = await anext(line async for line in r.aiter_lines() if line.startswith("data: "))
             assert "TASK_STATE_INPUT_REQUIRED" in first
             assert len(gw.app[OPEN_STREAMS]) == 1
-        for _ in range(50):  # the client left; the next keepalive notices
-            if not gw.app[OPEN_STREAMS]:
-                break
-            await asyncio.sleep(0.05)
-        assert not gw.app[OPEN_STREAMS]
+        await eventually(lambda: not gw.app[OPEN_STREAMS], timeout=10,
+                         what="the next keepalive notices that the client left")
 
 
 async def test_shutdown_ends_open_streams_promptly():
@@ -122,7 +118,7 @@ async def test_metrics_count_requests_and_task_outcomes():
     async with running_gateway() as gw, httpx.AsyncClient() as http:
         ep = await gw.add_endpoint(settings={"delay": 0})
         before = (await http.get(f"{gw.base_url}/metrics")).text
-        await http.post(gw.jsonrpc_url(ep), json=send("a"), headers=V10)
+        await http.post(gw.jsonrpc_url(ep), json=send_body("a"), headers=V10)
         await http.post(gw.jsonrpc_url(ep), json={"jsonrpc": "2.0", "id": 1, "method": "x" * 40}, headers=V10)
         after = (await http.get(f"{gw.base_url}/metrics")).text
     done = 'a2a_gateway_tasks_ended_total{state="completed"}'

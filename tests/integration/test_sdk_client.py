@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import pytest
@@ -13,11 +12,8 @@ from a2a.types import (
     GetTaskRequest,
     ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
-    Message,
-    Part,
     Role,
     SendMessageConfiguration,
-    SendMessageRequest,
     SubscribeToTaskRequest,
     TaskPushNotificationConfig,
     TaskState,
@@ -25,18 +21,10 @@ from a2a.types import (
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 
 from tests.harness import RunningGateway, collect, reconstruct
+from tests.messages import send_request
+from tests.waiting import eventually
 
 VERSIONS = ["1.0", "0.3"]
-
-
-def user_message(text: str, **fields) -> Message:
-    return Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text)], **fields)
-
-
-def send(text: str, **fields) -> SendMessageRequest:
-    return SendMessageRequest(message=user_message(text, **fields))
-
-
 
 
 @pytest.fixture
@@ -59,7 +47,7 @@ async def test_card_discovery_through_sdk_resolver(gw: RunningGateway, echo_id: 
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_blocking_send_returns_completed_task_with_artifact(gw, echo_id, version):
     async with gw.client(echo_id, version=version, streaming=False) as client:
-        (event,) = await collect(client.send_message(send("hello world")))
+        (event,) = await collect(client.send_message(send_request("hello world")))
     task = event.task
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     assert [p.text for p in task.artifacts[0].parts] == ["echo: hello world"]
@@ -70,7 +58,7 @@ async def test_blocking_send_returns_completed_task_with_artifact(gw, echo_id, v
 async def test_message_mode_returns_a_message_and_no_task(gw, version):
     ep = await gw.add_endpoint(settings={"delay": 0, "response_mode": "message"})
     async with gw.client(ep, version=version, streaming=False) as client:
-        (event,) = await collect(client.send_message(send("ping")))
+        (event,) = await collect(client.send_message(send_request("ping")))
     assert event.HasField("message")
     assert event.message.role == Role.ROLE_AGENT and event.message.parts[0].text == "echo: ping"
 
@@ -78,7 +66,7 @@ async def test_message_mode_returns_a_message_and_no_task(gw, version):
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_stream_delivers_task_then_chunks_then_final(gw, slow_echo_id, version):
     async with gw.client(slow_echo_id, version=version) as client:
-        events = await collect(client.send_message(send("one two three four")))
+        events = await collect(client.send_message(send_request("one two three four")))
     assert events[0].HasField("task")
     chunks = [e for e in events if e.HasField("artifact_update")]
     assert len(chunks) >= 5  # one per word, then the final artifact
@@ -91,7 +79,7 @@ async def test_stream_delivers_task_then_chunks_then_final(gw, slow_echo_id, ver
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_get_task_after_stream_has_final_result(gw, echo_id, version):
     async with gw.client(echo_id, version=version) as client:
-        events = await collect(client.send_message(send("keep me")))
+        events = await collect(client.send_message(send_request("keep me")))
         task_id = events[0].task.id
         task = await client.get_task(GetTaskRequest(id=task_id, history_length=0))
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
@@ -111,9 +99,9 @@ async def test_list_tasks_filters_by_context_and_pages(gw, echo_id):
         ctx = str(uuid.uuid4())
         ids = []
         for i in range(5):
-            (ev,) = await collect(client.send_message(send(f"msg {i}", context_id=ctx)))
+            (ev,) = await collect(client.send_message(send_request(f"msg {i}", context_id=ctx)))
             ids.append(ev.task.id)
-        await collect(client.send_message(send("other context")))
+        await collect(client.send_message(send_request("other context")))
         page1 = await client.list_tasks(ListTasksRequest(context_id=ctx, page_size=2))
         page2 = await client.list_tasks(ListTasksRequest(context_id=ctx, page_size=2, page_token=page1.next_page_token))
         page3 = await client.list_tasks(ListTasksRequest(context_id=ctx, page_size=2, page_token=page2.next_page_token))
@@ -129,7 +117,7 @@ async def test_list_tasks_filters_by_context_and_pages(gw, echo_id):
 async def test_cancel_running_task(gw, version):
     ep = await gw.add_endpoint(settings={"delay": 0.2})
     async with gw.client(ep, version=version, streaming=False) as client:
-        request = send("a b c d e f g h i j k l m n o p")
+        request = send_request("a b c d e f g h i j k l m n o p")
         request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
         (ev,) = await collect(client.send_message(request))
         task_id = ev.task.id
@@ -145,7 +133,7 @@ async def test_cancel_running_task(gw, version):
 async def test_subscribe_mid_stream_gets_task_text_so_far_then_live_then_final(gw, slow_echo_id, version):
     words = " ".join(f"w{i}" for i in range(30))
     async with gw.client(slow_echo_id, version=version) as first, gw.client(slow_echo_id, version=version) as second:
-        stream = first.send_message(send(words))
+        stream = first.send_message(send_request(words))
         head = [await anext(stream) for _ in range(6)]
         task_id = head[0].task.id
         late = await collect(second.subscribe(SubscribeToTaskRequest(id=task_id)))
@@ -162,7 +150,7 @@ async def test_subscribe_mid_stream_gets_task_text_so_far_then_live_then_final(g
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_subscribe_to_terminal_task_is_rejected(gw, echo_id, version):
     async with gw.client(echo_id, version=version) as client:
-        events = await collect(client.send_message(send("done soon")))
+        events = await collect(client.send_message(send_request("done soon")))
         with pytest.raises(UnsupportedOperationError):
             await collect(client.subscribe(SubscribeToTaskRequest(id=events[0].task.id)))
 
@@ -170,11 +158,11 @@ async def test_subscribe_to_terminal_task_is_rejected(gw, echo_id, version):
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_input_required_then_follow_up_completes(gw, echo_id, version):
     async with gw.client(echo_id, version=version, streaming=False) as client:
-        (ev,) = await collect(client.send_message(send("please ?input")))
+        (ev,) = await collect(client.send_message(send_request("please ?input")))
         task = ev.task
         assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         assert task.status.message.parts[0].text.startswith("What should I echo")
-        (ev2,) = await collect(client.send_message(send("the answer", task_id=task.id, context_id=task.context_id)))
+        (ev2,) = await collect(client.send_message(send_request("the answer", task_id=task.id, context_id=task.context_id)))
     assert ev2.task.status.state == TaskState.TASK_STATE_COMPLETED
     assert ev2.task.artifacts[-1].parts[0].text == "echo: the answer"
     assert [m.parts[0].text for m in ev2.task.history if m.role == Role.ROLE_USER] == ["please ?input", "the answer"]
@@ -183,7 +171,7 @@ async def test_input_required_then_follow_up_completes(gw, echo_id, version):
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_push_config_crud(gw, echo_id, version):
     async with gw.client(echo_id, version=version, streaming=False) as client:
-        (ev,) = await collect(client.send_message(send("push me")))
+        (ev,) = await collect(client.send_message(send_request("push me")))
         task_id = ev.task.id
         created = await client.create_task_push_notification_config(
             TaskPushNotificationConfig(task_id=task_id, id="cfg-1", url="http://127.0.0.1:9/hook", token="t1")
@@ -208,7 +196,7 @@ async def test_push_config_crud(gw, echo_id, version):
 
 async def test_rest_binding_send_get_list(gw, slow_echo_id):
     async with gw.client(slow_echo_id, binding="HTTP+JSON") as client:
-        events = await collect(client.send_message(send("over rest")))
+        events = await collect(client.send_message(send_request("over rest")))
         assert list(reconstruct(events).values()) == ["echo: over rest"]
         task = await client.get_task(GetTaskRequest(id=events[0].task.id))
         listed = await client.list_tasks(ListTasksRequest())
@@ -218,15 +206,12 @@ async def test_rest_binding_send_get_list(gw, slow_echo_id):
 
 async def test_closing_the_stream_does_not_cancel_the_task(gw, slow_echo_id):
     async with gw.client(slow_echo_id) as client:
-        stream = client.send_message(send("a b c d e f g h"))
+        stream = client.send_message(send_request("a b c d e f g h"))
         first = await anext(stream)
         await anext(stream)
         await stream.aclose()
         task_id = first.task.id
-        for _ in range(100):
-            task = await client.get_task(GetTaskRequest(id=task_id))
-            if task.status.state == TaskState.TASK_STATE_COMPLETED:
-                break
-            await asyncio.sleep(0.05)
-    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+        task = await eventually(lambda: client.get_task(GetTaskRequest(id=task_id)),
+                                until=lambda t: t.status.state == TaskState.TASK_STATE_COMPLETED,
+                                what="the task completes without its stream")
     assert task.artifacts[0].parts[0].text == "echo: a b c d e f g h"

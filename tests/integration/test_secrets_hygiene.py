@@ -32,6 +32,7 @@ from jwt.algorithms import OKPAlgorithm
 from a2a_gateway.logs import drop_secrets, mask_url_credentials
 from tests.cli_process import run_cli, serving
 from tests.local_server import serve_locally
+from tests.messages import rpc, send_body
 from tests.webhooks import webhook_receiver
 
 V10 = {"A2A-Version": "1.0"}
@@ -85,18 +86,6 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": method, "params": params}
-
-
-def send(text: str, push: dict[str, Any] | None = None) -> dict[str, Any]:
-    params: dict[str, Any] = {"message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER",
-                                          "parts": [{"text": text}]}}
-    if push:
-        params["configuration"] = {"taskPushNotificationConfig": push}
-    return rpc("SendMessage", params)
 
 
 def written(response: httpx.Response) -> str:
@@ -249,24 +238,24 @@ async def drive(http: httpx.AsyncClient, base: str, ids: dict[str, str], s: Secr
     # httpx turns a URL's user:password into Basic authentication, replacing configured
     # credentials: they go to a second webhook
     hook = s.hook_url(hook_port)
-    await call("pushed", "chat", send("hello with push", {"url": hook, "token": s.push_token}), api_key=key)
+    await call("pushed", "chat", send_body("hello with push", push={"url": hook, "token": s.push_token}), api_key=key)
     authenticated = {"url": f"http://127.0.0.1:{hook_port}/authenticated", "token": s.push_token,
                      "authentication": {"scheme": "Bearer", "credentials": s.push_credentials}}
-    await call("backend error", "chat", send("please fail", authenticated), api_key=key)
-    await call("chat unreachable", "unreachable chat", send("hello nobody"))
-    await call("Hermes unreachable", "hermes", send("hello hermes"))
-    await call("no key", "chat", send("no key"))
-    await call("unknown key", "chat", send("unknown key"), api_key=s.unknown_key)
-    await call("malformed key", "chat", send("malformed key"), api_key=s.malformed_key)
-    await call("token for key", "chat", send("a token where a key goes"), f"Bearer {s.token}")
-    await call("signed in", "jwt", send("signed in"), f"Bearer {s.token}")
-    await call("forged", "jwt", send("forged"), f"Bearer {s.forged}")
-    await call("key for token", "jwt", send("a key where a token goes"), f"Bearer {key}")
-    await call("JWKS unreachable", "jwks", send("keys from an unreachable JWKS"), f"Bearer {s.token}")
+    await call("backend error", "chat", send_body("please fail", push=authenticated), api_key=key)
+    await call("chat unreachable", "unreachable chat", send_body("hello nobody"))
+    await call("Hermes unreachable", "hermes", send_body("hello hermes"))
+    await call("no key", "chat", send_body("no key"))
+    await call("unknown key", "chat", send_body("unknown key"), api_key=s.unknown_key)
+    await call("malformed key", "chat", send_body("malformed key"), api_key=s.malformed_key)
+    await call("token for key", "chat", send_body("a token where a key goes"), f"Bearer {s.token}")
+    await call("signed in", "jwt", send_body("signed in"), f"Bearer {s.token}")
+    await call("forged", "jwt", send_body("forged"), f"Bearer {s.forged}")
+    await call("key for token", "jwt", send_body("a key where a token goes"), f"Bearer {key}")
+    await call("JWKS unreachable", "jwks", send_body("keys from an unreachable JWKS"), f"Bearer {s.token}")
     for name, url in (("ftp webhook", hook.replace("http://", "ftp://")),
                       ("private webhook", hook.replace("127.0.0.1", "10.0.0.1")),
                       ("closed webhook", hook.replace(f":{hook_port}/hook", ":1/closed"))):
-        await call(name, "chat", send("webhook", {"url": url, "token": s.push_token}), api_key=key)
+        await call(name, "chat", send_body("webhook", push={"url": url, "token": s.push_token}), api_key=key)
     task_id = answers["pushed"].json()["result"]["task"]["id"]
     await call("GetTask", "chat", rpc("GetTask", {"id": task_id}), api_key=key)
     await call("ListTasks", "chat", rpc("ListTasks", {}), api_key=key)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 
 import httpx
 from a2a.types import TaskState
@@ -11,6 +10,7 @@ from a2a.types import TaskState
 from a2a_gateway.stores.base import Scope, StoreUnavailableError
 from a2a_gateway.stores.memory import MemoryStore
 from tests.harness import running_gateway
+from tests.messages import send_body
 
 V10 = {"A2A-Version": "1.0"}
 
@@ -32,22 +32,17 @@ class FlakyStore(MemoryStore):
         return await super().update_task(*args, **kwargs)
 
 
-def send(method: str = "SendMessage") -> dict:
-    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": {
-        "messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "a b c"}]}}}
-
-
 async def test_store_down_at_creation_or_completion_is_a_503_json_error():
     store = FlakyStore()
     async with running_gateway(store=store) as gw, httpx.AsyncClient(timeout=10) as http:
         ep = await gw.add_endpoint(settings={"delay": 0})
         for flag in ("fail_creates", "fail_updates"):
             setattr(store, flag, True)
-            r = await http.post(gw.jsonrpc_url(ep), json=send(), headers=V10)
+            r = await http.post(gw.jsonrpc_url(ep), json=send_body("a b c"), headers=V10)
             assert r.status_code == 503, (flag, r.text)
             assert "unavailable" in r.json()["error"]["message"] and r.headers["Retry-After"]
             setattr(store, flag, False)
-        r = await http.post(gw.jsonrpc_url(ep), json=send(), headers=V10)
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("a b c"), headers=V10)
         assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
         assert not gw.gateway.engine.runs
 
@@ -57,7 +52,8 @@ async def test_stream_ends_when_the_store_goes_away_mid_run():
     async with running_gateway(store=store) as gw, httpx.AsyncClient(timeout=10) as http:
         ep = await gw.add_endpoint(settings={"delay": 0.05})
         store.fail_updates = True
-        async with http.stream("POST", gw.jsonrpc_url(ep), json=send("SendStreamingMessage"), headers=V10) as r:
+        streamed = send_body("a b c", method="SendStreamingMessage")
+        async with http.stream("POST", gw.jsonrpc_url(ep), json=streamed, headers=V10) as r:
             body = (await r.aread()).decode()
         assert r.status_code == 200 and '"task"' in body and "TASK_STATE_COMPLETED" not in body
         task_id = json.loads(body.split("data: ", 2)[1].split("\n")[0])["result"]["task"]["id"]

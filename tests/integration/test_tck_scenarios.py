@@ -8,6 +8,7 @@ import pytest
 
 from a2a_gateway.auth.api_keys import make_key
 from tests.harness import RunningGateway
+from tests.messages import params_0_3, rpc, send_body
 
 V10 = {"A2A-Version": "1.0"}
 
@@ -24,10 +25,11 @@ async def tck_id(gw: RunningGateway) -> str:
 
 
 def send(message_id: str, method: str = "SendMessage", **config) -> dict:
-    params: dict = {"message": {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": "tck"}]}}
+    """A message whose id names the TCK scenario the handler acts out."""
+    body = send_body("tck", method=method, messageId=message_id)
     if config:
-        params["configuration"] = config
-    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        body["params"]["configuration"] = config
+    return body
 
 
 async def call(gw, ep, body) -> dict:
@@ -55,7 +57,7 @@ async def test_complete_artifacts_message_reject(gw, tck_id):
 async def test_input_required_task_can_be_canceled(gw, tck_id):
     task = (await call(gw, tck_id, send("tck-input-required-1")))["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
-    canceled = await call(gw, tck_id, {"jsonrpc": "2.0", "id": 2, "method": "CancelTask", "params": {"id": task["id"]}})
+    canceled = await call(gw, tck_id, rpc("CancelTask", {"id": task["id"]}))
     assert canceled["result"]["status"]["state"] == "TASK_STATE_CANCELED"
 
 
@@ -105,10 +107,9 @@ async def test_follow_ups_keep_an_input_required_task_waiting_and_are_all_in_his
 
 
 def send_0_3(message_id: str, task_id: str | None = None) -> dict:
-    message = {"kind": "message", "messageId": message_id, "role": "user", "parts": [{"kind": "text", "text": "tck"}]}
-    if task_id:
-        message["taskId"] = task_id
-    return {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
+    fields = {"taskId": task_id} if task_id else {}
+    text = {"kind": "text", "text": "tck"}
+    return rpc("message/send", params_0_3(text, messageId=message_id, **fields))
 
 
 async def call_0_3(gw, ep, body) -> dict:
@@ -122,7 +123,7 @@ async def test_unmatched_prefix_keeps_the_task_open_for_the_0_3_tck(gw):
     assert task["status"]["state"] == "input-required"
     follow_up = (await call_0_3(gw, ep, send_0_3("test-continuation-1", task["id"])))["result"]
     assert follow_up["id"] == task["id"] and follow_up["status"]["state"] == "input-required"
-    cancel = {"jsonrpc": "2.0", "id": 2, "method": "tasks/cancel", "params": {"id": task["id"]}}
+    cancel = rpc("tasks/cancel", {"id": task["id"]})
     assert (await call_0_3(gw, ep, cancel))["result"]["status"]["state"] == "canceled"
     # scenarios still act out their prefix
     done = (await call_0_3(gw, ep, send_0_3("tck-complete-task-1")))["result"]

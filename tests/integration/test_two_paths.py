@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from typing import ClassVar
 
 import pytest
-from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
+from a2a.types import TaskState
 
 from a2a_gateway.stores.memory import MemoryStore
 from handlers.base import (
@@ -20,6 +19,7 @@ from handlers.base import (
     TextDelta,
 )
 from tests.harness import running_gateway
+from tests.messages import send_request
 
 
 class CountingStore(MemoryStore):
@@ -63,9 +63,7 @@ async def test_thousand_delta_reply_costs_at_most_five_task_writes_and_reconstru
     store = CountingStore()
     async with running_gateway(store=store) as gw:
         ep = await gw.add_endpoint("handlers.echo:ThousandDeltas")
-        request = SendMessageRequest(
-            message=Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text="go")])
-        )
+        request = send_request("go")
         async with gw.client(ep) as client:
             events = [e async for e in client.send_message(request)]
     deltas = [e for e in events if e.HasField("artifact_update") and e.artifact_update.append]

@@ -5,23 +5,13 @@ from __future__ import annotations
 import json
 import uuid
 
-import httpx
-import pytest
-
 from a2a_gateway.stores.base import StoreUnavailableError
 from a2a_gateway.stores.memory import MemoryStore
 from tests.harness import RunningGateway, running_gateway
+from tests.messages import params_0_3, rpc
 
 V10 = {"A2A-Version": "1.0"}
 SSE = {"Accept": "text/event-stream"}
-
-
-def rpc(method: str, params: dict | None = None, rid: int | str = "req-7") -> dict:
-    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params or {}}
-
-
-def message_0_3(*parts: dict) -> dict:
-    return {"message": {"kind": "message", "messageId": str(uuid.uuid4()), "role": "user", "parts": list(parts)}}
 
 
 def sse_events(body: str) -> list[tuple[str, dict]]:
@@ -34,12 +24,6 @@ def sse_events(body: str) -> list[tuple[str, dict]]:
             name = next((line[7:] for line in lines if line.startswith("event: ")), "message")
             events.append((name, json.loads("\n".join(data))))
     return events
-
-
-@pytest.fixture
-async def http():
-    async with httpx.AsyncClient(timeout=10) as client:
-        yield client
 
 
 async def test_envelope_errors_echo_the_id(gw: RunningGateway, echo_id, http):
@@ -66,7 +50,7 @@ async def test_unknown_and_disabled_endpoints_are_method_not_found_with_the_id(g
         r = await http.post(gw.jsonrpc_url(endpoint_id), json=rpc("GetTask", {"id": "x"}), headers=V10)
         assert r.status_code == 404
         body = r.json()
-        assert body["id"] == "req-7" and body["jsonrpc"] == "2.0"
+        assert body["id"] == "req-1" and body["jsonrpc"] == "2.0"
         assert body["error"]["code"] == -32601, body
         assert body["error"]["data"][0]["reason"] == "METHOD_NOT_FOUND"
         assert endpoint_id in body["error"]["message"]
@@ -146,7 +130,7 @@ async def test_0_3_resubscribe_to_unknown_task_over_sse_is_an_sse_error(gw, echo
     assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
     [(name, data)] = sse_events(text)
     # a plain data event, as 0.3 servers sent errors (0.3 clients miss a named one)
-    assert name == "message" and data["id"] == "req-7" and data["error"]["code"] == -32001
+    assert name == "message" and data["id"] == "req-1" and data["error"]["code"] == -32001
     # a client that did not ask for SSE still gets the plain JSON-RPC error
     r = await http.post(gw.jsonrpc_url(echo_id), json=body)
     assert r.headers["Content-Type"].startswith("application/json") and r.json()["error"]["code"] == -32001
@@ -157,16 +141,16 @@ async def test_1_0_subscribe_to_unknown_task_stays_a_plain_error(gw, echo_id, ht
     body = rpc("SubscribeToTask", {"id": str(uuid.uuid4())})
     r = await http.post(gw.jsonrpc_url(echo_id), json=body, headers={**V10, **SSE})
     assert r.headers["Content-Type"].startswith("application/json")
-    assert r.json()["error"]["code"] == -32001 and r.json()["id"] == "req-7"
+    assert r.json()["error"]["code"] == -32001 and r.json()["id"] == "req-1"
 
 
 async def test_0_3_part_without_kind_is_invalid_params(gw, echo_id, http):
     for method in ("message/send", "message/stream"):
-        body = rpc(method, message_0_3({"kind": "text", "text": "a"}, {"text": "no kind"}))
+        body = rpc(method, params_0_3({"kind": "text", "text": "a"}, {"text": "no kind"}))
         r = await http.post(gw.jsonrpc_url(echo_id), json=body)
         error = r.json()["error"]
         assert error["code"] == -32602 and "parts.1.kind" in error["message"], method
     listed = await http.post(gw.jsonrpc_url(echo_id), json=rpc("ListTasks"), headers=V10)
     assert listed.json()["result"]["totalSize"] == 0  # nothing was started
-    r = await http.post(gw.jsonrpc_url(echo_id), json=rpc("message/send", message_0_3({"kind": "text", "text": "ok"})))
+    r = await http.post(gw.jsonrpc_url(echo_id), json=rpc("message/send", params_0_3({"kind": "text", "text": "ok"})))
     assert r.json()["result"]["status"]["state"] == "completed"

@@ -23,7 +23,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -37,6 +36,7 @@ from a2a.client import Client
 
 from tests.harness import RunningGateway
 from tests.stores.pg_support import admin_dsn, database_url
+from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -114,16 +114,18 @@ class ReplicaSet:
 
     async def wait_ready(self, name: str, timeout: float = 30.0) -> None:
         replica = self.replicas[name]
-        deadline = time.monotonic() + timeout
         async with httpx.AsyncClient(timeout=2.0) as http:
-            while time.monotonic() < deadline:
+            async def ready() -> bool:
                 if replica.proc.poll() is not None:
-                    raise AssertionError(f"replica {name} exited:\n{replica.log_tail()}")
+                    raise RuntimeError(f"replica {name} exited:\n{replica.log_tail()}")
                 with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get(f"{replica.base_url}/readyz")).status_code == 200:
-                        return
-                await asyncio.sleep(0.1)
-        raise AssertionError(f"replica {name} not ready in {timeout}s:\n{replica.log_tail()}")
+                    return (await http.get(f"{replica.base_url}/readyz")).status_code == 200
+                return False
+
+            try:
+                await eventually(ready, timeout=timeout, interval=0.1, what=f"replica {name} ready")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{replica.log_tail()}") from None
 
     def kill(self, name: str) -> None:
         """SIGKILL: no cleanup, no lease release."""
