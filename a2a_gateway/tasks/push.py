@@ -31,7 +31,7 @@ from a2a_gateway.tasks.events import new_id, status_event
 from a2a_gateway.tasks.push_guard import RefusedUrlError, UnresolvedHostError, WebhookGuard, pin
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import PushDelivery, Scope, Store, StoreError
-from a2a_gateway.transport.protojson import message_to_dict
+from a2a_gateway.protojson import message_to_dict
 
 log = structlog.get_logger(__name__)
 

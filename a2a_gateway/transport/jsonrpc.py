@@ -61,7 +61,7 @@ from a2a_gateway.transport.negotiate import (
     parse_version,
     requested_version,
 )
-from a2a_gateway.transport.protojson import message_to_dict, parse_dict
+from a2a_gateway.protojson import message_to_dict, parse_dict
 from a2a_gateway.transport.required_fields import validate_required_fields
 from a2a_gateway.transport.sse import accepts_event_stream, stream_events
 

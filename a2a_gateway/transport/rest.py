@@ -55,7 +55,7 @@ from a2a_gateway.transport.negotiate import (
     parse_version,
     requested_version,
 )
-from a2a_gateway.transport.protojson import message_to_dict, parse_dict
+from a2a_gateway.protojson import message_to_dict, parse_dict
 from a2a_gateway.transport.required_fields import validate_required_fields
 from a2a_gateway.transport.sse import stream_events
 

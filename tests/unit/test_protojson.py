@@ -16,7 +16,7 @@ from a2a.types import (
 )
 from google.protobuf import json_format
 
-from a2a_gateway.transport.protojson import message_to_dict, parse_dict
+from a2a_gateway.protojson import message_to_dict, parse_dict
 
 MESSAGE = {
     "messageId": "m1", "contextId": "c1", "taskId": "t1", "role": "ROLE_USER",
