@@ -311,7 +311,8 @@ class Handler(ABC):
     """True when ``reattach`` can follow a run started before a gateway restart."""
 
     accepted_file_types: ClassVar[tuple[str, ...]] = ()
-    """Media types of inbound file parts the backend takes (``image/*`` matches a family);
+    """Media types of inbound file parts the backend takes (``image/*`` matches a family,
+    ``*/*`` any type);
     a file part of another type is refused with ContentTypeNotSupportedError."""
 
     uses_context: ClassVar[bool] = True
@@ -328,7 +329,8 @@ class Handler(ABC):
     def accepts_file(self, media_type: str) -> bool:
         kind = media_type.split(";")[0].strip().lower()
         return any(
-            kind == t or (t.endswith("/*") and kind.startswith(t[:-1])) for t in self.accepted_file_types
+            t == "*/*" or kind == t or (t.endswith("/*") and kind.startswith(t[:-1]))
+            for t in self.accepted_file_types
         )
 
     @property

@@ -41,6 +41,10 @@ class TckSettings(HandlerSettings):
 class TckHandler(Handler):
     Settings = TckSettings
     uses_context: ClassVar[bool] = False
+    accepted_file_types: ClassVar[tuple[str, ...]] = ("*/*",)
+    """Every file part: the TCK (357c4a8) sends an unsupported media type in CORE-SEND-003
+    and, binding no expected error there, counts the spec's ContentTypeNotSupportedError as
+    a failure; the gateway's refusal is tested in tests/integration/test_handler_contract.py."""
     settings: TckSettings
 
     async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
