@@ -31,6 +31,7 @@ from a2a_gateway.tasks.push import PushNotifier
 from a2a_gateway.tasks.push_guard import WebhookGuard
 from a2a_gateway.registry import EndpointRegistry
 from a2a_gateway.settings import GatewaySettings
+from a2a_gateway.shutdown import refuse_when_stopping
 from a2a_gateway.stores import open_store
 from a2a_gateway.stores.base import Endpoint, Store, StoreUnavailableError
 from a2a_gateway.transport.middleware import request_context
@@ -86,6 +87,7 @@ def build_app(
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[request_context])
     add_routes(app, default_endpoint=settings.default_endpoint)
     app.middlewares.append(remember_peer)
+    app.middlewares.append(refuse_when_stopping)
     card_signer = load_card_signer(settings.card_signing_keys)  # a bad key stops startup here
 
     async def resources(app: web.Application) -> AsyncIterator[None]:

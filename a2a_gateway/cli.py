@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 import uuid
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from a2a_gateway.auth.callers import needed
 from a2a_gateway.errors import EndpointMisconfiguredError
 from a2a_gateway.registry import check_endpoint, runtime_auth, secret_settings
 from a2a_gateway.settings import DEFAULT_STORE, GatewaySettings, load_settings
+from a2a_gateway.shutdown import drain
 from a2a_gateway.stores import UnknownStoreError, display_url, migrate_store, open_store
 from a2a_gateway.stores.base import Endpoint, StoreError
 
@@ -92,7 +94,11 @@ def serve(settings: GatewaySettings, endpoints: Sequence[Endpoint] = ()) -> None
 
 async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint]) -> None:
     app = build_app(settings, endpoints=endpoints)
-    runner = web.AppRunner(app, access_log=None, handle_signals=True, **server_options(settings))
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.shutdown_close_seconds,
+                           **server_options(settings))
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     await runner.setup()
     try:
         site = web.TCPSite(runner, settings.host, settings.port)
@@ -108,7 +114,8 @@ async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint]) -> No
             f"(store {display_url(settings.store)}, {count} endpoint{'s' if count != 1 else ''})",
             flush=True,
         )
-        await asyncio.Event().wait()
+        await stop.wait()
+        await drain(app, settings.shutdown_grace_seconds)
     finally:
         await runner.cleanup()
 

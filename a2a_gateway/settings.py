@@ -153,6 +153,14 @@ class GatewaySettings(BaseSettings):
     lease_seconds: float = 30.0
     remote_poll_seconds: float = 1.0
     """How often a replica polls the store for a task that runs on another replica."""
+    shutdown_grace_seconds: float = 20.0
+    """On SIGTERM or SIGINT, open streams and blocking calls may go on this long; then the
+    gateway hands its running tasks over (each stream gets a last status event, blocking
+    callers the task as it stands, leases are released). Keep it below the orchestrator's
+    grace period (Kubernetes: 30 s) minus ``shutdown_close_seconds``."""
+    shutdown_close_seconds: float = 3.0
+    """After the hand-over, the last responses get this long to be written before the
+    connections are closed."""
     page_token_key: SecretStr = SecretStr("a2a-gateway-page-token")
     replica_id: str = Field(default_factory=lambda: f"gw-{uuid.uuid4().hex[:12]}")
     log_level: str = "info"

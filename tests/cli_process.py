@@ -38,16 +38,20 @@ def run_cli(*args: str, cwd: Path | None = None, check: bool = False, **env: str
 
 @asynccontextmanager
 async def serving(*args: str, cwd: Path | None = None, output: list[str] | None = None,
+                  process: list[asyncio.subprocess.Process] | None = None,
                   **env: str) -> AsyncIterator[re.Match[str]]:
     """Run ``a2a-gateway ARGS --port 0`` until its listening line; yield that line's match
     (groups: base URL, store, endpoint count); SIGTERM it afterwards. With ``output``, all
-    the process writes (stdout and stderr, to its exit) is appended there."""
+    the process writes (stdout and stderr, to its exit) is appended there; with ``process``,
+    the child process (to signal it and wait for its exit)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "a2a_gateway", *args, "--port", "0",
         cwd=cwd or ROOT, env=cli_env(**env),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     readers: list[asyncio.Task[None]] = []
+    if process is not None:
+        process.append(proc)
     try:
         assert proc.stdout is not None
         match = None

@@ -72,6 +72,8 @@ class TaskEngine:
         self.limits = limits
         self.remote_poll_seconds = limits.remote_poll_seconds
         self.runs: dict[str, TaskRun] = {}
+        self.stopping = False
+        """Set when the gateway shuts down: it claims no other replica's tasks any more."""
         self._task_locks: dict[str, asyncio.Lock] = {}
 
     @property
@@ -281,6 +283,8 @@ class TaskEngine:
     async def recover_expired(self, registry: EndpointRegistry) -> None:
         """Take over tasks whose owner stopped renewing its lease: re-attach to the backend
         run where the handler can, otherwise fail them with "gateway instance lost"."""
+        if self.stopping:
+            return
         for item in await self.ownership.claim_expired():
             try:
                 await self._recover(item.scope, item.stored, registry)
@@ -312,11 +316,12 @@ class TaskEngine:
         log.warning("task_failed_gateway_lost", task_id=task.id)
 
     async def aclose(self) -> None:
-        """Stop driving runs and end their leases now, so another replica (or this one,
-        restarted) takes them over at once instead of after the lease time."""
+        """Hand every run over and end its lease now, so another replica (or this one,
+        restarted) takes it over at once instead of after the lease time."""
+        self.stopping = True
         owned = [task_id for task_id, run in self.runs.items() if run.version is not None]
         for run in list(self.runs.values()):
-            await run.stop()
+            await run.hand_over()
         try:
             await self.ownership.release(owned)
         except Exception:

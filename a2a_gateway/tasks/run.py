@@ -93,6 +93,13 @@ class RunServices:
 
 _IDLE_WRITE_ATTEMPTS = 5
 
+PARTIAL_TEXT = "partial_text"
+"""``run_state`` key: the text a run streamed before its replica stopped (``hand_over``)."""
+
+STOPPING = {"kind": "gateway_stopping"}
+"""Metadata of the last status event a stream gets when its replica stops: the task goes
+on elsewhere; follow it with SubscribeToTask or GetTask."""
+
 
 class SupersededError(Exception):
     """The task changed under this run (e.g. canceled elsewhere): stop driving it."""
@@ -201,6 +208,25 @@ class TaskRun:
             self._driver.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._driver
+
+    async def hand_over(self) -> None:
+        """The gateway stops: stop driving; keep the text streamed so far with the task (the
+        replica that takes over fails it with that text, or re-attaches and streams again);
+        end the task's streams with a status event of its current state that says why; and
+        answer blocking callers with the task as it stands. The task stays owned by this
+        replica until the engine releases the lease."""
+        await self.stop()
+        if self.version is not None and not self.finished:
+            if self.text_so_far:
+                self.run_state[PARTIAL_TEXT] = {"artifact_id": self._artifact_id, "text": self.text_so_far}
+                try:
+                    await self._write(keep_lease=True)
+                except Exception:
+                    log.warning("partial_text_not_saved", task_id=self.task.id)
+            self._publish_status(STOPPING)
+        self._hub.end(self.task.id)
+        self.created.set()
+        self.settled.set()
 
     async def _drive(self) -> None:
         # this driver runs in its own copy of the request's context
@@ -507,6 +533,7 @@ class TaskRun:
         await self._ensure_created()
         self.run_state.pop("pending_input", None)
         for attempt in range(1, _IDLE_WRITE_ATTEMPTS + 1):
+            self._keep_partial_text(state)
             self.task.status.CopyFrom(
                 new_status(state, agent_message(self.task, reason) if reason else None)
             )
@@ -524,6 +551,17 @@ class TaskRun:
         self.settled.set()
 
     # helpers -----------------------------------------------------------------
+    def _keep_partial_text(self, state: int) -> None:
+        """A task failed by a run that streamed nothing itself (e.g. "gateway instance
+        lost") keeps the text its stopped run handed over, as a partial response."""
+        partial = self.run_state.pop(PARTIAL_TEXT, None)
+        if partial and state == TASK_STATE_FAILED and self._artifact_id is None:
+            artifact = self._artifact(partial["artifact_id"] or new_id())
+            artifact.name = RESPONSE_ARTIFACT
+            del artifact.parts[:]
+            artifact.parts.append(Part(text=partial["text"]))
+            artifact.metadata.update({"partial": True})
+
     def _set_status(self, state: int) -> None:
         self.task.status.CopyFrom(new_status(state))
 
@@ -531,15 +569,16 @@ class TaskRun:
         if self._hub.has_listeners(self.task.id):
             self._hub.publish(self.task.id, status_event(self.task, metadata))
 
-    async def _write(self, *, reload_on_conflict: bool = False) -> None:
+    async def _write(self, *, reload_on_conflict: bool = False, keep_lease: bool = False) -> None:
         """The one place the task is written. On a version conflict: a task ended elsewhere
         stops this run (``SupersededError``); with ``reload_on_conflict`` (an idle run ending
         the task) the task is reloaded (``_Reloaded``: apply the change again); otherwise
-        this run's state wins over a write of its own that landed unseen."""
+        this run's state wins over a write of its own that landed unseen. ``keep_lease``: the
+        task stays this replica's although no iterator runs (``hand_over``)."""
         async with self._write_lock:
             ownership = self._services.ownership
             terminal = self.task.status.state in TERMINAL_STATES
-            running = not terminal and self._driving()
+            running = not terminal and (keep_lease or self._driving())
             for attempt in (1, 2):
                 try:
                     self.version = await self._store.update_task(

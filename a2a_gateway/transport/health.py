@@ -1,4 +1,5 @@
-"""Liveness (``/healthz``), readiness (``/readyz``: the store answers) and ``/metrics``."""
+"""Liveness (``/healthz``), readiness (``/readyz``: the store answers and the gateway is not
+stopping) and ``/metrics``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     gateway = request.app[GATEWAY]
+    if gateway.engine.stopping:  # drained by the load balancer while open work ends
+        return web.json_response({"status": "stopping"}, status=503)
     try:
         await asyncio.wait_for(gateway.store.ping(), timeout=2.0)
     except (StoreError, TimeoutError):

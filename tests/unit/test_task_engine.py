@@ -4,6 +4,7 @@ store and the in-process hub, driving scripted handlers."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
@@ -16,6 +17,7 @@ from a2a.types.a2a_pb2 import (
     TASK_STATE_COMPLETED,
     TASK_STATE_FAILED,
     TASK_STATE_INPUT_REQUIRED,
+    TASK_STATE_WORKING,
 )
 from a2a.utils.errors import ContentTypeNotSupportedError
 
@@ -388,3 +390,48 @@ async def test_caller_context_reaches_the_handler():
     assert request.extensions == frozenset({"https://ext.example/v1"})
     assert request.headers == {"traceparent": "00-abc-def-01"}  # never the credentials
 
+
+
+async def test_a_stopping_replica_hands_its_runs_over_with_the_text_so_far_and_claims_nothing():
+    store = CountingStore()
+    ghost, _, _, _ = make_engine(store, replica="ghost", lease=0.01)
+    idle = Scripted(lambda r: [RunStarted("ref-ghost"), "wait"])
+    idle.gate.clear()
+    orphan = await ghost.send(runtime_of(idle), SCOPE, user_message("x"), streaming=False, subscribe=False)
+    await asyncio.wait_for(orphan.run.created.wait(), 10)
+    await orphan.run.stop()  # its lease runs out: any replica but a stopping one claims it
+
+    stopping, _, _, _ = make_engine(store, replica="stopping", lease=30.0)
+    blocked = Scripted(lambda r: [RunStarted("ref-1"), TextDelta("partial "), TextDelta("text"), "wait"])
+    blocked.gate.clear()
+    outcome = await stopping.send(runtime_of(blocked), SCOPE, user_message("a"), streaming=True, subscribe=True)
+    run = outcome.run
+    await asyncio.wait_for(_until(lambda: run.text_so_far == "partial text"), 10)
+    listening = asyncio.create_task(drain(outcome.subscription))
+    await asyncio.sleep(0.05)  # the lease of the orphan is over
+    await stopping.aclose()
+    await stopping.recover_expired(None)  # type: ignore[arg-type]  # stopping: never asks the registry
+    events = await asyncio.wait_for(listening, 10)
+    assert run.settled.is_set()  # a blocking caller is answered with the task as it stands
+    last = events[-1]
+    assert isinstance(last, TaskStatusUpdateEvent) and last.status.state == TASK_STATE_WORKING
+    assert dict(last.metadata) == {"kind": "gateway_stopping"}
+    handed = await store.get_task(SCOPE, run.task.id)
+    assert handed.owner == "stopping" and handed.lease_until <= time.time()  # released: claimable now
+    assert (await store.get_task(SCOPE, orphan.run.task.id)).owner == "ghost"  # not claimed while stopping
+
+    class Registry:
+        async def get(self, endpoint_id: str) -> EndpointRuntime:
+            return runtime_of(NoReattach(lambda r: []))
+
+    class NoReattach(Scripted):
+        supports_reattach: ClassVar[bool] = False
+
+    heir, _, _, _ = make_engine(store, replica="heir")
+    await heir.recover_expired(Registry())  # type: ignore[arg-type]
+    failed = (await store.get_task(SCOPE, run.task.id)).task
+    assert failed.status.state == TASK_STATE_FAILED
+    assert failed.status.message.parts[0].text == GATEWAY_LOST
+    assert [p.text for p in failed.artifacts[0].parts] == ["partial text"]
+    assert failed.artifacts[0].metadata["partial"] is True
+    assert failed.artifacts[0].name == "response"

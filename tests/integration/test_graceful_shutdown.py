@@ -1,0 +1,152 @@
+"""SIGTERM to a gateway process with a stream and a blocking SendMessage in flight.
+
+Both clients get a final answer from the stopping replica within its grace period (the
+stream a status event of the task's current state with ``kind: gateway_stopping``, the
+blocking caller the task as it stands), ``/readyz`` and new requests answer 503 at
+once, and the process exits 0 — on one process, where the next start fails the
+handed-over tasks with the text streamed so far, and on two replicas on PostgreSQL,
+where the other replica re-attaches the backend run and completes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from typing import Any
+
+import httpx
+from a2a.types import GetTaskRequest, SubscribeToTaskRequest, TaskState
+
+from tests.cli_process import run_cli, serving
+from tests.harness import RunningGateway, require_env
+from tests.integration.test_postgres_replicas import artifact_updates, collect, final_state, rebuild
+from tests.messages import send_request
+from tests.replicas.cluster import replica_set
+from tests.replicas.fake_backend import FakeBackend
+from tests.stores import pg_support
+from tests.waiting import eventually
+
+WORKING = TaskState.TASK_STATE_WORKING
+COMPLETED = TaskState.TASK_STATE_COMPLETED
+FAILED = TaskState.TASK_STATE_FAILED
+GRACE = 3.0
+KUBERNETES_GRACE = 30.0
+STOPPING_NOTE = {"kind": "gateway_stopping"}
+
+
+def stopping_note(event: Any) -> dict[str, Any] | None:
+    return dict(event.status_update.metadata) if event.HasField("status_update") else None
+
+
+async def until_text(stream: Any, into: list[Any], words: int) -> None:
+    """Read ``stream`` into ``into`` until ``words`` words were streamed."""
+    while len(rebuild(into).split()) < words:
+        into.append(await anext(stream))
+
+
+async def test_sigterm_answers_a_stream_and_a_blocking_call_then_exits_0_and_keeps_the_text(tmp_path):
+    added = run_cli("endpoints", "add", "--name", "slow", "--handler", "handlers.echo:EchoHandler",
+                    "--set", "delay=0.2", "--public", cwd=tmp_path)
+    assert added.returncode == 0, added.stderr
+    ep = added.stdout.strip().splitlines()[-1]
+    words = " ".join(f"w{i}" for i in range(500))  # 100 s of work: only the shutdown ends it
+    env = {"A2A_GATEWAY_SHUTDOWN_GRACE_SECONDS": str(GRACE)}
+    procs: list[asyncio.subprocess.Process] = []
+    async with serving("serve", cwd=tmp_path, process=procs, **env) as listening:
+        gateway = RunningGateway(listening[1], None)  # type: ignore[arg-type]
+        async with gateway.client(ep) as streaming, gateway.client(ep, streaming=False) as blocking, \
+                httpx.AsyncClient(base_url=listening[1], timeout=10) as http:
+            stream = streaming.send_message(send_request(words))
+            seen = [await anext(stream)]
+            await until_text(stream, seen, 3)
+            waiting = asyncio.create_task(anext(blocking.send_message(send_request(words))))
+            await eventually(lambda: _running(http, 2), timeout=20, what="both runs under way")
+            sigterm = time.monotonic()
+            procs[0].send_signal(signal.SIGTERM)
+            ready = await eventually(lambda: _status(http, "/readyz", 503), timeout=10, what="not ready")
+            refused = await http.post(f"/{ep}/a2a", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask"})
+            async with asyncio.timeout(GRACE + 20):
+                rest = [e async for e in stream]
+                answer = await waiting
+            answered = time.monotonic() - sigterm
+            async with asyncio.timeout(KUBERNETES_GRACE):
+                code = await procs[0].wait()
+            exited = time.monotonic() - sigterm
+    print(f"SIGTERM to answers {answered:.1f}s, to exit {exited:.1f}s")
+    assert ready and refused.status_code == 503 and refused.headers["Retry-After"] == "1"
+    assert stopping_note(rest[-1]) == STOPPING_NOTE and final_state(rest) == WORKING
+    assert answer.task.status.state == WORKING and answer.task.id != seen[0].task.id
+    assert code == 0
+    streamed = rebuild(seen + rest)
+
+    # the next start takes the handed-over tasks (the echo cannot re-attach): failed as
+    # lost, with the text streamed so far kept as a partial response
+    async with serving("serve", cwd=tmp_path) as listening:
+        gateway = RunningGateway(listening[1], None)  # type: ignore[arg-type]
+        async with gateway.client(ep, streaming=False) as client:
+            lost = await client.get_task(GetTaskRequest(id=seen[0].task.id))
+    assert lost.status.state == FAILED and lost.status.message.parts[0].text == "gateway instance lost"
+    (partial,) = lost.artifacts
+    assert partial.metadata["partial"] is True
+    assert partial.parts[0].text.startswith(streamed) and len(partial.parts[0].text.split()) > 3
+
+
+async def test_sigterm_on_one_replica_the_other_completes_the_run_at_once(tmp_path):
+    require_env(pg_support.ENV_VAR)
+    # leases of 60 s: only a released lease lets B take over within the test's bounds
+    # (B looks for expired leases every 20 s, so the first look may come late)
+    async with FakeBackend() as backend, replica_set(
+        tmp_path, ["a", "b"], lease_seconds=60, remote_poll_seconds=0.3,
+        extra_env={"A2A_GATEWAY_SHUTDOWN_GRACE_SECONDS": str(GRACE)},
+    ) as rs:
+        ep = await rs.add_endpoint("tests.replicas.fake_backend:FakeBackendHandler",
+                                   backend_url=backend.url, delay=0.1)
+        words = " ".join(f"part{i}" for i in range(150))  # about 15 s of backend work
+        async with rs.client("a", ep) as on_a, rs.client("a", ep, streaming=False) as blocking_a, \
+                rs.client("b", ep) as on_b, rs.client("b", ep, streaming=False) as get_b:
+            stream = on_a.send_message(send_request(words))
+            seen = [await anext(stream)]
+            task_id = seen[0].task.id
+            await until_text(stream, seen, 3)
+            waiting = asyncio.create_task(anext(blocking_a.send_message(send_request(words))))
+            await eventually(lambda: len(backend.runs) == 2, timeout=20, what="both backend runs")
+            sigterm = time.monotonic()
+            rs["a"].proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(GRACE + 20):
+                rest = [e async for e in stream]
+                answer = await waiting
+            answered = time.monotonic() - sigterm
+            code = await asyncio.to_thread(rs["a"].proc.wait, KUBERNETES_GRACE)
+            exited = time.monotonic() - sigterm
+            # the streaming client follows the task on B, as the last event suggests
+            remote: list[Any] = []
+            async with asyncio.timeout(60):
+                await collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote)
+            taken_over = time.monotonic() - sigterm
+            blocked = await eventually(
+                lambda: _task_state(get_b, answer.task.id, COMPLETED), timeout=60, what="blocking task completed"
+            )
+    print(f"SIGTERM to answers {answered:.1f}s, to exit {exited:.1f}s, to completion on B {taken_over:.1f}s")
+    assert stopping_note(rest[-1]) == STOPPING_NOTE and final_state(rest) == WORKING
+    assert answer.task.status.state == WORKING
+    assert code == 0
+    assert len(backend.runs) == 2, "a backend run was started again instead of re-attached"
+    full = f"backend: {words}"
+    assert all(run.output == full for run in backend.runs.values())
+    assert final_state(remote) == COMPLETED and artifact_updates(remote)[-1].artifact.parts[0].text == full
+    assert blocked.artifacts[0].parts[0].text == full and not blocked.artifacts[0].metadata
+
+
+async def _running(http: httpx.AsyncClient, count: int) -> bool:
+    ready = await http.get("/readyz")
+    return ready.status_code == 200 and ready.json()["running_tasks"] >= count
+
+
+async def _status(http: httpx.AsyncClient, path: str, status: int) -> bool:
+    return (await http.get(path)).status_code == status
+
+
+async def _task_state(client: Any, task_id: str, state: int) -> Any:
+    task = await client.get_task(GetTaskRequest(id=task_id))
+    return task if task.status.state == state else None
