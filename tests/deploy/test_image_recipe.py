@@ -24,7 +24,7 @@ from tests.deploy.dockerfile import ROOT, Stage, stages
 from tests.messages import send_body
 
 DEMO_ID = "00000000-0000-4000-8000-0000000d0c4e"
-KNOWN_FINAL_RUNS = ("useradd ",)  # system changes the replay leaves out (no users are created here)
+KNOWN_FINAL_RUNS = ("groupadd ",)  # system changes the replay leaves out (no users are created here)
 
 pytestmark = pytest.mark.timeout(300)
 

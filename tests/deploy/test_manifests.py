@@ -208,3 +208,12 @@ def test_several_replicas_that_scale_and_survive_disruptions():
 
 def pod_labels() -> dict[str, str]:
     return k8s_resources()["Deployment"]["spec"]["template"]["metadata"]["labels"]
+
+
+def test_every_image_is_pinned():
+    for name, service in compose()["services"].items():
+        image, _, tag = service["image"].partition(":")
+        assert tag and tag != "latest", f"compose {name}: {service['image']}"
+        assert "build" in service or tag[0].isdigit(), f"compose {name}: pin a version, not {tag}"
+    for image in kustomization()["images"]:
+        assert image["newTag"][0].isdigit(), image
