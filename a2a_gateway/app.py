@@ -19,6 +19,7 @@ from aiohttp import web
 from a2a_gateway.auth.callers import build_authenticator
 from a2a_gateway.auth.peer import remember_peer
 from a2a_gateway.card_signing import load_card_signer
+from a2a_gateway.endpoints_file import EndpointsFile
 from a2a_gateway.tasks.conversation import Conversation
 from a2a_gateway.tasks.engine import EngineLimits, TaskEngine
 from a2a_gateway.tasks.ownership import Ownership
@@ -43,6 +44,9 @@ log = structlog.get_logger(__name__)
 
 ENDPOINT_COUNT = web.AppKey("endpoint_count", int)
 """How many endpoint rows the store held at startup."""
+
+ENDPOINTS_FILE = web.AppKey("endpoints_file", EndpointsFile)
+"""The endpoints file the app applied at startup (set only when there is one)."""
 
 
 async def _lease_loop(gateway: Gateway) -> None:
@@ -89,6 +93,9 @@ def build_app(
     app.middlewares.append(remember_peer)
     app.middlewares.append(refuse_when_stopping)
     card_signer = load_card_signer(settings.card_signing_keys)  # a bad key stops startup here
+    declared = EndpointsFile(settings.endpoints_file, settings) if settings.endpoints_file else None
+    if declared is not None:  # a bad file stops startup here too
+        app[ENDPOINTS_FILE] = declared
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         opened = store or await open_store(
@@ -97,6 +104,8 @@ def build_app(
         check_schema = getattr(opened, "check_schema", None)
         if check_schema is not None:
             await check_schema()  # refuse to serve an unmigrated or newer schema
+        if declared is not None:
+            await declared.apply(opened)
         app[ENDPOINT_COUNT] = await _ensure_endpoints(opened, endpoints)
         client = http or httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
         hub = PostgresLiveHub(opened, settings.replica_id) if uses_postgres(opened) else LiveHub()

@@ -22,14 +22,16 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from a2a_gateway.app import ENDPOINT_COUNT, build_app, server_options
+from a2a_gateway.app import ENDPOINT_COUNT, ENDPOINTS_FILE, build_app, server_options
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.card_signing import CardSigningKeyError
+from a2a_gateway.endpoints_file import EndpointsFileError, endpoint_row, export
 from a2a_gateway.logs import configure_logging, looks_secret, mask_credentials
 from a2a_gateway.auth.callers import needed
 from a2a_gateway.errors import EndpointMisconfiguredError
 from a2a_gateway.registry import check_endpoint, runtime_auth, secret_settings
 from a2a_gateway.settings import DEFAULT_STORE, GatewaySettings, load_settings
+from a2a_gateway.state import GATEWAY
 from a2a_gateway.shutdown import drain
 from a2a_gateway.stores import UnknownStoreError, display_url, migrate_store, open_store
 from a2a_gateway.stores.base import Endpoint, StoreError
@@ -54,6 +56,7 @@ def _settings(args: argparse.Namespace) -> GatewaySettings:
         host=getattr(args, "host", None),
         port=getattr(args, "port", None),
         store=getattr(args, "store", None),
+        endpoints_file=getattr(args, "endpoints", None),
     )
 
 
@@ -109,6 +112,8 @@ async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint]) -> No
             raise CommandError(f"cannot listen on {settings.host}:{settings.port}: {reason}") from None
         host, port = runner.addresses[0][:2]
         count = app[ENDPOINT_COUNT]
+        if ENDPOINTS_FILE in app:
+            app[ENDPOINTS_FILE].reload_on_sighup(app[GATEWAY].store)
         print(
             f"a2a-gateway {version('a2a-gateway')} listening on http://{host}:{port} "
             f"(store {display_url(settings.store)}, {count} endpoint{'s' if count != 1 else ''})",
@@ -174,20 +179,16 @@ def _endpoint_json(ep: Endpoint, settings: GatewaySettings) -> dict[str, Any]:
 
 
 def _endpoint_from_args(args: argparse.Namespace) -> Endpoint:
-    module_name, _, class_name = args.handler.partition(":")
-    if not module_name or not class_name:
-        raise CommandError("--handler must be MODULE:CLASS, e.g. handlers.echo:EchoHandler")
-    metadata: dict[str, Any] = {"module_name": module_name, "class_name": class_name}
+    settings: dict[str, Any] = {}
     for item in args.set or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise CommandError(f"--set needs KEY=VALUE, got {item!r}")
-        metadata[key] = _parse_value(value)
-    if args.public:
-        metadata["public"] = True
+        settings[key] = _parse_value(value)
+    auth = None
     if args.auth:
         try:
-            metadata["auth"] = json.loads(args.auth)
+            auth = json.loads(args.auth)
         except json.JSONDecodeError as exc:
             raise CommandError(f"--auth is not valid JSON: {exc.msg} at character {exc.pos}") from None
     try:
@@ -201,8 +202,12 @@ def _endpoint_from_args(args: argparse.Namespace) -> Endpoint:
             raise CommandError(f"--id must be a UUID, got {args.id!r}") from None
     else:
         endpoint_id = str(uuid.uuid4())
-    return Endpoint(id=endpoint_id, name=args.name, tenant=args.tenant,
-                    description=args.description or "", card=card, metadata=metadata)
+    try:
+        return endpoint_row(endpoint_id, args.name, args.handler, tenant=args.tenant,
+                            description=args.description or "", card=card, settings=settings,
+                            public=True if args.public else None, auth=auth)
+    except ValueError as exc:
+        raise CommandError(f"--handler {exc}") from None
 
 
 def _report(endpoint: Endpoint, settings: GatewaySettings, *, prefix: str = "") -> bool:
@@ -272,6 +277,11 @@ def cmd_endpoints_list(args: argparse.Namespace) -> None:
 def cmd_endpoints_show(args: argparse.Namespace) -> None:
     ep = asyncio.run(_with_store(_row_store(args), lambda s: _existing(s, args.id)))
     print(json.dumps(_endpoint_json(ep, _settings(args)), indent=2))
+
+
+def cmd_endpoints_export(args: argparse.Namespace) -> None:
+    rows = asyncio.run(_with_store(_row_store(args), lambda s: s.list_endpoints()))
+    sys.stdout.write(export(rows, _settings(args), args.format))
 
 
 def _set_enabled(enabled: bool) -> Any:
@@ -350,6 +360,8 @@ def _store_args(p: argparse.ArgumentParser) -> None:
 def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port to listen on (default 8080; 0 picks a free one)")
+    p.add_argument("--endpoints", metavar="FILE", help="YAML or TOML file of endpoints, applied at "
+                   "startup and on SIGHUP (or A2A_GATEWAY_ENDPOINTS_FILE)")
     _store_args(p)
 
 
@@ -383,6 +395,14 @@ def _endpoint_commands(sub: Any) -> None:
     _store_args(check)
     check.add_argument("id", nargs="?", help="endpoint id (default: every endpoint)")
     check.set_defaults(func=cmd_endpoints_check)
+    exported = endpoints.add_parser("export", help="print every endpoint as an endpoints file",
+                                    description="Print the store's endpoints in the format of "
+                                    "serve --endpoints. Secrets stay env:NAME references; a row "
+                                    "holding a secret as such is refused.")
+    _store_args(exported)
+    exported.add_argument("--format", choices=("yaml", "toml"), default="yaml",
+                          help="yaml (default) or toml")
+    exported.set_defaults(func=cmd_endpoints_export)
     for name, func, help_ in (
         ("list", cmd_endpoints_list, "list endpoints: id, enabled, name, handler"),
         ("show", cmd_endpoints_show, "print an endpoint row as JSON"),
@@ -446,7 +466,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     try:
         args.func(args)
-    except (CommandError, StoreError, UnknownStoreError, ValidationError, CardSigningKeyError) as exc:
+    except (CommandError, StoreError, UnknownStoreError, ValidationError, CardSigningKeyError,
+            EndpointsFileError) as exc:
         sys.exit(f"a2a-gateway: {_one_line(exc)}")
 
 

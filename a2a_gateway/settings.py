@@ -23,7 +23,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from handlers.base import HandlerSettings
 
 RESERVED_METADATA_KEYS = frozenset(
-    {"module_name", "class_name", "public", "strict_v1_card", "auth", "rate_limit"}
+    {"module_name", "class_name", "public", "strict_v1_card", "auth", "rate_limit",
+     "endpoints_file"}
 )
 """Endpoint metadata keys the gateway itself reads (the rest are handler settings)."""
 
@@ -42,6 +43,9 @@ class GatewaySettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8080
     store: str = DEFAULT_STORE
+    endpoints_file: str = ""
+    """YAML or TOML file of endpoints applied to the store at startup and on SIGHUP
+    (``serve --endpoints``; docs/endpoints-file.md). Empty: none."""
     public_base_url: str = ""
     """Base of the absolute URLs in agent cards; empty = the request's scheme and host."""
     default_endpoint: str = ""
