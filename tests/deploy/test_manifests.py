@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -26,6 +27,7 @@ FIELDS = set(GatewaySettings.model_fields)
 # fields exist, then checked like every other.
 PENDING = {"shutdown_grace_seconds", "endpoints_file"} - FIELDS
 NOT_FIELDS = {"config_file"}  # read by load_settings itself
+KUBERNETES = "1.32"  # the oldest Kubernetes these manifests are for
 INTERPOLATION = re.compile(r"^\$\{(\w+):\?[^}]+\}$")  # compose: required, no default
 
 
@@ -217,3 +219,17 @@ def test_every_image_is_pinned():
         assert "build" in service or tag[0].isdigit(), f"compose {name}: pin a version, not {tag}"
     for image in kustomization()["images"]:
         assert image["newTag"][0].isdigit(), image
+
+
+@pytest.mark.parametrize("name", kustomization()["resources"])
+def test_each_kubernetes_resource_matches_the_api_schema(name: str):
+    """Strict: a misspelt or misplaced field is an error, not silently dropped by the API."""
+    kubernetes_validate.validate(yaml.safe_load((K8S / name).read_text()), KUBERNETES, strict=True)
+
+
+def test_the_generated_configmaps_match_the_api_schema():
+    for generator in kustomization()["configMapGenerator"]:
+        data = dict(item.split("=", 1) for item in generator.get("literals", []))
+        data |= {file: (K8S / file).read_text() for file in generator.get("files", [])}
+        configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": generator["name"]}, "data": data}
+        kubernetes_validate.validate(configmap, KUBERNETES, strict=True)
