@@ -4,7 +4,6 @@ time to shut down gracefully before the orchestrator kills it."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from a2a_gateway.endpoints_file import load
 from a2a_gateway.logs import looks_secret
 from a2a_gateway.settings import GatewaySettings
 from tests.deploy.dockerfile import ROOT, stages
@@ -23,9 +23,6 @@ DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 PREFIX = "A2A_GATEWAY_"
 FIELDS = set(GatewaySettings.model_fields)
-# Settings being added by the shutdown and endpoints-file work: accepted by name until their
-# fields exist, then checked like every other.
-PENDING = {"shutdown_grace_seconds", "endpoints_file"} - FIELDS
 NOT_FIELDS = {"config_file"}  # read by load_settings itself
 KUBERNETES = "1.32"  # the oldest Kubernetes these manifests are for
 INTERPOLATION = re.compile(r"^\$\{(\w+):\?[^}]+\}$")  # compose: required, no default
@@ -86,7 +83,7 @@ def test_every_gateway_variable_is_a_setting_and_its_value_is_accepted():
         if not name.startswith(PREFIX):
             continue
         field = name.removeprefix(PREFIX).lower()
-        assert field in FIELDS | PENDING | NOT_FIELDS, f"{where}: {name} is no gateway setting"
+        assert field in FIELDS | NOT_FIELDS, f"{where}: {name} is no gateway setting"
         if field in FIELDS and isinstance(value, str) and not INTERPOLATION.match(value):
             GatewaySettings(**{field: value})  # a ValidationError names a bad value
             checked += 1
@@ -139,9 +136,7 @@ def test_compose_and_the_configmap_carry_an_endpoints_file_the_gateway_loads():
     generated = {g["name"]: g for g in kustomization()["configMapGenerator"]}
     assert generated[volume["configMap"]["name"]]["files"] == ["endpoints.yaml"]
     assert k8s_env(gateway_container())[f"{PREFIX}ENDPOINTS_FILE"] == f"{mount['mountPath']}/endpoints.yaml"
-    if importlib.util.find_spec("a2a_gateway.endpoints_file"):  # once the loader exists
-        from a2a_gateway.endpoints_file import load
-        assert [row.name for row in load(K8S / "endpoints.yaml", GatewaySettings())] == ["Echo"]
+    assert [row.name for row in load(K8S / "endpoints.yaml", GatewaySettings())] == ["Echo"]
 
 
 def test_every_configmap_and_secret_the_pod_uses_is_generated_or_documented():
@@ -179,9 +174,8 @@ def test_kubernetes_waits_longer_than_the_gateway_s_graceful_shutdown():
                if isinstance(value, str) and name.removeprefix(PREFIX).lower() in FIELDS}
     settings = GatewaySettings(**gateway)
     grace = float(env[f"{PREFIX}SHUTDOWN_GRACE_SECONDS"])
-    close = getattr(settings, "shutdown_close_seconds", 0.0)
-    if "shutdown_grace_seconds" in FIELDS:
-        assert settings.shutdown_grace_seconds == grace
+    close = settings.shutdown_close_seconds
+    assert settings.shutdown_grace_seconds == grace
     pre_stop = gateway_container()["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep"
     assert spec["terminationGracePeriodSeconds"] > float(pre_stop[1]) + grace + close
