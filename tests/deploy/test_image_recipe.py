@@ -19,11 +19,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from tests.deploy.dockerfile import ROOT, Stage, stages
 from tests.messages import send_body
 
-DEMO_ID = "00000000-0000-4000-8000-0000000d0c4e"
+ENDPOINTS = ROOT / "deploy/k8s/endpoints.yaml"
 KNOWN_FINAL_RUNS = ("groupadd ",)  # system changes the replay leaves out (no users are created here)
 
 pytestmark = pytest.mark.timeout(300)
@@ -165,10 +166,13 @@ async def test_the_image_serves_health_and_an_agent_from_env_configuration_only(
     command = [shutil.which(entrypoint[0], path=env["PATH"]), *entrypoint[1:]]
     assert command[0] and command[0].startswith(str(root)), "the entrypoint is the installed gateway"
 
-    for args in (["migrate"], ["endpoints", "add", "--id", DEMO_ID, "--name", "Image echo",
-                               "--handler", "handlers.echo:EchoHandler", "--set", "delay=0", "--public"]):
-        done = subprocess.run([*command, *args], cwd=data, env=env, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
+    # the agents as compose and the Kubernetes ConfigMap mount them
+    mounted = inside(root, "/etc/a2a-gateway/endpoints.yaml")
+    copy_in(ENDPOINTS, mounted)
+    env["A2A_GATEWAY_ENDPOINTS_FILE"] = str(mounted)
+    (agent,) = yaml.safe_load(ENDPOINTS.read_text())["endpoints"]
+    done = subprocess.run([*command, "migrate"], cwd=data, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
 
     health = json.loads(final.all("HEALTHCHECK")[0].split(" CMD ", 1)[1])
     health = [str(inside(root, a)) if a.startswith("/") else a for a in health]
@@ -182,15 +186,18 @@ async def test_the_image_serves_health_and_an_agent_from_env_configuration_only(
     )
     try:
         assert proc.stdout is not None
+        lines: list[str] = []
         async with asyncio.timeout(60):
-            line = (await proc.stdout.readline()).decode()
-        assert f"listening on http://0.0.0.0:{port}" in line, line
+            while not lines or "listening on" not in lines[-1]:
+                lines.append((await proc.stdout.readline()).decode())
+                assert lines[-1], f"the gateway exited: {lines}"
+        assert f"listening on http://0.0.0.0:{port}" in lines[-1], lines
         base = f"http://127.0.0.1:{port}"
         async with httpx.AsyncClient(timeout=30) as http:
             healthz = await http.get(f"{base}/healthz")
             readyz = await http.get(f"{base}/readyz")
-            card = await http.get(f"{base}/{DEMO_ID}/.well-known/agent-card.json")
-            answer = await http.post(f"{base}/{DEMO_ID}/a2a", json=send_body("hello image"),
+            card = await http.get(f"{base}/{agent['id']}/.well-known/agent-card.json")
+            answer = await http.post(f"{base}/{agent['id']}/a2a", json=send_body("hello image"),
                                      headers={"A2A-Version": "1.0"})
         assert await asyncio.to_thread(healthcheck) == 0
     finally:
@@ -198,7 +205,7 @@ async def test_the_image_serves_health_and_an_agent_from_env_configuration_only(
         async with asyncio.timeout(60):
             await proc.communicate()
     assert healthz.status_code == 200 and readyz.status_code == 200
-    assert card.status_code == 200 and card.json()["name"] == "Image echo"
+    assert card.status_code == 200 and card.json()["name"] == agent["name"]
     assert card.json()["supportedInterfaces"][0]["url"].startswith(base)
     task = answer.json()["result"]["task"]
     assert task["artifacts"][0]["parts"][0]["text"] == "echo: hello image"
