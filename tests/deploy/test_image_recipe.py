@@ -146,14 +146,16 @@ def gateway_env(root: Path, final: Stage, port: int) -> dict[str, str]:
 def test_the_image_installs_the_project_not_the_source_tree(image):
     root, _ = image
     venv_python = root / "opt/venv/bin/python"
-    where = subprocess.run(
-        [venv_python, "-c", "import a2a_gateway, handlers, importlib.resources as r; "
-         "print(a2a_gateway.__file__); print(handlers.__file__); "
-         "print(len(list(r.files('a2a_gateway.migrations').joinpath('postgres').iterdir())))"],
-        cwd=root, capture_output=True, text=True, env=host_env(), timeout=60,
+    program = (
+        "import a2a_gateway, handlers, importlib.resources as r; "
+        "print(a2a_gateway.__file__); print(handlers.__file__); "
+        "print(len(list(r.files('a2a_gateway.migrations').joinpath('postgres').iterdir())))"
     )
+    where = subprocess.run([venv_python, "-c", program], cwd=root, capture_output=True, text=True,
+                           env=host_env(), timeout=60, check=True)
     package, handlers_package, migrations = where.stdout.split()
-    assert package.startswith(str(root / "opt/venv")) and handlers_package.startswith(str(root / "opt/venv"))
+    venv = str(root / "opt/venv")
+    assert package.startswith(venv) and handlers_package.startswith(venv)
     assert int(migrations) > 0, "the PostgreSQL migrations are part of the installed package"
 
 
@@ -171,7 +173,8 @@ async def test_the_image_serves_health_and_an_agent_from_env_configuration_only(
     copy_in(ENDPOINTS, mounted)
     env["A2A_GATEWAY_ENDPOINTS_FILE"] = str(mounted)
     (agent,) = yaml.safe_load(ENDPOINTS.read_text())["endpoints"]
-    done = subprocess.run([*command, "migrate"], cwd=data, env=env, capture_output=True, text=True, timeout=60)
+    done = await asyncio.to_thread(subprocess.run, [*command, "migrate"], cwd=data, env=env,
+                                   capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
     health = json.loads(final.all("HEALTHCHECK")[0].split(" CMD ", 1)[1])
@@ -227,7 +230,7 @@ def test_the_image_runs_on_lambda_through_the_pinned_web_adapter():
 def test_every_base_image_is_pinned_and_the_gateway_runs_unprivileged():
     build, final = stages()
     for stage in (build, final):
-        name, _, tag = stage.base.partition(":")
+        tag = stage.base.partition(":")[2]
         assert tag and tag != "latest" and tag[0].isdigit() and tag.count(".") >= 2, stage.base
     (user,) = final.all("USER")
     assert user not in ("root", "0")

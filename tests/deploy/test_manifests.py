@@ -5,7 +5,6 @@ time to shut down gracefully before the orchestrator kills it."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import httpx
