@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import os
 import re
 import signal
@@ -81,4 +82,7 @@ async def serving(*args: str, cwd: Path | None = None, output: list[str] | None 
 
 
 async def _keep_rest(stream: asyncio.StreamReader, output: list[str]) -> None:
-    output.append((await stream.read()).decode())  # to EOF; keeps the pipe from filling
+    """Append what ``stream`` gives as it comes (a test may wait for a log line), to EOF."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while chunk := await stream.read(65536):
+        output.append(decoder.decode(chunk))

@@ -211,3 +211,19 @@ def test_toml_export_of_a_null_setting_says_to_use_yaml():
     with pytest.raises(EndpointsFileError, match="export as YAML"):
         export([row], SETTINGS, "toml")
     assert "system_prompt: null" in export([row], SETTINGS, "yaml")
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_documented_files_load(tmp_path, monkeypatch):
+    monkeypatch.setenv("HERMES_API_KEY", "unused")
+    monkeypatch.setenv("CHAT_API_KEY", "unused")
+    assert len(load(ROOT / "deploy" / "endpoints.example.yaml", SETTINGS)) == 3
+    doc = (ROOT / "docs" / "endpoints-file.md").read_text()
+    blocks = [block.split("\n", 1) for block in doc.split("```")[1::2]]
+    examples = [(kind, text) for kind, text in blocks if kind in ("yaml", "toml")]
+    assert [kind for kind, _ in examples] == ["yaml", "toml"]
+    for kind, text in examples:
+        (row,) = load(written(tmp_path, text, f"doc.{kind}"), SETTINGS)
+        assert row.metadata["hermes_api_key"] == "env:HERMES_API_KEY"
