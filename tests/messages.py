@@ -1,5 +1,6 @@
 """What a caller sends, built one way for every test: a2a-sdk user messages and SendMessage
-requests, and the same on the wire as JSON-RPC bodies (protocol 1.0 JSON names)."""
+requests, the same on the wire as JSON-RPC bodies (protocol 1.0 JSON names), and what a
+handler is given for such a message."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 from a2a.types import Message, Part, Role, SendMessageConfiguration, SendMessageRequest
 from google.protobuf.json_format import ParseDict
+
+from handlers.base import HandlerRequest
 
 
 def user_message(text: str = "hi", *, data: dict[str, Any] | None = None, **fields: Any) -> Message:
@@ -33,6 +36,14 @@ def send_request(
     if immediately:
         request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
     return request
+
+
+def handler_request(text: str = "ping", **fields: Any) -> HandlerRequest:
+    """What a handler is given for a user message of ``text``: task-1 in context ctx-1 of
+    endpoint ep-1 unless ``fields`` (other HandlerRequest fields) say otherwise."""
+    defaults = {"task_id": "task-1", "context_id": "ctx-1", "message": Message(),
+                "endpoint_id": "ep-1"}
+    return HandlerRequest(text=text, **{**defaults, **fields})
 
 
 def rpc(

@@ -9,23 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from a2a.types import Message
 
-from handlers.base import HandlerEvent, HandlerRequest, Turn
+from handlers.base import HandlerEvent
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "openclaw"
 
 
 def fixture(name: str) -> bytes:
     return (FIXTURES / name).read_bytes()
-
-
-def make_request(text: str = "ping", *, context_id: str = "ctx-1", session: dict[str, Any] | None = None,
-                 history: list[Turn] | None = None, data: list[dict[str, Any]] | None = None,
-                 endpoint_id: str = "ep-1", tenant: str = "") -> HandlerRequest:
-    return HandlerRequest(task_id="task-1", context_id=context_id, message=Message(), text=text,
-                          data=data or [], history=history or [], session=session or {},
-                          endpoint_id=endpoint_id, tenant=tenant)
 
 
 class TrackedStream(httpx.AsyncByteStream):

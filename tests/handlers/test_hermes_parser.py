@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-from a2a.types import Message
 
 from handlers.base import (
     Canceled,
@@ -35,6 +34,7 @@ from handlers.base import (
 from handlers.hermes import HermesAgentHandler, HermesSettings
 from handlers.hermes_events import HERMES_CHOICES, RunEventMapper, parse_frames
 from handlers.upstream import UnexpectedFrame
+from tests.messages import handler_request
 from tests.waiting import eventually
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "hermes"
@@ -232,8 +232,8 @@ class FakeHermes:
         return [json.loads(c.content) for c in self.calls if c.url.path == path and c.content]
 
 
-def make_request(text: str = "hello runs", **kw: Any) -> HandlerRequest:
-    return HandlerRequest(task_id="t-1", context_id="ctx-1", message=Message(), text=text, **kw)
+HELLO = "hello runs"
+"""The text the recorded Hermes frames answer."""
 
 
 async def collect(fake: FakeHermes, request: HandlerRequest | None = None, **settings: Any):
@@ -242,12 +242,12 @@ async def collect(fake: FakeHermes, request: HandlerRequest | None = None, **set
             HermesSettings(hermes_api_url="http://hermes.test/v1", hermes_api_key=KEY,
                            poll_interval_seconds=0.01, retry_backoff_seconds=0.0, **settings),
             http)
-        return [e async for e in handler.run(request or make_request())]
+        return [e async for e in handler.run(request or handler_request(HELLO))]
 
 
 async def test_run_posts_the_turn_with_history_and_a_stable_session() -> None:
     fake = FakeHermes()
-    request = make_request(history=[Turn("user", "first"), Turn("agent", "first answer")])
+    request = handler_request(HELLO, history=[Turn("user", "first"), Turn("agent", "first answer")])
     events = await collect(fake, request, instructions="be brief")
     session_id = request.backend_user(per_context=True)
     assert events[0] == RunStarted(fake.rec.run_id)
@@ -265,7 +265,7 @@ async def test_run_posts_the_turn_with_history_and_a_stable_session() -> None:
 async def test_trace_context_goes_with_every_call_of_the_run() -> None:
     fake = FakeHermes()
     trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    request = make_request(headers={"traceparent": trace, "authorization": "Bearer caller"})
+    request = handler_request(HELLO, headers={"traceparent": trace, "authorization": "Bearer caller"})
     events = await collect(fake, request)
     assert isinstance(events[-1], Completed)
     assert [(c.method, c.url.path) for c in fake.calls] == [
@@ -274,22 +274,22 @@ async def test_trace_context_goes_with_every_call_of_the_run() -> None:
     assert all(c.headers.get_list("authorization") == [f"Bearer {KEY}"] for c in fake.calls)
     async with httpx.AsyncClient(transport=httpx.MockTransport(fake)) as http:
         handler = HermesAgentHandler(HermesSettings(hermes_api_key=KEY), http)
-        assert await handler.cancel(make_request(run_ref="run_a", headers={"traceparent": trace}))
+        assert await handler.cancel(handler_request(run_ref="run_a", headers={"traceparent": trace}))
     assert fake.calls[-1].url.path == "/v1/runs/run_a/stop"
     assert fake.calls[-1].headers["traceparent"] == trace
 
 
 async def test_two_callers_with_the_same_context_id_get_two_hermes_sessions() -> None:
     fake = FakeHermes()
-    await collect(fake, make_request(principal="alice"))
-    await collect(fake, make_request(principal="bob"))
+    await collect(fake, handler_request(HELLO, principal="alice"))
+    await collect(fake, handler_request(HELLO, principal="bob"))
     alice, bob = (b["session_id"] for b in fake.bodies("/v1/runs"))
     assert alice != bob and "ctx-1" not in alice + bob and "alice" not in alice
-    assert alice == make_request(principal="alice").backend_user(per_context=True)
+    assert alice == handler_request(principal="alice").backend_user(per_context=True)
 
 
 async def test_a_known_session_is_not_rewritten() -> None:
-    events = await collect(FakeHermes(), make_request(session={"hermes_session_id": "a2a-ctx-1"}))
+    events = await collect(FakeHermes(), handler_request(HELLO, session={"hermes_session_id": "a2a-ctx-1"}))
     assert not any(isinstance(e, SessionUpdate) for e in events)
 
 
@@ -334,7 +334,7 @@ async def test_unreachable_hermes_fails_clearly() -> None:
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as http:
         handler = HermesAgentHandler(HermesSettings(hermes_api_key=KEY), http)
-        (event,) = [e async for e in handler.run(make_request())]
+        (event,) = [e async for e in handler.run(handler_request(HELLO))]
     assert event == Failed("cannot reach Hermes at http://127.0.0.1:8642/v1/runs")
 
 
@@ -344,7 +344,7 @@ async def test_timeout_fails_clearly() -> None:
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(slow)) as http:
         handler = HermesAgentHandler(HermesSettings(hermes_timeout=7), http)
-        (event,) = [e async for e in handler.run(make_request())]
+        (event,) = [e async for e in handler.run(handler_request(HELLO))]
     assert event == Failed("Hermes sent nothing for 7 s (timeout)")
 
 
@@ -378,7 +378,7 @@ async def test_message_mode_answers_with_one_reply() -> None:
     fake = FakeHermes(None)
     answer = json.loads((FIXTURES / "chat_nonstream.json").read_text())
     fake.queue("POST", "/v1/chat/completions", httpx.Response(200, json=answer))
-    events = await collect(fake, make_request(history=[Turn("user", "a"), Turn("agent", "b")]),
+    events = await collect(fake, handler_request(HELLO, history=[Turn("user", "a"), Turn("agent", "b")]),
                            response_mode="message")
     assert events == [Reply(text="Hello from fakellm. You said: ping one", metadata={
         "usage": answer["usage"], "finish_reason": "stop", "model": "hermes-agent"})]
@@ -405,7 +405,7 @@ PENDING = {"type": "hermes.approval", "command": "rm -rf /x", "choices": ["once"
 ])
 async def test_answers_are_posted_as_hermes_choices(text: str, data: list, choice: str) -> None:
     fake = FakeHermes()
-    request = make_request(text, data=data, run_ref="run_a", pending_input=PENDING)
+    request = handler_request(text, data=data, run_ref="run_a", pending_input=PENDING)
     assert await answer(fake, request) is True
     assert fake.bodies("/v1/runs/run_a/approval") == [{"choice": choice}]
 
@@ -414,7 +414,7 @@ async def test_answers_are_posted_as_hermes_choices(text: str, data: list, choic
                                             ("", [{"approved": True}])])
 async def test_invalid_answers_list_the_valid_choices(text: str, data: list) -> None:
     fake = FakeHermes()
-    request = make_request(text, data=data, run_ref="run_a", pending_input=PENDING)
+    request = handler_request(text, data=data, run_ref="run_a", pending_input=PENDING)
     with pytest.raises(InputRejectedError) as caught:
         await answer(fake, request)
     assert "once, deny" in caught.value.prompt
@@ -424,7 +424,7 @@ async def test_invalid_answers_list_the_valid_choices(text: str, data: list) -> 
 async def test_widened_choices_are_accepted_when_configured() -> None:
     fake = FakeHermes()
     pending = {**PENDING, "choices": ["once", "session", "always", "deny"]}
-    request = make_request("", data=[{"choice": "session"}], run_ref="run_a", pending_input=pending)
+    request = handler_request("", data=[{"choice": "session"}], run_ref="run_a", pending_input=pending)
     assert await answer(fake, request, approval_choices=["once", "session", "deny"])
     assert fake.bodies("/v1/runs/run_a/approval") == [{"choice": "session"}]
 
@@ -433,7 +433,7 @@ async def test_approval_not_active_is_reported() -> None:
     fake = FakeHermes()
     fake.queue("POST", "/v1/runs/run_a/approval", httpx.Response(409, json={"error": {
         "message": "Run is not active", "code": "approval_not_active"}}))
-    request = make_request("yes", run_ref="run_a", pending_input=PENDING)
+    request = handler_request("yes", run_ref="run_a", pending_input=PENDING)
     with pytest.raises(InputRejectedError) as caught:
         await answer(fake, request)
     assert "approval_not_active" in caught.value.prompt
@@ -443,8 +443,8 @@ async def test_cancel_posts_stop() -> None:
     fake = FakeHermes()
     async with httpx.AsyncClient(transport=httpx.MockTransport(fake)) as http:
         handler = HermesAgentHandler(HermesSettings(hermes_api_key=KEY), http)
-        assert await handler.cancel(make_request(run_ref="run_a")) is True
-        assert await handler.cancel(make_request()) is False
+        assert await handler.cancel(handler_request(run_ref="run_a")) is True
+        assert await handler.cancel(handler_request()) is False
     assert [(c.method, c.url.path) for c in fake.calls] == [("POST", "/v1/runs/run_a/stop")]
 
 
@@ -452,7 +452,7 @@ async def test_reattach_follows_the_run_by_polling() -> None:
     fake = FakeHermes()
     async with httpx.AsyncClient(transport=httpx.MockTransport(fake)) as http:
         handler = HermesAgentHandler(HermesSettings(poll_interval_seconds=0.01), http)
-        events = [e async for e in handler.reattach(make_request(run_ref=fake.rec.run_id))]
+        events = [e async for e in handler.reattach(handler_request(run_ref=fake.rec.run_id))]
     assert events == [Completed(text=fake.rec.snapshot["output"], metadata={
         "hermes_run_id": fake.rec.run_id, "usage": fake.rec.snapshot["usage"]})]
     assert all(not c.url.path.endswith("/events") for c in fake.calls)
@@ -519,11 +519,11 @@ async def follow_and_stop(stop_through_the_follower: bool) -> tuple[list, float]
     settings = HermesSettings(hermes_api_key=KEY, stop_wait_seconds=0.3, run_timeout_seconds=3)
     async with httpx.AsyncClient(transport=httpx.MockTransport(fake)) as http:
         follower, other = HermesAgentHandler(settings, http), HermesAgentHandler(settings, http)
-        run = asyncio.create_task(collect_events(follower.run(make_request())))
+        run = asyncio.create_task(collect_events(follower.run(handler_request(HELLO))))
         await eventually(lambda: any(c.url.path.endswith("/events") for c in fake.calls),
                          interval=0.01, what="the follower subscribes to the run's events")
         stopper = follower if stop_through_the_follower else other
-        assert await stopper.cancel(make_request(run_ref=run_id)) is True
+        assert await stopper.cancel(handler_request(run_ref=run_id)) is True
         stopped = time.monotonic()
         events = await run
     return events, time.monotonic() - stopped
@@ -560,7 +560,7 @@ async def test_a_reattached_run_fails_at_run_timeout_seconds() -> None:
     async with httpx.AsyncClient(transport=httpx.MockTransport(fake)) as http:
         handler = HermesAgentHandler(HermesSettings(
             poll_interval_seconds=0.01, run_timeout_seconds=0.5), http)
-        events = [e async for e in handler.reattach(make_request(run_ref="run_a"))]
+        events = [e async for e in handler.reattach(handler_request(run_ref="run_a"))]
     assert events == [Failed("the Hermes run exceeded run_timeout_seconds=0.5")]
     assert stops(fake) == ["/v1/runs/run_a/stop"]
 

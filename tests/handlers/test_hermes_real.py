@@ -21,21 +21,14 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import structlog
-from a2a.types import (
-    CancelTaskRequest,
-    GetTaskRequest,
-    Message,
-    Role,
-    StreamResponse,
-    TaskState,
-)
+from a2a.types import CancelTaskRequest, GetTaskRequest, Role, StreamResponse, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
-from handlers.base import Completed, FileInput, HandlerRequest, InputRejectedError
+from handlers.base import Completed, FileInput, InputRejectedError
 from handlers.hermes import HermesAgentHandler, HermesSettings
 from tests.harness import RunningGateway, require_env, running_gateway
-from tests.messages import send_request
+from tests.messages import handler_request, send_request
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.hermes
@@ -380,10 +373,6 @@ async def handler(hermes_url: str) -> AsyncIterator[HermesAgentHandler]:
         yield HermesAgentHandler(HermesSettings(
             hermes_api_url=hermes_url, hermes_api_key=require_env("A2A_TEST_HERMES_KEY"),
             poll_interval_seconds=0.1), http)
-
-
-def handler_request(text: str = "", **fields: Any) -> HandlerRequest:
-    return HandlerRequest(task_id="t", context_id="c", message=Message(), text=text, **fields)
 
 
 async def test_reattach_follows_a_run_started_earlier(handler, hermes_url):

@@ -15,8 +15,9 @@ from handlers.echo import EchoHandler, EchoSettings
 from handlers.hermes import HermesAgentHandler, HermesSettings
 from handlers.openai_chat import OpenAIChatHandler, OpenAIChatSettings
 from handlers.openclaw import OpenClawHandler, OpenClawSettings
-from tests.handlers.openai_mock import Backend, collect, fixture, make_request, sse_response
+from tests.handlers.openai_mock import Backend, collect, fixture, sse_response
 from tests.handlers.test_hermes_parser import FakeHermes
+from tests.messages import handler_request
 
 PNG = b"\x89PNG\r\n\x1a\n-not-really-an-image"
 PNG_B64 = base64.b64encode(PNG).decode()
@@ -28,9 +29,7 @@ OPENCLAW_KEYS = {"model", "input", "instructions", "tools", "tool_choice", "stre
 
 def with_files(text: str, *files: FileInput,
                data: list[dict[str, Any]] | None = None) -> HandlerRequest:
-    request = make_request(text, data=data)
-    request.files = list(files)
-    return request
+    return handler_request(text, data=data or [], files=list(files))
 
 
 async def sent_body(make: type[Handler], settings: Any, recording: str,
@@ -79,7 +78,7 @@ async def test_openclaw_sends_images_and_documents_as_input_items() -> None:
 
 async def test_openclaw_without_files_sends_the_text_as_before() -> None:
     _, body = await sent_body(OpenClawHandler, openclaw_settings(), "oc_responses_stream.txt",
-                              make_request("just text"))
+                              handler_request("just text"))
     assert body["input"] == "just text"
 
 
@@ -119,7 +118,7 @@ async def test_chat_with_an_image_alone_sends_only_the_image() -> None:
 async def test_a_message_with_nothing_to_send_is_still_rejected() -> None:
     backend = Backend(lambda r: sse_response(fixture("oc_chat_stream.txt")))
     async with backend.client() as http:
-        events = await collect(OpenAIChatHandler(chat_settings(), http).run(make_request("")))
+        events = await collect(OpenAIChatHandler(chat_settings(), http).run(handler_request("")))
     assert events == [Rejected("the message has no text, data or file for the chat backend")]
     assert not backend.requests
 

@@ -15,10 +15,10 @@ from tests.handlers.openai_mock import (
     collect,
     fixture,
     json_response,
-    make_request,
     sse_chunks,
     sse_response,
 )
+from tests.messages import handler_request
 
 KEY = "chat-secret-key-0123456789abcdef"
 
@@ -31,7 +31,7 @@ def handler(http: httpx.AsyncClient, **settings: object) -> OpenAIChatHandler:
 async def run_raw(raw: bytes, request=None, **settings: object) -> tuple[list, Backend]:
     backend = Backend(lambda r: sse_response(raw))
     async with backend.client() as http:
-        events = await collect(handler(http, **settings).run(request or make_request()))
+        events = await collect(handler(http, **settings).run(request or handler_request()))
     return events, backend
 
 
@@ -56,7 +56,7 @@ async def test_recorded_streams_complete_with_the_concatenated_text(name: str, t
 
 
 async def test_messages_are_system_prompt_history_then_the_new_message() -> None:
-    request = make_request("third", history=[Turn("user", "first"), Turn("agent", "answer one")])
+    request = handler_request("third", history=[Turn("user", "first"), Turn("agent", "answer one")])
     _, backend = await run_raw(fixture("oc_chat_stream.txt"), request, system_prompt="Be brief.",
                                extra_headers={"x-route": "blue"})
     assert backend.bodies[0]["messages"] == [
@@ -122,7 +122,7 @@ async def test_hermes_tool_progress_events_become_progress() -> None:
 async def test_message_mode_replies_once(name: str) -> None:
     backend = Backend(lambda r: json_response(fixture(name)))
     async with backend.client() as http:
-        events = await collect(handler(http, response_mode="message").run(make_request()))
+        events = await collect(handler(http, response_mode="message").run(handler_request()))
     [reply] = events
     assert isinstance(reply, Reply) and reply.text.startswith("Hello from fakellm. You said: ping")
     assert reply.metadata["usage"]["total_tokens"] == 15
@@ -134,13 +134,13 @@ async def test_http_errors_fail_without_leaking_secrets() -> None:
     backend = Backend(lambda r: json_response(body, 502))
     async with backend.client() as http:
         [event] = await collect(handler(
-            http, extra_headers={"x-api-secret": "s3cr3t-h"}).run(make_request()))
+            http, extra_headers={"x-api-secret": "s3cr3t-h"}).run(handler_request()))
     assert isinstance(event, Failed) and "HTTP 502" in event.reason
     assert KEY not in event.reason and "s3cr3t-h" not in event.reason
 
     backend = Backend(lambda r: json_response({"error": {"message": "Invalid API key"}}, 401))
     async with backend.client() as http:
-        [event] = await collect(handler(http).run(make_request()))
+        [event] = await collect(handler(http).run(handler_request()))
     assert isinstance(event, Failed) and "HTTP 401" in event.reason and KEY not in event.reason
 
 
@@ -149,20 +149,20 @@ async def test_unreachable_backend_fails() -> None:
         raise httpx.ConnectError("refused")
 
     async with Backend(refuse).client() as http:
-        [event] = await collect(handler(http).run(make_request()))
+        [event] = await collect(handler(http).run(handler_request()))
     assert isinstance(event, Failed)
     assert event.reason == "cannot reach the chat backend at http://chat.test/v1/chat/completions"
 
 
 async def test_empty_message_is_rejected() -> None:
-    events, backend = await run_raw(fixture("h_chat_stream.txt"), make_request(""))
+    events, backend = await run_raw(fixture("h_chat_stream.txt"), handler_request(""))
     assert isinstance(events[-1], Rejected) and not backend.requests
 
 
 async def test_closing_the_iterator_closes_the_upstream_stream() -> None:
     stream = TrackedStream(sse_chunks(fixture("h_chat_stream.txt"))[:4], hang=True)
     async with Backend(lambda r: sse_response(stream)).client() as http:
-        events = handler(http).run(make_request())
+        events = handler(http).run(handler_request())
         async for event in events:
             if isinstance(event, TextDelta):
                 break
@@ -204,7 +204,7 @@ async def test_an_unexpected_frame_is_not_echoed() -> None:
 async def test_message_mode_answer_of_an_unexpected_shape_fails_clearly() -> None:
     backend = Backend(lambda r: json_response({"choices": 7}))
     async with backend.client() as http:
-        [event] = await collect(handler(http, response_mode="message").run(make_request()))
+        [event] = await collect(handler(http, response_mode="message").run(handler_request()))
     assert event == Failed("the chat backend sent an unexpected frame "
                            "('choices' is not a list of objects)")
 
@@ -212,7 +212,7 @@ async def test_message_mode_answer_of_an_unexpected_shape_fails_clearly() -> Non
 async def test_each_caller_is_its_own_end_user_at_the_backend() -> None:
     users = []
     for principal in ("alice", "bob", "alice"):
-        request = make_request("hi")
+        request = handler_request("hi")
         request.principal = principal
         _, backend = await run_raw(fixture("oc_chat_stream.txt"), request)
         users.append(backend.bodies[0]["user"])

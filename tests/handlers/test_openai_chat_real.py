@@ -19,9 +19,8 @@ from a2a.types import TaskState
 
 from handlers.base import Completed, Failed, FileInput, Reply, TextDelta, Turn
 from handlers.openai_chat import OpenAIChatHandler, OpenAIChatSettings
-from tests.handlers.openai_mock import make_request
 from tests.harness import require_env, running_gateway
-from tests.messages import send_request
+from tests.messages import handler_request, send_request
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(90)
@@ -68,7 +67,7 @@ async def test_streamed_reply(backend, http) -> None:
     t = tag()
     start = time.monotonic()
     timed = [(time.monotonic() - start, e) async for e in chat(backend, http).run(
-        make_request(f"FAKE_SLOW words=5 delay=0.3 {t}"))]
+        handler_request(f"FAKE_SLOW words=5 delay=0.3 {t}"))]
     deltas = [(at, e.text) for at, e in timed if isinstance(e, TextDelta)]
     done_at, final = timed[-1]
     assert isinstance(final, Completed), final
@@ -79,7 +78,7 @@ async def test_streamed_reply(backend, http) -> None:
 
 async def test_history_reaches_the_llm(backend, http) -> None:
     t = tag()
-    request = make_request(f"second {t}", history=[
+    request = handler_request(f"second {t}", history=[
         Turn("user", f"first {t}"), Turn("agent", f"answer one {t}")])
     events = [e async for e in chat(backend, http, system_prompt=f"rules {t}").run(request)]
     assert isinstance(events[-1], Completed)
@@ -95,20 +94,20 @@ async def test_history_reaches_the_llm(backend, http) -> None:
 async def test_message_mode(backend, http) -> None:
     t = tag()
     events = [e async for e in chat(backend, http, response_mode="message").run(
-        make_request(f"once {t}"))]
+        handler_request(f"once {t}"))]
     assert len(events) == 1 and isinstance(events[0], Reply)
     assert events[0].text == f"Hello from fakellm. You said: once {t}"
 
 
 async def test_upstream_error_fails(backend, http) -> None:
-    events = [e async for e in chat(backend, http).run(make_request(f"FAKE_HTTP_400 {tag()}"))]
+    events = [e async for e in chat(backend, http).run(handler_request(f"FAKE_HTTP_400 {tag()}"))]
     assert isinstance(events[-1], Failed)
     assert "fakellm scripted bad request" in events[-1].reason
 
 
 async def test_bad_key_fails_without_leaking_it(backend, http) -> None:
     bad = f"wrong-key-{uuid.uuid4().hex}"
-    [failed] = [e async for e in chat(backend, http, api_key=bad).run(make_request())]
+    [failed] = [e async for e in chat(backend, http, api_key=bad).run(handler_request())]
     assert isinstance(failed, Failed) and "401" in failed.reason
     assert bad not in failed.reason and backend["api_key"] not in failed.reason
 
@@ -118,7 +117,7 @@ async def test_bad_key_fails_without_leaking_it(backend, http) -> None:
 @pytest.mark.parametrize("backend", ["openclaw"], indirect=True)
 async def test_cancel_closes_the_upstream_stream(backend, http) -> None:
     t = tag()
-    events = chat(backend, http).run(make_request(f"FAKE_SLOW words=30 delay=0.3 {t}"))
+    events = chat(backend, http).run(handler_request(f"FAKE_SLOW words=30 delay=0.3 {t}"))
     async for event in events:
         if isinstance(event, TextDelta):
             break
@@ -141,7 +140,7 @@ async def test_a_429_with_retry_after_is_retried(http, retry: str) -> None:
     llm = require_env("A2A_TEST_LLM_URL").rstrip("/")
     text = f"FAKE_RATE_LIMIT times=2 {retry} {tag()}"
     handler = OpenAIChatHandler(OpenAIChatSettings(base_url=f"{llm}/v1", model="fake-model"), http)
-    events = [e async for e in handler.run(make_request(text))]
+    events = [e async for e in handler.run(handler_request(text))]
     assert isinstance(events[-1], Completed), events[-1]
     assert events[-1].text == f"Hello from fakellm. You said: {text}"
     entries = [e for e in (await http.get(f"{llm}/_requests")).json() if e["text"] == text]
@@ -179,7 +178,7 @@ RED_DOT = (Path(__file__).parent.parent / "fixtures" / "images" / "red-dot.png")
 
 async def test_an_image_part_is_taken_by_the_backend(backend, http) -> None:
     t = tag()
-    request = make_request(f"what is this {t}")
+    request = handler_request(f"what is this {t}")
     request.principal = f"caller-{t}"  # a session of its own at OpenClaw
     request.files = [FileInput("image/png", "red-dot.png", data=RED_DOT)]
     events = [e async for e in chat(backend, http).run(request)]

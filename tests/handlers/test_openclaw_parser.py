@@ -16,10 +16,10 @@ from tests.handlers.openai_mock import (
     collect,
     fixture,
     json_response,
-    make_request,
     sse_chunks,
     sse_response,
 )
+from tests.messages import handler_request
 
 TOKEN = "oc-secret-token-0123456789abcdef"
 ACCEPTED_KEYS = {"model", "input", "instructions", "tools", "tool_choice", "stream",
@@ -52,7 +52,7 @@ def events_of(kind: type, events: list[object]) -> list:
 async def run_recorded(name: str, **settings: object) -> tuple[list[object], Backend]:
     backend = Backend(lambda request: sse_response(fixture(name)))
     async with backend.client() as http:
-        events = await collect(handler(http, **settings).run(make_request("ping oc stream")))
+        events = await collect(handler(http, **settings).run(handler_request("ping oc stream")))
     return events, backend
 
 
@@ -105,11 +105,11 @@ async def test_session_user_is_per_context_and_previous_response_id_is_sent() ->
     backend = Backend(lambda request: sse_response(fixture("oc_responses_stream.txt")))
     async with backend.client() as http:
         h = handler(http)
-        await collect(h.run(make_request("one", context_id="A")))
-        await collect(h.run(make_request(
+        await collect(h.run(handler_request("one", context_id="A")))
+        await collect(h.run(handler_request(
             "two", context_id="A", session={"openclaw_previous_response_id": "resp_1"})))
-        await collect(h.run(make_request("three", context_id="B")))
-        await collect(h.run(make_request("four", context_id="A", tenant="other")))
+        await collect(h.run(handler_request("three", context_id="B")))
+        await collect(h.run(handler_request("four", context_id="A", tenant="other")))
     one, two, three, four = backend.bodies
     assert one["user"] == two["user"]
     assert len({one["user"], three["user"], four["user"]}) == 3
@@ -121,14 +121,14 @@ async def test_session_user_is_per_context_and_previous_response_id_is_sent() ->
 async def test_data_parts_are_sent_as_json_lines() -> None:
     backend = Backend(lambda request: sse_response(fixture("oc_responses_stream.txt")))
     async with backend.client() as http:
-        await collect(handler(http).run(make_request("look", data=[{"a": 1}])))
+        await collect(handler(http).run(handler_request("look", data=[{"a": 1}])))
     assert backend.bodies[0]["input"] == 'look\n{"a": 1}'
 
 
 async def test_empty_message_is_rejected_without_a_call() -> None:
     backend = Backend(lambda request: sse_response(fixture("oc_responses_stream.txt")))
     async with backend.client() as http:
-        events = await collect(handler(http).run(make_request("  ")))
+        events = await collect(handler(http).run(handler_request("  ")))
     assert isinstance(events[-1], Rejected) and not backend.requests
 
 
@@ -198,7 +198,7 @@ async def test_tool_run_is_invisible_and_final_text_is_the_answer() -> None:
 async def test_message_mode_replies_with_joined_output_text() -> None:
     backend = Backend(lambda request: json_response(fixture("oc_responses_nonstream.json")))
     async with backend.client() as http:
-        events = await collect(handler(http, response_mode="message").run(make_request()))
+        events = await collect(handler(http, response_mode="message").run(handler_request()))
     assert backend.bodies[0]["stream"] is False
     assert set(backend.bodies[0]) <= ACCEPTED_KEYS
     [reply] = events
@@ -210,7 +210,7 @@ async def test_message_mode_replies_with_joined_output_text() -> None:
 async def test_message_mode_upstream_400_fails_with_the_error() -> None:
     backend = Backend(lambda r: json_response(fixture("oc_responses_upstream400.json"), 400))
     async with backend.client() as http:
-        [event] = await collect(handler(http, response_mode="message").run(make_request()))
+        [event] = await collect(handler(http, response_mode="message").run(handler_request()))
     assert isinstance(event, Failed)
     assert "HTTP 400" in event.reason and "400 fakellm scripted bad request" in event.reason
 
@@ -219,7 +219,7 @@ async def test_unauthorized_fails_without_leaking_the_token() -> None:
     body = {"error": {"message": f"Unauthorized Bearer {TOKEN}", "type": "unauthorized"}}
     backend = Backend(lambda request: json_response(body, 401))
     async with backend.client() as http:
-        [event] = await collect(handler(http).run(make_request()))
+        [event] = await collect(handler(http).run(handler_request()))
     assert isinstance(event, Failed) and "401" in event.reason
     assert TOKEN not in event.reason
 
@@ -228,7 +228,7 @@ async def test_error_body_echoing_the_token_is_redacted() -> None:
     body = {"error": {"message": f"bad header Bearer {TOKEN}", "type": "invalid_request_error"}}
     backend = Backend(lambda request: json_response(body, 500))
     async with backend.client() as http:
-        [event] = await collect(handler(http).run(make_request()))
+        [event] = await collect(handler(http).run(handler_request()))
     assert isinstance(event, Failed) and "HTTP 500" in event.reason
     assert TOKEN not in event.reason and "***" in event.reason
 
@@ -242,7 +242,7 @@ async def test_transport_errors_fail_clearly(exc: Exception, text: str) -> None:
         raise exc
 
     async with Backend(boom).client() as http:
-        [event] = await collect(handler(http).run(make_request()))
+        [event] = await collect(handler(http).run(handler_request()))
     assert isinstance(event, Failed) and text in event.reason
 
 
@@ -251,7 +251,7 @@ async def test_closing_the_iterator_closes_the_upstream_stream() -> None:
     stream = TrackedStream(chunks, hang=True)
     backend = Backend(lambda request: sse_response(stream))
     async with backend.client() as http:
-        events = handler(http).run(make_request("FAKE_SLOW"))
+        events = handler(http).run(handler_request("FAKE_SLOW"))
         seen = []
         async for event in events:
             seen.append(event)
@@ -287,7 +287,7 @@ async def test_a_frame_of_an_unexpected_shape_fails_the_task_clearly(frame: str,
     raw = (CREATED + frame + "\n\ndata: [DONE]\n\n").encode()
     backend = Backend(lambda request: sse_response(raw))
     async with backend.client() as http:
-        events = await collect(handler(http).run(make_request("ping")))
+        events = await collect(handler(http).run(handler_request("ping")))
     assert events[-1] == Failed(f"OpenClaw sent an unexpected frame ({detail})")
     assert isinstance(events[0], Progress)
 
@@ -296,7 +296,7 @@ async def test_an_error_event_with_a_text_error_fails_with_it() -> None:
     raw = (CREATED + 'data: {"type": "error", "error": "model overloaded"}\n\n').encode()
     backend = Backend(lambda request: sse_response(raw))
     async with backend.client() as http:
-        events = await collect(handler(http).run(make_request("ping")))
+        events = await collect(handler(http).run(handler_request("ping")))
     assert events[-1] == Failed("OpenClaw run failed: model overloaded")
 
 
@@ -304,12 +304,12 @@ async def test_an_unexpected_frame_is_not_echoed() -> None:
     raw = (CREATED + f'data: {{"type": "response.created", "response": "{TOKEN}"}}\n\n').encode()
     backend = Backend(lambda request: sse_response(raw))
     async with backend.client() as http:
-        events = await collect(handler(http).run(make_request("ping")))
+        events = await collect(handler(http).run(handler_request("ping")))
     assert isinstance(events[-1], Failed) and TOKEN not in events[-1].reason
 
 
 async def test_message_mode_answer_of_an_unexpected_shape_fails_clearly() -> None:
     backend = Backend(lambda r: json_response({"status": "completed", "output": [7]}))
     async with backend.client() as http:
-        [event] = await collect(handler(http, response_mode="message").run(make_request("ping")))
+        [event] = await collect(handler(http, response_mode="message").run(handler_request("ping")))
     assert event == Failed("OpenClaw sent an unexpected frame ('output' is not a list of objects)")

@@ -34,9 +34,8 @@ from handlers.base import (
     TextDelta,
 )
 from handlers.openclaw import OpenClawHandler, OpenClawSettings
-from tests.handlers.openai_mock import make_request
 from tests.harness import RunningGateway, require_env, running_gateway
-from tests.messages import send_request
+from tests.messages import handler_request, send_request
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.openclaw, pytest.mark.timeout(90)]
@@ -89,7 +88,7 @@ async def run_all(handler: OpenClawHandler, request: HandlerRequest) -> list[tup
 
 async def test_streamed_reply_tokens_arrive_before_completion(env, http) -> None:
     tag = nonce()
-    timed = await run_all(openclaw(env, http), make_request(
+    timed = await run_all(openclaw(env, http), handler_request(
         f"FAKE_SLOW words=6 delay=0.3 {tag}", context_id=f"stream-{tag}"))
     events = [e for _, e in timed]
     assert isinstance(events[0], Progress)
@@ -106,7 +105,7 @@ async def test_streamed_reply_tokens_arrive_before_completion(env, http) -> None
 async def test_blocking_reply_and_agent_selection(env, http) -> None:
     tag = nonce()
     events = [e async for e in openclaw(env, http, openclaw_agent_id="main").run(
-        make_request(f"hello {tag}", context_id=f"block-{tag}"))]
+        handler_request(f"hello {tag}", context_id=f"block-{tag}"))]
     final = events[-1]
     assert isinstance(final, Completed)
     assert final.text == f"Hello from fakellm. You said: hello {tag}"
@@ -116,7 +115,7 @@ async def test_blocking_reply_and_agent_selection(env, http) -> None:
 async def test_message_mode_replies_with_one_message(env, http) -> None:
     tag = nonce()
     events = [e async for e in openclaw(env, http, response_mode="message").run(
-        make_request(f"one shot {tag}", context_id=f"msg-{tag}"))]
+        handler_request(f"one shot {tag}", context_id=f"msg-{tag}"))]
     assert len(events) == 1 and isinstance(events[0], Reply)
     assert events[0].text == f"Hello from fakellm. You said: one shot {tag}"
     seen = (await llm_requests(env, http, tag))[-1]
@@ -127,7 +126,7 @@ async def test_two_messages_in_one_context_share_the_session(env, http) -> None:
     tag = nonce()
     handler = openclaw(env, http)
     context = f"ctx-{tag}"
-    first = [e async for e in handler.run(make_request(f"first {tag}", context_id=context))]
+    first = [e async for e in handler.run(handler_request(f"first {tag}", context_id=context))]
     assert isinstance(first[-1], Completed)
     session: dict[str, Any] = {}
     for event in first:
@@ -135,7 +134,7 @@ async def test_two_messages_in_one_context_share_the_session(env, http) -> None:
             session.update(event.values)
     assert session["openclaw_previous_response_id"].startswith("resp_")
     second = [e async for e in handler.run(
-        make_request(f"second {tag}", context_id=context, session=session))]
+        handler_request(f"second {tag}", context_id=context, session=session))]
     assert isinstance(second[-1], Completed)
     assert second[-1].text == f"Hello from fakellm. You said: second {tag}"
 
@@ -145,7 +144,7 @@ async def test_two_messages_in_one_context_share_the_session(env, http) -> None:
     assert f"Hello from fakellm. You said: first {tag}" in contents
 
     # another context starts a fresh session
-    other = [e async for e in handler.run(make_request(f"third {tag}", context_id=f"x-{tag}"))]
+    other = [e async for e in handler.run(handler_request(f"third {tag}", context_id=f"x-{tag}"))]
     assert isinstance(other[-1], Completed)
     turn3 = (await llm_requests(env, http, f"third {tag}"))[-1]
     assert not any(f"first {tag}" in m["content"] for m in turn3["messages"])
@@ -154,7 +153,7 @@ async def test_two_messages_in_one_context_share_the_session(env, http) -> None:
 async def test_upstream_error_fails_the_task(env, http) -> None:
     tag = nonce()
     events = [e async for e in openclaw(env, http).run(
-        make_request(f"FAKE_HTTP_400 {tag}", context_id=f"err-{tag}"))]
+        handler_request(f"FAKE_HTTP_400 {tag}", context_id=f"err-{tag}"))]
     assert isinstance(events[-1], Failed)
     assert "400 fakellm scripted bad request" in events[-1].reason
     assert not any(isinstance(e, Completed) for e in events)
@@ -163,7 +162,7 @@ async def test_upstream_error_fails_the_task(env, http) -> None:
 async def test_a_run_past_run_timeout_seconds_fails_and_openclaw_aborts_it(env, http) -> None:
     tag = nonce()
     started = time.monotonic()
-    events = [e async for e in openclaw(env, http, run_timeout_seconds=3).run(make_request(
+    events = [e async for e in openclaw(env, http, run_timeout_seconds=3).run(handler_request(
         f"FAKE_SLOW words=100 delay=1 {tag}", context_id=f"bound-{tag}"))]
     assert events[-1] == Failed("the OpenClaw run exceeded run_timeout_seconds=3")
     assert any(isinstance(e, TextDelta) for e in events)
@@ -179,7 +178,7 @@ async def test_cancel_mid_stream_stops_the_upstream_run(env, http) -> None:
     log_path = os.environ.get("A2A_TEST_OPENCLAW_LOG")
     log_offset = os.path.getsize(log_path) if log_path and os.path.exists(log_path) else None
     events = openclaw(env, http).run(
-        make_request(f"FAKE_SLOW words={words} delay=0.3 {tag}", context_id=f"cancel-{tag}"))
+        handler_request(f"FAKE_SLOW words={words} delay=0.3 {tag}", context_id=f"cancel-{tag}"))
     deltas = 0
     async for event in events:
         if isinstance(event, TextDelta):
@@ -205,7 +204,7 @@ async def test_cancel_mid_stream_stops_the_upstream_run(env, http) -> None:
 
 async def test_bad_token_fails_without_leaking_it(env, http) -> None:
     bad = f"oc-wrong-token-{uuid.uuid4().hex}"
-    events = [e async for e in openclaw(env, http, openclaw_api_key=bad).run(make_request())]
+    events = [e async for e in openclaw(env, http, openclaw_api_key=bad).run(handler_request())]
     [failed] = events
     assert isinstance(failed, Failed) and "401" in failed.reason
     assert bad not in failed.reason and env["A2A_TEST_OPENCLAW_TOKEN"] not in failed.reason
@@ -213,7 +212,7 @@ async def test_bad_token_fails_without_leaking_it(env, http) -> None:
 
 async def test_unknown_agent_fails_with_openclaw_reason(env, http) -> None:
     [failed] = [e async for e in openclaw(env, http, openclaw_agent_id="no-such-agent").run(
-        make_request())]
+        handler_request())]
     assert isinstance(failed, Failed) and "Unknown agent 'no-such-agent'" in failed.reason
 
 
@@ -366,7 +365,7 @@ RED_DOT = (Path(__file__).parent.parent / "fixtures" / "images" / "red-dot.png")
 async def test_a_document_and_an_image_reach_openclaw(env, http) -> None:
     tag = nonce()
     secret_line = f"the document says {nonce()}"
-    request = make_request(f"read this {tag}", context_id=f"files-{tag}")
+    request = handler_request(f"read this {tag}", context_id=f"files-{tag}")
     request.files = [FileInput("text/plain", "notes.txt", data=secret_line.encode()),
                      FileInput("image/png", "red-dot.png", data=RED_DOT)]
     events = [e async for e in openclaw(env, http).run(request)]

@@ -29,10 +29,10 @@ from tests.handlers.openai_mock import (
     collect,
     fixture,
     json_response,
-    make_request,
     sse_chunks,
     sse_response,
 )
+from tests.messages import handler_request
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -82,7 +82,7 @@ async def run_against(bridge, answers: list[httpx.Response | Callable[[], Any]],
     backend = Backend(respond)
     started = time.monotonic()
     async with backend.client() as http:
-        events = await collect(make(http, **settings).run(make_request()))
+        events = await collect(make(http, **settings).run(handler_request()))
     return events, backend, time.monotonic() - started
 
 
@@ -239,7 +239,7 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 async def test_trace_context_goes_upstream_and_the_callers_credentials_do_not(bridge) -> None:
     make, recording, _, _ = bridge
     backend = Backend(lambda request: sse_response(recording))
-    request = make_request()
+    request = handler_request()
     request.headers = {"traceparent": TRACEPARENT, "tracestate": "gw=1",
                        "Authorization": "Bearer the-callers-gateway-key", "cookie": "s=1"}
     async with backend.client() as http:

@@ -26,11 +26,11 @@ from handlers.echo import AUTH_URL, EchoHandler, EchoSettings
 from handlers.hermes import HermesSettings
 from handlers.openai_chat import OpenAIChatSettings
 from handlers.openclaw import OpenClawSettings
-from tests.handlers.openai_mock import make_request
+from tests.messages import handler_request
 
 
 async def echo(text: str, *, pending: dict[str, Any] | None = None, **settings: Any) -> list:
-    request: HandlerRequest = make_request(text)
+    request: HandlerRequest = handler_request(text)
     request.pending_input = pending
     async with httpx.AsyncClient() as http:
         handler = EchoHandler(EchoSettings(delay=0, **settings), http)
