@@ -151,13 +151,21 @@ def read_entries(path: Path) -> list[Any]:
     except OSError as exc:
         raise EndpointsFileError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     except (yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise EndpointsFileError(f"{path}: not valid {kind.upper()}: {exc}") from None
+        raise EndpointsFileError(f"{path}: not valid {kind.upper()}: {_syntax_error(exc)}") from None
     if not isinstance(document, dict) or not isinstance(document.get("endpoints"), list):
         raise EndpointsFileError(f"{path}: needs a list named endpoints (an empty list is allowed)")
     extra = sorted(str(k) for k in document if k != "endpoints")
     if extra:
         raise EndpointsFileError(f"{path}: unknown top-level key {', '.join(extra)}")
     return document["endpoints"]
+
+
+def _syntax_error(exc: Exception) -> str:
+    """What is wrong and where, without PyYAML's quote of the line (it may hold a value)."""
+    mark = getattr(exc, "problem_mark", None)
+    if isinstance(exc, yaml.MarkedYAMLError) and mark is not None:
+        return f"{exc.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return str(exc)
 
 
 def _entry_problems(raw: Any, settings: GatewaySettings) -> tuple[Endpoint | None, list[str], list[str]]:

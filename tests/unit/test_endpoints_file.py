@@ -135,6 +135,13 @@ def test_a_file_that_cannot_be_read_is_refused(tmp_path, name, text, reason):
         load(written(tmp_path, text, name), SETTINGS)
 
 
+def test_a_yaml_error_names_the_place_but_quotes_no_line(tmp_path):
+    path = written(tmp_path, "endpoints:\n  - id: x\n    settings: {api_key: sk-literal-value\n")
+    with pytest.raises(EndpointsFileError) as refused:
+        load(path, SETTINGS)
+    assert "(line 4, column 1)" in str(refused.value) and "sk-literal-value" not in str(refused.value)
+
+
 def test_a_missing_file_is_refused(tmp_path):
     with pytest.raises(EndpointsFileError, match="cannot be read: No such file"):
         load(tmp_path / "absent.yaml", SETTINGS)
