@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from a2a.client import Client
@@ -29,9 +27,8 @@ from a2a.types import (
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 
-from tests.harness import RunningGateway, collect, reconstruct, running_gateway
+from tests.harness import RunningGateway, collect, reconstruct
 from tests.messages import send_request
-from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.waiting import eventually
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED
@@ -41,13 +38,10 @@ WORD_DELAY = 0.05
 """The slow echo's seconds per word: long enough to act while a reply streams."""
 
 
-@pytest.fixture(params=STORE_KINDS)
-async def gw(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[RunningGateway]:
-    async with fresh_store_url(request.param, tmp_path, monkeypatch) as url:
-        async with running_gateway(url) as running:
-            yield running
+@pytest.fixture
+def gw(every_store: RunningGateway) -> RunningGateway:
+    """The gateway, on each store in turn (tests/integration/conftest.py)."""
+    return every_store
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import textwrap
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -18,19 +18,15 @@ from a2a.utils.errors import ContentTypeNotSupportedError
 from google.protobuf.json_format import MessageToDict
 
 from tests.harness import RunningGateway, collect, running_gateway
-from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 AUTH_REQUIRED = TaskState.TASK_STATE_AUTH_REQUIRED
 
 
-@pytest.fixture(params=STORE_KINDS)
-async def gw(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[RunningGateway]:
-    async with fresh_store_url(request.param, tmp_path, monkeypatch) as url:
-        async with running_gateway(url) as running:
-            yield running
+@pytest.fixture
+def gw(every_store: RunningGateway) -> RunningGateway:
+    """The gateway, on each store in turn (tests/integration/conftest.py)."""
+    return every_store
 
 
 def send(text: str, *parts: Part, **fields: str) -> SendMessageRequest:

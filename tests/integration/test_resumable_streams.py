@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,7 +23,6 @@ from httpx_sse import ServerSentEvent, aconnect_sse
 
 from tests.harness import RunningGateway, running_gateway
 from tests.stores.pg_support import fresh_database
-from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 
 WORDS = " ".join(f"w{i}" for i in range(40))
 ANSWER = f"echo: {WORDS}"
@@ -195,13 +193,10 @@ def report(what: str, **figures: Any) -> None:
 # fixtures ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(params=STORE_KINDS)
-async def gw(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[RunningGateway]:
-    async with fresh_store_url(request.param, tmp_path, monkeypatch) as url:
-        async with running_gateway(url) as running:
-            yield running
+@pytest.fixture
+def gw(every_store: RunningGateway) -> RunningGateway:
+    """The gateway, on each store in turn (tests/integration/conftest.py)."""
+    return every_store
 
 
 @pytest.fixture
