@@ -14,9 +14,11 @@ import httpx
 import pytest
 from a2a.types import TaskState
 
+from a2a_gateway.app import ENDPOINTS_FILE
 from tests.cli_process import run_cli, serving
-from tests.harness import RunningGateway, collect, require_env
+from tests.harness import RunningGateway, collect, require_env, running_gateway
 from tests.messages import send_body, send_request
+from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.waiting import eventually
 
 ECHO = "handlers.echo:EchoHandler"
@@ -91,7 +93,7 @@ async def test_sighup_applies_the_changed_file_and_keeps_the_rows_when_it_is_bad
             as_message = (await http.post(f"{base}/{FIRST}/a2a", json=send_body("hi"), headers=V10)).json()
         dropped = await card_name(base, SECOND)
 
-        path.write_text(echo_entry(FIRST, "broken").replace("delay: 0", "dealy: 0").join(["endpoints:\n", ""]))
+        endpoints_file(path, echo_entry(FIRST, "broken", dealy=0))
         gateway.send_signal(signal.SIGHUP)
         await eventually(lambda: "endpoints_file_refused" in "".join(output), what="the refusal logged")
         after_bad = [await card_name(base, e) for e in (FIRST, BY_HAND)]
@@ -195,3 +197,22 @@ def test_export_refuses_a_row_holding_a_literal_secret(tmp_path):
     done = run_cli("endpoints", "export", "--store", store)
     assert done.returncode != 0 and done.stdout == "" and literal not in done.stderr
     assert f"{FIRST} settings.api_key" in done.stderr and "env:NAME" in done.stderr
+
+
+@pytest.mark.parametrize("kind", STORE_KINDS)
+async def test_the_file_applies_on_every_store_and_an_unchanged_file_writes_nothing(tmp_path, monkeypatch, kind):
+    card = "    card: {version: '1.0.0', provider: {organization: Example, url: 'https://example.com'}}\n"
+    path = endpoints_file(tmp_path / "endpoints.yaml", echo_entry(FIRST, "first", delay=0.01) + card,
+                          echo_entry(SECOND, "second"))
+    async with fresh_store_url(kind, tmp_path, monkeypatch) as url:
+        async with running_gateway(url, endpoints_file=str(path), endpoint_cache_seconds=0) as gw:
+            declared = gw.app[ENDPOINTS_FILE]
+            first_answer = await sdk_answer(gw.base_url, FIRST, "on every store")
+            unchanged = await declared.reload(gw.store)
+            endpoints_file(path, echo_entry(FIRST, "renamed", delay=0.01) + card)
+            changed = await declared.reload(gw.store)
+            names = [await card_name(gw.base_url, e) for e in (FIRST, SECOND)]
+    assert first_answer == (TaskState.TASK_STATE_COMPLETED, "echo: on every store")
+    assert unchanged is not None and unchanged.unchanged == [FIRST, SECOND] and not unchanged.updated
+    assert changed is not None and (changed.updated, changed.disabled) == ([FIRST], [SECOND])
+    assert names == ["renamed", 404]

@@ -170,6 +170,22 @@ async def test_apply_creates_updates_what_changed_and_leaves_other_rows_alone(tm
     assert (await store.get_endpoint(cli_row.id)).metadata == cli_row.metadata
 
 
+class RacedStore(MemoryStore):
+    """Another replica creates each row between this one's read and its create."""
+
+    async def create_endpoint(self, endpoint: Endpoint) -> None:
+        rival = Endpoint(id=endpoint.id, name="the other replica's older file", metadata=endpoint.metadata)
+        await super().create_endpoint(rival)
+        await super().create_endpoint(endpoint)  # ConflictError, as from a real store
+
+
+async def test_a_row_another_replica_created_meanwhile_is_updated_to_the_file(tmp_path):
+    store = RacedStore()
+    applied = await apply(store, load(written(tmp_path, YAML), SETTINGS))
+    assert applied.updated == [ECHO_ID, CHAT_ID] and not applied.created
+    assert (await store.get_endpoint(ECHO_ID)).name == "Echo"
+
+
 async def test_a_row_dropped_from_the_file_is_disabled_and_comes_back_with_its_entry(tmp_path):
     store = MemoryStore()
     cli_row = Endpoint(id="11111111-1111-4111-8111-111111111111", name="from the cli",
