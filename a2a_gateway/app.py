@@ -52,7 +52,7 @@ ENDPOINTS_FILE = web.AppKey("endpoints_file", EndpointsFile)
 async def _lease_loop(gateway: Gateway) -> None:
     interval = max(gateway.settings.lease_seconds / 3, 0.5)
     while True:
-        await asyncio.sleep(interval)
+        await gateway.engine.next_ownership_check(interval)
         try:
             await gateway.engine.keep_ownership(gateway.registry)
         except StoreUnavailableError:

@@ -120,7 +120,7 @@ async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint]) -> No
             flush=True,
         )
         await stop.wait()
-        await drain(app, settings.shutdown_grace_seconds)
+        await drain(app)
     finally:
         await runner.cleanup()
 

@@ -5,13 +5,15 @@ request gets 503 with ``Retry-After`` (``refuse_when_stopping``), and the replic
 claims no other replica's expired tasks. Open streams and blocking calls then go on
 for up to ``shutdown_grace_seconds``; whatever still runs is handed over
 (``TaskEngine.aclose``): each stream ends with a status event of its task's current
-state (metadata ``kind: gateway_stopping``), each blocking caller gets the task as
-it stands, and the leases are released so another replica re-attaches at once.
+state (metadata ``kind: gateway_stopping``; for a task run elsewhere, as stored), each
+blocking caller gets the task as it stands, and the leases are released so another
+replica takes the tasks over at its next lease check.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import structlog
 from aiohttp import web
@@ -41,14 +43,20 @@ async def refuse_when_stopping(request: web.Request, handler: web.Handler) -> we
     return await handler(request)
 
 
-async def drain(app: web.Application, grace_seconds: float) -> None:
-    """Stop taking work, let what runs go on up to ``grace_seconds``, then hand it over."""
-    engine = app[GATEWAY].engine
+async def drain(app: web.Application) -> None:
+    """Stop taking work, let what runs go on up to ``shutdown_grace_seconds``, hand it
+    over, and give the streams up to ``shutdown_close_seconds`` to send their last event."""
+    gateway = app[GATEWAY]
+    engine, streams = gateway.engine, app[OPEN_STREAMS]
     engine.stopping = True
-    log.info("shutdown_started", running_tasks=len(engine.runs), open_streams=len(app[OPEN_STREAMS]))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + grace_seconds
-    while (engine.runs or app[OPEN_STREAMS]) and loop.time() < deadline:
-        await asyncio.sleep(_POLL_SECONDS)
-    log.info("shutdown_handing_over", running_tasks=len(engine.runs), open_streams=len(app[OPEN_STREAMS]))
+    log.info("shutdown_started", running_tasks=len(engine.runs), open_streams=len(streams))
+    await _until(lambda: not engine.runs and not streams, gateway.settings.shutdown_grace_seconds)
+    log.info("shutdown_handing_over", running_tasks=len(engine.runs), open_streams=len(streams))
     await engine.aclose()
+    await _until(lambda: not streams, gateway.settings.shutdown_close_seconds)
+
+
+async def _until(done: Callable[[], bool], seconds: float) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not done() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(_POLL_SECONDS)

@@ -339,3 +339,7 @@ class LiveHub:
     async def send_control(self, replica_id: str, command: str, task_id: str) -> None:
         """Tell replica ``replica_id`` about ``task_id`` (e.g. ``cancel``). In-process there is
         no other replica: the owner notices through the store at its next lease check."""
+
+    async def tell_all(self, command: str) -> None:
+        """Tell every other replica ``command`` (e.g. ``released``: look for tasks to take
+        over now). In-process there is no other replica."""

@@ -17,8 +17,9 @@
 * **Replica channels.** Each replica LISTENs on ``a2a_live_<digest of its id>``, on
   one dedicated connection outside the pool; events for watched tasks and control
   commands (``send_control``: e.g. ``cancel`` → ``LocalRuns.handle_control``) arrive
-  there. When the connection is lost it is re-opened with back-off and every
-  watch is announced again; meanwhile followers keep polling the store, so a lost
+  there; a command for every replica (``tell_all``: ``released`` by a replica that
+  stops) goes on the shared channel. When the connection is lost it is re-opened
+  with back-off and every watch is announced again; meanwhile followers keep polling the store, so a lost
   listener makes them slower, never stuck.
 * **Snapshot.** On a new watch (or a re-announcement after a reconnect) the owner
   first sends the text streamed so far (``append: false``), then the live deltas,
@@ -214,6 +215,14 @@ class PostgresLiveHub(LiveHub):
         return payloads
 
     # outbox -------------------------------------------------------------------------
+    async def tell_all(self, command: str) -> None:
+        """NOTIFY every replica on the shared channel (at once; a replica that misses it
+        acts at its next lease check)."""
+        try:
+            await self._store.notify([(WATCH_CHANNEL, control_payload(self.replica_id, command, ""))])
+        except Exception as exc:
+            log.warning("live_control_not_sent", command=command, error=str(exc))
+
     def _enqueue(self, channel: str, payload: str) -> None:
         if len(self._outbox) >= self._max_pending or self._closing:
             self.stats["dropped"] += 1

@@ -74,6 +74,9 @@ class TaskEngine:
         self.runs: dict[str, TaskRun] = {}
         self.stopping = False
         """Set when the gateway shuts down: it claims no other replica's tasks any more."""
+        self.closing = asyncio.Event()
+        """Set when the runs are handed over (``aclose``): waits on tasks run elsewhere end too."""
+        self._released_elsewhere = asyncio.Event()
         self._task_locks: dict[str, asyncio.Lock] = {}
 
     @property
@@ -254,7 +257,11 @@ class TaskEngine:
         return text_chunk(run.task, run.artifact_id, run.text_so_far, append=False)
 
     async def handle_control(self, command: str, task_id: str) -> None:
-        """A command from another replica about a task this replica may run."""
+        """A command from another replica: about a task this replica may run, or
+        ``released`` (a stopping replica handed its tasks over: look for them now)."""
+        if command == "released":
+            self._released_elsewhere.set()
+            return
         run = self.runs.get(task_id)
         if run is None:
             return
@@ -264,6 +271,12 @@ class TaskEngine:
                 await run.superseded(stored.task)
 
     # ownership -----------------------------------------------------------------------
+    async def next_ownership_check(self, interval: float) -> None:
+        """Wait ``interval`` seconds, or less when another replica released its tasks."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._released_elsewhere.wait(), interval)
+        self._released_elsewhere.clear()
+
     async def keep_ownership(self, registry: EndpointRegistry) -> None:
         """One lease interval: renew this replica's leases, stop runs another replica
         ended, take over tasks whose owner went away."""
@@ -319,6 +332,7 @@ class TaskEngine:
         """Hand every run over and end its lease now, so another replica (or this one,
         restarted) takes it over at once instead of after the lease time."""
         self.stopping = True
+        self.closing.set()
         owned = [task_id for task_id, run in self.runs.items() if run.version is not None]
         for run in list(self.runs.values()):
             await run.hand_over()
@@ -326,4 +340,7 @@ class TaskEngine:
             await self.ownership.release(owned)
         except Exception:
             log.warning("lease_release_failed", tasks=len(owned))
+            return
+        if owned:
+            await self.hub.tell_all("released")
 

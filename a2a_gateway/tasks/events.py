@@ -25,6 +25,10 @@ INTERRUPTED_STATES = frozenset({TASK_STATE_INPUT_REQUIRED, TASK_STATE_AUTH_REQUI
 """States in which a task waits for its caller."""
 
 GATEWAY_LOST = "gateway instance lost"
+
+GATEWAY_STOPPING = {"kind": "gateway_stopping"}
+"""Metadata of the last status event a stream gets from a replica that stops: the task goes
+on elsewhere; follow it with SubscribeToTask or GetTask."""
 """The status message of a task failed because its replica went away."""
 
 RESPONSE_ARTIFACT = "response"

@@ -45,6 +45,7 @@ from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, Store, StoredTask, StoreUnavailableError
 from a2a_gateway.tasks.conversation import Conversation
 from a2a_gateway.tasks.events import (
+    GATEWAY_STOPPING,
     INTERRUPTED_STATES,
     RESPONSE_ARTIFACT,
     agent_message,
@@ -95,10 +96,6 @@ _IDLE_WRITE_ATTEMPTS = 5
 
 PARTIAL_TEXT = "partial_text"
 """``run_state`` key: the text a run streamed before its replica stopped (``hand_over``)."""
-
-STOPPING = {"kind": "gateway_stopping"}
-"""Metadata of the last status event a stream gets when its replica stops: the task goes
-on elsewhere; follow it with SubscribeToTask or GetTask."""
 
 
 class SupersededError(Exception):
@@ -223,7 +220,7 @@ class TaskRun:
                     await self._write(keep_lease=True)
                 except Exception:
                     log.warning("partial_text_not_saved", task_id=self.task.id)
-            self._publish_status(STOPPING)
+            self._publish_status(GATEWAY_STOPPING)
         self._hub.end(self.task.id)
         self.created.set()
         self.settled.set()

@@ -10,6 +10,8 @@ the follower — until the task settles. Nothing is missed or seen twice.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 from a2a.types import Message, Task, TaskStatusUpdateEvent
@@ -18,7 +20,7 @@ from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 from a2a_gateway.live.hub import LiveEvent, Subscription
 from a2a_gateway.stores.base import TERMINAL_STATES, Scope
 from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
-from a2a_gateway.tasks.events import INTERRUPTED_STATES, copy_task
+from a2a_gateway.tasks.events import GATEWAY_STOPPING, INTERRUPTED_STATES, copy_task, status_event
 from a2a_gateway.tasks.follower import follow_task
 
 StreamItem = tuple[str | None, LiveEvent | Message]
@@ -64,8 +66,9 @@ async def subscribe_stream(
     run = engine.runs.get(task_id)
     if sub is None and run is None:
         yield hub.unlogged_id(), stored.task
-        async for item in follow_task(engine.store, hub, scope, stored.task, stored.version,
-                                      interval=engine.remote_poll_seconds, stop_when_interrupted=False):
+        followed = follow_task(engine.store, hub, scope, stored.task, stored.version,
+                               interval=engine.remote_poll_seconds, stop_when_interrupted=False)
+        async for item in _until_closing(engine, scope, task_id, followed):
             yield item
         return
     start: list[StreamItem] = []
@@ -94,11 +97,40 @@ async def settled_elsewhere(engine: TaskEngine, outcome: SendOutcome) -> Task:
 
 
 def _elsewhere(engine: TaskEngine, outcome: SendOutcome, *, stop_when_interrupted: bool) -> AsyncIterator[StreamItem]:
-    return follow_task(  # type: ignore[return-value]
+    followed = follow_task(
         engine.store, engine.hub, outcome.scope, outcome.task, outcome.follow_version,  # type: ignore[arg-type]
         interval=engine.remote_poll_seconds, stop_when_interrupted=stop_when_interrupted,
         after_version=outcome.follow_version,
     )
+    return _until_closing(engine, outcome.scope, outcome.task.id, followed)  # type: ignore[arg-type,union-attr]
+
+
+async def _until_closing(
+    engine: TaskEngine, scope: Scope, task_id: str, items: AsyncIterator[StreamItem]
+) -> AsyncIterator[StreamItem]:
+    """The items of a task run elsewhere, until this gateway hands its work over: then a
+    status event of the task as stored, saying that this replica stops."""
+    closing = asyncio.ensure_future(engine.closing.wait())
+    try:
+        while True:
+            following = asyncio.ensure_future(anext(items))
+            await asyncio.wait({following, closing}, return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                following.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await following
+                stored = await engine.store.get_task(scope, task_id)
+                if stored is not None:
+                    yield engine.hub.unlogged_id(), status_event(stored.task, GATEWAY_STOPPING)
+                return
+            try:
+                item = following.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        closing.cancel()
+        await items.aclose()  # type: ignore[attr-defined]
 
 
 async def _until_settled(sub: Subscription, *, stop_when_interrupted: bool) -> AsyncIterator[StreamItem]:

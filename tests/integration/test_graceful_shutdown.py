@@ -5,7 +5,8 @@ stream a status event of the task's current state with ``kind: gateway_stopping`
 blocking caller the task as it stands), ``/readyz`` and new requests answer 503 at
 once, and the process exits 0 — on one process, where the next start fails the
 handed-over tasks with the text streamed so far, and on two replicas on PostgreSQL,
-where the other replica re-attaches the backend run and completes it.
+where the other replica re-attaches the backend runs and completes them (and a
+subscription on the stopping replica to a task run elsewhere ends the same way).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import signal
 import time
 from typing import Any
 
+import asyncpg
 import httpx
 from a2a.types import GetTaskRequest, SubscribeToTaskRequest, TaskState
 
@@ -94,10 +96,10 @@ async def test_sigterm_answers_a_stream_and_a_blocking_call_then_exits_0_and_kee
 
 async def test_sigterm_on_one_replica_the_other_completes_the_run_at_once(tmp_path):
     require_env(pg_support.ENV_VAR)
-    # leases of 60 s: only a released lease lets B take over within the test's bounds
-    # (B looks for expired leases every 20 s, so the first look may come late)
+    # leases of 300 s: B's own lease check comes every 100 s, so only A's released leases
+    # and its "released" notice let B take the tasks over within the test's bounds
     async with FakeBackend() as backend, replica_set(
-        tmp_path, ["a", "b"], lease_seconds=60, remote_poll_seconds=0.3,
+        tmp_path, ["a", "b"], lease_seconds=300, remote_poll_seconds=0.3,
         extra_env={"A2A_GATEWAY_SHUTDOWN_GRACE_SECONDS": str(GRACE)},
     ) as rs:
         ep = await rs.add_endpoint("tests.replicas.fake_backend:FakeBackendHandler",
@@ -110,28 +112,44 @@ async def test_sigterm_on_one_replica_the_other_completes_the_run_at_once(tmp_pa
             task_id = seen[0].task.id
             await until_text(stream, seen, 3)
             waiting = asyncio.create_task(anext(blocking_a.send_message(send_request(words))))
-            await eventually(lambda: len(backend.runs) == 2, timeout=20, what="both backend runs")
+            on_b_stream = on_b.send_message(send_request(words))  # runs on B, followed from A
+            run_on_b = (await anext(on_b_stream)).task.id
+            from_a: list[Any] = []
+            following = asyncio.create_task(collect(on_a.subscribe(SubscribeToTaskRequest(id=run_on_b)), from_a))
+            await eventually(lambda: len(backend.runs) == 3 and artifact_updates(from_a), timeout=20,
+                             what="three backend runs, one followed from A")
             sigterm = time.monotonic()
             rs["a"].proc.send_signal(signal.SIGTERM)
             async with asyncio.timeout(GRACE + 20):
                 rest = [e async for e in stream]
                 answer = await waiting
+                await following
             answered = time.monotonic() - sigterm
+            # the streaming client follows its task on B, as the last event suggests
+            remote: list[Any] = []
+            resubscribed = asyncio.create_task(collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote))
             code = await asyncio.to_thread(rs["a"].proc.wait, KUBERNETES_GRACE)
             exited = time.monotonic() - sigterm
-            # the streaming client follows the task on B, as the last event suggests
-            remote: list[Any] = []
+            # B looks for expired leases when A says it released them (B may complete it at once)
+            await eventually(lambda: _owner(rs.store_url, task_id), until=lambda owner: owner != "a",
+                             timeout=30, what="A's task taken over")
+            claimed = time.monotonic() - sigterm
             async with asyncio.timeout(60):
-                await collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote)
+                await resubscribed
             taken_over = time.monotonic() - sigterm
             blocked = await eventually(
                 lambda: _task_state(get_b, answer.task.id, COMPLETED), timeout=60, what="blocking task completed"
             )
-    print(f"SIGTERM to answers {answered:.1f}s, to exit {exited:.1f}s, to completion on B {taken_over:.1f}s")
+            async with asyncio.timeout(60):
+                on_b_events = [e async for e in on_b_stream]
+    print(f"SIGTERM to answers {answered:.1f}s, to exit {exited:.1f}s, to B's claim {claimed:.1f}s, "
+          f"to completion on B {taken_over:.1f}s")
     assert stopping_note(rest[-1]) == STOPPING_NOTE and final_state(rest) == WORKING
     assert answer.task.status.state == WORKING
+    assert stopping_note(from_a[-1]) == STOPPING_NOTE and final_state(from_a) == WORKING
+    assert final_state(on_b_events) == COMPLETED  # B's own run never noticed A stopping
     assert code == 0
-    assert len(backend.runs) == 2, "a backend run was started again instead of re-attached"
+    assert len(backend.runs) == 3, "a backend run was started again instead of re-attached"
     full = f"backend: {words}"
     assert all(run.output == full for run in backend.runs.values())
     assert final_state(remote) == COMPLETED and artifact_updates(remote)[-1].artifact.parts[0].text == full
@@ -145,6 +163,14 @@ async def _running(http: httpx.AsyncClient, count: int) -> bool:
 
 async def _status(http: httpx.AsyncClient, path: str, status: int) -> bool:
     return (await http.get(path)).status_code == status
+
+
+async def _owner(store_url: str, task_id: str) -> str | None:
+    conn = await asyncpg.connect(store_url)
+    try:
+        return await conn.fetchval("SELECT owner FROM tasks WHERE id = $1", task_id)
+    finally:
+        await conn.close()
 
 
 async def _task_state(client: Any, task_id: str, state: int) -> Any:
