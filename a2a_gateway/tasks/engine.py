@@ -5,7 +5,8 @@ decides which run carries a request and the run writes the task. Running tasks c
 this replica's id and a lease (``tasks.ownership``); a replica that finds an expired
 lease re-attaches the run (when the handler can) or fails the task with "gateway
 instance lost". A task owned by another replica is followed through the store and
-the hub, and canceled through the store.
+the hub, and canceled through the store. A stopping replica claims nothing, hands its
+runs over (``aclose``) and tells the others, which look for the released tasks at once.
 """
 
 from __future__ import annotations

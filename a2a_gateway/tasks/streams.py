@@ -111,25 +111,27 @@ async def _until_closing(
     """The items of a task run elsewhere, until this gateway hands its work over: then a
     status event of the task as stored, saying that this replica stops."""
     closing = asyncio.ensure_future(engine.closing.wait())
+    following: asyncio.Future[StreamItem] | None = None
     try:
         while True:
             following = asyncio.ensure_future(anext(items))
             await asyncio.wait({following, closing}, return_when=asyncio.FIRST_COMPLETED)
             if not following.done():
-                following.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await following
-                stored = await engine.store.get_task(scope, task_id)
-                if stored is not None:
-                    yield engine.hub.unlogged_id(), status_event(stored.task, GATEWAY_STOPPING)
-                return
+                break
             try:
                 item = following.result()
             except StopAsyncIteration:
                 return
             yield item
+        stored = await engine.store.get_task(scope, task_id)
+        if stored is not None:
+            yield engine.hub.unlogged_id(), status_event(stored.task, GATEWAY_STOPPING)
     finally:
         closing.cancel()
+        if following is not None and not following.done():
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await following
         await items.aclose()  # type: ignore[attr-defined]
 
 
