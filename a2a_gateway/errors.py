@@ -6,6 +6,7 @@
     UnauthenticatedError         401   UNAUTHENTICATED   -32600    INVALID_REQUEST
     RateLimitedError             429   RESOURCE_EXHAUSTED -32600   INVALID_REQUEST
     StoreUnavailableError        503   UNAVAILABLE       -32603    INTERNAL_ERROR
+    GatewayStoppingError         503   UNAVAILABLE       -32603    INTERNAL_ERROR
     request body over the limit  413   INVALID_ARGUMENT  -32600    INVALID_REQUEST
 
 An unknown or disabled endpoint is JSON-RPC's "method not found": nothing at this URL
@@ -69,6 +70,17 @@ class UnauthenticatedError(GatewayError):
 
     def headers(self) -> dict[str, str]:
         return {"WWW-Authenticate": 'Bearer realm="a2a-gateway"'}
+
+
+class GatewayStoppingError(GatewayError):
+    """This instance shuts down: new work goes to another one (``Retry-After``)."""
+
+    http_status = 503
+    status = "UNAVAILABLE"
+    message = "this gateway instance is shutting down; retry on another one"
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
 
 
 class RateLimitedError(GatewayError):

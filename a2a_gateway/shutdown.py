@@ -18,6 +18,7 @@ from collections.abc import Callable
 import structlog
 from aiohttp import web
 
+from a2a_gateway.errors import GatewayStoppingError
 from a2a_gateway.state import GATEWAY
 from a2a_gateway.transport.sse import OPEN_STREAMS
 
@@ -34,12 +35,10 @@ def stopping(app: web.Application) -> bool:
 
 @web.middleware
 async def refuse_when_stopping(request: web.Request, handler: web.Handler) -> web.StreamResponse:
-    """While the gateway stops, new work goes to another replica."""
+    """While the gateway stops, new work goes to another replica (the error is written by
+    ``transport.middleware.request_context``, as a JSON-RPC or REST error)."""
     if request.path not in _STILL_SERVED and stopping(request.app):
-        return web.json_response(
-            {"error": "the gateway is shutting down; retry on another instance"},
-            status=503, headers={"Retry-After": "1"},
-        )
+        raise GatewayStoppingError()
     return await handler(request)
 
 

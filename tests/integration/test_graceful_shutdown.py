@@ -77,6 +77,7 @@ async def test_sigterm_answers_a_stream_and_a_blocking_call_then_exits_0_and_kee
             exited = time.monotonic() - sigterm
     print(f"SIGTERM to answers {answered:.1f}s, to exit {exited:.1f}s")
     assert ready and refused.status_code == 503 and refused.headers["Retry-After"] == "1"
+    assert refused.json()["error"]["code"] == -32603 and "shutting down" in refused.json()["error"]["message"]
     assert stopping_note(rest[-1]) == STOPPING_NOTE and final_state(rest) == WORKING
     assert answer.task.status.state == WORKING and answer.task.id != seen[0].task.id
     assert code == 0
