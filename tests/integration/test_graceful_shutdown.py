@@ -5,8 +5,9 @@ stream a status event of the task's current state with ``kind: gateway_stopping`
 blocking caller the task as it stands), ``/readyz`` and new requests answer 503 at
 once, and the process exits 0 — on one process, where the next start fails the
 handed-over tasks with the text streamed so far, and on two replicas on PostgreSQL,
-where the other replica re-attaches the backend runs and completes them (and a
-subscription on the stopping replica to a task run elsewhere ends the same way).
+where the other replica re-attaches the backend runs (a test backend, and the real
+Hermes) and completes them (and a subscription on the stopping replica to a task run
+elsewhere ends the same way).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+import uuid
 from typing import Any
 
 import asyncpg
@@ -177,3 +179,28 @@ async def _owner(store_url: str, task_id: str) -> str | None:
 async def _task_state(client: Any, task_id: str, state: int) -> Any:
     task = await client.get_task(GetTaskRequest(id=task_id))
     return task if task.status.state == state else None
+
+
+async def test_sigterm_during_a_real_hermes_run_the_other_replica_reattaches_and_completes(tmp_path):
+    hermes_url = require_env("A2A_TEST_HERMES_URL")
+    require_env("A2A_TEST_HERMES_KEY")
+    require_env("A2A_TEST_LLM_URL")
+    require_env(pg_support.ENV_VAR)
+    async with replica_set(
+        tmp_path, ["a", "b"], lease_seconds=300, remote_poll_seconds=0.3,
+        extra_env={"A2A_GATEWAY_SHUTDOWN_GRACE_SECONDS": str(GRACE)},
+    ) as rs:
+        ep = await rs.add_endpoint("handlers.hermes:HermesAgentHandler", hermes_api_url=hermes_url,
+                                   hermes_api_key="env:A2A_TEST_HERMES_KEY", poll_interval_seconds=0.2)
+        async with rs.client("a", ep) as on_a, rs.client("b", ep, streaming=False) as on_b:
+            stream = on_a.send_message(send_request(f"FAKE_SLOW words=60 delay=0.2 {uuid.uuid4().hex[:10]}"))
+            seen = [await anext(stream)]
+            await until_text(stream, seen, 3)
+            rs["a"].proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(GRACE + 20):
+                rest = [e async for e in stream]
+            code = await asyncio.to_thread(rs["a"].proc.wait, KUBERNETES_GRACE)
+            done = await eventually(lambda: _task_state(on_b, seen[0].task.id, COMPLETED), timeout=60,
+                                    what="the Hermes task completed on B")
+    assert stopping_note(rest[-1]) == STOPPING_NOTE and code == 0
+    assert done.artifacts[0].parts[0].text == " ".join(f"slow{i}" for i in range(60))
