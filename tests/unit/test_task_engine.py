@@ -44,6 +44,7 @@ from handlers.base import (
     file_part,
     text_part,
 )
+from tests.waiting import eventually
 
 SCOPE = Scope("default", "00000000-0000-4000-8000-000000000001", "alice")
 
@@ -244,7 +245,7 @@ async def test_cancel_of_an_idle_task_is_written_by_a_run_and_reloads_on_a_concu
     outcome = await engine.send(runtime, SCOPE, user_message("pick"), streaming=False, subscribe=False)
     await asyncio.wait_for(outcome.run.settled.wait(), 10)
     task_id = outcome.run.task.id
-    await asyncio.wait_for(_until(lambda: task_id not in engine.runs), 10)
+    await eventually(lambda: task_id not in engine.runs, timeout=10, what="the run ended")
     stored = await store.get_task(SCOPE, task_id)
     assert stored.task.status.state == TASK_STATE_INPUT_REQUIRED
 
@@ -277,7 +278,7 @@ async def test_a_task_whose_owner_vanished_is_failed_as_lost_or_reattached():
     outcome = await gone.send(runtime_of(blocked), SCOPE, user_message("a"), streaming=False, subscribe=False)
     await asyncio.wait_for(outcome.run.created.wait(), 10)
     await outcome.run.stop()  # the replica dies: nothing renews the lease
-    await asyncio.sleep(0.05)
+    await lease_over(store, outcome.run.task.id)
 
     class Registry:
         def __init__(self, handler: Handler) -> None:
@@ -299,10 +300,10 @@ async def test_a_task_whose_owner_vanished_is_failed_as_lost_or_reattached():
     second = await gone.send(runtime_of(blocked), SCOPE, user_message("b"), streaming=False, subscribe=False)
     await asyncio.wait_for(second.run.created.wait(), 10)
     await second.run.stop()
-    await asyncio.sleep(0.05)
+    await lease_over(store, second.run.task.id)
     reattaching = Scripted(lambda r: [Completed(text=f"re-attached to {r.run_ref}")])
     await heir.recover_expired(Registry(reattaching))  # type: ignore[arg-type]
-    await asyncio.wait_for(_until(lambda: not heir.runs), 10)
+    await eventually(lambda: not heir.runs, timeout=10, what="the re-attached run ended")
     done = (await store.get_task(SCOPE, second.run.task.id)).task
     assert done.status.state == TASK_STATE_COMPLETED
     assert done.artifacts[0].parts[0].text == "re-attached to ref-1"
@@ -324,7 +325,6 @@ async def test_the_follower_turns_store_changes_into_events_until_the_task_settl
             events.append(event[1] if isinstance(event, tuple) else event)
 
     following = asyncio.create_task(follow())
-    await asyncio.sleep(0.05)
     handler.gate.set()
     await asyncio.wait_for(following, 10)
     assert isinstance(events[0], TaskArtifactUpdateEvent) and events[0].artifact.parts[0].text == "the answer"
@@ -362,7 +362,7 @@ async def test_the_registry_closes_a_replaced_handler_only_after_its_runs_end():
     outcome = await engine.send(runtime, SCOPE, user_message("x"), streaming=False, subscribe=False)
     await asyncio.wait_for(outcome.run.created.wait(), 10)
     closing = asyncio.create_task(runtime.close_when_idle())
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # a close that did not wait for the run would have happened by now
     assert not handler.closed and not closing.done()
     handler.gate.set()
     await asyncio.wait_for(closing, 10)
@@ -370,9 +370,11 @@ async def test_the_registry_closes_a_replaced_handler_only_after_its_runs_end():
     assert outcome.run.task.status.state == TASK_STATE_COMPLETED
 
 
-async def _until(predicate: Any, interval: float = 0.01) -> None:
-    while not predicate():
-        await asyncio.sleep(interval)
+async def lease_over(store: MemoryStore, task_id: str) -> None:
+    """Until the task's lease has run out (nothing renews it)."""
+    await eventually(lambda: store.get_task(SCOPE, task_id),
+                     until=lambda stored: (stored.lease_until or 0) < time.time(),
+                     timeout=10, interval=0.01, what=f"the lease of {task_id} ran out")
 
 
 async def test_caller_context_reaches_the_handler():
@@ -406,9 +408,9 @@ async def test_a_stopping_replica_hands_its_runs_over_with_the_text_so_far_and_c
     blocked.gate.clear()
     outcome = await stopping.send(runtime_of(blocked), SCOPE, user_message("a"), streaming=True, subscribe=True)
     run = outcome.run
-    await asyncio.wait_for(_until(lambda: run.text_so_far == "partial text"), 10)
+    await eventually(lambda: run.text_so_far == "partial text", timeout=10, what="the text streamed")
     listening = asyncio.create_task(drain(outcome.subscription))
-    await asyncio.sleep(0.05)  # the lease of the orphan is over
+    await lease_over(store, orphan.run.task.id)
     await stopping.aclose()
     await stopping.recover_expired(None)  # type: ignore[arg-type]  # stopping: never asks the registry
     events = await asyncio.wait_for(listening, 10)
