@@ -15,6 +15,15 @@ TASKS_STARTED = Counter("a2a_gateway_tasks_started_total", "Tasks created by thi
 TASKS_ENDED = Counter("a2a_gateway_tasks_ended_total", "Tasks this replica ended, by final state", ["state"])
 MESSAGES = Counter("a2a_gateway_message_replies_total", "Message-mode answers (no task)")
 RUNNING = Gauge("a2a_gateway_running_tasks", "Task runs driven by this replica right now")
+OUTCOMES = Counter(
+    "a2a_gateway_request_outcomes_total",
+    "Requests by A2A method, endpoint and outcome (ok or the A2A error's name)",
+    ["a2a_method", "endpoint", "outcome"],
+)
+SSE_STREAMS = Gauge("a2a_gateway_open_sse_streams", "SSE responses open on this replica right now")
+PUSH_DELIVERIES = Counter(
+    "a2a_gateway_push_deliveries_total", "Push notification attempts by outcome", ["outcome"]
+)
 
 
 @functools.cache
@@ -25,6 +34,11 @@ def request_counter(method: str, status: int) -> Counter:
 @functools.cache
 def latency_histogram(method: str) -> Histogram:
     return LATENCY.labels(method)
+
+
+@functools.cache
+def outcome_counter(method: str, endpoint: str, outcome: str) -> Counter:
+    return OUTCOMES.labels(method, endpoint, outcome)
 
 
 @functools.cache

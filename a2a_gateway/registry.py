@@ -252,6 +252,11 @@ class EndpointRegistry:
         self._retiring: set[asyncio.Task[None]] = set()
         """Old runtimes whose handler closes once its runs end."""
 
+    def known(self, endpoint_id: str) -> bool:
+        """Whether ``endpoint_id`` names an endpoint read from the store (not a client's guess)."""
+        cached = self._cache.get(endpoint_id)
+        return cached is not None and cached[1] is not None
+
     async def get(self, endpoint_id: str) -> EndpointRuntime:
         """The runtime of an enabled endpoint that can be served: ``EndpointNotFoundError`` for
         an unknown or disabled one, ``EndpointMisconfiguredError`` with the problem otherwise."""

@@ -27,6 +27,7 @@ import structlog
 from a2a.types import StreamResponse, Task, TaskPushNotificationConfig
 from a2a.utils.errors import InvalidParamsError
 
+from a2a_gateway.metrics import PUSH_DELIVERIES
 from a2a_gateway.tasks.events import new_id, status_event
 from a2a_gateway.tasks.push_guard import RefusedUrlError, UnresolvedHostError, WebhookGuard, pin
 from a2a_gateway.registry import EndpointRuntime
@@ -201,6 +202,7 @@ class PushNotifier:
                 await self._store.delete_push_delivery(delivery.id)
                 return
             outcome, detail = await self._post(config, delivery)
+            PUSH_DELIVERIES.labels(outcome.value).inc()
             if outcome is Outcome.DELIVERED:
                 log.info("push_delivered", status=detail, **facts)
             elif outcome is Outcome.RETRY and delivery.attempts < self._max_attempts:

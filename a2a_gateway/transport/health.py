@@ -9,8 +9,9 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from a2a_gateway.state import GATEWAY
-from a2a_gateway.metrics import RUNNING
+from a2a_gateway.metrics import RUNNING, SSE_STREAMS
 from a2a_gateway.stores.base import StoreError
+from a2a_gateway.transport.sse import OPEN_STREAMS
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -31,5 +32,6 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     RUNNING.set(len(request.app[GATEWAY].engine.runs))
+    SSE_STREAMS.set(len(request.app.get(OPEN_STREAMS, ())))
     body = generate_latest()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

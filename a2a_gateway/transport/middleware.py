@@ -22,7 +22,8 @@ from a2a.utils.errors import A2AError, InternalError, InvalidRequestError, Metho
 from aiohttp import web
 
 from a2a_gateway.errors import GatewayError
-from a2a_gateway.metrics import latency_histogram, request_counter
+from a2a_gateway.metrics import latency_histogram, outcome_counter, request_counter
+from a2a_gateway.state import GATEWAY
 from a2a_gateway.stores.base import StoreUnavailableError
 from a2a_gateway.transport.jsonrpc import V03_METHODS, V10_METHODS, error_body
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, JSONRPC_ID, REQUEST_ID
@@ -33,6 +34,30 @@ log = structlog.get_logger("a2a_gateway.access")
 KNOWN_METHODS = frozenset(V10_METHODS) | frozenset(V03_METHODS) | {r[2].__name__ for r in REST_ROUTES}
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 """Request ids taken from clients (anything else is replaced: it goes into every log line)."""
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-(?!0{32})([0-9a-f]{32})-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+"""A W3C ``traceparent``; its trace id goes into the request's log lines."""
+
+
+def _trace_id(request: web.Request) -> str | None:
+    match = _TRACEPARENT.fullmatch(request.headers.get("traceparent", "").strip().lower())
+    return match.group(1) if match else None
+
+
+def _endpoint_label(request: web.Request) -> str:
+    """The endpoint id when the registry knows it (ids in URLs come from clients)."""
+    endpoint_id = request.match_info.get("endpoint_id")
+    gateway = request.app.get(GATEWAY)
+    if endpoint_id is None or gateway is None:
+        return ""
+    return endpoint_id if gateway.registry.known(endpoint_id) else "unknown"
+
+
+def _outcome(request: web.Request, status: int) -> str:
+    """``ok`` or the name of the A2A error the request ended with."""
+    error = request.get(A2A_ERROR)
+    if error:
+        return error
+    return "ok" if status < 400 else "InternalError" if status >= 500 else "InvalidRequestError"
 
 
 def _method_label(method: str | None) -> str:
@@ -86,11 +111,15 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     structlog.contextvars.bind_contextvars(
         request_id=request_id, endpoint_id=request.match_info.get("endpoint_id")
     )
+    if trace_id := _trace_id(request):
+        structlog.contextvars.bind_contextvars(trace_id=trace_id)
     try:
         response = await handler(request)
         status = response.status
     except web.HTTPException as exc:
-        response = error_response(request, exc.status, *_http_error(exc))
+        rpc_status, error = _http_error(exc)
+        request[A2A_ERROR] = type(error).__name__
+        response = error_response(request, exc.status, rpc_status, error)
         status = exc.status
     except StoreUnavailableError:
         log.warning("store_unavailable")
@@ -112,6 +141,7 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     method_label = _method_label(request.get(A2A_METHOD))
     request_counter(method_label, status).inc()
     latency_histogram(method_label).observe(elapsed)
+    outcome_counter(method_label, _endpoint_label(request), _outcome(request, status)).inc()
     log.info(
         "request",
         method=request.method,

@@ -1,0 +1,104 @@
+"""``/metrics`` series a scraper reads (requests by method, endpoint and outcome; running tasks
+and open SSE streams; push deliveries) and the trace id of ``traceparent`` in the request's logs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import structlog
+from aiohttp import web
+
+from tests.harness import running_gateway
+from tests.local_server import serve_locally
+from tests.messages import rpc, send_body
+from tests.waiting import eventually
+
+V10 = {"A2A-Version": "1.0"}
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
+
+
+def metric(text: str, series: str) -> float:
+    """The value of one series (``name{labels}``) in a Prometheus text page; 0 if absent."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def scrape(gw, http: httpx.AsyncClient) -> str:
+    return (await http.get(f"{gw.base_url}/metrics")).text
+
+
+async def test_requests_are_counted_by_method_endpoint_and_outcome():
+    async with running_gateway() as gw, httpx.AsyncClient() as http:
+        ep = await gw.add_endpoint(settings={"delay": 0})
+        before = await scrape(gw, http)
+        await http.post(gw.jsonrpc_url(ep), json=send_body("a"), headers=V10)
+        await http.post(gw.jsonrpc_url(ep), json=rpc("GetTask", {"id": "no-such-task"}), headers=V10)
+        await http.post(gw.jsonrpc_url("guessed-endpoint"), json=send_body("a"), headers=V10)
+        after = await scrape(gw, http)
+    ok = f'a2a_gateway_request_outcomes_total{{a2a_method="SendMessage",endpoint="{ep}",outcome="ok"}}'
+    missing = (f'a2a_gateway_request_outcomes_total{{a2a_method="GetTask",endpoint="{ep}",'
+               'outcome="TaskNotFoundError"}')
+    unknown = ('a2a_gateway_request_outcomes_total{a2a_method="other",endpoint="unknown",'
+               'outcome="EndpointNotFoundError"}')
+    for series in (ok, missing, unknown):
+        assert metric(after, series) == metric(before, series) + 1, series
+    assert "guessed-endpoint" not in after  # ids from URLs stay out unless the store has them
+
+
+async def test_open_sse_streams_and_running_tasks_are_gauges():
+    async with running_gateway() as gw, httpx.AsyncClient(timeout=30) as http:
+        ep = await gw.add_endpoint(settings={"delay": 0.5})
+        body = send_body("one two three four five six", method="SendStreamingMessage")
+        async with http.stream("POST", gw.jsonrpc_url(ep), json=body, headers=V10) as stream:
+            assert stream.status_code == 200
+            during = await scrape(gw, http)
+            await stream.aclose()
+        await eventually(lambda: scrape(gw, http),
+                         until=lambda text: metric(text, "a2a_gateway_open_sse_streams") == 0
+                         and metric(text, "a2a_gateway_running_tasks") == 0,
+                         what="the stream and the run are no longer counted")
+    assert metric(during, "a2a_gateway_open_sse_streams") == 1
+    assert metric(during, "a2a_gateway_running_tasks") == 1
+
+
+async def test_push_deliveries_are_counted_by_outcome():
+    arrived = asyncio.Event()
+
+    async def hook(request: web.Request) -> web.Response:
+        arrived.set()
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/webhook", hook)
+    delivered = 'a2a_gateway_push_deliveries_total{outcome="delivered"}'
+    async with serve_locally(app) as base_url, running_gateway() as gw, httpx.AsyncClient() as http:
+        ep = await gw.add_endpoint(settings={"delay": 0})
+        before = metric(await scrape(gw, http), delivered)
+        push = {"id": "cfg", "url": f"{base_url}/webhook"}
+        await http.post(gw.jsonrpc_url(ep), json=send_body("notify me", push=push), headers=V10)
+        await asyncio.wait_for(arrived.wait(), 10)
+        await eventually(lambda: scrape(gw, http), until=lambda text: metric(text, delivered) > before,
+                         what="the delivery is counted")
+
+
+async def test_log_lines_of_a_request_carry_its_trace_id():
+    with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        async with running_gateway() as gw, httpx.AsyncClient() as http:
+            ep = await gw.add_endpoint(settings={"delay": 0})
+            await http.post(gw.jsonrpc_url(ep), json=send_body("a"),
+                            headers={**V10, "traceparent": TRACEPARENT, "X-Request-Id": "traced"})
+            await http.post(gw.jsonrpc_url(ep), json=send_body("a"),
+                            headers={**V10, "traceparent": "not-a-trace", "X-Request-Id": "untraced"})
+
+            def request_lines() -> list[dict]:
+                return [e for e in logs if e["event"] == "request" and e.get("a2a_method") == "SendMessage"]
+
+            lines = await eventually(request_lines, until=lambda found: len(found) == 2,
+                                     what="both requests are logged")
+    by_id = {line["request_id"]: line for line in lines}
+    assert by_id["traced"]["trace_id"] == TRACE_ID
+    assert "trace_id" not in by_id["untraced"]
