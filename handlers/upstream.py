@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import httpx
 import structlog
 from httpx_sse import EventSource, SSEError
+from prometheus_client import Histogram
 from pydantic import Field
 
 from handlers.base import HandlerRequest, ResponseModeSettings
@@ -39,6 +40,13 @@ credentials are for the gateway only, and the call sets the others itself."""
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
+
+BACKEND_LATENCY = Histogram(
+    "a2a_gateway_backend_call_seconds",
+    "Time until a backend answers one call (status and headers; retries included)",
+    ["backend", "outcome"],
+)
+"""``backend`` is ``Upstream.name``; ``outcome``: ok, http_error or unreachable."""
 
 
 class UpstreamError(Exception):
@@ -370,9 +378,15 @@ class UpstreamCall:
         http = self.upstream.http
         request = http.build_request(self.method, self.url, json=self.body, headers=self.headers,
                                      timeout=make_timeout(self.timeout))
+        started, outcome = time.perf_counter(), "unreachable"
         try:
-            self.response, attempts = await self.retry.send(http, request, self.deadline,
-                                                            stream=True)
+            try:
+                self.response, attempts = await self.retry.send(http, request, self.deadline,
+                                                                stream=True)
+            finally:
+                if self.response is not None:
+                    outcome = "ok" if self.response.status_code < 400 else "http_error"
+                BACKEND_LATENCY.labels(self.backend, outcome).observe(time.perf_counter() - started)
             self._stack.push_async_callback(self.response.aclose)
             status = self.response.status_code
             if status >= 400:

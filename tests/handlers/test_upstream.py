@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from handlers.base import Completed, Failed, Handler
 from handlers.openai_chat import OpenAIChatHandler, OpenAIChatSettings
@@ -249,3 +250,22 @@ async def test_trace_context_goes_upstream_and_the_callers_credentials_do_not(br
     assert sent.headers["traceparent"] == TRACEPARENT and sent.headers["tracestate"] == "gw=1"
     assert sent.headers.get_list("authorization") == [f"Bearer {KEY}"]
     assert "cookie" not in sent.headers
+
+
+# -- metrics ------------------------------------------------------------------------------
+
+
+def backend_calls(backend: str, outcome: str) -> float:
+    labels = {"backend": backend, "outcome": outcome}
+    return REGISTRY.get_sample_value("a2a_gateway_backend_call_seconds_count", labels) or 0.0
+
+
+async def test_backend_calls_are_timed_by_backend_and_outcome(bridge) -> None:
+    _, recording, name, _ = bridge
+    ok, failed = backend_calls(name, "ok"), backend_calls(name, "http_error")
+    events, _, _ = await run_against(bridge, [sse_response(recording)])
+    assert isinstance(events[-1], Completed)
+    events, _, _ = await run_against(bridge, [busy("0", 500)])
+    assert isinstance(events[-1], Failed)
+    assert backend_calls(name, "ok") == ok + 1
+    assert backend_calls(name, "http_error") == failed + 1
