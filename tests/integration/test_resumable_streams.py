@@ -10,9 +10,8 @@ reconnects. What it then holds is compared event by event with an uninterrupted 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,9 @@ import pytest
 from httpx_sse import ServerSentEvent, aconnect_sse
 
 from tests.harness import RunningGateway, running_gateway
+from tests.messages import rpc, wire_message
 from tests.stores.pg_support import fresh_database
+from tests.waiting import eventually
 
 WORDS = " ".join(f"w{i}" for i in range(40))
 ANSWER = f"echo: {WORDS}"
@@ -45,12 +46,8 @@ class Binding:
     """The stream response of a ``data:`` payload, as ``{"task"|"statusUpdate"|"artifactUpdate": …}``."""
 
 
-def _message_1_0(text: str) -> dict[str, Any]:
-    return {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}
-
-
 def _jsonrpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": method, "params": params}
+    return rpc(method, params, rid=str(uuid.uuid4()))
 
 
 V10 = {"A2A-Version": "1.0"}
@@ -69,13 +66,13 @@ def _from_0_3(data: dict[str, Any]) -> dict[str, Any]:
 
 JSONRPC_1_0 = Binding(
     "jsonrpc-1.0",
-    lambda gw, ep, text: ("POST", gw.jsonrpc_url(ep), _jsonrpc("SendStreamingMessage", {"message": _message_1_0(text)}), V10),
+    lambda gw, ep, text: ("POST", gw.jsonrpc_url(ep), _jsonrpc("SendStreamingMessage", {"message": wire_message(text)}), V10),
     lambda gw, ep, tid: ("POST", gw.jsonrpc_url(ep), _jsonrpc("SubscribeToTask", {"id": tid}), V10),
     lambda data: data["result"],
 )
 REST = Binding(
     "rest",
-    lambda gw, ep, text: ("POST", gw.rest_url(ep) + "/message:stream", {"message": _message_1_0(text)}, V10),
+    lambda gw, ep, text: ("POST", gw.rest_url(ep) + "/message:stream", {"message": wire_message(text)}, V10),
     lambda gw, ep, tid: ("GET", gw.rest_url(ep) + f"/tasks/{tid}:subscribe", {}, V10),
     lambda data: data,
 )
@@ -167,14 +164,6 @@ def position(event_id: str) -> int:
     return int(event_id.rpartition(".")[2])
 
 
-async def until(predicate: Callable[[], Any], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 def published(gw: RunningGateway, task_id: str) -> int:
     """How many events of ``task_id`` the gateway's replay log numbered so far."""
     log = gw.gateway.hub._logs.get(task_id)
@@ -204,12 +193,6 @@ async def slow_echo(gw: RunningGateway) -> str:
     return await gw.add_endpoint(settings={"delay": WORD_DELAY})
 
 
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as client:
-        yield client
-
-
 # reconnect on the same replica -------------------------------------------------------------
 
 
@@ -219,7 +202,7 @@ async def test_a_dropped_stream_resumes_with_nothing_lost_and_nothing_twice(gw, 
     head = await read(http, binding.send(gw, slow_echo, WORDS), binding, limit=READ_BEFORE_DROP)
     task_id = head[0].body["id"]
     last = position(head[-1].id)
-    await until(lambda: published(gw, task_id) >= last + MISS_AT_LEAST, "events missed while away")
+    await eventually(lambda: published(gw, task_id) >= last + MISS_AT_LEAST, interval=0.02, what="events missed while away")
     missed = published(gw, task_id) - last
     tail = await read(http, binding.subscribe(gw, slow_echo, task_id), binding, last_event_id=head[-1].id)
     resumed = head + tail
@@ -256,7 +239,7 @@ async def test_a_reconnect_after_the_task_ended_gets_the_remaining_events(gw, sl
         read(http, binding.send(gw, slow_echo, WORDS), binding, limit=READ_BEFORE_DROP),
     )
     task_id = head[0].body["id"]
-    await until(lambda: ended(gw, task_id), "the task to end")
+    await eventually(lambda: ended(gw, task_id), interval=0.02, what="the task to end")
     tail = await read(http, binding.subscribe(gw, slow_echo, task_id), binding, last_event_id=head[-1].id)
     resumed = head + tail
     assert shape(resumed) == shape(reference)
@@ -273,13 +256,10 @@ async def test_after_the_keep_time_an_ended_task_answers_as_the_spec_says(http):
         method, url, body, headers = JSONRPC_1_0.subscribe(gw, ep, task_id)
         replay = await read(http, (method, url, body, headers), JSONRPC_1_0, last_event_id=first_id)
         assert shape(replay) == shape(events[1:])  # within the keep time: the remainder
-        deadline = time.monotonic() + 20
-        while True:
-            answer = await http.post(url, json=body, headers={**headers, "Last-Event-ID": first_id})
-            if answer.headers["content-type"].startswith("application/json"):
-                break
-            assert time.monotonic() < deadline, "the ended task's events were never dropped"
-            await asyncio.sleep(0.1)
+        answer = await eventually(
+            lambda: http.post(url, json=body, headers={**headers, "Last-Event-ID": first_id}),
+            until=lambda r: r.headers["content-type"].startswith("application/json"),
+            timeout=20, interval=0.1, what="the ended task's events dropped")
         error = answer.json()["error"]
         assert error["code"] == -32004 and "terminal" in error["message"]
         assert answer.json()["id"] == body["id"]
