@@ -21,6 +21,7 @@ OUTCOMES = Counter(
     ["a2a_method", "endpoint", "outcome"],
 )
 SSE_STREAMS = Gauge("a2a_gateway_open_sse_streams", "SSE responses open on this replica right now")
+STORE_LATENCY = Histogram("a2a_gateway_store_call_seconds", "Time of one store call", ["operation"])
 PUSH_DELIVERIES = Counter(
     "a2a_gateway_push_deliveries_total", "Push notification attempts by outcome", ["outcome"]
 )

@@ -19,7 +19,11 @@ and ``dynamodb``; ``tests/stores`` is the one contract suite they pass.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +36,8 @@ from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names p
     TASK_STATE_REJECTED,
     TASK_STATE_UNSPECIFIED,
 )
+
+from a2a_gateway.metrics import STORE_LATENCY
 
 TERMINAL_STATES = frozenset(
     {
@@ -206,8 +212,31 @@ def storable_key_id(key_id: str) -> bool:
     return 0 < size <= 2048 and "\x00" not in key_id
 
 
+def _timed(operation: str, call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    observe = STORE_LATENCY.labels(operation).observe
+
+    @functools.wraps(call)
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await call(*args, **kwargs)
+        finally:
+            observe(time.perf_counter() - started)
+
+    return timed
+
+
 class Store(ABC):
     """Persistence for the gateway. All methods are coroutines safe to call concurrently."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every public coroutine of a store driver (a direct subclass) is timed, by name."""
+        super().__init_subclass__(**kwargs)
+        if Store not in cls.__bases__:
+            return
+        for name, member in list(vars(cls).items()):
+            if not name.startswith("_") and inspect.iscoroutinefunction(member):
+                setattr(cls, name, _timed(name, member))
 
     # lifecycle -------------------------------------------------------------
     async def aclose(self) -> None:  # noqa: B027 - optional hook

@@ -102,3 +102,14 @@ async def test_log_lines_of_a_request_carry_its_trace_id():
     by_id = {line["request_id"]: line for line in lines}
     assert by_id["traced"]["trace_id"] == TRACE_ID
     assert "trace_id" not in by_id["untraced"]
+
+
+async def test_store_calls_are_timed_by_operation():
+    created = 'a2a_gateway_store_call_seconds_count{operation="create_task"}'
+    async with running_gateway() as gw, httpx.AsyncClient() as http:
+        ep = await gw.add_endpoint(settings={"delay": 0, "response_mode": "task"})
+        before = metric(await scrape(gw, http), created)
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("a"), headers=V10)
+        assert "task" in r.json()["result"]
+        after = await scrape(gw, http)
+    assert metric(after, created) == before + 1
