@@ -4,12 +4,15 @@ and open SSE streams; push deliveries) and the trace id of ``traceparent`` in th
 from __future__ import annotations
 
 import asyncio
+import os
+import uuid
 
 import httpx
+import pytest
 import structlog
 from aiohttp import web
 
-from tests.harness import running_gateway
+from tests.harness import require_env, running_gateway
 from tests.local_server import serve_locally
 from tests.messages import rpc, send_body
 from tests.waiting import eventually
@@ -113,3 +116,19 @@ async def test_store_calls_are_timed_by_operation():
         assert "task" in r.json()["result"]
         after = await scrape(gw, http)
     assert metric(after, created) == before + 1
+
+
+@pytest.mark.openclaw
+async def test_backend_calls_are_timed_through_a_running_gateway():
+    url = require_env("A2A_TEST_OPENCLAW_URL", "A2A_TEST_OPENCLAW_TOKEN", "A2A_TEST_LLM_URL")
+    answered = 'a2a_gateway_backend_call_seconds_count{backend="the chat backend",outcome="ok"}'
+    async with running_gateway() as gw, httpx.AsyncClient(timeout=90) as http:
+        ep = await gw.add_endpoint("handlers.openai_chat:OpenAIChatHandler", settings={
+            "base_url": url.rstrip("/") + "/v1", "api_key": os.environ["A2A_TEST_OPENCLAW_TOKEN"],
+            "model": "openclaw/main"})
+        before = metric(await scrape(gw, http), answered)
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body(f"hello {uuid.uuid4().hex[:10]}"),
+                            headers=V10)
+        assert "error" not in r.json()
+        await eventually(lambda: scrape(gw, http), until=lambda text: metric(text, answered) == before + 1,
+                         timeout=60, what="the backend call is timed")
