@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from a2a.compat.v0_3.request_handler import RequestHandler03
     from a2a.types import AgentCard
 
-    from a2a_gateway.tasks.request_handler import GatewayRequestHandler
+    from a2a.server.request_handlers.request_handler import RequestHandler
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +57,7 @@ class EndpointRuntime:
     """The schemes callers may authenticate with (the row's ``auth``, ``public``)."""
     rate_limit: RateLimit | None = None
     """Requests per caller (the row's ``rate_limit`` or the gateway's); None: unlimited."""
-    request_handlers: tuple[GatewayRequestHandler, RequestHandler03] | None = None
+    request_handlers: tuple[RequestHandler, RequestHandler03] | None = None
     """The endpoint's 1.0 request handler and its 0.3 adapter (``state.Gateway`` builds them)."""
     card_cache: tuple[str, bytes, str] | None = None
     """The served card for one base URL: (base URL, signed JSON bytes, ETag)."""

@@ -71,7 +71,6 @@ class TaskEngine:
         self.ownership: Ownership = services.ownership
         self.conversation: Conversation = services.conversation
         self.limits = limits
-        self.remote_poll_seconds = limits.remote_poll_seconds
         self.runs: dict[str, TaskRun] = {}
         self.stopping = False
         """Set when the gateway shuts down: it claims no other replica's tasks any more."""

@@ -46,8 +46,7 @@ from a2a.utils.errors import (
 from a2a_gateway.tasks.conversation import Caller
 from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
 from a2a_gateway.tasks.events import copy_task
-from a2a_gateway.tasks.streams import send_stream, settled_elsewhere, subscribe_stream
-from a2a_gateway.tasks.live_view import LAST_EVENT_ID, tagged
+from a2a_gateway.tasks.streams import LAST_EVENT_ID, send_stream, settled_elsewhere, subscribe_stream, tagged
 from a2a_gateway.tasks.push import PushNotifier
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import InvalidPageTokenError, Scope, TaskQuery

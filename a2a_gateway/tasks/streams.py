@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import TypeVar
+
+from a2a.server.context import ServerCallContext
 
 from a2a.types import Message, Task, TaskStatusUpdateEvent
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
@@ -25,6 +28,26 @@ from a2a_gateway.tasks.follower import follow_task
 
 StreamItem = tuple[str | None, LiveEvent | Message]
 """An event and its SSE id (None: the stream cannot be resumed, e.g. a message answer)."""
+
+T = TypeVar("T")
+
+EVENT_ID = "sse_event_id"
+"""``ServerCallContext.state`` key: the id of the event a stream is about to yield (the
+transport writes it as the SSE ``id:`` line)."""
+
+LAST_EVENT_ID = "Last-Event-ID"
+"""The request header of a reconnecting SSE client: the id of the last event it got."""
+
+
+def tagged(context: ServerCallContext, event_id: str | None, event: T) -> T:
+    """``event``, with ``event_id`` noted for the transport that frames it (None: no id)."""
+    context.state[EVENT_ID] = event_id
+    return event
+
+
+def take_event_id(context: ServerCallContext) -> str | None:
+    """The id ``tagged`` noted for the event just yielded (the transport's side)."""
+    return context.state.pop(EVENT_ID, None)
 
 
 async def send_stream(engine: TaskEngine, outcome: SendOutcome) -> AsyncIterator[StreamItem]:
@@ -67,7 +90,7 @@ async def subscribe_stream(
     if sub is None and run is None:
         yield hub.unlogged_id(), stored.task
         followed = follow_task(engine.store, hub, scope, stored.task, stored.version,
-                               interval=engine.remote_poll_seconds, stop_when_interrupted=False)
+                               interval=engine.limits.remote_poll_seconds, stop_when_interrupted=False)
         async for item in _until_closing(engine, scope, task_id, followed):
             yield item
         return
@@ -99,7 +122,7 @@ async def settled_elsewhere(engine: TaskEngine, outcome: SendOutcome) -> Task:
 def _elsewhere(engine: TaskEngine, outcome: SendOutcome, *, stop_when_interrupted: bool) -> AsyncIterator[StreamItem]:
     followed = follow_task(
         engine.store, engine.hub, outcome.scope, outcome.task, outcome.follow_version,  # type: ignore[arg-type]
-        interval=engine.remote_poll_seconds, stop_when_interrupted=stop_when_interrupted,
+        interval=engine.limits.remote_poll_seconds, stop_when_interrupted=stop_when_interrupted,
         after_version=outcome.follow_version,
     )
     return _until_closing(engine, outcome.scope, outcome.task.id, followed)  # type: ignore[arg-type,union-attr]

@@ -49,7 +49,7 @@ from google.protobuf.json_format import ParseError
 from pydantic import ValidationError
 
 from a2a_gateway.state import GATEWAY, Gateway
-from a2a_gateway.tasks.live_view import EVENT_ID
+from a2a_gateway.tasks.streams import take_event_id
 from a2a_gateway.transport.body import check_depth, read_body
 from a2a_gateway.transport.call_context import call_context
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, JSONRPC_ID
@@ -345,5 +345,5 @@ async def _stream(
         request, gateway.settings.sse_keepalive_seconds, events, frame, error_frame, headers,
         error_event="error" if version == V10 else None,
         early_errors_in_stream=version == V03 and accepts_event_stream(request),
-        event_id=lambda: context.state.pop(EVENT_ID, None),
+        event_id=lambda: take_event_id(context),
     )

@@ -43,7 +43,7 @@ from google.protobuf.json_format import ParseError
 
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.tasks.request_handler import GatewayRequestHandler
-from a2a_gateway.tasks.live_view import EVENT_ID
+from a2a_gateway.tasks.streams import take_event_id
 from a2a_gateway.transport.body import check_depth, read_body
 from a2a_gateway.transport.call_context import call_context
 from a2a_gateway.transport.jsonrpc import JSON_CONTENT_TYPES, result_to_json
@@ -158,7 +158,7 @@ async def _stream(
 
     return await stream_events(
         request, gateway.settings.sse_keepalive_seconds, events, frame, error_frame, _headers(request),
-        event_id=lambda: context.state.pop(EVENT_ID, None),
+        event_id=lambda: take_event_id(context),
     )
 
 

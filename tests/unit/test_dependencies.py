@@ -17,14 +17,12 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _runtime_imports(path: Path, known: set[str]) -> set[str]:
-    """Project modules ``path`` imports when it is loaded (not under TYPE_CHECKING, not
-    inside functions)."""
+def _module_imports(path: Path, known: set[str]) -> set[str]:
+    """Project modules ``path`` imports at module level, those for type checking included
+    (a cycle through annotations is still a cycle for the reader); not inside functions."""
     tree = ast.parse(path.read_text())
     found: set[str] = set()
     for node in tree.body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
         for sub in [node] if not isinstance(node, ast.If | ast.Try) else ast.walk(node):
             if isinstance(sub, ast.ImportFrom) and sub.module and sub.level == 0:
                 base = sub.module
@@ -39,7 +37,7 @@ def _runtime_imports(path: Path, known: set[str]) -> set[str]:
 def _graph() -> dict[str, set[str]]:
     paths = [p for package in PACKAGES for p in (ROOT / package).rglob("*.py")]
     known = {_module_name(p) for p in paths}
-    return {_module_name(p): _runtime_imports(p, known) - {_module_name(p)} for p in paths}
+    return {_module_name(p): _module_imports(p, known) - {_module_name(p)} for p in paths}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
