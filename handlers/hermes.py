@@ -222,7 +222,8 @@ class HermesAgentHandler(Handler):
                 deadlines = [d for d in (state.stop_deadline, approval_deadline) if d is not None]
                 timeout = max(0.0, min(deadlines + [deadline.at]) - time.monotonic())
                 try:
-                    kind, item = await asyncio.wait_for(state.queue.get(), timeout)
+                    async with asyncio.timeout(timeout):  # not wait_for: it can lose a cancel
+                        kind, item = await state.queue.get()
                 except TimeoutError:
                     now = time.monotonic()
                     # a cancel under way ends CANCELED, even when the run's bound passes first

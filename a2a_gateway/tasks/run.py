@@ -203,8 +203,7 @@ class TaskRun:
         """Stop driving the iterator (the task keeps its state)."""
         if self._driver is not None and not self._driver.done():
             self._driver.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._driver
+            await asyncio.wait({self._driver})  # a cancel of the caller itself still propagates
 
     async def hand_over(self) -> None:
         """The gateway stops: stop driving; keep the text streamed so far with the task (the
@@ -229,8 +228,13 @@ class TaskRun:
         # this driver runs in its own copy of the request's context
         structlog.contextvars.bind_contextvars(task_id=self.task.id, endpoint_id=self.scope.endpoint_id)
         assert self._events is not None
+        driver = asyncio.current_task()
         try:
             async for event in self._events:
+                if driver is not None and driver.cancelling():
+                    # a stop the handler swallowed (Python 3.11's asyncio.wait_for loses a
+                    # cancel that arrives together with its result): no event after a stop
+                    raise asyncio.CancelledError
                 await self._apply(event)
                 if self.finished:
                     break

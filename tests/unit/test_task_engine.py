@@ -437,3 +437,39 @@ async def test_a_stopping_replica_hands_its_runs_over_with_the_text_so_far_and_c
     assert [p.text for p in failed.artifacts[0].parts] == ["partial text"]
     assert failed.artifacts[0].metadata["partial"] is True
     assert failed.artifacts[0].name == "response"
+
+
+class SwallowsOneCancel(Scripted):
+    """Streams a word every few milliseconds through ``asyncio.wait_for`` and, as Python
+    3.11's ``wait_for`` does when a cancel meets a result, once goes on after a cancel."""
+
+    async def run(self, request: HandlerRequest) -> AsyncIterator[Any]:
+        yield RunStarted("ref-swallow")
+        swallowed = False
+        for i in range(20_000):  # a run of minutes
+            try:
+                await asyncio.sleep(0.005)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed = True
+            yield TextDelta(f"w{i} ")
+        yield Completed()
+
+
+async def test_a_handler_that_swallows_the_stop_is_still_handed_over_at_once():
+    engine, store, _, _ = make_engine()
+    outcome = await engine.send(runtime_of(SwallowsOneCancel(None)), SCOPE, user_message("a"),
+                                streaming=True, subscribe=True)
+    run = outcome.run
+    await eventually(lambda: "w3 " in run.text_so_far, timeout=10, what="a few words streamed")
+    listening = asyncio.create_task(drain(outcome.subscription))
+    async with asyncio.timeout(20):  # before: aclose waited for the run's end (minutes)
+        await engine.aclose()
+    events = await asyncio.wait_for(listening, 10)
+    last = events[-1]
+    assert isinstance(last, TaskStatusUpdateEvent) and last.status.state == TASK_STATE_WORKING
+    assert dict(last.metadata) == {"kind": "gateway_stopping"}
+    stored = await store.get_task(SCOPE, run.task.id)
+    assert stored.task.status.state == TASK_STATE_WORKING
+    assert stored.run_state["partial_text"]["text"] == run.text_so_far
