@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
+from a2a_gateway.live.feed import EndpointFeed
 from a2a_gateway.stores.base import Scope
 
 LiveEvent = Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
@@ -159,6 +160,8 @@ class LiveHub:
         self._token = os.urandom(6).hex()
         self._loose = itertools.count(1)
         self.clock: Callable[[], float] = time.monotonic
+        self.feed = EndpointFeed()
+        """The endpoints' lifecycle events, for their operators (``live.feed``)."""
 
     def serve(self, local: LocalRuns, limits: ReplayLimits | None = None) -> None:
         """The runs of this replica (whose control commands this hub delivers) and the

@@ -53,6 +53,7 @@ from typing import Any
 import structlog
 
 from a2a_gateway.live.hub import LiveEvent, LiveHub, Subscription
+from a2a_gateway.live.postgres_feed import FEED_CHANNEL, PostgresFeedRelay
 from a2a_gateway.live.postgres_wire import (
     CONTROL,
     EVENT,
@@ -123,6 +124,8 @@ class PostgresLiveHub(LiveHub):
         self._closing = False
         self._last_warning = 0.0
         self.stats = {"sent": 0, "received": 0, "dropped": 0, "send_failures": 0, "connects": 0}
+        self.feed_relay = PostgresFeedRelay(self.feed, store, replica_id, self._enqueue,
+                                            fetch_wait_seconds=fetch_wait_seconds)
 
     # lifecycle -----------------------------------------------------------------
     @property
@@ -154,6 +157,7 @@ class PostgresLiveHub(LiveHub):
                 await task
         self._tasks.clear()
         await self._close_listener()
+        await self.feed_relay.aclose()
 
     # LiveHub --------------------------------------------------------------------
     def follow(self, task_id: str) -> Subscription:
@@ -354,6 +358,7 @@ class PostgresLiveHub(LiveHub):
         conn.add_termination_listener(lambda _conn: lost.set())
         await conn.add_listener(self.channel, self._on_notify)
         await conn.add_listener(WATCH_CHANNEL, self._on_notify)
+        await conn.add_listener(FEED_CHANNEL, self.feed_relay.on_notify)
         self._listening.set()
         if self.stats["connects"] or self._interest:
             # events may have been missed: ask the owners again, with a snapshot

@@ -511,8 +511,10 @@ class TaskRun:
             artifact.parts.extend(parts)
             if event.metadata:
                 artifact.metadata.update(event.metadata)
+            final = artifact_event(self.task, artifact, last_chunk=True)
             if self._hub.has_listeners(self.task.id):
-                self._hub.publish(self.task.id, artifact_event(self.task, artifact, last_chunk=True))
+                self._hub.publish(self.task.id, final)
+            self._hub.feed.artifact(self.scope, self.task, final, self.version)
         await self._remember_turn(final_text or "")
         await self._finish(TASK_STATE_COMPLETED, None)
 
@@ -567,6 +569,7 @@ class TaskRun:
         self.task.status.CopyFrom(new_status(state))
 
     def _publish_status(self, metadata: dict[str, Any] | None = None) -> None:
+        self._hub.feed.status(self.scope, self.task, self.version, status_event)
         if self._hub.has_listeners(self.task.id):
             self._hub.publish(self.task.id, status_event(self.task, metadata))
 

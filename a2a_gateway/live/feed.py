@@ -1,0 +1,382 @@
+"""The endpoint event feed: every lifecycle event of an endpoint's tasks, for its operators.
+
+A task's run announces each state change (created WORKING, INPUT_REQUIRED or AUTH_REQUIRED,
+WORKING again, terminal) and its final artifact here (``status``, ``artifact``); text and
+artifact chunks and progress notes never come here. Each event becomes one ``FeedEvent``:
+the A2A ``TaskStatusUpdateEvent`` or ``TaskArtifactUpdateEvent`` (built by ``tasks.events``)
+inside a small envelope naming the endpoint, task, context, principal, state and time,
+serialized once for every subscriber (docs/streams.md, "Endpoint event feed", is the wire
+format).
+
+**Replay log.** An endpoint watched on this replica gets a log of its recent events,
+numbered in order, kept while it has subscribers and ``keep_seconds`` after the last one
+left; ``resume(endpoint_id, last_event_id)`` hands a reconnecting client exactly the events
+after its last one. Ids are ``<log token>.<n>`` with a random token per log, so an id from
+another replica, an earlier process or a dropped log is a miss (the client then starts from
+a snapshot of the endpoint's tasks read from the store). Logs are bounded by events per
+endpoint and by bytes over all endpoints (least recently active dropped first).
+
+**Bounded clients.** A subscriber's backlog is bounded in bytes (``client_max_bytes``): one
+that falls behind is dropped (its stream ends; it reconnects with its last id).
+
+**Across replicas.** A ``FeedRelay`` (PostgreSQL: ``live.postgres`` wires one) carries each
+local event to the other replicas, which deliver it to their own subscribers. Without one
+(memory, SQLite, DynamoDB in one process) the feed is this process's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+from a2a.types import Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
+
+from a2a_gateway.protojson import message_to_dict
+from a2a_gateway.stores.base import TERMINAL_STATES, Scope
+
+FeedUpdate = TaskStatusUpdateEvent | TaskArtifactUpdateEvent
+
+_QUESTIONS = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
+
+SNAPSHOT = "snapshot"
+STATUS = "status"
+ARTIFACT = "artifact"
+
+
+@dataclass(frozen=True, slots=True)
+class FeedLimits:
+    events: int = 1000
+    """Events kept per endpoint for a reconnect; 0 keeps none (a reconnect gets a snapshot)."""
+    keep_seconds: float = 300.0
+    """How long an endpoint's log is kept after its last subscriber left."""
+    max_bytes: int = 16 * 1024 * 1024
+    """All endpoint logs together; beyond it the least recently active are dropped."""
+    client_max_bytes: int = 1024 * 1024
+    """Backlog of one subscriber; a client that falls further behind is dropped."""
+
+
+@dataclass(frozen=True, slots=True)
+class FeedEvent:
+    """One event as it goes on the wire (``data``), with what filters look at."""
+
+    data: bytes
+    endpoint_id: str
+    task_id: str
+    context_id: str
+    state: int
+
+
+@dataclass(frozen=True, slots=True)
+class FeedFilter:
+    """What a subscriber wants: tasks in ``states`` (empty: all) of ``context_id`` (empty: all)."""
+
+    states: frozenset[int] = frozenset()
+    context_id: str = ""
+
+    def matches(self, context_id: str, state: int) -> bool:
+        return (not self.states or state in self.states) and (not self.context_id or context_id == self.context_id)
+
+
+def state_name(state: int) -> str:
+    return TaskState.Name(state)
+
+
+def _timestamp(task: Task) -> str:
+    return task.status.timestamp.ToJsonString() if task.status.HasField("timestamp") else ""
+
+
+def envelope(scope: Scope, task: Task, update: FeedUpdate) -> FeedEvent:
+    """``update`` of ``task`` in the feed's envelope."""
+    kind, key = (STATUS, "statusUpdate") if isinstance(update, TaskStatusUpdateEvent) else (ARTIFACT, "artifactUpdate")
+    state = task.status.state
+    body = {
+        "kind": kind, "endpointId": scope.endpoint_id, "taskId": task.id, "contextId": task.context_id,
+        "principal": scope.principal, "state": state_name(state), "timestamp": _timestamp(task),
+        key: message_to_dict(update),
+    }
+    return FeedEvent(orjson.dumps(body), scope.endpoint_id, task.id, task.context_id, state)
+
+
+def snapshot_entry(scope: Scope, task: Task) -> dict[str, Any]:
+    """One task of a snapshot: the envelope's fields and the Task without history or artifacts."""
+    brief = Task(id=task.id, context_id=task.context_id)
+    brief.status.CopyFrom(task.status)
+    if task.metadata:
+        brief.metadata.CopyFrom(task.metadata)
+    return {
+        "taskId": task.id, "contextId": task.context_id, "principal": scope.principal,
+        "state": state_name(task.status.state), "timestamp": _timestamp(task), "task": message_to_dict(brief),
+    }
+
+
+def snapshot_event(endpoint_id: str, tasks: list[tuple[Scope, Task]], truncated: bool) -> bytes:
+    body = {"kind": SNAPSHOT, "endpointId": endpoint_id, "tasks": [snapshot_entry(s, t) for s, t in tasks],
+            "truncated": truncated}
+    return orjson.dumps(body)
+
+
+class FeedRelay(Protocol):
+    """Carries local events to the feeds of the other replicas."""
+
+    def send(self, scope: Scope, task: Task, update: FeedUpdate, event: FeedEvent, version: int) -> None:
+        """``event`` (``update`` of ``task``, whose store version is or will be ``version``)."""
+
+
+class FeedOverflowError(Exception):
+    """A subscriber fell too far behind the endpoint's events and was dropped."""
+
+
+_END = object()
+_OVERFLOW = object()
+_LOG_OVERHEAD = 256
+_DEDUP_TASKS = 100_000
+"""Tasks whose last announced state the feed remembers (to drop repeats), at most."""
+
+
+class FeedSubscription:
+    """Events of one endpoint for one subscriber, as ``(event_id, FeedEvent)``. ``position``
+    is the id that stands for everything before the subscription."""
+
+    def __init__(self, feed: EndpointFeed, endpoint_id: str, position: str, wanted: FeedFilter) -> None:
+        self.endpoint_id = endpoint_id
+        self.position = position
+        self.wanted = wanted
+        self._feed = feed
+        self._queue: deque[object] = deque()
+        self._bytes = 0
+        self._ready = asyncio.Event()
+
+    def _put(self, item: tuple[str, FeedEvent]) -> None:
+        event = item[1]
+        if not self.wanted.matches(event.context_id, event.state):
+            return
+        if self._bytes + len(event.data) > self._feed.limits.client_max_bytes:
+            self._queue.clear()
+            self._bytes = 0
+            self._push(_OVERFLOW)
+            self._feed.unsubscribe(self)
+            return
+        self._bytes += len(event.data)
+        self._push(item)
+
+    def _push(self, item: object) -> None:
+        self._queue.append(item)
+        self._ready.set()
+
+    @property
+    def backlog_bytes(self) -> int:
+        return self._bytes
+
+    async def __aiter__(self) -> AsyncIterator[tuple[str, FeedEvent]]:
+        while True:
+            while not self._queue:
+                self._ready.clear()
+                await self._ready.wait()
+            item = self._queue.popleft()
+            if item is _END:
+                return
+            if item is _OVERFLOW:
+                raise FeedOverflowError("the client fell behind the endpoint's events")
+            self._bytes -= len(item[1].data)  # type: ignore[index]
+            yield item  # type: ignore[misc]
+
+    def close(self) -> None:
+        self._feed.unsubscribe(self)
+
+
+class _Log:
+    __slots__ = ("token", "events", "last", "touched", "size")
+
+    def __init__(self, now: float) -> None:
+        self.token = os.urandom(6).hex()
+        self.events: deque[tuple[int, FeedEvent]] = deque()
+        self.last = 0
+        self.touched = now
+        self.size = _LOG_OVERHEAD
+
+    def id(self, n: int) -> str:
+        return f"{self.token}.{n}"
+
+    def after(self, event_id: str) -> list[tuple[str, FeedEvent]] | None:
+        """The events after ``event_id``; None unless this log holds all of them."""
+        token, _, number = event_id.rpartition(".")
+        if token != self.token or not number.isascii() or not number.isdigit() or len(number) > 18:
+            return None
+        n = int(number)
+        first = self.events[0][0] if self.events else self.last + 1
+        if not first - 1 <= n <= self.last:
+            return None
+        return [(self.id(m), event) for m, event in self.events if m > n]
+
+
+class EndpointFeed:
+    def __init__(self, limits: FeedLimits | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits = limits or FeedLimits()
+        self.clock = clock
+        self.relay: FeedRelay | None = None
+        self.published = 0
+        self._subscribers: dict[str, list[FeedSubscription]] = {}
+        self._logs: OrderedDict[str, _Log] = OrderedDict()  # least recently active first
+        self._log_bytes = 0
+        self._announced: OrderedDict[str, int] = OrderedDict()  # task id → last state announced
+        self._token = os.urandom(6).hex()
+        self._loose = 0
+
+    # what a run announces (tasks.run) ---------------------------------------------
+    def status(
+        self, scope: Scope, task: Task, version: int | None, build: Callable[[Task], TaskStatusUpdateEvent]
+    ) -> None:
+        """``task``'s status (its update built by ``build`` only when announced), when it is a
+        change: a new state, or a new question (a repeated WORKING, e.g. a progress note, is
+        not). ``version``: the task's store version, which holds this status."""
+        state = task.status.state
+        last = self._announced.get(task.id)
+        if state == last and state not in _QUESTIONS:
+            return
+        if state in TERMINAL_STATES:
+            self._announced.pop(task.id, None)
+        else:
+            self._announced[task.id] = state
+            self._announced.move_to_end(task.id)
+            if len(self._announced) > _DEDUP_TASKS:
+                self._announced.popitem(last=False)
+        if self.relay is not None or self.watched(scope.endpoint_id):
+            self._emit(scope, task, build(task), version or 0)
+
+    def artifact(self, scope: Scope, task: Task, update: TaskArtifactUpdateEvent, version: int | None) -> None:
+        """A final artifact (the whole of it, not a chunk); the task's next write (the
+        terminal one, after ``version``) will hold it."""
+        if self.relay is not None or self.watched(scope.endpoint_id):
+            self._emit(scope, task, update, (version or 0) + 1)
+
+    def _emit(self, scope: Scope, task: Task, update: FeedUpdate, version: int) -> None:
+        event = envelope(scope, task, update)
+        self.published += 1
+        self.deliver(event)
+        if self.relay is not None:
+            self.relay.send(scope, task, update, event, version)
+
+    # delivery ---------------------------------------------------------------------
+    def deliver(self, event: FeedEvent) -> None:
+        """Log ``event`` (when its endpoint is watched here) and hand it to the subscribers."""
+        endpoint_id = event.endpoint_id
+        log = self._logs.get(endpoint_id)
+        subs = self._subscribers.get(endpoint_id)
+        if log is None and not subs:
+            return
+        event_id = self._append(endpoint_id, log, event) if log is not None else self.unlogged_id()
+        for sub in list(subs or ()):
+            sub._put((event_id, event))
+
+    def watched(self, endpoint_id: str) -> bool:
+        """Whether events of ``endpoint_id`` are wanted here (a subscriber or a live log)."""
+        return endpoint_id in self._subscribers or endpoint_id in self._logs
+
+    def unlogged_id(self) -> str:
+        """An id outside every log (a snapshot): a reconnect with it is a miss."""
+        self._loose += 1
+        return f"{self._token}-{self._loose}"
+
+    # subscriptions ----------------------------------------------------------------
+    def subscribe(self, endpoint_id: str, wanted: FeedFilter = FeedFilter()) -> FeedSubscription:
+        """Events of ``endpoint_id`` from now on; from now on they are logged for a reconnect."""
+        self._sweep(self.clock())
+        log = self._open_log(endpoint_id)
+        position = log.id(log.last) if log is not None else self.unlogged_id()
+        return self._add(FeedSubscription(self, endpoint_id, position, wanted))
+
+    def resume(self, endpoint_id: str, last_event_id: str, wanted: FeedFilter = FeedFilter()) -> FeedSubscription | None:
+        """The events after ``last_event_id``, then the live ones; None when the log does not
+        hold all of them."""
+        self._sweep(self.clock())
+        log = self._logs.get(endpoint_id)
+        missed = log.after(last_event_id) if log is not None else None
+        if missed is None:
+            return None
+        sub = self._add(FeedSubscription(self, endpoint_id, last_event_id, wanted))
+        for item in missed:
+            sub._put(item)
+        self._touch(endpoint_id, log)  # type: ignore[arg-type]
+        return sub
+
+    def _add(self, sub: FeedSubscription) -> FeedSubscription:
+        self._subscribers.setdefault(sub.endpoint_id, []).append(sub)
+        return sub
+
+    def unsubscribe(self, sub: FeedSubscription) -> None:
+        subs = self._subscribers.get(sub.endpoint_id)
+        if subs and sub in subs:
+            subs.remove(sub)
+            if not subs:
+                del self._subscribers[sub.endpoint_id]
+                log = self._logs.get(sub.endpoint_id)
+                if log is not None:
+                    self._touch(sub.endpoint_id, log)  # its keep time starts now
+
+    def subscriber_count(self, endpoint_id: str) -> int:
+        return len(self._subscribers.get(endpoint_id, ()))
+
+    def close_all(self) -> None:
+        """End every subscription (the gateway stops)."""
+        for subs in self._subscribers.values():
+            for sub in subs:
+                sub._push(_END)
+        self._subscribers.clear()
+
+    # logs ---------------------------------------------------------------------------
+    def _open_log(self, endpoint_id: str) -> _Log | None:
+        if self.limits.events <= 0:
+            return None
+        log = self._logs.get(endpoint_id)
+        if log is None:
+            log = self._logs[endpoint_id] = _Log(self.clock())
+            self._log_bytes += log.size
+        self._touch(endpoint_id, log)
+        return log
+
+    def _append(self, endpoint_id: str, log: _Log, event: FeedEvent) -> str:
+        log.last += 1
+        size = len(event.data)
+        log.events.append((log.last, event))
+        log.size += size
+        self._log_bytes += size
+        while len(log.events) > self.limits.events:
+            _, dropped = log.events.popleft()
+            log.size -= len(dropped.data)
+            self._log_bytes -= len(dropped.data)
+        self._touch(endpoint_id, log)
+        return log.id(log.last)
+
+    def _touch(self, endpoint_id: str, log: _Log) -> None:
+        now = self.clock()
+        log.touched = now
+        self._logs.move_to_end(endpoint_id)
+        self._sweep(now)
+
+    def _sweep(self, now: float) -> None:
+        """Drop logs past their keep time (watched ones count as active) and, while over the
+        byte budget, the least recently active ones."""
+        for _ in range(len(self._logs)):
+            endpoint_id, log = next(iter(self._logs.items()))
+            over_budget = self._log_bytes > self.limits.max_bytes
+            if not over_budget and log.touched + self.limits.keep_seconds > now:
+                return
+            if not over_budget and endpoint_id in self._subscribers:
+                log.touched = now
+                self._logs.move_to_end(endpoint_id)
+                continue
+            del self._logs[endpoint_id]
+            self._log_bytes -= log.size
+
+    def log_stats(self) -> dict[str, int]:
+        return {"logs": len(self._logs), "bytes": self._log_bytes,
+                "events": sum(len(log.events) for log in self._logs.values())}
+
+    async def aclose(self) -> None:
+        self.close_all()

@@ -1,0 +1,160 @@
+"""The endpoint event feed across replicas, on PostgreSQL NOTIFY.
+
+Every lifecycle event a replica announces (``live.feed``) is sent on one shared channel,
+``a2a_live_feed``, whether or not anyone watches: these are a few events per task (its state
+changes and final artifact), never its text chunks. Every replica LISTENs on it (on the
+live hub's connection) and delivers the events of the endpoints it has subscribers or a
+replay log for; the others cost a JSON parse each.
+
+**Payload.** ``{"r": <replica>, "e": <the feed event's JSON>}`` when that fits PostgreSQL's
+8000-byte limit; otherwise a reference ``{"r", "sc": scope, "t": task id, "k": "status" |
+"artifact", "a": artifact id, "v": version}``: the receiver reads the task from the store
+once it holds that version (waiting up to ``fetch_wait_seconds``) and rebuilds the event
+from it. Received messages are handled one at a time in arrival order (a reference waits
+for its read, the messages behind it wait too), in a bounded inbox (beyond ``max_pending``
+messages are dropped and counted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import structlog
+from a2a.types import Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
+
+from a2a_gateway.live.feed import ARTIFACT, STATUS, EndpointFeed, FeedEvent, FeedUpdate, envelope
+from a2a_gateway.live.postgres_wire import PAYLOAD_LIMIT
+from a2a_gateway.stores.base import TERMINAL_STATES, Scope
+
+log = structlog.get_logger(__name__)
+
+FEED_CHANNEL = "a2a_live_feed"
+
+
+class PostgresFeedRelay:
+    """Sends this replica's feed events to the others and delivers theirs to ``feed``."""
+
+    def __init__(
+        self, feed: EndpointFeed, store: Any, replica_id: str, enqueue: Callable[[str, str], None], *,
+        fetch_wait_seconds: float = 10.0, max_pending: int = 10_000,
+    ) -> None:
+        self._feed = feed
+        self._store = store
+        self._replica_id = replica_id
+        self._enqueue = enqueue
+        self._fetch_wait = fetch_wait_seconds
+        self._max_pending = max_pending
+        self._inbox: deque[dict[str, Any]] = deque()
+        self._wake = asyncio.Event()
+        self._consumer: asyncio.Task[None] | None = None
+        self.stats = {"sent": 0, "references": 0, "received": 0, "dropped": 0}
+        feed.relay = self
+
+    # sending ------------------------------------------------------------------------
+    def send(self, scope: Scope, task: Task, update: FeedUpdate, event: FeedEvent, version: int) -> None:
+        payload = orjson.dumps({"r": self._replica_id, "e": orjson.Fragment(event.data)})
+        if len(payload) > PAYLOAD_LIMIT:
+            kind = STATUS if isinstance(update, TaskStatusUpdateEvent) else ARTIFACT
+            artifact_id = update.artifact.artifact_id if isinstance(update, TaskArtifactUpdateEvent) else ""
+            payload = orjson.dumps({"r": self._replica_id, "sc": list(scope.as_tuple()), "t": task.id,
+                                    "k": kind, "a": artifact_id, "v": version})
+            self.stats["references"] += 1
+        self.stats["sent"] += 1
+        self._enqueue(FEED_CHANNEL, payload.decode())
+
+    # receiving ----------------------------------------------------------------------
+    def on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            message = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(message, dict) or message.get("r") == self._replica_id:
+            return
+        endpoint_id = _endpoint_of(message)
+        if endpoint_id is None or not self._feed.watched(endpoint_id):
+            return
+        self.stats["received"] += 1
+        if len(self._inbox) >= self._max_pending:
+            self.stats["dropped"] += 1
+            return
+        self._inbox.append(message)
+        self._wake.set()
+        if self._consumer is None or self._consumer.done():
+            self._consumer = asyncio.create_task(self._consume(), name="live-feed-inbox")
+
+    async def _consume(self) -> None:
+        while True:
+            while not self._inbox:
+                self._wake.clear()
+                await self._wake.wait()
+            message = self._inbox.popleft()
+            try:
+                event = await self._event_of(message)
+            except Exception as exc:
+                log.warning("live_feed_message_failed", error=str(exc) or type(exc).__name__)
+                continue
+            if event is not None:
+                self._feed.deliver(event)
+
+    async def _event_of(self, message: dict[str, Any]) -> FeedEvent | None:
+        body = message.get("e")
+        if isinstance(body, dict):
+            return FeedEvent(orjson.dumps(body), str(body.get("endpointId")), str(body.get("taskId")),
+                             str(body.get("contextId")), _state_number(body.get("state")))
+        return await self._from_store(message)
+
+    async def _from_store(self, message: dict[str, Any]) -> FeedEvent | None:
+        """The event a reference stands for, rebuilt from the stored task."""
+        scope = Scope(*(str(part) for part in message["sc"]))
+        task_id, version = str(message["t"]), int(message.get("v") or 0)
+        deadline = time.monotonic() + self._fetch_wait
+        while True:
+            stored = await self._store.get_task(scope, task_id)
+            if stored is None:
+                return None
+            if stored.version >= version or stored.task.status.state in TERMINAL_STATES:
+                break
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(0.02)
+        task = stored.task
+        if message.get("k") == STATUS:
+            update: FeedUpdate = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
+            update.status.CopyFrom(task.status)
+            return envelope(scope, task, update)
+        for artifact in task.artifacts:
+            if artifact.artifact_id == message.get("a"):
+                update = TaskArtifactUpdateEvent(task_id=task.id, context_id=task.context_id, last_chunk=True)
+                update.artifact.CopyFrom(artifact)
+                return envelope(scope, task, update)
+        return None
+
+    async def aclose(self) -> None:
+        if self._consumer is not None:
+            self._consumer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._consumer
+
+
+def _endpoint_of(message: dict[str, Any]) -> str | None:
+    body = message.get("e")
+    if isinstance(body, dict):
+        value = body.get("endpointId")
+    elif isinstance(message.get("sc"), list) and len(message["sc"]) == 3:
+        value = message["sc"][1]
+    else:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _state_number(name: Any) -> int:
+    try:
+        return TaskState.Value(str(name))
+    except ValueError:
+        return 0
