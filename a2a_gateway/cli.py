@@ -99,9 +99,13 @@ async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint]) -> No
     app = build_app(settings, endpoints=endpoints)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.shutdown_close_seconds,
                            **server_options(settings))
-    stop = asyncio.Event()
+    stop, hurry = asyncio.Event(), asyncio.Event()
+
+    def on_signal() -> None:  # the first signal drains; a second one ends the grace period
+        (hurry if stop.is_set() else stop).set()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+        asyncio.get_running_loop().add_signal_handler(signum, on_signal)
     await runner.setup()
     try:
         site = web.TCPSite(runner, settings.host, settings.port)
@@ -120,7 +124,7 @@ async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint]) -> No
             flush=True,
         )
         await stop.wait()
-        await drain(app)
+        await drain(app, hurry)
     finally:
         await runner.cleanup()
 

@@ -22,6 +22,9 @@ OUTCOMES = Counter(
 )
 SSE_STREAMS = Gauge("a2a_gateway_open_sse_streams", "SSE responses open on this replica right now")
 STORE_LATENCY = Histogram("a2a_gateway_store_call_seconds", "Time of one store call", ["operation"])
+HANDED_OVER = Counter(
+    "a2a_gateway_tasks_handed_over_total", "Runs this replica handed over on shutdown (leases released)"
+)
 PUSH_DELIVERIES = Counter(
     "a2a_gateway_push_deliveries_total", "Push notification attempts by outcome", ["outcome"]
 )

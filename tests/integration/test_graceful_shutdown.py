@@ -13,6 +13,7 @@ elsewhere ends the same way).
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
 import uuid
@@ -95,6 +96,35 @@ async def test_sigterm_answers_a_stream_and_a_blocking_call_then_exits_0_and_kee
     (partial,) = lost.artifacts
     assert partial.metadata["partial"] is True
     assert partial.parts[0].text.startswith(streamed) and len(partial.parts[0].text.split()) > 3
+
+
+async def test_a_second_sigterm_ends_the_grace_period_at_once_and_still_hands_over(tmp_path):
+    added = run_cli("endpoints", "add", "--name", "slow", "--handler", "handlers.echo:EchoHandler",
+                    "--set", "delay=0.2", "--public", cwd=tmp_path)
+    assert added.returncode == 0, added.stderr
+    ep = added.stdout.strip().splitlines()[-1]
+    grace = 120.0  # longer than the test may take: only the second signal can end it
+    output: list[str] = []
+    procs: list[asyncio.subprocess.Process] = []
+    async with serving("serve", cwd=tmp_path, process=procs, output=output,
+                       A2A_GATEWAY_SHUTDOWN_GRACE_SECONDS=str(grace), A2A_GATEWAY_LOG_LEVEL="info") as listening:
+        gateway = RunningGateway(listening[1], None)  # type: ignore[arg-type]
+        async with gateway.client(ep) as streaming, httpx.AsyncClient(base_url=listening[1], timeout=10) as http:
+            stream = streaming.send_message(send_request(" ".join(f"w{i}" for i in range(2000))))
+            seen = [await anext(stream)]
+            await until_text(stream, seen, 3)
+            procs[0].send_signal(signal.SIGTERM)
+            assert await eventually(lambda: _status(http, "/readyz", 503), timeout=10, what="draining")
+            await asyncio.sleep(1.0)
+            assert procs[0].returncode is None  # the first signal alone waits for the grace period
+            procs[0].send_signal(signal.SIGTERM)
+            async with asyncio.timeout(30):
+                rest = [e async for e in stream]
+                code = await procs[0].wait()
+    assert stopping_note(rest[-1]) == STOPPING_NOTE and final_state(rest) == WORKING
+    assert code == 0
+    (handing_over,) = [json.loads(line) for line in output if "shutdown_handing_over" in line]
+    assert handing_over["hurried"] is True and handing_over["running_tasks"] == 1
 
 
 async def test_sigterm_on_one_replica_the_other_completes_the_run_at_once(tmp_path):
