@@ -1,0 +1,114 @@
+"""The gateway as an AWS Lambda handler, without the Lambda Web Adapter:
+``python -m awslambdaric a2a_gateway.lambda_handler.handler`` (a zip package, or the Lambda
+path run locally against a Runtime API).
+
+The first invocation starts the gateway app once, on a unix socket, in an event loop of its
+own thread; every invocation is then forwarded to it as one HTTP request:
+
+* a Function URL or API Gateway HTTP API event (payload format 2.0) is that request, and the
+  answer is returned in the Lambda proxy response shape;
+* any other event (an asynchronous invoke, a schedule) is POSTed as JSON to
+  ``worker_events_path`` (``/events``), as the adapter's pass-through path does. An answer
+  outside 2xx fails the invocation, so Lambda retries it and then hands it to the on-failure
+  destination (the adapter does the same with ``AWS_LWA_ERROR_STATUS_CODES``).
+
+This path is **buffered**: a response is returned once it is complete (at most 6 MB), so SSE
+streams arrive only as a whole. Streaming needs the container image with the adapter and a
+Function URL in ``RESPONSE_STREAM`` mode (deploy/lambda/template.yaml).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from a2a_gateway.app import build_app, server_options
+from a2a_gateway.logs import configure_logging
+from a2a_gateway.settings import GatewaySettings, load_settings
+
+_HOP_BY_HOP = frozenset({"connection", "content-length", "transfer-encoding", "keep-alive"})
+
+
+class InvocationFailedError(RuntimeError):
+    """The gateway refused an event (its answer is in the message): the invocation fails."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Gateway:
+    loop: asyncio.AbstractEventLoop
+    session: aiohttp.ClientSession
+    settings: GatewaySettings
+
+
+@functools.cache
+def _gateway() -> _Gateway:
+    """Start the gateway once per execution environment (a failed start is tried again)."""
+    settings = load_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="a2a-gateway", daemon=True).start()
+    socket_path = str(Path(tempfile.mkdtemp(prefix="a2a-gateway-")) / "gateway.sock")
+    session = asyncio.run_coroutine_threadsafe(_serve(settings, socket_path), loop).result()
+    return _Gateway(loop, session, settings)
+
+
+async def _serve(settings: GatewaySettings, socket_path: str) -> aiohttp.ClientSession:
+    runner = web.AppRunner(build_app(settings), access_log=None, **server_options(settings))
+    await runner.setup()
+    await web.UnixSite(runner, socket_path).start()
+    connector = aiohttp.UnixConnector(path=socket_path)
+    return aiohttp.ClientSession(connector=connector, auto_decompress=False)
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    gateway = _gateway()
+    seconds = context.get_remaining_time_in_millis() / 1000 if context else None
+    forward = _http(gateway, event) if _is_http(event) else _event(gateway, event)
+    return asyncio.run_coroutine_threadsafe(asyncio.wait_for(forward, seconds), gateway.loop).result()
+
+
+def _is_http(event: dict[str, Any]) -> bool:
+    return event.get("version") == "2.0" and "http" in event.get("requestContext", {})
+
+
+async def _http(gateway: _Gateway, event: dict[str, Any]) -> dict[str, Any]:
+    headers = CIMultiDict(event.get("headers") or {})
+    if event.get("cookies"):
+        headers["cookie"] = "; ".join(event["cookies"])
+    body = (event.get("body") or "").encode()
+    if event.get("isBase64Encoded"):
+        body = base64.b64decode(body)
+    query = event.get("rawQueryString")
+    url = f"http://gateway{event['rawPath']}" + (f"?{query}" if query else "")
+    method = event["requestContext"]["http"]["method"]
+    async with gateway.session.request(method, url, headers=headers, data=body) as answer:
+        content = await answer.read()
+        out: dict[str, list[str]] = {}
+        for name, value in answer.headers.items():
+            if name.lower() not in _HOP_BY_HOP:
+                out.setdefault(name.lower(), []).append(value)
+        return {
+            "statusCode": answer.status,
+            "headers": {name: ", ".join(values) for name, values in out.items() if name != "set-cookie"},
+            "cookies": out.get("set-cookie", []),
+            "body": base64.b64encode(content).decode(),
+            "isBase64Encoded": True,
+        }
+
+
+async def _event(gateway: _Gateway, event: dict[str, Any]) -> Any:
+    path = gateway.settings.worker_events_path
+    async with gateway.session.post(f"http://gateway{path}", json=event) as answer:
+        if not 200 <= answer.status < 300:
+            raise InvocationFailedError(f"{path} answered {answer.status}: {(await answer.text())[:500]}")
+        return await answer.json(content_type=None)
