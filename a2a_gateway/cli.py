@@ -30,7 +30,7 @@ from a2a_gateway.logs import configure_logging, looks_secret, mask_credentials
 from a2a_gateway.auth.callers import needed
 from a2a_gateway.errors import EndpointMisconfiguredError
 from a2a_gateway.registry import check_endpoint, runtime_auth, secret_settings
-from a2a_gateway.settings import DEFAULT_STORE, GatewaySettings, load_settings
+from a2a_gateway.settings import DEFAULT_STORE, GatewaySettings, SecretSettingsError, load_settings
 from a2a_gateway.state import GATEWAY
 from a2a_gateway.shutdown import drain
 from a2a_gateway.stores import UnknownStoreError, display_url, migrate_store, open_store
@@ -471,7 +471,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args.func(args)
     except (CommandError, StoreError, UnknownStoreError, ValidationError, CardSigningKeyError,
-            EndpointsFileError) as exc:
+            EndpointsFileError, SecretSettingsError) as exc:
         sys.exit(f"a2a-gateway: {_one_line(exc)}")
 
 

@@ -37,6 +37,10 @@ class HandlerSettingsError(ValueError):
     """An endpoint's handler settings are invalid or reference a missing variable."""
 
 
+class SecretSettingsError(ValueError):
+    """The settings secret (``secrets_manager_id``) cannot be read."""
+
+
 class GatewaySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="A2A_GATEWAY_", extra="ignore")
 
@@ -166,6 +170,11 @@ class GatewaySettings(BaseSettings):
     """After the hand-over, the last responses get this long to be written before the
     connections are closed."""
     page_token_key: SecretStr = SecretStr("a2a-gateway-page-token")
+    secrets_manager_id: str = ""
+    """ARN or name of an AWS Secrets Manager secret whose JSON object holds settings by their
+    variable names (``{"A2A_GATEWAY_API_KEY_SECRET": …, "A2A_GATEWAY_PAGE_TOKEN_KEY": …}``),
+    read once at startup, so secrets stay out of a function's environment; the environment
+    and flags win over it. Needs boto3 (the ``dynamodb`` extra). Empty: none."""
     replica_id: str = Field(default_factory=lambda: f"gw-{uuid.uuid4().hex[:12]}")
     log_level: str = "info"
     log_format: str = "json"
@@ -196,7 +205,25 @@ def load_settings(config_file: str | None = None, **overrides: Any) -> GatewaySe
         with Path(path).open("rb") as fh:
             from_file = tomllib.load(fh)
     given = {k: v for k, v in overrides.items() if v is not None}
-    return GatewaySettings(**{**from_file, **from_env, **given})
+    secret_id = from_env.get("secrets_manager_id") or from_file.get("secrets_manager_id", "")
+    from_secret = _secret_settings(secret_id)
+    return GatewaySettings(**{**from_file, **from_secret, **from_env, **given})
+
+
+def _secret_settings(secret_id: str) -> dict[str, Any]:
+    """The settings in the Secrets Manager secret ``secret_id`` (none when empty)."""
+    if not secret_id:
+        return {}
+    from botocore.exceptions import BotoCoreError, ClientError
+    from pydantic_settings import AWSSecretsManagerSettingsSource
+
+    try:
+        return AWSSecretsManagerSettingsSource(GatewaySettings, secret_id, case_sensitive=False)()
+    except ClientError as exc:
+        reason = exc.response.get("Error", {}).get("Code", "error")
+        raise SecretSettingsError(f"cannot read the settings secret {secret_id}: {reason}") from None
+    except (BotoCoreError, ValueError) as exc:
+        raise SecretSettingsError(f"cannot read the settings secret {secret_id}: {exc}") from None
 
 
 def expand_env_refs(value: Any) -> Any:

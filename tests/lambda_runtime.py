@@ -144,12 +144,14 @@ async def fake_lambda(**options: Any) -> AsyncIterator[FakeLambda]:
 @asynccontextmanager
 async def runtime_process(fake: FakeLambda, **settings: str) -> AsyncIterator[asyncio.subprocess.Process]:
     """``python -m awslambdaric`` serving the gateway's handler against ``fake``, with
-    ``settings`` as ``A2A_GATEWAY_*`` variables and moto's dummy AWS credentials."""
+    ``settings`` as ``A2A_GATEWAY_*`` variables, moto's dummy AWS credentials and moto as
+    Secrets Manager."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "A2A_GATEWAY_"))}
     env |= {"AWS_LAMBDA_RUNTIME_API": fake.runtime_api, "AWS_EC2_METADATA_DISABLED": "true",
             "AWS_ACCESS_KEY_ID": dynamo_support.CREDENTIALS["aws_access_key_id"],
             "AWS_SECRET_ACCESS_KEY": dynamo_support.CREDENTIALS["aws_secret_access_key"],
-            "AWS_DEFAULT_REGION": dynamo_support.REGION}
+            "AWS_DEFAULT_REGION": dynamo_support.REGION,
+            "AWS_ENDPOINT_URL_SECRETS_MANAGER": dynamo_support.moto_endpoint()}
     env |= {f"A2A_GATEWAY_{name.upper()}": value for name, value in settings.items()}
     with tempfile.TemporaryFile() as log:
         process = await asyncio.create_subprocess_exec(

@@ -3,7 +3,8 @@ a Lambda execution environment) against a local Lambda service (tests/lambda_run
 called with boto3's Lambda client, on the DynamoDB store (moto server).
 
 Function URL events come back as Lambda proxy responses; a task written in one execution
-environment is read in another (the store keeps it, not the process); an event the gateway
+environment is read in another (the store keeps it, not the process); the gateway's secrets
+come from a Secrets Manager secret (moto), not from the environment; an event the gateway
 refuses fails the invocation through the Runtime API's error route, and the runtime goes on.
 """
 
@@ -13,23 +14,27 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import boto3
 from botocore.config import Config
 import pytest
 
+from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.stores.base import Endpoint
 from a2a_gateway.stores.dynamodb import DynamoDBStore
 from tests.lambda_runtime import (
     FUNCTION_URL_HOST, FakeLambda, fake_lambda, function_url_event, proxy_body, runtime_process,
 )
+from tests.cli_process import run_cli
 from tests.messages import rpc, send_body
 from tests.stores import dynamo_support as support
 
 pytestmark = pytest.mark.dynamodb
 
 PUBLIC_BASE_URL = f"https://{FUNCTION_URL_HOST}"
+AWS_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 ONCE = Config(retries={"total_max_attempts": 1}, read_timeout=120)
 """An invoke is not retried, so a lost invocation fails the test instead of hiding."""
 
@@ -40,15 +45,35 @@ async def store_url() -> AsyncIterator[str]:
         yield url
 
 
-async def add_echo(store_url: str) -> str:
+async def add_echo(store_url: str, *, key_secret: bytes | None = None) -> tuple[str, str]:
+    """An echo endpoint: public, or with ``key_secret`` one that needs the API key returned."""
     store = await DynamoDBStore.open(store_url, **support.CREDENTIALS)
     try:
         endpoint = Endpoint(id=str(uuid.uuid4()), name="Echo", metadata={
-            "module_name": "handlers.echo", "class_name": "EchoHandler", "public": True, "delay": 0})
+            "module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0,
+            "public": key_secret is None})
         await store.create_endpoint(endpoint)
-        return endpoint.id
+        if key_secret is None:
+            return endpoint.id, ""
+        row, key = make_key(key_secret, endpoint_id=endpoint.id, tenant=endpoint.tenant)
+        await store.create_api_key(row)
+        return endpoint.id, key
     finally:
         await store.aclose()
+
+
+@asynccontextmanager
+async def settings_secret(settings: dict[str, str]) -> AsyncIterator[str]:
+    """A Secrets Manager secret (on moto) holding ``settings``; its ARN."""
+    client = boto3.client("secretsmanager", endpoint_url=support.moto_endpoint(),
+                          region_name=support.REGION, **support.CREDENTIALS)
+    name = f"a2a-gateway-test-{uuid.uuid4().hex[:8]}"
+    arn = client.create_secret(Name=name, SecretString=json.dumps(settings))["ARN"]
+    try:
+        yield arn
+    finally:
+        client.delete_secret(SecretId=arn, ForceDeleteWithoutRecovery=True)
+        client.close()
 
 
 async def invoke(fake: FakeLambda, event: dict[str, Any]) -> dict[str, Any]:
@@ -69,7 +94,7 @@ async def invoke(fake: FakeLambda, event: dict[str, Any]) -> dict[str, Any]:
 async def test_function_url_events_are_served_and_the_task_outlives_the_execution_environment(
     store_url: str,
 ):
-    endpoint_id = await add_echo(store_url)
+    endpoint_id, _ = await add_echo(store_url)
     async with fake_lambda() as fake:
         async with runtime_process(fake, store=store_url, public_base_url=PUBLIC_BASE_URL):
             card = await invoke(fake, function_url_event(
@@ -129,3 +154,34 @@ async def test_an_event_the_gateway_refuses_fails_the_invocation_and_the_runtime
         healthy = await invoke(fake, function_url_event("GET", "/healthz"))
         assert healthy["Payload"]["statusCode"] == 200
         assert proxy_body(healthy["Payload"]) == {"status": "ok"}
+
+
+async def test_the_gateway_s_secrets_come_from_the_settings_secret(store_url: str):
+    key_secret = uuid.uuid4().hex
+    endpoint_id, key = await add_echo(store_url, key_secret=key_secret.encode())
+    call = rpc("ListTasks", {}, "list-1")
+    async with settings_secret({"A2A_GATEWAY_API_KEY_SECRET": key_secret}) as arn, fake_lambda() as fake:
+        async with runtime_process(fake, store=store_url, secrets_manager_id=arn):
+            with_key = (await invoke(fake, function_url_event(
+                "POST", f"/{endpoint_id}/a2a", call, headers={"a2a-version": "1.0", "x-api-key": key})))
+            assert with_key["Payload"]["statusCode"] == 200, proxy_body(with_key["Payload"])
+            assert proxy_body(with_key["Payload"])["result"]["tasks"] == []
+            without = (await invoke(fake, function_url_event(
+                "POST", f"/{endpoint_id}/a2a", call, headers={"a2a-version": "1.0"})))["Payload"]
+            assert without["statusCode"] == 401 and "www-authenticate" in without["headers"]
+        # the same key against the default HMAC secret: the secret above was what let it in
+        async with runtime_process(fake, store=store_url):
+            refused = (await invoke(fake, function_url_event(
+                "POST", f"/{endpoint_id}/a2a", call, headers={"a2a-version": "1.0", "x-api-key": key})))
+            assert refused["Payload"]["statusCode"] == 401
+
+
+async def test_a_settings_secret_that_cannot_be_read_stops_serve_in_one_line(store_url: str):
+    missing = "arn:aws:secretsmanager:eu-central-1:123456789012:secret:a2a-gateway-missing-AbCdEf"
+    done = await asyncio.to_thread(
+        run_cli, "serve", "--store", store_url, A2A_GATEWAY_SECRETS_MANAGER_ID=missing,
+                   AWS_ENDPOINT_URL_SECRETS_MANAGER=support.moto_endpoint(),
+                   AWS_DEFAULT_REGION=support.REGION, **AWS_CREDENTIALS)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"a2a-gateway: cannot read the settings secret {missing}: ResourceNotFoundException")
