@@ -17,6 +17,7 @@ import structlog
 from aiohttp import web
 
 from a2a_gateway.auth.callers import build_authenticator
+from a2a_gateway.auth.operators import OperatorAuth, OperatorKeys
 from a2a_gateway.auth.peer import remember_peer
 from a2a_gateway.card_signing import load_card_signer
 from a2a_gateway.endpoints_file import EndpointsFile
@@ -25,6 +26,7 @@ from a2a_gateway.tasks.engine import EngineLimits, TaskEngine
 from a2a_gateway.tasks.ownership import Ownership
 from a2a_gateway.tasks.run import RunServices
 from a2a_gateway.state import GATEWAY, Gateway
+from a2a_gateway.live.feed import FeedLimits
 from a2a_gateway.live.hub import LiveHub, ReplayLimits
 from a2a_gateway.tasks.live_view import LiveView
 from a2a_gateway.live.postgres import PostgresLiveHub, uses_postgres
@@ -93,6 +95,7 @@ def build_app(
     app.middlewares.append(remember_peer)
     app.middlewares.append(refuse_when_stopping)
     card_signer = load_card_signer(settings.card_signing_keys)  # a bad key stops startup here
+    operator_keys = OperatorKeys(settings.operator_keys)  # so does a bad operator key
     declared = EndpointsFile(settings.endpoints_file, settings) if settings.endpoints_file else None
     if declared is not None:  # a bad file stops startup here too
         app[ENDPOINTS_FILE] = declared
@@ -136,10 +139,13 @@ def build_app(
         hub.serve(LiveView(engine), ReplayLimits(settings.stream_replay_events,
                                                  settings.stream_replay_keep_seconds,
                                                  settings.stream_replay_max_bytes))
+        hub.feed.limits = FeedLimits(settings.event_feed_replay_events, settings.event_feed_replay_keep_seconds,
+                                     settings.event_feed_replay_max_bytes, settings.event_feed_client_max_bytes)
         await hub.start()
         registry = EndpointRegistry(opened, settings, client)
         auth = build_authenticator(settings, opened, client)
-        gateway = Gateway(settings, opened, client, registry, hub, push, engine, auth, card_signer)
+        gateway = Gateway(settings, opened, client, registry, hub, push, engine, auth, card_signer,
+                          operators=OperatorAuth(operator_keys, auth))
         app[GATEWAY] = gateway
         await engine.recover_expired(registry)
         lease_task = asyncio.create_task(_lease_loop(gateway))

@@ -123,6 +123,23 @@ class GatewaySettings(BaseSettings):
     stream_replay_max_bytes: int = 64 * 1024 * 1024
     """All kept events of all tasks together, in bytes; beyond it the least recently active
     tasks' events are dropped first."""
+    operator_keys: Annotated[list[SecretStr], NoDecode] = []
+    """Gateway operator keys (``Authorization: Bearer <key>``): each the key itself or
+    ``sha256:<hex digest of the key>``; comma-separated in the environment. An operator key
+    opens every endpoint's event feed. Empty: only endpoint operators (``auth.operators``)."""
+    event_feed_replay_events: int = 1000
+    """Events of an endpoint's event feed each replica keeps, so a dashboard that reconnects
+    with ``Last-Event-ID`` gets exactly the events it missed (0: none; it gets a snapshot)."""
+    event_feed_replay_keep_seconds: float = 300.0
+    """How long an endpoint's feed events are kept after its last feed client left."""
+    event_feed_replay_max_bytes: int = 16 * 1024 * 1024
+    """All kept feed events of all endpoints together; beyond it the least recently active
+    endpoints' events are dropped first."""
+    event_feed_client_max_bytes: int = 1024 * 1024
+    """Events one feed client may have pending; a client further behind is disconnected (it
+    reconnects with ``Last-Event-ID``)."""
+    event_feed_snapshot_max_tasks: int = 1000
+    """Most non-terminal tasks a feed snapshot lists (newest status first)."""
     card_max_age_seconds: int = 300
     card_signing_keys: list[str] = []
     """Keys that sign agent cards, each a file or ``env:NAME`` holding a PEM or JWK key (ES256
@@ -189,6 +206,14 @@ class GatewaySettings(BaseSettings):
             for item in items:
                 ipaddress.ip_network(item, strict=False)  # ValueError names a bad one
         return items
+
+    @field_validator("operator_keys", mode="before")
+    @classmethod
+    def _key_list(cls, value: Any) -> Any:
+        """A list, or comma-separated text (``A2A_GATEWAY_OPERATOR_KEYS=sha256:ab12…,sha256:cd34…``)."""
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
 
     @field_validator("default_endpoint")
     @classmethod

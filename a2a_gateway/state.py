@@ -13,6 +13,7 @@ from a2a.compat.v0_3.request_handler import RequestHandler03
 from aiohttp import web
 
 from a2a_gateway.auth.callers import Authenticator
+from a2a_gateway.auth.operators import OperatorAuth
 from a2a_gateway.card_signing import CardSigner
 from a2a_gateway.live.hub import LiveHub
 from a2a_gateway.registry import EndpointRegistry, EndpointRuntime
@@ -35,6 +36,8 @@ class Gateway:
     auth: Authenticator
     card_signer: CardSigner
     """Signs the cards served (signs nothing without configured keys)."""
+    operators: OperatorAuth
+    """Who may watch an endpoint (its event feed)."""
 
     def request_handlers(self, runtime: EndpointRuntime) -> tuple[GatewayRequestHandler, RequestHandler03]:
         """The endpoint's 1.0 request handler and its 0.3 adapter (built once per runtime)."""

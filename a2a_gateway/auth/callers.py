@@ -18,6 +18,7 @@ credential for another endpoint is as invalid as a made-up one.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import httpx
 from a2a.auth.user import UnauthenticatedUser, User
@@ -41,9 +42,11 @@ class Caller(User):
     """An authenticated caller; ``user_name`` is the principal its tasks belong to, and
     ``tenant`` (from a token claim) narrows them further when set."""
 
-    def __init__(self, principal: str, tenant: str | None = None) -> None:
+    def __init__(self, principal: str, tenant: str | None = None, claims: Mapping[str, Any] | None = None) -> None:
         self._principal = principal
         self.tenant = tenant
+        self.claims = claims or {}
+        """The claims of the caller's JWT (none for other credentials)."""
 
     @property
     def is_authenticated(self) -> bool:
@@ -118,7 +121,7 @@ class Authenticator:
             identity = await self._tokens.identity(auth.jwt, token)
         except InvalidToken as exc:
             raise InvalidCredentialError(str(exc)) from None
-        return Caller(identity.principal, identity.tenant)
+        return Caller(identity.principal, identity.tenant, identity.claims)
 
 
 def needed(auth: EndpointAuth) -> str:

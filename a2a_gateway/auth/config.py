@@ -141,10 +141,29 @@ class TrustedHeaderDeclaration(_Declaration):
     header: str = Field("X-Forwarded-User", min_length=1)
 
 
+class OperatorsDeclaration(_Declaration):
+    principals: list[str] = []
+    """Callers of the endpoint (by principal, through any of its schemes) who are its operators."""
+    jwt_claim: str | None = None
+    """A JWT claim (e.g. ``groups``) that makes a caller an operator when it holds one of
+    ``jwt_values`` (a string claim, or a list of strings)."""
+    jwt_values: list[str] = []
+
+    @model_validator(mode="after")
+    def _someone(self) -> OperatorsDeclaration:
+        if (self.jwt_claim is None) != (not self.jwt_values):
+            raise ValueError("give jwt_claim and jwt_values together")
+        if not self.principals and self.jwt_claim is None:
+            raise ValueError("name operators by principals or by jwt_claim and jwt_values")
+        return self
+
+
 class AuthDeclaration(_Declaration):
     api_key: ApiKeyDeclaration | None = None
     jwt: JwtDeclaration | None = None
     trusted_header: TrustedHeaderDeclaration | None = None
+    operators: OperatorsDeclaration | None = None
+    """Who among the callers may watch the endpoint (its event feed); not a scheme."""
 
     @model_validator(mode="after")
     def _some_scheme(self) -> AuthDeclaration:
@@ -165,6 +184,15 @@ class JwtConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class EndpointOperators:
+    """Callers of an endpoint who are also its operators (``auth.operators``)."""
+
+    principals: frozenset[str] = frozenset()
+    jwt_claim: str | None = None
+    jwt_values: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class EndpointAuth:
     """The schemes an endpoint takes, as the authenticator and the card builder use them."""
 
@@ -177,6 +205,8 @@ class EndpointAuth:
     """Identity header set by a trusted reverse proxy; None: not taken."""
     declared: bool = field(default=False)
     """The row declares its schemes (a public endpoint then advertises them too)."""
+    operators: EndpointOperators = EndpointOperators()
+    """Callers who may also watch the endpoint (none unless declared)."""
 
 
 def endpoint_auth(
@@ -197,7 +227,15 @@ def endpoint_auth(
         jwt=_jwt_config(jwt, resolve_env) if jwt else None,
         trusted_header=declaration.trusted_header.header if declaration.trusted_header else None,
         declared=True,
+        operators=_operators(declaration.operators),
     )
+
+
+def _operators(declaration: OperatorsDeclaration | None) -> EndpointOperators:
+    if declaration is None:
+        return EndpointOperators()
+    return EndpointOperators(frozenset(declaration.principals), declaration.jwt_claim,
+                             frozenset(declaration.jwt_values))
 
 
 def parse_declaration(raw: Any) -> AuthDeclaration:

@@ -8,7 +8,7 @@ seconds of clock skew.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
@@ -25,6 +25,8 @@ class InvalidToken(Exception):
 class TokenIdentity:
     principal: str
     tenant: str | None
+    claims: dict[str, Any] = field(default_factory=dict)
+    """All claims of the token (e.g. ``groups``, for ``auth.operators``)."""
 
 
 _REFUSALS: list[tuple[type[jwt.PyJWTError], str]] = [
@@ -64,6 +66,7 @@ class JwtVerifier:
         return TokenIdentity(
             principal=_claim(claims, config.principal_claim),
             tenant=_claim(claims, config.tenant_claim) if config.tenant_claim else None,
+            claims=claims,
         )
 
     async def _keys(self, config: JwtConfig, kid: str | None) -> list[VerificationKey]:

@@ -316,6 +316,11 @@ class Store(ABC):
     async def get_task(self, scope: Scope, task_id: str) -> StoredTask | None: ...
 
     @abstractmethod
+    async def list_active_tasks(self, endpoint_id: str, limit: int) -> list[tuple[Scope, Task]]:
+        """The endpoint's non-terminal tasks of every tenant and principal, newest status
+        first, at most ``limit`` (for its operators: the event feed's snapshot)."""
+
+    @abstractmethod
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
         """Tasks of ``scope``, newest status timestamp first (ties: task id), keyset
         paginated; ``InvalidPageTokenError`` for a token this store did not issue."""

@@ -92,6 +92,12 @@ __all__ = [
 _client = make_client  # the name test helpers and scripts import from this module
 
 
+def _scope_of_key(pk: str) -> Scope:
+    """The scope a task key (``scope_key``) was made of."""
+    _, tenant, _, endpoint_id, _, principal = pk.split("#")
+    return Scope(*(part.replace("%23", "#").replace("%25", "%") for part in (tenant, endpoint_id, principal)))
+
+
 def _start(key: dict[str, Any] | None) -> dict[str, Any]:
     return {"ExclusiveStartKey": key} if key else {}
 
@@ -389,6 +395,24 @@ class DynamoDBStore(Store):
         if item is None or expired(item, time.time()):
             return None
         return stored_from_item(item)
+
+    async def list_active_tasks(self, endpoint_id: str, limit: int) -> list[tuple[Scope, Task]]:
+        # A Scan (operators only, when a feed client starts from a snapshot): the task keys
+        # lead with the caller's scope, so no index lists one endpoint's tasks across callers.
+        e = Expr()
+        wanted = " AND ".join([
+            f"begins_with({e.n('sk')}, {e.v(S('TASK#'))})",
+            f"contains({e.n('pk')}, {e.v(S(f'#E#{esc(endpoint_id)}#P#'))})",
+            e.not_terminal(),
+            e.not_expired(time.time()),
+        ])
+        items = await self._all_pages("scan", **e.params(
+            TableName=self._tasks, ConsistentRead=True, FilterExpression=wanted,
+            ProjectionExpression=f"{e.n('pk')}, {e.n('task')}",
+        ))
+        found = [(_scope_of_key(i["pk"]["S"]), Task.FromString(i["task"]["B"])) for i in items]
+        found.sort(key=lambda f: (status_timestamp_us(f[1]), f[1].id), reverse=True)
+        return found[:limit]
 
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
         spk, now = scope_key(scope), time.time()

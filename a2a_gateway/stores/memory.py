@@ -157,6 +157,15 @@ class MemoryStore(Store):
             return None
         return replace(stored, task=_copy(stored.task), run_state=dict(stored.run_state))
 
+    async def list_active_tasks(self, endpoint_id: str, limit: int) -> list[tuple[Scope, Task]]:
+        rows = [
+            (status_timestamp_us(s.task), s.task.id, sc, s.task)
+            for (sc, _), s in self._tasks.items()
+            if sc.endpoint_id == endpoint_id and s.task.status.state not in TERMINAL_STATES
+        ]
+        rows.sort(key=lambda r: (r[0], r[1]), reverse=True)
+        return [(sc, _copy(task)) for _, _, sc, task in rows[:limit]]
+
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
         rows = [
             (status_timestamp_us(s.task), s.task.id, s.task)

@@ -423,6 +423,15 @@ class PostgresStore(Store):
             )
         return _stored_from_row(row) if row else None
 
+    async def list_active_tasks(self, endpoint_id: str, limit: int) -> list[tuple[Scope, Task]]:
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                f"SELECT tenant, principal, task FROM tasks WHERE endpoint_id = $1 AND {NOT_TERMINAL_SQL}"
+                " ORDER BY status_us DESC, id DESC LIMIT $2",
+                endpoint_id, limit,
+            )
+        return [(Scope(r["tenant"], endpoint_id, r["principal"]), Task.FromString(r["task"])) for r in rows]
+
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
         where, args = [_SCOPE], list(scope.as_tuple())
         if query.context_id:

@@ -300,6 +300,15 @@ class SQLiteStore(Store):
         )
         return _stored_from_row(rows[0]) if rows else None
 
+    async def list_active_tasks(self, endpoint_id: str, limit: int) -> list[tuple[Scope, Task]]:
+        async with self._db.execute(
+            f"SELECT tenant, principal, task FROM tasks WHERE endpoint_id = ? AND {NOT_TERMINAL_SQL}"
+            " ORDER BY status_us DESC, id DESC LIMIT ?",
+            [endpoint_id, limit],
+        ) as cur:
+            rows = await cur.fetchall()
+        return [(Scope(r["tenant"], endpoint_id, r["principal"]), Task.FromString(r["task"])) for r in rows]
+
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
         where, args = [_SCOPE], list(scope.as_tuple())
         if query.context_id:

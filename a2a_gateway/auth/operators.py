@@ -1,0 +1,139 @@
+"""Operators: who may watch an endpoint (its event feed) rather than just call it.
+
+Two kinds:
+
+* **Gateway operators** hold one of the gateway's operator keys (setting ``operator_keys``),
+  sent as ``Authorization: Bearer <key>``; they may watch every endpoint. The setting holds
+  each key, or ``sha256:<hex>`` of it so the configuration need not hold the key at all;
+  the gateway keeps only the digests and compares the presented key's digest with each in
+  constant time. Keys are never logged or repeated in an answer.
+* **Endpoint operators** are callers of one endpoint, authenticated by that endpoint's own
+  schemes exactly as for a call (``auth.callers``), whom its auth declaration names:
+
+      "auth": {"api_key": {}, "jwt": {...},
+               "operators": {"principals": ["ops-alice"],
+                             "jwt_claim": "groups", "jwt_values": ["a2a-operators"]}}
+
+  by principal (an API key's principal, a JWT's principal claim, a trusted proxy's identity)
+  or by a JWT claim such as an OIDC ``groups`` claim.
+
+Why the declaration rather than a role on API key rows: every credential an endpoint takes
+already names a principal, and API keys, JWTs and proxy identities are all verified in one
+place. Naming operators in the row adds no store field, no key format and no second
+verification path — an operator is a caller the endpoint trusts further — and it works the
+same for OIDC groups. A key of endpoint X is invalid on endpoint Y, and a principal named on
+X is nobody on Y.
+
+No credential is 401 with ``WWW-Authenticate`` (also on a public endpoint: watching always
+needs one); a valid caller who is not an operator is 403.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from a2a.auth.user import User
+from a2a.utils.errors import InvalidRequestError
+from pydantic import SecretStr
+
+from a2a_gateway.auth.callers import Authenticator, Caller, bearer_token
+from a2a_gateway.auth.config import EndpointOperators
+from a2a_gateway.errors import GatewayError, UnauthenticatedError
+from a2a_gateway.registry import EndpointRuntime
+
+DIGEST_PREFIX = "sha256:"
+
+
+class NotAnOperatorError(GatewayError):
+    """A valid credential of someone who is not an operator of this endpoint."""
+
+    http_status = 403
+    status = "PERMISSION_DENIED"
+    a2a_error = InvalidRequestError
+    message = "this credential is not an operator's of this endpoint"
+
+
+class OperatorKeyError(ValueError):
+    """An ``operator_keys`` entry that cannot be used (said without the value)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Operator:
+    name: str
+    """``gateway operator`` or the endpoint operator's principal (for logs)."""
+    gateway: bool
+    """Holds a gateway operator key (may watch every endpoint)."""
+
+
+class OperatorKeys:
+    """The digests of the gateway operator keys."""
+
+    def __init__(self, configured: Sequence[SecretStr]) -> None:
+        self._digests = [_digest_of(i, entry.get_secret_value()) for i, entry in enumerate(configured)]
+
+    def __repr__(self) -> str:
+        return f"OperatorKeys({len(self._digests)} keys)"
+
+    def __bool__(self) -> bool:
+        return bool(self._digests)
+
+    def match(self, presented: str) -> bool:
+        digest = hashlib.sha256(presented.encode()).digest()
+        found = False
+        for known in self._digests:
+            found |= hmac.compare_digest(digest, known)  # every entry compared, in constant time
+        return found
+
+
+def _digest_of(index: int, entry: str) -> bytes:
+    entry = entry.strip()
+    if entry.startswith(DIGEST_PREFIX):
+        try:
+            digest = bytes.fromhex(entry[len(DIGEST_PREFIX):])
+        except ValueError:
+            digest = b""
+        if len(digest) != 32:
+            raise OperatorKeyError(f"operator_keys entry {index}: sha256: must be followed by 64 hex digits")
+        return digest
+    if len(entry) < 16:
+        raise OperatorKeyError(f"operator_keys entry {index}: a key must have at least 16 characters")
+    return hashlib.sha256(entry.encode()).digest()
+
+
+class OperatorAuth:
+    def __init__(self, keys: OperatorKeys, callers: Authenticator) -> None:
+        self._keys = keys
+        self._callers = callers
+
+    def gateway_operator(self, headers: Mapping[str, str]) -> Operator | None:
+        """The gateway operator whose key the request carries, if any."""
+        bearer = bearer_token(headers)
+        if bearer is not None and self._keys and self._keys.match(bearer):
+            return Operator("gateway operator", gateway=True)
+        return None
+
+    async def endpoint_operator(self, headers: Mapping[str, str], runtime: EndpointRuntime) -> Operator:
+        """An operator of ``runtime``'s endpoint; 401 without a valid credential, 403 for a
+        caller who is not one."""
+        found = self.gateway_operator(headers)
+        if found is not None:
+            return found
+        user = await self._callers.caller(headers, runtime)
+        if not user.is_authenticated:
+            raise UnauthenticatedError("watching this endpoint needs an operator's credential")
+        if not is_operator(user, runtime.auth.operators):
+            raise NotAnOperatorError()
+        return Operator(user.user_name, gateway=False)
+
+
+def is_operator(user: User, operators: EndpointOperators) -> bool:
+    if user.user_name in operators.principals:
+        return True
+    if operators.jwt_claim is None or not isinstance(user, Caller):
+        return False
+    value = user.claims.get(operators.jwt_claim)
+    values = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    return any(isinstance(v, str) and v in operators.jwt_values for v in values)

@@ -1,0 +1,281 @@
+"""The endpoint event feed through a running gateway: ``GET /{endpoint_id}/events`` read as
+SSE while the real a2a-sdk client runs tasks, on every store and across two replicas on one
+PostgreSQL; ``Last-Event-ID`` resume and the snapshot; operator credentials (gateway keys,
+endpoint operators by API key principal and by a JWT group claim) and what is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import orjson
+import pytest
+from a2a.types import CancelTaskRequest, TaskState
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from httpx_sse import aconnect_sse
+from structlog.testing import capture_logs
+
+from a2a_gateway.auth.api_keys import make_key
+from tests.harness import RunningGateway, running_gateway
+from tests.messages import send_request
+from tests.stores.pg_support import fresh_database
+from tests.stores.store_urls import STORE_KINDS, fresh_store_url
+from tests.waiting import eventually
+
+OPERATOR_KEY = "op-" + uuid.uuid4().hex + uuid.uuid4().hex
+WORKING, INPUT, DONE, CANCELED = "TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_COMPLETED", "TASK_STATE_CANCELED"
+AS_OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}
+
+
+class FeedReader:
+    """One feed connection read in the background: every event (``id``, parsed data, SSE
+    event name), until closed."""
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        self.url, self.headers = url, headers
+        self.events: list[dict[str, Any]] = []
+        self.status: int | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> FeedReader:
+        self._task = asyncio.create_task(self._read())
+        await eventually(lambda: self.status is not None or self._task.done(), what="the feed's response")
+        if self._task.done():
+            self._task.result()
+        return self
+
+    async def _read(self) -> None:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http:
+            async with aconnect_sse(http, "GET", self.url, headers=self.headers) as source:
+                self.status = source.response.status_code
+                source.response.raise_for_status()
+                assert source.response.headers["content-type"].startswith("text/event-stream")
+                async for sse in source.aiter_sse():
+                    self.events.append({"id": sse.id, "event": sse.event, **orjson.loads(sse.data)})
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+            await self._task
+
+    def of_task(self, task_id: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("taskId") == task_id]
+
+    def states(self, task_id: str) -> list[str]:
+        return [e["state"] for e in self.of_task(task_id) if e["kind"] == "status"]
+
+    async def until_state(self, task_id: str, state: str) -> list[dict[str, Any]]:
+        await eventually(lambda: state in self.states(task_id), timeout=60, what=f"{state} of {task_id} on the feed")
+        return self.of_task(task_id)
+
+
+def feed_url(gw: RunningGateway, endpoint_id: str, query: str = "") -> str:
+    return f"{gw.endpoint_url(endpoint_id)}/events{query}"
+
+
+@pytest.fixture(params=STORE_KINDS)
+async def gw(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[RunningGateway]:
+    async with fresh_store_url(request.param, tmp_path, monkeypatch) as url:
+        async with running_gateway(url, operator_keys=[OPERATOR_KEY]) as running:
+            yield running
+
+
+async def streamed_task(gw: RunningGateway, endpoint_id: str, text: str) -> str:
+    """The id of a task the a2a-sdk client streamed to its end."""
+    async with gw.client(endpoint_id) as client:
+        events = [event async for event in client.send_message(send_request(text))]
+    return events[0].task.id
+
+
+async def test_feed_sees_every_lifecycle_event_of_tasks_run_by_the_a2a_sdk_client(gw):
+    endpoint_id = await gw.add_endpoint(settings={"delay": 0})
+    async with FeedReader(feed_url(gw, endpoint_id), AS_OPERATOR) as feed:
+        await eventually(lambda: feed.events, what="the snapshot")
+        assert feed.events[0]["kind"] == "snapshot" and feed.events[0]["tasks"] == []
+
+        task_id = await streamed_task(gw, endpoint_id, "hello feed")
+        events = await feed.until_state(task_id, DONE)
+        assert [(e["kind"], e["state"]) for e in events] == [
+            ("status", WORKING), ("artifact", WORKING), ("status", DONE)]
+        working, artifact, done = events
+        assert working["principal"] == "anonymous" and working["endpointId"] == endpoint_id
+        assert working["contextId"] == done["contextId"] != ""
+        assert working["statusUpdate"]["taskId"] == task_id
+        assert done["statusUpdate"]["status"]["state"] == DONE and done["timestamp"].endswith("Z")
+        assert artifact["artifactUpdate"]["artifact"]["parts"][0]["text"] == "echo: hello feed"
+        assert artifact["artifactUpdate"]["lastChunk"] is True
+
+        # input-required, then canceled by the client
+        async with gw.client(endpoint_id, streaming=False) as client:
+            asked = [e async for e in client.send_message(send_request("please ?input"))][-1].task
+            assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            await feed.until_state(asked.id, INPUT)
+            await client.cancel_task(CancelTaskRequest(id=asked.id))
+        assert (await feed.until_state(asked.id, CANCELED)) and feed.states(asked.id) == [WORKING, INPUT, CANCELED]
+        ids = [e["id"] for e in feed.events]
+        assert all(ids) and len(set(ids)) == len(ids)
+
+
+async def test_filters_by_state_and_context_and_refuses_an_unknown_state():
+    async with running_gateway(operator_keys=[OPERATOR_KEY]) as gw:
+        endpoint_id = await gw.add_endpoint(settings={"delay": 0})
+        url = feed_url(gw, endpoint_id, "?state=input-required,completed")
+        async with FeedReader(url, AS_OPERATOR) as feed:
+            task_id = await streamed_task(gw, endpoint_id, "filtered")
+            await feed.until_state(task_id, DONE)
+            assert [e["kind"] for e in feed.of_task(task_id)] == ["status"]  # WORKING ones left out
+        async with FeedReader(feed_url(gw, endpoint_id, "?contextId=ctx-watched"), AS_OPERATOR) as feed:
+            other = await streamed_task(gw, endpoint_id, "elsewhere")
+            async with gw.client(endpoint_id) as client:
+                watched = [e async for e in client.send_message(send_request("here", context_id="ctx-watched"))]
+            await feed.until_state(watched[0].task.id, DONE)
+            assert {e.get("taskId") for e in feed.events[1:]} == {watched[0].task.id} != {other}
+        async with httpx.AsyncClient() as http:
+            bad = await http.get(feed_url(gw, endpoint_id, "?state=sleepy"), headers=AS_OPERATOR)
+        assert bad.status_code == 400 and "sleepy" in bad.json()["error"]["message"]
+
+
+async def test_last_event_id_inside_the_log_replays_exactly_the_missed_events_outside_it_a_snapshot():
+    async with running_gateway(operator_keys=[OPERATOR_KEY]) as gw:
+        endpoint_id = await gw.add_endpoint(settings={"delay": 0})
+        async with gw.client(endpoint_id, streaming=False) as client:
+            waiting = [e async for e in client.send_message(send_request("wait ?input"))][-1].task
+        async with FeedReader(feed_url(gw, endpoint_id), AS_OPERATOR) as first:
+            before = await streamed_task(gw, endpoint_id, "seen")
+            await first.until_state(before, DONE)
+            last_seen = first.events[-1]["id"]
+        missed = await streamed_task(gw, endpoint_id, "missed while away")
+
+        async with FeedReader(feed_url(gw, endpoint_id), {**AS_OPERATOR, "Last-Event-ID": last_seen}) as resumed:
+            await resumed.until_state(missed, DONE)
+            later = await streamed_task(gw, endpoint_id, "live after the resume")
+            await resumed.until_state(later, DONE)
+        kinds = [(e["taskId"], e["kind"], e["state"]) for e in resumed.events]
+        assert kinds == [(missed, "status", WORKING), (missed, "artifact", WORKING), (missed, "status", DONE),
+                         (later, "status", WORKING), (later, "artifact", WORKING), (later, "status", DONE)]
+
+        async with FeedReader(feed_url(gw, endpoint_id), {**AS_OPERATOR, "Last-Event-ID": "not-in-any-log.3"}) as fresh:
+            await eventually(lambda: fresh.events, what="the snapshot")
+        snapshot = fresh.events[0]
+        assert snapshot["kind"] == "snapshot" and snapshot["truncated"] is False
+        assert [(t["taskId"], t["state"], t["principal"]) for t in snapshot["tasks"]] == [
+            (waiting.id, INPUT, "anonymous")]
+        assert snapshot["tasks"][0]["task"]["status"]["state"] == INPUT
+        assert "history" not in snapshot["tasks"][0]["task"]
+
+
+async def test_feed_of_a_second_replica_shows_tasks_run_on_the_first(postgres_dsn):
+    big = "x" * 9000  # its final artifact is over the NOTIFY payload limit: sent as a reference
+    async with fresh_database() as url, \
+            running_gateway(url, replica_id="a", operator_keys=[OPERATOR_KEY]) as a, \
+            running_gateway(url, replica_id="b", operator_keys=[OPERATOR_KEY]) as b:
+        endpoint_id = await a.add_endpoint(settings={"delay": 0})
+        async with FeedReader(feed_url(b, endpoint_id), AS_OPERATOR) as feed:
+            await eventually(lambda: feed.events, what="the snapshot")
+            task_id = await streamed_task(a, endpoint_id, "across replicas")
+            events = await feed.until_state(task_id, DONE)
+            assert [(e["kind"], e["state"]) for e in events] == [
+                ("status", WORKING), ("artifact", WORKING), ("status", DONE)]
+            large = await streamed_task(a, endpoint_id, big)
+            events = await feed.until_state(large, DONE)
+        artifact = next(e for e in events if e["kind"] == "artifact")
+        assert artifact["artifactUpdate"]["artifact"]["parts"][0]["text"] == f"echo: {big}"
+        assert [e["kind"] for e in events] == ["status", "artifact", "status"]
+        assert a.gateway.hub.feed_relay.stats["references"] >= 1
+
+
+@pytest.fixture
+def postgres_dsn() -> str:
+    from tests.stores.pg_support import admin_dsn
+
+    return admin_dsn()
+
+
+# credentials ------------------------------------------------------------------------------
+
+def _es256() -> tuple[Any, str]:
+    private = ec.generate_private_key(ec.SECP256R1())
+    public = private.public_key().public_bytes(serialization.Encoding.PEM,
+                                               serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    return private, public
+
+
+def _token(private: Any, sub: str, **claims: Any) -> str:
+    body = {"iss": "https://idp.example", "aud": "a2a", "sub": sub, "exp": int(time.time()) + 300, **claims}
+    return jwt.encode(body, private, algorithm="ES256")
+
+
+async def test_only_operators_of_that_endpoint_may_watch_it():
+    private, public = _es256()
+    jwt_decl = {"issuer": "https://idp.example", "audience": "a2a", "keys": [public], "algorithms": ["ES256"]}
+    async with running_gateway(operator_keys=[OPERATOR_KEY], allow_unauthenticated_endpoints=False) as gw:
+        x = await gw.add_endpoint(settings={"delay": 0, "auth": {
+            "api_key": {}, "jwt": jwt_decl,
+            "operators": {"principals": ["ops-x"], "jwt_claim": "groups", "jwt_values": ["a2a-operators"]}}})
+        y = await gw.add_endpoint(settings={"delay": 0, "auth": {
+            "api_key": {}, "jwt": jwt_decl, "operators": {"principals": ["ops-y"]}}})
+        secret = gw.gateway.settings.api_key_secret.get_secret_value().encode()
+        keys = {}
+        for name, endpoint_id, principal in [("caller", x, "caller-1"), ("ops_x", x, "ops-x"), ("ops_y", y, "ops-y")]:
+            row, keys[name] = make_key(secret, endpoint_id=endpoint_id, tenant="default", principal=principal)
+            await gw.store.create_api_key(row)
+        group_token = _token(private, "dana", groups=["staff", "a2a-operators"])
+        plain_token = _token(private, "erin", groups=["staff"])
+
+        async def status(endpoint_id: str, headers: dict[str, str]) -> httpx.Response:
+            async with httpx.AsyncClient(timeout=30) as http:
+                async with http.stream("GET", feed_url(gw, endpoint_id), headers=headers) as response:
+                    if response.status_code == 200:
+                        async for line in response.aiter_lines():
+                            if line.startswith("data:"):  # the snapshot: the feed is open
+                                break
+                    else:
+                        await response.aread()
+                    return response
+
+        with capture_logs() as logs:
+            none = await status(x, {})
+            assert none.status_code == 401 and none.headers["WWW-Authenticate"].startswith("Bearer")
+            assert (await status(x, {"X-API-Key": keys["caller"]})).status_code == 403
+            assert (await status(x, {"Authorization": f"Bearer {plain_token}"})).status_code == 403
+            assert (await status(x, {"X-API-Key": keys["ops_x"]})).status_code == 200
+            assert (await status(x, {"Authorization": f"Bearer {group_token}"})).status_code == 200
+            assert (await status(y, {"X-API-Key": keys["ops_x"]})).status_code == 401  # X's key is nothing on Y
+            assert (await status(y, {"Authorization": f"Bearer {group_token}"})).status_code == 403
+            assert (await status(y, {"X-API-Key": keys["ops_y"]})).status_code == 200
+            for endpoint_id in (x, y):
+                assert (await status(endpoint_id, AS_OPERATOR)).status_code == 200
+            wrong = await status(x, {"Authorization": f"Bearer {OPERATOR_KEY}x"})
+            assert wrong.status_code == 401
+            unknown = await status(str(uuid.uuid4()), AS_OPERATOR)
+            assert unknown.status_code == 404
+            disabled = await gw.add_endpoint(enabled=False)
+            assert (await status(disabled, AS_OPERATOR)).status_code == 404
+        for response in (none, wrong, unknown):
+            assert OPERATOR_KEY not in response.text and OPERATOR_KEY not in str(response.headers)
+        assert logs and OPERATOR_KEY not in repr(logs)
+
+
+async def test_operator_keys_given_as_digests_work_and_a_short_key_stops_startup():
+    import hashlib
+
+    digest = "sha256:" + hashlib.sha256(OPERATOR_KEY.encode()).hexdigest()
+    async with running_gateway(operator_keys=[digest]) as gw:
+        endpoint_id = await gw.add_endpoint(settings={"delay": 0})
+        async with FeedReader(feed_url(gw, endpoint_id), AS_OPERATOR) as feed:
+            await eventually(lambda: feed.events, what="the snapshot")
+        assert repr(gw.gateway.operators._keys) == "OperatorKeys(1 keys)"
+        assert OPERATOR_KEY not in repr(gw.gateway.settings)
+    with pytest.raises(ValueError, match="operator_keys entry 0") as refused:
+        async with running_gateway(operator_keys=["short"]):
+            pass
+    assert "short" not in str(refused.value).replace("operator_keys", "")
