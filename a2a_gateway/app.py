@@ -22,6 +22,7 @@ from a2a_gateway.auth.peer import remember_peer
 from a2a_gateway.card_signing import load_card_signer
 from a2a_gateway.endpoints_file import EndpointsFile
 from a2a_gateway.tasks.conversation import Conversation
+from a2a_gateway.tasks.dispatch import dispatcher_of
 from a2a_gateway.tasks.engine import EngineLimits, TaskEngine
 from a2a_gateway.tasks.ownership import Ownership
 from a2a_gateway.tasks.run import RunServices
@@ -91,7 +92,8 @@ def build_app(
     ``http`` is the client the handlers use (tests pass one over ``httpx.MockTransport``); the
     gateway closes only a client it opened itself."""
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[request_context])
-    add_routes(app, default_endpoint=settings.default_endpoint)
+    add_routes(app, default_endpoint=settings.default_endpoint,
+               worker_events_path=settings.worker_events_path if settings.worker else "")
     app.middlewares.append(remember_peer)
     app.middlewares.append(refuse_when_stopping)
     card_signer = load_card_signer(settings.card_signing_keys)  # a bad key stops startup here
@@ -135,7 +137,8 @@ def build_app(
             cancel_wait_seconds=settings.cancel_wait_seconds,
             max_task_history=settings.max_task_history,
             remote_poll_seconds=settings.remote_poll_seconds,
-        ))
+            dispatch_claim_seconds=settings.dispatch_claim_seconds,
+        ), dispatcher=dispatcher_of(settings))
         hub.serve(LiveView(engine), ReplayLimits(settings.stream_replay_events,
                                                  settings.stream_replay_keep_seconds,
                                                  settings.stream_replay_max_bytes))

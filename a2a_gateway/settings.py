@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from handlers.base import HandlerSettings
@@ -176,6 +176,27 @@ class GatewaySettings(BaseSettings):
     """On shutdown, webhook POSTs under way get this long to finish; the rest are cut off and
     left to the next replica (their receiver may then get them twice, under one id)."""
     lease_seconds: float = 30.0
+    dispatch: Literal["in_process", "lambda"] = "in_process"
+    """Who runs a new task: this instance (``in_process``) or a worker Lambda invoked
+    asynchronously with the task's ids (``lambda``: this instance records the task, the worker
+    claims and runs it, clients follow it through the store)."""
+    dispatch_function: str | None = None
+    """Name or ARN of the worker Lambda (needed with ``dispatch = "lambda"``)."""
+    dispatch_endpoint_url: str | None = None
+    """Lambda API endpoint to invoke the worker at instead of AWS's (e.g. a local invoke endpoint)."""
+    dispatch_region: str | None = None
+    """AWS region of the worker Lambda (empty: the AWS SDK's default, e.g. ``AWS_REGION``)."""
+    dispatch_timeout_seconds: float = 10.0
+    """Time one invoke of the worker may take to connect and to be answered (each of up to
+    three attempts)."""
+    dispatch_claim_seconds: float = 300.0
+    """How long a dispatched task may wait for a worker to claim it; then a replica's recovery
+    (or the worker's ``sweep`` event) fails it. Cover the invoke queue's delays and retries."""
+    worker: bool = False
+    """This instance is a worker: it serves ``worker_events_path``, where the worker Lambda
+    receives the dispatched task references (and ``sweep`` events)."""
+    worker_events_path: str = "/events"
+    """The worker route: the AWS Lambda Web Adapter posts non-HTTP events here."""
     remote_poll_seconds: float = 1.0
     """How often a replica polls the store for a task that runs on another replica."""
     shutdown_grace_seconds: float = 20.0
@@ -219,6 +240,12 @@ class GatewaySettings(BaseSettings):
     @classmethod
     def _endpoint_id(cls, value: str) -> str:
         return str(uuid.UUID(value)) if value else value
+
+    @model_validator(mode="after")
+    def _dispatch_target(self) -> GatewaySettings:
+        if self.dispatch == "lambda" and not self.dispatch_function:
+            raise ValueError('dispatch = "lambda" needs dispatch_function (the worker Lambda\'s name or ARN)')
+        return self
 
 
 def load_settings(config_file: str | None = None, **overrides: Any) -> GatewaySettings:

@@ -7,12 +7,17 @@ lease re-attaches the run (when the handler can) or fails the task with "gateway
 instance lost". A task owned by another replica is followed through the store and
 the hub, and canceled through the store. A stopping replica claims nothing, hands its
 runs over (``aclose``) and tells the others, which look for the released tasks at once.
+
+In dispatch mode (a ``Dispatcher`` given) a run does not start where the message came in:
+the task is recorded for a worker and the dispatcher invoked; the caller follows the task
+like one run elsewhere. The worker claims it (``run_dispatched``) and runs it here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,8 +35,11 @@ from a2a.utils.errors import (
 from a2a_gateway.errors import GatewayError
 from a2a_gateway.live.hub import LiveHub, Subscription
 from a2a_gateway.registry import EndpointRegistry, EndpointRuntime
-from a2a_gateway.stores.base import TERMINAL_STATES, Scope, StoredTask
+from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, StoredTask
 from a2a_gateway.tasks.conversation import Caller, Conversation
+from a2a_gateway.tasks.dispatch import (
+    DISPATCH_OWNER, DISPATCHED, NOT_CLAIMED, NOT_DISPATCHED, DispatchError, Dispatcher, TaskRef,
+)
 from a2a_gateway.tasks.events import GATEWAY_LOST, INTERRUPTED_STATES, copy_task, new_id, stamp, text_chunk
 from a2a_gateway.tasks.ownership import Ownership
 from a2a_gateway.tasks.run import RunServices, SupersededError, TaskRun
@@ -59,13 +67,19 @@ class EngineLimits:
     """How long a cancel waits for a handler that said its run ends with ``Canceled``."""
     max_task_history: int = 1000
     remote_poll_seconds: float = 1.0
+    dispatch_claim_seconds: float = 300.0
+    """How long a dispatched task waits for a worker's claim before recovery fails it."""
 
 
 class TaskEngine:
     """Starts, continues, cancels and recovers task runs for every endpoint."""
 
-    def __init__(self, services: RunServices, limits: EngineLimits = EngineLimits()) -> None:
+    def __init__(
+        self, services: RunServices, limits: EngineLimits = EngineLimits(), dispatcher: Dispatcher | None = None,
+    ) -> None:
         self.services = services
+        self.dispatcher = dispatcher
+        """Where new runs go in dispatch mode; None: they start in this process."""
         self.store = services.store
         self.hub: LiveHub = services.hub
         self.ownership: Ownership = services.ownership
@@ -125,6 +139,8 @@ class TaskEngine:
         request = await self.conversation.request(handler, scope, task, message, caller, streaming=streaming)
         run = TaskRun(self.services, runtime, handler, scope, request, task, push_config=push_config,
                       on_done=self._run_done)
+        if self.dispatcher is not None:
+            return await self._dispatch(run, "run")
         sub = self.hub.subscribe(task.id) if subscribe else None
         self._start(run, handler.run(request))
         return SendOutcome(run=run, subscription=sub)
@@ -208,12 +224,71 @@ class TaskEngine:
             # the run goes on at its owner, which records what follows
             return SendOutcome(task=copy_task(stored.task), follow_version=stored.version, scope=run.scope)
         run.task.history.append(message)
+        if self.dispatcher is not None:
+            return await self._dispatch(run, "reattach" if continued else "run")
         try:
             await run.mark_working()
         except SupersededError:
             return SendOutcome(task=await self._final_task(run))
         events = run.handler.reattach(request) if continued else run.handler.run(request)
         return SendOutcome(run=self._start(run, events), subscription=sub)
+
+    async def _dispatch(self, run: TaskRun, action: str) -> SendOutcome:
+        """Record the task for a worker that starts ``action`` (``run`` or ``reattach``) and
+        invoke it; the caller follows the task. A failed invoke fails the task (and the
+        caller gets the retriable ``DispatchError``)."""
+        request = run.request
+        dispatched = {
+            "action": action, "streaming": request.streaming, "pending": request.pending_input,
+            "extensions": sorted(request.extensions), "headers": dict(request.headers),
+        }
+        try:
+            await run.record_for_worker(dispatched, time.time() + self.limits.dispatch_claim_seconds)
+        except SupersededError:
+            return SendOutcome(task=await self._final_task(run))
+        try:
+            await self.dispatcher.dispatch(TaskRef.of(run.scope, run.task.id))  # type: ignore[union-attr]
+        except DispatchError:
+            log.warning("task_dispatch_failed", task_id=run.task.id)
+            with contextlib.suppress(SupersededError):
+                await run.fail(NOT_DISPATCHED)
+            raise
+        return SendOutcome(task=copy_task(run.task), follow_version=run.version, scope=run.scope)
+
+    async def run_dispatched(self, registry: EndpointRegistry, ref: TaskRef) -> str:
+        """Worker: claim a dispatched task and run it here until its run ends (``ran``). A
+        task that does not wait for a worker (claimed by another delivery, ended) is
+        ``duplicate``, a missing one ``not_found``; neither is touched."""
+        scope = ref.scope
+        stored = await self.store.get_task(scope, ref.task_id)
+        if stored is None:
+            return "not_found"
+        dispatched = stored.run_state.get(DISPATCHED)
+        if dispatched is None or stored.owner != DISPATCH_OWNER or stored.task.status.state in TERMINAL_STATES:
+            return "duplicate"
+        runtime = await registry.get(scope.endpoint_id)
+        handler = runtime.require_handler()
+        users = [m for m in stored.task.history if m.role == ROLE_USER]
+        caller = Caller(scope.principal, frozenset(dispatched.get("extensions") or ()), dispatched.get("headers") or {})
+        request = await self.conversation.request(
+            handler, scope, stored.task, users[-1] if users else Message(), caller,
+            streaming=bool(dispatched.get("streaming")), run_ref=stored.run_ref, pending=dispatched.get("pending"),
+        )
+        run = self._idle_run(runtime, scope, request, stored)
+        try:
+            await run.claim()
+        except ConflictError:
+            return "duplicate"
+        events = handler.reattach(request) if dispatched.get("action") == "reattach" else handler.run(request)
+        await self._start(run, events).wait_done()
+        return "ran"
+
+    async def sweep(self, registry: EndpointRegistry) -> None:
+        """Worker: what a replica's lease loop does for others, once — fail the dispatched
+        tasks no worker claimed in time, take over the tasks of lost owners — and wait for
+        the runs re-attached here to end."""
+        runs = await self.recover_expired(registry)
+        await asyncio.gather(*(run.wait_done() for run in runs))
 
     async def _final_task(self, run: TaskRun) -> Task:
         stored = await self.store.get_task(run.scope, run.task.id)
@@ -293,40 +368,49 @@ class TaskEngine:
             if stored is not None and stored.task.status.state in TERMINAL_STATES:
                 await run.superseded(stored.task)
 
-    async def recover_expired(self, registry: EndpointRegistry) -> None:
+    async def recover_expired(self, registry: EndpointRegistry) -> list[TaskRun]:
         """Take over tasks whose owner stopped renewing its lease: re-attach to the backend
-        run where the handler can, otherwise fail them with "gateway instance lost"."""
+        run where the handler can, otherwise fail them with "gateway instance lost" (or, for
+        a dispatched task no worker claimed, with that reason). Returns the re-attached runs."""
         if self.stopping:
-            return
+            return []
+        runs = []
         for item in await self.ownership.claim_expired():
             try:
-                await self._recover(item.scope, item.stored, registry)
+                run = await self._recover(item.scope, item.stored, registry)
             except Exception:
                 log.exception("task_recovery_failed", task_id=item.stored.task.id)
+                continue
+            if run is not None:
+                runs.append(run)
+        return runs
 
-    async def _recover(self, scope: Scope, stored: StoredTask, registry: EndpointRegistry) -> None:
+    async def _recover(self, scope: Scope, stored: StoredTask, registry: EndpointRegistry) -> TaskRun | None:
         task = stored.task
         try:
             runtime: EndpointRuntime | None = await registry.get(scope.endpoint_id)
         except GatewayError:
             runtime = None
         handler = runtime.handler if runtime is not None else None
-        if runtime is not None and handler is not None and handler.supports_reattach and stored.run_ref:
+        unclaimed = stored.run_state.pop(DISPATCHED, None) is not None
+        if (runtime is not None and handler is not None and handler.supports_reattach and stored.run_ref
+                and not unclaimed):
             users = [m for m in task.history if m.role == ROLE_USER]
             request = await self.conversation.request(
                 handler, scope, task, users[-1] if users else Message(), Caller(scope.principal),
                 streaming=False, run_ref=stored.run_ref, pending=stored.run_state.get("pending_input"),
             )
-            self._start(self._idle_run(runtime, scope, request, stored), handler.reattach(request))
+            run = self._start(self._idle_run(runtime, scope, request, stored), handler.reattach(request))
             log.info("task_reattached", task_id=task.id)
-            return
+            return run
         # an endpoint that can no longer be served still gets its task ended, by a run
         # without a handler (and without push notifications)
         run = TaskRun.of_stored(self.services, runtime or EndpointRuntime.gone(scope.endpoint_id), handler,
                                 scope, self._stored_request(scope, stored), stored)
         with contextlib.suppress(SupersededError):
-            await run.fail(GATEWAY_LOST)
-        log.warning("task_failed_gateway_lost", task_id=task.id)
+            await run.fail(NOT_CLAIMED if unclaimed else GATEWAY_LOST)
+        log.warning("task_failed_not_claimed" if unclaimed else "task_failed_gateway_lost", task_id=task.id)
+        return None
 
     async def aclose(self) -> None:
         """Hand every run over and end its lease now, so another replica (or this one,

@@ -44,6 +44,7 @@ from a2a_gateway.metrics import MESSAGES, TASKS_STARTED, task_ended
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, Store, StoredTask, StoreUnavailableError
 from a2a_gateway.tasks.conversation import Conversation
+from a2a_gateway.tasks.dispatch import DISPATCH_OWNER, DISPATCHED
 from a2a_gateway.tasks.events import (
     GATEWAY_STOPPING,
     INTERRUPTED_STATES,
@@ -381,6 +382,51 @@ class TaskRun:
         await self._write()
         self._publish_status()
 
+    async def record_for_worker(self, dispatched: dict[str, Any], claim_until: float) -> None:
+        """Dispatch mode (``tasks.dispatch``): write the task for a worker to claim — a new
+        one SUBMITTED, an answered one WORKING — owned by ``DISPATCH_OWNER`` until
+        ``claim_until``, with ``dispatched`` in its run state. This run writes it no more
+        (unless to fail it). ``SupersededError``: the task moved on meanwhile."""
+        self.run_state.pop("pending_input", None)
+        self.run_state[DISPATCHED] = dispatched
+        if self.version is None:
+            self.version = await self._store.create_task(
+                self.scope, self.task, run_state=self.run_state, owner=DISPATCH_OWNER, lease_until=claim_until,
+            )
+            TASKS_STARTED.inc()
+            self.created.set()
+            await self._save_push_config()
+            return
+        self._set_status(TASK_STATE_WORKING)
+        for attempt in (1, 2, 3):
+            try:
+                self.version = await self._store.update_task(
+                    self.scope, self.task, expected_version=self.version, run_ref=self.run_ref,
+                    run_state=self.run_state, owner=DISPATCH_OWNER, lease_until=claim_until,
+                )
+                break
+            except ConflictError:
+                stored = await self._store.get_task(self.scope, self.task.id)
+                if stored is None or stored.task.status.state not in INTERRUPTED_STATES or attempt == 3:
+                    raise SupersededError from None
+                # still waiting for this answer: the run that asked released the task since
+                self.version, self.run_ref = stored.version, stored.run_ref
+        self._publish_status()
+
+    async def claim(self) -> None:
+        """A worker takes a task recorded for it over, with one conditional write
+        (``ConflictError``: another delivery of the same dispatch claimed it first)."""
+        self.run_state.pop(DISPATCHED, None)
+        if self.task.status.state != TASK_STATE_WORKING:
+            self._set_status(TASK_STATE_WORKING)
+        self._owns = True
+        ownership = self._services.ownership
+        self.version = await self._store.update_task(
+            self.scope, self.task, expected_version=self.version or 0, run_ref=self.run_ref,
+            run_state=self.run_state, owner=ownership.replica_id, lease_until=ownership.lease_deadline(),
+        )
+        self._publish_status()
+
     # event mapping -------------------------------------------------------------
     async def _apply(self, event: HandlerEvent) -> None:
         if isinstance(event, Reply):
@@ -433,6 +479,10 @@ class TaskRun:
         TASKS_STARTED.inc()
         self.created.set()
         self._publish_status()
+        await self._save_push_config()
+
+    async def _save_push_config(self) -> None:
+        """The push config sent with the task's first message, saved and told of the task."""
         if self._push_config is not None:
             # no other config can exist yet: the client does not know the task id
             push = self._services.push

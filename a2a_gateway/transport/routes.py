@@ -13,7 +13,7 @@ import structlog
 from aiohttp import web
 
 from a2a_gateway.state import GATEWAY
-from a2a_gateway.transport import health, rest
+from a2a_gateway.transport import health, rest, worker
 from a2a_gateway.card_signing import JWKS_PATH
 from a2a_gateway.transport.card import card_response, jwks_response
 from a2a_gateway.transport.feed import endpoint_events
@@ -56,7 +56,8 @@ def _as_endpoint(endpoint_id: str, view: View) -> View:
     return at_root
 
 
-def add_routes(app: web.Application, *, default_endpoint: str = "") -> None:
+def add_routes(app: web.Application, *, default_endpoint: str = "", worker_events_path: str = "") -> None:
+    """``worker_events_path``: serve the worker route there (empty: this is no worker)."""
     routes = _endpoint_routes()
     for method, path, view in routes:
         app.router.add_route(method, f"{ENDPOINT}{path}", view)
@@ -65,6 +66,8 @@ def add_routes(app: web.Application, *, default_endpoint: str = "") -> None:
     app.router.add_get("/readyz", health.readyz)
     app.router.add_get("/metrics", health.metrics)
     app.router.add_get(JWKS_PATH, jwks)
+    if worker_events_path:
+        app.router.add_post(worker_events_path, worker.worker_event)
     if default_endpoint:
         for method, path, view in routes:
             app.router.add_route(method, path, _as_endpoint(default_endpoint, view))
