@@ -36,9 +36,10 @@ from a2a_gateway.tasks.push_guard import WebhookGuard
 from a2a_gateway.registry import EndpointRegistry
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.shutdown import refuse_when_stopping
+from a2a_gateway import tracing
 from a2a_gateway.stores import open_store
 from a2a_gateway.stores.base import Endpoint, Store, StoreUnavailableError
-from a2a_gateway.transport.middleware import request_context
+from a2a_gateway.transport.middleware import request_context, trace_response_header
 from a2a_gateway.transport.body import BODY_BUDGET, BodyBudget
 from a2a_gateway.transport.routes import add_routes
 from a2a_gateway.transport.sse import OPEN_STREAMS
@@ -92,6 +93,8 @@ def build_app(
     ``http`` is the client the handlers use (tests pass one over ``httpx.MockTransport``); the
     gateway closes only a client it opened itself."""
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[request_context])
+    tracing.configure()
+    app.on_response_prepare.append(trace_response_header)
     add_routes(app, default_endpoint=settings.default_endpoint,
                worker_events_path=settings.worker_events_path if settings.worker else "")
     app.middlewares.append(remember_peer)
@@ -167,6 +170,7 @@ def build_app(
                 await client.aclose()
             if store is None:
                 await opened.aclose()
+            await tracing.flush()
 
     app[OPEN_STREAMS] = set()
     app[BODY_BUDGET] = BodyBudget(settings.max_inflight_body_bytes)

@@ -5,7 +5,7 @@ its secrets, its timeout and its retry policy. ``Upstream.call`` makes one
 request, a plain JSON answer or server-sent events, bounded by the run's
 ``Deadline``, retried when the backend answers HTTP 429 or 503 (as
 ``Retry-After`` asks), with the caller's trace context (``request.headers``)
-passed on. Every failure is an ``UpstreamError`` whose ``reason`` is short,
+passed on, or the one the gateway's tracing gives (``trace_calls``). Every failure is an ``UpstreamError`` whose ``reason`` is short,
 names the backend, and never carries a secret.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, 
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import httpx
 import structlog
@@ -47,6 +47,31 @@ BACKEND_LATENCY = Histogram(
     ["backend", "outcome"],
 )
 """``backend`` is ``Upstream.name``; ``outcome``: ok, http_error or unreachable."""
+
+TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
+
+
+class TracedCall(Protocol):
+    """One backend call as the gateway's tracing sees it."""
+
+    headers: Mapping[str, str]
+    """The trace context to send (``traceparent``, ``tracestate``); empty: the inbound one."""
+
+    def end(self, status: int | None, error: BaseException | None) -> None: ...
+
+
+class CallTracer(Protocol):
+    def __call__(self, backend: str, method: str, url: str) -> TracedCall: ...
+
+
+_tracer: CallTracer | None = None
+
+
+def trace_calls(tracer: CallTracer | None) -> None:
+    """Have ``tracer`` trace every backend call (the gateway's tracing installs itself here;
+    handlers never import the gateway)."""
+    global _tracer
+    _tracer = tracer
 
 
 class UpstreamError(Exception):
@@ -363,6 +388,7 @@ class UpstreamCall:
         self._stack = contextlib.AsyncExitStack()
         self.response: httpx.Response | None = None
         self._frames: AsyncGenerator[SSEFrame, None] | None = None
+        self._trace: TracedCall | None = None
 
     def reason(self, text: str) -> str:
         return self.upstream.reason(text)
@@ -374,8 +400,23 @@ class UpstreamCall:
         return UpstreamError(self.reason(
             transport_error_reason(self.backend, self.url, exc, self.timeout)))
 
+    def _start_trace(self) -> None:
+        if _tracer is None:
+            return
+        self._trace = _tracer(self.backend, self.method, self.url)
+        if self._trace.headers:
+            for name in TRACE_HEADERS:
+                self.headers.pop(name, None)
+            self.headers.update(self._trace.headers)
+
+    def _end_trace(self, error: BaseException | None) -> None:
+        if self._trace is not None:
+            self._trace.end(self.response.status_code if self.response is not None else None, error)
+            self._trace = None
+
     async def __aenter__(self) -> UpstreamCall:
         http = self.upstream.http
+        self._start_trace()
         request = http.build_request(self.method, self.url, json=self.body, headers=self.headers,
                                      timeout=make_timeout(self.timeout))
         started, outcome = time.perf_counter(), "unreachable"
@@ -395,9 +436,11 @@ class UpstreamCall:
                     http_error_reason(self.backend, status, message, attempts)), status, code)
         except httpx.HTTPError as exc:
             await self._stack.aclose()
+            self._end_trace(exc)
             raise self._transport_error(exc) from None
-        except BaseException:
+        except BaseException as exc:
             await self._stack.aclose()
+            self._end_trace(exc)
             raise
         return self
 
@@ -407,6 +450,7 @@ class UpstreamCall:
                 await self._frames.aclose()
         finally:
             await self._stack.aclose()
+            self._end_trace(exc[1] if isinstance(exc[1], BaseException) else None)
 
     async def json(self) -> dict[str, Any]:
         """The whole answer as a JSON object."""

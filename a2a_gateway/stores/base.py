@@ -38,6 +38,7 @@ from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names p
 )
 
 from a2a_gateway.metrics import STORE_LATENCY
+from a2a_gateway.tracing import store_call
 
 TERMINAL_STATES = frozenset(
     {
@@ -212,16 +213,17 @@ def storable_key_id(key_id: str) -> bool:
     return 0 < size <= 2048 and "\x00" not in key_id
 
 
-def _timed(operation: str, call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+def _timed(operation: str, store: str, call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     observe = STORE_LATENCY.labels(operation).observe
 
     @functools.wraps(call)
     async def timed(*args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
-        try:
-            return await call(*args, **kwargs)
-        finally:
-            observe(time.perf_counter() - started)
+        with store_call(operation, store):
+            try:
+                return await call(*args, **kwargs)
+            finally:
+                observe(time.perf_counter() - started)
 
     return timed
 
@@ -230,13 +232,15 @@ class Store(ABC):
     """Persistence for the gateway. All methods are coroutines safe to call concurrently."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Every public coroutine of a store driver (a direct subclass) is timed, by name."""
+        """Every public coroutine of a store driver (a direct subclass) is timed and traced,
+        by name and the driver's kind (``PostgresStore``: ``postgres``)."""
         super().__init_subclass__(**kwargs)
         if Store not in cls.__bases__:
             return
+        kind = cls.__name__.removesuffix("Store").lower()
         for name, member in list(vars(cls).items()):
             if not name.startswith("_") and inspect.iscoroutinefunction(member):
-                setattr(cls, name, _timed(name, member))
+                setattr(cls, name, _timed(name, kind, member))
 
     # lifecycle -------------------------------------------------------------
     async def aclose(self) -> None:  # noqa: B027 - optional hook

@@ -1,4 +1,5 @@
-"""Request id, log binding, one log line per request, and exceptions → JSON errors.
+"""Request id, the request's trace (``a2a_gateway.tracing``), log binding, one log line per
+request, and exceptions → JSON errors.
 
 This is the only place that turns exceptions into responses: gateway errors
 (``a2a_gateway.errors`` has their table), a store outage and aiohttp's HTTP errors
@@ -10,6 +11,7 @@ traceback, never sent to the client.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import time
@@ -25,6 +27,7 @@ from a2a_gateway.errors import GatewayError
 from a2a_gateway.metrics import latency_histogram, outcome_counter, request_counter
 from a2a_gateway.state import GATEWAY
 from a2a_gateway.stores.base import StoreUnavailableError
+from a2a_gateway.tracing import RESPONSE_HEADER, RequestTrace, start_request
 from a2a_gateway.transport.jsonrpc import V03_METHODS, V10_METHODS, error_body
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, JSONRPC_ID, REQUEST_ID
 from a2a_gateway.transport.rest import ROUTES as REST_ROUTES
@@ -34,13 +37,21 @@ log = structlog.get_logger("a2a_gateway.access")
 KNOWN_METHODS = frozenset(V10_METHODS) | frozenset(V03_METHODS) | {r[2].__name__ for r in REST_ROUTES}
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 """Request ids taken from clients (anything else is replaced: it goes into every log line)."""
-_TRACEPARENT = re.compile(r"[0-9a-f]{2}-(?!0{32})([0-9a-f]{32})-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
-"""A W3C ``traceparent``; its trace id goes into the request's log lines."""
+UNTRACED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+"""Probes and scrapes: they have a trace id in their log line but no span."""
+TRACE = web.RequestKey("trace", RequestTrace)
 
 
-def _trace_id(request: web.Request) -> str | None:
-    match = _TRACEPARENT.fullmatch(request.headers.get("traceparent", "").strip().lower())
-    return match.group(1) if match else None
+def _route(request: web.Request) -> str:
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else ""
+
+
+async def trace_response_header(request: web.Request, response: web.StreamResponse) -> None:
+    """``traceresponse``: the trace context the gateway used (``on_response_prepare``, so
+    event streams carry it too)."""
+    if (trace := request.get(TRACE)) is not None:
+        response.headers[RESPONSE_HEADER] = trace.context.traceparent
 
 
 def _endpoint_label(request: web.Request) -> str:
@@ -107,15 +118,19 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     request[REQUEST_ID] = request_id
     started = time.perf_counter()
     status = 500
+    trace = request[TRACE] = start_request(request.method, _route(request), request.headers,
+                                           span=request.path not in UNTRACED_PATHS)
     # each request runs in its own task, whose context starts without earlier bindings
     structlog.contextvars.bind_contextvars(
-        request_id=request_id, endpoint_id=request.match_info.get("endpoint_id")
+        request_id=request_id, endpoint_id=request.match_info.get("endpoint_id"), trace_id=trace.trace_id
     )
-    if trace_id := _trace_id(request):
-        structlog.contextvars.bind_contextvars(trace_id=trace_id)
     try:
         response = await handler(request)
         status = response.status
+    except asyncio.CancelledError:
+        trace.end(None, a2a_method=request.get(A2A_METHOD), endpoint=_endpoint_label(request),
+                  outcome="cancelled")
+        raise
     except web.HTTPException as exc:
         rpc_status, error = _http_error(exc)
         request[A2A_ERROR] = type(error).__name__
@@ -141,7 +156,9 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     method_label = _method_label(request.get(A2A_METHOD))
     request_counter(method_label, status).inc()
     latency_histogram(method_label).observe(elapsed)
-    outcome_counter(method_label, _endpoint_label(request), _outcome(request, status)).inc()
+    endpoint, outcome = _endpoint_label(request), _outcome(request, status)
+    outcome_counter(method_label, endpoint, outcome).inc()
+    trace.end(status, a2a_method=request.get(A2A_METHOD), endpoint=endpoint, outcome=outcome)
     log.info(
         "request",
         method=request.method,

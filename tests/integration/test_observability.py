@@ -104,7 +104,8 @@ async def test_log_lines_of_a_request_carry_its_trace_id():
                                      what="both requests are logged")
     by_id = {line["request_id"]: line for line in lines}
     assert by_id["traced"]["trace_id"] == TRACE_ID
-    assert "trace_id" not in by_id["untraced"]
+    fresh = by_id["untraced"]["trace_id"]  # an invalid traceparent starts a new trace
+    assert len(fresh) == 32 and int(fresh, 16) and fresh != TRACE_ID
 
 
 async def test_store_calls_are_timed_by_operation():

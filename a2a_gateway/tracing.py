@@ -1,0 +1,275 @@
+"""Tracing: every request belongs to a W3C trace, and with OpenTelemetry configured the
+gateway exports its spans over OTLP/HTTP.
+
+A request's trace context is the caller's ``traceparent`` (and ``tracestate``) when it is
+valid, else a new trace; an invalid one is ignored, never an error. Its trace id goes into
+the request's log lines, and every backend call continues it: ``handlers.upstream`` asks
+``backend_call`` for the ``traceparent`` to send.
+
+Spans are exported when the ``otel`` extra is installed and an OTLP endpoint is set with
+OpenTelemetry's standard variables (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; ``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER``, the
+batch and exporter variables apply as usual): a server span per request, a client span per
+store call and per backend call, whose id is the parent id the backend receives. Spans carry
+names, ids, hosts and statuses, never headers, URLs' paths or message text. Otherwise nothing
+of OpenTelemetry's SDK is imported and each hook costs a context-variable read.
+
+The provider is the gateway's own, not OpenTelemetry's global one: the a2a-sdk traces its
+classes through the global provider, which would add a span per queue operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import structlog
+
+from handlers import upstream
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+log = structlog.get_logger(__name__)
+
+RESPONSE_HEADER = "traceresponse"
+"""The response header naming the trace context the gateway used (W3C Trace Context Level 2)."""
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceParent:
+    """A W3C trace context: the trace, the span the next hop is a child of, the flags and
+    the vendors' ``tracestate``."""
+
+    trace_id: str
+    span_id: str
+    flags: str = "01"
+    state: str = ""
+
+    @classmethod
+    def of(cls, headers: Mapping[str, str]) -> TraceParent | None:
+        """The trace context of valid ``traceparent`` and ``tracestate`` headers, else None."""
+        match = _TRACEPARENT.fullmatch(headers.get("traceparent", "").strip())
+        if match is None:
+            return None
+        version, trace_id, span_id, flags, rest = match.groups()
+        if version == "ff" or (version == "00" and rest) or not int(trace_id, 16) or not int(span_id, 16):
+            return None
+        return cls(trace_id, span_id, flags, headers.get("tracestate", "").strip())
+
+    @classmethod
+    def new(cls) -> TraceParent:
+        """A new trace, sampled: a backend that traces keeps its part of it."""
+        return cls(os.urandom(16).hex(), os.urandom(8).hex())
+
+    @property
+    def traceparent(self) -> str:
+        return f"00-{self.trace_id}-{self.span_id}-{self.flags}"
+
+    def headers(self) -> dict[str, str]:
+        headers = {"traceparent": self.traceparent}
+        if self.state:
+            headers["tracestate"] = self.state
+        return headers
+
+
+_NO_SPAN = contextlib.nullcontext()
+_REQUEST: ContextVar[TraceParent | None] = ContextVar("a2a_gateway_trace", default=None)
+"""The trace context of the request being answered (a run keeps its request's context)."""
+
+
+class RequestTrace:
+    """The trace of one request: ``context`` is what the gateway continues (its server span
+    when exported), ``trace_id`` goes into the log lines."""
+
+    def __init__(self, context: TraceParent, span: Span | None = None, token: object = None) -> None:
+        self.context = context
+        self._span = span
+        self._token = token
+
+    @property
+    def trace_id(self) -> str:
+        return self.context.trace_id
+
+    def end(self, status: int | None, *, a2a_method: str | None, endpoint: str, outcome: str) -> None:
+        """The request was answered with ``status`` (None: it was cancelled)."""
+        if self._span is not None and _exporter is not None:
+            _exporter.end_request(self._span, self._token, status, a2a_method, endpoint, outcome)
+            self._span = None
+
+
+def start_request(method: str, route: str, headers: Mapping[str, str], *, span: bool = True) -> RequestTrace:
+    """The trace of a request with these ``headers``, current from now on in this task; with
+    ``span`` (and export on) a server span named after ``method`` and ``route``."""
+    given = TraceParent.of(headers)
+    if _exporter is not None and span:
+        trace = _exporter.start_request(method, route, given)
+    else:
+        trace = RequestTrace(given or TraceParent.new())
+    _REQUEST.set(trace.context)
+    return trace
+
+
+def store_call(operation: str, store: str) -> contextlib.AbstractContextManager[object]:
+    """A span around one store call (within a request or a run only)."""
+    if _exporter is None:
+        return _NO_SPAN
+    return _exporter.store_span(operation, store)
+
+
+class BackendCall:
+    """What one backend call sends (``headers``: the trace context) and reports at its end."""
+
+    def __init__(self, headers: dict[str, str], span: Span | None = None) -> None:
+        self.headers = headers
+        self._span = span
+
+    def end(self, status: int | None, error: BaseException | None) -> None:
+        if self._span is not None and _exporter is not None:
+            _exporter.end_backend_call(self._span, status, error)
+            self._span = None
+
+
+def backend_call(backend: str, method: str, url: str) -> BackendCall:
+    """The trace of one call to ``backend``: a child of the current request's (or run's)."""
+    if _exporter is not None:
+        return _exporter.backend_call(backend, method, url)
+    context = _REQUEST.get()
+    return BackendCall(context.headers() if context is not None else {})
+
+
+def export_configured(env: Mapping[str, str]) -> bool:
+    """Whether OpenTelemetry's standard variables ask for OTLP export of traces."""
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    disabled = env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+    return bool(endpoint) and not disabled and env.get("OTEL_TRACES_EXPORTER", "otlp").strip() != "none"
+
+
+def configure() -> None:
+    """Continue traces to backends; export spans when ``export_configured`` (once per process)."""
+    global _exporter
+    upstream.trace_calls(backend_call)
+    if _exporter is not None or not export_configured(os.environ):
+        return
+    try:
+        _exporter = _Exporter()
+    except ImportError as exc:
+        log.warning("tracing_unavailable", reason=f"{exc.name or 'opentelemetry'} is not installed",
+                    hint="pip install 'a2a-gateway[otel]'")
+        return
+    log.info("tracing_enabled", endpoint=os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+             or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+
+
+async def flush() -> None:
+    """Export the spans ended so far (at shutdown: a run's backend span may have just ended)."""
+    if _exporter is not None:
+        await asyncio.to_thread(_exporter.provider.force_flush)
+
+
+class _Exporter:
+    """OpenTelemetry's SDK with an OTLP/HTTP span exporter; imported only when configured."""
+
+    def __init__(self) -> None:
+        from opentelemetry import context, trace
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        resource = Resource.create()
+        if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+            resource = resource.merge(Resource({SERVICE_NAME: "a2a-gateway"}))
+        self.provider = TracerProvider(resource=resource)
+        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self._tracer = self.provider.get_tracer("a2a_gateway")
+        self._context = context
+        self._trace = trace
+        self._propagator = TraceContextTextMapPropagator()
+        self._error = trace.Status(trace.StatusCode.ERROR)
+
+    def _headers(self, span: Span) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        self._propagator.inject(headers, context=self._trace.set_span_in_context(span))
+        return headers
+
+    def start_request(self, method: str, route: str, given: TraceParent | None) -> RequestTrace:
+        parent = self._propagator.extract(given.headers()) if given is not None else None
+        span = self._tracer.start_span(
+            f"{method} {route}".strip(), context=parent, kind=self._trace.SpanKind.SERVER,
+            attributes={"http.request.method": method, "http.route": route},
+        )
+        token = self._context.attach(self._trace.set_span_in_context(span))
+        used = TraceParent.of(self._headers(span))
+        assert used is not None  # the SDK's ids are valid
+        return RequestTrace(used, span, token)
+
+    def end_request(self, span: Span, token: Any, status: int | None, a2a_method: str | None,
+                    endpoint: str, outcome: str) -> None:
+        if a2a_method:
+            span.update_name(a2a_method)
+            span.set_attribute("a2a.method", a2a_method)
+        if endpoint:
+            span.set_attribute("a2a.endpoint_id", endpoint)
+        span.set_attribute("a2a.outcome", outcome)
+        if status is not None:
+            span.set_attribute("http.response.status_code", status)
+        if status is None or status >= 500:
+            span.set_status(self._error)
+        span.end()
+        self._context.detach(token)
+
+    @contextlib.contextmanager
+    def store_span(self, operation: str, store: str) -> Iterator[None]:
+        if not self._trace.get_current_span().get_span_context().is_valid:
+            yield  # a background loop (leases, push deliveries): no trace to add to
+            return
+        span = self._tracer.start_span(f"store {operation}", kind=self._trace.SpanKind.CLIENT,
+                                       attributes={"db.operation.name": operation,
+                                                   "a2a_gateway.store": store})
+        try:
+            yield
+        except BaseException as exc:
+            self._failed(span, exc)
+            raise
+        finally:
+            span.end()
+
+    def backend_call(self, backend: str, method: str, url: str) -> BackendCall:
+        address = urlsplit(url)
+        span = self._tracer.start_span(
+            f"{method} {address.hostname or ''}".strip(), kind=self._trace.SpanKind.CLIENT,
+            attributes={"http.request.method": method, "server.address": address.hostname or "",
+                        "server.port": address.port or (443 if address.scheme == "https" else 80),
+                        "a2a_gateway.backend": backend},
+        )
+        return BackendCall(self._headers(span), span)
+
+    def end_backend_call(self, span: Span, status: int | None, error: BaseException | None) -> None:
+        if status is not None:
+            span.set_attribute("http.response.status_code", status)
+        if status is not None and status >= 400:
+            span.set_attribute("error.type", str(status))
+            span.set_status(self._error)
+        elif error is not None:
+            self._failed(span, error)
+        span.end()
+
+    def _failed(self, span: Span, error: BaseException) -> None:
+        """Mark a failure by the error's class only (its message may carry anything); a
+        cancel or an iterator closed early is the caller's choice, not a failure."""
+        if isinstance(error, Exception):
+            span.set_attribute("error.type", type(error).__name__)
+            span.set_status(self._error)
+
+
+_exporter: _Exporter | None = None
