@@ -28,7 +28,7 @@ from a2a_gateway.tracing import TraceParent
 from tests.cli_process import ROOT, cli_env, run_cli, serving
 from tests.harness import require_env, running_gateway
 from tests.local_server import serve_locally
-from tests.messages import send_body
+from tests.messages import rpc, send_body
 from tests.otlp_receiver import CLIENT, SERVER, OTLPReceiver
 from tests.waiting import eventually
 
@@ -79,11 +79,13 @@ async def backend_and_receiver() -> AsyncIterator[tuple[RecordingProxy, str, OTL
         yield proxy, proxy_url, receiver, receiver_url
 
 
-def chat_endpoint(cwd: Path, proxy_url: str) -> tuple[str, str]:
-    """A chat-bridge endpoint in the SQLite store of ``cwd`` and a caller's API key for it."""
+def chat_endpoint(cwd: Path, proxy_url: str, *settings: str) -> tuple[str, str]:
+    """A chat-bridge endpoint in the SQLite store of ``cwd`` (more ``settings`` as KEY=VALUE)
+    and a caller's API key for it."""
+    values = [f"base_url={proxy_url}/v1", f"api_key={BACKEND_KEY}", "model=fake-model", *settings]
     added = run_cli("endpoints", "add", "--name", "traced chat", "--handler",
-                    "handlers.openai_chat:OpenAIChatHandler", "--set", f"base_url={proxy_url}/v1",
-                    "--set", f"api_key={BACKEND_KEY}", "--set", "model=fake-model", cwd=cwd)
+                    "handlers.openai_chat:OpenAIChatHandler",
+                    *[arg for value in values for arg in ("--set", value)], cwd=cwd)
     assert added.returncode == 0, added.stderr
     endpoint = added.stdout.strip().splitlines()[-1]
     created = run_cli("keys", "create", "--endpoint", endpoint, "--name", "tracing", cwd=cwd)
@@ -174,6 +176,33 @@ async def test_without_a_valid_traceparent_a_new_trace_is_logged_exported_and_se
         assert sent == TraceParent(trace.trace_id, backend.span_id, trace.flags)  # no caller tracestate
 
 
+async def test_a_run_that_outlives_its_request_ends_its_backend_span_exported_at_shutdown(tmp_path):
+    async with backend_and_receiver() as (proxy, proxy_url, receiver, receiver_url):
+        endpoint, key = chat_endpoint(tmp_path, proxy_url, "response_mode=task")
+        async with serving("serve", cwd=tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=receiver_url,
+                           **{**EXPORT_ENV, "OTEL_BSP_SCHEDULE_DELAY": "600000"}) as listening, \
+                httpx.AsyncClient(timeout=60) as http:
+            url, auth = f"{listening[1]}/{endpoint}/a2a", {**V10, "Authorization": f"Bearer {key}"}
+            body = send_body("FAKE_SLOW words=6 delay=0.3")
+            body["params"]["configuration"] = {"returnImmediately": True}
+            started = (await http.post(url, json=body, headers={**auth, **CALLER.headers()})).json()
+            task_id = started["result"]["task"]["id"]
+            await eventually(
+                lambda: http.post(url, json=rpc("GetTask", {"id": task_id}), headers=auth),
+                until=lambda r: r.json()["result"]["status"]["state"] == "TASK_STATE_COMPLETED",
+                what="the run completed")
+            assert receiver.spans == []  # a ten-minute batch delay: nothing exported yet
+        spans = receiver.of_trace(CALLER.trace_id)  # the gateway exported them as it stopped
+    assert started["result"]["task"]["status"]["state"] != "TASK_STATE_COMPLETED"
+    [server] = [s for s in spans if s.kind == SERVER]
+    [backend] = [s for s in spans if s.name == "POST 127.0.0.1"]
+    assert server.name == "SendMessage" and backend.parent_id == server.span_id
+    assert backend.end_ns > server.end_ns  # the backend call went on after the answer
+    assert proxy.traceparents() == [TraceParent(CALLER.trace_id, backend.span_id, "01", "caller=1")]
+    stores = [s for s in spans if s.name.startswith("store ")]
+    assert any(s.start_ns > server.end_ns for s in stores)  # the run's final write, in the trace
+
+
 async def test_without_export_the_backend_still_gets_the_request_trace():
     async with backend_and_receiver() as (proxy, proxy_url, _, _):
         with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
@@ -231,3 +260,28 @@ async def test_without_otlp_configuration_nothing_of_the_sdk_is_imported_or_sent
     assert not [m for m in seen["loaded"] if m.startswith(("opentelemetry.sdk", "opentelemetry.exporter",
                                                           "opentelemetry.proto"))]
     assert receiver.spans == []
+
+
+WITHOUT_THE_EXTRA = textwrap.dedent("""
+    import sys
+
+    class NotInstalled:  # as if the otel extra were not installed
+        def find_spec(self, name, path=None, target=None):
+            if name.startswith(("opentelemetry.sdk", "opentelemetry.exporter")):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    sys.meta_path.insert(0, NotInstalled())
+""")
+
+
+async def test_export_configured_without_the_extra_is_a_warning_and_requests_are_served():
+    async with backend_and_receiver() as (_, _, receiver, receiver_url):
+        done = subprocess.run([sys.executable, "-c", WITHOUT_THE_EXTRA + NO_SDK_SCRIPT],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT,
+                              env=cli_env(OTEL_EXPORTER_OTLP_ENDPOINT=receiver_url, **EXPORT_ENV))
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["status"] == 200 and TraceParent.of({"traceparent": seen["trace"]}) is not None
+    [warning] = [line for line in done.stdout.splitlines() if "tracing_unavailable" in line]
+    assert "opentelemetry.exporter is not installed" in warning and "a2a-gateway[otel]" in warning
+    assert "Traceback" not in done.stdout + done.stderr and receiver.spans == []
