@@ -74,7 +74,8 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     gateway = _gateway()
     seconds = context.get_remaining_time_in_millis() / 1000 if context else None
     forward = _http(gateway, event) if _is_http(event) else _event(gateway, event)
-    return asyncio.run_coroutine_threadsafe(asyncio.wait_for(forward, seconds), gateway.loop).result()
+    done = asyncio.run_coroutine_threadsafe(asyncio.wait_for(forward, seconds), gateway.loop)
+    return done.result()
 
 
 def _is_http(event: dict[str, Any]) -> bool:
@@ -97,10 +98,11 @@ async def _http(gateway: _Gateway, event: dict[str, Any]) -> dict[str, Any]:
         for name, value in answer.headers.items():
             if name.lower() not in _HOP_BY_HOP:
                 out.setdefault(name.lower(), []).append(value)
+        cookies = out.pop("set-cookie", [])
         return {
             "statusCode": answer.status,
-            "headers": {name: ", ".join(values) for name, values in out.items() if name != "set-cookie"},
-            "cookies": out.get("set-cookie", []),
+            "headers": {name: ", ".join(values) for name, values in out.items()},
+            "cookies": cookies,
             "body": base64.b64encode(content).decode(),
             "isBase64Encoded": True,
         }
@@ -110,5 +112,6 @@ async def _event(gateway: _Gateway, event: dict[str, Any]) -> Any:
     path = gateway.settings.worker_events_path
     async with gateway.session.post(f"http://gateway{path}", json=event) as answer:
         if not 200 <= answer.status < 300:
-            raise InvocationFailedError(f"{path} answered {answer.status}: {(await answer.text())[:500]}")
+            reason = (await answer.text())[:500]
+            raise InvocationFailedError(f"{path} answered {answer.status}: {reason}")
         return await answer.json(content_type=None)

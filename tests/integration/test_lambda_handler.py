@@ -11,6 +11,7 @@ refuses fails the invocation through the Runtime API's error route, and the runt
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -118,6 +119,18 @@ async def test_function_url_events_are_served_and_the_task_outlives_the_executio
             assert task["status"]["state"] == "TASK_STATE_COMPLETED"
             assert task["artifacts"][0]["parts"][0]["text"] == "echo: hello lambda"
 
+            # buffered: a stream comes back whole, its events in order, the last one final
+            streamed = (await invoke(fake, function_url_event(
+                "POST", f"/{endpoint_id}/a2a", send_body("two words", method="SendStreamingMessage"),
+                headers={"a2a-version": "1.0", "accept": "text/event-stream"})))["Payload"]
+            assert streamed["statusCode"] == 200
+            assert streamed["headers"]["content-type"].startswith("text/event-stream")
+            frames = base64.b64decode(streamed["body"]).decode().split("\n\n")
+            events = [json.loads(line[len("data: "):]) for frame in frames
+                      for line in frame.splitlines() if line.startswith("data: ")]
+            final = events[-1]["result"]["statusUpdate"]
+            assert final["status"]["state"] == "TASK_STATE_COMPLETED"
+
             missing = (await invoke(fake, function_url_event("GET", "/no/such/route")))["Payload"]
             assert missing["statusCode"] == 404
 
@@ -135,7 +148,8 @@ async def test_function_url_events_are_served_and_the_task_outlives_the_executio
                 "GET", f"/{endpoint_id}/a2a/rest/tasks", query="pageSize=1",
                 headers={"a2a-version": "1.0"})))["Payload"]
             assert listed["statusCode"] == 200
-            assert [t["id"] for t in proxy_body(listed)["tasks"]] == [task["id"]]
+            page = proxy_body(listed)  # the query string arrived: one task of two, the newest
+            assert [t["id"] for t in page["tasks"]] == [final["taskId"]] and page["nextPageToken"]
     assert fake.init_errors == []
 
 
