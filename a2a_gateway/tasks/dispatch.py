@@ -139,9 +139,10 @@ class LambdaDispatcher:
                 Payload=ref.to_payload(),
             )
         except Exception as exc:  # botocore's errors: unreachable, refused, throttled
-            raise DispatchError(f"the worker could not be invoked ({type(exc).__name__}); retry later") from exc
+            raise DispatchError(f"{NOT_DISPATCHED} (the invoke failed: {type(exc).__name__}); retry later") from exc
         if response.get("StatusCode") != 202:
-            raise DispatchError(f"the worker invoke answered {response.get('StatusCode')}, not 202; retry later")
+            raise DispatchError(f"{NOT_DISPATCHED} (the invoke answered {response.get('StatusCode')}, not 202); "
+                                "retry later")
 
 
 def dispatcher_of(settings: GatewaySettings) -> Dispatcher | None:

@@ -288,7 +288,7 @@ class TaskRun:
             return  # the engine goes on with a fresh run (the answer is in the task)
         if self.finished or self.task.status.state in INTERRUPTED_STATES:
             if self.task.status.state in INTERRUPTED_STATES and self.version is not None:
-                await self._write()  # release ownership: nothing runs this task now
+                await self._write(released=True)  # nothing runs this task now
             return
         await self._finish(TASK_STATE_FAILED, "the agent ended without a result")
 
@@ -623,11 +623,15 @@ class TaskRun:
         if self._hub.has_listeners(self.task.id):
             self._hub.publish(self.task.id, status_event(self.task, metadata))
 
-    async def _write(self, *, reload_on_conflict: bool = False, keep_lease: bool = False) -> None:
+    async def _write(
+        self, *, reload_on_conflict: bool = False, keep_lease: bool = False, released: bool = False,
+    ) -> None:
         """The one place the task is written. On a version conflict: a task ended elsewhere
         stops this run (``SupersededError``); with ``reload_on_conflict`` (an idle run ending
-        the task) the task is reloaded (``_Reloaded``: apply the change again); otherwise
-        this run's state wins over a write of its own that landed unseen. ``keep_lease``: the
+        the task) the task is reloaded (``_Reloaded``: apply the change again); with
+        ``released`` (the run ended waiting for an answer) the newer version stays (an answer
+        came in meanwhile, e.g. dispatched by another replica); otherwise this run's state
+        wins over a write of its own that landed unseen. ``keep_lease``: the
         task stays this replica's although no iterator runs (``hand_over``)."""
         async with self._write_lock:
             ownership = self._services.ownership
@@ -655,6 +659,8 @@ class TaskRun:
                         self.version, self.run_ref = stored.version, stored.run_ref
                         self.run_state = dict(stored.run_state)
                         raise _Reloaded from None
+                    if released:
+                        return
                     if attempt == 2:
                         raise
                     # a write of ours was interrupted after it landed (e.g. by cancel);

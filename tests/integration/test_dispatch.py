@@ -10,6 +10,8 @@ delivery may), never (a lost event) — or answers 500 (the invoke fails).
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -26,9 +28,11 @@ from aiohttp import web
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.tasks.dispatch import NOT_CLAIMED, NOT_DISPATCHED, SWEEP_EVENT
 from tests.harness import RunningGateway, collect, reconstruct, running_gateway
-from tests.messages import send_request
+from tests.messages import send_body, send_request
 from tests.stores import dynamo_support
 from tests.stores.store_urls import STORE_KINDS, fresh_store_url
+from handlers.base import HandlerEvent, HandlerRequest
+from handlers.echo import EchoHandler
 from tests.waiting import eventually
 
 FUNCTION = "a2a-gateway-worker"
@@ -36,6 +40,17 @@ TIMINGS = {"remote_poll_seconds": 0.1, "lease_seconds": 30.0}
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 FAILED = TaskState.TASK_STATE_FAILED
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
+
+
+class CountingEcho(EchoHandler):
+    """The echo agent, counting the runs of each task (the backend calls)."""
+
+    runs: Counter[str] = Counter()
+
+    async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
+        CountingEcho.runs[request.task_id] += 1
+        async for event in super().run(request):
+            yield event
 
 
 @dataclass
@@ -117,14 +132,14 @@ async def deployment(kind: str, directory: Path, monkeypatch: pytest.MonkeyPatch
     try:
         async with fresh_store_url(kind, directory, monkeypatch) as url:
             async with running_gateway(
-                url, replica_id="gw-api", dispatch="lambda", dispatch_function=FUNCTION,
+                url, replica_id="gw-api", handler_allowlist=["handlers.", "tests."], dispatch="lambda", dispatch_function=FUNCTION,
                 dispatch_endpoint_url=invoke_url, dispatch_region="us-east-1", **options,
             ) as api:
                 shared = api.store if kind == "memory" else None
                 async with running_gateway(url, store=shared, replica_id="gw-worker", worker=True,
-                                           **options) as worker:
+                                           handler_allowlist=["handlers.", "tests."], **options) as worker:
                     invoke.worker_url = worker.base_url
-                    endpoint_id = await api.add_endpoint(settings={"delay": 0.05})
+                    endpoint_id = await api.add_endpoint(f"{__name__}:CountingEcho", settings={"delay": 0.05})
                     try:
                         yield Deployment(api, worker, invoke, endpoint_id)
                     finally:
@@ -191,3 +206,87 @@ async def test_the_worker_route_refuses_what_is_no_gateway_event_and_exists_only
     assert (missing.status_code, missing.json()) == (200, {"outcome": "not_found"})
     assert (swept.status_code, swept.json()) == (200, {"outcome": "swept"})
     assert absent.status_code == 404
+
+
+async def test_a_streaming_send_follows_the_worker_run_to_the_reply(kind: str, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch):
+    async with deployment(kind, tmp_path, monkeypatch) as d:
+        async with d.api.client(d.endpoint_id, timeout=60) as client:
+            events = await collect(client.send_message(send_request("stream me please")))
+        await d.invoke.settled()
+    assert events[0].HasField("task") and events[0].task.status.state == TaskState.TASK_STATE_SUBMITTED
+    assert events[-1].status_update.status.state == COMPLETED
+    assert list(reconstruct(events).values()) == ["echo: stream me please"]
+    assert d.invoke.outcomes == [{"status": 200, "outcome": "ran"}]
+    assert CountingEcho.runs[events[0].task.id] == 1
+
+
+@pytest.mark.parametrize("concurrent", [True, False], ids=["concurrent", "sequential"])
+async def test_a_duplicated_delivery_runs_the_task_once(kind: str, concurrent: bool, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch):
+    async with deployment(kind, tmp_path, monkeypatch) as d:
+        d.invoke.copies, d.invoke.concurrent = 2, concurrent
+        task = await blocking_send(d.api, d.endpoint_id, "only once")
+        await d.invoke.settled()
+        stored = await d.api.store.get_task(d.scope, task.id)
+    assert sorted(o["outcome"] for o in d.invoke.outcomes) == ["duplicate", "ran"]
+    assert task.status.state == COMPLETED and replies(task) == ["echo: only once"]
+    assert replies(stored.task) == ["echo: only once"] and len(stored.task.artifacts) == 1
+    assert CountingEcho.runs[task.id] == 1
+
+
+async def test_an_answer_to_an_input_request_is_dispatched_too(kind: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch):
+    async with deployment(kind, tmp_path, monkeypatch) as d:
+        asked = await blocking_send(d.api, d.endpoint_id, "?input first")
+        assert asked.status.state == INPUT_REQUIRED
+        answered = await blocking_send(d.api, d.endpoint_id, "the answer", task_id=asked.id,
+                                       context_id=asked.context_id)
+        await d.invoke.settled()
+    assert answered.status.state == COMPLETED and replies(answered) == ["echo: the answer"]
+    assert [i["payload"]["task_id"] for i in d.invoke.invocations] == [asked.id, asked.id]
+    assert d.invoke.outcomes == [{"status": 200, "outcome": "ran"}] * 2
+    assert CountingEcho.runs[asked.id] == 2
+    assert not d.api.gateway.engine.runs
+
+
+async def test_a_failed_invoke_fails_the_task_and_tells_the_caller(kind: str, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch):
+    async with deployment(kind, tmp_path, monkeypatch) as d:
+        d.invoke.status = 500
+        async with httpx.AsyncClient(timeout=60) as http:
+            response = await http.post(d.api.jsonrpc_url(d.endpoint_id), json=send_body("never runs", rid=7),
+                                     headers={"A2A-Version": "1.0"})
+        task_id = d.invoke.invocations[0]["payload"]["task_id"]
+        stored = await d.api.store.get_task(d.scope, task_id)
+    assert response.status_code == 503 and response.headers["Retry-After"] == "1"
+    body = response.json()
+    assert body["id"] == 7 and body["error"]["code"] == -32603
+    assert "could not be handed to a worker" in body["error"]["message"]
+    assert stored.task.status.state == FAILED and stored.owner is None
+    assert stored.task.status.message.parts[0].text == NOT_DISPATCHED
+    assert d.invoke.outcomes == [] and CountingEcho.runs[task_id] == 0
+
+
+async def test_a_task_no_worker_claims_is_failed_by_the_sweep(kind: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch):
+    # a long lease: no replica's lease loop runs during the test, only the sweep event
+    async with deployment(kind, tmp_path, monkeypatch, dispatch_claim_seconds=1.0, lease_seconds=600) as d:
+        d.invoke.copies = 0  # accepted, never delivered
+        sending = asyncio.create_task(blocking_send(d.api, d.endpoint_id, "lost event"))
+        invoked = await eventually(lambda: d.invoke.invocations, what="the worker was invoked")
+        task_id = invoked[0]["payload"]["task_id"]
+        waiting = await d.api.store.get_task(d.scope, task_id)
+        assert (waiting.owner, waiting.task.status.state) == ("dispatch", TaskState.TASK_STATE_SUBMITTED)
+        async with httpx.AsyncClient(timeout=60) as http:
+            early = await http.post(f"{d.worker.base_url}/events", content=orjson.dumps(SWEEP_EVENT))
+            assert early.json() == {"outcome": "swept"}
+            assert (await d.api.store.get_task(d.scope, task_id)).task.status.state == TaskState.TASK_STATE_SUBMITTED
+            await eventually(lambda: d.api.store.get_task(d.scope, task_id),
+                             until=lambda s: (s.lease_until or 0) < time.time(), what="the claim ran out")
+            swept = await http.post(f"{d.worker.base_url}/events", content=orjson.dumps(SWEEP_EVENT))
+        task = await asyncio.wait_for(sending, 60)
+    assert swept.json() == {"outcome": "swept"}
+    assert task.id == task_id and task.status.state == FAILED
+    assert task.status.message.parts[0].text == NOT_CLAIMED
+    assert CountingEcho.runs[task_id] == 0
