@@ -58,7 +58,11 @@ def _gateway() -> _Gateway:
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name="a2a-gateway", daemon=True).start()
     socket_path = str(Path(tempfile.mkdtemp(prefix="a2a-gateway-")) / "gateway.sock")
-    session = asyncio.run_coroutine_threadsafe(_serve(settings, socket_path), loop).result()
+    try:
+        session = asyncio.run_coroutine_threadsafe(_serve(settings, socket_path), loop).result()
+    except BaseException:
+        loop.call_soon_threadsafe(loop.stop)
+        raise
     return _Gateway(loop, session, settings)
 
 

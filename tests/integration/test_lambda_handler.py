@@ -199,3 +199,13 @@ async def test_a_settings_secret_that_cannot_be_read_stops_serve_in_one_line(sto
     assert done.returncode == 1
     assert done.stderr.strip() == (
         f"a2a-gateway: cannot read the settings secret {missing}: ResourceNotFoundException")
+
+
+async def test_a_gateway_that_cannot_start_fails_each_invocation_with_the_reason():
+    async with fake_lambda() as fake, runtime_process(fake, store="nosuch://x") as process:
+        for _ in range(2):  # each invocation tries to start the gateway again
+            failed = await invoke(fake, function_url_event("GET", "/healthz"))
+            assert failed["FunctionError"] == "Unhandled"
+            assert failed["Payload"]["errorType"] == "UnknownStoreError"
+            assert "nosuch" in failed["Payload"]["errorMessage"]
+        assert process.returncode is None and fake.init_errors == []
