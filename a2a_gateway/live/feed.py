@@ -156,7 +156,8 @@ class FeedSubscription:
         event = item[1]
         if not self.wanted.matches(event.context_id, event.state):
             return
-        if self._bytes + len(event.data) > self._feed.limits.client_max_bytes:
+        if self._bytes and self._bytes + len(event.data) > self._feed.limits.client_max_bytes:
+            # behind by more than the bound (one event alone, however large, always fits)
             self._queue.clear()
             self._bytes = 0
             self._push(_OVERFLOW)

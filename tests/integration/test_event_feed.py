@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -59,6 +60,8 @@ class FeedReader:
                 source.response.raise_for_status()
                 assert source.response.headers["content-type"].startswith("text/event-stream")
                 async for sse in source.aiter_sse():
+                    if not sse.data:
+                        continue  # httpx-sse reports the blank line after a keepalive comment
                     self.events.append({"id": sse.id, "event": sse.event, **orjson.loads(sse.data)})
 
     async def __aexit__(self, *exc: object) -> None:
@@ -279,3 +282,31 @@ async def test_operator_keys_given_as_digests_work_and_a_short_key_stops_startup
         async with running_gateway(operator_keys=["short"]):
             pass
     assert "short" not in str(refused.value).replace("operator_keys", "")
+
+
+async def test_a_feed_client_that_stops_reading_is_dropped_and_the_others_go_on():
+    async with running_gateway(operator_keys=[OPERATOR_KEY], event_feed_client_max_bytes=1_000_000) as gw:
+        endpoint_id = await gw.add_endpoint(settings={"delay": 0})
+        feed = gw.gateway.hub.feed
+        host, port = gw.base_url.removeprefix("http://").split(":")
+        silent = socket.socket()
+        silent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)  # its window fills at once
+        with capture_logs() as logs, contextlib.closing(silent):
+            silent.connect((host, int(port)))
+            silent.sendall(f"GET /{endpoint_id}/events HTTP/1.1\r\nHost: gw\r\n"
+                           f"Authorization: Bearer {OPERATOR_KEY}\r\n\r\n".encode())
+            async with FeedReader(feed_url(gw, endpoint_id), AS_OPERATOR) as reader:
+                await eventually(lambda: feed.subscriber_count(endpoint_id) == 2, what="both feed clients")
+                done = []
+                for n in range(200):  # the silent client reads none: socket buffers fill, then its backlog
+                    done.append(await streamed_task(gw, endpoint_id, f"task {n} " + "y" * 100_000))
+                    if feed.subscriber_count(endpoint_id) == 1:
+                        break
+                assert feed.subscriber_count(endpoint_id) == 1, "the silent client was never dropped"
+                last = await streamed_task(gw, endpoint_id, "after the drop")
+                await reader.until_state(last, DONE)
+                assert all(DONE in reader.states(t) for t in done)
+            silent.close()  # gone while a write of its response waits: that response ends quietly
+            await eventually(lambda: sum(log["event"] == "request" and log.get("path", "").endswith("/events")
+                                         for log in logs) >= 1, what="the silent client's request log line")
+        assert not [log for log in logs if log["event"] == "request_failed"]

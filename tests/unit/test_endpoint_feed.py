@@ -174,3 +174,11 @@ def test_nothing_is_built_for_an_unwatched_endpoint_in_one_process():
     t.status.CopyFrom(new_status(WORKING))
     feed.status(SCOPE, t, 1, build)
     assert feed.published == 0 and feed.log_stats()["logs"] == 0
+
+
+def test_one_event_larger_than_the_bound_still_reaches_a_client_that_keeps_up():
+    feed = EndpointFeed(FeedLimits(client_max_bytes=100))
+    sub = feed.subscribe("ep-1")
+    announce(feed, task(), WORKING)
+    assert [e["state"] for _, e in drain(sub)] == ["TASK_STATE_WORKING"]
+    assert feed.subscriber_count("ep-1") == 1
