@@ -51,6 +51,7 @@ async def drain(app: web.Application, hurry: asyncio.Event | None = None) -> Non
     gateway = app[GATEWAY]
     engine, streams = gateway.engine, app[OPEN_STREAMS]
     engine.stopping = True
+    gateway.hub.feed.close_all()  # feed clients hold no work: they reconnect to another replica
     log.info("shutdown_started", running_tasks=len(engine.runs), open_streams=len(streams))
     await _until(lambda: not engine.runs and not streams, gateway.settings.shutdown_grace_seconds, hurry)
     log.info("shutdown_handing_over", running_tasks=len(engine.runs), open_streams=len(streams),

@@ -310,3 +310,18 @@ async def test_a_feed_client_that_stops_reading_is_dropped_and_the_others_go_on(
             await eventually(lambda: sum(log["event"] == "request" and log.get("path", "").endswith("/events")
                                          for log in logs) >= 1, what="the silent client's request log line")
         assert not [log for log in logs if log["event"] == "request_failed"]
+
+
+async def test_an_open_feed_does_not_hold_up_a_graceful_shutdown():
+    from a2a_gateway.shutdown import drain
+
+    async with running_gateway(operator_keys=[OPERATOR_KEY], shutdown_grace_seconds=300) as gw:
+        endpoint_id = await gw.add_endpoint(settings={"delay": 0})
+        async with FeedReader(feed_url(gw, endpoint_id), AS_OPERATOR) as feed:
+            await eventually(lambda: feed.events, what="the snapshot")
+            draining = asyncio.create_task(drain(gw.app))
+            await eventually(draining.done, what="the drain (its grace period is 300 s)")
+            await eventually(feed._task.done, what="the feed's end")
+        async with httpx.AsyncClient() as http:
+            refused = await http.get(feed_url(gw, endpoint_id), headers=AS_OPERATOR)
+        assert refused.status_code == 503
