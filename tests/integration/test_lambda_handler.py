@@ -4,7 +4,8 @@ called with boto3's Lambda client, on the DynamoDB store (moto server).
 
 Function URL events come back as Lambda proxy responses; a task written in one execution
 environment is read in another (the store keeps it, not the process); the gateway's secrets
-come from a Secrets Manager secret (moto), not from the environment; an event the gateway
+come from a Secrets Manager secret (moto), not from the environment, the same one the
+operator's commands read; an event the gateway
 refuses fails the invocation through the Runtime API's error route, and the runtime goes on.
 """
 
@@ -22,7 +23,6 @@ import boto3
 from botocore.config import Config
 import pytest
 
-from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.stores.base import Endpoint
 from a2a_gateway.stores.dynamodb import DynamoDBStore
 from tests.lambda_runtime import (
@@ -46,21 +46,25 @@ async def store_url() -> AsyncIterator[str]:
         yield url
 
 
-async def add_echo(store_url: str, *, key_secret: bytes | None = None) -> tuple[str, str]:
-    """An echo endpoint: public, or with ``key_secret`` one that needs the API key returned."""
+async def add_echo(store_url: str) -> str:
+    """A public echo endpoint."""
     store = await DynamoDBStore.open(store_url, **support.CREDENTIALS)
     try:
         endpoint = Endpoint(id=str(uuid.uuid4()), name="Echo", metadata={
-            "module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0,
-            "public": key_secret is None})
+            "module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0, "public": True})
         await store.create_endpoint(endpoint)
-        if key_secret is None:
-            return endpoint.id, ""
-        row, key = make_key(key_secret, endpoint_id=endpoint.id, tenant=endpoint.tenant)
-        await store.create_api_key(row)
-        return endpoint.id, key
+        return endpoint.id
     finally:
         await store.aclose()
+
+
+def operator(*args: str, **env: str) -> str:
+    """An ``a2a-gateway`` command as deploy/README.md runs it against the stack (here: moto);
+    the last line of its output."""
+    done = run_cli(*args, AWS_DEFAULT_REGION=support.REGION, **AWS_CREDENTIALS,
+                   AWS_ENDPOINT_URL_SECRETS_MANAGER=support.moto_endpoint(), **env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
 
 
 @asynccontextmanager
@@ -95,7 +99,7 @@ async def invoke(fake: FakeLambda, event: dict[str, Any]) -> dict[str, Any]:
 async def test_function_url_events_are_served_and_the_task_outlives_the_execution_environment(
     store_url: str,
 ):
-    endpoint_id, _ = await add_echo(store_url)
+    endpoint_id = await add_echo(store_url)
     async with fake_lambda() as fake:
         async with runtime_process(fake, store=store_url, public_base_url=PUBLIC_BASE_URL):
             card = await invoke(fake, function_url_event(
@@ -170,11 +174,17 @@ async def test_an_event_the_gateway_refuses_fails_the_invocation_and_the_runtime
         assert proxy_body(healthy["Payload"]) == {"status": "ok"}
 
 
-async def test_the_gateway_s_secrets_come_from_the_settings_secret(store_url: str):
-    key_secret = uuid.uuid4().hex
-    endpoint_id, key = await add_echo(store_url, key_secret=key_secret.encode())
+async def test_a_key_made_with_the_settings_secret_opens_the_gateway(store_url: str):
+    hmac_secret = uuid.uuid4().hex
     call = rpc("ListTasks", {}, "list-1")
-    async with settings_secret({"A2A_GATEWAY_API_KEY_SECRET": key_secret}) as arn, fake_lambda() as fake:
+    async with settings_secret({"A2A_GATEWAY_API_KEY_SECRET": hmac_secret}) as arn, fake_lambda() as fake:
+        # as deploy/README.md step 5: the operator's commands read the same secret
+        endpoint_id = await asyncio.to_thread(
+            operator, "endpoints", "add", "--store", store_url, "--name", "Echo",
+            "--handler", "handlers.echo:EchoHandler", A2A_GATEWAY_SECRETS_MANAGER_ID=arn)
+        key = await asyncio.to_thread(
+            operator, "keys", "create", "--store", store_url, "--endpoint", endpoint_id,
+            A2A_GATEWAY_SECRETS_MANAGER_ID=arn)
         async with runtime_process(fake, store=store_url, secrets_manager_id=arn):
             with_key = (await invoke(fake, function_url_event(
                 "POST", f"/{endpoint_id}/a2a", call, headers={"a2a-version": "1.0", "x-api-key": key})))
