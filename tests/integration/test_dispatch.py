@@ -22,7 +22,7 @@ import httpx
 import orjson
 import pytest
 from a2a.client.errors import A2AClientError
-from a2a.types import GetTaskRequest, Task, TaskState
+from a2a.types import GetTaskRequest, SubscribeToTaskRequest, Task, TaskState
 from aiohttp import web
 
 from a2a_gateway.stores.base import Scope
@@ -171,7 +171,7 @@ def replies(task: Task) -> list[str]:
 
 async def test_blocking_send_is_run_by_the_worker(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     async with deployment(kind, tmp_path, monkeypatch) as d:
-        words = " ".join(f"w{i}" for i in range(12))
+        words = " ".join(f"w{i}" for i in range(30))  # 1.5 s: seen running
         sending = asyncio.create_task(blocking_send(d.api, d.endpoint_id, words))
         # while it runs, the worker owns the task and the API instance runs nothing
         invoked = await eventually(lambda: d.invoke.invocations, what="the worker was invoked")
@@ -211,12 +211,20 @@ async def test_the_worker_route_refuses_what_is_no_gateway_event_and_exists_only
 async def test_a_streaming_send_follows_the_worker_run_to_the_reply(kind: str, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch):
     async with deployment(kind, tmp_path, monkeypatch) as d:
+        # PostgreSQL: 5 s, beyond the hub's watch refresh (2 s), from which on the worker
+        # forwards the text of a task it claimed after the stream began following it
+        text = " ".join(f"word{i}" for i in range(100 if kind == "postgres" else 20))
         async with d.api.client(d.endpoint_id, timeout=60) as client:
-            events = await collect(client.send_message(send_request("stream me please")))
+            events = await collect(client.send_message(send_request(text)))
         await d.invoke.settled()
     assert events[0].HasField("task") and events[0].task.status.state == TaskState.TASK_STATE_SUBMITTED
     assert events[-1].status_update.status.state == COMPLETED
-    assert list(reconstruct(events).values()) == ["echo: stream me please"]
+    assert list(reconstruct(events).values()) == [f"echo: {text}"]
+    chunks = [e for e in events if e.HasField("artifact_update") and not e.artifact_update.last_chunk]
+    if kind == "postgres":  # the hub spans instances: the worker's text arrives as it is written
+        assert len(chunks) > 5
+    else:  # the stream follows the store: the final artifact
+        assert chunks == []
     assert d.invoke.outcomes == [{"status": 200, "outcome": "ran"}]
     assert CountingEcho.runs[events[0].task.id] == 1
 
@@ -290,3 +298,33 @@ async def test_a_task_no_worker_claims_is_failed_by_the_sweep(kind: str, tmp_pat
     assert task.id == task_id and task.status.state == FAILED
     assert task.status.message.parts[0].text == NOT_CLAIMED
     assert CountingEcho.runs[task_id] == 0
+
+
+async def test_a_failed_invoke_ends_a_streaming_send_with_the_error(kind: str, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch):
+    async with deployment(kind, tmp_path, monkeypatch) as d:
+        d.invoke.status = 500
+        async with d.api.client(d.endpoint_id, timeout=60) as client:
+            with pytest.raises(A2AClientError) as raised:
+                await collect(client.send_message(send_request("never streams")))
+        task_id = d.invoke.invocations[0]["payload"]["task_id"]
+        stored = await d.api.store.get_task(d.scope, task_id)
+    assert "HTTP Error 503" in str(raised.value)  # retriable; the body names the reason (above)
+    assert stored.task.status.state == FAILED
+
+
+async def test_a_task_handed_over_at_once_is_followed_by_subscribe_and_get(kind: str, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch):
+    async with deployment(kind, tmp_path, monkeypatch) as d:
+        text = " ".join(["follow"] * 40)  # two seconds: still running when the subscription starts
+        async with d.api.client(d.endpoint_id, streaming=False) as blocking, \
+                d.api.client(d.endpoint_id, timeout=60) as streaming:
+            first = await collect(blocking.send_message(send_request(text, immediately=True)))
+            task_id = first[-1].task.id
+            followed = await collect(streaming.subscribe(SubscribeToTaskRequest(id=task_id)))
+            final = await blocking.get_task(GetTaskRequest(id=task_id))
+        await d.invoke.settled()
+    assert first[-1].task.status.state == TaskState.TASK_STATE_SUBMITTED
+    assert followed[0].HasField("task") and followed[-1].status_update.status.state == COMPLETED
+    assert list(reconstruct(followed).values()) == [f"echo: {text}"]
+    assert final.status.state == COMPLETED and replies(final) == [f"echo: {text}"]
