@@ -86,7 +86,8 @@ class EndpointRuntime:
             return
         if self._active_runs > 0:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), timeout)
+                async with asyncio.timeout(timeout):  # not wait_for: it can lose a cancel
+                    await self._idle.wait()
         try:
             await self.handler.aclose()
         except Exception:

@@ -349,7 +349,8 @@ class TaskEngine:
     async def next_ownership_check(self, interval: float) -> None:
         """Wait ``interval`` seconds, or less when another replica released its tasks."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._released_elsewhere.wait(), interval)
+            async with asyncio.timeout(interval):  # not wait_for: it can lose the loop's cancel
+                await self._released_elsewhere.wait()
         self._released_elsewhere.clear()
 
     async def keep_ownership(self, registry: EndpointRegistry) -> None:
