@@ -1,6 +1,7 @@
 """The agent card of an endpoint, built from its row (``card`` fields and capabilities).
 
-The card lists JSON-RPC 1.0, JSON-RPC 0.3 (the same URL) and HTTP+JSON 1.0. The registry
+The card lists JSON-RPC 1.0, JSON-RPC 0.3 (the same URL), HTTP+JSON 1.0 and, when the gateway
+serves gRPC, GRPC 1.0 (its ``tenant`` is the endpoint id, which routes the request). The registry
 builds it once when it loads a row, so a card the row cannot make is a problem of the
 endpoint (answered on every route), never a failure of one request.
 """
@@ -43,9 +44,11 @@ def endpoint_urls(base_url: str, endpoint_id: str) -> tuple[str, str]:
 
 
 def build_card(
-    endpoint: Endpoint, base_url: str, *, extended: bool = False, auth: EndpointAuth | None = None
+    endpoint: Endpoint, base_url: str, *, extended: bool = False, auth: EndpointAuth | None = None,
+    grpc_url: str = "",
 ) -> AgentCard:
-    """The endpoint's card; ``auth`` (None: anonymous calls) gives its security schemes."""
+    """The endpoint's card; ``auth`` (None: anonymous calls) gives its security schemes,
+    ``grpc_url`` (``host:port``; empty: none) the gRPC binding's address."""
     source: dict[str, Any] = endpoint.card
     jsonrpc_url, rest_url = endpoint_urls(base_url, endpoint.id)
     card = AgentCard(
@@ -80,6 +83,9 @@ def build_card(
             AgentInterface(url=rest_url, protocol_binding="HTTP+JSON", protocol_version="1.0"),
         ]
     )
+    if grpc_url:
+        card.supported_interfaces.add(url=grpc_url, protocol_binding="GRPC", protocol_version="1.0",
+                                      tenant=endpoint.id)
     return card
 
 

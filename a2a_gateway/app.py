@@ -157,8 +157,13 @@ def build_app(
         lease_task = asyncio.create_task(_lease_loop(gateway))
         push.start()
         try:
+            if settings.grpc_port is not None:  # grpcio is imported only then
+                from a2a_gateway.transport import grpc_binding
+                gateway.grpc_port = await grpc_binding.start(app)
             yield
         finally:
+            if gateway.grpc_port is not None:
+                await grpc_binding.stop(app)
             lease_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await lease_task

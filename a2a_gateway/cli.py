@@ -57,6 +57,7 @@ def _settings(args: argparse.Namespace) -> GatewaySettings:
         port=getattr(args, "port", None),
         store=getattr(args, "store", None),
         endpoints_file=getattr(args, "endpoints", None),
+        grpc_port=getattr(args, "grpc_port", None),
     )
 
 
@@ -106,7 +107,10 @@ async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint]) -> No
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(signum, on_signal)
-    await runner.setup()
+    try:
+        await runner.setup()
+    except OSError as exc:  # the gRPC port cannot be bound, its TLS files cannot be read
+        raise CommandError(str(exc)) from None
     try:
         site = web.TCPSite(runner, settings.host, settings.port)
         try:
@@ -118,9 +122,11 @@ async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint]) -> No
         count = app[ENDPOINT_COUNT]
         if ENDPOINTS_FILE in app:
             app[ENDPOINTS_FILE].reload_on_sighup(app[GATEWAY].store)
+        grpc_port = app[GATEWAY].grpc_port
+        grpc = f", gRPC on {settings.grpc_host or settings.host}:{grpc_port}" if grpc_port is not None else ""
         print(
             f"a2a-gateway {version('a2a-gateway')} listening on http://{host}:{port} "
-            f"(store {display_url(settings.store)}, {count} endpoint{'s' if count != 1 else ''})",
+            f"(store {display_url(settings.store)}, {count} endpoint{'s' if count != 1 else ''}){grpc}",
             flush=True,
         )
         await stop.wait()
@@ -364,6 +370,9 @@ def _store_args(p: argparse.ArgumentParser) -> None:
 def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port to listen on (default 8080; 0 picks a free one)")
+    p.add_argument("--grpc-port", type=int, help="also serve the gRPC binding on this port "
+                   "(default: none; needs A2A_GATEWAY_GRPC_TLS_CERT_FILE and _KEY_FILE, or "
+                   "A2A_GATEWAY_GRPC_ALLOW_PLAINTEXT=true)")
     p.add_argument("--endpoints", metavar="FILE", help="YAML or TOML file of endpoints, applied at "
                    "startup and on SIGHUP (or A2A_GATEWAY_ENDPOINTS_FILE)")
     _store_args(p)

@@ -111,7 +111,8 @@ class GatewaySettings(BaseSettings):
     """Largest metadata object (of a request, a message or a part), as JSON bytes."""
     rest_content_type: str = "application/json"
     rest_error_statuses: Literal["1.0.1", "1.0.0"] = "1.0.1"
-    """HTTP statuses of REST errors: A2A v1.0.1's table (as the a2a-sdk) or v1.0.0's."""
+    """HTTP statuses of REST errors and gRPC status codes: A2A v1.0.1's table (as the a2a-sdk)
+    or v1.0.0's."""
     sse_keepalive_seconds: float = 15.0
     stream_replay_events: int = 1000
     """Events of a streamed task each replica keeps, so a client that reconnects with
@@ -207,6 +208,30 @@ class GatewaySettings(BaseSettings):
     shutdown_close_seconds: float = 3.0
     """After the hand-over, the last responses get this long to be written before the
     connections are closed."""
+    grpc_port: int | None = None
+    """Port of the gRPC binding (``serve --grpc-port``; 0 picks a free one). None: no gRPC
+    (grpcio is not even imported)."""
+    grpc_host: str = ""
+    """Address the gRPC binding listens on (empty: ``host``)."""
+    public_grpc_url: str = ""
+    """``host:port`` of the gRPC binding in agent cards; empty: the host name the card was
+    requested at, with the gRPC port."""
+    grpc_tls_cert_file: str = ""
+    """PEM certificate chain of the gRPC binding (with ``grpc_tls_key_file``: TLS)."""
+    grpc_tls_key_file: str = ""
+    """PEM private key of the gRPC binding."""
+    grpc_allow_plaintext: bool = False
+    """Serve gRPC without TLS when no certificate is configured (local testing, or TLS ended
+    by a proxy in front); otherwise a gRPC port without a certificate stops startup."""
+    grpc_max_message_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    """Largest gRPC request message; a larger one is refused with RESOURCE_EXHAUSTED."""
+    grpc_keepalive_seconds: float = Field(30.0, gt=0)
+    """The gRPC server pings a connection idle this long (so proxies keep idle streams open)
+    and takes client pings as often as every ``grpc_keepalive_seconds / 3``."""
+    grpc_keepalive_timeout_seconds: float = Field(10.0, gt=0)
+    """A connection whose ping is not answered within this time is closed."""
+    grpc_reflection: bool = False
+    """Serve gRPC server reflection (``grpcurl`` lists the A2A service without the proto)."""
     page_token_key: SecretStr = SecretStr("a2a-gateway-page-token")
     secrets_manager_id: str = ""
     """ARN or name of an AWS Secrets Manager secret whose JSON object holds settings by their
@@ -240,6 +265,15 @@ class GatewaySettings(BaseSettings):
     @classmethod
     def _endpoint_id(cls, value: str) -> str:
         return str(uuid.UUID(value)) if value else value
+
+    @model_validator(mode="after")
+    def _grpc_transport_security(self) -> GatewaySettings:
+        if bool(self.grpc_tls_cert_file) != bool(self.grpc_tls_key_file):
+            raise ValueError("gRPC TLS needs both grpc_tls_cert_file and grpc_tls_key_file")
+        if self.grpc_port is not None and not self.grpc_tls_cert_file and not self.grpc_allow_plaintext:
+            raise ValueError("grpc_port needs grpc_tls_cert_file and grpc_tls_key_file, or "
+                             "grpc_allow_plaintext = true to serve gRPC without TLS")
+        return self
 
     @model_validator(mode="after")
     def _dispatch_target(self) -> GatewaySettings:

@@ -38,6 +38,8 @@ class Gateway:
     """Signs the cards served (signs nothing without configured keys)."""
     operators: OperatorAuth
     """Who may watch an endpoint (its event feed)."""
+    grpc_port: int | None = None
+    """The port the gRPC binding listens on (None: no gRPC)."""
 
     def request_handlers(self, runtime: EndpointRuntime) -> tuple[GatewayRequestHandler, RequestHandler03]:
         """The endpoint's 1.0 request handler and its 0.3 adapter (built once per runtime)."""
@@ -51,6 +53,13 @@ class Gateway:
 
     def base_url(self, request: web.Request) -> str:
         return self.settings.public_base_url or f"{request.scheme}://{request.host}"
+
+    def grpc_url(self, request: web.Request) -> str:
+        """``host:port`` of the gRPC binding as cards list it (empty: no gRPC)."""
+        if self.grpc_port is None:
+            return ""
+        host = request.url.host or self.settings.host
+        return self.settings.public_grpc_url or f"{f'[{host}]' if ':' in host else host}:{self.grpc_port}"
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

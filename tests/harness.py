@@ -4,6 +4,9 @@
         endpoint_id = await gw.add_endpoint("handlers.echo:EchoHandler", settings={"delay": 0})
         async with gw.client(endpoint_id, version="1.0") as client:
             async for event in client.send_message(request): ...
+
+``running_gateway(grpc=True)`` also serves the gRPC binding (plaintext, a free port), and
+``gw.client(endpoint_id, binding="GRPC")`` talks to it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import Any
 import httpx
 import pytest
 from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.client.auth.credentials import CredentialService
+from a2a.client.auth.interceptor import AuthInterceptor
 from a2a.types import AgentCard, StreamResponse
 from aiohttp import web
 
@@ -95,9 +100,11 @@ class RunningGateway:
         binding: str = "JSONRPC",
         streaming: bool = True,
         timeout: float = 30.0,
+        api_key: str | None = None,
     ) -> AsyncIterator[Client]:
         """An a2a-sdk client that discovered the endpoint through its card and talks
-        ``binding`` at protocol ``version`` (1.0 or 0.3)."""
+        ``binding`` (JSONRPC, HTTP+JSON or GRPC) at protocol ``version`` (1.0 or 0.3);
+        ``api_key`` is sent as the card's security schemes say (the SDK's AuthInterceptor)."""
         card = await self.card(endpoint_id)
         chosen = [
             i for i in card.supported_interfaces
@@ -108,10 +115,12 @@ class RunningGateway:
         del card.supported_interfaces[:]
         card.supported_interfaces.extend(chosen)
         http = httpx.AsyncClient(timeout=httpx.Timeout(timeout))
-        config = ClientConfig(streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding])
+        config = ClientConfig(streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding],
+                              grpc_channel_factory=grpc_channel if binding == "GRPC" else None)
         if version == "0.3":
             http.headers["A2A-Version"] = "0.3"
-        client = ClientFactory(config).create(card)
+        interceptors = [AuthInterceptor(ApiKeyCredentials(api_key))] if api_key is not None else None
+        client = ClientFactory(config).create(card, interceptors=interceptors)
         try:
             yield client
         finally:
@@ -119,15 +128,34 @@ class RunningGateway:
             await http.aclose()
 
 
+def grpc_channel(url: str) -> Any:
+    """A plaintext gRPC channel to ``url`` (``host:port``), imported only by gRPC tests."""
+    import grpc
+
+    return grpc.aio.insecure_channel(url)
+
+
+class ApiKeyCredentials(CredentialService):
+    """One API key for whichever scheme the card names (``apiKey`` header or bearer)."""
+
+    def __init__(self, key: str) -> None:
+        self._key = key
+
+    async def get_credentials(self, security_scheme_name: str, context: Any) -> str | None:
+        return self._key
+
+
 @asynccontextmanager
 async def running_gateway(
     store_url: str = "memory://", *, store: Store | None = None,
-    http: httpx.AsyncClient | None = None, **settings: Any
+    http: httpx.AsyncClient | None = None, grpc: bool = False, **settings: Any
 ) -> AsyncIterator[RunningGateway]:
-    """Serve the gateway app on 127.0.0.1 with a free port for the duration of the block."""
+    """Serve the gateway app on 127.0.0.1 with a free port for the duration of the block;
+    ``grpc``: the gRPC binding too, plaintext, on a free port."""
     defaults: dict[str, Any] = {
         "push_allow_private_urls": True, "log_level": "warning", "lease_seconds": 30.0,
         "allow_unauthenticated_endpoints": True,
+        **({"grpc_port": 0, "grpc_allow_plaintext": True} if grpc else {}),
     }
     gateway_settings = GatewaySettings(store=store_url, **{**defaults, **settings})
     app = build_app(gateway_settings, store=store, http=http)

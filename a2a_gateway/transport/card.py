@@ -23,8 +23,10 @@ from a2a_gateway.card_signing import CardSigner
 from a2a_gateway.registry import EndpointRuntime
 
 
-def card_document(runtime: EndpointRuntime, base_url: str, signer: CardSigner) -> dict[str, Any]:
-    card = build_card(runtime.endpoint, base_url, auth=runtime.auth)
+def card_document(
+    runtime: EndpointRuntime, base_url: str, signer: CardSigner, grpc_url: str = ""
+) -> dict[str, Any]:
+    card = build_card(runtime.endpoint, base_url, auth=runtime.auth, grpc_url=grpc_url)
     signer.sign(card, base_url)
     if runtime.endpoint.metadata.get("strict_v1_card"):
         return MessageToDict(card)
@@ -32,13 +34,15 @@ def card_document(runtime: EndpointRuntime, base_url: str, signer: CardSigner) -
 
 
 def card_response(
-    request: web.Request, runtime: EndpointRuntime, base_url: str, max_age: int, signer: CardSigner
+    request: web.Request, runtime: EndpointRuntime, base_url: str, max_age: int, signer: CardSigner,
+    grpc_url: str = "",
 ) -> web.Response:
-    # a changed row builds a new runtime, so the base URL is the only key needed here
+    # a changed row builds a new runtime, so the URLs are the only key needed here
+    key = f"{base_url} {grpc_url}"
     cached = runtime.card_cache
-    if cached is None or cached[0] != base_url:
-        body = orjson.dumps(card_document(runtime, base_url, signer))
-        cached = runtime.card_cache = (base_url, body, _etag(body))
+    if cached is None or cached[0] != key:
+        body = orjson.dumps(card_document(runtime, base_url, signer, grpc_url))
+        cached = runtime.card_cache = (key, body, _etag(body))
     _, body, etag = cached
     headers = {
         "Last-Modified": format_datetime(runtime.endpoint.updated_at, usegmt=True),

@@ -30,6 +30,11 @@ def parse_version(raw: str, *, empty_means: str = V03) -> str:
 def negotiate_extensions(request: web.Request, runtime: EndpointRuntime) -> list[str]:
     """The declared extensions the client activated; -32008 for a missing required one."""
     values = request.headers.getall("A2A-Extensions", []) + request.headers.getall("X-A2A-Extensions", [])
+    return activated_extensions(values, runtime)
+
+
+def activated_extensions(values: list[str], runtime: EndpointRuntime) -> list[str]:
+    """Of the extensions named in ``values`` (A2A-Extensions values), those the endpoint declares."""
     requested = get_requested_extensions(values)
     declared = runtime.extensions
     missing = [e["uri"] for e in declared if e.get("required") and e.get("uri") not in requested]

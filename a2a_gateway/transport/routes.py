@@ -28,7 +28,7 @@ async def agent_card(request: web.Request) -> web.StreamResponse:
     runtime = await gateway.registry.get(request.match_info["endpoint_id"])
     return card_response(
         request, runtime, gateway.base_url(request), gateway.settings.card_max_age_seconds,
-        gateway.card_signer,
+        gateway.card_signer, gateway.grpc_url(request),
     )
 
 
