@@ -144,7 +144,8 @@ def build_app(
         ), dispatcher=dispatcher_of(settings))
         hub.serve(LiveView(engine), ReplayLimits(settings.stream_replay_events,
                                                  settings.stream_replay_keep_seconds,
-                                                 settings.stream_replay_max_bytes))
+                                                 settings.stream_replay_max_bytes),
+                  subscriber_max_bytes=settings.stream_subscriber_max_bytes)
         hub.feed.limits = FeedLimits(settings.event_feed_replay_events, settings.event_feed_replay_keep_seconds,
                                      settings.event_feed_replay_max_bytes, settings.event_feed_client_max_bytes)
         await hub.start()

@@ -124,6 +124,10 @@ class GatewaySettings(BaseSettings):
     stream_replay_max_bytes: int = 64 * 1024 * 1024
     """All kept events of all tasks together, in bytes; beyond it the least recently active
     tasks' events are dropped first."""
+    stream_subscriber_max_bytes: int = Field(1024 * 1024, gt=0)
+    """Bytes of events one stream may have waiting for a slow client (text deltas of one
+    artifact are merged while they wait, so this bounds text, not deltas); past it the
+    stream drops what waits and starts over from the task and its text so far."""
     operator_keys: Annotated[list[SecretStr], NoDecode] = []
     """Gateway operator keys (``Authorization: Bearer <key>``): each the key itself or
     ``sha256:<hex digest of the key>``; comma-separated in the environment. An operator key

@@ -23,11 +23,16 @@ This implementation is in-process; a cross-replica hub (PostgreSQL LISTEN/NOTIFY
 implements the same methods, and ``follow`` (a task run elsewhere) is where it
 differs from ``subscribe``. The hub knows the runs of this replica only through
 ``LocalRuns``, given to ``serve``.
+
+**Slow subscribers.** Each subscriber's pending events wait in a ``Backlog`` bounded
+by bytes (``subscriber_max_bytes``), where consecutive text chunks of one artifact are
+merged into one; a subscriber that falls further behind than that loses what it had
+pending and is told so (``SubscriberBehind``): its consumer starts it over from a
+fresh snapshot (``catch_up``), exactly as a late subscriber starts. It is never an error.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import time
@@ -38,6 +43,7 @@ from typing import Any, Protocol
 
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
+from a2a_gateway.live.backlog import END, RESTART, Backlog
 from a2a_gateway.live.feed import EndpointFeed
 from a2a_gateway.stores.base import Scope
 
@@ -77,12 +83,15 @@ class ReplayLimits:
     """All logs together (serialized event sizes plus a little per task)."""
 
 
-class SubscriberOverflowError(Exception):
-    """A subscriber fell too far behind and was dropped."""
+SUBSCRIBER_MAX_BYTES = 1024 * 1024
+"""Default bytes of events one subscriber may have pending."""
 
 
-_END = object()
-_OVERFLOW = object()
+class SubscriberBehind(Exception):
+    """The subscriber fell further behind than its byte budget: the events it had pending
+    are gone. Start it over from a snapshot taken together with ``catch_up()``."""
+
+
 _LOG_OVERHEAD = 256
 """Bytes a log counts for itself, so a budget also bounds many empty logs."""
 
@@ -92,28 +101,40 @@ class Subscription:
     it when done. ``position`` is the id of the point it starts at: a snapshot taken
     together with the subscription stands for everything up to there."""
 
-    def __init__(self, hub: LiveHub, task_id: str, max_backlog: int, position: str) -> None:
+    def __init__(self, hub: LiveHub, task_id: str, max_bytes: int, position: str) -> None:
         self.task_id = task_id
         self.position = position
         self._hub = hub
-        self._queue: asyncio.Queue[object] = asyncio.Queue()
-        self._max_backlog = max_backlog
+        self._backlog = Backlog(max_bytes)
+        self._behind = False
 
-    def _put(self, item: object) -> None:
-        if self._queue.qsize() >= self._max_backlog:
-            self._queue.put_nowait(_OVERFLOW)
-            self._hub.unsubscribe(self)
-            return
-        self._queue.put_nowait(item)
+    def _put(self, event_id: str, event: LiveEvent, size: int) -> None:
+        if self._behind:
+            return  # the snapshot it starts over from will hold this event
+        if not self._backlog.put(event_id, event, size):
+            self._behind = True
+            self._backlog.restart()
+
+    def _end(self) -> None:
+        self._backlog.end()
 
     async def __aiter__(self) -> AsyncIterator[tuple[str, LiveEvent]]:
+        """The events in order; ``SubscriberBehind`` when some were dropped (iterate again
+        after ``catch_up``)."""
         while True:
-            item = await self._queue.get()
-            if item is _END:
+            item = await self._backlog.take()
+            if item is END:
                 return
-            if item is _OVERFLOW:
-                raise SubscriberOverflowError("subscriber fell behind the task's events")
-            yield item  # type: ignore[misc]
+            if item is RESTART:
+                raise SubscriberBehind(self.task_id)
+            yield item
+
+    def catch_up(self) -> str:
+        """After ``SubscriberBehind``: take events again from now on. Returns the new
+        ``position``, the point a snapshot taken right now stands for."""
+        self._behind = False
+        self.position = self._hub.position(self.task_id)
+        return self.position
 
     def close(self) -> None:
         self._hub.unsubscribe(self)
@@ -137,8 +158,8 @@ class _Log:
     def id(self, n: int) -> str:
         return f"{self.token}.{n}"
 
-    def after(self, event_id: str) -> list[tuple[str, LiveEvent]] | None:
-        """The events after ``event_id``; None unless this log holds all of them."""
+    def after(self, event_id: str) -> list[tuple[str, LiveEvent, int]] | None:
+        """The events after ``event_id`` with their sizes; None unless this log holds all of them."""
         token, _, number = event_id.rpartition(".")
         if token != self.token or not number.isascii() or not number.isdigit() or len(number) > 18:
             return None
@@ -146,13 +167,13 @@ class _Log:
         first = self.events[0][0] if self.events else self.last + 1
         if not first - 1 <= n <= self.last:
             return None
-        return [(self.id(m), event) for m, event, _ in self.events if m > n]
+        return [(self.id(m), event, size) for m, event, size in self.events if m > n]
 
 
 class LiveHub:
-    def __init__(self, max_backlog: int = 10_000) -> None:
+    def __init__(self) -> None:
         self._subscribers: dict[str, list[Subscription]] = {}
-        self._max_backlog = max_backlog
+        self._subscriber_max_bytes = SUBSCRIBER_MAX_BYTES
         self._local: LocalRuns | None = None
         self._limits = ReplayLimits()
         self._logs: OrderedDict[str, _Log] = OrderedDict()  # least recently active first
@@ -163,12 +184,15 @@ class LiveHub:
         self.feed = EndpointFeed()
         """The endpoints' lifecycle events, for their operators (``live.feed``)."""
 
-    def serve(self, local: LocalRuns, limits: ReplayLimits | None = None) -> None:
-        """The runs of this replica (whose control commands this hub delivers) and the
-        bounds of the replay logs; before ``start()``."""
+    def serve(self, local: LocalRuns, limits: ReplayLimits | None = None,
+              subscriber_max_bytes: int | None = None) -> None:
+        """The runs of this replica (whose control commands this hub delivers), the
+        bounds of the replay logs and of each subscriber's backlog; before ``start()``."""
         self._local = local
         if limits is not None:
             self._limits = limits
+        if subscriber_max_bytes is not None:
+            self._subscriber_max_bytes = subscriber_max_bytes
 
     def _run(self, task_id: str) -> LocalRun | None:
         return self._local.run(task_id) if self._local is not None else None
@@ -198,19 +222,19 @@ class LiveHub:
         if missed is None or (log.ended and not missed):
             return None
         if log.ended:
-            sub = Subscription(self, task_id, self._max_backlog, last_event_id)
+            sub = Subscription(self, task_id, self._subscriber_max_bytes, last_event_id)
         else:
             sub = self._add(task_id, last_event_id)
-        for item in missed:
-            sub._queue.put_nowait(item)
+        for event_id, event, size in missed:  # as they were logged, one id each
+            sub._backlog.put(event_id, event, size, merge=False)
         if log.ended:
-            sub._queue.put_nowait(_END)  # kept its time after the end, however often resumed
+            sub._end()  # kept its time after the end, however often resumed
         else:
             self._touch(task_id, log)
         return sub
 
     def _add(self, task_id: str, position: str) -> Subscription:
-        sub = Subscription(self, task_id, self._max_backlog, position)
+        sub = Subscription(self, task_id, self._subscriber_max_bytes, position)
         self._subscribers.setdefault(task_id, []).append(sub)
         return sub
 
@@ -226,20 +250,30 @@ class LiveHub:
 
     # events -------------------------------------------------------------------------
     def publish(self, task_id: str, event: LiveEvent) -> None:
+        size = event.ByteSize()
         log = self._logs.get(task_id)
         if log is not None and not log.ended:
             run = self._run(task_id)
             if log.run is not run and log.run is not None:
                 log = self._new_log(task_id, run)
             log.run = run
-            event_id = self._append(task_id, log, event)
+            event_id = self._append(task_id, log, event, size)
         else:
             event_id = self.unlogged_id()
-        self._fan_out(task_id, event_id, event)
+        self._fan_out(task_id, event_id, event, size)
 
-    def _fan_out(self, task_id: str, event_id: str, event: LiveEvent) -> None:
-        for sub in list(self._subscribers.get(task_id, ())):
-            sub._put((event_id, event))
+    def _fan_out(self, task_id: str, event_id: str, event: LiveEvent, size: int | None = None) -> None:
+        subs = self._subscribers.get(task_id)
+        if subs:
+            size = event.ByteSize() if size is None else size
+            for sub in subs:
+                sub._put(event_id, event, size)
+
+    def position(self, task_id: str) -> str:
+        """The id of the task's latest logged event (what a snapshot taken now stands for);
+        without a log, an unlogged id."""
+        log = self._logs.get(task_id)
+        return log.id(log.last) if log is not None else self.unlogged_id()
 
     def unlogged_id(self) -> str:
         """An id for an event outside every log (a snapshot, an event read from the store):
@@ -249,7 +283,7 @@ class LiveHub:
     def end(self, task_id: str) -> None:
         """The task will publish nothing more: end every subscription (its log is kept)."""
         for sub in self._subscribers.pop(task_id, []):
-            sub._queue.put_nowait(_END)
+            sub._end()
         log = self._logs.get(task_id)
         if log is not None and not log.ended:
             log.ended, log.run = True, None
@@ -285,9 +319,8 @@ class LiveHub:
         self._log_bytes += log.size
         return log
 
-    def _append(self, task_id: str, log: _Log, event: LiveEvent) -> str:
+    def _append(self, task_id: str, log: _Log, event: LiveEvent, size: int) -> str:
         log.last += 1
-        size = event.ByteSize()
         log.events.append((log.last, event, size))
         log.size += size
         self._log_bytes += size

@@ -94,13 +94,12 @@ class PostgresLiveHub(LiveHub):
         store: Any,
         replica_id: str,
         *,
-        max_backlog: int = 10_000,
         refresh_seconds: float = 2.0,
         keepalive_seconds: float = 5.0,
         max_pending: int = 50_000,
         fetch_wait_seconds: float = 10.0,
     ) -> None:
-        super().__init__(max_backlog)
+        super().__init__()
         self._store = store
         self.replica_id = replica_id
         self.channel = replica_channel(replica_id)

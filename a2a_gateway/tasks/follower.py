@@ -7,7 +7,8 @@ deliver (new state, final artifact) is turned into an event. Events come with id
 as ``(event_id, event)``: the hub's, or for an event read from the store one outside
 every replay log (a client reconnecting with it starts from a snapshot). A follower ends at
 a terminal state, or — when asked to stop at interruptions — at the first
-input-required state written after ``after_version``.
+input-required state written after ``after_version``. A follower whose live events
+ended, or were dropped because its client fell behind, goes on from the store alone.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import AsyncIterator
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
 from a2a_gateway.tasks.events import INTERRUPTED_STATES, artifact_event, status_event
-from a2a_gateway.live.hub import LiveEvent, LiveHub
+from a2a_gateway.live.hub import LiveEvent, LiveHub, SubscriberBehind
 from a2a_gateway.stores.base import TERMINAL_STATES, Scope, Store
 
 
@@ -44,17 +45,20 @@ async def follow_task(
     seen_status = _status_key(task)
     seen_artifacts = {a.artifact_id: a.SerializeToString() for a in task.artifacts}
     live_next: asyncio.Task[tuple[str, LiveEvent]] | None = None
-    events = sub.__aiter__()
+    events: AsyncIterator[tuple[str, LiveEvent]] | None = sub.__aiter__()
     try:
         while True:
-            if live_next is None:
+            if live_next is None and events is not None:
                 live_next = asyncio.ensure_future(anext(events))
-            done, _ = await asyncio.wait({live_next}, timeout=interval)
-            if live_next in done:
+            if live_next is None:
+                await asyncio.sleep(interval)
+            else:
+                await asyncio.wait({live_next}, timeout=interval)
+            if live_next is not None and live_next.done():
                 try:
                     event_id, event = live_next.result()
-                except StopAsyncIteration:
-                    event = None
+                except (StopAsyncIteration, SubscriberBehind):
+                    event, events = None, None
                 live_next = None
                 if event is not None:
                     if isinstance(event, TaskStatusUpdateEvent):

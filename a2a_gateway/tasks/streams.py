@@ -5,7 +5,9 @@ whose task runs on another replica.
 A stream starts from a point that stands for everything before it (the Task, with the
 text streamed so far, taken together with the subscription; or, for a reconnecting
 client, its last event id) and then follows the hub — or, for a task run elsewhere,
-the follower — until the task settles. Nothing is missed or seen twice.
+the follower — until the task settles. Nothing is missed or seen twice. A client so
+slow that its subscription drops what it had pending (``SubscriberBehind``) starts over
+from a fresh starting point, taken the same way; its stream goes on.
 """
 
 from __future__ import annotations
@@ -20,10 +22,16 @@ from a2a.server.context import ServerCallContext
 from a2a.types import Message, Task, TaskStatusUpdateEvent
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 
-from a2a_gateway.live.hub import LiveEvent, Subscription
+from a2a_gateway.live.hub import LiveEvent, SubscriberBehind, Subscription
 from a2a_gateway.stores.base import TERMINAL_STATES, Scope
 from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
-from a2a_gateway.tasks.events import GATEWAY_STOPPING, INTERRUPTED_STATES, copy_task, status_event
+from a2a_gateway.tasks.events import (
+    GATEWAY_STOPPING,
+    INTERRUPTED_STATES,
+    artifact_event,
+    copy_task,
+    status_event,
+)
 from a2a_gateway.tasks.follower import follow_task
 
 StreamItem = tuple[str | None, LiveEvent | Message]
@@ -67,7 +75,7 @@ async def send_stream(engine: TaskEngine, outcome: SendOutcome) -> AsyncIterator
             yield None, run.reply  # no task: nothing to resume
             return
         yield sub.position, run.initial_task  # type: ignore[union-attr]
-        async for item in _until_settled(sub, stop_when_interrupted=True):  # type: ignore[arg-type]
+        async for item in _until_settled(engine, run.scope, sub, stop_when_interrupted=True):  # type: ignore[arg-type]
             yield item
     finally:
         if sub is not None:
@@ -99,16 +107,43 @@ async def subscribe_stream(
         # snapshot and subscription in one step: nothing is missed or seen twice
         snapshot = copy_task(run.task)  # type: ignore[union-attr]
         sub = hub.subscribe(task_id)
-        chunk = engine.text_so_far(task_id)
-        # only both together stand for the stream up to the subscription's position
-        start = [(hub.unlogged_id(), snapshot), (sub.position, chunk)] if chunk else [(sub.position, snapshot)]
+        start = _starting_point(engine, snapshot, sub.position)
     try:
         for item in start:
             yield item
-        async for item in _until_settled(sub, stop_when_interrupted=False):
+        async for item in _until_settled(engine, scope, sub, stop_when_interrupted=False):
             yield item
     finally:
         sub.close()
+
+
+def _starting_point(engine: TaskEngine, snapshot: Task, position: str) -> list[StreamItem]:
+    """The events that stand for a local run's stream up to ``position``: the Task, then
+    the text so far as one chunk (only both together: the Task lacks the streamed text)."""
+    chunk = engine.text_so_far(snapshot.id)
+    if chunk is None:
+        return [(position, snapshot)]
+    return [(engine.hub.unlogged_id(), snapshot), (position, chunk)]
+
+
+async def _start_over(engine: TaskEngine, scope: Scope, sub: Subscription) -> list[StreamItem]:
+    """A fresh starting point for a subscriber that fell behind, its first item the Task:
+    while the run goes on here, taken from it together with ``catch_up``; once it ended,
+    the final task with its artifacts and status as events (nothing more is published)."""
+    run = engine.runs.get(sub.task_id)
+    if run is not None and not run.finished:
+        return _starting_point(engine, copy_task(run.task), sub.catch_up())
+    if run is not None:
+        task = copy_task(run.task)
+    else:
+        stored = await engine.store.get_task(scope, sub.task_id)
+        if stored is None:
+            return []
+        task = stored.task
+    position, hub = sub.catch_up(), engine.hub
+    start: list[StreamItem] = [(hub.unlogged_id(), task)]
+    start += [(hub.unlogged_id(), artifact_event(task, a, last_chunk=True)) for a in task.artifacts]
+    return [*start, (position, status_event(task))]
 
 
 async def settled_elsewhere(engine: TaskEngine, outcome: SendOutcome) -> Task:
@@ -158,10 +193,23 @@ async def _until_closing(
         await items.aclose()  # type: ignore[attr-defined]
 
 
-async def _until_settled(sub: Subscription, *, stop_when_interrupted: bool) -> AsyncIterator[StreamItem]:
-    async for event_id, event in sub:
-        yield event_id, event
-        if isinstance(event, TaskStatusUpdateEvent):
-            state = event.status.state
-            if state in TERMINAL_STATES or (stop_when_interrupted and state in INTERRUPTED_STATES):
-                return
+async def _until_settled(
+    engine: TaskEngine, scope: Scope, sub: Subscription, *, stop_when_interrupted: bool
+) -> AsyncIterator[StreamItem]:
+    while True:
+        try:
+            async for event_id, event in sub:
+                yield event_id, event
+                if isinstance(event, TaskStatusUpdateEvent) and _settles(event.status.state, stop_when_interrupted):
+                    return
+            return
+        except SubscriberBehind:
+            start = await _start_over(engine, scope, sub)
+        for item in start:
+            yield item
+        if start and _settles(start[0][1].status.state, stop_when_interrupted):  # type: ignore[union-attr]
+            return
+
+
+def _settles(state: int, stop_when_interrupted: bool) -> bool:
+    return state in TERMINAL_STATES or (stop_when_interrupted and state in INTERRUPTED_STATES)

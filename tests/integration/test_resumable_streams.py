@@ -255,7 +255,10 @@ async def test_after_the_keep_time_an_ended_task_answers_as_the_spec_says(http):
         task_id, first_id = events[0].body["id"], events[0].id
         method, url, body, headers = JSONRPC_1_0.subscribe(gw, ep, task_id)
         replay = await read(http, (method, url, body, headers), JSONRPC_1_0, last_event_id=first_id)
-        assert shape(replay) == shape(events[1:])  # within the keep time: the remainder
+        # within the keep time: the remainder (as logged, where the live stream, which came
+        # faster than it was read, merged the text deltas into one chunk)
+        assert rebuilt_text(replay) == rebuilt_text(events) == "echo: short"
+        assert [e for e in shape(replay) if e[0] != "artifact"] == [e for e in shape(events[1:]) if e[0] != "artifact"]
         answer = await eventually(
             lambda: http.post(url, json=body, headers={**headers, "Last-Event-ID": first_id}),
             until=lambda r: r.headers["content-type"].startswith("application/json"),
