@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib.metadata import version
 from typing import Any
@@ -90,13 +90,30 @@ def cmd_serve(args: argparse.Namespace) -> None:
 def serve(settings: GatewaySettings, endpoints: Sequence[Endpoint] = ()) -> None:
     """Run the gateway until SIGINT or SIGTERM; ``endpoints`` are created if missing."""
     configure_logging(settings.log_level, settings.log_format)
+    new_loop, loop_name = event_loop(settings.event_loop)
     try:
-        asyncio.run(_serve(settings, endpoints))
+        with asyncio.Runner(loop_factory=new_loop) as runner:
+            runner.run(_serve(settings, endpoints, loop_name))
     except (web.GracefulExit, KeyboardInterrupt):
         pass
 
 
-async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint]) -> None:
+def event_loop(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
+    """The loop factory ``serve`` runs on and its name: uvloop when it is installed (the
+    ``speed`` extra) unless ``choice`` is ``asyncio``; ``uvloop`` insists on it."""
+    if choice != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                raise CommandError("event_loop is uvloop but uvloop is not installed "
+                                   "(pip install 'a2a-gateway[speed]')") from None
+        else:
+            return uvloop.new_event_loop, "uvloop"
+    return None, "asyncio"
+
+
+async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint], loop_name: str = "asyncio") -> None:
     app = build_app(settings, endpoints=endpoints)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.shutdown_close_seconds,
                            **server_options(settings))
@@ -126,7 +143,8 @@ async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint]) -> No
         grpc = f", gRPC on {settings.grpc_host or settings.host}:{grpc_port}" if grpc_port is not None else ""
         print(
             f"a2a-gateway {version('a2a-gateway')} listening on http://{host}:{port} "
-            f"(store {display_url(settings.store)}, {count} endpoint{'s' if count != 1 else ''}){grpc}",
+            f"(store {display_url(settings.store)}, {count} endpoint{'s' if count != 1 else ''}){grpc}"
+            f", event loop {loop_name}",
             flush=True,
         )
         await stop.wait()

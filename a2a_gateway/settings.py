@@ -128,6 +128,9 @@ class GatewaySettings(BaseSettings):
     """Bytes of events one stream may have waiting for a slow client (text deltas of one
     artifact are merged while they wait, so this bounds text, not deltas); past it the
     stream drops what waits and starts over from the task and its text so far."""
+    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+    """The event loop ``serve`` runs on: ``auto`` takes uvloop when it is installed (the
+    ``speed`` extra), ``asyncio`` the standard loop, ``uvloop`` insists on uvloop."""
     operator_keys: Annotated[list[SecretStr], NoDecode] = []
     """Gateway operator keys (``Authorization: Bearer <key>``): each the key itself or
     ``sha256:<hex digest of the key>``; comma-separated in the environment. An operator key
