@@ -65,16 +65,16 @@ class RecordingProxy:
             await response.write_eof()
             return response
 
-    def traceparents(self) -> list[TraceParent | None]:
-        """The trace context of each chat completion call."""
-        return [TraceParent.of(headers) for path, headers in self.calls
-                if path.endswith("/chat/completions")]
+    def traceparents(self, calls: str = "/chat/completions") -> list[TraceParent | None]:
+        """The trace context of each call whose path ends with ``calls``."""
+        return [TraceParent.of(headers) for path, headers in self.calls if path.endswith(calls)]
 
 
 @asynccontextmanager
-async def backend_and_receiver() -> AsyncIterator[tuple[RecordingProxy, str, OTLPReceiver, str]]:
-    llm = require_env("A2A_TEST_LLM_URL")
-    proxy, receiver = RecordingProxy(llm), OTLPReceiver()
+async def backend_and_receiver(
+    backend: str = "A2A_TEST_LLM_URL",
+) -> AsyncIterator[tuple[RecordingProxy, str, OTLPReceiver, str]]:
+    proxy, receiver = RecordingProxy(require_env(backend)), OTLPReceiver()
     async with serve_locally(proxy.app()) as proxy_url, serve_locally(receiver.app()) as receiver_url:
         yield proxy, proxy_url, receiver, receiver_url
 
@@ -201,6 +201,38 @@ async def test_a_run_that_outlives_its_request_ends_its_backend_span_exported_at
     assert proxy.traceparents() == [TraceParent(CALLER.trace_id, backend.span_id, "01", "caller=1")]
     stores = [s for s in spans if s.name.startswith("store ")]
     assert any(s.start_ns > server.end_ns for s in stores)  # the run's final write, in the trace
+
+
+@pytest.mark.hermes
+async def test_real_hermes_gets_the_span_of_each_call_in_the_callers_trace(tmp_path):
+    require_env("A2A_TEST_HERMES_KEY")
+    async with backend_and_receiver("A2A_TEST_HERMES_URL") as (proxy, proxy_url, receiver, receiver_url):
+        added = run_cli("endpoints", "add", "--name", "traced hermes", "--handler",
+                        "handlers.hermes:HermesAgentHandler", "--set", f"hermes_api_url={proxy_url}",
+                        "--set", "hermes_api_key=env:A2A_TEST_HERMES_KEY", "--public", cwd=tmp_path)
+        assert added.returncode == 0, added.stderr
+        endpoint = added.stdout.strip().splitlines()[-1]
+        text = f"hello hermes {uuid.uuid4().hex[:10]}"
+        async with serving("serve", cwd=tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=receiver_url,
+                           **EXPORT_ENV) as listening, httpx.AsyncClient(timeout=120) as http:
+            async with http.stream("POST", f"{listening[1]}/{endpoint}/a2a", headers={
+                    **V10, **CALLER.headers()}, json=send_body(text, method="SendStreamingMessage")) as streamed:
+                events = [line async for line in streamed.aiter_lines() if line.startswith("data:")]
+            called = [TraceParent.of(h) for path, h in proxy.calls if path.startswith("/v1/runs")]
+            spans = await receiver.wait_for(
+                CALLER.trace_id, what="a backend span per Hermes call and the server span",
+                until=lambda found: len([s for s in found if s.name.startswith("POST") or
+                                         s.name.startswith("GET")]) == len(called)
+                and any(s.kind == SERVER for s in found))
+    assert streamed.status_code == 200 and "TASK_STATE_COMPLETED" in events[-1]
+    [server] = [s for s in spans if s.kind == SERVER]
+    backends = {s.span_id: s for s in spans if s.attributes.get("a2a_gateway.backend") == "Hermes"}
+    assert len(called) >= 2  # the run, then its events
+    assert all(c is not None and c.trace_id == CALLER.trace_id for c in called)
+    assert sorted(c.span_id for c in called) == sorted(backends)  # each call names its own span
+    assert all(s.parent_id == server.span_id and s.end_ns > 0 for s in backends.values())
+    shown = repr(spans)
+    assert os.environ["A2A_TEST_HERMES_KEY"] not in shown and text not in shown
 
 
 async def test_without_export_the_backend_still_gets_the_request_trace():
