@@ -395,6 +395,7 @@ class TaskRun:
             )
             TASKS_STARTED.inc()
             self.created.set()
+            self._publish_status()
             await self._save_push_config()
             return
         self._set_status(TASK_STATE_WORKING)

@@ -34,6 +34,7 @@ from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from handlers.base import HandlerEvent, HandlerRequest
 from handlers.echo import EchoHandler
 from tests.waiting import eventually
+from tests.webhooks import webhook_receiver
 
 FUNCTION = "a2a-gateway-worker"
 TIMINGS = {"remote_poll_seconds": 0.1, "lease_seconds": 30.0}
@@ -328,3 +329,19 @@ async def test_a_task_handed_over_at_once_is_followed_by_subscribe_and_get(kind:
     assert followed[0].HasField("task") and followed[-1].status_update.status.state == COMPLETED
     assert list(reconstruct(followed).values()) == [f"echo: {text}"]
     assert final.status.state == COMPLETED and replies(final) == [f"echo: {text}"]
+
+
+async def test_the_worker_sends_the_push_notifications_of_an_inline_config(kind: str, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch):
+    async with deployment(kind, tmp_path, monkeypatch) as d, webhook_receiver() as hooks:
+        push = {"url": hooks.url("/hook"), "token": "t-1"}
+        async with httpx.AsyncClient(timeout=60) as http:
+            response = await http.post(d.api.jsonrpc_url(d.endpoint_id), json=send_body("notify me", push=push),
+                                       headers={"A2A-Version": "1.0"})
+        task = response.json()["result"]["task"]
+        await hooks.wait_for("/hook", count=2)
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    states = [body.get("task", body.get("statusUpdate", {})).get("status", {}).get("state")
+              for _, body in hooks.posts_to("/hook")]
+    assert states[0] == "TASK_STATE_SUBMITTED" and states[-1] == "TASK_STATE_COMPLETED"
+    assert all(headers["X-A2A-Notification-Token"] == "t-1" for headers, _ in hooks.posts_to("/hook"))
