@@ -4,10 +4,12 @@ settings check, and the engine recording tasks for workers and running them as a
 from __future__ import annotations
 
 import asyncio
+import time
 
 import orjson
 import pytest
-from a2a.types.a2a_pb2 import TASK_STATE_COMPLETED, TASK_STATE_INPUT_REQUIRED
+from a2a.types import Task
+from a2a.types.a2a_pb2 import TASK_STATE_COMPLETED, TASK_STATE_INPUT_REQUIRED, TASK_STATE_WORKING
 from pydantic import ValidationError
 
 from a2a_gateway.registry import EndpointRuntime
@@ -131,3 +133,21 @@ async def test_an_answer_dispatched_while_the_asking_run_ends_is_not_overwritten
     assert await asyncio.wait_for(worker.run_dispatched(registry, dispatcher.refs[1]), 10) == "ran"
     done = await store.get_task(SCOPE, first.task.id)
     assert done.task.status.state == TASK_STATE_COMPLETED and len(handler.requests) == 2
+
+
+async def test_a_sweep_drives_the_runs_it_reattached_to_their_end():
+    store = MemoryStore()
+    worker, _ = dispatching(store, "worker")
+    handler = Scripted(lambda r: [TextDelta("back "), "wait", Completed(text="back again")])
+    handler.gate.clear()
+    task = Task(id="t-lost", context_id="c-1")
+    task.status.state = TASK_STATE_WORKING
+    task.history.append(user_message("go", "t-lost", "c-1"))
+    await store.create_task(SCOPE, task, run_ref="backend-run-1", owner="gone", lease_until=time.time() - 1)
+    sweeping = asyncio.create_task(worker.sweep(OneRuntime(runtime_of(handler))))
+    await eventually(lambda: handler.requests, what="the run re-attached")
+    assert not sweeping.done()  # a worker's invocation lasts as long as the run it took over
+    handler.gate.set()
+    await asyncio.wait_for(sweeping, 10)
+    stored = await store.get_task(SCOPE, "t-lost")
+    assert stored.task.status.state == TASK_STATE_COMPLETED and handler.requests[0].run_ref == "backend-run-1"
