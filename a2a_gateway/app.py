@@ -176,7 +176,7 @@ def build_app(
                 await client.aclose()
             if store is None:
                 await opened.aclose()
-            await tracing.flush()
+            await tracing.shutdown()
 
     app[OPEN_STREAMS] = set()
     app[BODY_BUDGET] = BodyBudget(settings.max_inflight_body_bytes)

@@ -169,10 +169,14 @@ def configure() -> None:
              or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
 
-async def flush() -> None:
-    """Export the spans ended so far (at shutdown: a run's backend span may have just ended)."""
-    if _exporter is not None:
-        await asyncio.to_thread(_exporter.provider.force_flush)
+async def shutdown() -> None:
+    """Export the spans not exported yet and stop exporting (the gateway stops: a run's backend
+    span may have just ended). A collector that does not answer is given
+    ``OTEL_EXPORTER_OTLP_TIMEOUT`` (default 10 s); a later ``configure`` exports afresh."""
+    global _exporter
+    exporter, _exporter = _exporter, None
+    if exporter is not None:
+        await asyncio.to_thread(exporter.provider.shutdown)
 
 
 class _Exporter:
