@@ -138,10 +138,11 @@ class BackendCall:
             self._span = None
 
 
-def backend_call(backend: str, method: str, url: str) -> BackendCall:
-    """The trace of one call to ``backend``: a child of the current request's (or run's)."""
+def backend_call(backend: str, method: str, url: str, inbound: Mapping[str, str]) -> BackendCall:
+    """The trace of one call to ``backend``: a child of the current request's (or run's), else
+    of the ``inbound`` trace context (a call outside a request of the HTTP bindings)."""
     if _exporter is not None:
-        return _exporter.backend_call(backend, method, url)
+        return _exporter.backend_call(backend, method, url, inbound)
     context = _REQUEST.get()
     return BackendCall(context.headers() if context is not None else {})
 
@@ -248,10 +249,13 @@ class _Exporter:
         finally:
             span.end()
 
-    def backend_call(self, backend: str, method: str, url: str) -> BackendCall:
-        address = urlsplit(url)
+    def backend_call(self, backend: str, method: str, url: str, inbound: Mapping[str, str]) -> BackendCall:
+        address, parent = urlsplit(url), None
+        if not self._trace.get_current_span().get_span_context().is_valid:
+            given = TraceParent.of(inbound)
+            parent = self._propagator.extract(given.headers()) if given is not None else None
         span = self._tracer.start_span(
-            f"{method} {address.hostname or ''}".strip(), kind=self._trace.SpanKind.CLIENT,
+            f"{method} {address.hostname or ''}".strip(), context=parent, kind=self._trace.SpanKind.CLIENT,
             attributes={"http.request.method": method, "server.address": address.hostname or "",
                         "server.port": address.port or (443 if address.scheme == "https" else 80),
                         "a2a_gateway.backend": backend},

@@ -61,7 +61,8 @@ class TracedCall(Protocol):
 
 
 class CallTracer(Protocol):
-    def __call__(self, backend: str, method: str, url: str) -> TracedCall: ...
+    def __call__(self, backend: str, method: str, url: str, inbound: Mapping[str, str]) -> TracedCall:
+        """``inbound``: the headers the call would send (the caller's trace context among them)."""
 
 
 _tracer: CallTracer | None = None
@@ -306,6 +307,19 @@ def transport_error_reason(backend: str, url: str, exc: BaseException, timeout: 
     return f"connection to {backend} failed ({type(exc).__name__})"
 
 
+def backend_client(max_connections: int, max_keepalive_connections: int,
+                   keepalive_seconds: float) -> httpx.AsyncClient:
+    """The HTTP client the bridges share (the gateway opens and closes it): room for
+    ``max_connections`` backend calls at once (a stream holds its connection for the whole
+    run), ``max_keepalive_connections`` idle ones kept ``keepalive_seconds`` for reuse."""
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(30.0, read=None),
+        limits=httpx.Limits(max_connections=max_connections,
+                            max_keepalive_connections=max_keepalive_connections,
+                            keepalive_expiry=keepalive_seconds),
+    )
+
+
 def make_timeout(seconds: float) -> httpx.Timeout:
     """``seconds`` bounds each read (silence), write and pool wait; connect ≤ 10 s."""
     return httpx.Timeout(seconds, connect=min(10.0, seconds))
@@ -403,7 +417,7 @@ class UpstreamCall:
     def _start_trace(self) -> None:
         if _tracer is None:
             return
-        self._trace = _tracer(self.backend, self.method, self.url)
+        self._trace = _tracer(self.backend, self.method, self.url, self.headers)
         if self._trace.headers:
             for name in TRACE_HEADERS:
                 self.headers.pop(name, None)

@@ -24,11 +24,13 @@ import pytest
 import structlog
 from aiohttp import web
 
+from a2a_gateway import tracing
 from a2a_gateway.tracing import TraceParent
+from handlers.upstream import NO_RETRY, Upstream
 from tests.cli_process import ROOT, cli_env, run_cli, serving
 from tests.harness import require_env, running_gateway
 from tests.local_server import serve_locally
-from tests.messages import rpc, send_body
+from tests.messages import handler_request, rpc, send_body
 from tests.otlp_receiver import CLIENT, SERVER, OTLPReceiver
 from tests.waiting import eventually
 
@@ -233,6 +235,26 @@ async def test_real_hermes_gets_the_span_of_each_call_in_the_callers_trace(tmp_p
     assert all(s.parent_id == server.span_id and s.end_ns > 0 for s in backends.values())
     shown = repr(spans)
     assert os.environ["A2A_TEST_HERMES_KEY"] not in shown and text not in shown
+
+
+async def test_a_backend_call_outside_an_http_request_continues_the_trace_it_carries(monkeypatch):
+    """A call made outside the HTTP bindings' requests (the gRPC binding's, a run re-attached
+    by the lease loop) has no current span: its span's parent is the caller's trace context."""
+    async with backend_and_receiver() as (proxy, proxy_url, receiver, receiver_url):
+        for name, value in {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver_url, **EXPORT_ENV}.items():
+            monkeypatch.setenv(name, value)
+        tracing.configure()
+        try:
+            async with httpx.AsyncClient(timeout=60) as http:
+                chat = Upstream(http, "the chat backend", proxy_url, {}, 60, NO_RETRY)
+                await chat.json("POST", "/v1/chat/completions", {
+                    "model": "fake-model", "messages": [{"role": "user", "content": "hi"}]},
+                    request=handler_request(headers=CALLER.headers()))
+        finally:
+            await tracing.shutdown()  # exports the span
+    [backend] = receiver.of_trace(CALLER.trace_id)
+    assert backend.parent_id == CALLER.span_id and backend.kind == CLIENT
+    assert proxy.traceparents() == [TraceParent(CALLER.trace_id, backend.span_id, "01", "caller=1")]
 
 
 async def test_without_export_the_backend_still_gets_the_request_trace():
