@@ -155,7 +155,8 @@ def export_configured(env: Mapping[str, str]) -> bool:
 
 
 def configure() -> None:
-    """Continue traces to backends; export spans when ``export_configured`` (once per process)."""
+    """Continue traces to backends; export spans when ``export_configured`` (one exporter
+    per process, until ``shutdown``)."""
     global _exporter
     upstream.trace_calls(backend_call)
     if _exporter is not None or not export_configured(os.environ):
