@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from a2a_gateway.app import ENDPOINT_COUNT, ENDPOINTS_FILE, build_app, server_options
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.card_signing import CardSigningKeyError
+from a2a_gateway.tasks.dispatch import DispatchSetupError
 from a2a_gateway.endpoints_file import EndpointsFileError, endpoint_row, export
 from a2a_gateway.logs import configure_logging, looks_secret, mask_credentials
 from a2a_gateway.auth.callers import needed
@@ -498,7 +499,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args.func(args)
     except (CommandError, StoreError, UnknownStoreError, ValidationError, CardSigningKeyError,
-            EndpointsFileError, SecretSettingsError) as exc:
+            EndpointsFileError, SecretSettingsError, DispatchSetupError) as exc:
         sys.exit(f"a2a-gateway: {_one_line(exc)}")
 
 

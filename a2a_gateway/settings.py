@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from handlers.base import HandlerSettings
@@ -188,7 +188,7 @@ class GatewaySettings(BaseSettings):
     """Who runs a new task: this instance (``in_process``) or a worker Lambda invoked
     asynchronously with the task's ids (``lambda``: this instance records the task, the worker
     claims and runs it, clients follow it through the store)."""
-    dispatch_function: str | None = None
+    dispatch_function: str | None = Field(None, validate_default=True)
     """Name or ARN of the worker Lambda (needed with ``dispatch = "lambda"``)."""
     dispatch_endpoint_url: str | None = None
     """Lambda API endpoint to invoke the worker at instead of AWS's (e.g. a local invoke endpoint)."""
@@ -282,11 +282,12 @@ class GatewaySettings(BaseSettings):
                              "grpc_allow_plaintext = true to serve gRPC without TLS")
         return self
 
-    @model_validator(mode="after")
-    def _dispatch_target(self) -> GatewaySettings:
-        if self.dispatch == "lambda" and not self.dispatch_function:
-            raise ValueError('dispatch = "lambda" needs dispatch_function (the worker Lambda\'s name or ARN)')
-        return self
+    @field_validator("dispatch_function")
+    @classmethod
+    def _dispatch_target(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("dispatch") == "lambda" and not value:
+            raise ValueError('dispatch = "lambda" needs the worker Lambda\'s name or ARN')
+        return value
 
 
 def load_settings(config_file: str | None = None, **overrides: Any) -> GatewaySettings:

@@ -60,6 +60,10 @@ class DispatchError(GatewayError):
         return {"Retry-After": "1"}
 
 
+class DispatchSetupError(ValueError):
+    """Dispatch mode cannot start as configured (startup stops with the reason)."""
+
+
 class BadEventError(ValueError):
     """A worker event that is neither a task reference nor a sweep."""
 
@@ -122,15 +126,23 @@ class LambdaDispatcher:
 
     def __init__(self, function: str, *, endpoint_url: str | None = None, region: str | None = None,
                  timeout: float = 10.0) -> None:
-        import boto3  # the dynamodb extra: only dispatch mode needs it
-        from botocore.config import Config
-
+        try:
+            import boto3  # the dynamodb extra: only dispatch mode needs it
+            from botocore.config import Config
+            from botocore.exceptions import NoRegionError
+        except ImportError:
+            raise DispatchSetupError('dispatch = "lambda" needs boto3: install a2a-gateway[dynamodb]') from None
         self._function = function
-        self._client = boto3.client(
-            "lambda", endpoint_url=endpoint_url, region_name=region,
-            config=Config(connect_timeout=timeout, read_timeout=timeout,
-                          retries={"mode": "standard", "max_attempts": 3}),
-        )
+        try:
+            self._client = boto3.client(
+                "lambda", endpoint_url=endpoint_url, region_name=region,
+                config=Config(connect_timeout=timeout, read_timeout=timeout,
+                              retries={"mode": "standard", "max_attempts": 3}),
+            )
+        except NoRegionError:
+            raise DispatchSetupError(
+                'dispatch = "lambda" needs a region: set dispatch_region (or AWS_REGION)'
+            ) from None
 
     async def dispatch(self, ref: TaskRef) -> None:
         try:

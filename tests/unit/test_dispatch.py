@@ -16,7 +16,9 @@ from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Scope, StoredTask
 from a2a_gateway.stores.memory import MemoryStore
-from a2a_gateway.tasks.dispatch import DISPATCHED, BadEventError, TaskRef, parse_event
+from a2a_gateway.tasks.dispatch import (
+    DISPATCHED, BadEventError, DispatchSetupError, LambdaDispatcher, TaskRef, parse_event,
+)
 from a2a_gateway.tasks.engine import TaskEngine
 from handlers.base import Completed, InputRequired, TextDelta
 from tests.unit.test_task_engine import SCOPE, Scripted, make_engine, runtime_of, user_message
@@ -151,3 +153,12 @@ async def test_a_sweep_drives_the_runs_it_reattached_to_their_end():
     await asyncio.wait_for(sweeping, 10)
     stored = await store.get_task(SCOPE, "t-lost")
     assert stored.task.status.state == TASK_STATE_COMPLETED and handler.requests[0].run_ref == "backend-run-1"
+
+
+def test_lambda_dispatch_without_a_region_stops_startup_with_the_setting_to_set(monkeypatch, tmp_path):
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    with pytest.raises(DispatchSetupError, match="set dispatch_region"):
+        LambdaDispatcher("worker")
+    assert LambdaDispatcher("worker", region="eu-west-1") is not None
