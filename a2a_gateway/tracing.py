@@ -139,8 +139,9 @@ class BackendCall:
 
 
 def backend_call(backend: str, method: str, url: str, inbound: Mapping[str, str]) -> BackendCall:
-    """The trace of one call to ``backend``: a child of the current request's (or run's), else
-    of the ``inbound`` trace context (a call outside a request of the HTTP bindings)."""
+    """The trace of one call to ``backend``: a child of the current request's span (or run's),
+    else of the request's trace context without a span (the gRPC binding), else of the
+    ``inbound`` one (a run re-attached by the lease loop)."""
     if _exporter is not None:
         return _exporter.backend_call(backend, method, url, inbound)
     context = _REQUEST.get()
@@ -253,7 +254,7 @@ class _Exporter:
     def backend_call(self, backend: str, method: str, url: str, inbound: Mapping[str, str]) -> BackendCall:
         address, parent = urlsplit(url), None
         if not self._trace.get_current_span().get_span_context().is_valid:
-            given = TraceParent.of(inbound)
+            given = _REQUEST.get() or TraceParent.of(inbound)
             parent = self._propagator.extract(given.headers()) if given is not None else None
         span = self._tracer.start_span(
             f"{method} {address.hostname or ''}".strip(), context=parent, kind=self._trace.SpanKind.CLIENT,

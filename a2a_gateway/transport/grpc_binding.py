@@ -61,6 +61,7 @@ from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.stores.base import StoreUnavailableError
 from a2a_gateway.tasks.request_handler import GatewayRequestHandler
+from a2a_gateway.tracing import start_request
 from a2a_gateway.transport.limits import check_request_limits
 from a2a_gateway.transport.negotiate import V10, activated_extensions, parse_version
 from a2a_gateway.transport.required_fields import validate_required_fields
@@ -215,6 +216,8 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         runtime = await gateway.registry.get(endpoint_id)
         structlog.contextvars.bind_contextvars(endpoint_id=endpoint_id)
         headers = metadata_headers(context)
+        trace = start_request("POST", "", headers, span=False)  # no server span here (yet)
+        structlog.contextvars.bind_contextvars(trace_id=trace.trace_id)
         PEER.set(peer_address(context))
         user = await gateway.auth.caller(headers, runtime)
         if parse_version(headers.get("A2A-Version", "").strip(), empty_means=V10) != V10:

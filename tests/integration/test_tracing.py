@@ -19,9 +19,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 import structlog
+from a2a.types import a2a_pb2_grpc
 from aiohttp import web
 
 from a2a_gateway import tracing
@@ -30,7 +32,7 @@ from handlers.upstream import NO_RETRY, Upstream
 from tests.cli_process import ROOT, cli_env, run_cli, serving
 from tests.harness import require_env, running_gateway
 from tests.local_server import serve_locally
-from tests.messages import handler_request, rpc, send_body
+from tests.messages import handler_request, rpc, send_body, send_request
 from tests.otlp_receiver import CLIENT, SERVER, OTLPReceiver
 from tests.waiting import eventually
 
@@ -255,6 +257,35 @@ async def test_a_backend_call_outside_an_http_request_continues_the_trace_it_car
     [backend] = receiver.of_trace(CALLER.trace_id)
     assert backend.parent_id == CALLER.span_id and backend.kind == CLIENT
     assert proxy.traceparents() == [TraceParent(CALLER.trace_id, backend.span_id, "01", "caller=1")]
+
+
+@pytest.mark.parametrize("export", [False, True], ids=["no-export", "export"])
+async def test_a_grpc_call_has_a_trace_in_its_log_line_and_the_backend_continues_it(export, monkeypatch):
+    async with backend_and_receiver() as (proxy, proxy_url, receiver, receiver_url):
+        if export:
+            for name, value in {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver_url, **EXPORT_ENV}.items():
+                monkeypatch.setenv(name, value)
+        with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+            async with running_gateway(grpc=True) as gw, grpc.aio.insecure_channel(
+                    f"127.0.0.1:{gw.gateway.grpc_port}") as channel:
+                ep = await gw.add_endpoint("handlers.openai_chat:OpenAIChatHandler", settings={
+                    "base_url": f"{proxy_url}/v1", "api_key": BACKEND_KEY, "model": "fake-model"})
+                stub = a2a_pb2_grpc.A2AServiceStub(channel)
+                for metadata in ((), tuple(CALLER.headers().items())):
+                    request = send_request("over grpc")
+                    request.tenant = ep
+                    await stub.SendMessage(request, metadata=(("a2a-version", "1.0"), *metadata))
+        # leaving the gateway exported its spans
+    new, passed = proxy.traceparents()
+    logged = [e["trace_id"] for e in logs if e["event"] == "grpc_request"]
+    assert new is not None and logged == [new.trace_id, CALLER.trace_id] and new.trace_id != CALLER.trace_id
+    if not export:
+        assert passed == CALLER
+        return
+    for sent in (new, passed):
+        [backend] = receiver.of_trace(sent.trace_id)
+        assert backend.span_id == sent.span_id and backend.kind == CLIENT
+    assert receiver.of_trace(CALLER.trace_id)[0].parent_id == CALLER.span_id
 
 
 async def test_without_export_the_backend_still_gets_the_request_trace():
