@@ -27,12 +27,13 @@ from aiohttp import web
 
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.tasks.dispatch import NOT_CLAIMED, NOT_DISPATCHED, SWEEP_EVENT
+from handlers.base import HandlerEvent, HandlerRequest
+from handlers.echo import EchoHandler
 from tests.harness import RunningGateway, collect, reconstruct, running_gateway
+from tests.local_server import serve_locally
 from tests.messages import send_body, send_request
 from tests.stores import dynamo_support
 from tests.stores.store_urls import STORE_KINDS, fresh_store_url
-from handlers.base import HandlerEvent, HandlerRequest
-from handlers.echo import EchoHandler
 from tests.waiting import eventually
 from tests.webhooks import webhook_receiver
 
@@ -120,33 +121,24 @@ class Deployment:
 @asynccontextmanager
 async def deployment(kind: str, directory: Path, monkeypatch: pytest.MonkeyPatch,
                      **settings: Any) -> AsyncIterator[Deployment]:
-    """An API gateway and a worker gateway on one fresh store of ``kind``, and the invoke
-    endpoint between them; an echo endpoint that spends ``delay`` seconds per word."""
+    """An API gateway and a worker gateway on one fresh store of ``kind``, the invoke
+    endpoint between them, and a ``CountingEcho`` endpoint (0.05 s per word)."""
     dynamo_support.use_moto_credentials(monkeypatch)  # boto3's Lambda client signs with these
     invoke = InvokeEndpoint()
-    runner = web.AppRunner(invoke.app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    invoke_url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-    options = {**TIMINGS, **settings}
-    try:
-        async with fresh_store_url(kind, directory, monkeypatch) as url:
-            async with running_gateway(
-                url, replica_id="gw-api", handler_allowlist=["handlers.", "tests."], dispatch="lambda", dispatch_function=FUNCTION,
-                dispatch_endpoint_url=invoke_url, dispatch_region="us-east-1", **options,
-            ) as api:
-                shared = api.store if kind == "memory" else None
-                async with running_gateway(url, store=shared, replica_id="gw-worker", worker=True,
-                                           handler_allowlist=["handlers.", "tests."], **options) as worker:
-                    invoke.worker_url = worker.base_url
-                    endpoint_id = await api.add_endpoint(f"{__name__}:CountingEcho", settings={"delay": 0.05})
-                    try:
-                        yield Deployment(api, worker, invoke, endpoint_id)
-                    finally:
-                        await invoke.settled()
-    finally:
-        await runner.cleanup()
+    options = {**TIMINGS, "handler_allowlist": ["handlers.", "tests."], **settings}
+    async with serve_locally(invoke.app()) as invoke_url, fresh_store_url(kind, directory, monkeypatch) as url:
+        async with running_gateway(url, replica_id="gw-api", dispatch="lambda", dispatch_function=FUNCTION,
+                                   dispatch_endpoint_url=invoke_url, dispatch_region="us-east-1",
+                                   **options) as api:
+            shared = api.store if kind == "memory" else None
+            async with running_gateway(url, store=shared, replica_id="gw-worker", worker=True,
+                                       **options) as worker:
+                invoke.worker_url = worker.base_url
+                endpoint_id = await api.add_endpoint(f"{__name__}:CountingEcho", settings={"delay": 0.05})
+                try:
+                    yield Deployment(api, worker, invoke, endpoint_id)
+                finally:
+                    await invoke.settled()
 
 
 @pytest.fixture(params=STORE_KINDS)
@@ -177,7 +169,8 @@ async def test_blocking_send_is_run_by_the_worker(kind: str, tmp_path: Path, mon
         # while it runs, the worker owns the task and the API instance runs nothing
         invoked = await eventually(lambda: d.invoke.invocations, what="the worker was invoked")
         task_id = invoked[0]["payload"]["task_id"]
-        running = await eventually(lambda: d.api.store.get_task(d.scope, task_id), until=lambda s: s is not None and s.owner == "gw-worker",
+        running = await eventually(lambda: d.api.store.get_task(d.scope, task_id),
+                                   until=lambda s: s is not None and s.owner == "gw-worker",
                                    what="the worker claimed the task")
         assert task_id in d.worker.gateway.engine.runs and not d.api.gateway.engine.runs
         assert running.task.status.state == TaskState.TASK_STATE_WORKING
@@ -190,7 +183,6 @@ async def test_blocking_send_is_run_by_the_worker(kind: str, tmp_path: Path, mon
         "principal": "anonymous", "task_id": task_id,
     }}]
     assert d.invoke.outcomes == [{"status": 200, "outcome": "ran"}]
-
 
 
 async def test_the_worker_route_refuses_what_is_no_gateway_event_and_exists_only_on_workers():
@@ -290,7 +282,8 @@ async def test_a_task_no_worker_claims_is_failed_by_the_sweep(kind: str, tmp_pat
         async with httpx.AsyncClient(timeout=60) as http:
             early = await http.post(f"{d.worker.base_url}/events", content=orjson.dumps(SWEEP_EVENT))
             assert early.json() == {"outcome": "swept"}
-            assert (await d.api.store.get_task(d.scope, task_id)).task.status.state == TaskState.TASK_STATE_SUBMITTED
+            still = await d.api.store.get_task(d.scope, task_id)
+            assert still.task.status.state == TaskState.TASK_STATE_SUBMITTED  # its claim is still on
             await eventually(lambda: d.api.store.get_task(d.scope, task_id),
                              until=lambda s: (s.lease_until or 0) < time.time(), what="the claim ran out")
             swept = await http.post(f"{d.worker.base_url}/events", content=orjson.dumps(SWEEP_EVENT))
@@ -336,8 +329,8 @@ async def test_the_worker_sends_the_push_notifications_of_an_inline_config(kind:
     async with deployment(kind, tmp_path, monkeypatch) as d, webhook_receiver() as hooks:
         push = {"url": hooks.url("/hook"), "token": "t-1"}
         async with httpx.AsyncClient(timeout=60) as http:
-            response = await http.post(d.api.jsonrpc_url(d.endpoint_id), json=send_body("notify me", push=push),
-                                       headers={"A2A-Version": "1.0"})
+            response = await http.post(d.api.jsonrpc_url(d.endpoint_id),
+                                       json=send_body("notify me", push=push), headers={"A2A-Version": "1.0"})
         task = response.json()["result"]["task"]
         await hooks.wait_for("/hook", count=2)
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
