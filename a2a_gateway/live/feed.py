@@ -20,8 +20,9 @@ endpoint and by bytes over all endpoints (least recently active dropped first).
 that falls behind is dropped (its stream ends; it reconnects with its last id).
 
 **Across replicas.** A ``FeedRelay`` (PostgreSQL: ``live.postgres`` wires one) carries each
-local event to the other replicas, which deliver it to their own subscribers. Without one
-(memory, SQLite, DynamoDB in one process) the feed is this process's.
+local event to the other replicas, which deliver it to their own subscribers; when it may
+have missed some it calls ``start_over`` (every client then reconnects to a snapshot, never
+to a gap). Without one (memory, SQLite, DynamoDB) the feed shows this process's tasks.
 """
 
 from __future__ import annotations
@@ -329,6 +330,13 @@ class EndpointFeed:
             for sub in subs:
                 sub._push(_END)
         self._subscribers.clear()
+
+    def start_over(self) -> None:
+        """Events may have been missed (the relay lost its connection or dropped some): end
+        every subscription and drop every log, so each client reconnects to a snapshot."""
+        self.close_all()
+        self._logs.clear()
+        self._log_bytes = 0
 
     # logs ---------------------------------------------------------------------------
     def _open_log(self, endpoint_id: str) -> _Log | None:

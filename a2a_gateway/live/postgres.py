@@ -359,6 +359,8 @@ class PostgresLiveHub(LiveHub):
         await conn.add_listener(WATCH_CHANNEL, self._on_notify)
         await conn.add_listener(FEED_CHANNEL, self.feed_relay.on_notify)
         self._listening.set()
+        if self.stats["connects"]:
+            self.feed.start_over()  # feed events may have been missed while not listening
         if self.stats["connects"] or self._interest:
             # events may have been missed: ask the owners again, with a snapshot
             remote = [t for t in self._interest if self._runs_elsewhere(t)]

@@ -12,7 +12,9 @@ replay log for; the others cost a JSON parse each.
 once it holds that version (waiting up to ``fetch_wait_seconds``) and rebuilds the event
 from it. Received messages are handled one at a time in arrival order (a reference waits
 for its read, the messages behind it wait too), in a bounded inbox (beyond ``max_pending``
-messages are dropped and counted).
+messages are dropped and counted, and the feed starts over: its clients reconnect to a
+snapshot). When the LISTEN connection was lost (events may have been missed meanwhile) the
+live hub makes the feed start over the same way once it listens again.
 """
 
 from __future__ import annotations
@@ -81,7 +83,9 @@ class PostgresFeedRelay:
             return
         self.stats["received"] += 1
         if len(self._inbox) >= self._max_pending:
-            self.stats["dropped"] += 1
+            self.stats["dropped"] += len(self._inbox) + 1
+            self._inbox.clear()
+            self._feed.start_over()  # its clients would miss events: they start from a snapshot
             return
         self._inbox.append(message)
         self._wake.set()

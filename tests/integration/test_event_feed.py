@@ -325,3 +325,32 @@ async def test_an_open_feed_does_not_hold_up_a_graceful_shutdown():
         async with httpx.AsyncClient() as http:
             refused = await http.get(feed_url(gw, endpoint_id), headers=AS_OPERATOR)
         assert refused.status_code == 503
+
+
+async def test_a_replica_that_lost_its_listener_starts_its_feed_clients_over_from_a_snapshot(postgres_dsn):
+    import asyncpg
+
+    async with fresh_database() as url, \
+            running_gateway(url, replica_id="a", operator_keys=[OPERATOR_KEY]) as a, \
+            running_gateway(url, replica_id="b", operator_keys=[OPERATOR_KEY]) as b:
+        endpoint_id = await a.add_endpoint(settings={"delay": 0})
+        async with a.client(endpoint_id, streaming=False) as client:
+            waiting = [e async for e in client.send_message(send_request("wait ?input"))][-1].task
+        async with FeedReader(feed_url(b, endpoint_id), AS_OPERATOR) as feed:
+            await eventually(lambda: feed.events, what="the snapshot")
+            connects = b.gateway.hub.stats["connects"]
+            admin = await asyncpg.connect(postgres_dsn)
+            try:  # every connection of the test database: both replicas' listeners among them
+                await admin.fetchval("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                                     " WHERE datname = $1 AND pid <> pg_backend_pid()", url.rsplit("/", 1)[-1])
+            finally:
+                await admin.close()
+            await eventually(lambda: b.gateway.hub.stats["connects"] > connects, what="B listening again")
+            await eventually(feed._task.done, what="the feed's end on B")
+            last = feed.events[-1]["id"]
+        async with FeedReader(feed_url(b, endpoint_id), {**AS_OPERATOR, "Last-Event-ID": last}) as again:
+            await eventually(lambda: again.events, what="the new snapshot")
+            assert again.events[0]["kind"] == "snapshot"
+            assert [t["taskId"] for t in again.events[0]["tasks"]] == [waiting.id]
+            task_id = await streamed_task(a, endpoint_id, "after the reconnect")
+            await again.until_state(task_id, DONE)
