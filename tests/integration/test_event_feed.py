@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import socket
 import time
 import uuid
@@ -14,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import jwt
 import orjson
@@ -25,9 +27,10 @@ from httpx_sse import aconnect_sse
 from structlog.testing import capture_logs
 
 from a2a_gateway.auth.api_keys import make_key
+from a2a_gateway.shutdown import drain
 from tests.harness import RunningGateway, running_gateway
 from tests.messages import send_request
-from tests.stores.pg_support import fresh_database
+from tests.stores.pg_support import admin_dsn, fresh_database
 from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.waiting import eventually
 
@@ -198,8 +201,6 @@ async def test_feed_of_a_second_replica_shows_tasks_run_on_the_first(postgres_ds
 
 @pytest.fixture
 def postgres_dsn() -> str:
-    from tests.stores.pg_support import admin_dsn
-
     return admin_dsn()
 
 
@@ -269,8 +270,6 @@ async def test_only_operators_of_that_endpoint_may_watch_it():
 
 
 async def test_operator_keys_given_as_digests_work_and_a_short_key_stops_startup():
-    import hashlib
-
     digest = "sha256:" + hashlib.sha256(OPERATOR_KEY.encode()).hexdigest()
     async with running_gateway(operator_keys=[digest]) as gw:
         endpoint_id = await gw.add_endpoint(settings={"delay": 0})
@@ -313,8 +312,6 @@ async def test_a_feed_client_that_stops_reading_is_dropped_and_the_others_go_on(
 
 
 async def test_an_open_feed_does_not_hold_up_a_graceful_shutdown():
-    from a2a_gateway.shutdown import drain
-
     async with running_gateway(operator_keys=[OPERATOR_KEY], shutdown_grace_seconds=300) as gw:
         endpoint_id = await gw.add_endpoint(settings={"delay": 0})
         async with FeedReader(feed_url(gw, endpoint_id), AS_OPERATOR) as feed:
@@ -328,8 +325,6 @@ async def test_an_open_feed_does_not_hold_up_a_graceful_shutdown():
 
 
 async def test_a_replica_that_lost_its_listener_starts_its_feed_clients_over_from_a_snapshot(postgres_dsn):
-    import asyncpg
-
     async with fresh_database() as url, \
             running_gateway(url, replica_id="a", operator_keys=[OPERATOR_KEY]) as a, \
             running_gateway(url, replica_id="b", operator_keys=[OPERATOR_KEY]) as b:
