@@ -43,6 +43,7 @@ from a2a_gateway.transport.middleware import request_context, trace_response_hea
 from a2a_gateway.transport.body import BODY_BUDGET, BodyBudget
 from a2a_gateway.transport.routes import add_routes
 from a2a_gateway.transport.sse import OPEN_STREAMS
+from handlers.upstream import backend_client
 
 log = structlog.get_logger(__name__)
 
@@ -115,7 +116,9 @@ def build_app(
         if declared is not None:
             await declared.apply(opened)
         app[ENDPOINT_COUNT] = await _ensure_endpoints(opened, endpoints)
-        client = http or httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
+        client = http or backend_client(settings.backend_max_connections,
+                                        settings.backend_max_keepalive_connections,
+                                        settings.backend_keepalive_seconds)
         hub = PostgresLiveHub(opened, settings.replica_id) if uses_postgres(opened) else LiveHub()
         push = PushNotifier(
             opened,

@@ -128,6 +128,14 @@ class GatewaySettings(BaseSettings):
     """Bytes of events one stream may have waiting for a slow client (text deltas of one
     artifact are merged while they wait, so this bounds text, not deltas); past it the
     stream drops what waits and starts over from the task and its text so far."""
+    backend_max_connections: int = Field(2000, gt=0)
+    """Connections to backends (Hermes, OpenClaw, chat APIs) open at once, over all
+    endpoints; each streamed run holds one for its whole length, so this bounds the
+    concurrent backend streams of one replica (one more waits for a free connection)."""
+    backend_max_keepalive_connections: int = Field(200, ge=0)
+    """Idle backend connections kept open for reuse."""
+    backend_keepalive_seconds: float = Field(5.0, ge=0)
+    """How long an idle backend connection is kept for reuse."""
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     """The event loop ``serve`` runs on: ``auto`` takes uvloop when it is installed (the
     ``speed`` extra), ``asyncio`` the standard loop, ``uvloop`` insists on uvloop."""
