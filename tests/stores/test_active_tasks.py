@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import uuid
 
+import asyncpg
 from a2a.types import Task, TaskState
 
-from a2a_gateway.stores.base import Context, Scope
+from a2a_gateway.stores.base import NOT_TERMINAL_SQL, Context, Scope
+from tests.stores.pg_support import fresh_database
 
 
 def make_task(state: int, ts_s: int) -> Task:
@@ -40,3 +42,16 @@ async def test_active_tasks_of_one_endpoint_across_callers_newest_first(store):
     await store.update_task(bob, asking, expected_version=stored.version)
     assert [t.id for _, t in await store.list_active_tasks(endpoint, 10)] == [working.id]
     assert await store.list_active_tasks("no-such-endpoint", 10) == []
+
+
+async def test_postgres_reads_active_tasks_through_the_partial_index():
+    async with fresh_database() as url:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute("SET enable_seqscan = off")  # a tiny table would be scanned anyway
+            plan = await conn.fetchval(
+                f"EXPLAIN (FORMAT JSON) SELECT tenant, principal, task FROM tasks WHERE endpoint_id = $1"
+                f" AND {NOT_TERMINAL_SQL} ORDER BY status_us DESC, id DESC LIMIT $2", "ep", 10)
+        finally:
+            await conn.close()
+    assert "tasks_active_by_endpoint" in plan
