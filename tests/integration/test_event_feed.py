@@ -28,8 +28,9 @@ from structlog.testing import capture_logs
 
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.shutdown import drain
+from tests.cli_process import run_cli, serving
 from tests.harness import RunningGateway, running_gateway
-from tests.messages import send_request
+from tests.messages import send_body, send_request
 from tests.stores.pg_support import admin_dsn, fresh_database
 from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.waiting import eventually
@@ -349,3 +350,28 @@ async def test_a_replica_that_lost_its_listener_starts_its_feed_clients_over_fro
             assert [t["taskId"] for t in again.events[0]["tasks"]] == [waiting.id]
             task_id = await streamed_task(a, endpoint_id, "after the reconnect")
             await again.until_state(task_id, DONE)
+
+
+async def test_a_gateway_process_never_writes_an_operator_key_it_was_given_or_shown(tmp_path):
+    added = run_cli("endpoints", "add", "--name", "watched", "--handler", "handlers.echo:EchoHandler",
+                    "--set", "delay=0", "--public", cwd=tmp_path)
+    assert added.returncode == 0, added.stderr
+    endpoint_id = added.stdout.strip().splitlines()[-1]
+    output: list[str] = []
+    async with serving("serve", cwd=tmp_path, output=output, A2A_GATEWAY_OPERATOR_KEYS=f"{OPERATOR_KEY},{'z' * 20}",
+                       A2A_GATEWAY_LOG_LEVEL="debug") as listening:
+        base = listening.group(1)
+        async with FeedReader(f"{base}/{endpoint_id}/events", AS_OPERATOR) as feed:
+            async with httpx.AsyncClient(timeout=30) as http:
+                v10 = {"A2A-Version": "1.0"}
+                sent = await http.post(f"{base}/{endpoint_id}/a2a", json=send_body("watched task"), headers=v10)
+                as_caller = await http.post(f"{base}/{endpoint_id}/a2a", json=send_body("x"),
+                                            headers={**AS_OPERATOR, **v10})
+                wrong = await http.get(f"{base}/{endpoint_id}/events",
+                                       headers={"Authorization": f"Bearer {OPERATOR_KEY[:-1]}"})
+            task_id = sent.json()["result"]["task"]["id"]
+            await feed.until_state(task_id, DONE)
+        assert as_caller.status_code == 401 and wrong.status_code == 401
+    shown = "".join(output) + as_caller.text + wrong.text + str(as_caller.headers) + str(wrong.headers)
+    assert "request" in shown  # the debug log was written
+    assert OPERATOR_KEY not in shown and OPERATOR_KEY[:-1] not in shown and "z" * 20 not in shown
