@@ -2,12 +2,15 @@
 
 Servers (each its own process, started fresh for every run):
 
-    gateway-memory       the gateway on ``memory://``, log level warning
+    gateway-memory       ``a2a-gateway serve`` on ``memory://``, log level warning
     gateway-memory-info  the same with log level info (one JSON log line per request)
     a2a-sdk              the official a2a-sdk server (Starlette + uvicorn, httptools, uvloop)
     bare-aiohttp         an aiohttp handler returning a fixed JSON-RPC reply
-    gateway-sqlite       the gateway on a fresh ``sqlite:///`` file, log level warning
-    gateway-memory-key   gateway-memory with a private endpoint: every request carries an API key
+    gateway-sqlite       ``a2a-gateway serve`` on a fresh ``sqlite:///`` file, log level warning
+    gateway-sqlite-key   gateway-sqlite with a private endpoint: every request carries an API key
+
+The gateways are the shipped command (``servers/gateway.py`` writes an endpoints file and
+execs ``a2a-gateway serve``), on the event loop it picks (uvloop with the ``speed`` extra).
 
 The load generator is ``wrk`` with ``bench/wrk_send.lua`` (a fresh messageId per request),
 a closed loop of ``--concurrency`` connections. With ``taskset`` available the server is
@@ -24,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -51,7 +55,7 @@ PROBE = json.dumps({
 
 
 API_KEY = "a2agw_0123456789abcdef_" + "k" * 43
-"""The key of the gateway-memory-key server (well-formed; what it opens exists only in the run)."""
+"""The key of the gateway-sqlite-key server (well-formed; what it opens exists only in the run)."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +75,8 @@ CONFIGS = {
     "a2a-sdk": ServerConfig("a2a-sdk", "a2a_sdk_server.py"),
     "bare-aiohttp": ServerConfig("bare-aiohttp", "bare_aiohttp.py", checks_echo=False),
     "gateway-sqlite": ServerConfig("gateway-sqlite", "gateway.py", ("--log-level", "warning"), sqlite=True),
-    "gateway-memory-key": ServerConfig("gateway-memory-key", "gateway.py",
-                                       ("--store", "memory://", "--log-level", "warning", "--api-key", API_KEY), api_key=True),
+    "gateway-sqlite-key": ServerConfig("gateway-sqlite-key", "gateway.py",
+                                       ("--log-level", "warning", "--api-key", API_KEY), sqlite=True, api_key=True),
 }
 
 
@@ -213,8 +217,10 @@ def one_run(config: ServerConfig, args: argparse.Namespace, workdir: Path, index
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
-    first = log_path.read_text(errors="replace").splitlines()[:1]
-    uvloop = first[0].rsplit("uvloop=", 1)[-1] if first and "uvloop=" in first[0] else "?"
+    logged = log_path.read_text(errors="replace")
+    served = re.search(r", event loop (\w+)", logged)  # a2a-gateway serve names its loop
+    announced = re.search(r"uvloop=(\w+)", logged)
+    uvloop = ("yes" if served[1] == "uvloop" else "no") if served else announced[1] if announced else "?"
     errors = int(stats["non2xx"] + stats["connect"] + stats["read"] + stats["write"] + stats["timeout"])
     sample = Sample(
         rps=stats["requests"] / (stats["duration_us"] / 1e6),
