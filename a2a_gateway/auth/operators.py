@@ -39,7 +39,7 @@ from a2a.auth.user import User
 from a2a.utils.errors import InvalidRequestError
 from pydantic import SecretStr
 
-from a2a_gateway.auth.callers import Authenticator, Caller, bearer_token
+from a2a_gateway.auth.callers import Authenticator, Caller, InvalidCredentialError, bearer_token
 from a2a_gateway.auth.config import EndpointOperators
 from a2a_gateway.errors import GatewayError, UnauthenticatedError
 from a2a_gateway.registry import EndpointRuntime
@@ -114,6 +114,15 @@ class OperatorAuth:
         if bearer is not None and self._keys and self._keys.match(bearer):
             return Operator("gateway operator", gateway=True)
         return None
+
+    def require_gateway_operator(self, headers: Mapping[str, str]) -> Operator:
+        """A gateway operator (what watching every endpoint needs); 401 otherwise."""
+        found = self.gateway_operator(headers)
+        if found is not None:
+            return found
+        if bearer_token(headers) is not None:
+            raise InvalidCredentialError("the bearer token is not a gateway operator key")
+        raise UnauthenticatedError("this needs a gateway operator key (Authorization: Bearer <key>)")
 
     async def endpoint_operator(self, headers: Mapping[str, str], runtime: EndpointRuntime) -> Operator:
         """An operator of ``runtime``'s endpoint; 401 without a valid credential, 403 for a

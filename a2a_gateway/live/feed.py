@@ -16,6 +16,9 @@ another replica, an earlier process or a dropped log is a miss (the client then 
 a snapshot of the endpoint's tasks read from the store). Logs are bounded by events per
 endpoint and by bytes over all endpoints (least recently active dropped first).
 
+**Every endpoint.** The gateway-wide feed (key ``EVERY_ENDPOINT``, for gateway operators)
+gets every event too, with a log and ids of its own.
+
 **Bounded clients.** A subscriber's backlog is bounded in bytes (``client_max_bytes``): one
 that falls behind is dropped (its stream ends; it reconnects with its last id).
 
@@ -44,6 +47,9 @@ from a2a_gateway.stores.base import TERMINAL_STATES, Scope
 FeedUpdate = TaskStatusUpdateEvent | TaskArtifactUpdateEvent
 
 _QUESTIONS = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
+
+EVERY_ENDPOINT = ""
+"""The feed key of the gateway-wide feed (every endpoint's events, for gateway operators)."""
 
 SNAPSHOT = "snapshot"
 STATUS = "status"
@@ -75,13 +81,16 @@ class FeedEvent:
 
 @dataclass(frozen=True, slots=True)
 class FeedFilter:
-    """What a subscriber wants: tasks in ``states`` (empty: all) of ``context_id`` (empty: all)."""
+    """What a subscriber wants: tasks in ``states`` of ``context_id`` of ``endpoints`` (each
+    empty: all)."""
 
     states: frozenset[int] = frozenset()
     context_id: str = ""
+    endpoints: frozenset[str] = frozenset()
 
-    def matches(self, context_id: str, state: int) -> bool:
-        return (not self.states or state in self.states) and (not self.context_id or context_id == self.context_id)
+    def matches(self, context_id: str, state: int, endpoint_id: str = "") -> bool:
+        return ((not self.states or state in self.states) and (not self.context_id or context_id == self.context_id)
+                and (not self.endpoints or endpoint_id in self.endpoints))
 
 
 def state_name(state: int) -> str:
@@ -111,13 +120,15 @@ def snapshot_entry(scope: Scope, task: Task) -> dict[str, Any]:
     if task.metadata:
         brief.metadata.CopyFrom(task.metadata)
     return {
-        "taskId": task.id, "contextId": task.context_id, "principal": scope.principal,
+        "endpointId": scope.endpoint_id, "taskId": task.id, "contextId": task.context_id, "principal": scope.principal,
         "state": state_name(task.status.state), "timestamp": _timestamp(task), "task": message_to_dict(brief),
     }
 
 
 def snapshot_event(endpoint_id: str, tasks: list[tuple[Scope, Task]], truncated: bool) -> bytes:
-    body = {"kind": SNAPSHOT, "endpointId": endpoint_id, "tasks": [snapshot_entry(s, t) for s, t in tasks],
+    """The snapshot that starts the feed of ``endpoint_id`` (``EVERY_ENDPOINT``: ``endpointId``
+    is null)."""
+    body = {"kind": SNAPSHOT, "endpointId": endpoint_id or None, "tasks": [snapshot_entry(s, t) for s, t in tasks],
             "truncated": truncated}
     return orjson.dumps(body)
 
@@ -155,7 +166,7 @@ class FeedSubscription:
 
     def _put(self, item: tuple[str, FeedEvent]) -> None:
         event = item[1]
-        if not self.wanted.matches(event.context_id, event.state):
+        if not self.wanted.matches(event.context_id, event.state, event.endpoint_id):
             return
         if self._bytes and self._bytes + len(event.data) > self._feed.limits.client_max_bytes:
             # behind by more than the bound (one event alone, however large, always fits)
@@ -266,19 +277,21 @@ class EndpointFeed:
 
     # delivery ---------------------------------------------------------------------
     def deliver(self, event: FeedEvent) -> None:
-        """Log ``event`` (when its endpoint is watched here) and hand it to the subscribers."""
-        endpoint_id = event.endpoint_id
-        log = self._logs.get(endpoint_id)
-        subs = self._subscribers.get(endpoint_id)
-        if log is None and not subs:
-            return
-        event_id = self._append(endpoint_id, log, event) if log is not None else self.unlogged_id()
-        for sub in list(subs or ()):
-            sub._put((event_id, event))
+        """Log ``event`` in its endpoint's feed and in the gateway-wide one (those watched here)
+        and hand it to their subscribers."""
+        for key in (event.endpoint_id, EVERY_ENDPOINT):
+            log = self._logs.get(key)
+            subs = self._subscribers.get(key)
+            if log is None and not subs:
+                continue
+            event_id = self._append(key, log, event) if log is not None else self.unlogged_id()
+            for sub in list(subs or ()):
+                sub._put((event_id, event))
 
     def watched(self, endpoint_id: str) -> bool:
-        """Whether events of ``endpoint_id`` are wanted here (a subscriber or a live log)."""
-        return endpoint_id in self._subscribers or endpoint_id in self._logs
+        """Whether events of ``endpoint_id`` are wanted here (a subscriber or a live log of its
+        feed or of the gateway-wide one)."""
+        return any(key in self._subscribers or key in self._logs for key in (endpoint_id, EVERY_ENDPOINT))
 
     def unlogged_id(self) -> str:
         """An id outside every log (a snapshot): a reconnect with it is a miss."""
@@ -287,7 +300,8 @@ class EndpointFeed:
 
     # subscriptions ----------------------------------------------------------------
     def subscribe(self, endpoint_id: str, wanted: FeedFilter = FeedFilter()) -> FeedSubscription:
-        """Events of ``endpoint_id`` from now on; from now on they are logged for a reconnect."""
+        """Events of ``endpoint_id`` (``EVERY_ENDPOINT``: of all) from now on; from now on they
+        are logged for a reconnect."""
         self._sweep(self.clock())
         log = self._open_log(endpoint_id)
         position = log.id(log.last) if log is not None else self.unlogged_id()

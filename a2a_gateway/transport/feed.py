@@ -1,5 +1,6 @@
 """``GET /{endpoint_id}/events``: the endpoint event feed as Server-Sent Events, for the
-endpoint's operators (``auth.operators``).
+endpoint's operators (``auth.operators``); ``GET /events``: every endpoint's, for gateway
+operators (optionally narrowed with ``endpointId``, repeated or comma-separated).
 
 A client starts from a snapshot — one ``snapshot`` event listing the endpoint's
 non-terminal tasks, read from the store after subscribing, so nothing between the two is
@@ -19,8 +20,9 @@ from a2a.types import TaskState
 from aiohttp import web
 from multidict import MultiMapping
 
-from a2a_gateway.live.feed import FeedFilter, FeedOverflowError, FeedSubscription, snapshot_event
+from a2a_gateway.live.feed import EVERY_ENDPOINT, FeedFilter, FeedOverflowError, FeedSubscription, snapshot_event
 from a2a_gateway.state import GATEWAY, Gateway
+from a2a_gateway.stores.base import status_timestamp_us
 from a2a_gateway.tasks.streams import LAST_EVENT_ID
 from a2a_gateway.transport.sse import SSEStream
 
@@ -31,26 +33,45 @@ async def endpoint_events(request: web.Request) -> web.StreamResponse:
     gateway = request.app[GATEWAY]
     runtime = await gateway.registry.get(request.match_info["endpoint_id"])
     await gateway.operators.endpoint_operator(request.headers, runtime)
+    return await _feed(request, gateway, runtime.endpoint.id, feed_filter(request.query))
+
+
+async def gateway_events(request: web.Request) -> web.StreamResponse:
+    gateway = request.app[GATEWAY]
+    gateway.operators.require_gateway_operator(request.headers)
     wanted = feed_filter(request.query)
-    endpoint_id = runtime.endpoint.id
+    endpoints = {e for given in request.query.getall("endpointId", []) for e in given.split(",") if e.strip()}
+    wanted = FeedFilter(wanted.states, wanted.context_id, frozenset(e.strip() for e in endpoints))
+    return await _feed(request, gateway, EVERY_ENDPOINT, wanted)
+
+
+async def _feed(request: web.Request, gateway: Gateway, key: str, wanted: FeedFilter) -> web.StreamResponse:
     last_event_id = request.headers.get(LAST_EVENT_ID, "").strip()
-    sub = gateway.hub.feed.resume(endpoint_id, last_event_id, wanted) if last_event_id else None
+    sub = gateway.hub.feed.resume(key, last_event_id, wanted) if last_event_id else None
     snapshot: bytes | None = None
     if sub is None:
-        sub = gateway.hub.feed.subscribe(endpoint_id, wanted)  # before the read: nothing is missed
+        sub = gateway.hub.feed.subscribe(key, wanted)  # before the read: nothing is missed
         try:
-            snapshot = await _snapshot(gateway, endpoint_id, wanted)
+            snapshot = await _snapshot(gateway, key, wanted)
         except BaseException:
             sub.close()
             raise
     return await _stream(request, gateway, sub, snapshot)
 
 
-async def _snapshot(gateway: Gateway, endpoint_id: str, wanted: FeedFilter) -> bytes:
+async def _snapshot(gateway: Gateway, key: str, wanted: FeedFilter) -> bytes:
+    """The non-terminal tasks of the endpoint (or of every enabled one) that ``wanted`` wants."""
     limit = gateway.settings.event_feed_snapshot_max_tasks
-    tasks = await gateway.store.list_active_tasks(endpoint_id, limit + 1)
-    shown = [(scope, task) for scope, task in tasks[:limit] if wanted.matches(task.context_id, task.status.state)]
-    return snapshot_event(endpoint_id, shown, truncated=len(tasks) > limit)
+    if key != EVERY_ENDPOINT:
+        endpoints = [key]
+    else:
+        endpoints = [e.id for e in await gateway.store.list_endpoints()
+                     if e.enabled and (not wanted.endpoints or e.id in wanted.endpoints)]
+    tasks = [found for endpoint_id in endpoints for found in await gateway.store.list_active_tasks(endpoint_id, limit + 1)]
+    tasks.sort(key=lambda found: (status_timestamp_us(found[1]), found[1].id), reverse=True)
+    shown = [(scope, task) for scope, task in tasks[:limit]
+             if wanted.matches(task.context_id, task.status.state, scope.endpoint_id)]
+    return snapshot_event(key, shown, truncated=len(tasks) > limit)
 
 
 async def _stream(request: web.Request, gateway: Gateway, sub: FeedSubscription, snapshot: bytes | None) -> web.StreamResponse:

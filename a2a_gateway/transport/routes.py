@@ -16,7 +16,7 @@ from a2a_gateway.state import GATEWAY
 from a2a_gateway.transport import health, rest, worker
 from a2a_gateway.card_signing import JWKS_PATH
 from a2a_gateway.transport.card import card_response, jwks_response
-from a2a_gateway.transport.feed import endpoint_events
+from a2a_gateway.transport.feed import endpoint_events, gateway_events
 from a2a_gateway.transport.jsonrpc import handle_jsonrpc
 
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -62,6 +62,7 @@ def add_routes(app: web.Application, *, default_endpoint: str = "", worker_event
     for method, path, view in routes:
         app.router.add_route(method, f"{ENDPOINT}{path}", view)
     app.router.add_get(f"{ENDPOINT}/events", endpoint_events)  # operators' feed (not at the root)
+    app.router.add_get("/events", gateway_events)  # every endpoint's, for gateway operators
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)
     app.router.add_get("/metrics", health.metrics)

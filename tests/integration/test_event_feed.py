@@ -186,12 +186,15 @@ async def test_feed_of_a_second_replica_shows_tasks_run_on_the_first(postgres_ds
             running_gateway(url, replica_id="a", operator_keys=[OPERATOR_KEY]) as a, \
             running_gateway(url, replica_id="b", operator_keys=[OPERATOR_KEY]) as b:
         endpoint_id = await a.add_endpoint(settings={"delay": 0})
-        async with FeedReader(feed_url(b, endpoint_id), AS_OPERATOR) as feed:
-            await eventually(lambda: feed.events, what="the snapshot")
+        async with FeedReader(feed_url(b, endpoint_id), AS_OPERATOR) as feed, \
+                FeedReader(f"{b.base_url}/events", AS_OPERATOR) as everything:
+            await eventually(lambda: feed.events and everything.events, what="the snapshots")
             task_id = await streamed_task(a, endpoint_id, "across replicas")
             events = await feed.until_state(task_id, DONE)
             assert [(e["kind"], e["state"]) for e in events] == [
                 ("status", WORKING), ("artifact", WORKING), ("status", DONE)]
+            assert [e["id"] for e in await everything.until_state(task_id, DONE)] != [e["id"] for e in events]
+            assert [e["kind"] for e in everything.of_task(task_id)] == ["status", "artifact", "status"]
             large = await streamed_task(a, endpoint_id, big)
             events = await feed.until_state(large, DONE)
         artifact = next(e for e in events if e["kind"] == "artifact")
@@ -375,3 +378,33 @@ async def test_a_gateway_process_never_writes_an_operator_key_it_was_given_or_sh
     shown = "".join(output) + as_caller.text + wrong.text + str(as_caller.headers) + str(wrong.headers)
     assert "request" in shown  # the debug log was written
     assert OPERATOR_KEY not in shown and OPERATOR_KEY[:-1] not in shown and "z" * 20 not in shown
+
+
+async def test_gateway_operators_watch_every_endpoint_at_once():
+    async with running_gateway(operator_keys=[OPERATOR_KEY], allow_unauthenticated_endpoints=False) as gw:
+        first = await gw.add_endpoint(settings={"delay": 0, "public": True})
+        second = await gw.add_endpoint(settings={"delay": 0, "public": True})
+        async with gw.client(second, streaming=False) as client:
+            waiting = [e async for e in client.send_message(send_request("wait ?input"))][-1].task
+        async with FeedReader(f"{gw.base_url}/events", AS_OPERATOR) as everything, \
+                FeedReader(f"{gw.base_url}/events?endpointId={first}", AS_OPERATOR) as narrowed:
+            await eventually(lambda: everything.events and narrowed.events, what="the snapshots")
+            snapshot = everything.events[0]
+            assert snapshot["kind"] == "snapshot" and snapshot["endpointId"] is None
+            assert [(t["endpointId"], t["taskId"]) for t in snapshot["tasks"]] == [(second, waiting.id)]
+            assert narrowed.events[0]["tasks"] == []
+            on_first = await streamed_task(gw, first, "one")
+            on_second = await streamed_task(gw, second, "two")
+            await everything.until_state(on_second, DONE)
+            await everything.until_state(on_first, DONE)
+            await narrowed.until_state(on_first, DONE)
+        assert {e["endpointId"] for e in everything.events[1:]} == {first, second}
+        assert {e["taskId"] for e in narrowed.events[1:]} == {on_first}
+
+        secret = gw.gateway.settings.api_key_secret.get_secret_value().encode()
+        row, caller_key = make_key(secret, endpoint_id=first, tenant="default", principal="someone")
+        await gw.store.create_api_key(row)
+        async with httpx.AsyncClient(timeout=30) as http:
+            for headers in ({}, {"X-API-Key": caller_key}, {"Authorization": f"Bearer {caller_key}"}):
+                refused = await http.get(f"{gw.base_url}/events", headers=headers)
+                assert refused.status_code == 401 and "WWW-Authenticate" in refused.headers

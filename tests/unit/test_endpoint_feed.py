@@ -10,7 +10,7 @@ import orjson
 import pytest
 from a2a.types import Task, TaskState
 
-from a2a_gateway.live.feed import EndpointFeed, FeedFilter, FeedLimits, FeedOverflowError
+from a2a_gateway.live.feed import EVERY_ENDPOINT, EndpointFeed, FeedFilter, FeedLimits, FeedOverflowError
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.tasks.events import artifact_event, new_status, status_event
 
@@ -182,3 +182,20 @@ def test_one_event_larger_than_the_bound_still_reaches_a_client_that_keeps_up():
     announce(feed, task(), WORKING)
     assert [e["state"] for _, e in drain(sub)] == ["TASK_STATE_WORKING"]
     assert feed.subscriber_count("ep-1") == 1
+
+
+def test_the_gateway_wide_feed_gets_every_endpoints_events_with_ids_of_its_own():
+    feed = EndpointFeed()
+    one = feed.subscribe("ep-1")
+    every = feed.subscribe(EVERY_ENDPOINT)
+    only_two = feed.subscribe(EVERY_ENDPOINT, FeedFilter(endpoints=frozenset({"ep-2"})))
+    announce(feed, task("t1"), WORKING)
+    announce(feed, task("t2"), WORKING, Scope("default", "ep-2", "bob"))
+    assert [e["taskId"] for _, e in drain(one)] == ["t1"]
+    seen = drain(every)
+    assert [e["taskId"] for _, e in seen] == ["t1", "t2"]
+    assert [e["taskId"] for _, e in drain(only_two)] == ["t2"]
+    every.close()
+    announce(feed, task("t3"), WORKING, Scope("default", "ep-3", "carol"))
+    assert [e["taskId"] for _, e in drain(feed.resume(EVERY_ENDPOINT, seen[0][0]))] == ["t2", "t3"]
+    assert feed.resume("ep-1", seen[0][0]) is None  # the ids of one feed mean nothing to another
