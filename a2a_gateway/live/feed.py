@@ -237,7 +237,8 @@ class EndpointFeed:
         self._subscribers: dict[str, list[FeedSubscription]] = {}
         self._logs: OrderedDict[str, _Log] = OrderedDict()  # least recently active first
         self._log_bytes = 0
-        self._announced: OrderedDict[str, int] = OrderedDict()  # task id → last state announced
+        self._announced: OrderedDict[str, tuple[int, str]] = OrderedDict()
+        """Task id → the state (and question's message id) last announced."""
         self._token = os.urandom(6).hex()
         self._loose = 0
 
@@ -246,16 +247,17 @@ class EndpointFeed:
         self, scope: Scope, task: Task, version: int | None, build: Callable[[Task], TaskStatusUpdateEvent]
     ) -> None:
         """``task``'s status (its update built by ``build`` only when announced), when it is a
-        change: a new state, or a new question (a repeated WORKING, e.g. a progress note, is
-        not). ``version``: the task's store version, which holds this status."""
+        change: a new state, or a new question (not a repeated WORKING, e.g. a progress note,
+        nor the same question again, e.g. on a hand-over). ``version``: the task's store
+        version, which holds this status."""
         state = task.status.state
-        last = self._announced.get(task.id)
-        if state == last and state not in _QUESTIONS:
+        seen = (state, task.status.message.message_id if state in _QUESTIONS else "")
+        if self._announced.get(task.id) == seen:
             return
         if state in TERMINAL_STATES:
             self._announced.pop(task.id, None)
         else:
-            self._announced[task.id] = state
+            self._announced[task.id] = seen
             self._announced.move_to_end(task.id)
             if len(self._announced) > _DEDUP_TASKS:
                 self._announced.popitem(last=False)
