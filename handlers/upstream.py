@@ -216,6 +216,8 @@ class SSEFrame:
 
     event: str
     data: str
+    id: str = ""
+    """The frame's ``id:`` (a stream resumed with ``Last-Event-ID`` goes on after it)."""
 
     @property
     def done(self) -> bool:
@@ -500,7 +502,7 @@ class UpstreamCall:
                     return
                 except (httpx.HTTPError, SSEError) as exc:
                     raise self._transport_error(exc) from None
-                yield SSEFrame(sse.event if sse.event != "message" else "", sse.data)
+                yield SSEFrame(sse.event if sse.event != "message" else "", sse.data, sse.id)
         finally:
             await events.aclose()
 
