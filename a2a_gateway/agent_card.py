@@ -8,6 +8,7 @@ endpoint (answered on every route), never a failure of one request.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from a2a.types import AgentCard, AgentInterface, APIKeySecurityScheme, HTTPAuthSecurityScheme
@@ -27,6 +28,16 @@ CAPABILITY_FLAGS = {"streaming": True, "pushNotifications": True, "extendedAgent
 """Capabilities an endpoint row may switch, with their defaults."""
 SKILL_REQUIRED = ("id", "name", "description", "tags")
 """AgentSkill fields A2A 1.0 requires (a card without them fails strict clients)."""
+
+
+def with_handler_fields(endpoint: Endpoint, fields: dict[str, Any]) -> Endpoint:
+    """``endpoint`` with the card fields its handler contributes (``Handler.card_fields``,
+    e.g. a remote agent's skills): only description and ``CARD_FIELDS``, and the row's own
+    fields win. Interfaces, capabilities and security stay the gateway's."""
+    allowed = {k: v for k, v in fields.items() if k in CARD_FIELDS or k == "description"}
+    if not allowed:
+        return endpoint
+    return dataclasses.replace(endpoint, card={**allowed, **endpoint.card})
 
 
 def capabilities(endpoint: Endpoint) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import httpx
 import structlog
 from pydantic import SecretStr, ValidationError
 
-from a2a_gateway.agent_card import capabilities, capability, check_card
+from a2a_gateway.agent_card import capabilities, capability, check_card, with_handler_fields
 from a2a_gateway.auth.config import EndpointAuth, endpoint_auth
 from a2a_gateway.auth.rate_limit import RateLimit, endpoint_rate_limit
 from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError
@@ -323,6 +323,7 @@ class EndpointRegistry:
             problem = f"handler failed to open ({type(exc).__name__})"
             log.warning("endpoint_misconfigured", endpoint_id=runtime.endpoint.id, problem=problem)
             return EndpointRuntime(runtime.endpoint, None, problem=problem)
+        runtime.endpoint = with_handler_fields(runtime.endpoint, runtime.handler.card_fields())
         return runtime
 
     def _retire(self, runtime: EndpointRuntime) -> None:

@@ -376,5 +376,10 @@ class Handler(ABC):
         """Follow the run ``request.run_ref`` that started before a gateway restart."""
         raise NotImplementedError(f"{type(self).__name__} cannot re-attach to a run")
 
+    def card_fields(self) -> dict[str, Any]:
+        """Agent card fields (JSON names: ``description``, ``skills``, ``defaultInputModes``,
+        ...) the handler contributes, read once after ``open``; the row's own card fields win."""
+        return {}
+
     async def aclose(self) -> None:  # noqa: B027 - an optional hook
         """Release what the handler opened itself (never the shared http client)."""

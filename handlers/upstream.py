@@ -514,3 +514,41 @@ class UpstreamCall:
                 async for frame in self.frames():
                     if frame.done:
                         break
+
+
+class BackendTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that sends through the gateway's shared backend client: for a
+    bridge that talks to its backend through a library taking its own ``httpx.AsyncClient``
+    (the a2a-sdk client). Its requests share the connection limits, are traced and timed
+    like ``Upstream`` calls (the trace span ends with the answer's headers) and are retried
+    on HTTP 429/503; closing it leaves the shared client open."""
+
+    def __init__(self, http: httpx.AsyncClient, backend: str, retry: Retry) -> None:
+        self.http = http
+        self.backend = backend
+        self.retry = retry
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        trace = _tracer(self.backend, request.method, str(request.url),
+                        request.headers) if _tracer is not None else None
+        if trace is not None and trace.headers:
+            for name in TRACE_HEADERS:
+                request.headers.pop(name, None)
+            request.headers.update(trace.headers)
+        started, outcome = time.perf_counter(), "unreachable"
+        response: httpx.Response | None = None
+        error: BaseException | None = None
+        try:
+            response, _ = await self.retry.send(self.http, request, None, stream=True)
+            outcome = "ok" if response.status_code < 400 else "http_error"
+            return response
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            BACKEND_LATENCY.labels(self.backend, outcome).observe(time.perf_counter() - started)
+            if trace is not None:
+                trace.end(response.status_code if response is not None else None, error)
+
+    async def aclose(self) -> None:
+        """The shared client belongs to the gateway."""
