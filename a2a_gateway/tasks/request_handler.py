@@ -281,10 +281,11 @@ class GatewayRequestHandler(RequestHandler):
             raise UnsupportedOperationError("this agent declares no extended agent card")
         if not context.user.is_authenticated:
             raise ExtendedAgentCardNotConfiguredError("the extended card is for authenticated callers only")
-        base_url = context.state.get("base_url", "")
+        base_url, grpc_url = context.state.get("base_url", ""), context.state.get("grpc_url", "")
         cached = self.runtime.extended_card_cache
-        if cached is None or cached[0] != base_url:  # built and signed once per runtime
+        if cached is None or cached[0] != f"{base_url} {grpc_url}":  # built and signed once per runtime
             card = build_card(self.runtime.endpoint, base_url, extended=True,
-                              auth=self.runtime.auth)
-            cached = self.runtime.extended_card_cache = (base_url, self.card_signer.sign(card, base_url))
+                              auth=self.runtime.auth, grpc_url=grpc_url)
+            cached = self.runtime.extended_card_cache = (f"{base_url} {grpc_url}",
+                                                         self.card_signer.sign(card, base_url))
         return cached[1]

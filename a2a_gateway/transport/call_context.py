@@ -19,6 +19,7 @@ def call_context(
         state={
             "headers": request.headers,
             "base_url": gateway.base_url(request),
+            "grpc_url": gateway.grpc_url(request),
             "request_id": request.get(REQUEST_ID),
         },
         user=user,

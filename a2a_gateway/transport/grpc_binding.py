@@ -230,7 +230,8 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
             check_request_limits(message_to_dict(request), gateway.settings)
         handler, _ = gateway.request_handlers(runtime)
         call_context = ServerCallContext.model_construct(
-            state={"headers": headers, "base_url": http_base_url(gateway.settings)},
+            state={"headers": headers, "base_url": http_base_url(gateway.settings),
+                   "grpc_url": gateway.settings.public_grpc_url or grpc_address(gateway)},
             user=user,
             tenant=runtime.endpoint.tenant,
             requested_extensions=set(activated),
@@ -337,6 +338,11 @@ def _log(name: str, failure: status_pb2.Status | str | None, started: float) -> 
 def http_base_url(settings: GatewaySettings) -> str:
     """Base of the HTTP URLs in an extended card fetched over gRPC (there is no Host header)."""
     return settings.public_base_url or f"http://{settings.host}:{settings.port}"
+
+
+def grpc_address(gateway: Gateway) -> str:
+    """The gRPC binding's ``host:port`` in an extended card fetched over gRPC."""
+    return f"{gateway.settings.grpc_host or gateway.settings.host}:{gateway.grpc_port}"
 
 
 # the server ------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import pytest
 from a2a.types import (
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
     GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
     ListTaskPushNotificationConfigsRequest,
@@ -271,6 +272,25 @@ async def test_errors_are_status_codes_with_error_info(grpc_gw, stub):
     grpc_gw.gateway.settings.rest_error_statuses = "1.0.0"  # A2A v1.0.0's table
     old_table = await failed(stub.SubscribeToTask(_subscribe(ep, terminal.id), metadata=V10))
     assert error_info(old_table)[:2] == (grpc.StatusCode.UNIMPLEMENTED, "UNSUPPORTED_OPERATION")
+
+
+async def test_the_extended_card_for_a_key_on_grpc_and_http_lists_grpc_too(grpc_gw, stub):
+    card = {"capabilities": {"extendedAgentCard": True},
+            "extended": {"skills": [{"id": "admin", "name": "Admin", "description": "more", "tags": ["x"]}]}}
+    ep = await grpc_gw.add_endpoint(settings={"delay": 0}, card=card)
+    anonymous = await failed(stub.GetExtendedAgentCard(GetExtendedAgentCardRequest(tenant=ep), metadata=V10))
+    key = await _key(grpc_gw, ep, "alice")
+    over_grpc = await stub.GetExtendedAgentCard(GetExtendedAgentCardRequest(tenant=ep),
+                                                metadata=V10 + (("x-api-key", key),))
+    async with httpx.AsyncClient() as http:
+        over_http = (await http.get(f"{grpc_gw.rest_url(ep)}/extendedAgentCard",
+                                    headers={"X-API-Key": key})).json()
+    assert error_info(anonymous)[:2] == (grpc.StatusCode.FAILED_PRECONDITION, "EXTENDED_AGENT_CARD_NOT_CONFIGURED")
+    assert "admin" in [s.id for s in over_grpc.skills]
+    assert [(i.protocol_binding, i.url, i.tenant) for i in over_grpc.supported_interfaces][-1] == (
+        "GRPC", grpc_target(grpc_gw), ep)
+    assert over_http["supportedInterfaces"][-1] == {
+        "url": grpc_target(grpc_gw), "protocolBinding": "GRPC", "tenant": ep, "protocolVersion": "1.0"}
 
 
 async def test_unknown_disabled_or_unnamed_endpoints_are_not_found(grpc_gw, stub):
