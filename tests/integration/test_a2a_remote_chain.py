@@ -4,7 +4,6 @@ the real a2a-sdk client calls A."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
