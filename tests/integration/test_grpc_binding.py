@@ -293,6 +293,17 @@ async def test_the_extended_card_for_a_key_on_grpc_and_http_lists_grpc_too(grpc_
         "url": grpc_target(grpc_gw), "protocolBinding": "GRPC", "tenant": ep, "protocolVersion": "1.0"}
 
 
+async def test_a_required_extension_is_negotiated_in_metadata(grpc_gw, stub):
+    uri = "urn:example:required"
+    ep = await grpc_gw.add_endpoint(settings={"delay": 0}, card={"capabilities": {"extensions": [
+        {"uri": uri, "required": True}]}})
+    refused = await failed(stub.SendMessage(_send(ep, "hi"), metadata=V10))
+    call = stub.SendMessage(_send(ep, "hi"), metadata=V10 + (("a2a-extensions", uri),))
+    answer, sent_back = await call, dict(await call.initial_metadata())
+    assert error_info(refused)[:2] == (grpc.StatusCode.FAILED_PRECONDITION, "EXTENSION_SUPPORT_REQUIRED")
+    assert answer.task.status.state == COMPLETED and sent_back["a2a-extensions"] == uri
+
+
 async def test_unknown_disabled_or_unnamed_endpoints_are_not_found(grpc_gw, stub):
     disabled = await grpc_gw.add_endpoint(settings={"delay": 0}, enabled=False)
     for tenant in (str(uuid.uuid4()), disabled, "not-an-id", ""):
