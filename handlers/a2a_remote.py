@@ -209,6 +209,8 @@ def _reason(exc: BaseException, settings: A2ARemoteSettings) -> str:
         if isinstance(cause, httpx.HTTPError):
             return transport_error_reason(BACKEND, settings.remote_card_url, cause,
                                           settings.remote_timeout)
+    if isinstance(exc, ParseError):
+        return f"{BACKEND} sent an answer that is not valid A2A ({clip(str(exc), 300)})"
     if isinstance(exc, A2AClientTimeoutError):
         return f"{BACKEND} sent nothing for {settings.remote_timeout:g} s (timeout)"
     if isinstance(exc, A2AError) and not isinstance(exc, A2AClientError):

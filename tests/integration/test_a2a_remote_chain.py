@@ -125,6 +125,26 @@ def final_status_task(events):
     raise AssertionError("no status")
 
 
+async def test_auth_required_round_trip_and_every_part_kind_pass_through():
+    async with chain() as (gw_a, front, gw_b, echo):
+        async with gw_a.client(front, streaming=False) as client:
+            [asked] = await collect(client.send_message(send_request("?auth ?artifacts")))
+            task = asked.task
+            assert task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED
+            [data] = [p for p in task.status.message.parts if p.HasField("data")]
+            assert data.data.struct_value["auth_url"] == "https://example.com/echo/authorize"
+            [done] = await collect(client.send_message(
+                send_request("?artifacts authorized", task_id=task.id, context_id=task.context_id)))
+    artifacts = {a.artifact_id: a for a in done.task.artifacts}
+    assert done.task.status.state == COMPLETED
+    assert "".join(p.text for p in artifacts["notes"].parts) == "first second"
+    assert artifacts["file"].parts[0].raw == b"?artifacts authorized"
+    assert artifacts["file"].parts[0].filename == "echo.txt"
+    assert artifacts["data"].parts[0].data.struct_value["words"] == 2
+    [answer] = [a for a in done.task.artifacts if a.artifact_id not in ("notes", "file", "data")]
+    assert "".join(p.text for p in answer.parts) == "echo: ?artifacts authorized"
+
+
 async def test_cancel_mid_stream_cancels_the_remote_task_too():
     async with chain(delay=0.3) as (gw_a, front, gw_b, echo):
         async with gw_a.client(front) as client:
@@ -143,7 +163,7 @@ async def test_cancel_mid_stream_cancels_the_remote_task_too():
         assert remote.status.state == TaskState.TASK_STATE_CANCELED
 
 
-async def test_remote_failure_fails_the_task_with_the_remote_reason():
+async def test_remote_failure_fails_the_task_with_the_remote_reason(capsys):
     async with running_gateway() as gw_b, running_gateway() as gw_a:
         broken = await gw_b.add_endpoint("handlers.openai_chat:OpenAIChatHandler",
                                          settings={"base_url": "http://127.0.0.1:9/v1"})
@@ -157,6 +177,8 @@ async def test_remote_failure_fails_the_task_with_the_remote_reason():
     reason = status.message.parts[0].text
     assert reason.startswith("the remote agent failed: cannot reach the chat backend")
     assert "tok-never-shown-1234" not in str(event)
+    logged = capsys.readouterr()
+    assert "tok-never-shown-1234" not in logged.out + logged.err
 
 
 @pytest.fixture
@@ -173,7 +195,7 @@ def secured_b():
     return start
 
 
-async def test_api_key_made_on_the_remote_authenticates_the_chain(secured_b, monkeypatch):
+async def test_api_key_made_on_the_remote_authenticates_the_chain(secured_b, monkeypatch, capsys):
     async with secured_b() as (gw_b, echo, key), running_gateway() as gw_a:
         monkeypatch.setenv("REMOTE_ECHO_KEY", key)
         good = await gw_a.add_endpoint(REMOTE, settings={
@@ -192,6 +214,9 @@ async def test_api_key_made_on_the_remote_authenticates_the_chain(secured_b, mon
     reason = refused.task.status.message.parts[0].text
     assert "HTTP 401" in reason
     assert wrong not in str(refused) and key not in str(refused)
+    logged = capsys.readouterr()
+    assert "remote_call_failed" in logged.out  # the failure is logged, the key is not
+    assert wrong not in logged.out + logged.err and key not in logged.out + logged.err
 
 
 async def test_oauth2_client_credentials_token_is_fetched_once_and_sent(secured_b):
