@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The real LangGraph Agent Server (`langgraph dev`, in-memory runtime, pinned) serving the
+# test graph of tests/backends/langgraph/ against the scripted LLM started by 10-llm.sh,
+# offline (tracing, LangSmith and telemetry off). See the header of .ci/run for the interface.
+#
+#   install  its own venv in $A2A_CI_CACHE (reused across runs)
+#   start    `langgraph dev` on a random loopback port in a copy of the graph folder;
+#            waits for GET /ok; prints A2A_TEST_LANGGRAPH_URL (assistant id `agent`)
+#   stop     SIGTERM, then SIGKILL after 15 s
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
+cd "$(dirname "$0")/../.."
+
+LANGGRAPH_CLI_VERSION=0.4.40
+LANGGRAPH_API_VERSION=0.16.7
+LANGGRAPH_VERSION=1.2.24
+LANGCHAIN_OPENAI_VERSION=1.7.4
+
+: "${A2A_CI_CACHE:=$HOME/.cache/a2a-gateway-ci}"
+: "${A2A_CI_STATE:?A2A_CI_STATE is not set (run through .ci/run)}"
+
+VENV="$A2A_CI_CACHE/langgraph-$LANGGRAPH_API_VERSION-venv"
+RUN_DIR="$A2A_CI_STATE/langgraph"
+PID_FILE="$RUN_DIR/pid"
+LOG="$RUN_DIR/server.log"
+READY_TIMEOUT="${A2A_LANGGRAPH_READY_TIMEOUT:-120}"
+
+log() { echo "[40-langgraph] $*" >&2; }
+
+do_install() {
+  local t0=$SECONDS
+  if [ -x "$VENV/bin/langgraph" ] && [ -f "$VENV/.installed" ]; then
+    log "langgraph-api $LANGGRAPH_API_VERSION cached"
+    return
+  fi
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check \
+    "langgraph-cli[inmem]==$LANGGRAPH_CLI_VERSION" "langgraph-api==$LANGGRAPH_API_VERSION" \
+    "langgraph==$LANGGRAPH_VERSION" "langchain-openai==$LANGCHAIN_OPENAI_VERSION" >&2
+  touch "$VENV/.installed"
+  log "install done in $((SECONDS - t0)) s"
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+do_start() {
+  local t0=$SECONDS port url pid
+  [ -x "$VENV/bin/langgraph" ] || { log "not installed; run install first"; exit 1; }
+  if [ -z "${A2A_TEST_LLM_URL:-}" ] && [ -f "$A2A_CI_STATE/env" ]; then
+    # shellcheck disable=SC1091
+    source "$A2A_CI_STATE/env"
+  fi
+  : "${A2A_TEST_LLM_URL:?10-llm.sh must start first}"
+  rm -rf "$RUN_DIR"
+  mkdir -p "$RUN_DIR"
+  # A copy: `langgraph dev` writes its state (.langgraph_api/) next to langgraph.json.
+  cp -r tests/backends/langgraph "$RUN_DIR/app"
+  port=$(free_port)
+  (
+    cd "$RUN_DIR/app"
+    HOME="$RUN_DIR" LANGSMITH_TRACING=false LANGCHAIN_TRACING_V2=false \
+      LANGGRAPH_CLI_NO_ANALYTICS=1 LANGSMITH_API_KEY= LANGCHAIN_API_KEY= \
+      LANGGRAPH_TEST_LLM_URL="${A2A_TEST_LLM_URL%/}/v1" \
+      exec setsid "$VENV/bin/langgraph" dev --no-browser --no-reload --n-jobs-per-worker 10 \
+      --host 127.0.0.1 --port "$port" </dev/null >"$LOG" 2>&1
+  ) &
+  echo $! >"$PID_FILE"
+  pid=$(cat "$PID_FILE")
+  url="http://127.0.0.1:$port"
+  while :; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "langgraph exited during start; log tail:"
+      tail -n 40 "$LOG" >&2 || true
+      exit 1
+    fi
+    if curl -fsS -o /dev/null -m 2 "$url/ok" 2>/dev/null; then
+      break
+    fi
+    if ((SECONDS - t0 > READY_TIMEOUT)); then
+      log "langgraph not ready after ${READY_TIMEOUT} s; log tail:"
+      tail -n 40 "$LOG" >&2 || true
+      exit 1
+    fi
+    sleep 0.2
+  done
+  log "langgraph ready on $url in $((SECONDS - t0)) s (pid $pid)"
+  echo "export A2A_TEST_LANGGRAPH_URL=$url"
+}
+
+case "${1:-}" in
+  install) do_install ;;
+  start) do_start ;;
+  stop) stop_pidfile "$PID_FILE" 15 ;;
+  *) echo "usage: $0 install|start|stop" >&2; exit 2 ;;
+esac
