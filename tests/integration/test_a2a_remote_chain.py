@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+import asyncio
 from pathlib import Path
 
 import pytest
+from a2a.client import ClientCallContext
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
@@ -64,6 +66,30 @@ async def test_streamed_reply_passes_tokens_through_before_completion():
     assert list(reconstruct(chunks).values()) == ["echo: one two three four"]
     [remote] = await remote_tasks(gw_b, echo)
     assert remote.status.state == COMPLETED
+
+
+async def test_the_callers_trace_goes_on_to_the_remote(capsys):
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    context = ClientCallContext(service_parameters={
+        "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"})
+    async with chain() as (gw_a, front, gw_b, echo):
+        async with gw_a.client(front, streaming=False) as client:
+            await collect(client.send_message(send_request("traced"), context=context))
+    remote_lines = [line for line in capsys.readouterr().out.splitlines()
+                    if f"path=/{echo}/a2a " in line]
+    assert remote_lines and all(f"trace_id={trace_id}" in line for line in remote_lines)
+
+
+async def test_the_card_is_read_once_then_again_after_its_refresh_interval(capsys):
+    async with chain(a_settings={"card_refresh_seconds": 0.5}) as (gw_a, front, gw_b, echo):
+        async with gw_a.client(front, streaming=False) as client:
+            for text in ("one", "two"):
+                await collect(client.send_message(send_request(text)))
+            reads = capsys.readouterr().out.count(f"path=/{echo}/.well-known/agent-card.json")
+            await asyncio.sleep(0.6)
+            await collect(client.send_message(send_request("three")))
+            again = capsys.readouterr().out.count(f"path=/{echo}/.well-known/agent-card.json")
+    assert (reads, again) == (1, 1)
 
 
 async def test_blocking_send_returns_the_completed_task_with_the_remote_artifact():
@@ -251,6 +277,18 @@ async def test_oauth2_client_credentials_token_is_fetched_once_and_sent(secured_
     assert requests[0]["form"] == {"grant_type": "client_credentials", "scope": "a2a"}
     assert requests[0]["auth"].startswith("Basic ")
     assert "client-secret-5678" not in str(first)
+
+
+async def test_the_run_time_bound_cancels_the_remote_task():
+    async with chain(delay=0.5, a_settings={"run_timeout_seconds": 1.0}) as (gw_a, front, gw_b, echo):
+        async with gw_a.client(front, streaming=False) as client:
+            [event] = await collect(client.send_message(send_request("a b c d e f g h i j")))
+        status = event.task.status
+        assert status.state == TaskState.TASK_STATE_FAILED
+        assert status.message.parts[0].text == \
+            "the remote agent's task exceeded run_timeout_seconds=1"
+        [remote] = await remote_tasks(gw_b, echo)
+        assert remote.status.state == TaskState.TASK_STATE_CANCELED
 
 
 async def test_card_from_remote_takes_skills_and_modes_but_keeps_the_gateways_interfaces():
