@@ -63,6 +63,7 @@ from handlers.upstream import (
     BackendTransport,
     BridgeSettings,
     Deadline,
+    RunTimedOut,
     UpstreamError,
     clip,
     has_input,
@@ -247,7 +248,7 @@ class RemoteTaskMapper:
         self.task_id = task_id
         self.context_id = known_context
         self._answering = answering
-        """The remote task waits for the answer being sent: its first snapshot still says so."""
+        """The remote task waits for the answer being sent: the first snapshot still says so."""
         self.ended = False
         """A terminal or interrupted state, or a Message answer, arrived."""
         self._started = False
@@ -256,10 +257,11 @@ class RemoteTaskMapper:
 
     def feed(self, response: StreamResponse) -> list[HandlerEvent]:
         kind = response.WhichOneof("payload")
+        answering, self._answering = self._answering, False
         if kind == "message":
             return self._message(response.message)
         if kind == "task":
-            return self._task(response.task)
+            return self._task(response.task, answering=answering)
         if kind == "status_update":
             update = response.status_update
             return self._begin(update.task_id, update.context_id) + self._on_status(update.status)
@@ -278,13 +280,14 @@ class RemoteTaskMapper:
         text = "\n".join(p.text for p in message.parts if p.text)
         return [Progress("message", text)] if text else []
 
-    def _task(self, task: Task) -> list[HandlerEvent]:
+    def _task(self, task: Task, *, answering: bool = False) -> list[HandlerEvent]:
         events = self._begin(task.id, task.context_id)
         for artifact in task.artifacts:
             if self._artifacts.get(artifact.artifact_id) != artifact.SerializeToString():
                 events += self._artifact(artifact, append=False, last_chunk=False)
-        if self._answering and task.status.state in INTERRUPTED:
-            self._answering = False
+        if answering and task.status.state in INTERRUPTED:
+            # the question being answered: not asked again, in this or a polled snapshot
+            self._status = task.status.SerializeToString()
             return events
         return events + self._on_status(task.status)
 
@@ -390,13 +393,28 @@ class A2ARemoteHandler(Handler):
         mapper = RemoteTaskMapper(known if isinstance(known, str) else None,
                                   task_id=message.task_id or None, answering=answering)
         deadline = self.settings.deadline(RUN)
+        try:
+            streams = await self._streams()
+        except UpstreamError as exc:
+            yield Failed(exc.reason)
+            return
+        send = SendMessageRequest(message=message)
+        # a remote without streaming answers at once with its task, which is then polled
+        send.configuration.return_immediately = not streams
         async with contextlib.aclosing(self._follow(
                 request, mapper, deadline,
-                lambda client: client.send_message(SendMessageRequest(message=message),
-                                                   context=self._context(request)))) as events:
+                lambda client: client.send_message(send, context=self._context(request)))) as events:
             async for event in events:
                 # a Message answer (no remote task) is answered as the response mode asks
                 yield self.answer(event) if mapper.task_id is None else event
+        if mapper.ended:
+            return
+        if streams:
+            yield Failed(f"{BACKEND} ended the stream before the task finished")
+            return
+        async with contextlib.aclosing(self._poll(request, mapper, deadline)) as events:
+            async for event in events:
+                yield event
 
     async def cancel(self, request: HandlerRequest) -> bool:
         if not request.run_ref:
@@ -419,16 +437,17 @@ class A2ARemoteHandler(Handler):
         known = request.session.get(CONTEXT_KEY)
         mapper = RemoteTaskMapper(known if isinstance(known, str) else None, task_id=task_id)
         deadline = self.settings.deadline(RUN)
-        if await self._streams():
-            async with contextlib.aclosing(self._follow(
-                    request, mapper, deadline,
-                    lambda client: client.subscribe(SubscribeToTaskRequest(id=task_id),
-                                                    context=self._context(request)),
-                    quiet=True)) as events:
-                async for event in events:
-                    yield event
-            if mapper.ended:
-                return
+        with contextlib.suppress(UpstreamError):  # polling reports an unreachable remote
+            if await self._streams():
+                async with contextlib.aclosing(self._follow(
+                        request, mapper, deadline,
+                        lambda client: client.subscribe(SubscribeToTaskRequest(id=task_id),
+                                                        context=self._context(request)),
+                        quiet=True)) as events:
+                    async for event in events:
+                        yield event
+        if mapper.ended:
+            return
         async with contextlib.aclosing(self._poll(request, mapper, deadline)) as events:
             async for event in events:
                 yield event
@@ -441,14 +460,15 @@ class A2ARemoteHandler(Handler):
     async def _follow(self, request: HandlerRequest, mapper: RemoteTaskMapper, deadline: Deadline,
                       call: Any, *, quiet: bool = False) -> AsyncIterator[HandlerEvent]:
         """The events of one streamed (or blocking) call until the remote task ends or waits
-        for input. ``quiet``: a failed call ends the iterator without an event (the caller
-        goes on by polling)."""
+        for input (``mapper.ended``), or the call ends. A failed call fails the task (and
+        ends the mapper); ``quiet``: it just ends the iterator (the caller goes on polling)."""
         try:
             client = await self._remote()
-            stream = call(client)
         except UpstreamError as exc:
+            mapper.ended = True
             yield Failed(exc.reason)
             return
+        stream = call(client)
         try:
             while not mapper.ended:
                 try:
@@ -460,23 +480,21 @@ class A2ARemoteHandler(Handler):
                     self._followed.add(mapper.task_id)
                 for event in events:
                     yield event
-        except UpstreamError as exc:  # the run's time bound
+        except RunTimedOut as exc:
+            mapper.ended = True
             yield await self._abandon(request, mapper, exc.reason)
-            return
         except Exception as exc:
             self._forget_card()
             reason = error_reason(exc, self.settings, self._secrets)
             log.warning("remote_call_failed", task_id=request.task_id, reason=reason)
             if not quiet:
+                mapper.ended = True
                 yield Failed(reason)
-            return
         finally:
             if mapper.task_id:
                 self._followed.discard(mapper.task_id)
             with contextlib.suppress(Exception):
                 await stream.aclose()
-        if not mapper.ended and not quiet:
-            yield Failed(f"{BACKEND} ended the stream before the task finished")
 
     async def _poll(self, request: HandlerRequest, mapper: RemoteTaskMapper,
                     deadline: Deadline) -> AsyncIterator[HandlerEvent]:
@@ -489,11 +507,13 @@ class A2ARemoteHandler(Handler):
                     client = await self._remote()
                     task = await deadline.within(client.get_task(
                         GetTaskRequest(id=mapper.task_id), context=self._context(request)))
-                except UpstreamError as exc:
-                    yield Failed(exc.reason)
+                except RunTimedOut as exc:
+                    mapper.ended = True
+                    yield await self._abandon(request, mapper, exc.reason)
                     return
                 except Exception as exc:
                     self._forget_card()
+                    mapper.ended = True
                     yield Failed(error_reason(exc, self.settings, self._secrets))
                     return
                 for event in mapper.feed(StreamResponse(task=task)):

@@ -128,9 +128,12 @@ def test_an_answered_task_does_not_ask_again_for_its_own_snapshot():
                                         status=waiting.status))
     mapper = RemoteTaskMapper(waiting.context_id, task_id=waiting.task_id, answering=True)
     assert mapper.feed(snapshot) == [] and not mapper.ended
-    again = StreamResponse()
-    again.status_update.CopyFrom(waiting)
-    assert isinstance(mapper.feed(again)[0], InputRequired)  # asked once more: shown
+    assert mapper.feed(snapshot) == []  # polled before the remote read the answer
+    asked_again = StreamResponse()
+    asked_again.status_update.CopyFrom(waiting)
+    asked_again.status_update.status.message.parts[0].text = "Not that. What should I echo?"
+    [event] = mapper.feed(asked_again)  # a new question: shown
+    assert event == InputRequired("Not that. What should I echo?", {"choices": ["any text"]})
 
 
 def status(state: int, text: str = "") -> StreamResponse:

@@ -34,13 +34,18 @@ from starlette.applications import Starlette
 
 from tests.harness import collect, reconstruct, running_gateway
 from tests.messages import send_request
+from tests.waiting import eventually
 
 REMOTE = "handlers.a2a_remote:A2ARemoteHandler"
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 
 
 class WordsAgent(AgentExecutor):
-    """Streams ``said: <text>`` word by word as one artifact; ``?input`` asks first."""
+    """Streams ``said: <text>`` word by word as one artifact, ``delay`` seconds per word;
+    ``?input`` asks first."""
+
+    def __init__(self, delay: float = 0.01) -> None:
+        self.delay = delay
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id, context_id = context.task_id or "", context.context_id or ""
@@ -58,7 +63,7 @@ class WordsAgent(AgentExecutor):
         for i, word in enumerate(f"said: {text}".split(" ")):
             await updater.add_artifact([Part(text=word if i == 0 else f" {word}")],
                                        artifact_id=artifact_id, name="answer", append=i > 0)
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(self.delay)
         await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -102,7 +107,8 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def v03_agent(*, streaming: bool = True) -> AsyncIterator[tuple[str, MethodLog]]:
+async def v03_agent(*, streaming: bool = True,
+                    delay: float = 0.01) -> AsyncIterator[tuple[str, MethodLog]]:
     """The 0.3 agent on a free port: (its card URL, the methods it was called with)."""
     port = free_port()
     card = AgentCard(
@@ -113,7 +119,7 @@ async def v03_agent(*, streaming: bool = True) -> AsyncIterator[tuple[str, Metho
         supported_interfaces=[AgentInterface(url=f"http://127.0.0.1:{port}/", protocol_binding="JSONRPC",
                                              protocol_version="0.3")],
     )
-    handler = DefaultRequestHandler(WordsAgent(), InMemoryTaskStore(), card)
+    handler = DefaultRequestHandler(WordsAgent(delay), InMemoryTaskStore(), card)
     app = MethodLog(Starlette(routes=[*create_agent_card_routes(card),
                                       *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True)]))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
@@ -154,14 +160,34 @@ async def test_a_v03_agent_asks_for_input_and_the_answer_goes_back_to_its_task()
     assert calls.methods == ["message/stream", "message/stream"]
 
 
-async def test_a_remote_without_streaming_is_called_blocking_and_streams_its_result():
-    async with v03_agent(streaming=False) as (card_url, calls), running_gateway() as gw:
-        front = await gw.add_endpoint(REMOTE, settings={"remote_card_url": card_url})
+async def test_a_remote_without_streaming_is_sent_the_message_then_polled():
+    async with v03_agent(streaming=False, delay=0.1) as (card_url, calls), running_gateway() as gw:
+        front = await gw.add_endpoint(REMOTE, settings={"remote_card_url": card_url,
+                                                        "poll_interval_seconds": 0.1})
         async with gw.client(front) as client:
             events = await collect(client.send_message(send_request("all at once")))
     assert events[-1].status_update.status.state == COMPLETED
     assert list(reconstruct(events).values()) == ["said: all at once"]
-    assert calls.methods == ["message/send"]
+    assert calls.methods[0] == "message/send" and len(calls.methods) >= 3
+    assert set(calls.methods[1:]) == {"tasks/get"}
+
+
+async def test_a_restarted_gateway_polls_the_task_of_a_remote_without_streaming(tmp_path):
+    store = f"sqlite:///{tmp_path / 'a.db'}"
+    words = " ".join(f"w{i}" for i in range(20))
+    settings = {"poll_interval_seconds": 0.1}
+    async with v03_agent(streaming=False, delay=0.1) as (card_url, calls):
+        async with running_gateway(store, lease_seconds=0.6, replica_id="replica-a") as gw:
+            front = await gw.add_endpoint(REMOTE, settings={"remote_card_url": card_url, **settings})
+            async with gw.client(front, streaming=False) as client:
+                [started] = await collect(client.send_message(send_request(words, immediately=True)))
+            await eventually(lambda: calls.methods.count("tasks/get") >= 2)
+        async with running_gateway(store, lease_seconds=0.6, replica_id="replica-b") as gw2:
+            async with gw2.client(front) as client:
+                task = await eventually(lambda: client.get_task(GetTaskRequest(id=started.task.id)),
+                                        until=lambda t: t.status.state == COMPLETED, timeout=60)
+    assert ["".join(p.text for p in a.parts) for a in task.artifacts] == [f"said: {words}"]
+    assert calls.methods.count("message/send") == 1  # re-attached, not sent again
 
 
 async def test_the_gateway_card_from_a_v03_card_keeps_its_own_interfaces():
