@@ -84,6 +84,8 @@ ENDPOINTS_FILE = """endpoints:
 @dataclass
 class StreamRead:
     deltas: int = 0
+    chunks: int = 0
+    """SSE events that carried text (merged chunks carry several deltas)."""
     first_delta_s: float | None = None
     latencies_ms: list[float] = field(default_factory=list)
     text: str = ""
@@ -128,6 +130,7 @@ async def gateway_stream(http: aiohttp.ClientSession, base: str, endpoint: str, 
                     continue
                 if out.first_delta_s is None:
                     out.first_delta_s = time.monotonic() - started
+                out.chunks += 1
                 if stamped:
                     _stamps(chunk, out)
                     out.deltas += len(STAMP.findall(chunk))
@@ -177,7 +180,8 @@ async def _timed(pid: int, work: Callable[[], Awaitable[list[StreamRead]]]) -> t
 def _throughput(reads: list[StreamRead], wall: float, cpu: float) -> dict[str, float]:
     deltas = sum(r.deltas for r in reads)
     errors = sum(1 for r in reads if r.error)
-    return {"deltas/s": deltas / wall, "cpu µs/delta": cpu / max(deltas, 1) * 1e6, "errors": errors}
+    return {"deltas/s": deltas / wall, "cpu µs/delta": cpu / max(deltas, 1) * 1e6,
+            "deltas per event": deltas / max(sum(r.chunks for r in reads), 1), "errors": errors}
 
 
 async def _one_after_another(times: int, stream: Callable[[], Awaitable[StreamRead]]) -> list[StreamRead]:
@@ -267,13 +271,14 @@ def _wait_listening(proc: subprocess.Popen[bytes], log: Path, pattern: str, dead
     raise RuntimeError(f"not listening in time:\n{log.read_text(errors='replace')[-2000:]}")
 
 
-def start_gateway(name: str, source: Path, workdir: Path, backend: str, cpu: int | None) -> Gateway:
+def start_gateway(name: str, source: Path, workdir: Path, backend: str, cpu: int | None,
+                  extra_env: dict[str, str]) -> Gateway:
     port = free_port()
     endpoints = workdir / f"endpoints-{name}.yaml"
     endpoints.write_text(ENDPOINTS_FILE.format(echo=ECHO, chat=CHAT, hermes=HERMES, backend=backend))
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
     env.update({"PYTHONPATH": str(source), "A2A_GATEWAY_LOG_LEVEL": "warning",
-                "A2A_GATEWAY_STORE": f"sqlite:///{workdir / f'{name}-{port}.db'}"})
+                "A2A_GATEWAY_STORE": f"sqlite:///{workdir / f'{name}-{port}.db'}", **extra_env})
     log = workdir / f"gateway-{name}-{port}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(pinned(cpu, [sys.executable, "-m", "a2a_gateway", "serve", "--port", str(port),
@@ -319,15 +324,15 @@ def snapshot(ref: str, workdir: Path) -> tuple[Path, str]:
 # the run -------------------------------------------------------------------------------------
 
 
-async def one_round(sources: dict[str, Path], names: list[str], backend: str, workdir: Path,
+async def one_round(sources: dict[str, tuple[Path, dict[str, str]]], names: list[str], backend: str, workdir: Path,
                     args: argparse.Namespace, results: dict[tuple[str, str], list[Measured]],
                     loops: dict[str, str]) -> None:
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=300)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=1 << 24) as http:
         for scenario in names:
-            for label, source in sources.items():
-                gw = start_gateway(label, source, workdir, backend, args.server_cpu)
+            for label, (source, extra_env) in sources.items():
+                gw = start_gateway(label, source, workdir, backend, args.server_cpu, extra_env)
                 loops[label] = gw.loop
                 try:
                     measured = await SCENARIOS[scenario](http, gw, backend)
@@ -366,6 +371,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma list of: {', '.join(SCENARIOS)}")
     p.add_argument("--compare", action="append", default=[], help="also run the gateway as committed at this ref")
+    p.add_argument("--variant", action="append", default=[], metavar="LABEL:NAME=VALUE",
+                   help="also run the working tree with a setting, e.g. asyncio:A2A_GATEWAY_EVENT_LOOP=asyncio")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--client-cpu", type=int, default=1)
@@ -379,11 +386,16 @@ def main() -> None:
         os.sched_setaffinity(0, {args.client_cpu})
     with tempfile.TemporaryDirectory(prefix="a2a-stream-bench-") as tmp:
         workdir = Path(tmp)
-        sources, described = {"working": ROOT}, {"working": "working tree"}
+        sources: dict[str, tuple[Path, dict[str, str]]] = {"working": (ROOT, {})}
+        described = {"working": "working tree"}
+        for variant in args.variant:
+            label, _, setting = variant.partition(":")
+            name, _, value = setting.partition("=")
+            sources[label], described[label] = (ROOT, {name: value}), f"working tree, {name}={value}"
         for ref in args.compare:
             path, text = snapshot(ref, workdir)
             label = ref if len(ref) <= 12 else text.split("(")[-1].rstrip(")")
-            sources[label], described[label] = path, text
+            sources[label], described[label] = (path, {}), text
         backend_proc, backend = start_backend(workdir, args.client_cpu)
         results: dict[tuple[str, str], list[Measured]] = {}
         loops: dict[str, str] = {}
