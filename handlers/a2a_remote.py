@@ -40,7 +40,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict, ParseError
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 
 from handlers.base import (
     ArtifactDelta,
@@ -103,9 +103,10 @@ class A2ARemoteSettings(BridgeSettings):
     card_refresh_seconds: float = Field(300.0, gt=0)
     """The remote card is read again after this long (and after a failed call)."""
     remote_streaming: bool = True
-    """Stream from the remote when its card offers streaming; off: blocking calls only."""
+    """Stream from the remote when its card offers streaming; off (or a card without
+    streaming): send the message with ``return_immediately``, then poll its task."""
     poll_interval_seconds: float = Field(1.0, gt=0)
-    """GetTask interval when a re-attached task is followed by polling."""
+    """GetTask interval when the remote task is followed by polling."""
     card_from_remote: bool = False
     """The gateway's card takes description, skills and modes from the remote card."""
     remote_api_key: SecretStr | None = None
@@ -118,6 +119,12 @@ class A2ARemoteSettings(BridgeSettings):
     oauth2_client_id: str | None = None
     oauth2_client_secret: SecretStr | None = None
     oauth2_scope: str | None = None
+
+    @model_validator(mode="after")
+    def _oauth2_complete(self) -> A2ARemoteSettings:
+        if self.oauth2_token_url and not (self.oauth2_client_id and self.oauth2_client_secret):
+            raise ValueError("oauth2_token_url needs oauth2_client_id and oauth2_client_secret")
+        return self
 
     def secrets(self) -> tuple[str, ...]:
         values = (self.remote_api_key, self.remote_bearer_token, self.oauth2_client_secret)
@@ -144,6 +151,11 @@ class OutboundAuth(httpx.Auth):
     @property
     def oauth2(self) -> bool:
         return bool(self.settings.oauth2_token_url)
+
+    @property
+    def issued(self) -> tuple[str, ...]:
+        """The OAuth2 token in use, if any (a secret like the configured ones)."""
+        return (self._token[0],) if self._token else ()
 
     async def async_auth_flow(self, request: httpx.Request) -> Any:
         await self._apply(request)
@@ -176,7 +188,7 @@ class OutboundAuth(httpx.Auth):
             form["scope"] = s.oauth2_scope
         secret = s.oauth2_client_secret.get_secret_value() if s.oauth2_client_secret else ""
         try:
-            response = await self.http.post(url, data=form, auth=(s.oauth2_client_id or "", secret),
+            response = await self.http.post(url, data=form, auth=(str(s.oauth2_client_id), secret),
                                             timeout=make_timeout(s.remote_timeout))
         except httpx.HTTPError as exc:
             raise OutboundAuthError(redact(transport_error_reason(
@@ -205,10 +217,10 @@ def _reason(exc: BaseException, settings: A2ARemoteSettings) -> str:
     for cause in _causes(exc):
         if isinstance(cause, UpstreamError):
             return cause.reason
-        if isinstance(cause, httpx.HTTPStatusError):
-            return http_error_reason(BACKEND, cause.response.status_code, "")
+        if isinstance(cause, httpx.HTTPStatusError):  # the answer's body is not shown
+            return http_error_reason(BACKEND, cause.response.status_code, "").rstrip(": ")
         if isinstance(cause, httpx.HTTPError):
-            return transport_error_reason(BACKEND, settings.remote_card_url, cause,
+            return transport_error_reason(BACKEND, _url(cause, settings), cause,
                                           settings.remote_timeout)
     if isinstance(exc, ParseError):
         return f"{BACKEND} sent an answer that is not valid A2A ({clip(str(exc), 300)})"
@@ -217,6 +229,13 @@ def _reason(exc: BaseException, settings: A2ARemoteSettings) -> str:
     if isinstance(exc, A2AError) and not isinstance(exc, A2AClientError):
         return f"{BACKEND} refused the request ({type(exc).__name__}): {clip(str(exc))}"
     return f"the call to {BACKEND} failed ({type(exc).__name__})"
+
+
+def _url(exc: httpx.HTTPError, settings: A2ARemoteSettings) -> str:
+    try:
+        return str(exc.request.url)
+    except RuntimeError:  # an error raised before a request was made
+        return settings.remote_card_url
 
 
 def _causes(exc: BaseException) -> Generator[BaseException, None, None]:
@@ -355,9 +374,10 @@ class A2ARemoteHandler(Handler):
     def __init__(self, settings: HandlerSettings, http: httpx.AsyncClient) -> None:
         super().__init__(settings, http)
         self._secrets = self.settings.secrets()
+        self._auth = OutboundAuth(self.settings, http)
         self._remote_http = httpx.AsyncClient(
             transport=BackendTransport(http, BACKEND, self.settings.retry),
-            auth=OutboundAuth(self.settings, http),
+            auth=self._auth,
             timeout=make_timeout(self.settings.remote_timeout),
         )
         self._card: AgentCard | None = None
@@ -388,10 +408,8 @@ class A2ARemoteHandler(Handler):
             yield Rejected(f"the message has no text, data or file for {BACKEND}")
             return
         message = self._outbound(request)
-        known = request.session.get(CONTEXT_KEY)
-        answering = bool(message.task_id)
-        mapper = RemoteTaskMapper(known if isinstance(known, str) else None,
-                                  task_id=message.task_id or None, answering=answering)
+        mapper = RemoteTaskMapper(self._remote_context(request), task_id=message.task_id or None,
+                                  answering=bool(message.task_id))
         deadline = self.settings.deadline(RUN)
         try:
             streams = await self._streams()
@@ -425,7 +443,7 @@ class A2ARemoteHandler(Handler):
                                      context=self._context(request))
         except Exception as exc:  # a task the remote already ended, an unreachable remote
             log.warning("remote_cancel_failed", run_ref=request.run_ref,
-                        reason=error_reason(exc, self.settings, self._secrets))
+                        reason=self._reason(exc))
             return False
         return request.run_ref in self._followed
 
@@ -434,18 +452,20 @@ class A2ARemoteHandler(Handler):
             yield Failed(f"no task of {BACKEND} to re-attach to")
             return
         task_id = request.run_ref
-        known = request.session.get(CONTEXT_KEY)
-        mapper = RemoteTaskMapper(known if isinstance(known, str) else None, task_id=task_id)
+        mapper = RemoteTaskMapper(self._remote_context(request), task_id=task_id)
         deadline = self.settings.deadline(RUN)
-        with contextlib.suppress(UpstreamError):  # polling reports an unreachable remote
-            if await self._streams():
-                async with contextlib.aclosing(self._follow(
-                        request, mapper, deadline,
-                        lambda client: client.subscribe(SubscribeToTaskRequest(id=task_id),
-                                                        context=self._context(request)),
-                        quiet=True)) as events:
-                    async for event in events:
-                        yield event
+        try:
+            streams = await self._streams()
+        except UpstreamError:
+            streams = False  # polling reports an unreachable remote
+        if streams:
+            async with contextlib.aclosing(self._follow(
+                    request, mapper, deadline,
+                    lambda client: client.subscribe(SubscribeToTaskRequest(id=task_id),
+                                                    context=self._context(request)),
+                    quiet=True)) as events:
+                async for event in events:
+                    yield event
         if mapper.ended:
             return
         async with contextlib.aclosing(self._poll(request, mapper, deadline)) as events:
@@ -485,7 +505,7 @@ class A2ARemoteHandler(Handler):
             yield await self._abandon(request, mapper, exc.reason)
         except Exception as exc:
             self._forget_card()
-            reason = error_reason(exc, self.settings, self._secrets)
+            reason = self._reason(exc)
             log.warning("remote_call_failed", task_id=request.task_id, reason=reason)
             if not quiet:
                 mapper.ended = True
@@ -514,7 +534,7 @@ class A2ARemoteHandler(Handler):
                 except Exception as exc:
                     self._forget_card()
                     mapper.ended = True
-                    yield Failed(error_reason(exc, self.settings, self._secrets))
+                    yield Failed(self._reason(exc))
                     return
                 for event in mapper.feed(StreamResponse(task=task)):
                     yield event
@@ -559,8 +579,6 @@ class A2ARemoteHandler(Handler):
         url = self.settings.remote_card_url
         try:
             response = await self._remote_http.get(url)
-        except UpstreamError:
-            raise
         except httpx.HTTPError as exc:
             raise UpstreamError(redact(transport_error_reason(
                 BACKEND, url, exc, self.settings.remote_timeout), self._secrets)) from None
@@ -571,6 +589,9 @@ class A2ARemoteHandler(Handler):
             return parse_agent_card(response.json())
         except (ValueError, ParseError):
             raise UpstreamError(f"{BACKEND}'s card at {shown_url(url)} is not a valid agent card") from None
+
+    def _reason(self, exc: BaseException) -> str:
+        return error_reason(exc, self.settings, self._secrets + self._auth.issued)
 
     def _forget_card(self) -> None:
         """After a failure the card is read again: the remote may have moved or changed."""
@@ -589,12 +610,16 @@ class A2ARemoteHandler(Handler):
         message.parts.extend(request.message.parts)
         if request.message.metadata:
             message.metadata.CopyFrom(request.message.metadata)
-        context = request.session.get(CONTEXT_KEY)
-        if isinstance(context, str) and context:
-            message.context_id = context
+        message.context_id = self._remote_context(request) or ""
         if request.pending_input is not None and request.run_ref:
             message.task_id = request.run_ref
         return message
+
+    @staticmethod
+    def _remote_context(request: HandlerRequest) -> str | None:
+        """The remote context of the request's gateway context, once the remote named one."""
+        context = request.session.get(CONTEXT_KEY)
+        return context if isinstance(context, str) and context else None
 
     @staticmethod
     def _context(request: HandlerRequest) -> ClientCallContext:

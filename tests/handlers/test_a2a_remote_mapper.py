@@ -237,3 +237,22 @@ async def test_a_refused_token_request_fails_without_the_client_secret():
         await OutboundAuth(settings, http).token()
     assert raised.value.reason == ("the OAuth2 token endpoint https://r.example/token refused "
                                    "the client credentials (HTTP 400)")
+
+
+def test_a_server_error_names_its_status_without_the_body():
+    request = httpx.Request("POST", "https://remote.example/a2a")
+    cause = httpx.HTTPStatusError("500", request=request, response=httpx.Response(
+        500, request=request, text="trace with bearer-secret-1234"))
+    try:
+        try:
+            raise cause
+        except httpx.HTTPStatusError as inner:
+            raise A2AClientError(f"HTTP Error 500: {inner.response.text}") from inner
+    except A2AClientError as exc:
+        assert error_reason(exc, SETTINGS, SETTINGS.secrets()) == "the remote agent failed (HTTP 500)"
+
+
+def test_oauth2_needs_its_client_credentials():
+    with pytest.raises(ValueError, match="oauth2_token_url needs oauth2_client_id"):
+        A2ARemoteSettings(remote_card_url="https://r.example/card",
+                          oauth2_token_url="https://r.example/token")
