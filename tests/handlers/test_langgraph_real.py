@@ -9,6 +9,7 @@ with a fresh token, so tests can share one server and LLM.
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -22,7 +23,6 @@ from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.stores.memory import MemoryStore
-from tests.handlers.test_hermes_real import socket_closed_port
 from tests.harness import RunningGateway, require_env, running_gateway
 from tests.messages import send_request
 from tests.waiting import eventually
@@ -148,8 +148,8 @@ async def test_second_message_of_a_context_goes_to_the_same_thread(gw, endpoint)
 async def test_another_context_gets_another_thread(gw, endpoint):
     mark = token()
     async with gw.client(endpoint, streaming=False) as client:
-        tasks = [(await anext(client.send_message(send_request(f"alone {mark}", context_id=c)))).task
-                 for c in (f"a-{mark}", f"b-{mark}")]
+        tasks = [e.task for c in (f"a-{mark}", f"b-{mark}")
+                 async for e in client.send_message(send_request(f"alone {mark}", context_id=c))]
     threads = {MessageToDict(t.artifacts[-1].metadata)["langgraph_thread_id"] for t in tasks}
     assert len(threads) == 2
     for request in await llm_requests(mark):
@@ -250,8 +250,9 @@ async def test_unknown_assistant_fails_with_langgraphs_reason(gw, langgraph_url)
 
 
 async def test_unreachable_langgraph_fails_the_task(gw, langgraph_url):
-    with socket_closed_port() as url:
-        endpoint = await langgraph_endpoint(gw, url)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, never listening
+        endpoint = await langgraph_endpoint(gw, f"http://127.0.0.1:{sock.getsockname()[1]}")
         async with gw.client(endpoint, streaming=False) as client:
             (event,) = [e async for e in client.send_message(send_request(f"hello {token()}"))]
     assert event.task.status.state == TaskState.TASK_STATE_FAILED
