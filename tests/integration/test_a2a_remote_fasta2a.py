@@ -16,18 +16,15 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-import pytest
 import uvicorn
 from a2a.types import TaskState
+from fasta2a import FastA2A, Worker
+from fasta2a.broker import InMemoryBroker
+from fasta2a.storage import InMemoryStorage
 
 from tests.harness import collect, reconstruct, running_gateway
 from tests.integration.test_a2a_remote_v03 import free_port
 from tests.messages import send_request
-
-fasta2a = pytest.importorskip("fasta2a")
-from fasta2a import FastA2A, Worker  # noqa: E402
-from fasta2a.broker import InMemoryBroker  # noqa: E402
-from fasta2a.storage import InMemoryStorage  # noqa: E402
 
 REMOTE = "handlers.a2a_remote:A2ARemoteHandler"
 
