@@ -292,3 +292,22 @@ async def test_a_run_outlives_a_gateway_restart_and_completes_the_task(langgraph
     assert final_text(done.task) == " ".join(f"slow{i}" for i in range(12))
     assert done.run_ref == stored.run_ref
     assert len(await llm_requests(mark)) == 1  # the same run finished it, none was started again
+
+
+async def test_a_context_whose_thread_was_deleted_goes_on_in_a_new_thread(gw, endpoint, langgraph_url):
+    mark = token()
+    context_id = f"ctx-{mark}"
+    async with gw.client(endpoint, streaming=False) as client:
+        (first,) = [e async for e in client.send_message(send_request(f"first {mark}", context_id=context_id))]
+        thread_id = MessageToDict(first.task.artifacts[-1].metadata)["langgraph_thread_id"]
+        async with httpx.AsyncClient() as http:
+            (await http.delete(f"{langgraph_url}/threads/{thread_id}")).raise_for_status()
+        (second,) = [e async for e in client.send_message(send_request(f"second {mark}", context_id=context_id))]
+        (third,) = [e async for e in client.send_message(send_request(f"third {mark}", context_id=context_id))]
+    assert second.task.status.state == COMPLETED
+    assert final_text(second.task) == f"Hello from fakellm. You said: second {mark}"
+    new_thread = MessageToDict(second.task.artifacts[-1].metadata)["langgraph_thread_id"]
+    assert new_thread != thread_id
+    assert MessageToDict(third.task.artifacts[-1].metadata)["langgraph_thread_id"] == new_thread
+    (last,) = [r for r in await llm_requests(mark) if r["text"] == f"third {mark}"]
+    assert [m["content"] for m in last["messages"] if m["role"] == "user"] == [f"second {mark}", f"third {mark}"]
