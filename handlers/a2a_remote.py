@@ -499,7 +499,7 @@ class A2ARemoteHandler(Handler):
                 if mapper.task_id:
                     self._followed.add(mapper.task_id)
                 for event in events:
-                    yield event
+                    yield self._redacted(event)
         except RunTimedOut as exc:
             mapper.ended = True
             yield await self._abandon(request, mapper, exc.reason)
@@ -537,7 +537,7 @@ class A2ARemoteHandler(Handler):
                     yield Failed(self._reason(exc))
                     return
                 for event in mapper.feed(StreamResponse(task=task)):
-                    yield event
+                    yield self._redacted(event)
                 if not mapper.ended:
                     await asyncio.sleep(min(self.settings.poll_interval_seconds,
                                             max(0.0, deadline.remaining())))
@@ -589,6 +589,12 @@ class A2ARemoteHandler(Handler):
             return parse_agent_card(response.json())
         except (ValueError, ParseError):
             raise UpstreamError(f"{BACKEND}'s card at {shown_url(url)} is not a valid agent card") from None
+
+    def _redacted(self, event: HandlerEvent) -> HandlerEvent:
+        """The remote's own reasons may echo a credential it was sent."""
+        if isinstance(event, Failed | Rejected | Canceled) and event.reason:
+            return type(event)(redact(event.reason, self._secrets + self._auth.issued))
+        return event
 
     def _reason(self, exc: BaseException) -> str:
         return error_reason(exc, self.settings, self._secrets + self._auth.issued)

@@ -17,6 +17,7 @@ from a2a.utils.errors import TaskNotFoundError
 from google.protobuf.json_format import ParseDict
 
 from handlers.a2a_remote import (
+    A2ARemoteHandler,
     A2ARemoteSettings,
     OutboundAuth,
     OutboundAuthError,
@@ -106,6 +107,18 @@ def test_file_and_data_parts_pass_through_under_the_remotes_ids():
     assert deltas["file"].parts[0].filename == "echo.txt" and deltas["file"].last_chunk
     assert deltas["data"].parts[0].data.struct_value["words"] == 2
     assert deltas["notes"].name == "notes"
+
+
+def test_a_file_by_url_passes_through():
+    response = StreamResponse()
+    update = response.artifact_update
+    update.task_id, update.context_id = "t", "c"
+    update.artifact.artifact_id = "report"
+    update.artifact.parts.append(Part(url="https://files.example/r.pdf", media_type="application/pdf",
+                                      filename="r.pdf"))
+    [*_, delta] = RemoteTaskMapper().feed(response)
+    assert delta.parts[0].url == "https://files.example/r.pdf"
+    assert delta.parts[0].media_type == "application/pdf" and delta.parts[0].filename == "r.pdf"
 
 
 def test_a_remote_failure_keeps_its_reason():
@@ -256,3 +269,12 @@ def test_oauth2_needs_its_client_credentials():
     with pytest.raises(ValueError, match="oauth2_token_url needs oauth2_client_id"):
         A2ARemoteSettings(remote_card_url="https://r.example/card",
                           oauth2_token_url="https://r.example/token")
+
+
+async def test_the_remotes_own_reasons_are_shown_without_the_credential_it_was_sent():
+    async with httpx.AsyncClient() as http:
+        handler = A2ARemoteHandler(SETTINGS, http)
+        mapper = RemoteTaskMapper()
+        [*_, failed] = mapper.feed(status(TaskState.TASK_STATE_FAILED, "bad token bearer-secret-1234"))
+        assert handler._redacted(failed) == Failed("the remote agent failed: bad token ***")
+        await handler.aclose()

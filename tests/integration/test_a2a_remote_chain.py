@@ -92,6 +92,19 @@ async def test_the_card_is_read_once_then_again_after_its_refresh_interval(capsy
     assert (reads, again) == (1, 1)
 
 
+async def test_a_message_answer_completes_the_task_or_is_the_reply_in_message_mode():
+    async with chain(b_settings={"response_mode": "message"}) as (gw_a, front, gw_b, echo):
+        replier = await gw_a.add_endpoint(REMOTE, settings={
+            "remote_card_url": card_url(gw_b, echo), "response_mode": "message"})
+        async with gw_a.client(front, streaming=False) as client:
+            [task] = await collect(client.send_message(send_request("as a task")))
+        async with gw_a.client(replier, streaming=False) as client:
+            [reply] = await collect(client.send_message(send_request("as a message")))
+    assert task.task.status.state == COMPLETED
+    assert [p.text for a in task.task.artifacts for p in a.parts] == ["echo: as a task"]
+    assert reply.HasField("message") and [p.text for p in reply.message.parts] == ["echo: as a message"]
+
+
 async def test_blocking_send_returns_the_completed_task_with_the_remote_artifact():
     async with chain() as (gw_a, front, gw_b, echo):
         async with gw_a.client(front, streaming=False) as client:
@@ -243,6 +256,17 @@ async def test_api_key_made_on_the_remote_authenticates_the_chain(secured_b, mon
     logged = capsys.readouterr()
     assert "remote_call_failed" in logged.out  # the failure is logged, the key is not
     assert wrong not in logged.out + logged.err and key not in logged.out + logged.err
+
+
+async def test_the_card_is_read_again_after_a_failed_call(secured_b, capsys):
+    async with secured_b() as (gw_b, echo, key), running_gateway() as gw_a:
+        front = await gw_a.add_endpoint(REMOTE, settings={
+            "remote_card_url": card_url(gw_b, echo), "remote_api_key": f"{key}-revoked"})
+        async with gw_a.client(front, streaming=False) as client:
+            for text in ("one", "two"):
+                [event] = await collect(client.send_message(send_request(text)))
+                assert event.task.status.state == TaskState.TASK_STATE_FAILED
+    assert capsys.readouterr().out.count(f"path=/{echo}/.well-known/agent-card.json") == 2
 
 
 async def test_oauth2_client_credentials_token_is_fetched_once_and_sent(secured_b):
