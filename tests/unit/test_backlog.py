@@ -144,3 +144,35 @@ async def test_past_its_budget_a_subscriber_is_told_to_start_over_and_stays_with
     after = [item async for item in slow]
     assert [i for i, _ in after] == [position.rpartition(".")[0] + ".1001"]
     assert hub.subscriber_count("t") == 0 and fine._backlog.bytes < 1_000  # the other never noticed
+
+
+async def test_a_follower_that_falls_behind_goes_on_from_the_store():
+    """A task run elsewhere: its forwarded events flood a follower past its budget; the
+    follower drops the live events and still ends with the task's final state, from the store."""
+    from a2a.types import Task, TaskState
+
+    from a2a_gateway.stores.base import Scope
+    from a2a_gateway.stores.memory import MemoryStore
+    from a2a_gateway.tasks.follower import follow_task
+
+    store, hub, scope = MemoryStore(), LiveHub(), Scope("default", "ep", "alice")
+    hub.serve(Runs(), ReplayLimits(events=0), subscriber_max_bytes=2_000)
+    task = Task(id="t", context_id="c")
+    task.status.state = TaskState.TASK_STATE_WORKING
+    version = await store.create_task(scope, task)
+    followed = follow_task(store, hub, scope, task, version, interval=0.05, stop_when_interrupted=False)
+    reader = asyncio.ensure_future(_all(followed))
+    await asyncio.sleep(0.05)  # the follower subscribed and waits
+    for n in range(200):
+        hub.publish("t", status(n))  # all at once, before it reads: past its budget
+    assert hub._subscribers["t"][0]._behind
+    await asyncio.sleep(0.2)  # it learns that it fell behind, and polls the store
+    assert not reader.done()
+    task.status.state = TaskState.TASK_STATE_COMPLETED
+    await store.update_task(scope, task, expected_version=version)
+    got = await asyncio.wait_for(reader, 10)
+    assert got and got[-1][1].status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def _all(items):
+    return [item async for item in items]
