@@ -198,7 +198,7 @@ async def test_the_worker_route_refuses_what_is_no_gateway_event_and_exists_only
     assert "must be \"run_task\" or \"sweep\"" in bad.json()["error"]
     assert (missing.status_code, missing.json()) == (200, {"outcome": "not_found"})
     assert (swept.status_code, swept.json()) == (200, {"outcome": "swept"})
-    assert absent.status_code == 404
+    assert absent.status_code == 405  # /events is only the operators' feed (GET) there
 
 
 async def test_a_streaming_send_follows_the_worker_run_to_the_reply(kind: str, tmp_path: Path,

@@ -161,11 +161,11 @@ async def test_an_event_the_gateway_refuses_fails_the_invocation_and_the_runtime
     store_url: str,
 ):
     async with fake_lambda() as fake, runtime_process(fake, store=store_url):
-        # not a worker: the gateway has no /events route, so the event is refused
+        # not a worker: /events is only the operators' feed (GET), so the event is refused
         failed = await invoke(fake, {"a2a_gateway": "sweep"})
         assert failed["FunctionError"] == "Unhandled"
         assert failed["Payload"]["errorType"] == "InvocationFailedError"
-        assert failed["Payload"]["errorMessage"].startswith("/events answered 404")
+        assert failed["Payload"]["errorMessage"].startswith("/events answered 405")  # GET only: the feed
         (invocation,) = fake.invocations
         assert invocation.error["errorType"] == "InvocationFailedError" and invocation.result is None
 
