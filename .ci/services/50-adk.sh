@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The real Google ADK API server (`adk api_server`, pinned) serving the test agent of
+# tests/backends/adk/ (app `assistant`) against the scripted LLM started by 10-llm.sh, offline
+# (LiteLLM's bundled model cost map, in-memory sessions, no telemetry). See the header of
+# .ci/run for the interface.
+#
+#   install  its own venv in $A2A_CI_CACHE (reused across runs)
+#   start    `adk api_server` on a random loopback port in a copy of the agents folder;
+#            waits for GET /list-apps; prints A2A_TEST_ADK_URL
+#   stop     SIGTERM, then SIGKILL after 15 s
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
+cd "$(dirname "$0")/../.."
+
+GOOGLE_ADK_VERSION=2.13.0
+LITELLM_VERSION=1.110.2
+
+: "${A2A_CI_CACHE:=$HOME/.cache/a2a-gateway-ci}"
+: "${A2A_CI_STATE:?A2A_CI_STATE is not set (run through .ci/run)}"
+
+VENV="$A2A_CI_CACHE/adk-$GOOGLE_ADK_VERSION-venv"
+RUN_DIR="$A2A_CI_STATE/adk"
+PID_FILE="$RUN_DIR/pid"
+LOG="$RUN_DIR/server.log"
+READY_TIMEOUT="${A2A_ADK_READY_TIMEOUT:-120}"
+
+log() { echo "[50-adk] $*" >&2; }
+
+do_install() {
+  local t0=$SECONDS
+  if [ -x "$VENV/bin/adk" ] && [ -f "$VENV/.installed" ]; then
+    log "google-adk $GOOGLE_ADK_VERSION cached"
+    return
+  fi
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check \
+    "google-adk==$GOOGLE_ADK_VERSION" "litellm==$LITELLM_VERSION" >&2
+  touch "$VENV/.installed"
+  log "install done in $((SECONDS - t0)) s"
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+do_start() {
+  local t0=$SECONDS port url pid
+  [ -x "$VENV/bin/adk" ] || { log "not installed; run install first"; exit 1; }
+  if [ -z "${A2A_TEST_LLM_URL:-}" ] && [ -f "$A2A_CI_STATE/env" ]; then
+    # shellcheck disable=SC1091
+    source "$A2A_CI_STATE/env"
+  fi
+  : "${A2A_TEST_LLM_URL:?10-llm.sh must start first}"
+  rm -rf "$RUN_DIR"
+  mkdir -p "$RUN_DIR"
+  # A copy: ADK writes next to its agents (.adk/, __pycache__) unless told otherwise.
+  cp -r tests/backends/adk "$RUN_DIR/agents"
+  port=$(free_port)
+  (
+    cd "$RUN_DIR/agents"
+    HOME="$RUN_DIR" LITELLM_LOCAL_MODEL_COST_MAP=True LITELLM_TELEMETRY=False \
+      ADK_DISABLE_LOCAL_STORAGE=1 OTEL_SDK_DISABLED=true \
+      GOOGLE_CLOUD_PROJECT= GOOGLE_GENAI_USE_VERTEXAI= GOOGLE_API_KEY= GEMINI_API_KEY= \
+      ADK_TEST_LLM_URL="${A2A_TEST_LLM_URL%/}/v1" \
+      exec setsid "$VENV/bin/adk" api_server --host 127.0.0.1 --port "$port" --no-reload \
+      --session_service_uri memory:// --artifact_service_uri memory:// \
+      --memory_service_uri memory:// . </dev/null >"$LOG" 2>&1
+  ) &
+  echo $! >"$PID_FILE"
+  pid=$(cat "$PID_FILE")
+  url="http://127.0.0.1:$port"
+  while :; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "adk exited during start; log tail:"
+      tail -n 40 "$LOG" >&2 || true
+      exit 1
+    fi
+    if curl -fsS -o /dev/null -m 2 "$url/list-apps" 2>/dev/null; then
+      break
+    fi
+    if ((SECONDS - t0 > READY_TIMEOUT)); then
+      log "adk not ready after ${READY_TIMEOUT} s; log tail:"
+      tail -n 40 "$LOG" >&2 || true
+      exit 1
+    fi
+    sleep 0.2
+  done
+  log "adk ready on $url in $((SECONDS - t0)) s (pid $pid)"
+  echo "export A2A_TEST_ADK_URL=$url"
+  echo "export A2A_TEST_ADK_LOG=$LOG"
+}
+
+case "${1:-}" in
+  install) do_install ;;
+  start) do_start ;;
+  stop) stop_pidfile "$PID_FILE" 15 ;;
+  *) echo "usage: $0 install|start|stop" >&2; exit 2 ;;
+esac

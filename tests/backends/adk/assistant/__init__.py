@@ -1,0 +1,1 @@
+from . import agent  # noqa: F401  (adk api_server loads the agent from the package)
