@@ -90,8 +90,8 @@ class LangGraphSettings(BridgeSettings):
     langgraph_stream_mode: tuple[str, ...] = ("messages-tuple", "updates")
     """Stream modes of each run: ``updates`` is needed (interrupts, the final answer),
     ``messages-tuple`` streams tokens, ``custom`` becomes progress; others are ignored."""
-    langgraph_timeout: float = Field(300.0, gt=0)
-    """Seconds LangGraph may stay silent on a call (its streams send a ping every 15 s)."""
+    langgraph_timeout: float = Field(60.0, gt=0)
+    """Seconds LangGraph may stay silent on a call (its streams send a heartbeat every 5 s)."""
     poll_interval_seconds: float = Field(0.5, gt=0)
     """Wait before joining the stream of a run again that is still going on."""
 
