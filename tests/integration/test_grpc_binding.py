@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.shutdown import drain
@@ -397,6 +398,25 @@ async def test_health_is_serving_then_not_serving_while_stopping(grpc_gw):
     assert before.status == health_pb2.HealthCheckResponse.SERVING
     assert during.status == health_pb2.HealthCheckResponse.NOT_SERVING
     assert refused.code() == grpc.StatusCode.UNAVAILABLE and "shutting down" in refused.details()
+
+
+async def test_a_stream_idle_for_longer_than_the_keepalive_interval_goes_on():
+    async with running_gateway(grpc=True, grpc_keepalive_seconds=0.5, grpc_keepalive_timeout_seconds=1.0) as gw:
+        ep = await echo(gw, 1.5)  # 1.5 s without an event, three pings
+        async with gw.client(ep, binding="GRPC") as client:
+            events = await collect(client.send_message(send_request("slow idle words")))
+    assert list(reconstruct(events).values()) == ["echo: slow idle words"]
+    assert events[-1].status_update.status.state == COMPLETED
+
+
+async def test_reflection_lists_the_a2a_service_when_switched_on():
+    async with running_gateway(grpc=True, grpc_reflection=True) as gw:
+        async with grpc.aio.insecure_channel(grpc_target(gw)) as channel:
+            reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+            answers = reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+            (answer,) = [a async for a in answers]
+    names = [s.name for s in answer.list_services_response.service]
+    assert "lf.a2a.v1.A2AService" in names and "grpc.health.v1.Health" in names
 
 
 async def test_shutdown_ends_a_grpc_stream_with_the_hand_over_event():
