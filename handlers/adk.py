@@ -1,0 +1,375 @@
+"""Google ADK handler: A2A tasks as runs of one agent app of an ``adk api_server``.
+
+One A2A context is one ADK session (``POST /apps/{app}/users/{user}/sessions``), created on
+the context's first message and kept in the context's handler memory; the session holds the
+conversation, so only the new message is sent. Each message streams one run
+(``POST /run_sse`` with ``streaming: true``): partial text events are answer tokens, the
+non-partial event after them repeats the whole text. A tool that asks for confirmation
+(``FunctionTool(..., require_confirmation=...)``) ends the stream with an
+``adk_request_confirmation`` function call (its id in ``longRunningToolIds``): the task waits
+for input, and the answer streams the next run with a ``functionResponse`` to that call.
+
+ADK's HTTP API has no run id, no cancel route and no way to join a run again: a task is
+canceled by closing its stream (ADK then aborts the run and its LLM call), and a run cut off
+by a gateway restart cannot be re-attached.
+
+See docs/handlers.md for the settings and the event mapping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import urllib.parse
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import httpx
+import structlog
+from pydantic import Field, SecretStr
+
+from handlers.base import (
+    Canceled,
+    Completed,
+    Failed,
+    Handler,
+    HandlerEvent,
+    HandlerRequest,
+    HandlerSettings,
+    InputRejectedError,
+    InputRequired,
+    Progress,
+    Rejected,
+    SessionUpdate,
+    TextDelta,
+)
+from handlers.upstream import (
+    BridgeSettings,
+    Deadline,
+    SSEFrame,
+    UnexpectedFrame,
+    Upstream,
+    UpstreamError,
+    clip,
+    has_input,
+    request_text,
+)
+
+__all__ = ["AdkHandler", "AdkSettings", "RunEvents", "confirmation_answer"]
+
+log = structlog.get_logger(__name__)
+
+BACKEND = "ADK"
+RUN = "the ADK run"
+CONFIRMATION = "adk_request_confirmation"
+CREDENTIAL = "adk_request_credential"
+SESSION_KEY = "adk_session_id"
+USER_KEY = "adk_user_id"
+PENDING_KEY = "adk_confirmations"
+APPROVALS = frozenset({"yes", "y", "approve", "approved", "allow", "ok", "confirm", "confirmed"})
+DENIALS = frozenset({"no", "n", "deny", "denied", "reject", "rejected", "cancel"})
+
+
+class AdkSettings(BridgeSettings):
+    """The response mode, ``run_timeout_seconds`` and the retries come from ``BridgeSettings``."""
+
+    adk_api_url: str = "http://127.0.0.1:8000"
+    """Base URL of the ``adk api_server`` (its default port is 8000)."""
+    adk_app_name: str = Field(min_length=1)
+    """The agent app to run: the name of its folder in the server's agents directory."""
+    adk_user_id: str | None = None
+    """The ADK user id of every session; default: the caller's principal."""
+    adk_api_key: SecretStr | None = None
+    """A credential for a deployed ADK server behind authentication, sent in
+    ``adk_api_key_header`` (as ``Bearer <key>`` when that is ``Authorization``); ``env:NAME``
+    in endpoint rows."""
+    adk_api_key_header: str = "Authorization"
+    adk_timeout: float = Field(600.0, gt=0)
+    """Seconds ADK may stay silent on a call: it sends nothing while a tool or the model
+    works, so keep it generous."""
+
+
+def _objects(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _call_text(call: dict[str, Any]) -> str:
+    args = call.get("args") if isinstance(call.get("args"), dict) else {}
+    shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items())
+    return f"{call.get('name') or 'a tool'}({shown})"
+
+
+@dataclass(slots=True)
+class RunEvents:
+    """What the events of one ``/run_sse`` stream said so far."""
+
+    answer: list[str] = field(default_factory=list)
+    """The text of each non-partial model event: the streamed tokens, as ADK keeps them."""
+    streamed: str = ""
+    """Tokens of partial events since the last non-partial one."""
+    confirmations: list[dict[str, Any]] = field(default_factory=list)
+    credential_asked: bool = False
+    error: str | None = None
+    invocation_id: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+
+    def feed(self, frame: SSEFrame) -> list[HandlerEvent]:
+        """The events of one frame; ``UnexpectedFrame`` for a shape this bridge does not know."""
+        data = frame.object(BACKEND)
+        if "error" in data:  # the server's own frame for an exception that ended the run
+            self._fail(str(data["error"]))
+            return []
+        if data.get("errorCode") or data.get("errorMessage"):
+            detail = ": ".join(str(data[k]) for k in ("errorCode", "errorMessage") if data.get(k))
+            self._fail(detail)
+            return []
+        if isinstance(data.get("invocationId"), str):
+            self.invocation_id = data["invocationId"]
+        content = data.get("content")
+        if content is None:
+            return []
+        if not isinstance(content, dict) or not isinstance(content.get("parts", []), list):
+            raise UnexpectedFrame(BACKEND, "an event whose content has no list of parts")
+        parts = _objects(content.get("parts"))
+        if data.get("partial"):
+            return self._tokens(parts)
+        self._count_usage(data.get("usageMetadata"))
+        waiting = set(_strings(data.get("longRunningToolIds")))
+        asked = (data.get("actions") or {}).get("requestedToolConfirmations") or {}
+        events: list[HandlerEvent] = []
+        for part in parts:
+            events += self._part(part, waiting, asked)
+        return events
+
+    def _fail(self, detail: str) -> None:
+        if self.error is None:  # an error event, then the server's error frame: the first wins
+            self.error = clip(f"{RUN} failed: {detail}")
+
+    def _tokens(self, parts: list[dict[str, Any]]) -> list[HandlerEvent]:
+        text = "".join(p["text"] for p in parts
+                       if isinstance(p.get("text"), str) and not p.get("thought"))
+        if not text:
+            return []  # a function call streamed in pieces: the whole call follows
+        self.streamed += text
+        return [TextDelta(text)]
+
+    def _part(self, part: dict[str, Any], waiting: set[str],
+              asked: dict[str, Any]) -> list[HandlerEvent]:
+        if isinstance(part.get("text"), str):
+            return self._text(part)
+        call, response = part.get("functionCall"), part.get("functionResponse")
+        if isinstance(call, dict):
+            return self._call(call, waiting)
+        if isinstance(response, dict) and response.get("id") not in asked:
+            return [Progress("tool_completed", data={"tool": response.get("name") or "",
+                                                     "tool_call_id": response.get("id")})]
+        return []
+
+    def _text(self, part: dict[str, Any]) -> list[HandlerEvent]:
+        text = part["text"]
+        if part.get("thought"):
+            return [Progress("reasoning", text=text)] if text else []
+        streamed, self.streamed = self.streamed, ""
+        self.answer.append(text)
+        # an agent that does not stream sends its text only here
+        return [TextDelta(text)] if text and not streamed else []
+
+    def _call(self, call: dict[str, Any], waiting: set[str]) -> list[HandlerEvent]:
+        name = call.get("name")
+        if name == CONFIRMATION and call.get("id") in waiting:
+            args = call.get("args") if isinstance(call.get("args"), dict) else {}
+            original = args.get("originalFunctionCall") or {}
+            hint = (args.get("toolConfirmation") or {}).get("hint") or ""
+            self.confirmations.append({
+                "id": call["id"], "tool": original.get("name") or "",
+                "args": original.get("args") or {}, "hint": hint,
+                "call": _call_text(original)})
+            return []
+        if name == CREDENTIAL:
+            self.credential_asked = True
+            return []
+        return [Progress("tool_started", data={"tool": name or "", "tool_call_id": call.get("id")})]
+
+    def _count_usage(self, usage: Any) -> None:
+        for key, count in (usage or {}).items() if isinstance(usage, dict) else ():
+            if isinstance(count, int):
+                self.usage[key] = self.usage.get(key, 0) + count
+
+    def outcome(self, metadata: dict[str, Any]) -> HandlerEvent:
+        """The terminal event (or the question) once the stream has ended."""
+        if self.error is not None:
+            return Failed(self.error)
+        if self.confirmations:
+            return confirmation_question(self.confirmations)
+        if self.credential_asked:
+            return Failed(f"{BACKEND} asked for a tool credential ({CREDENTIAL}), which this "
+                          "bridge cannot supply")
+        if not self.answer and not self.streamed:
+            return Failed(f"{BACKEND} ended the run without an answer")
+        text = "".join(self.answer) + self.streamed
+        if self.usage:
+            metadata["usage"] = self.usage
+        if self.invocation_id:
+            metadata["adk_invocation_id"] = self.invocation_id
+        return Completed(text=text, metadata=metadata)
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def confirmation_question(confirmations: list[dict[str, Any]]) -> InputRequired:
+    lines = [f"Allow {c['call']}? Answer yes or no." for c in confirmations]
+    return InputRequired("\n".join(lines), {
+        PENDING_KEY: confirmations, "choices": ["approve", "deny"]})
+
+
+def confirmation_answer(request: HandlerRequest) -> bool | None:
+    """The client's answer to a confirmation: a data part with ``confirmed`` (or
+    ``approved``) true/false, or a text such as yes/approve or no/deny; None when unclear."""
+    for data in request.data:
+        for key in ("confirmed", "approved"):
+            if isinstance(data.get(key), bool):
+                return data[key]
+        if isinstance(data.get("choice"), str):
+            return _word(data["choice"])
+    return _word(request.text)
+
+
+def _word(text: str) -> bool | None:
+    word = text.strip().strip(".!").lower()
+    return True if word in APPROVALS else False if word in DENIALS else None
+
+
+class AdkHandler(Handler):
+    Settings: ClassVar[type[HandlerSettings]] = AdkSettings
+    settings: AdkSettings
+
+    def __init__(self, settings: HandlerSettings, http: httpx.AsyncClient) -> None:
+        super().__init__(settings, http)
+        key = self.settings.adk_api_key
+        secret = key.get_secret_value() if key is not None else ""
+        header = self.settings.adk_api_key_header
+        value = f"Bearer {secret}" if header.lower() == "authorization" else secret
+        self.upstream = Upstream(
+            http, BACKEND, self.settings.adk_api_url.rstrip("/"),
+            {header: value} if secret else {}, self.settings.adk_timeout, self.settings.retry,
+            (secret,) if secret else ())
+
+    # -- the contract --------------------------------------------------------------
+
+    async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
+        if not has_input(request):
+            yield Rejected(f"the message has no text or data for {BACKEND}")
+            return
+        events = self._task(request)
+        if self.message_mode:
+            events = self._message_mode(events)
+        async with contextlib.aclosing(events) as events:
+            async for event in events:
+                yield event
+
+    async def resume(self, request: HandlerRequest) -> bool:
+        """The answer goes in a fresh ``run`` (the asking run has ended); an answer that is
+        neither yes nor no is refused, the task keeps waiting."""
+        if confirmation_answer(request) is None:
+            raise InputRejectedError(
+                "Answer yes (approve) or no (deny), as text or as a data part "
+                '{"confirmed": true|false}.', request.pending_input or None)
+        return False
+
+    # -- a task's run --------------------------------------------------------------
+
+    async def _task(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
+        deadline = self.settings.deadline(RUN)
+        user_id = request.session.get(USER_KEY) or self.settings.adk_user_id or request.principal
+        session_id = request.session.get(SESSION_KEY)
+        try:
+            if not session_id:
+                session_id = await self._new_session(user_id, request, deadline)
+                yield SessionUpdate({SESSION_KEY: session_id, USER_KEY: user_id})
+            for attempt in (1, 2):
+                try:
+                    async with contextlib.aclosing(
+                            self._stream(user_id, session_id, request, deadline)) as events:
+                        async for event in events:
+                            yield event
+                    return
+                except UpstreamError as exc:
+                    if attempt == 2 or not self._session_lost(exc, request):
+                        raise
+                # an in-memory server restarted: the conversation is gone, a new session
+                log.warning("adk_session_lost", session_id=session_id)
+                session_id = await self._new_session(user_id, request, deadline)
+                yield SessionUpdate({SESSION_KEY: session_id, USER_KEY: user_id})
+        except UpstreamError as exc:
+            log.warning("adk_run_failed", endpoint_id=request.endpoint_id,
+                        task_id=request.task_id, reason=exc.reason)
+            yield Failed(exc.reason)
+
+    async def _message_mode(self, task: AsyncIterator[HandlerEvent]) -> AsyncIterator[HandlerEvent]:
+        """Only the memory and the final answer, as one Message (no task is created)."""
+        async with contextlib.aclosing(task) as events:
+            async for event in events:
+                if isinstance(event, SessionUpdate):
+                    yield event
+                elif isinstance(event, InputRequired):
+                    yield Failed(f"the agent asked for confirmation ({clip(event.prompt, 200)}), "
+                                 "which response_mode message cannot answer: use response_mode task")
+                elif isinstance(event, Completed | Failed | Canceled | Rejected):
+                    yield self.answer(event)
+
+    async def _stream(self, user_id: str, session_id: str, request: HandlerRequest,
+                      deadline: Deadline) -> AsyncIterator[HandlerEvent]:
+        run = RunEvents()
+        body = {"app_name": self.settings.adk_app_name, "user_id": user_id,
+                "session_id": session_id, "new_message": new_message(request), "streaming": True}
+        async with self.upstream.call("POST", "/run_sse", body, request=request,
+                                      deadline=deadline, events=True) as call:
+            async for frame in call.frames():
+                for event in run.feed(frame):
+                    yield event
+        outcome = run.outcome({SESSION_KEY: session_id})
+        yield Failed(self.upstream.reason(outcome.reason)) if isinstance(outcome, Failed) else outcome
+
+    def _session_lost(self, exc: UpstreamError, request: HandlerRequest) -> bool:
+        """True when ``/run_sse`` was refused because the server no longer knows the session
+        and the message can go to a new one (a new message, not an answer)."""
+        if exc.status != 404 or "Session not found" not in exc.reason:
+            return False
+        if (request.pending_input or {}).get(PENDING_KEY):
+            raise UpstreamError(f"{BACKEND} no longer knows the session, so its question cannot "
+                                "be answered") from None
+        return True
+
+    async def _new_session(self, user_id: str, request: HandlerRequest, deadline: Deadline) -> str:
+        """Creates the context's session; its id is derived from the caller and the context,
+        so a session the server still has (409) is the same conversation."""
+        session_id = request.backend_user(per_context=True)
+        path = (f"/apps/{_segment(self.settings.adk_app_name)}/users/{_segment(user_id)}"
+                "/sessions")
+        try:
+            await self.upstream.json("POST", path, {"session_id": session_id}, request=request,
+                                     deadline=deadline)
+        except UpstreamError as exc:
+            if exc.status != 409:
+                raise
+        return session_id
+
+
+def _segment(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
+
+
+def new_message(request: HandlerRequest) -> dict[str, Any]:
+    """The ADK ``Content`` of the message: the answer to a pending confirmation as
+    ``functionResponse`` parts, else the text (and data parts as JSON lines)."""
+    pending = (request.pending_input or {}).get(PENDING_KEY)
+    if pending:
+        confirmed = bool(confirmation_answer(request))
+        return {"role": "user", "parts": [
+            {"functionResponse": {"id": c["id"], "name": CONFIRMATION,
+                                  "response": {"confirmed": confirmed}}}
+            for c in pending]}
+    return {"role": "user", "parts": [{"text": request_text(request)}]}
