@@ -249,7 +249,7 @@ def clip(text: str, limit: int = MAX_REASON_CHARS) -> str:
 
 def error_detail(body: bytes | str) -> tuple[str, str | None]:
     """The message and code of an OpenAI-style error body (``{"error": {"message",
-    "code"}}``), else the body itself and no code."""
+    "code"}}``), a ``message`` or a FastAPI ``detail`` text, else the body itself and no code."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     try:
         value = json.loads(text)
@@ -264,6 +264,8 @@ def error_detail(body: bytes | str) -> tuple[str, str | None]:
             return clip(error), None
         if isinstance(value.get("message"), str):
             return clip(value["message"]), None
+        if isinstance(value.get("detail"), str):  # FastAPI's HTTPException (AgentOS)
+            return clip(value["detail"]), None
     return clip(text), None
 
 
@@ -361,16 +363,18 @@ class Upstream:
     def call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
              request: HandlerRequest | None = None, deadline: Deadline | None = None,
              retry: bool = True, events: bool = False,
-             timeout: float | None = None) -> UpstreamCall:
+             timeout: float | None = None, form: Mapping[str, str] | None = None) -> UpstreamCall:
         """One call to ``base_url + path``: ``async with upstream.call(...) as call``,
-        then ``await call.json()`` or ``async for frame in call.frames()`` (``events``)."""
+        then ``await call.json()`` or ``async for frame in call.frames()`` (``events``).
+        ``form`` sends the fields form-encoded instead of ``body`` as JSON."""
         headers = httpx.Headers({k: v for k, v in (request.headers if request else {}).items()
                                  if k.lower() not in NEVER_PASSED_ON})
         headers.update(self.headers)  # case-insensitive: the backend's own headers win
         if events:
             headers.update({"Accept": "text/event-stream", "Cache-Control": "no-store"})
         return UpstreamCall(self, method, self.base_url + path, body, headers,
-                            timeout or self.timeout, deadline, self.retry if retry else NO_RETRY)
+                            timeout or self.timeout, deadline, self.retry if retry else NO_RETRY,
+                            form)
 
     async def json(self, method: str, path: str, body: dict[str, Any] | None = None,
                    **options: Any) -> dict[str, Any]:
@@ -391,7 +395,7 @@ class UpstreamCall:
 
     def __init__(self, upstream: Upstream, method: str, url: str, body: dict[str, Any] | None,
                  headers: httpx.Headers, timeout: float, deadline: Deadline | None,
-                 retry: Retry) -> None:
+                 retry: Retry, form: Mapping[str, str] | None = None) -> None:
         self.upstream = upstream
         self.backend = upstream.name
         self.method = method
@@ -401,6 +405,7 @@ class UpstreamCall:
         self.timeout = timeout
         self.deadline = deadline
         self.retry = retry
+        self.form = form
         self._stack = contextlib.AsyncExitStack()
         self.response: httpx.Response | None = None
         self._frames: AsyncGenerator[SSEFrame, None] | None = None
@@ -433,8 +438,8 @@ class UpstreamCall:
     async def __aenter__(self) -> UpstreamCall:
         http = self.upstream.http
         self._start_trace()
-        request = http.build_request(self.method, self.url, json=self.body, headers=self.headers,
-                                     timeout=make_timeout(self.timeout))
+        request = http.build_request(self.method, self.url, json=self.body, data=self.form,
+                                     headers=self.headers, timeout=make_timeout(self.timeout))
         started, outcome = time.perf_counter(), "unreachable"
         try:
             try:
