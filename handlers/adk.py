@@ -205,9 +205,11 @@ class RunEvents:
         if self.credential_asked:
             return Failed(f"{BACKEND} asked for a tool credential ({CREDENTIAL}), which this "
                           "bridge cannot supply")
-        if not self.answer and not self.streamed:
+        if self.streamed:  # tokens, and not the event that ends them
+            return Failed(f"{BACKEND} ended the stream before the answer was complete")
+        if not self.answer:
             return Failed(f"{BACKEND} ended the run without an answer")
-        text = "".join(self.answer) + self.streamed
+        text = "".join(self.answer)
         if self.usage:
             metadata["usage"] = self.usage
         if self.invocation_id:
