@@ -20,7 +20,9 @@ Streams behave as SSE streams do: a client that leaves or whose deadline passes 
 and never the task; a stopping gateway lets them run through the grace period, and they end
 after the hand-over's last event (they count among the app's open streams).
 
-This module imports grpcio; it is imported only when ``grpc_port`` is set.
+Each call is one log line (``grpc_request``) and counts in the request metrics under its A2A
+method name, as on HTTP. This module imports grpcio; it is imported only when ``grpc_port``
+is set.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from multidict import CIMultiDict
 
 from a2a_gateway.auth.peer import PEER
 from a2a_gateway.errors import EndpointNotFoundError, GatewayError, GatewayStoppingError
+from a2a_gateway.metrics import latency_histogram, outcome_counter
 from a2a_gateway.protojson import message_to_dict
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.state import GATEWAY, Gateway
@@ -208,7 +211,7 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         gateway = self._gateway
         if gateway.engine.stopping:
             raise GatewayStoppingError()
-        endpoint_id = getattr(request, "tenant", "") or gateway.settings.default_endpoint
+        endpoint_id = self._endpoint_id(request)
         if not endpoint_id:
             raise EndpointNotFoundError(
                 "name the endpoint in the request's tenant field (the tenant of the card's GRPC interface)"
@@ -239,20 +242,23 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         return handler, call_context
 
     async def _unary(self, name: str, request: Any, context: grpc.aio.ServicerContext, call: Call) -> Any:
-        started, failure = time.perf_counter(), None
+        record, failure = CallRecord(name), None
         try:
             handler, call_context = await self._prepare(request, context)
             return await call(handler, request, call_context)
+        except asyncio.CancelledError:
+            record.outcome, record.code = "cancelled", "CANCELLED"
+            raise
         except Exception as exc:  # every exception becomes a status, none reaches grpc as UNKNOWN
-            failure = self._failure(name, exc)
+            failure = self._failure(record, exc)
         finally:
-            _log(name, failure, started)
+            record.end(self._endpoint_label(request))
         await abort(context, failure)
 
     async def _stream(
         self, name: str, request: Any, context: grpc.aio.ServicerContext, method: str
     ) -> AsyncIterator[Any]:
-        started, failure = time.perf_counter(), None
+        record, failure = CallRecord(name), None
         open_streams = self._app[OPEN_STREAMS]
         stream = GrpcStream()
         open_streams.add(stream)
@@ -261,24 +267,61 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
             events = getattr(handler, method)(request, call_context)
             try:
                 async for event in _until_ended(events, stream.done):
+                    record.answered()
                     yield to_stream_response(event)
             finally:
                 await events.aclose()
         except asyncio.CancelledError:  # the client left, or its deadline passed: the task goes on
-            failure = "cancelled"
+            record.outcome, record.code = "cancelled", "CANCELLED"
             raise
         except Exception as exc:
-            failure = self._failure(name, exc)
+            failure = self._failure(record, exc)
         finally:
             open_streams.discard(stream)
-            _log(name, failure, started)
-        if isinstance(failure, status_pb2.Status):
+            record.end(self._endpoint_label(request))
+        if failure is not None:
             await abort(context, failure)
 
-    def _failure(self, name: str, exc: Exception) -> status_pb2.Status:
+    def _failure(self, record: CallRecord, exc: Exception) -> status_pb2.Status:
         if not isinstance(exc, A2AError | GatewayError | StoreUnavailableError):
-            log.exception("grpc_call_failed", grpc_method=name)
-        return error_status(exc, self._gateway.settings.rest_error_statuses)
+            log.exception("grpc_call_failed", grpc_method=record.name)
+        status = error_status(exc, self._gateway.settings.rest_error_statuses)
+        record.failed(exc, status)
+        return status
+
+    def _endpoint_id(self, request: ProtoMessage) -> str:
+        return getattr(request, "tenant", "") or self._gateway.settings.default_endpoint
+
+    def _endpoint_label(self, request: ProtoMessage) -> str:
+        """The endpoint id when the registry knows it (ids in requests come from clients)."""
+        endpoint_id = self._endpoint_id(request)
+        return endpoint_id if self._gateway.registry.known(endpoint_id) else "unknown"
+
+
+class CallRecord:
+    """The log line and metrics of one call: its outcome (``ok``, ``cancelled`` or the error's
+    name, as on HTTP) and its latency to the response (to the first event of a stream)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.outcome, self.code = "ok", "OK"
+        self._started = time.perf_counter()
+        self._answered = False
+
+    def answered(self) -> None:
+        if not self._answered:
+            self._answered = True
+            latency_histogram(self.name).observe(time.perf_counter() - self._started)
+
+    def failed(self, exc: Exception, status: status_pb2.Status) -> None:
+        self.outcome = type(exc).__name__ if isinstance(exc, A2AError | GatewayError) else "InternalError"
+        self.code = next(c.name for c in grpc.StatusCode if c.value[0] == status.code)
+
+    def end(self, endpoint: str) -> None:
+        self.answered()
+        outcome_counter(self.name, endpoint, self.outcome).inc()
+        log.info("grpc_request", grpc_method=self.name, grpc_status=self.code, outcome=self.outcome,
+                 duration_ms=round((time.perf_counter() - self._started) * 1000, 2))
 
 
 async def _until_ended(events: AsyncIterator[Any], ended: asyncio.Event) -> AsyncIterator[Any]:
@@ -324,15 +367,6 @@ async def _send(handler: GatewayRequestHandler, request: Any, context: ServerCal
 async def _delete_push_config(handler: GatewayRequestHandler, request: Any, context: ServerCallContext) -> empty_pb2.Empty:
     await handler.on_delete_task_push_notification_config(request, context)
     return empty_pb2.Empty()
-
-
-def _log(name: str, failure: status_pb2.Status | str | None, started: float) -> None:
-    if isinstance(failure, status_pb2.Status):
-        outcome = next(c.name for c in grpc.StatusCode if c.value[0] == failure.code)
-    else:
-        outcome = failure or "OK"
-    log.info("grpc_request", grpc_method=name, grpc_status=outcome,
-             duration_ms=round((time.perf_counter() - started) * 1000, 2))
 
 
 def http_base_url(settings: GatewaySettings) -> str:

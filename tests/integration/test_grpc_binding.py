@@ -305,6 +305,17 @@ async def test_a_required_extension_is_negotiated_in_metadata(grpc_gw, stub):
     assert answer.task.status.state == COMPLETED and sent_back["a2a-extensions"] == uri
 
 
+async def test_calls_count_in_the_request_metrics(grpc_gw, stub):
+    ep = await echo(grpc_gw)
+    await stub.SendMessage(_send(ep, "counted"), metadata=V10)
+    await failed(stub.GetTask(_get(ep), metadata=V10))
+    async with httpx.AsyncClient() as http:
+        metrics = (await http.get(f"{grpc_gw.base_url}/metrics")).text
+    assert f'a2a_gateway_request_outcomes_total{{a2a_method="SendMessage",endpoint="{ep}",outcome="ok"}} 1.0' in metrics
+    assert (f'a2a_gateway_request_outcomes_total{{a2a_method="GetTask",endpoint="{ep}",'
+            f'outcome="TaskNotFoundError"}} 1.0') in metrics
+
+
 async def test_unknown_disabled_or_unnamed_endpoints_are_not_found(grpc_gw, stub):
     disabled = await grpc_gw.add_endpoint(settings={"delay": 0}, enabled=False)
     for tenant in (str(uuid.uuid4()), disabled, "not-an-id", ""):
