@@ -1,0 +1,308 @@
+"""The admin API under ``/admin/api/``: endpoints, their API keys and every endpoint's tasks,
+for gateway operators (the credential of the event feed, ``auth.operators``).
+
+Answers are JSON. Settings values never leave the gateway: an endpoint lists its setting
+names and which of them are ``env:`` references. A new key is shown once, in the answer
+that creates it. Operators are not scoped to a caller: a task is addressed by its endpoint,
+the principal it runs for (what the task list and the feed show) and optionally its tenant
+(default: the endpoint's).
+
+A caller's API key is refused with 403 (it is a credential, not an operator's); no
+credential or an unknown bearer token is 401. Endpoint changes reach the routes of each
+replica within ``endpoint_cache_seconds``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
+from aiohttp import web
+from pydantic import ValidationError
+
+from a2a_gateway.auth.api_keys import key_id_of, make_key
+from a2a_gateway.auth.callers import bearer_token
+from a2a_gateway.auth.operators import NotAnOperatorError, Operator
+from a2a_gateway.endpoints_file import GATEWAY_KEYS, Entry, endpoint_row
+from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError, UnauthenticatedError
+from a2a_gateway.live.feed import state_name
+from a2a_gateway.protojson import message_to_dict
+from a2a_gateway.registry import EndpointRuntime, check_endpoint, handler_path, runtime_auth, secret_settings
+from a2a_gateway.settings import RESERVED_METADATA_KEYS
+from a2a_gateway.state import GATEWAY, Gateway
+from a2a_gateway.stores.base import ApiKey, ConflictError, Endpoint, Scope, status_timestamp_us
+from a2a_gateway.transport.feed import feed_filter
+
+PREFIX = "/admin/api"
+MAX_BODY_BYTES = 64 * 1024
+View = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class CallerKeyError(NotAnOperatorError):
+    message = "a caller's API key is not a gateway operator credential"
+
+
+def operator_of(request: web.Request) -> Operator:
+    """The gateway operator the request comes from: 401 without a credential, 403 for a caller's key."""
+    gateway = request.app[GATEWAY]
+    try:
+        return gateway.operators.require_gateway_operator(request.headers)
+    except UnauthenticatedError:
+        presented = [bearer_token(request.headers), request.headers.get(gateway.settings.api_key_header)]
+        if any(p and key_id_of(p.strip()) for p in presented):
+            raise CallerKeyError() from None
+        raise
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json",
+                        headers={"Cache-Control": "no-store"})
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=request.content_length)
+    raw = await request.content.read(MAX_BODY_BYTES + 1)
+    if len(raw) > MAX_BODY_BYTES:
+        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=len(raw))
+    try:
+        body = orjson.loads(raw) if raw.strip() else {}
+    except orjson.JSONDecodeError:
+        raise web.HTTPBadRequest(reason="the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(reason="the body must be a JSON object")
+    return body
+
+
+async def _endpoint(gateway: Gateway, endpoint_id: str) -> Endpoint:
+    found = await gateway.store.get_endpoint(endpoint_id) if _is_uuid(endpoint_id) else None
+    if found is None:
+        raise web.HTTPNotFound(reason=f"no endpoint {endpoint_id[:64]}")
+    return found
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+# endpoints ------------------------------------------------------------------------------
+
+
+def endpoint_json(endpoint: Endpoint, gateway: Gateway, base_url: str) -> dict[str, Any]:
+    """An endpoint as operators see it: no settings value, only names and ``env:`` references."""
+    secret = secret_settings(endpoint, gateway.settings)
+    settings = [{"name": k, "env": isinstance(v, str) and v.startswith("env:"), "secret": k in secret}
+                for k, v in endpoint.metadata.items() if k not in RESERVED_METADATA_KEYS]
+    return {
+        "id": endpoint.id, "name": endpoint.name, "tenant": endpoint.tenant, "description": endpoint.description,
+        "enabled": endpoint.enabled, "handler": handler_path(endpoint.metadata), "auth": _auth_mode(endpoint, gateway),
+        "cardUrl": f"{base_url}/{endpoint.id}/.well-known/agent-card.json", "settings": settings,
+        "createdAt": endpoint.created_at.isoformat(), "updatedAt": endpoint.updated_at.isoformat(),
+    }
+
+
+def _auth_mode(endpoint: Endpoint, gateway: Gateway) -> dict[str, Any]:
+    try:
+        auth = runtime_auth(endpoint, gateway.settings, resolve_env=False)
+    except EndpointMisconfiguredError as exc:
+        return {"problem": exc.message}
+    return {"anonymous": auth.anonymous, "apiKey": auth.api_key_header is not None,
+            "jwtIssuer": auth.jwt.issuer if auth.jwt else None, "trustedProxy": auth.trusted_header is not None}
+
+
+async def list_endpoints(request: web.Request) -> web.Response:
+    operator_of(request)
+    gateway = request.app[GATEWAY]
+    base = gateway.base_url(request)
+    return _json({"endpoints": [endpoint_json(e, gateway, base) for e in await gateway.store.list_endpoints()]})
+
+
+async def get_endpoint(request: web.Request) -> web.Response:
+    operator_of(request)
+    gateway = request.app[GATEWAY]
+    endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
+    return _json(endpoint_json(endpoint, gateway, gateway.base_url(request)))
+
+
+async def create_endpoint(request: web.Request) -> web.Response:
+    """The body of an endpoints-file entry (``id`` optional); refused with the problems that
+    ``a2a-gateway endpoints add`` would print."""
+    operator_of(request)
+    gateway = request.app[GATEWAY]
+    body = await _body(request)
+    body.setdefault("id", str(uuid.uuid4()))
+    try:
+        entry = Entry.model_validate(body)
+        endpoint = endpoint_row(str(entry.id), entry.name, entry.handler, tenant=entry.tenant,
+                                description=entry.description, enabled=entry.enabled, card=entry.card,
+                                settings=entry.settings, **{key: getattr(entry, key) for key in GATEWAY_KEYS})
+    except ValidationError as exc:
+        problems = [f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()]
+        return _json({"error": "invalid endpoint", "problems": problems}, status=400)
+    except ValueError as exc:
+        return _json({"error": "invalid endpoint", "problems": [f"handler {exc}"]}, status=400)
+    check = check_endpoint(endpoint, gateway.settings)
+    if check.problems:
+        return _json({"error": "endpoint not added", "problems": check.problems, "notes": check.notes}, status=400)
+    try:
+        await gateway.store.create_endpoint(endpoint)
+    except ConflictError:
+        raise web.HTTPConflict(reason=f"endpoint {endpoint.id} exists") from None
+    return _json({"endpoint": endpoint_json(endpoint, gateway, gateway.base_url(request)), "notes": check.notes},
+                 status=201)
+
+
+def set_enabled(enabled: bool) -> View:
+    async def change(request: web.Request) -> web.Response:
+        operator_of(request)
+        gateway = request.app[GATEWAY]
+        endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
+        if endpoint.enabled != enabled:
+            endpoint.enabled = enabled
+            endpoint.updated_at = datetime.now(UTC)
+            await gateway.store.update_endpoint(endpoint)
+        return _json(endpoint_json(endpoint, gateway, gateway.base_url(request)))
+
+    return change
+
+
+# keys -----------------------------------------------------------------------------------
+
+
+def key_json(row: ApiKey) -> dict[str, Any]:
+    """A key row without its hash."""
+    now = datetime.now(UTC)
+    state = ("revoked" if row.revoked_at is not None
+             else "expired" if row.expires_at is not None and row.expires_at <= now else "active")
+    return {
+        "id": row.id, "endpointId": row.endpoint_id, "tenant": row.tenant, "principal": row.principal,
+        "name": row.name, "state": state, "createdAt": row.created_at.isoformat(),
+        "expiresAt": row.expires_at.isoformat() if row.expires_at else None,
+        "revokedAt": row.revoked_at.isoformat() if row.revoked_at else None,
+    }
+
+
+async def list_keys(request: web.Request) -> web.Response:
+    operator_of(request)
+    gateway = request.app[GATEWAY]
+    endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
+    return _json({"keys": [key_json(row) for row in await gateway.store.list_api_keys(endpoint.id)]})
+
+
+async def create_key(request: web.Request) -> web.Response:
+    """``{"principal"?, "name"?, "expiresDays"?}``; the answer holds the key, once."""
+    operator_of(request)
+    gateway = request.app[GATEWAY]
+    endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
+    body = await _body(request)
+    principal, name, expires = body.get("principal") or None, body.get("name") or "", body.get("expiresDays")
+    if principal is not None and not (isinstance(principal, str) and 0 < len(principal) <= 256):
+        raise web.HTTPBadRequest(reason="principal must be a string of 1 to 256 characters")
+    if not (isinstance(name, str) and len(name) <= 256):
+        raise web.HTTPBadRequest(reason="name must be a string of at most 256 characters")
+    if expires is not None and (isinstance(expires, bool) or not isinstance(expires, int | float) or expires <= 0):
+        raise web.HTTPBadRequest(reason="expiresDays must be a positive number of days")
+    row, key = make_key(gateway.settings.api_key_secret.get_secret_value().encode(), endpoint_id=endpoint.id,
+                        tenant=endpoint.tenant, principal=principal, name=name, expires_days=expires)
+    await gateway.store.create_api_key(row)
+    return _json({"key": key, **key_json(row)}, status=201)
+
+
+async def revoke_key(request: web.Request) -> web.Response:
+    operator_of(request)
+    gateway = request.app[GATEWAY]
+    endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
+    key_id = request.match_info["key_id"]
+    row = await gateway.store.get_api_key(key_id)
+    if row is None or row.endpoint_id != endpoint.id:
+        raise web.HTTPNotFound(reason=f"no key {key_id[:64]} of this endpoint")
+    await gateway.store.revoke_api_key(key_id, datetime.now(UTC))
+    return _json(key_json(await gateway.store.get_api_key(key_id) or row))
+
+
+# tasks ----------------------------------------------------------------------------------
+
+
+def task_entry(scope: Scope, task: Any) -> dict[str, Any]:
+    return {"endpointId": scope.endpoint_id, "tenant": scope.tenant, "principal": scope.principal,
+            "taskId": task.id, "contextId": task.context_id, "state": state_name(task.status.state),
+            "timestamp": task.status.timestamp.ToJsonString() if task.status.HasField("timestamp") else ""}
+
+
+async def list_tasks(request: web.Request) -> web.Response:
+    """The non-terminal tasks of every endpoint (``endpointId``, ``state``, ``contextId``
+    narrow it), newest status first, at most ``event_feed_snapshot_max_tasks``."""
+    operator_of(request)
+    gateway = request.app[GATEWAY]
+    wanted = feed_filter(request.query)
+    given = {e.strip() for value in request.query.getall("endpointId", []) for e in value.split(",") if e.strip()}
+    endpoints = [e.id for e in await gateway.store.list_endpoints() if not given or e.id in given]
+    limit = gateway.settings.event_feed_snapshot_max_tasks
+    found = [t for endpoint_id in endpoints for t in await gateway.store.list_active_tasks(endpoint_id, limit + 1)]
+    found = [(s, t) for s, t in found if wanted.matches(t.context_id, t.status.state, s.endpoint_id)]
+    found.sort(key=lambda st: (status_timestamp_us(st[1]), st[1].id), reverse=True)
+    return _json({"tasks": [task_entry(s, t) for s, t in found[:limit]], "truncated": len(found) > limit})
+
+
+async def _task_scope(request: web.Request, gateway: Gateway) -> Scope:
+    endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
+    principal = request.query.get("principal", "")
+    if not principal:
+        raise web.HTTPBadRequest(reason="principal is required (the task list and the feed show it)")
+    return Scope(request.query.get("tenant") or endpoint.tenant, endpoint.id, principal)
+
+
+async def get_task(request: web.Request) -> web.Response:
+    """The whole task (history, artifacts) of ``?principal=`` (``&tenant=``)."""
+    operator_of(request)
+    gateway = request.app[GATEWAY]
+    scope = await _task_scope(request, gateway)
+    stored = await gateway.store.get_task(scope, request.match_info["task_id"])
+    if stored is None:
+        raise web.HTTPNotFound(reason="no such task")
+    return _json({**task_entry(scope, stored.task), "task": message_to_dict(stored.task)})
+
+
+async def cancel_task(request: web.Request) -> web.Response:
+    operator_of(request)
+    gateway = request.app[GATEWAY]
+    scope = await _task_scope(request, gateway)
+    runtime = await _runtime(gateway, scope.endpoint_id)
+    try:
+        task = await gateway.engine.cancel(runtime, scope, request.match_info["task_id"])
+    except TaskNotFoundError:
+        raise web.HTTPNotFound(reason="no such task") from None
+    except TaskNotCancelableError:
+        raise web.HTTPConflict(reason="the task is already in a terminal state") from None
+    return _json({**task_entry(scope, task), "task": message_to_dict(task)})
+
+
+async def _runtime(gateway: Gateway, endpoint_id: str) -> EndpointRuntime:
+    """The endpoint's runtime, or a handlerless one (a disabled endpoint's tasks can still be ended)."""
+    try:
+        return await gateway.registry.get(endpoint_id)
+    except (EndpointNotFoundError, EndpointMisconfiguredError):
+        return EndpointRuntime.gone(endpoint_id)
+
+
+def add_admin_routes(app: web.Application) -> None:
+    endpoint = f"{PREFIX}/endpoints/{{endpoint_id}}"
+    app.router.add_get(f"{PREFIX}/endpoints", list_endpoints)
+    app.router.add_post(f"{PREFIX}/endpoints", create_endpoint)
+    app.router.add_get(endpoint, get_endpoint)
+    app.router.add_post(f"{endpoint}/enable", set_enabled(True))
+    app.router.add_post(f"{endpoint}/disable", set_enabled(False))
+    app.router.add_get(f"{endpoint}/keys", list_keys)
+    app.router.add_post(f"{endpoint}/keys", create_key)
+    app.router.add_post(f"{endpoint}/keys/{{key_id}}/revoke", revoke_key)
+    app.router.add_get(f"{PREFIX}/tasks", list_tasks)
+    app.router.add_get(f"{endpoint}/tasks/{{task_id}}", get_task)
+    app.router.add_post(f"{endpoint}/tasks/{{task_id}}/cancel", cancel_task)

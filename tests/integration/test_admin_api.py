@@ -1,0 +1,182 @@
+"""The admin API (``/admin/api/…``) with plain HTTP through a running gateway: endpoints
+(listed without settings values, enabled and disabled — a disabled one's card is 404 —,
+created with the checks of ``endpoints add``), keys (shown once, listed without secret,
+revoked), tasks of every endpoint and principal (listed, read, canceled); 401 without a
+credential, 403 for a caller's API key."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+from a2a.types import TaskState
+
+from a2a_gateway.auth.api_keys import make_key
+from tests.harness import RunningGateway, running_gateway
+from tests.messages import send_request
+from tests.waiting import eventually
+
+OPERATOR_KEY = "op-" + uuid.uuid4().hex
+AS_OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}
+SECRET = b"a2a-gateway-api-key"  # the default api_key_secret
+
+
+@pytest.fixture
+async def gw():
+    async with running_gateway(operator_keys=[OPERATOR_KEY], endpoint_cache_seconds=0.2) as running:
+        yield running
+
+
+async def admin(gw: RunningGateway, method: str, path: str, *, headers: dict[str, str] | None = None,
+                **kwargs) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
+        return await http.request(method, f"/admin/api{path}", headers=AS_OPERATOR if headers is None else headers,
+                                  **kwargs)
+
+
+async def test_no_credential_is_401_a_callers_key_403_an_unknown_bearer_401(gw):
+    endpoint_id = await gw.add_endpoint()
+    row, caller_key = make_key(SECRET, endpoint_id=endpoint_id, tenant="default", principal="alice")
+    await gw.store.create_api_key(row)
+    paths = [("GET", "/endpoints"), ("GET", "/tasks"), ("POST", f"/endpoints/{endpoint_id}/disable"),
+             ("POST", f"/endpoints/{endpoint_id}/keys")]
+    for method, path in paths:
+        none = await admin(gw, method, path, headers={})
+        assert none.status_code == 401 and none.headers["WWW-Authenticate"].startswith("Bearer")
+        for sent in ({"Authorization": f"Bearer {caller_key}"}, {"X-API-Key": caller_key}):
+            refused = await admin(gw, method, path, headers=sent)
+            assert refused.status_code == 403, (path, refused.text)
+            assert caller_key not in refused.text
+        wrong = await admin(gw, method, path, headers={"Authorization": "Bearer not-an-operator-key-at-all"})
+        assert wrong.status_code == 401
+    assert (await gw.store.get_endpoint(endpoint_id)).enabled  # nothing refused changed anything
+    assert len(await gw.store.list_api_keys(endpoint_id)) == 1
+
+
+async def test_endpoints_are_listed_without_settings_values(gw):
+    endpoint_id = await gw.add_endpoint(
+        handler="handlers.openai_chat:OpenAIChatHandler",
+        settings={"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key": "sk-literal-secret-value",
+                  "extra_headers": {"X-Token": "literal-header-token"}, "system_prompt": "env:SOME_TOKEN"},
+        name="llm")
+    answer = await admin(gw, "GET", "/endpoints")
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("application/json")
+    for value in ("sk-literal-secret-value", "SOME_TOKEN", "literal-header-token"):
+        assert value not in answer.text
+    assert "127.0.0.1:9" not in answer.text
+    (shown,) = [e for e in answer.json()["endpoints"] if e["id"] == endpoint_id]
+    assert shown["name"] == "llm" and shown["enabled"] is True
+    assert shown["handler"] == "handlers.openai_chat:OpenAIChatHandler"
+    assert shown["cardUrl"] == f"{gw.base_url}/{endpoint_id}/.well-known/agent-card.json"
+    assert shown["auth"]["anonymous"] is True and shown["auth"]["apiKey"] is True
+    settings = {s["name"]: s for s in shown["settings"]}
+    assert settings["api_key"] == {"name": "api_key", "env": False, "secret": True}
+    assert settings["system_prompt"] == {"name": "system_prompt", "env": True, "secret": False}
+    assert set(settings) == {"base_url", "model", "api_key", "extra_headers", "system_prompt"}
+
+
+async def test_disable_makes_the_card_404_and_enable_brings_it_back(gw):
+    endpoint_id = await gw.add_endpoint()
+    card_url = f"{gw.endpoint_url(endpoint_id)}/.well-known/agent-card.json"
+    async with httpx.AsyncClient(timeout=30) as http:
+        assert (await http.get(card_url)).status_code == 200
+        disabled = await admin(gw, "POST", f"/endpoints/{endpoint_id}/disable")
+        assert disabled.status_code == 200 and disabled.json()["enabled"] is False
+        assert (await gw.store.get_endpoint(endpoint_id)).enabled is False
+
+        async def card_status() -> int:
+            return (await http.get(card_url)).status_code
+
+        await eventually(card_status, until=lambda status: status == 404, what="the disabled endpoint's card 404")
+        enabled = await admin(gw, "POST", f"/endpoints/{endpoint_id}/enable")
+        assert enabled.json()["enabled"] is True
+        await eventually(card_status, until=lambda status: status == 200, what="the enabled endpoint's card back")
+    assert (await admin(gw, "POST", f"/endpoints/{uuid.uuid4()}/disable")).status_code == 404
+    assert (await admin(gw, "POST", "/endpoints/not-a-uuid/disable")).status_code == 404
+
+
+async def test_create_runs_the_checks_of_endpoints_add(gw):
+    bad = await admin(gw, "POST", "/endpoints", json={"name": "x", "handler": "handlers.echo:EchoHandler",
+                                                       "settings": {"no_such_setting": 1}})
+    assert bad.status_code == 400
+    assert any("unknown setting no_such_setting" in p for p in bad.json()["problems"])
+    outside = await admin(gw, "POST", "/endpoints", json={"name": "x", "handler": "os:system"})
+    assert outside.status_code == 400 and "allowlist" in " ".join(outside.json()["problems"])
+    shape = await admin(gw, "POST", "/endpoints", json={"name": 3, "handler": "handlers.echo:EchoHandler", "x": 1})
+    assert shape.status_code == 400 and len(shape.json()["problems"]) == 2
+    assert (await admin(gw, "POST", "/endpoints", content=b"[1]")).status_code == 400
+    assert (await admin(gw, "POST", "/endpoints", content=b"{nope")).status_code == 400
+    assert await gw.store.list_endpoints() == []
+
+    made = await admin(gw, "POST", "/endpoints", json={"name": "echo", "handler": "handlers.echo:EchoHandler",
+                                                        "settings": {"delay": 0}, "public": True})
+    assert made.status_code == 201, made.text
+    endpoint_id = made.json()["endpoint"]["id"]
+    async with gw.client(endpoint_id, streaming=False) as client:
+        events = [e async for e in client.send_message(send_request("made by the admin api"))]
+    assert events[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
+    again = await admin(gw, "POST", "/endpoints", json={"id": endpoint_id, "name": "echo",
+                                                         "handler": "handlers.echo:EchoHandler"})
+    assert again.status_code == 409
+
+
+async def test_keys_are_shown_once_listed_without_secret_and_revoked(gw):
+    endpoint_id = await gw.add_endpoint()
+    made = await admin(gw, "POST", f"/endpoints/{endpoint_id}/keys", json={"principal": "bob", "name": "ci"})
+    assert made.status_code == 201
+    key, key_id = made.json()["key"], made.json()["id"]
+    assert key.startswith(f"a2agw_{key_id}_") and made.json()["principal"] == "bob"
+    listed = await admin(gw, "GET", f"/endpoints/{endpoint_id}/keys")
+    assert [k["id"] for k in listed.json()["keys"]] == [key_id]
+    assert key not in listed.text and key.rsplit("_", 1)[1] not in listed.text and "hash" not in listed.text
+    assert listed.json()["keys"][0]["state"] == "active"
+    async with running_gateway(store=gw.store, allow_unauthenticated_endpoints=False) as strict:
+        async with strict.client(endpoint_id, streaming=False, api_key=key) as client:
+            events = [e async for e in client.send_message(send_request("with the new key"))]
+        assert events[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert (await admin(gw, "POST", f"/endpoints/{endpoint_id}/keys", json={"expiresDays": -1})).status_code == 400
+    assert (await admin(gw, "POST", f"/endpoints/{endpoint_id}/keys", json={"principal": 5})).status_code == 400
+    revoked = await admin(gw, "POST", f"/endpoints/{endpoint_id}/keys/{key_id}/revoke")
+    assert revoked.status_code == 200 and revoked.json()["state"] == "revoked"
+    other = await gw.add_endpoint()
+    assert (await admin(gw, "POST", f"/endpoints/{other}/keys/{key_id}/revoke")).status_code == 404
+
+
+async def test_tasks_of_every_endpoint_and_principal_are_listed_read_and_canceled(gw):
+    first, second = await gw.add_endpoint(settings={"delay": 0}), await gw.add_endpoint(settings={"delay": 0})
+    rows = []
+    for endpoint_id, principal in ((first, "alice"), (second, "bob")):
+        row, key = make_key(SECRET, endpoint_id=endpoint_id, tenant="default", principal=principal)
+        await gw.store.create_api_key(row)
+        rows.append(key)
+    async with running_gateway(store=gw.store, allow_unauthenticated_endpoints=False) as strict:
+        asked = {}
+        for (endpoint_id, principal), key in zip(((first, "alice"), (second, "bob")), rows, strict=True):
+            async with strict.client(endpoint_id, streaming=False, api_key=key) as client:
+                task = [e async for e in client.send_message(send_request(f"{principal} ?input"))][-1].task
+                assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+                asked[principal] = task
+    listed = (await admin(gw, "GET", "/tasks")).json()
+    shown = {t["principal"]: t for t in listed["tasks"]}
+    assert set(shown) == {"alice", "bob"} and listed["truncated"] is False
+    assert shown["alice"]["endpointId"] == first and shown["bob"]["endpointId"] == second
+    assert shown["alice"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert shown["alice"]["contextId"] == asked["alice"].context_id
+    only = (await admin(gw, "GET", f"/tasks?endpointId={second}")).json()["tasks"]
+    assert [t["principal"] for t in only] == ["bob"]
+    by_context = (await admin(gw, "GET", f"/tasks?contextId={asked['alice'].context_id}")).json()["tasks"]
+    assert [t["taskId"] for t in by_context] == [asked["alice"].id]
+    assert (await admin(gw, "GET", "/tasks?state=completed")).json()["tasks"] == []
+    assert (await admin(gw, "GET", "/tasks?state=bogus")).status_code == 400
+
+    task_id = asked["alice"].id
+    read = await admin(gw, "GET", f"/endpoints/{first}/tasks/{task_id}?principal=alice")
+    assert read.status_code == 200 and read.json()["task"]["history"][0]["parts"][0]["text"] == "alice ?input"
+    assert (await admin(gw, "GET", f"/endpoints/{first}/tasks/{task_id}?principal=bob")).status_code == 404
+    assert (await admin(gw, "GET", f"/endpoints/{first}/tasks/{task_id}")).status_code == 400
+    canceled = await admin(gw, "POST", f"/endpoints/{first}/tasks/{task_id}/cancel?principal=alice")
+    assert canceled.status_code == 200 and canceled.json()["state"] == "TASK_STATE_CANCELED"
+    again = await admin(gw, "POST", f"/endpoints/{first}/tasks/{task_id}/cancel?principal=alice")
+    assert again.status_code == 409
+    assert [t["principal"] for t in (await admin(gw, "GET", "/tasks")).json()["tasks"]] == ["bob"]
