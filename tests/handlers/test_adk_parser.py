@@ -302,3 +302,12 @@ def test_unexpected_frame_names_no_content():
     with pytest.raises(UnexpectedFrame) as error:
         RunEvents().feed(SSEFrame("", '{"content": {"parts": "secret-ish"}}'))
     assert "secret-ish" not in error.value.reason
+
+
+async def test_a_run_past_its_time_bound_fails_and_closes_the_stream():
+    stream = TrackedStream(sse_chunks(fixture("stream_slow_cut.txt"))[:2], hang=True)
+    backend = AdkBackend(lambda: sse_response(stream))
+    events = await collect(handler_for(backend, run_timeout_seconds=0.3).run(session_request("x")))
+    assert [type(e) for e in events] == [TextDelta, TextDelta, Failed]
+    assert events[-1].reason == "the ADK run exceeded run_timeout_seconds=0.3"
+    assert stream.closed
