@@ -89,7 +89,6 @@ do_start() {
   done
   log "adk ready on $url in $((SECONDS - t0)) s (pid $pid)"
   echo "export A2A_TEST_ADK_URL=$url"
-  echo "export A2A_TEST_ADK_LOG=$LOG"
 }
 
 case "${1:-}" in
