@@ -326,3 +326,12 @@ def test_a_run_paused_for_user_input_cannot_be_answered() -> None:
 def test_the_agent_id_is_required() -> None:
     with pytest.raises(ValidationError):
         AgnoSettings()
+
+
+async def test_a_run_past_its_time_bound_is_canceled_and_fails() -> None:
+    head = fixture("stream_plain.txt").split(b"event: RunContent")[0]
+    backend = AgnoBackend(lambda: sse_response(TrackedStream([head], hang=True)))
+    events = await run_on(backend, settings={"run_timeout_seconds": 0.3})
+    assert events[-1] == Failed("the Agno run exceeded run_timeout_seconds=0.3")
+    (cancel,) = backend.calls("POST", "/cancel")
+    assert cancel.url.path == f"/agents/assistant/runs/{run_id_of('stream_plain.txt')}/cancel"

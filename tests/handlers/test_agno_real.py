@@ -322,3 +322,19 @@ async def test_a_run_outlives_a_gateway_restart_and_completes_the_task(agno_url)
     assert final_text(done.task) == " ".join(f"slow{i}" for i in range(12))
     assert done.run_ref == first.run_ref
     assert len(await llm_requests(mark)) == 1  # the same run finished it, none was started again
+
+
+async def test_cancel_while_waiting_for_confirmation_cancels_the_task(gw, endpoint, agno_url):
+    mark = token()
+    task = await ask_for_confirmation(gw, endpoint, mark)
+    async with gw.client(endpoint, streaming=False) as client:
+        canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
+        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    (data,) = [MessageToDict(p.data) for p in task.status.message.parts if p.HasField("data")]
+    session_id = handler_request(context_id=task.context_id, endpoint_id=endpoint,
+                                 tenant="default").backend_user(per_context=True)
+    run = await agno_run(agno_url, data["run_id"], session_id)
+    assert run["status"] == "PAUSED"  # Agno's cancel stops running runs only (docs/handlers.md)
+    async with gw.client(endpoint, streaming=False) as client:
+        again = await client.get_task(GetTaskRequest(id=task.id))
+    assert again.status.state == TaskState.TASK_STATE_CANCELED
