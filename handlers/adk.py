@@ -90,12 +90,16 @@ class AdkSettings(BridgeSettings):
     works, so keep it generous."""
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _objects(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def _call_text(call: dict[str, Any]) -> str:
-    args = call.get("args") if isinstance(call.get("args"), dict) else {}
+    args = _dict(call.get("args"))
     shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items())
     return f"{call.get('name') or 'a tool'}({shown})"
 
@@ -136,7 +140,7 @@ class RunEvents:
             return self._tokens(parts)
         self._count_usage(data.get("usageMetadata"))
         waiting = set(_strings(data.get("longRunningToolIds")))
-        asked = (data.get("actions") or {}).get("requestedToolConfirmations") or {}
+        asked = _dict(_dict(data.get("actions")).get("requestedToolConfirmations"))
         events: list[HandlerEvent] = []
         for part in parts:
             events += self._part(part, waiting, asked)
@@ -178,12 +182,12 @@ class RunEvents:
     def _call(self, call: dict[str, Any], waiting: set[str]) -> list[HandlerEvent]:
         name = call.get("name")
         if name == CONFIRMATION and call.get("id") in waiting:
-            args = call.get("args") if isinstance(call.get("args"), dict) else {}
-            original = args.get("originalFunctionCall") or {}
-            hint = (args.get("toolConfirmation") or {}).get("hint") or ""
+            args = _dict(call.get("args"))
+            original = _dict(args.get("originalFunctionCall"))
             self.confirmations.append({
                 "id": call["id"], "tool": original.get("name") or "",
-                "args": original.get("args") or {}, "hint": hint,
+                "args": _dict(original.get("args")),
+                "hint": _dict(args.get("toolConfirmation")).get("hint") or "",
                 "call": _call_text(original)})
             return []
         if name == CREDENTIAL:
@@ -192,7 +196,7 @@ class RunEvents:
         return [Progress("tool_started", data={"tool": name or "", "tool_call_id": call.get("id")})]
 
     def _count_usage(self, usage: Any) -> None:
-        for key, count in (usage or {}).items() if isinstance(usage, dict) else ():
+        for key, count in _dict(usage).items():
             if isinstance(count, int):
                 self.usage[key] = self.usage.get(key, 0) + count
 

@@ -311,3 +311,14 @@ async def test_a_run_past_its_time_bound_fails_and_closes_the_stream():
     assert [type(e) for e in events] == [TextDelta, TextDelta, Failed]
     assert events[-1].reason == "the ADK run exceeded run_timeout_seconds=0.3"
     assert stream.closed
+
+
+def test_fields_of_other_types_are_read_as_empty():
+    (frame,) = [f for f in frames("stream_confirmation.txt") if f.get("longRunningToolIds")]
+    frame["actions"] = "x"
+    frame["content"]["parts"][0]["functionCall"]["args"] = {"originalFunctionCall": 5}
+    run = RunEvents()
+    assert run.feed(SSEFrame("", json.dumps(frame))) == []
+    question = run.outcome({})
+    assert question.prompt == "Allow a tool()? Answer yes or no."
+    assert question.data["adk_confirmations"][0]["args"] == {}
