@@ -192,13 +192,16 @@ def _call_text(tool: dict[str, Any]) -> str:
 
 def paused(run: AgnoRun, tools: list[dict[str, Any]]) -> HandlerEvent:
     """INPUT_REQUIRED for the tools awaiting confirmation; a run paused for anything else
-    (user input, an external tool's result) fails: the bridge has no way to answer it."""
+    (user input, an external tool's result, an admin approval) fails: the bridge has no way
+    to answer it."""
     waiting = [t for t in tools if t.get("requires_confirmation") and t.get("confirmed") is None]
     other = [t for t in tools if t.get("requires_user_input") and not t.get("answered")
-             or t.get("external_execution_required") and t.get("result") is None]
+             or t.get("external_execution_required") and t.get("result") is None
+             or t.get("approval_type")]
     if other or not waiting:
-        return Failed(f"{RUN} paused for something this bridge cannot answer (user input or an "
-                      "external tool's result); only confirmations are supported")
+        return Failed(f"{RUN} paused for something this bridge cannot answer (user input, an "
+                      "external tool's result or an admin approval); only confirmations are "
+                      "supported")
     prompt = "\n".join(f"Confirm the tool call {_call_text(t)}? Answer yes or no."
                        for t in waiting)
     return InputRequired(prompt, {

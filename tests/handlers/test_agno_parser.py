@@ -316,10 +316,15 @@ async def test_frames_of_unknown_shapes_fail_and_cancel_the_run() -> None:
         AgnoRun("s").feed(SSEFrame("RunPaused", '{"tools": 3}'))
 
 
-def test_a_run_paused_for_user_input_cannot_be_answered() -> None:
+@pytest.mark.parametrize("tool", [
+    {"requires_user_input": True},
+    {"external_execution_required": True},
+    {"requires_confirmation": True, "confirmed": None, "approval_type": "required"},
+])
+def test_a_run_paused_for_anything_but_a_confirmation_cannot_be_answered(tool) -> None:
     run = AgnoRun("s", run_id="r")
     run.feed(SSEFrame("RunPaused", json.dumps({"tools": [
-        {"tool_call_id": "c", "tool_name": "ask", "requires_user_input": True}]})))
+        {"tool_call_id": "c", "tool_name": "ask", **tool}]})))
     assert isinstance(run.terminal, Failed) and "only confirmations" in run.terminal.reason
 
 

@@ -337,4 +337,8 @@ async def test_cancel_while_waiting_for_confirmation_cancels_the_task(gw, endpoi
     assert run["status"] == "PAUSED"  # Agno's cancel stops running runs only (docs/handlers.md)
     async with gw.client(endpoint, streaming=False) as client:
         again = await client.get_task(GetTaskRequest(id=task.id))
-    assert again.status.state == TaskState.TASK_STATE_CANCELED
+        assert again.status.state == TaskState.TASK_STATE_CANCELED
+        (next_turn,) = [e async for e in client.send_message(
+            send_request(f"after {mark}", context_id=task.context_id))]
+    assert next_turn.task.status.state == COMPLETED  # a new run in the same session
+    assert final_text(next_turn.task) == f"Hello from fakellm. You said: after {mark}"
