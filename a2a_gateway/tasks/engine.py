@@ -43,7 +43,7 @@ from a2a_gateway.tasks.dispatch import (
 from a2a_gateway.tasks.events import GATEWAY_LOST, INTERRUPTED_STATES, copy_task, new_id, stamp, text_chunk
 from a2a_gateway.tasks.ownership import Ownership
 from a2a_gateway.tasks.run import RunServices, SupersededError, TaskRun
-from handlers.base import HandlerRequest, InputRejectedError
+from handlers.base import Handler, HandlerRequest, InputRejectedError
 
 log = structlog.get_logger(__name__)
 
@@ -268,11 +268,9 @@ class TaskEngine:
             return "duplicate"
         runtime = await registry.get(scope.endpoint_id)
         handler = runtime.require_handler()
-        users = [m for m in stored.task.history if m.role == ROLE_USER]
         caller = Caller(scope.principal, frozenset(dispatched.get("extensions") or ()), dispatched.get("headers") or {})
-        request = await self.conversation.request(
-            handler, scope, stored.task, users[-1] if users else Message(), caller,
-            streaming=bool(dispatched.get("streaming")), run_ref=stored.run_ref, pending=dispatched.get("pending"),
+        request = await self._request_of_stored(
+            handler, scope, stored, caller, streaming=bool(dispatched.get("streaming")), pending=dispatched.get("pending"),
         )
         run = self._idle_run(runtime, scope, request, stored)
         try:
@@ -282,6 +280,17 @@ class TaskEngine:
         events = handler.reattach(request) if dispatched.get("action") == "reattach" else handler.run(request)
         await self._start(run, events).wait_done()
         return "ran"
+
+    async def _request_of_stored(
+        self, handler: Handler, scope: Scope, stored: StoredTask, caller: Caller, *, streaming: bool,
+        pending: dict[str, Any] | None,
+    ) -> HandlerRequest:
+        """The request of a stored task's last user message, to run or re-attach it here."""
+        users = [m for m in stored.task.history if m.role == ROLE_USER]
+        return await self.conversation.request(
+            handler, scope, stored.task, users[-1] if users else Message(), caller,
+            streaming=streaming, run_ref=stored.run_ref, pending=pending,
+        )
 
     async def sweep(self, registry: EndpointRegistry) -> None:
         """Worker: what a replica's lease loop does for others, once — fail the dispatched
@@ -396,11 +405,8 @@ class TaskEngine:
         unclaimed = stored.run_state.pop(DISPATCHED, None) is not None
         if (runtime is not None and handler is not None and handler.supports_reattach and stored.run_ref
                 and not unclaimed):
-            users = [m for m in task.history if m.role == ROLE_USER]
-            request = await self.conversation.request(
-                handler, scope, task, users[-1] if users else Message(), Caller(scope.principal),
-                streaming=False, run_ref=stored.run_ref, pending=stored.run_state.get("pending_input"),
-            )
+            request = await self._request_of_stored(handler, scope, stored, Caller(scope.principal), streaming=False,
+                                                    pending=stored.run_state.get("pending_input"))
             run = self._start(self._idle_run(runtime, scope, request, stored), handler.reattach(request))
             log.info("task_reattached", task_id=task.id)
             return run
