@@ -20,6 +20,8 @@ from a2a_gateway.auth.callers import build_authenticator
 from a2a_gateway.auth.operators import OperatorAuth, OperatorKeys
 from a2a_gateway.auth.peer import remember_peer
 from a2a_gateway.card_signing import load_card_signer
+from a2a_gateway.console.pages import add_console_routes
+from a2a_gateway.console.session import ConsoleSessions
 from a2a_gateway.endpoints_file import EndpointsFile
 from a2a_gateway.tasks.conversation import Conversation
 from a2a_gateway.tasks.dispatch import dispatcher_of
@@ -98,10 +100,14 @@ def build_app(
     app.on_response_prepare.append(trace_response_header)
     add_routes(app, default_endpoint=settings.default_endpoint,
                worker_events_path=settings.worker_events_path if settings.worker else "")
+    if settings.console:
+        add_console_routes(app)
     app.middlewares.append(remember_peer)
     app.middlewares.append(refuse_when_stopping)
     card_signer = load_card_signer(settings.card_signing_keys)  # a bad key stops startup here
     operator_keys = OperatorKeys(settings.operator_keys)  # so does a bad operator key
+    sessions = (ConsoleSessions(settings.console_session_secret.get_secret_value(), settings.console_session_seconds)
+                if settings.console else None)
     declared = EndpointsFile(settings.endpoints_file, settings) if settings.endpoints_file else None
     if declared is not None:  # a bad file stops startup here too
         app[ENDPOINTS_FILE] = declared
@@ -155,7 +161,7 @@ def build_app(
         registry = EndpointRegistry(opened, settings, client)
         auth = build_authenticator(settings, opened, client)
         gateway = Gateway(settings, opened, client, registry, hub, push, engine, auth, card_signer,
-                          operators=OperatorAuth(operator_keys, auth))
+                          operators=OperatorAuth(operator_keys, auth, sessions))
         app[GATEWAY] = gateway
         await engine.recover_expired(registry)
         lease_task = asyncio.create_task(_lease_loop(gateway))

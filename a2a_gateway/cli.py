@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import signal
 import sys
 import uuid
@@ -20,7 +21,7 @@ from importlib.metadata import version
 from typing import Any
 
 from aiohttp import web
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from a2a_gateway.app import ENDPOINT_COUNT, ENDPOINTS_FILE, build_app, server_options
 from a2a_gateway.auth.api_keys import make_key
@@ -162,9 +163,21 @@ def demo_endpoint() -> Endpoint:
     )
 
 
+def demo_console(settings: GatewaySettings) -> tuple[GatewaySettings, str | None]:
+    """The demo's settings with the console on, and a new operator key when none is set."""
+    if settings.operator_keys:
+        return settings.model_copy(update={"console": True}), None
+    key = secrets.token_urlsafe(24)
+    return settings.model_copy(update={"console": True, "operator_keys": [SecretStr(key)]}), key
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
-    settings = _settings(args)
+    settings, console_key = demo_console(_settings(args))
     base = settings.public_base_url or f"http://{settings.host}:{settings.port}"
+    print(f"Console: {base}/console")
+    if console_key is not None:
+        print("its operator key, shown only now (set operator_keys to choose one):", file=sys.stderr)
+        print(console_key)
     print(f"Agent card: {base}/{DEMO_ENDPOINT_ID}/.well-known/agent-card.json")
     print("Try:")
     print(

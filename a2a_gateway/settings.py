@@ -143,6 +143,14 @@ class GatewaySettings(BaseSettings):
     """Gateway operator keys (``Authorization: Bearer <key>``): each the key itself or
     ``sha256:<hex digest of the key>``; comma-separated in the environment. An operator key
     opens every endpoint's event feed. Empty: only endpoint operators (``auth.operators``)."""
+    console: bool = False
+    """Serve the operator console at ``/console`` (gateway operators log in with an operator
+    key); ``a2a-gateway demo`` turns it on."""
+    console_session_secret: SecretStr = SecretStr("")
+    """Signs console session cookies: the same on every replica behind one address. Empty: a
+    random one per process (sessions then work on this replica only, until it restarts)."""
+    console_session_seconds: float = Field(default=8 * 3600.0, gt=0)
+    """How long a console login lasts."""
     event_feed_replay_events: int = 1000
     """Events of an endpoint's event feed each replica keeps, so a dashboard that reconnects
     with ``Last-Event-ID`` gets exactly the events it missed (0: none; it gets a snapshot)."""

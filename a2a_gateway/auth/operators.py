@@ -17,6 +17,9 @@ Two kinds:
   by principal (an API key's principal, a JWT's principal claim, a trusted proxy's identity)
   or by a JWT claim such as an OIDC ``groups`` claim.
 
+With the console on, a console session (``console.session``, the cookie of a login with an
+operator key) is a gateway operator too; its state-changing calls need its CSRF token.
+
 Why the declaration rather than a role on API key rows: every credential an endpoint takes
 already names a principal, and API keys, JWTs and proxy identities are all verified in one
 place. Naming operators in the row adds no store field, no key format and no second
@@ -41,6 +44,7 @@ from pydantic import SecretStr
 
 from a2a_gateway.auth.callers import Authenticator, Caller, InvalidCredentialError, bearer_token
 from a2a_gateway.auth.config import EndpointOperators
+from a2a_gateway.console.session import ConsoleSessions, Session
 from a2a_gateway.errors import GatewayError, UnauthenticatedError
 from a2a_gateway.registry import EndpointRuntime
 
@@ -66,6 +70,8 @@ class Operator:
     """``gateway operator`` or the endpoint operator's principal (for logs)."""
     gateway: bool
     """Holds a gateway operator key (may watch every endpoint)."""
+    session: Session | None = None
+    """The console session the credential is (None: a key or a caller's credential)."""
 
 
 class OperatorKeys:
@@ -104,15 +110,23 @@ def _digest_of(index: int, entry: str) -> bytes:
 
 
 class OperatorAuth:
-    def __init__(self, keys: OperatorKeys, callers: Authenticator) -> None:
+    def __init__(self, keys: OperatorKeys, callers: Authenticator, sessions: ConsoleSessions | None = None) -> None:
         self._keys = keys
         self._callers = callers
+        self.sessions = sessions
+        """Console sessions taken as gateway operators (None: the console is off)."""
+
+    def is_key(self, presented: str) -> bool:
+        return bool(self._keys) and self._keys.match(presented)
 
     def gateway_operator(self, headers: Mapping[str, str]) -> Operator | None:
-        """The gateway operator whose key the request carries, if any."""
+        """The gateway operator whose key (or console session) the request carries, if any."""
         bearer = bearer_token(headers)
-        if bearer is not None and self._keys and self._keys.match(bearer):
+        if bearer is not None and self.is_key(bearer):
             return Operator("gateway operator", gateway=True)
+        session = self.sessions.read(headers) if self.sessions is not None and bearer is None else None
+        if session is not None:
+            return Operator("console session", gateway=True, session=session)
         return None
 
     def require_gateway_operator(self, headers: Mapping[str, str]) -> Operator:

@@ -7,6 +7,9 @@ that creates it. Operators are not scoped to a caller: a task is addressed by it
 the principal it runs for (what the task list and the feed show) and optionally its tenant
 (default: the endpoint's).
 
+The console's session cookie is taken too (``console.session``); a change made with it
+needs its CSRF token in ``X-CSRF-Token``.
+
 A caller's API key is refused with 403 (it is a credential, not an operator's); no
 credential or an unknown bearer token is 401. Endpoint changes reach the routes of each
 replica within ``endpoint_cache_seconds``.
@@ -27,6 +30,7 @@ from pydantic import ValidationError
 from a2a_gateway.auth.api_keys import key_id_of, make_key
 from a2a_gateway.auth.callers import bearer_token
 from a2a_gateway.auth.operators import NotAnOperatorError, Operator
+from a2a_gateway.console.session import CSRF_HEADER, csrf_ok
 from a2a_gateway.endpoints_file import GATEWAY_KEYS, Entry, endpoint_row
 from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError, UnauthenticatedError
 from a2a_gateway.live.feed import state_name
@@ -46,16 +50,24 @@ class CallerKeyError(NotAnOperatorError):
     message = "a caller's API key is not a gateway operator credential"
 
 
+class CsrfError(NotAnOperatorError):
+    message = f"a change made with a console session needs its CSRF token in {CSRF_HEADER}"
+
+
 def operator_of(request: web.Request) -> Operator:
-    """The gateway operator the request comes from: 401 without a credential, 403 for a caller's key."""
+    """The gateway operator the request comes from: 401 without a credential, 403 for a
+    caller's key and for a console session's change without its CSRF token."""
     gateway = request.app[GATEWAY]
     try:
-        return gateway.operators.require_gateway_operator(request.headers)
+        operator = gateway.operators.require_gateway_operator(request.headers)
     except UnauthenticatedError:
         presented = [bearer_token(request.headers), request.headers.get(gateway.settings.api_key_header)]
         if any(p and key_id_of(p.strip()) for p in presented):
             raise CallerKeyError() from None
         raise
+    if request.method != "GET" and operator.session is not None and not csrf_ok(operator.session, request.headers):
+        raise CsrfError()
+    return operator
 
 
 def _json(body: Any, status: int = 200) -> web.Response:

@@ -180,3 +180,100 @@ async def test_tasks_of_every_endpoint_and_principal_are_listed_read_and_cancele
     again = await admin(gw, "POST", f"/endpoints/{first}/tasks/{task_id}/cancel?principal=alice")
     assert again.status_code == 409
     assert [t["principal"] for t in (await admin(gw, "GET", "/tasks")).json()["tasks"]] == ["bob"]
+
+
+# the console's session ---------------------------------------------------------------------
+
+async def login(http: httpx.AsyncClient, key: str = OPERATOR_KEY) -> str:
+    """Log ``http`` in (it keeps the cookie); the session's CSRF token."""
+    answer = await http.post("/console/api/login", json={"key": key})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["csrf"]
+
+
+async def test_console_is_off_by_default():
+    async with running_gateway(operator_keys=[OPERATOR_KEY]) as gw:
+        async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
+            assert (await http.get("/console")).status_code == 404
+            assert (await http.post("/console/api/login", json={"key": OPERATOR_KEY})).status_code == 404
+
+
+async def test_a_console_session_reads_the_admin_api_and_the_feed_and_its_changes_need_the_csrf_token():
+    async with running_gateway(operator_keys=[OPERATOR_KEY], console=True, endpoint_cache_seconds=0.2) as gw:
+        endpoint_id = await gw.add_endpoint()
+        async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
+            assert (await http.post("/console/api/login", json={"key": "wrong-key-of-enough-length"})).status_code == 401
+            assert (await http.post("/console/api/login", json={"key": f"Bearer {OPERATOR_KEY}"})).status_code == 401
+            assert (await http.post("/console/api/login", content=b"[]")).status_code == 400
+            assert (await http.get("/console/api/session")).status_code == 401
+            logged_in = await http.post("/console/api/login", json={"key": OPERATOR_KEY})
+            csrf = logged_in.json()["csrf"]
+            attributes = {a.strip().partition("=")[0].lower() for a in logged_in.headers["Set-Cookie"].split(";")}
+            assert {"httponly", "samesite", "path", "max-age"} <= attributes and "secure" not in attributes
+            assert "samesite=strict" in logged_in.headers["Set-Cookie"].lower()
+            (set_cookie,) = [c for c in http.cookies.jar if c.name == "a2a_gateway_console"]
+            assert OPERATOR_KEY not in set_cookie.value and csrf not in set_cookie.value
+            assert (await http.get("/console/api/session")).json()["csrf"] == csrf
+
+            listed = await http.get("/admin/api/endpoints")
+            assert listed.status_code == 200 and [e["id"] for e in listed.json()["endpoints"]] == [endpoint_id]
+            async with http.stream("GET", "/events") as feed:
+                assert feed.status_code == 200 and feed.headers["content-type"].startswith("text/event-stream")
+
+            for sent in ({}, {"X-CSRF-Token": "not-the-token"}):
+                refused = await http.post(f"/admin/api/endpoints/{endpoint_id}/disable", headers=sent)
+                assert refused.status_code == 403 and "CSRF" in refused.text
+                assert (await http.post(f"/admin/api/endpoints/{endpoint_id}/keys", headers=sent)).status_code == 403
+                assert (await http.post("/console/api/logout", headers=sent)).status_code == 403
+            assert (await gw.store.get_endpoint(endpoint_id)).enabled and await gw.store.list_api_keys() == []
+            done = await http.post(f"/admin/api/endpoints/{endpoint_id}/disable", headers={"X-CSRF-Token": csrf})
+            assert done.status_code == 200 and not (await gw.store.get_endpoint(endpoint_id)).enabled
+
+            assert (await http.post("/console/api/logout", headers={"X-CSRF-Token": csrf})).status_code == 200
+            assert (await http.get("/admin/api/endpoints")).status_code == 401
+
+        async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as forged:
+            forged.cookies.set("a2a_gateway_console", set_cookie.value[:-2] + "xx")
+            assert (await forged.get("/admin/api/endpoints")).status_code == 401
+            assert (await forged.get("/events")).status_code == 401
+
+
+async def test_sessions_expire_and_another_gateways_secret_does_not_take_them():
+    async with running_gateway(operator_keys=[OPERATOR_KEY], console=True, console_session_seconds=1.0,
+                               console_session_secret="one-secret") as gw:
+        async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
+            await login(http)
+            value = http.cookies["a2a_gateway_console"]
+            assert (await http.get("/admin/api/endpoints")).status_code == 200
+            async with running_gateway(operator_keys=[OPERATOR_KEY], console=True,
+                                       console_session_secret="another-secret") as other:
+                async with httpx.AsyncClient(base_url=other.base_url, timeout=30) as elsewhere:
+                    elsewhere.cookies.set("a2a_gateway_console", value)
+                    assert (await elsewhere.get("/admin/api/endpoints")).status_code == 401
+            await eventually(lambda: http.get("/admin/api/endpoints"), until=lambda r: r.status_code == 401,
+                             what="the expired session refused")
+
+
+async def test_the_console_page_is_served_with_a_strict_content_security_policy():
+    async with running_gateway(operator_keys=[OPERATOR_KEY], console=True) as gw:
+        async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
+            page = await http.get("/console")
+            assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+            policy = page.headers["Content-Security-Policy"]
+            assert "default-src 'self'" in policy and "script-src 'self'" in policy and "unsafe" not in policy
+            assert "frame-ancestors 'none'" in policy and page.headers["X-Content-Type-Options"] == "nosniff"
+            assert "<script>" not in page.text and "http" not in page.text.replace("http-equiv", "")
+            for name, kind in (("console.js", "text/javascript"), ("console.css", "text/css")):
+                asset = await http.get(f"/console/static/{name}")
+                assert asset.status_code == 200 and asset.headers["content-type"].startswith(kind)
+            assert "innerHTML" not in (await http.get("/console/static/console.js")).text
+            assert (await http.get("/console/static/..%2Fpages.py")).status_code == 404
+            assert (await http.get("/console/static/session.py")).status_code == 404
+
+
+async def test_the_session_cookie_is_secure_when_the_gateway_is_served_over_https():
+    async with running_gateway(operator_keys=[OPERATOR_KEY], console=True,
+                               public_base_url="https://gateway.example") as gw:
+        async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
+            logged_in = await http.post("/console/api/login", json={"key": OPERATOR_KEY})
+    assert "secure" in {a.strip().lower() for a in logged_in.headers["Set-Cookie"].split(";")}

@@ -1,0 +1,102 @@
+"""The console's routes: its static page (``/console``, files shipped in the package, served
+with a strict Content-Security-Policy) and its login, session and logout calls under
+``/console/api/``. Everything else the page does goes through the admin API and the feed.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import orjson
+from aiohttp import web
+
+from a2a_gateway.console.session import COOKIE, csrf_ok
+from a2a_gateway.state import GATEWAY
+
+CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-cache",
+}
+MAX_LOGIN_BYTES = 4096
+
+
+def _static_files() -> dict[str, tuple[bytes, str]]:
+    """name → (content, content type) of every file in ``static/``, read once."""
+    folder = resources.files(__package__) / "static"
+    return {item.name: (item.read_bytes(), CONTENT_TYPES[suffix]) for item in folder.iterdir()
+            if (suffix := "." + item.name.rpartition(".")[2]) in CONTENT_TYPES}
+
+
+def _json(body: object, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json",
+                        headers={**SECURITY_HEADERS, "Cache-Control": "no-store"})
+
+
+async def login(request: web.Request) -> web.Response:
+    """``{"key": "<operator key>"}`` → the session cookie, and its CSRF token in the body."""
+    gateway = request.app[GATEWAY]
+    sessions = gateway.operators.sessions
+    raw = await request.content.read(MAX_LOGIN_BYTES + 1)
+    try:
+        key = orjson.loads(raw).get("key") if len(raw) <= MAX_LOGIN_BYTES else None
+    except (orjson.JSONDecodeError, AttributeError):
+        key = None
+    if not isinstance(key, str) or not key:
+        raise web.HTTPBadRequest(reason='the body must be {"key": "<operator key>"}')
+    if sessions is None or not gateway.operators.is_key(key):
+        return _json({"error": "not a gateway operator key"}, status=401)
+    session, cookie = sessions.issue()
+    response = _json({"csrf": session.csrf, "expires": session.expires})
+    response.set_cookie(COOKIE, cookie, max_age=int(sessions.lifetime_seconds), path="/", httponly=True,
+                        samesite="Strict", secure=gateway.base_url(request).startswith("https://"))
+    return response
+
+
+async def session(request: web.Request) -> web.Response:
+    """The CSRF token of the request's session (the page reads it again after a reload)."""
+    gateway = request.app[GATEWAY]
+    found = gateway.operators.sessions.read(request.headers) if gateway.operators.sessions else None
+    if found is None:
+        return _json({"error": "not logged in"}, status=401)
+    return _json({"csrf": found.csrf, "expires": found.expires})
+
+
+async def logout(request: web.Request) -> web.Response:
+    gateway = request.app[GATEWAY]
+    found = gateway.operators.sessions.read(request.headers) if gateway.operators.sessions else None
+    if found is not None and not csrf_ok(found, request.headers):
+        return _json({"error": "logging out needs the session's CSRF token"}, status=403)
+    response = _json({"loggedOut": True})
+    response.del_cookie(COOKIE, path="/")
+    return response
+
+
+def add_console_routes(app: web.Application) -> None:
+    files = _static_files()
+
+    def serve(name: str) -> web.Response:
+        content, content_type = files[name]
+        return web.Response(body=content, content_type=content_type, headers=SECURITY_HEADERS)
+
+    async def page(request: web.Request) -> web.Response:
+        return serve("index.html")
+
+    async def asset(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in files:
+            raise web.HTTPNotFound(reason="no such console file")
+        return serve(name)
+
+    app.router.add_get("/console", page)
+    app.router.add_get("/console/", page)
+    app.router.add_get("/console/static/{name}", asset)
+    app.router.add_post("/console/api/login", login)
+    app.router.add_get("/console/api/session", session)
+    app.router.add_post("/console/api/logout", logout)

@@ -1,0 +1,401 @@
+// The operator console: endpoints and keys over the admin API, tasks over the event feed.
+// Everything shown comes from the gateway and is written with textContent, never as HTML.
+"use strict";
+
+const TERMINAL = new Set(["TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"]);
+const PAGES = ["login-page", "endpoints-page", "tasks-page", "task-page"];
+const state = {
+  csrf: "",
+  feed: null, feedUrl: "", tasks: new Map(), filters: { endpoint: "", state: "", context: "" },
+  keysEndpoint: null,
+  taskFeed: null, task: null,
+};
+
+const $ = (id) => document.getElementById(id);
+const enc = encodeURIComponent;
+
+function el(tag, text, attrs = {}) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
+  return node;
+}
+
+function shortState(name) {
+  return String(name || "").replace(/^TASK_STATE_/, "").toLowerCase().replace(/_/g, "-");
+}
+
+function errorText(data, status) {
+  if (data && data.error && typeof data.error.message === "string") return data.error.message;
+  if (data && typeof data.error === "string") return data.error;
+  return `HTTP ${status}`;
+}
+
+async function api(method, path, body) {
+  const headers = {};
+  if (method !== "GET") headers["X-CSRF-Token"] = state.csrf;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, {
+    method, headers, credentials: "same-origin", body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  let data = null;
+  try { data = await response.json(); } catch { data = null; }
+  if (response.status === 401) showLogin();
+  if (!response.ok) {
+    const error = new Error(errorText(data, response.status));
+    error.data = data;
+    throw error;
+  }
+  return data;
+}
+
+async function act(action, errorId) {
+  $(errorId).textContent = "";
+  try { await action(); } catch (error) { $(errorId).textContent = error.message; }
+}
+
+// pages ----------------------------------------------------------------------------------
+
+function show(page) {
+  for (const id of PAGES) $(id).hidden = id !== page;
+  $("nav").hidden = page === "login-page";
+  document.body.dataset.page = page;
+}
+
+function showLogin() {
+  state.csrf = "";
+  stopFeed();
+  closeTaskFeed();
+  show("login-page");
+}
+
+async function route() {
+  if (!state.csrf) {
+    try { state.csrf = (await api("GET", "/console/api/session")).csrf; } catch { showLogin(); return; }
+  }
+  const parts = (location.hash || "#/tasks").slice(2).split("/").map(decodeURIComponent);
+  closeTaskFeed();
+  if (parts[0] === "endpoints") {
+    show("endpoints-page");
+    await act(loadEndpoints, "endpoints-error");
+  } else if (parts[0] === "task" && parts.length === 4) {
+    show("task-page");
+    await act(() => openTask(parts[1], parts[2], parts[3]), "task-error");
+  } else {
+    show("tasks-page");
+    startFeed();
+  }
+}
+
+async function login(event) {
+  event.preventDefault();
+  $("login-error").textContent = "";
+  const response = await fetch("/console/api/login", {
+    method: "POST", headers: { "Content-Type": "application/json" }, credentials: "same-origin",
+    body: JSON.stringify({ key: $("login-key").value }),
+  });
+  let data = null;
+  try { data = await response.json(); } catch { data = null; }
+  if (!response.ok) {
+    $("login-error").textContent = errorText(data, response.status);
+    return;
+  }
+  $("login-key").value = "";
+  state.csrf = data.csrf;
+  await route();
+}
+
+async function logout() {
+  try { await api("POST", "/console/api/logout"); } finally { showLogin(); }
+}
+
+// endpoints ------------------------------------------------------------------------------
+
+function authText(auth) {
+  if (!auth) return "";
+  if (auth.problem) return `misconfigured: ${auth.problem}`;
+  const ways = [];
+  if (auth.anonymous) ways.push("anonymous");
+  if (auth.apiKey) ways.push("API key");
+  if (auth.jwtIssuer) ways.push(`JWT (${auth.jwtIssuer})`);
+  if (auth.trustedProxy) ways.push("trusted proxy");
+  return ways.join(", ");
+}
+
+async function loadEndpoints() {
+  const data = await api("GET", "/admin/api/endpoints");
+  const body = $("endpoints-table").tBodies[0];
+  body.replaceChildren();
+  for (const endpoint of data.endpoints) body.append(endpointRow(endpoint));
+}
+
+function endpointRow(endpoint) {
+  const row = el("tr", null, { "data-endpoint-id": endpoint.id });
+  const card = el("td");
+  if (/^https?:\/\//.test(endpoint.cardUrl)) {
+    card.append(el("a", "card", { href: endpoint.cardUrl, target: "_blank", rel: "noopener noreferrer" }));
+  }
+  const actions = el("td");
+  const toggle = el("button", endpoint.enabled ? "Disable" : "Enable", { type: "button", class: "toggle" });
+  toggle.addEventListener("click", () => act(async () => {
+    await api("POST", `/admin/api/endpoints/${enc(endpoint.id)}/${endpoint.enabled ? "disable" : "enable"}`);
+    await loadEndpoints();
+  }, "endpoints-error"));
+  const keys = el("button", "Keys", { type: "button", class: "keys" });
+  keys.addEventListener("click", () => act(() => openKeys(endpoint), "endpoints-error"));
+  actions.append(toggle, keys);
+  row.append(el("td", endpoint.name, { class: "name" }), el("td", endpoint.handler), el("td", authText(endpoint.auth)),
+    el("td", endpoint.enabled ? "yes" : "no", { class: "enabled" }), card, actions);
+  return row;
+}
+
+async function createEndpoint(event) {
+  event.preventDefault();
+  const problems = $("endpoint-problems");
+  problems.replaceChildren();
+  let settings;
+  try { settings = JSON.parse($("endpoint-settings").value || "{}"); } catch (error) {
+    problems.append(el("li", `settings: ${error.message}`));
+    return;
+  }
+  const body = { name: $("endpoint-name").value, handler: $("endpoint-handler").value, settings };
+  if ($("endpoint-public").checked) body.public = true;
+  try {
+    await api("POST", "/admin/api/endpoints", body);
+    $("endpoint-name").value = "";
+    await loadEndpoints();
+  } catch (error) {
+    const listed = error.data && Array.isArray(error.data.problems) ? error.data.problems : [error.message];
+    for (const problem of listed) problems.append(el("li", problem));
+  }
+}
+
+async function openKeys(endpoint) {
+  state.keysEndpoint = endpoint;
+  $("keys-panel").hidden = false;
+  $("keys-endpoint").textContent = endpoint.name;
+  $("new-key-box").hidden = true;
+  $("new-key").textContent = "";
+  await loadKeys();
+}
+
+async function loadKeys() {
+  const endpoint = state.keysEndpoint;
+  const data = await api("GET", `/admin/api/endpoints/${enc(endpoint.id)}/keys`);
+  const body = $("keys-table").tBodies[0];
+  body.replaceChildren();
+  for (const key of data.keys) {
+    const row = el("tr", null, { "data-key-id": key.id });
+    const actions = el("td");
+    if (key.state === "active") {
+      const revoke = el("button", "Revoke", { type: "button", class: "revoke" });
+      revoke.addEventListener("click", () => act(async () => {
+        await api("POST", `/admin/api/endpoints/${enc(endpoint.id)}/keys/${enc(key.id)}/revoke`);
+        await loadKeys();
+      }, "endpoints-error"));
+      actions.append(revoke);
+    }
+    row.append(el("td", key.id), el("td", key.principal), el("td", key.name), el("td", key.state, { class: "state" }),
+      el("td", key.createdAt), actions);
+    body.append(row);
+  }
+}
+
+async function createKey(event) {
+  event.preventDefault();
+  await act(async () => {
+    const endpoint = state.keysEndpoint;
+    const made = await api("POST", `/admin/api/endpoints/${enc(endpoint.id)}/keys`,
+      { principal: $("key-principal").value || null, name: $("key-name").value });
+    $("new-key").textContent = made.key;
+    $("new-key-box").hidden = false;
+    await loadKeys();
+  }, "endpoints-error");
+}
+
+// tasks: the live list -------------------------------------------------------------------
+
+function feedUrl() {
+  const query = new URLSearchParams();
+  if (state.filters.endpoint) query.set("endpointId", state.filters.endpoint);
+  if (state.filters.context) query.set("contextId", state.filters.context);
+  const text = query.toString();
+  return text ? `/events?${text}` : "/events";
+}
+
+function startFeed() {
+  fillEndpointFilter();
+  if (state.feed && state.feedUrl === feedUrl()) { renderTasks(); return; }
+  stopFeed();
+  state.tasks.clear();
+  renderTasks();
+  state.feedUrl = feedUrl();
+  const source = new EventSource(state.feedUrl);
+  state.feed = source;
+  source.onopen = () => { $("feed-status").textContent = "live"; };
+  source.onerror = () => { $("feed-status").textContent = "reconnecting"; };
+  source.onmessage = (message) => {
+    const event = JSON.parse(message.data);
+    if (event.kind === "snapshot") for (const task of event.tasks) remember(task);
+    else if (event.taskId) remember(event);
+    renderTasks();
+  };
+}
+
+function stopFeed() {
+  if (state.feed) state.feed.close();
+  state.feed = null;
+  state.feedUrl = "";
+}
+
+async function fillEndpointFilter() {
+  try {
+    const data = await api("GET", "/admin/api/endpoints");
+    const select = $("filter-endpoint");
+    const chosen = select.value;
+    select.replaceChildren(el("option", "all", { value: "" }));
+    for (const endpoint of data.endpoints) select.append(el("option", endpoint.name, { value: endpoint.id }));
+    select.value = chosen;
+  } catch { /* the list shows its own errors */ }
+}
+
+function remember(event) {
+  const seen = Date.parse(event.timestamp) || Date.now();
+  const task = state.tasks.get(event.taskId) ||
+    { taskId: event.taskId, endpointId: event.endpointId, principal: event.principal, contextId: event.contextId, since: seen };
+  task.state = event.state;
+  task.timestamp = event.timestamp;
+  task.since = Math.min(task.since, seen);
+  task.ended = TERMINAL.has(event.state) ? seen : null;
+  state.tasks.set(event.taskId, task);
+}
+
+function seconds(ms) {
+  return `${Math.max(0, Math.round(ms / 1000))} s`;
+}
+
+function renderTasks() {
+  const body = $("tasks-table").tBodies[0];
+  const names = new Map([...$("filter-endpoint").options].map((option) => [option.value, option.textContent]));
+  const wanted = state.filters.state;
+  const tasks = [...state.tasks.values()]
+    .filter((task) => !wanted || shortState(task.state) === wanted)
+    .sort((a, b) => String(b.timestamp).localeCompare(String(a.timestamp)));
+  const now = Date.now();
+  body.replaceChildren(...tasks.map((task) => {
+    const row = el("tr", null, { "data-task-id": task.taskId });
+    const link = el("a", task.taskId,
+      { href: `#/task/${enc(task.endpointId)}/${enc(task.principal)}/${enc(task.taskId)}`, class: "task-link" });
+    const id = el("td");
+    id.append(link);
+    row.append(id, el("td", names.get(task.endpointId) || task.endpointId), el("td", task.principal),
+      el("td", shortState(task.state), { class: "state" }), el("td", seconds(now - task.since)),
+      el("td", seconds((task.ended || now) - task.since)));
+    return row;
+  }));
+}
+
+function applyFilters(event) {
+  event.preventDefault();
+  state.filters = { endpoint: $("filter-endpoint").value, state: $("filter-state").value, context: $("filter-context").value.trim() };
+  startFeed();
+}
+
+// tasks: one task ------------------------------------------------------------------------
+
+function closeTaskFeed() {
+  if (state.taskFeed) state.taskFeed.close();
+  state.taskFeed = null;
+  state.task = null;
+}
+
+async function openTask(endpointId, principal, taskId) {
+  state.task = { endpointId, principal, taskId, texts: new Map(), last: "" };
+  $("task-id").textContent = taskId;
+  $("task-endpoint").textContent = endpointId;
+  $("task-principal").textContent = principal;
+  for (const id of ["task-context", "task-state", "task-text", "task-events"]) $(id).textContent = "";
+  $("task-timeline").replaceChildren();
+  $("task-history").replaceChildren();
+  const source = new EventSource(`/events?endpointId=${enc(endpointId)}`);
+  state.taskFeed = source;
+  source.onmessage = (message) => onTaskEvent(taskId, message.data);
+  await loadTask();
+}
+
+function onTaskEvent(taskId, data) {
+  const view = state.task;
+  if (!view || view.taskId !== taskId) return;
+  const event = JSON.parse(data);
+  const mine = event.kind === "snapshot" ? event.tasks.filter((task) => task.taskId === taskId) : event.taskId === taskId ? [event] : [];
+  for (const item of mine) {
+    $("task-events").textContent += `${JSON.stringify(item)}\n`;
+    addStatus(item.state, item.timestamp);
+    if (item.artifactUpdate) applyArtifact(item.artifactUpdate);
+    if (TERMINAL.has(item.state)) loadTask().catch((error) => { $("task-error").textContent = error.message; });
+  }
+}
+
+function addStatus(name, timestamp) {
+  const view = state.task;
+  $("task-state").textContent = shortState(name);
+  $("task-cancel").disabled = TERMINAL.has(name);
+  if (view.last === name) return;
+  view.last = name;
+  $("task-timeline").append(el("li", `${shortState(name)} ${timestamp || ""}`.trim(), { "data-state": shortState(name) }));
+}
+
+function partsText(parts) {
+  return (parts || []).map((part) => (typeof part.text === "string" ? part.text : "")).join("");
+}
+
+function applyArtifact(update) {
+  const view = state.task;
+  const artifact = update.artifact || {};
+  const before = update.append ? view.texts.get(artifact.artifactId) || "" : "";
+  view.texts.set(artifact.artifactId, before + partsText(artifact.parts));
+  $("task-text").textContent = [...view.texts.values()].join("\n");
+}
+
+async function loadTask() {
+  const view = state.task;
+  const data = await api("GET",
+    `/admin/api/endpoints/${enc(view.endpointId)}/tasks/${enc(view.taskId)}?principal=${enc(view.principal)}`);
+  if (state.task !== view) return;
+  const task = data.task;
+  $("task-context").textContent = data.contextId;
+  addStatus(data.state, data.timestamp);
+  if ((task.artifacts || []).length) {
+    view.texts = new Map(task.artifacts.map((artifact) => [artifact.artifactId, partsText(artifact.parts)]));
+    $("task-text").textContent = [...view.texts.values()].join("\n");
+  }
+  const statusText = task.status && task.status.message ? partsText(task.status.message.parts) : "";
+  $("task-history").replaceChildren(...(task.history || []).map(
+    (message) => el("li", `${shortState(message.role).replace(/^role-/, "")}: ${partsText(message.parts)}`)));
+  if (statusText && TERMINAL.has(data.state)) $("task-history").append(el("li", `status: ${statusText}`));
+}
+
+async function cancelTask() {
+  await act(async () => {
+    const view = state.task;
+    const data = await api("POST",
+      `/admin/api/endpoints/${enc(view.endpointId)}/tasks/${enc(view.taskId)}/cancel?principal=${enc(view.principal)}`);
+    addStatus(data.state, data.timestamp);
+  }, "task-error");
+}
+
+// start ----------------------------------------------------------------------------------
+
+function init() {
+  $("login-form").addEventListener("submit", login);
+  $("logout").addEventListener("click", logout);
+  $("endpoint-form").addEventListener("submit", createEndpoint);
+  $("key-form").addEventListener("submit", createKey);
+  $("task-filters").addEventListener("submit", applyFilters);
+  $("task-cancel").addEventListener("click", cancelTask);
+  window.addEventListener("hashchange", route);
+  setInterval(() => { if (!$("tasks-page").hidden) renderTasks(); }, 1000);
+  route();
+}
+
+init();
