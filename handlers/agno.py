@@ -4,7 +4,9 @@ One A2A context is one Agno session: its id (derived from the caller and the con
 the context's handler memory) goes with every run as ``session_id``, and Agno keeps the
 conversation, so only the new message is sent. Runs are started in the background
 (``background=true``) and streamed, so a run outlives a broken stream or a gateway restart;
-it is then followed by reading it (``GET /agents/{id}/runs/{run_id}``) until it ends.
+its stream is then joined again (``POST .../runs/{run_id}/resume``, which replays the events
+after the last one seen), and its state (``GET /agents/{id}/runs/{run_id}``) says how it
+ended when no stream does.
 
 A tool that needs the user's confirmation pauses the run (``RunPaused``: INPUT_REQUIRED); the
 answer continues it (``/continue`` with each waiting tool marked ``confirmed``). Cancel is
@@ -84,7 +86,7 @@ class AgnoSettings(BridgeSettings):
     """Seconds AgentOS may stay silent on a call (its streams are silent while a tool or the
     model works)."""
     poll_interval_seconds: float = Field(0.5, gt=0)
-    """Interval of reading a run whose stream is gone (a broken stream, a re-attached run)."""
+    """Wait before joining again the stream of a run that is still going on."""
 
 
 @dataclass(slots=True)
@@ -96,6 +98,8 @@ class AgnoRun:
     run_id: str | None = None
     terminal: HandlerEvent | None = None
     streamed: list[str] = field(default_factory=list)
+    last_event_index: int | None = None
+    """The ``event_index`` of the last event seen (a joined stream replays those after it)."""
 
     def feed(self, frame: SSEFrame) -> list[HandlerEvent]:
         """The events of one frame; ``UnexpectedFrame`` for a shape this bridge does not know."""
@@ -103,6 +107,10 @@ class AgnoRun:
             return []  # the RunCompleted after a RunCancelled
         data = frame.object(BACKEND)
         kind = frame.event or str(data.get("event") or "")
+        if isinstance(data.get("event_index"), int):
+            self.last_event_index = data["event_index"]
+        if kind == "error":  # a joined stream that cannot replay the run
+            raise UpstreamError(f"{BACKEND} could not replay the run's events")
         if kind == "RunStarted":
             return self._started(data)
         if kind == "RunContent":
@@ -288,14 +296,18 @@ class AgnoHandler(Handler):
         return True
 
     async def reattach(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        # The run went on in the background: read it until it ends. Tokens streamed meanwhile
-        # are not replayed; the answer is the run's content. Its time bound counts from here.
+        # The run went on in the background: joining it replays its events from the first
+        # one, so the re-attached task gets the whole answer. Its time bound counts from here.
         if not request.run_ref:
             yield Failed(f"no {BACKEND} run to re-attach to")
             return
         run = AgnoRun(session_of(request), run_id=request.run_ref)
+        deadline = self.settings.deadline(RUN)
         try:
-            yield await self._poll(run, request, self.settings.deadline(RUN))
+            async with contextlib.aclosing(self._follow(
+                    run, self._join(run, request, deadline), request, deadline)) as events:
+                async for event in events:
+                    yield event
         except UpstreamError as exc:
             yield Failed(exc.reason)
 
@@ -357,48 +369,58 @@ class AgnoHandler(Handler):
 
     async def _follow(self, run: AgnoRun, call: UpstreamCall, request: HandlerRequest,
                       deadline: Deadline) -> AsyncIterator[HandlerEvent]:
-        """The run's events until its terminal one; a stream that broke off (or ended early)
-        while the run goes on is followed by reading the run. A run past ``deadline`` or one
-        whose frames make no sense is canceled and fails."""
+        """The run's events until its terminal one. A stream that broke off (or ended early)
+        while the run goes on is joined again after the last event seen; the run's state says
+        how it ended when no stream does. A run past ``deadline`` or one whose frames make no
+        sense is canceled and fails."""
         try:
-            try:
-                async with call:
-                    async for frame in call.frames():
-                        for event in run.feed(frame):
-                            yield event
-                        if run.terminal is not None:
-                            break
-            except (UnexpectedFrame, RunTimedOut):
-                raise
-            except UpstreamError as exc:
-                if run.run_id is None:
+            while True:
+                try:
+                    async with call:
+                        async for frame in call.frames():
+                            for event in run.feed(frame):
+                                yield event
+                            if run.terminal is not None:
+                                break
+                except (UnexpectedFrame, RunTimedOut):
                     raise
-                log.warning("agno_stream_lost", run_id=run.run_id, reason=exc.reason)
-            if run.terminal is None:
+                except UpstreamError as exc:
+                    if run.run_id is None:
+                        raise
+                    log.warning("agno_stream_lost", run_id=run.run_id, reason=exc.reason)
+                if run.terminal is not None:
+                    break
                 if run.run_id is None:
                     raise UpstreamError(f"{BACKEND} closed the stream before the run started")
-                run.terminal = await self._poll(run, request, deadline)
+                run.terminal = run.from_state(await self._state(run, request, deadline))
+                if run.terminal is not None:
+                    break
+                await deadline.within(asyncio.sleep(self.settings.poll_interval_seconds))
+                call = self._join(run, request, deadline)
         except (UnexpectedFrame, RunTimedOut):
             await self._abandon(run, request)
             raise
         yield run.terminal
 
-    async def _poll(self, run: AgnoRun, request: HandlerRequest,
-                    deadline: Deadline) -> HandlerEvent:
-        """The run's terminal event, read every ``poll_interval_seconds`` until it ended."""
-        while True:
-            try:
-                state = await self.upstream.json(
-                    "GET", f"{self.runs_path}/{run.run_id}?session_id={run.session_id}",
-                    request=request, deadline=deadline)
-            except UpstreamError as exc:
-                if exc.status == 404:
-                    raise UpstreamError(f"{BACKEND} no longer knows run {run.run_id}") from None
-                raise
-            terminal = run.from_state(state)
-            if terminal is not None:
-                return terminal
-            await deadline.within(asyncio.sleep(self.settings.poll_interval_seconds))
+    def _join(self, run: AgnoRun, request: HandlerRequest, deadline: Deadline) -> UpstreamCall:
+        """The run's stream again: the events after ``last_event_index`` (all of them when
+        none was seen), then the live ones."""
+        form = {"session_id": run.session_id}
+        if run.last_event_index is not None:
+            form["last_event_index"] = str(run.last_event_index)
+        return self.upstream.call("POST", f"{self.runs_path}/{run.run_id}/resume",
+                                  request=request, deadline=deadline, events=True, form=form)
+
+    async def _state(self, run: AgnoRun, request: HandlerRequest,
+                     deadline: Deadline) -> dict[str, Any]:
+        try:
+            return await self.upstream.json(
+                "GET", f"{self.runs_path}/{run.run_id}?session_id={run.session_id}",
+                request=request, deadline=deadline)
+        except UpstreamError as exc:
+            if exc.status == 404:
+                raise UpstreamError(f"{BACKEND} no longer knows run {run.run_id}") from None
+            raise
 
     # -- calls ---------------------------------------------------------------------
 

@@ -68,10 +68,11 @@ class AgnoBackend:
     """The AgentOS routes the handler uses, answered from recordings: ``stream`` answers
     ``POST .../runs`` and ``/continue``, ``states`` the run GETs in turn (the last repeats)."""
 
-    def __init__(self, stream: Callable[[], httpx.Response],
-                 states: list[str] | None = None) -> None:
+    def __init__(self, stream: Callable[[], httpx.Response], states: list[str] | None = None,
+                 joins: list[str] | None = None) -> None:
         self.stream = stream
         self.states = list(states or ["run_completed.json"])
+        self.joins = list(joins or ["resume_unknown_run.txt"])
         self.requests: list[httpx.Request] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -79,6 +80,8 @@ class AgnoBackend:
         path, method = request.url.path, request.method
         if method == "POST" and path.endswith("/cancel"):
             return json_response({})
+        if method == "POST" and path.endswith("/resume"):
+            return sse_response(fixture(self.joins.pop(0) if len(self.joins) > 1 else self.joins[0]))
         if method == "POST" and (path.endswith("/runs") or path.endswith("/continue")):
             return self.stream()
         if method == "GET" and RUN_PATH.match(path):
@@ -260,7 +263,25 @@ async def test_http_errors_fail_with_a_reason_without_the_key(name, reason) -> N
     assert API_KEY not in repr(events)
 
 
-async def test_a_broken_stream_is_followed_by_reading_the_run() -> None:
+async def test_a_broken_stream_is_joined_again_after_the_last_event_seen() -> None:
+    head = fixture("resume_ended.txt").split(b"event: RunContent")[0]  # replay, RunStarted, ...
+    head = head.split(b"\n\n", 1)[1]  # as the run's own stream: no replay note
+    backend = AgnoBackend(lambda: sse_response(TrackedStream([head])), ["run_running.json"],
+                          joins=["resume_running.txt"])
+    events = await run_on(backend)
+    (join,) = backend.forms("/resume")
+    assert join == {"session_id": handler_request().backend_user(per_context=True),
+                    "last_event_index": "1"}
+    assert backend.calls("POST", "/resume")[0].url.path.endswith(
+        f"/runs/{run_id_of('resume_ended.txt')}/resume")
+    final = events[-1]
+    assert isinstance(final, Completed)
+    assert final.text == "".join(d.text for d in of(TextDelta, events))
+    assert final.text.endswith(" slow7")
+    assert len(of(RunStarted, events)) == 1
+
+
+async def test_a_run_that_cannot_be_replayed_is_read_until_it_ended() -> None:
     head = fixture("stream_plain.txt").split(b"event: RunContent")[0]  # RunStarted, ModelRequest
     backend = AgnoBackend(lambda: sse_response(TrackedStream([head])),
                           ["run_running.json", "run_completed.json"])
@@ -269,13 +290,28 @@ async def test_a_broken_stream_is_followed_by_reading_the_run() -> None:
     assert isinstance(final, Completed) and final.text == fixture_json("run_completed.json")["content"]
     reads = backend.calls("GET")
     assert len(reads) == 2 and reads[0].url.params["session_id"]
+    assert len(backend.calls("POST", "/resume")) == 1  # answered with Agno's error frame
+
+
+async def test_reattach_replays_the_whole_run() -> None:
+    backend = AgnoBackend(recorded("stream_plain.txt"), joins=["resume_ended.txt"])
+    async with backend.client() as http:
+        events = await collect(handler(http).reattach(
+            handler_request(run_ref=run_id_of("resume_ended.txt"),
+                            session={"agno_session_id": "s-7"})))
+    assert backend.forms("/resume") == [{"session_id": "s-7"}]  # from the first event
+    assert not of(RunStarted, events) and not backend.calls("GET")
+    final = events[-1]
+    assert isinstance(final, Completed)
+    assert final.text == "".join(d.text for d in of(TextDelta, events)) == " ".join(
+        f"slow{i}" for i in range(8))
 
 
 @pytest.mark.parametrize(("state", "expected"), [
     ("run_completed.json", Completed), ("run_paused.json", InputRequired),
     ("run_cancelled.json", Canceled), ("run_error.json", Failed),
 ])
-async def test_reattach_reads_the_run_until_it_ended(state, expected) -> None:
+async def test_reattach_reads_a_run_it_cannot_join_until_it_ended(state, expected) -> None:
     backend = AgnoBackend(recorded("stream_plain.txt"), ["run_running.json", state])
     async with backend.client() as http:
         events = await collect(handler(http).reattach(

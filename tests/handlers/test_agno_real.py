@@ -18,7 +18,14 @@ from typing import Any
 import httpx
 import pytest
 import structlog
-from a2a.types import CancelTaskRequest, GetTaskRequest, Role, StreamResponse, TaskState
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Role,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    TaskState,
+)
 from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
@@ -300,27 +307,34 @@ async def test_message_mode_answers_with_a_message(gw, agno_url):
     assert event.message.parts[0].text == f"Hello from fakellm. You said: ping {mark}"
 
 
-async def test_a_run_outlives_a_gateway_restart_and_completes_the_task(agno_url):
+async def test_a_run_outlives_a_gateway_restart_and_streams_on_from_the_next_replica(agno_url):
     store = MemoryStore()
     mark = token()
+    words = " ".join(f"slow{i}" for i in range(24))
     async with running_gateway(store=store, lease_seconds=120, replica_id="replica-a") as a:
         endpoint = await agno_endpoint(a, agno_url)
         async with a.client(endpoint, streaming=False) as client:
             (event,) = [e async for e in client.send_message(
-                send_request(f"FAKE_SLOW words=12 delay=0.25 {mark}", immediately=True))]
+                send_request(f"FAKE_SLOW words=24 delay=0.25 {mark}", immediately=True))]
         task_id = event.task.id
         scope = Scope("default", endpoint, "anonymous")
         first = await eventually(lambda: store.get_task(scope, task_id),
                                  until=lambda s: s is not None and s.run_ref, timeout=15,
                                  what="the Agno run started")
     # gateway A is gone, the run goes on in AgentOS (a background run); B takes the task over
-    async with running_gateway(store=store, lease_seconds=120, replica_id="replica-b"):
+    # and joins the run's stream, so a client following the task on B still gets tokens
+    async with running_gateway(store=store, lease_seconds=120, replica_id="replica-b") as b:
+        async with b.client(endpoint) as client:
+            followed = [e async for e in client.subscribe(SubscribeToTaskRequest(id=task_id))]
         done = await eventually(lambda: store.get_task(scope, task_id),
                                 until=lambda s: s.task.status.state in (COMPLETED, FAILED),
                                 timeout=30, what="the re-attached task ends")
     assert done.task.status.state == COMPLETED
-    assert final_text(done.task) == " ".join(f"slow{i}" for i in range(12))
+    assert final_text(done.task) == words
     assert done.run_ref == first.run_ref
+    streamed = [e.artifact_update for e in followed
+                if e.HasField("artifact_update") and not e.artifact_update.last_chunk]
+    assert streamed and state_of(followed[-1]) == COMPLETED
     assert len(await llm_requests(mark)) == 1  # the same run finished it, none was started again
 
 

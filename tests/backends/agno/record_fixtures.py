@@ -46,6 +46,25 @@ async def get_run(http: httpx.AsyncClient, run_id: str, session_id: str, name: s
     (OUT / name).write_text(json.dumps(response.json(), indent=1) + "\n")
 
 
+async def record_resumes(http: httpx.AsyncClient) -> None:
+    """``/resume`` of a run going on (after its third event), of the same run ended (all of its
+    events), and of a run the server does not know."""
+    session = f"fixture-{uuid.uuid4().hex[:8]}"
+    async with http.stream("POST", RUNS, data={
+            "message": "FAKE_SLOW words=8 delay=0.2 rejoined", "stream": "true",
+            "background": "true", "session_id": session}) as r:
+        head = b""
+        async for chunk in r.aiter_bytes():
+            head += chunk
+            if head.count(b"event_index") >= 3:
+                break
+    run_id = json.loads(head.split(b"data: ", 1)[1].split(b"\n", 1)[0])["run_id"]
+    await stream(http, f"{RUNS}/{run_id}/resume", {"session_id": session, "last_event_index": "2"},
+                 "resume_running.txt")
+    await stream(http, f"{RUNS}/{run_id}/resume", {"session_id": session}, "resume_ended.txt")
+    await stream(http, f"{RUNS}/nope/resume", {"session_id": session}, "resume_unknown_run.txt")
+
+
 async def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     headers = {"Authorization": f"Bearer {os.environ['A2A_TEST_AGNO_KEY']}"}
@@ -96,6 +115,7 @@ async def main() -> None:
             response = await http.post(path, data={"message": "x"}, headers=auth)
             (OUT / name).write_text(json.dumps(
                 {"status": response.status_code, "body": response.json()}) + "\n")
+        await record_resumes(http)
         response = await http.get(f"{RUNS}/nope", params={"session_id": "x"})
         (OUT / "error_unknown_run.json").write_text(json.dumps(
             {"status": response.status_code, "body": response.json()}) + "\n")
