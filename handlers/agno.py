@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -109,8 +110,8 @@ class AgnoRun:
         kind = frame.event or str(data.get("event") or "")
         if isinstance(data.get("event_index"), int):
             self.last_event_index = data["event_index"]
-        if kind == "error":  # a joined stream that cannot replay the run
-            raise UpstreamError(f"{BACKEND} could not replay the run's events")
+        if kind == "error":  # e.g. a joined stream whose run is in no buffer
+            raise UpstreamError(clip(f"{BACKEND} could not stream the run: {data.get('error')}"))
         if kind == "RunStarted":
             return self._started(data)
         if kind == "RunContent":
@@ -263,7 +264,7 @@ class AgnoHandler(Handler):
             http, BACKEND, self.settings.agno_api_url.rstrip("/"),
             {"Authorization": f"Bearer {secret}"} if secret else {},
             self.settings.agno_timeout, self.settings.retry, (secret,) if secret else ())
-        self.runs_path = f"/agents/{self.settings.agno_agent_id}/runs"
+        self.runs_path = f"/agents/{urllib.parse.quote(self.settings.agno_agent_id, safe='')}/runs"
 
     # -- the contract --------------------------------------------------------------
 
@@ -400,6 +401,8 @@ class AgnoHandler(Handler):
         except (UnexpectedFrame, RunTimedOut):
             await self._abandon(run, request)
             raise
+        if isinstance(run.terminal, Failed):
+            run.terminal = Failed(self.upstream.reason(run.terminal.reason))
         yield run.terminal
 
     def _join(self, run: AgnoRun, request: HandlerRequest, deadline: Deadline) -> UpstreamCall:

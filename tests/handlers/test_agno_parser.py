@@ -376,3 +376,17 @@ async def test_a_run_past_its_time_bound_is_canceled_and_fails() -> None:
     assert events[-1] == Failed("the Agno run exceeded run_timeout_seconds=0.3")
     (cancel,) = backend.calls("POST", "/cancel")
     assert cancel.url.path == f"/agents/assistant/runs/{run_id_of('stream_plain.txt')}/cancel"
+
+
+async def test_the_agent_id_is_one_path_segment() -> None:
+    backend = AgnoBackend(recorded("stream_plain.txt"))
+    await run_on(backend, settings={"agno_agent_id": "team/a b"})
+    (call,) = backend.calls("POST")
+    assert call.url.raw_path == b"/agents/team%2Fa%20b/runs"
+
+
+async def test_a_failure_reason_never_shows_the_key() -> None:
+    leaky = fixture("stream_error.txt").replace(b"fakellm scripted bad request", API_KEY.encode())
+    backend = AgnoBackend(lambda: sse_response(leaky))
+    events = await run_on(backend, settings={"agno_api_key": API_KEY})
+    assert events[-1] == Failed("the Agno run failed: ***")
