@@ -5,7 +5,8 @@ Answers are JSON. Settings values never leave the gateway: an endpoint lists its
 names and which of them are ``env:`` references. A new key is shown once, in the answer
 that creates it. Operators are not scoped to a caller: a task is addressed by its endpoint,
 the principal it runs for (what the task list and the feed show) and optionally its tenant
-(default: the endpoint's).
+(default: the endpoint's). A running task's own stream (its text as it arrives) is open to
+them too, like SubscribeToTask.
 
 The console's session cookie is taken too (``console.session``); a change made with it
 needs its CSRF token in ``X-CSRF-Token``.
@@ -18,12 +19,13 @@ replica within ``endpoint_cache_seconds``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
+from a2a.types import StreamResponse, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from aiohttp import web
 from pydantic import ValidationError
 
@@ -39,7 +41,9 @@ from a2a_gateway.registry import EndpointRuntime, check_endpoint, handler_path, 
 from a2a_gateway.settings import RESERVED_METADATA_KEYS
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.stores.base import ApiKey, ConflictError, Endpoint, Scope, status_timestamp_us
+from a2a_gateway.tasks.streams import LAST_EVENT_ID, subscribe_stream
 from a2a_gateway.transport.feed import feed_filter
+from a2a_gateway.transport.sse import SSEStream
 
 PREFIX = "/admin/api"
 MAX_BODY_BYTES = 64 * 1024
@@ -297,6 +301,46 @@ async def cancel_task(request: web.Request) -> web.Response:
     return _json({**task_entry(scope, task), "task": message_to_dict(task)})
 
 
+async def task_stream(request: web.Request) -> web.StreamResponse:
+    """SubscribeToTask for operators: the task, its text so far, then every event as it
+    happens (text chunks too), as SSE of A2A ``StreamResponse`` JSON; ``Last-Event-ID`` resumes."""
+    operator_of(request)
+    gateway = request.app[GATEWAY]
+    scope = await _task_scope(request, gateway)
+    last_event_id = request.headers.get(LAST_EVENT_ID, "").strip() or None
+    events = subscribe_stream(gateway.engine, scope, request.match_info["task_id"], last_event_id)
+    try:
+        first = await anext(events)
+    except TaskNotFoundError:
+        raise web.HTTPNotFound(reason="no such task") from None
+    except (UnsupportedOperationError, StopAsyncIteration):
+        raise web.HTTPConflict(reason="the task is in a terminal state: read it instead") from None
+    current = [first[0]]
+
+    async def rest() -> AsyncIterator[tuple[str | None, Any]]:
+        async for item in events:
+            current[0] = item[0]
+            yield item
+
+    stream = await SSEStream.open(request, gateway.settings.sse_keepalive_seconds)
+    following = rest()
+    try:
+        if await stream.send(_stream_frame(first), event_id=first[0]):
+            await stream.pump(following, _stream_frame, lambda: current[0])
+    except ConnectionError:
+        stream.connected = False
+    finally:
+        await following.aclose()
+        await events.aclose()
+    return await stream.close()
+
+
+def _stream_frame(item: tuple[str | None, Any]) -> bytes:
+    event = item[1]
+    field = {Task: "task", TaskStatusUpdateEvent: "status_update", TaskArtifactUpdateEvent: "artifact_update"}
+    return orjson.dumps(message_to_dict(StreamResponse(**{field.get(type(event), "message"): event})))
+
+
 async def _runtime(gateway: Gateway, endpoint_id: str) -> EndpointRuntime:
     """The endpoint's runtime, or a handlerless one (a disabled endpoint's tasks can still be ended)."""
     try:
@@ -318,3 +362,4 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_get(f"{PREFIX}/tasks", list_tasks)
     app.router.add_get(f"{endpoint}/tasks/{{task_id}}", get_task)
     app.router.add_post(f"{endpoint}/tasks/{{task_id}}/cancel", cancel_task)
+    app.router.add_get(f"{endpoint}/tasks/{{task_id}}/stream", task_stream)

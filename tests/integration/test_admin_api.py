@@ -9,8 +9,10 @@ from __future__ import annotations
 import uuid
 
 import httpx
+import orjson
 import pytest
 from a2a.types import TaskState
+from httpx_sse import aconnect_sse
 
 from a2a_gateway.auth.api_keys import make_key
 from tests.harness import RunningGateway, running_gateway
@@ -277,3 +279,30 @@ async def test_the_session_cookie_is_secure_when_the_gateway_is_served_over_http
         async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
             logged_in = await http.post("/console/api/login", json={"key": OPERATOR_KEY})
     assert "secure" in {a.strip().lower() for a in logged_in.headers["Set-Cookie"].split(";")}
+
+
+async def test_an_operator_follows_a_running_tasks_own_stream_text_chunks_included(gw):
+    endpoint_id = await gw.add_endpoint(settings={"delay": 0.05})
+    row, key = make_key(SECRET, endpoint_id=endpoint_id, tenant="default", principal="carol")
+    await gw.store.create_api_key(row)
+    words = " ".join(f"w{i}" for i in range(40))
+    async with running_gateway(store=gw.store, allow_unauthenticated_endpoints=False,
+                               operator_keys=[OPERATOR_KEY]) as strict:  # the run is this one's
+        async with strict.client(endpoint_id, api_key=key) as client:
+            caller = client.send_message(send_request(words))
+            first = await anext(caller)
+            task_id = first.task.id
+            url = f"{strict.base_url}/admin/api/endpoints/{endpoint_id}/tasks/{task_id}/stream?principal=carol"
+            async with httpx.AsyncClient(timeout=60) as http:
+                assert (await http.get(url)).status_code == 401
+                assert (await http.get(url, headers={"Authorization": f"Bearer {key}"})).status_code == 403
+                assert (await http.get(url.replace("carol", "dave"), headers=AS_OPERATOR)).status_code == 404
+                async with aconnect_sse(http, "GET", url, headers=AS_OPERATOR) as source:
+                    seen = [orjson.loads(sse.data) async for sse in source.aiter_sse() if sse.data]
+            rest = [event async for event in caller]
+    assert "task" in seen[0] and seen[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    chunks = [e["artifactUpdate"] for e in seen if "artifactUpdate" in e]
+    assert len(chunks) > 2 and any(c.get("append") for c in chunks)  # text as it arrived
+    assert rest[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    ended = await admin(gw, "GET", f"/endpoints/{endpoint_id}/tasks/{task_id}/stream?principal=carol")
+    assert ended.status_code == 409

@@ -75,6 +75,7 @@ async function route() {
   }
   const parts = (location.hash || "#/tasks").slice(2).split("/").map(decodeURIComponent);
   closeTaskFeed();
+  state.task = null;
   if (parts[0] === "endpoints") {
     show("endpoints-page");
     await act(loadEndpoints, "endpoints-error");
@@ -275,6 +276,7 @@ function seconds(ms) {
 }
 
 function renderTasks() {
+  // rows are kept per task and updated in place (a link stays the same element)
   const body = $("tasks-table").tBodies[0];
   const names = new Map([...$("filter-endpoint").options].map((option) => [option.value, option.textContent]));
   const wanted = state.filters.state;
@@ -282,17 +284,27 @@ function renderTasks() {
     .filter((task) => !wanted || shortState(task.state) === wanted)
     .sort((a, b) => String(b.timestamp).localeCompare(String(a.timestamp)));
   const now = Date.now();
-  body.replaceChildren(...tasks.map((task) => {
-    const row = el("tr", null, { "data-task-id": task.taskId });
-    const link = el("a", task.taskId,
-      { href: `#/task/${enc(task.endpointId)}/${enc(task.principal)}/${enc(task.taskId)}`, class: "task-link" });
-    const id = el("td");
-    id.append(link);
-    row.append(id, el("td", names.get(task.endpointId) || task.endpointId), el("td", task.principal),
-      el("td", shortState(task.state), { class: "state" }), el("td", seconds(now - task.since)),
-      el("td", seconds((task.ended || now) - task.since)));
+  const rows = new Map([...body.rows].map((row) => [row.dataset.taskId, row]));
+  const shown = tasks.map((task) => {
+    const row = rows.get(task.taskId) || taskRow(task);
+    const cells = row.cells;
+    cells[1].textContent = names.get(task.endpointId) || task.endpointId;
+    cells[3].textContent = shortState(task.state);
+    cells[4].textContent = seconds(now - task.since);
+    cells[5].textContent = seconds((task.ended || now) - task.since);
     return row;
-  }));
+  });
+  for (const [taskId, row] of rows) if (!shown.includes(row)) { row.remove(); rows.delete(taskId); }
+  shown.forEach((row, index) => { if (body.rows[index] !== row) body.insertBefore(row, body.rows[index] || null); });
+}
+
+function taskRow(task) {
+  const row = el("tr", null, { "data-task-id": task.taskId });
+  const id = el("td");
+  id.append(el("a", task.taskId,
+    { href: `#/task/${enc(task.endpointId)}/${enc(task.principal)}/${enc(task.taskId)}`, class: "task-link" }));
+  row.append(id, el("td"), el("td", task.principal), el("td", "", { class: "state" }), el("td"), el("td"));
+  return row;
 }
 
 function applyFilters(event) {
@@ -306,33 +318,47 @@ function applyFilters(event) {
 function closeTaskFeed() {
   if (state.taskFeed) state.taskFeed.close();
   state.taskFeed = null;
-  state.task = null;
 }
 
 async function openTask(endpointId, principal, taskId) {
-  state.task = { endpointId, principal, taskId, texts: new Map(), last: "" };
+  const view = { endpointId, principal, taskId, texts: new Map(), last: "" };
+  state.task = view;
   $("task-id").textContent = taskId;
   $("task-endpoint").textContent = endpointId;
   $("task-principal").textContent = principal;
   for (const id of ["task-context", "task-state", "task-text", "task-events"]) $(id).textContent = "";
   $("task-timeline").replaceChildren();
   $("task-history").replaceChildren();
-  const source = new EventSource(`/events?endpointId=${enc(endpointId)}`);
-  state.taskFeed = source;
-  source.onmessage = (message) => onTaskEvent(taskId, message.data);
   await loadTask();
+  if (state.task === view && !TERMINAL.has(view.last)) followTask(view);
 }
 
-function onTaskEvent(taskId, data) {
-  const view = state.task;
-  if (!view || view.taskId !== taskId) return;
+function taskPath(view) {
+  return `/admin/api/endpoints/${enc(view.endpointId)}/tasks/${enc(view.taskId)}`;
+}
+
+function followTask(view) {
+  // the task's own stream: every event, its text as it arrives (the feed has no text chunks)
+  const source = new EventSource(`${taskPath(view)}/stream?principal=${enc(view.principal)}`);
+  state.taskFeed = source;
+  source.onmessage = (message) => onTaskEvent(view, message.data);
+}
+
+function onTaskEvent(view, data) {
+  if (state.task !== view) return;
+  $("task-events").textContent += `${data}\n`;
   const event = JSON.parse(data);
-  const mine = event.kind === "snapshot" ? event.tasks.filter((task) => task.taskId === taskId) : event.taskId === taskId ? [event] : [];
-  for (const item of mine) {
-    $("task-events").textContent += `${JSON.stringify(item)}\n`;
-    addStatus(item.state, item.timestamp);
-    if (item.artifactUpdate) applyArtifact(item.artifactUpdate);
-    if (TERMINAL.has(item.state)) loadTask().catch((error) => { $("task-error").textContent = error.message; });
+  const task = event.task;
+  if (task) {
+    addStatus(task.status.state, task.status.timestamp);
+    for (const artifact of task.artifacts || []) applyArtifact({ artifact });
+  }
+  if (event.artifactUpdate) applyArtifact(event.artifactUpdate);
+  const status = event.statusUpdate && event.statusUpdate.status;
+  if (status) addStatus(status.state, status.timestamp);
+  if (TERMINAL.has(view.last)) {
+    closeTaskFeed();
+    loadTask().catch((error) => { $("task-error").textContent = error.message; });
   }
 }
 
@@ -359,8 +385,7 @@ function applyArtifact(update) {
 
 async function loadTask() {
   const view = state.task;
-  const data = await api("GET",
-    `/admin/api/endpoints/${enc(view.endpointId)}/tasks/${enc(view.taskId)}?principal=${enc(view.principal)}`);
+  const data = await api("GET", `${taskPath(view)}?principal=${enc(view.principal)}`);
   if (state.task !== view) return;
   const task = data.task;
   $("task-context").textContent = data.contextId;
@@ -378,8 +403,7 @@ async function loadTask() {
 async function cancelTask() {
   await act(async () => {
     const view = state.task;
-    const data = await api("POST",
-      `/admin/api/endpoints/${enc(view.endpointId)}/tasks/${enc(view.taskId)}/cancel?principal=${enc(view.principal)}`);
+    const data = await api("POST", `${taskPath(view)}/cancel?principal=${enc(view.principal)}`);
     addStatus(data.state, data.timestamp);
   }, "task-error");
 }
