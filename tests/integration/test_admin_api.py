@@ -17,6 +17,7 @@ from httpx_sse import aconnect_sse
 from a2a_gateway.auth.api_keys import make_key
 from tests.harness import RunningGateway, running_gateway
 from tests.messages import send_request
+from tests.stores.pg_support import admin_dsn, fresh_database
 from tests.waiting import eventually
 
 OPERATOR_KEY = "op-" + uuid.uuid4().hex
@@ -306,3 +307,35 @@ async def test_an_operator_follows_a_running_tasks_own_stream_text_chunks_includ
     assert rest[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
     ended = await admin(gw, "GET", f"/endpoints/{endpoint_id}/tasks/{task_id}/stream?principal=carol")
     assert ended.status_code == 409
+
+
+@pytest.mark.postgres
+async def test_a_replica_lists_follows_and_cancels_a_task_running_on_another():
+    admin_dsn()  # skips without PostgreSQL (fails under CI)
+    words = " ".join(f"w{i}" for i in range(400))  # 0.05 s a word: 20 s unless canceled
+    async with fresh_database() as url, \
+            running_gateway(url, replica_id="a", operator_keys=[OPERATOR_KEY]) as a, \
+            running_gateway(url, replica_id="b", operator_keys=[OPERATOR_KEY]) as b:
+        endpoint_id = await a.add_endpoint(settings={"delay": 0.05})
+        async with a.client(endpoint_id) as client:
+            caller = client.send_message(send_request(words))
+            task_id = (await anext(caller)).task.id
+            listed = (await admin(b, "GET", f"/tasks?endpointId={endpoint_id}")).json()["tasks"]
+            assert [(t["taskId"], t["state"]) for t in listed] == [(task_id, "TASK_STATE_WORKING")]
+            url_b = f"{b.base_url}/admin/api/endpoints/{endpoint_id}/tasks/{task_id}/stream?principal=anonymous"
+            async with httpx.AsyncClient(timeout=60) as http:
+                async with aconnect_sse(http, "GET", url_b, headers=AS_OPERATOR) as source:
+                    seen = []
+                    async for sse in source.aiter_sse():
+                        if sse.data:
+                            seen.append(orjson.loads(sse.data))
+                        if len([e for e in seen if "artifactUpdate" in e]) == 2:
+                            canceled = await admin(b, "POST", f"/endpoints/{endpoint_id}/tasks/{task_id}/cancel"
+                                                              "?principal=anonymous")
+                            assert canceled.status_code == 200, canceled.text
+            rest = [event async for event in caller]
+    assert canceled.json()["state"] == "TASK_STATE_CANCELED"
+    assert seen[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
+    assert rest[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
+    text = "".join(p["text"] for e in seen if "artifactUpdate" in e for p in e["artifactUpdate"]["artifact"]["parts"])
+    assert text.startswith("echo: w0") and len(text) < len(f"echo: {words}")
