@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from a2a.compat.v0_3 import conversions
 from a2a.types import AgentCard
 from a2a.utils.constants import PROTOCOL_VERSION_0_3
 from a2a.utils.signing import create_agent_card_signer
@@ -89,6 +88,8 @@ class CardSigner:
         })
         readings = [card]
         if any(i.protocol_version == PROTOCOL_VERSION_0_3 for i in card.supported_interfaces):
+            from a2a.compat.v0_3 import conversions  # the 0.3 types: loaded only to sign for 0.3
+
             readings.append(conversions.to_core_agent_card(conversions.to_compat_agent_card(card)))
         signatures = [sign(reading).signatures[-1] for reading in readings]
         card.signatures.extend(signatures[1:])  # the first is on ``card`` already

@@ -7,9 +7,9 @@ without importing the application that imports ``transport/``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import httpx
-from a2a.compat.v0_3.request_handler import RequestHandler03
 from aiohttp import web
 
 from a2a_gateway.auth.callers import Authenticator
@@ -21,7 +21,11 @@ from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Store
 from a2a_gateway.tasks.engine import TaskEngine
 from a2a_gateway.tasks.push import PushNotifier
-from a2a_gateway.tasks.request_handler import GatewayRequestHandler
+
+if TYPE_CHECKING:
+    from a2a.compat.v0_3.request_handler import RequestHandler03
+
+    from a2a_gateway.tasks.request_handler import GatewayRequestHandler
 
 
 @dataclass(slots=True)
@@ -44,6 +48,12 @@ class Gateway:
     def request_handlers(self, runtime: EndpointRuntime) -> tuple[GatewayRequestHandler, RequestHandler03]:
         """The endpoint's 1.0 request handler and its 0.3 adapter (built once per runtime)."""
         if runtime.request_handlers is None:
+            # the a2a-sdk's server package (its default handler, gRPC, the 0.3 types) loads on
+            # the first A2A request, not at start-up: /healthz and a cold start do not pay it
+            from a2a.compat.v0_3.request_handler import RequestHandler03
+
+            from a2a_gateway.tasks.request_handler import GatewayRequestHandler
+
             v10 = GatewayRequestHandler(
                 runtime, self.engine, self.push, self.card_signer,
                 max_push_configs=self.settings.max_push_configs_per_task,

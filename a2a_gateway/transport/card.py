@@ -14,7 +14,6 @@ from email.utils import format_datetime
 from typing import Any
 
 import orjson
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from aiohttp import web
 from google.protobuf.json_format import MessageToDict
 
@@ -30,6 +29,8 @@ def card_document(
     signer.sign(card, base_url)
     if runtime.endpoint.metadata.get("strict_v1_card"):
         return MessageToDict(card)
+    from a2a.server.request_handlers.response_helpers import agent_card_to_dict  # loads late
+
     return agent_card_to_dict(card)
 
 

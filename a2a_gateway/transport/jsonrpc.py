@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from a2a.compat.v0_3 import types as t03
 from a2a.server.context import ServerCallContext
 from a2a.types import (
     CancelTaskRequest,
@@ -69,6 +68,8 @@ from a2a_gateway.transport.sse import accepts_event_stream, stream_events
 @dataclass(frozen=True, slots=True)
 class Method:
     model: Any
+    """The request's model: a protobuf class (1.0), or the name of an ``a2a.compat.v0_3.types``
+    model (0.3, whose pydantic models load on the first 0.3 request)."""
     handler_method: str
     streaming: bool = False
 
@@ -96,25 +97,25 @@ V10_METHODS = {
 }
 
 V03_METHODS = {
-    "message/send": Method(t03.SendMessageRequest, "on_message_send"),
-    "message/stream": Method(t03.SendStreamingMessageRequest, "on_message_send_stream", True),
-    "tasks/get": Method(t03.GetTaskRequest, "on_get_task"),
-    "tasks/cancel": Method(t03.CancelTaskRequest, "on_cancel_task"),
-    "tasks/resubscribe": Method(t03.TaskResubscriptionRequest, "on_subscribe_to_task", True),
+    "message/send": Method("SendMessageRequest", "on_message_send"),
+    "message/stream": Method("SendStreamingMessageRequest", "on_message_send_stream", True),
+    "tasks/get": Method("GetTaskRequest", "on_get_task"),
+    "tasks/cancel": Method("CancelTaskRequest", "on_cancel_task"),
+    "tasks/resubscribe": Method("TaskResubscriptionRequest", "on_subscribe_to_task", True),
     "tasks/pushNotificationConfig/set": Method(
-        t03.SetTaskPushNotificationConfigRequest, "on_create_task_push_notification_config"
+        "SetTaskPushNotificationConfigRequest", "on_create_task_push_notification_config"
     ),
     "tasks/pushNotificationConfig/get": Method(
-        t03.GetTaskPushNotificationConfigRequest, "on_get_task_push_notification_config"
+        "GetTaskPushNotificationConfigRequest", "on_get_task_push_notification_config"
     ),
     "tasks/pushNotificationConfig/list": Method(
-        t03.ListTaskPushNotificationConfigRequest, "on_list_task_push_notification_configs"
+        "ListTaskPushNotificationConfigRequest", "on_list_task_push_notification_configs"
     ),
     "tasks/pushNotificationConfig/delete": Method(
-        t03.DeleteTaskPushNotificationConfigRequest, "on_delete_task_push_notification_config"
+        "DeleteTaskPushNotificationConfigRequest", "on_delete_task_push_notification_config"
     ),
     "agent/getAuthenticatedExtendedCard": Method(
-        t03.GetAuthenticatedExtendedCardRequest, "on_get_extended_agent_card"
+        "GetAuthenticatedExtendedCardRequest", "on_get_extended_agent_card"
     ),
 }
 
@@ -294,8 +295,10 @@ async def _call_0_3(
     payload: dict[str, Any], context: ServerCallContext, headers: dict[str, str],
 ) -> web.StreamResponse:
     _check_0_3_params(payload.get("params"))
+    from a2a.compat.v0_3 import types as t03
+
     try:
-        envelope = method.model.model_validate(payload)
+        envelope = getattr(t03, method.model).model_validate(payload)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

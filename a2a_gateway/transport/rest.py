@@ -9,7 +9,7 @@ were different (``/v1/...``).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from a2a.server.context import ServerCallContext
@@ -42,7 +42,6 @@ from aiohttp import web
 from google.protobuf.json_format import ParseError
 
 from a2a_gateway.state import GATEWAY, Gateway
-from a2a_gateway.tasks.request_handler import GatewayRequestHandler
 from a2a_gateway.tasks.streams import take_event_id
 from a2a_gateway.transport.body import check_depth, read_body
 from a2a_gateway.transport.call_context import call_context
@@ -59,6 +58,9 @@ from a2a_gateway.protojson import message_to_dict, parse_dict
 from a2a_gateway.transport.required_fields import validate_required_fields
 from a2a_gateway.transport.sse import stream_events
 
+if TYPE_CHECKING:
+    from a2a_gateway.tasks.request_handler import GatewayRequestHandler
+
 REST_HEADERS = web.RequestKey("rest_headers", dict)
 
 
@@ -66,7 +68,7 @@ def _headers(request: web.Request) -> dict[str, str]:
     return request[REST_HEADERS]
 
 
-Route = Callable[[web.Request, Gateway, GatewayRequestHandler, ServerCallContext], Awaitable[web.StreamResponse]]
+Route = Callable[[web.Request, Gateway, "GatewayRequestHandler", ServerCallContext], Awaitable[web.StreamResponse]]
 
 
 # A2A v1.0.0 mapped these differently from v1.0.1 (which the a2a-sdk follows);

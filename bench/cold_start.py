@@ -1,0 +1,224 @@
+"""Cold start: import time, ``build_app`` time, exec → first ``/healthz`` 200, idle RSS.
+
+    python bench/cold_start.py                          # the working tree, memory:// and sqlite:///
+    python bench/cold_start.py --runs 9 --stores memory,sqlite,postgresql
+    python bench/cold_start.py --source /path/to/other/checkout   # another tree, same machine
+
+What a Lambda cold start (or a fresh replica) pays before it can answer, each figure in a
+fresh process per run, configurations interleaved run by run, medians over ``--runs``:
+
+- **import ms** — ``from a2a_gateway.app import build_app`` (plus ``GatewaySettings``), timed
+  inside the process (interpreter start-up excluded); **aiohttp ms** is a bare
+  ``import aiohttp`` in its own process in the same run, the floor every aiohttp app pays.
+- **build_app ms** — ``build_app(GatewaySettings(store=URL))`` (the store opens at start-up,
+  not here).
+- **exec → /healthz ms** — from ``exec`` of ``python -m a2a_gateway serve`` to the first 200 of
+  ``/healthz`` (polled every 5 ms): interpreter, imports, app, store opened, socket bound.
+- **idle RSS MB** — ``VmRSS`` of that ``serve`` process after ``--idle`` seconds of no traffic.
+- **modules** — ``len(sys.modules)`` after ``build_app``.
+
+Store URLs: ``memory://``, a fresh ``sqlite:///`` file per run, ``postgresql`` from
+``A2A_GATEWAY_TEST_POSTGRES_URL`` / ``--postgres-url``, ``dynamodb`` from ``--dynamodb-url``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.core_send import free_port, loadavg  # noqa: E402
+
+IMPORT_PROBE = """
+import json, sys, time
+t0 = time.perf_counter()
+from a2a_gateway.app import build_app
+from a2a_gateway.settings import GatewaySettings
+t1 = time.perf_counter()
+build_app(GatewaySettings(store=sys.argv[1]))
+t2 = time.perf_counter()
+print(json.dumps({"import_ms": (t1 - t0) * 1000, "build_ms": (t2 - t1) * 1000, "modules": len(sys.modules)}))
+"""
+
+AIOHTTP_PROBE = """
+import time
+t0 = time.perf_counter()
+import aiohttp.web
+print((time.perf_counter() - t0) * 1000)
+"""
+
+
+@dataclass
+class Samples:
+    values: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, name: str, value: float) -> None:
+        self.values.setdefault(name, []).append(value)
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.values[name]) if self.values.get(name) else float("nan")
+
+    def spread(self, name: str) -> str:
+        v = self.values.get(name) or []
+        return f"{min(v):.0f}–{max(v):.0f}" if v else "-"
+
+
+def clean_env(source: Path, store: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
+    env.update({"PYTHONPATH": str(source), "A2A_GATEWAY_STORE": store, "A2A_GATEWAY_LOG_LEVEL": "warning"})
+    return env
+
+
+def measure_import(source: Path, store: str) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", IMPORT_PROBE, store], cwd=source, env=clean_env(source, store),
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def measure_aiohttp(source: Path) -> float:
+    out = subprocess.run([sys.executable, "-c", AIOHTTP_PROBE], cwd=source, capture_output=True, text=True,
+                         check=True).stdout
+    return float(out.strip())
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure_serve(source: Path, store: str, idle: float, timeout: float = 60.0) -> tuple[float, float]:
+    """(exec → first /healthz 200 in ms, VmRSS in MB after ``idle`` seconds)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/healthz"
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "a2a_gateway", "serve", "--host", "127.0.0.1",
+                             "--port", str(port)], cwd=source, env=clean_env(source, store),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"serve exited {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+            if time.perf_counter() - started > timeout:
+                raise RuntimeError(f"no /healthz 200 within {timeout} s")
+            try:
+                with urllib.request.urlopen(url, timeout=1) as reply:
+                    if reply.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            time.sleep(0.005)
+        ready_ms = (time.perf_counter() - started) * 1000
+        time.sleep(idle)
+        return ready_ms, rss_mb(proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def store_urls(args: argparse.Namespace, workdir: Path, run: int) -> dict[str, str]:
+    urls = {}
+    for kind in args.stores.split(","):
+        if kind == "memory":
+            urls[kind] = "memory://"
+        elif kind == "sqlite":
+            urls[kind] = f"sqlite:///{workdir}/run{run}.db"
+        elif kind == "postgresql":
+            urls[kind] = args.postgres_url or sys.exit("postgresql needs --postgres-url")
+        elif kind == "dynamodb":
+            urls[kind] = args.dynamodb_url or sys.exit("dynamodb needs --dynamodb-url")
+        else:
+            sys.exit(f"unknown store kind {kind!r} (memory, sqlite, postgresql, dynamodb)")
+    return urls
+
+
+def describe_source(source: Path) -> str:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=source, capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "a2a_gateway", "handlers"], cwd=source,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return str(source)
+    return f"git {commit}" + (" with uncommitted changes in a2a_gateway/ or handlers/" if dirty else "")
+
+
+def machine_note() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, not pinned"
+
+
+def print_table(results: dict[str, Samples], aiohttp: Samples, args: argparse.Namespace, source: str) -> None:
+    print(f"\ncold start — {source}; {args.runs} runs, medians (min–max); idle {args.idle} s before RSS")
+    print(machine_note())
+    print(f"bare `import aiohttp.web`: {aiohttp.median('ms'):.0f} ms ({aiohttp.spread('ms')})\n")
+    print("| store | import ms | import ÷ aiohttp | build_app ms | exec → /healthz ms | idle RSS MB | modules |")
+    print("|---|---|---|---|---|---|---|")
+    for kind, s in results.items():
+        ratio = s.median("import_ms") / aiohttp.median("ms")
+        print(f"| {kind} | {s.median('import_ms'):.0f} ({s.spread('import_ms')}) | {ratio:.2f}× "
+              f"| {s.median('build_ms'):.1f} | {s.median('ready_ms'):.0f} ({s.spread('ready_ms')}) "
+              f"| {s.median('rss_mb'):.1f} ({s.spread('rss_mb')}) | {s.median('modules'):.0f} |")
+    print(f"\nload average at the end: {loadavg():.2f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=7)
+    p.add_argument("--stores", default="memory,sqlite", help="comma list of: memory, sqlite, postgresql, dynamodb")
+    p.add_argument("--idle", type=float, default=1.0, help="seconds after /healthz before reading RSS")
+    p.add_argument("--source", type=Path, default=ROOT, help="checkout whose a2a_gateway/ and handlers/ to run")
+    p.add_argument("--postgres-url", default=os.environ.get("A2A_GATEWAY_TEST_POSTGRES_URL"))
+    p.add_argument("--dynamodb-url")
+    p.add_argument("--json", help="also write the raw samples to this file")
+    args = p.parse_args()
+    source = args.source.resolve()
+    results: dict[str, Samples] = {}
+    aiohttp = Samples()
+    with tempfile.TemporaryDirectory(prefix="a2a-cold-start-") as tmp:
+        for run in range(args.runs):
+            aiohttp.add("ms", measure_aiohttp(source))
+            for kind, url in store_urls(args, Path(tmp), run).items():
+                s = results.setdefault(kind, Samples())
+                for name, value in measure_import(source, url).items():
+                    s.add(name, value)
+                ready_ms, rss = measure_serve(source, url, args.idle)
+                s.add("ready_ms", ready_ms)
+                s.add("rss_mb", rss)
+            print(f"run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
+    description = describe_source(source)
+    print_table(results, aiohttp, args, description)
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "date": datetime.now(UTC).isoformat(), "machine": machine_note(), "source": description,
+            "aiohttp_ms": aiohttp.values["ms"], "stores": {k: s.values for k, s in results.items()},
+        }, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""What a cold start loads: ``build_app`` on ``memory://`` leaves the store drivers, the
+a2a-sdk's server package (its gRPC handler, event queues, 0.3 types), gRPC and the
+OpenTelemetry SDK unimported; each loads when its part is used.
+
+Every check runs in a fresh interpreter, so modules other tests imported do not count.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+NOT_AT_START = (
+    "asyncpg",
+    "boto3",
+    "botocore",
+    "aiosqlite",
+    "grpc",
+    "opentelemetry.sdk",
+    "a2a.server.request_handlers",
+    "a2a.server.events",
+    "a2a.compat.v0_3.types",
+    "a2a_gateway.tasks.request_handler",
+    "a2a_gateway.transport.grpc_binding",
+    "handlers.echo",
+)
+
+
+def _loaded_after(script: str) -> set[str]:
+    """The modules of ``NOT_AT_START`` loaded once ``script`` has run in a fresh interpreter."""
+    probe = textwrap.dedent(script) + textwrap.dedent(f"""
+        import json, sys
+        print(json.dumps([m for m in {NOT_AT_START!r} if m in sys.modules]))
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+BUILD = """
+    from a2a_gateway.app import build_app
+    from a2a_gateway.settings import GatewaySettings
+    build_app(GatewaySettings(store={store!r}))
+"""
+
+
+def test_build_app_on_memory_loads_no_driver_sdk_server_or_grpc() -> None:
+    assert _loaded_after(BUILD.format(store="memory://")) == set()
+
+
+def test_sqlite_store_loads_only_its_driver(tmp_path) -> None:
+    script = BUILD.format(store=f"sqlite:///{tmp_path}/a.db") + f"""
+    import asyncio
+    from a2a_gateway.stores import open_store
+    async def main():
+        store = await open_store("sqlite:///{tmp_path}/a.db")
+        await store.list_endpoints()
+        await store.aclose()
+    asyncio.run(main())
+"""
+    assert _loaded_after(script) == {"aiosqlite"}
+
+
+def test_first_requests_load_the_sdk_server_package_and_serve() -> None:
+    """/healthz leaves the a2a-sdk's server package unloaded; the first A2A request builds
+    the endpoint's request handlers (loading it), the first 0.3 request loads the 0.3 types,
+    and both are answered."""
+    script = """
+    import asyncio, sys
+    import httpx
+    from tests.harness import running_gateway
+    from tests.messages import rpc, send_params
+
+    async def main():
+        async with running_gateway() as gw, httpx.AsyncClient(timeout=60) as http:
+            assert (await http.get(gw.base_url + "/healthz")).status_code == 200
+            assert "a2a.server.request_handlers" not in sys.modules
+            endpoint_id = await gw.add_endpoint("handlers.echo:EchoHandler", settings={"delay": 0})
+            url = gw.jsonrpc_url(endpoint_id)
+            r10 = await http.post(url, json=rpc("SendMessage", send_params()), headers={"A2A-Version": "1.0"})
+            assert r10.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", r10.text
+            assert "a2a.server.request_handlers" in sys.modules
+            r03 = await http.post(url, json=rpc("message/send", {"message": {
+                "messageId": "m", "kind": "message", "role": "user", "parts": [{"kind": "text", "text": "hi"}]}}))
+            assert r03.json()["result"]["status"]["state"] == "completed", r03.text
+            bad = await http.post(url, json=rpc("tasks/get", {"id": 5}))
+            assert bad.json()["error"]["code"] == -32602, bad.text
+
+    asyncio.run(main())
+"""
+    loaded = _loaded_after(script)
+    assert {"a2a.server.request_handlers", "a2a.compat.v0_3.types", "a2a_gateway.tasks.request_handler",
+            "handlers.echo"} <= loaded
+    assert not loaded & {"asyncpg", "boto3", "botocore", "aiosqlite"}
