@@ -12,6 +12,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+from tests.stores.dynamo_support import fresh_tables, use_moto_credentials
+from tests.stores.pg_support import fresh_database
+
 NOT_AT_START = (
     "asyncpg",
     "boto3",
@@ -50,23 +55,38 @@ def test_build_app_on_memory_loads_no_driver_sdk_server_or_grpc() -> None:
     assert _loaded_after(BUILD.format(store="memory://")) == set()
 
 
-def test_sqlite_store_loads_only_its_driver(tmp_path) -> None:
-    script = BUILD.format(store=f"sqlite:///{tmp_path}/a.db") + f"""
+OPEN_AND_LIST = """
     import asyncio
     from a2a_gateway.stores import open_store
     async def main():
-        store = await open_store("sqlite:///{tmp_path}/a.db")
+        store = await open_store({url!r})
         await store.list_endpoints()
         await store.aclose()
     asyncio.run(main())
 """
-    assert _loaded_after(script) == {"aiosqlite"}
+
+
+def test_sqlite_store_loads_only_its_driver(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path}/a.db"
+    assert _loaded_after(BUILD.format(store=url) + OPEN_AND_LIST.format(url=url)) == {"aiosqlite"}
+
+
+async def test_postgres_store_loads_only_its_driver() -> None:
+    async with fresh_database() as url:
+        assert _loaded_after(BUILD.format(store=url) + OPEN_AND_LIST.format(url=url)) == {"asyncpg"}
+
+
+async def test_dynamodb_store_loads_only_its_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_moto_credentials(monkeypatch)
+    async with fresh_tables() as url:
+        loaded = _loaded_after(BUILD.format(store=url) + OPEN_AND_LIST.format(url=url))
+    assert loaded == {"boto3", "botocore"}
 
 
 def test_first_requests_load_the_sdk_server_package_and_serve() -> None:
     """/healthz leaves the a2a-sdk's server package unloaded; the first A2A request builds
-    the endpoint's request handlers (loading it), the first 0.3 request loads the 0.3 types,
-    and both are answered."""
+    the endpoint's request handlers (loading it, and with it the 0.3 types); 1.0 and 0.3
+    requests are answered, a bad 0.3 one with invalid params."""
     script = """
     import asyncio, sys
     import httpx
