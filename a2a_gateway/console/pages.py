@@ -24,7 +24,6 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-cache",
 }
-MAX_LOGIN_BYTES = 4096
 
 
 def _static_files() -> dict[str, tuple[bytes, str]]:
@@ -43,9 +42,8 @@ async def login(request: web.Request) -> web.Response:
     """``{"key": "<operator key>"}`` → the session cookie, and its CSRF token in the body."""
     gateway = request.app[GATEWAY]
     sessions = gateway.operators.sessions
-    raw = await request.content.read(MAX_LOGIN_BYTES + 1)
     try:
-        key = orjson.loads(raw).get("key") if len(raw) <= MAX_LOGIN_BYTES else None
+        key = orjson.loads(await request.read()).get("key")
     except (orjson.JSONDecodeError, AttributeError):
         key = None
     if not isinstance(key, str) or not key:

@@ -25,7 +25,6 @@ import orjson
 
 COOKIE = "a2a_gateway_console"
 CSRF_HEADER = "X-CSRF-Token"
-MAX_COOKIE_CHARS = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +73,13 @@ def csrf_ok(session: Session, headers: Mapping[str, str]) -> bool:
 
 
 def _cookie(header: str) -> str:
-    if not header or len(header) > 8192:
+    if not header:
         return ""
     try:
         morsel = SimpleCookie(header).get(COOKIE)
     except CookieError:
         return ""
-    return morsel.value if morsel is not None and len(morsel.value) <= MAX_COOKIE_CHARS else ""
+    return morsel.value if morsel is not None else ""
 
 
 def _b64(data: bytes) -> str:

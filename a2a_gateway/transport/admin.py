@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+import structlog
 from a2a.types import StreamResponse, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from aiohttp import web
@@ -46,8 +47,9 @@ from a2a_gateway.transport.feed import feed_filter
 from a2a_gateway.transport.sse import SSEStream
 
 PREFIX = "/admin/api"
-MAX_BODY_BYTES = 64 * 1024
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+log = structlog.get_logger(__name__)
 
 
 class CallerKeyError(NotAnOperatorError):
@@ -80,11 +82,7 @@ def _json(body: Any, status: int = 200) -> web.Response:
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=request.content_length)
-    raw = await request.content.read(MAX_BODY_BYTES + 1)
-    if len(raw) > MAX_BODY_BYTES:
-        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=len(raw))
+    raw = await request.read()  # within max_body_bytes (413 beyond)
     try:
         body = orjson.loads(raw) if raw.strip() else {}
     except orjson.JSONDecodeError:
@@ -151,7 +149,7 @@ async def get_endpoint(request: web.Request) -> web.Response:
 async def create_endpoint(request: web.Request) -> web.Response:
     """The body of an endpoints-file entry (``id`` optional); refused with the problems that
     ``a2a-gateway endpoints add`` would print."""
-    operator_of(request)
+    operator = operator_of(request)
     gateway = request.app[GATEWAY]
     body = await _body(request)
     body.setdefault("id", str(uuid.uuid4()))
@@ -172,19 +170,22 @@ async def create_endpoint(request: web.Request) -> web.Response:
         await gateway.store.create_endpoint(endpoint)
     except ConflictError:
         raise web.HTTPConflict(reason=f"endpoint {endpoint.id} exists") from None
+    log.info("admin_endpoint_created", endpoint_id=endpoint.id, by=operator.name)
     return _json({"endpoint": endpoint_json(endpoint, gateway, gateway.base_url(request)), "notes": check.notes},
                  status=201)
 
 
 def set_enabled(enabled: bool) -> View:
     async def change(request: web.Request) -> web.Response:
-        operator_of(request)
+        operator = operator_of(request)
         gateway = request.app[GATEWAY]
         endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
         if endpoint.enabled != enabled:
             endpoint.enabled = enabled
             endpoint.updated_at = datetime.now(UTC)
             await gateway.store.update_endpoint(endpoint)
+            log.info("admin_endpoint_enabled" if enabled else "admin_endpoint_disabled",
+                     endpoint_id=endpoint.id, by=operator.name)
         return _json(endpoint_json(endpoint, gateway, gateway.base_url(request)))
 
     return change
@@ -215,7 +216,7 @@ async def list_keys(request: web.Request) -> web.Response:
 
 async def create_key(request: web.Request) -> web.Response:
     """``{"principal"?, "name"?, "expiresDays"?}``; the answer holds the key, once."""
-    operator_of(request)
+    operator = operator_of(request)
     gateway = request.app[GATEWAY]
     endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
     body = await _body(request)
@@ -229,11 +230,12 @@ async def create_key(request: web.Request) -> web.Response:
     row, key = make_key(gateway.settings.api_key_secret.get_secret_value().encode(), endpoint_id=endpoint.id,
                         tenant=endpoint.tenant, principal=principal, name=name, expires_days=expires)
     await gateway.store.create_api_key(row)
+    log.info("admin_key_created", endpoint_id=endpoint.id, key_id=row.id, principal=row.principal, by=operator.name)
     return _json({"key": key, **key_json(row)}, status=201)
 
 
 async def revoke_key(request: web.Request) -> web.Response:
-    operator_of(request)
+    operator = operator_of(request)
     gateway = request.app[GATEWAY]
     endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
     key_id = request.match_info["key_id"]
@@ -241,6 +243,7 @@ async def revoke_key(request: web.Request) -> web.Response:
     if row is None or row.endpoint_id != endpoint.id:
         raise web.HTTPNotFound(reason=f"no key {key_id[:64]} of this endpoint")
     await gateway.store.revoke_api_key(key_id, datetime.now(UTC))
+    log.info("admin_key_revoked", endpoint_id=endpoint.id, key_id=key_id, by=operator.name)
     return _json(key_json(await gateway.store.get_api_key(key_id) or row))
 
 
@@ -288,7 +291,7 @@ async def get_task(request: web.Request) -> web.Response:
 
 
 async def cancel_task(request: web.Request) -> web.Response:
-    operator_of(request)
+    operator = operator_of(request)
     gateway = request.app[GATEWAY]
     scope = await _task_scope(request, gateway)
     runtime = await _runtime(gateway, scope.endpoint_id)
@@ -298,6 +301,7 @@ async def cancel_task(request: web.Request) -> web.Response:
         raise web.HTTPNotFound(reason="no such task") from None
     except TaskNotCancelableError:
         raise web.HTTPConflict(reason="the task is already in a terminal state") from None
+    log.info("admin_task_canceled", endpoint_id=scope.endpoint_id, task_id=task.id, by=operator.name)
     return _json({**task_entry(scope, task), "task": message_to_dict(task)})
 
 

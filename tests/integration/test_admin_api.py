@@ -325,11 +325,11 @@ async def test_a_replica_lists_follows_and_cancels_a_task_running_on_another():
             url_b = f"{b.base_url}/admin/api/endpoints/{endpoint_id}/tasks/{task_id}/stream?principal=anonymous"
             async with httpx.AsyncClient(timeout=60) as http:
                 async with aconnect_sse(http, "GET", url_b, headers=AS_OPERATOR) as source:
-                    seen = []
+                    seen, canceled = [], None
                     async for sse in source.aiter_sse():
                         if sse.data:
                             seen.append(orjson.loads(sse.data))
-                        if len([e for e in seen if "artifactUpdate" in e]) == 2:
+                        if canceled is None and len([e for e in seen if "artifactUpdate" in e]) == 2:
                             canceled = await admin(b, "POST", f"/endpoints/{endpoint_id}/tasks/{task_id}/cancel"
                                                               "?principal=anonymous")
                             assert canceled.status_code == 200, canceled.text
