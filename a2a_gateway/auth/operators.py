@@ -87,11 +87,24 @@ class OperatorKeys:
         return bool(self._digests)
 
     def match(self, presented: str) -> bool:
+        return self.ref_of(presented) is not None
+
+    def ref_of(self, presented: str) -> str | None:
+        """The reference of the configured key ``presented`` is (None: it is none): what a
+        console session names, so that removing the key ends its sessions too."""
         digest = hashlib.sha256(presented.encode()).digest()
-        found = False
+        found = None
         for known in self._digests:
-            found |= hmac.compare_digest(digest, known)  # every entry compared, in constant time
-        return found
+            if hmac.compare_digest(digest, known):  # every entry compared, in constant time
+                found = known
+        return _ref(found) if found is not None else None
+
+    def has_ref(self, ref: str) -> bool:
+        return any(hmac.compare_digest(ref, _ref(known)) for known in self._digests)
+
+
+def _ref(digest: bytes) -> str:
+    return hashlib.sha256(b"operator key ref\x00" + digest).hexdigest()[:16]
 
 
 def _digest_of(index: int, entry: str) -> bytes:
@@ -116,16 +129,17 @@ class OperatorAuth:
         self.sessions = sessions
         """Console sessions taken as gateway operators (None: the console is off)."""
 
-    def is_key(self, presented: str) -> bool:
-        return bool(self._keys) and self._keys.match(presented)
+    def key_ref(self, presented: str) -> str | None:
+        """The reference of the gateway operator key ``presented`` is, if it is one."""
+        return self._keys.ref_of(presented) if self._keys else None
 
     def gateway_operator(self, headers: Mapping[str, str]) -> Operator | None:
         """The gateway operator whose key (or console session) the request carries, if any."""
         bearer = bearer_token(headers)
-        if bearer is not None and self.is_key(bearer):
+        if bearer is not None and self.key_ref(bearer) is not None:
             return Operator("gateway operator", gateway=True)
         session = self.sessions.read(headers) if self.sessions is not None and bearer is None else None
-        if session is not None:
+        if session is not None and self._keys.has_ref(session.key_ref):
             return Operator("console session", gateway=True, session=session)
         return None
 

@@ -48,9 +48,10 @@ async def login(request: web.Request) -> web.Response:
         key = None
     if not isinstance(key, str) or not key:
         raise web.HTTPBadRequest(reason='the body must be {"key": "<operator key>"}')
-    if sessions is None or not gateway.operators.is_key(key):
+    ref = gateway.operators.key_ref(key)
+    if sessions is None or ref is None:
         return _json({"error": "not a gateway operator key"}, status=401)
-    session, cookie = sessions.issue()
+    session, cookie = sessions.issue(ref)
     response = _json({"csrf": session.csrf, "expires": session.expires})
     response.set_cookie(COOKIE, cookie, max_age=int(sessions.lifetime_seconds), path="/", httponly=True,
                         samesite="Strict", secure=gateway.base_url(request).startswith("https://"))

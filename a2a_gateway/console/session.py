@@ -1,8 +1,9 @@
 """Console sessions: what a gateway operator's browser holds after logging in with an
 operator key, so that its ``EventSource`` (which cannot send headers) may read the feed.
 
-A session is a cookie ``<payload>.<signature>``: the payload is the expiry time and the
-session's CSRF token, the signature an HMAC-SHA-256 of it under ``console_session_secret``.
+A session is a cookie ``<payload>.<signature>``: the payload is the expiry time, the
+session's CSRF token and a reference to the operator key it logged in with (a session of a
+key no longer configured is refused), the signature an HMAC-SHA-256 of it under ``console_session_secret``.
 Nothing is kept on the server, so every replica with the same secret takes it. The cookie is
 HttpOnly, SameSite=Strict and Secure over https. A state-changing call made with a session
 must repeat its CSRF token in the ``X-CSRF-Token`` header (a page of another origin cannot
@@ -32,6 +33,8 @@ class Session:
     csrf: str
     expires: float
     """Epoch seconds."""
+    key_ref: str
+    """The operator key it was opened with (``OperatorKeys.ref_of``)."""
 
 
 class ConsoleSessions:
@@ -45,10 +48,10 @@ class ConsoleSessions:
     def __repr__(self) -> str:
         return "ConsoleSessions()"
 
-    def issue(self) -> tuple[Session, str]:
-        """A new session and its cookie value."""
-        session = Session(secrets.token_urlsafe(24), self._clock() + self.lifetime_seconds)
-        payload = _b64(orjson.dumps({"exp": session.expires, "csrf": session.csrf}))
+    def issue(self, key_ref: str) -> tuple[Session, str]:
+        """A new session of the operator key ``key_ref`` and its cookie value."""
+        session = Session(secrets.token_urlsafe(24), self._clock() + self.lifetime_seconds, key_ref)
+        payload = _b64(orjson.dumps({"exp": session.expires, "csrf": session.csrf, "key": key_ref}))
         return session, f"{payload}.{self._sign(payload)}"
 
     def read(self, headers: Mapping[str, str]) -> Session | None:
@@ -59,7 +62,7 @@ class ConsoleSessions:
             return None
         try:
             body = orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-            session = Session(str(body["csrf"]), float(body["exp"]))
+            session = Session(str(body["csrf"]), float(body["exp"]), str(body["key"]))
         except (binascii.Error, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             return None
         return session if session.expires > self._clock() else None

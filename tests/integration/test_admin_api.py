@@ -339,3 +339,19 @@ async def test_a_replica_lists_follows_and_cancels_a_task_running_on_another():
     assert rest[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
     text = "".join(p["text"] for e in seen if "artifactUpdate" in e for p in e["artifactUpdate"]["artifact"]["parts"])
     assert text.startswith("echo: w0") and len(text) < len(f"echo: {words}")
+
+
+async def test_a_session_ends_with_the_operator_key_it_was_opened_with():
+    other_key = "op-" + uuid.uuid4().hex
+    async with running_gateway(operator_keys=[OPERATOR_KEY, other_key], console=True,
+                               console_session_secret="shared-secret") as gw:
+        async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
+            await login(http)
+            value = http.cookies["a2a_gateway_console"]
+    async with running_gateway(operator_keys=[other_key], console=True,
+                               console_session_secret="shared-secret") as rotated:
+        async with httpx.AsyncClient(base_url=rotated.base_url, timeout=30) as http:
+            http.cookies.set("a2a_gateway_console", value)
+            assert (await http.get("/admin/api/endpoints")).status_code == 401
+            await login(http, other_key)
+            assert (await http.get("/admin/api/endpoints")).status_code == 200
