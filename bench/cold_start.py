@@ -2,23 +2,26 @@
 
     python bench/cold_start.py                          # the working tree, memory:// and sqlite:///
     python bench/cold_start.py --runs 9 --stores memory,sqlite,postgresql
-    python bench/cold_start.py --source /path/to/other/checkout   # another tree, same machine
+    python bench/cold_start.py --source /tmp/before --source .    # two checkouts side by side
 
 What a Lambda cold start (or a fresh replica) pays before it can answer, each figure in a
 fresh process per run, configurations interleaved run by run, medians over ``--runs``:
 
-- **import ms** — ``from a2a_gateway.app import build_app`` (plus ``GatewaySettings``), timed
-  inside the process (interpreter start-up excluded); **aiohttp ms** is a bare
-  ``import aiohttp`` in its own process in the same run, the floor every aiohttp app pays.
-- **build_app ms** — ``build_app(GatewaySettings(store=URL))`` (the store opens at start-up,
-  not here).
-- **exec → /healthz ms** — from ``exec`` of ``python -m a2a_gateway serve`` to the first 200 of
-  ``/healthz`` (polled every 5 ms): interpreter, imports, app, store opened, socket bound.
+- **import ms** — CPU time of ``from a2a_gateway.app import build_app`` (plus
+  ``GatewaySettings``) inside the process (interpreter start-up excluded); CPU time, not wall
+  time, because on a shared machine it is the stable figure (wall time in ``--json``).
+  **÷ aiohttp** divides it by the CPU time of a bare ``import aiohttp.web`` in its own
+  process in the same run: the floor every aiohttp app pays.
+- **build_app ms** — CPU time of ``build_app(GatewaySettings(store=URL))`` (the store opens
+  at start-up, not here).
+- **exec → /healthz ms** — wall time from ``exec`` of ``python -m a2a_gateway serve`` to the
+  first 200 of ``/healthz`` (polled every 5 ms): interpreter, imports, app, store opened,
+  socket bound; **serve CPU ms** is that process's CPU time at that moment.
 - **idle RSS MB** — ``VmRSS`` of that ``serve`` process after ``--idle`` seconds of no traffic.
 - **modules** — ``len(sys.modules)`` after ``build_app``.
 
 Store URLs: ``memory://``, a fresh ``sqlite:///`` file per run, ``postgresql`` from
-``A2A_GATEWAY_TEST_POSTGRES_URL`` / ``--postgres-url``, ``dynamodb`` from ``--dynamodb-url``.
+``--postgres-url``, ``dynamodb`` from ``--dynamodb-url`` (both migrated beforehand).
 """
 
 from __future__ import annotations
@@ -40,24 +43,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.core_send import free_port, loadavg  # noqa: E402
+from bench.core_send import cpu_seconds, free_port, loadavg  # noqa: E402
 
 IMPORT_PROBE = """
 import json, sys, time
-t0 = time.perf_counter()
+w0, c0 = time.perf_counter(), time.process_time()
 from a2a_gateway.app import build_app
 from a2a_gateway.settings import GatewaySettings
-t1 = time.perf_counter()
+w1, c1 = time.perf_counter(), time.process_time()
 build_app(GatewaySettings(store=sys.argv[1]))
-t2 = time.perf_counter()
-print(json.dumps({"import_ms": (t1 - t0) * 1000, "build_ms": (t2 - t1) * 1000, "modules": len(sys.modules)}))
+c2 = time.process_time()
+print(json.dumps({"import_ms": (c1 - c0) * 1000, "import_wall_ms": (w1 - w0) * 1000,
+                  "build_ms": (c2 - c1) * 1000, "modules": len(sys.modules)}))
 """
 
 AIOHTTP_PROBE = """
 import time
-t0 = time.perf_counter()
+c0 = time.process_time()
 import aiohttp.web
-print((time.perf_counter() - t0) * 1000)
+print((time.process_time() - c0) * 1000)
 """
 
 
@@ -101,8 +105,8 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def measure_serve(source: Path, store: str, idle: float, timeout: float = 60.0) -> tuple[float, float]:
-    """(exec → first /healthz 200 in ms, VmRSS in MB after ``idle`` seconds)."""
+def measure_serve(source: Path, store: str, idle: float, timeout: float = 60.0) -> tuple[float, float, float]:
+    """(exec → first /healthz 200 in ms, CPU ms of the process then, VmRSS in MB after ``idle`` s)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/healthz"
     started = time.perf_counter()
@@ -123,8 +127,9 @@ def measure_serve(source: Path, store: str, idle: float, timeout: float = 60.0) 
                 pass
             time.sleep(0.005)
         ready_ms = (time.perf_counter() - started) * 1000
+        ready_cpu_ms = cpu_seconds(proc.pid) * 1000
         time.sleep(idle)
-        return ready_ms, rss_mb(proc.pid)
+        return ready_ms, ready_cpu_ms, rss_mb(proc.pid)
     finally:
         proc.terminate()
         try:
@@ -134,13 +139,13 @@ def measure_serve(source: Path, store: str, idle: float, timeout: float = 60.0) 
             proc.wait()
 
 
-def store_urls(args: argparse.Namespace, workdir: Path, run: int) -> dict[str, str]:
+def store_urls(args: argparse.Namespace, workdir: Path, tag: str) -> dict[str, str]:
     urls = {}
     for kind in args.stores.split(","):
         if kind == "memory":
             urls[kind] = "memory://"
         elif kind == "sqlite":
-            urls[kind] = f"sqlite:///{workdir}/run{run}.db"
+            urls[kind] = f"sqlite:///{workdir}/{tag}.db"
         elif kind == "postgresql":
             urls[kind] = args.postgres_url or sys.exit("postgresql needs --postgres-url")
         elif kind == "dynamodb":
@@ -173,16 +178,18 @@ def machine_note() -> str:
     return f"{cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, not pinned"
 
 
-def print_table(results: dict[str, Samples], aiohttp: Samples, args: argparse.Namespace, source: str) -> None:
-    print(f"\ncold start — {source}; {args.runs} runs, medians (min–max); idle {args.idle} s before RSS")
+def print_table(results: dict[tuple[str, str], Samples], aiohttp: Samples, args: argparse.Namespace) -> None:
+    print(f"\ncold start — {args.runs} runs, medians (min–max); idle {args.idle} s before RSS")
     print(machine_note())
-    print(f"bare `import aiohttp.web`: {aiohttp.median('ms'):.0f} ms ({aiohttp.spread('ms')})\n")
-    print("| store | import ms | import ÷ aiohttp | build_app ms | exec → /healthz ms | idle RSS MB | modules |")
-    print("|---|---|---|---|---|---|---|")
-    for kind, s in results.items():
+    print(f"bare `import aiohttp.web`: {aiohttp.median('ms'):.0f} CPU ms ({aiohttp.spread('ms')})\n")
+    print("| source | store | import CPU ms | ÷ aiohttp | build_app CPU ms | exec → /healthz ms "
+          "| serve CPU ms | idle RSS MB | modules |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for (source, kind), s in results.items():
         ratio = s.median("import_ms") / aiohttp.median("ms")
-        print(f"| {kind} | {s.median('import_ms'):.0f} ({s.spread('import_ms')}) | {ratio:.2f}× "
+        print(f"| {source} | {kind} | {s.median('import_ms'):.0f} ({s.spread('import_ms')}) | {ratio:.2f}× "
               f"| {s.median('build_ms'):.1f} | {s.median('ready_ms'):.0f} ({s.spread('ready_ms')}) "
+              f"| {s.median('ready_cpu_ms'):.0f} ({s.spread('ready_cpu_ms')}) "
               f"| {s.median('rss_mb'):.1f} ({s.spread('rss_mb')}) | {s.median('modules'):.0f} |")
     print(f"\nload average at the end: {loadavg():.2f}")
 
@@ -192,31 +199,33 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--stores", default="memory,sqlite", help="comma list of: memory, sqlite, postgresql, dynamodb")
     p.add_argument("--idle", type=float, default=1.0, help="seconds after /healthz before reading RSS")
-    p.add_argument("--source", type=Path, default=ROOT, help="checkout whose a2a_gateway/ and handlers/ to run")
-    p.add_argument("--postgres-url", default=os.environ.get("A2A_GATEWAY_TEST_POSTGRES_URL"))
-    p.add_argument("--dynamodb-url")
+    p.add_argument("--source", type=Path, action="append",
+                   help="checkout whose a2a_gateway/ and handlers/ to run; repeat to compare (default: this one)")
+    p.add_argument("--postgres-url", help="a migrated database (a2a-gateway migrate)")
+    p.add_argument("--dynamodb-url", help="dynamodb://… with its tables created (a2a-gateway migrate)")
     p.add_argument("--json", help="also write the raw samples to this file")
     args = p.parse_args()
-    source = args.source.resolve()
-    results: dict[str, Samples] = {}
+    sources = {describe_source(path.resolve()): path.resolve() for path in args.source or [ROOT]}
+    results: dict[tuple[str, str], Samples] = {}
     aiohttp = Samples()
     with tempfile.TemporaryDirectory(prefix="a2a-cold-start-") as tmp:
         for run in range(args.runs):
-            aiohttp.add("ms", measure_aiohttp(source))
-            for kind, url in store_urls(args, Path(tmp), run).items():
-                s = results.setdefault(kind, Samples())
-                for name, value in measure_import(source, url).items():
-                    s.add(name, value)
-                ready_ms, rss = measure_serve(source, url, args.idle)
-                s.add("ready_ms", ready_ms)
-                s.add("rss_mb", rss)
+            aiohttp.add("ms", measure_aiohttp(ROOT))
+            for index, (label, source) in enumerate(sources.items()):
+                for kind, url in store_urls(args, Path(tmp), f"run{run}-{index}").items():
+                    s = results.setdefault((label, kind), Samples())
+                    for name, value in measure_import(source, url).items():
+                        s.add(name, value)
+                    ready_ms, ready_cpu_ms, rss = measure_serve(source, url, args.idle)
+                    s.add("ready_ms", ready_ms)
+                    s.add("ready_cpu_ms", ready_cpu_ms)
+                    s.add("rss_mb", rss)
             print(f"run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
-    description = describe_source(source)
-    print_table(results, aiohttp, args, description)
+    print_table(results, aiohttp, args)
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "date": datetime.now(UTC).isoformat(), "machine": machine_note(), "source": description,
-            "aiohttp_ms": aiohttp.values["ms"], "stores": {k: s.values for k, s in results.items()},
+            "date": datetime.now(UTC).isoformat(), "machine": machine_note(), "aiohttp_ms": aiohttp.values["ms"],
+            "results": [{"source": label, "store": kind, **s.values} for (label, kind), s in results.items()],
         }, indent=2))
 
 
