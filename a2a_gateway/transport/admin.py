@@ -78,7 +78,7 @@ def operator_of(request: web.Request) -> Operator:
 
 def _json(body: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json",
-                        headers={"Cache-Control": "no-store"})
+                        headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
 
 
 async def _body(request: web.Request) -> dict[str, Any]:

@@ -65,6 +65,7 @@ async def test_endpoints_are_listed_without_settings_values(gw):
         name="llm")
     answer = await admin(gw, "GET", "/endpoints")
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("application/json")
+    assert answer.headers["Cache-Control"] == "no-store" and answer.headers["X-Content-Type-Options"] == "nosniff"
     for value in ("sk-literal-secret-value", "SOME_TOKEN", "literal-header-token"):
         assert value not in answer.text
     assert "127.0.0.1:9" not in answer.text
