@@ -39,7 +39,7 @@ from a2a_gateway.stores.base import (
 )
 from a2a_gateway.stores.migrations import migration_files
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
-from a2a_gateway.stores.sqlite_writer import GroupCommitWriter
+from a2a_gateway.stores.sqlite_batches import BatchedConnection
 
 _SCOPE = "tenant = ? AND endpoint_id = ? AND principal = ?"
 
@@ -100,7 +100,7 @@ def _delivery_from_row(row: aiosqlite.Row) -> PushDelivery:
 class SQLiteStore(Store):
     def __init__(self, conn: aiosqlite.Connection, page_token_key: bytes | None = None) -> None:
         self._db = conn
-        self._writer = GroupCommitWriter(conn)
+        self._batched = BatchedConnection(conn)
         self.applied_migrations: list[str] = []
         self._token_key = page_token_key
 
@@ -209,7 +209,7 @@ class SQLiteStore(Store):
     async def get_api_key(self, key_id: str) -> ApiKey | None:
         if not storable_key_id(key_id):
             return None
-        rows = await self._db.execute_fetchall("SELECT * FROM api_keys WHERE id = ?", (key_id,))
+        rows = await self._batched.read("SELECT * FROM api_keys WHERE id = ?", (key_id,))
         return _api_key_from_row(rows[0]) if rows else None
 
     async def list_api_keys(self, endpoint_id: str | None = None) -> list[ApiKey]:
@@ -240,7 +240,7 @@ class SQLiteStore(Store):
         lease_until: float | None = None,
     ) -> int:
         try:
-            await self._writer.write(
+            await self._batched.write(
                 "INSERT INTO tasks (tenant, endpoint_id, principal, id, context_id, state,"
                 " status_us, version, task, run_ref, run_state, owner, lease_until)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)",
@@ -273,7 +273,7 @@ class SQLiteStore(Store):
         lease_until: float | None = None,
     ) -> int:
         terminal = task.status.state in TERMINAL_STATES
-        written = await self._writer.write(
+        written = await self._batched.write(
             "UPDATE tasks SET context_id = ?, state = ?, status_us = ?, version = version + 1,"
             " task = ?, run_ref = COALESCE(?, run_ref), run_state = COALESCE(?, run_state),"
             f" owner = ?, lease_until = ? WHERE {_SCOPE} AND id = ? AND version = ?"
@@ -297,7 +297,7 @@ class SQLiteStore(Store):
         return expected_version + 1
 
     async def get_task(self, scope: Scope, task_id: str) -> StoredTask | None:
-        rows = await self._db.execute_fetchall(
+        rows = await self._batched.read(
             f"SELECT * FROM tasks WHERE {_SCOPE} AND id = ?", (*scope.as_tuple(), task_id)
         )
         return _stored_from_row(rows[0]) if rows else None
@@ -344,7 +344,7 @@ class SQLiteStore(Store):
 
     # push configs ------------------------------------------------------------
     async def put_push_config(self, scope: Scope, config: TaskPushNotificationConfig) -> None:
-        await self._writer.write(
+        await self._batched.write(
             "INSERT OR REPLACE INTO push_configs (tenant, endpoint_id, principal, task_id, id,"
             " config) VALUES (?, ?, ?, ?, ?, ?)",
             (*scope.as_tuple(), config.task_id, config.id, config.SerializeToString()),
@@ -353,21 +353,21 @@ class SQLiteStore(Store):
     async def get_push_config(
         self, scope: Scope, task_id: str, config_id: str
     ) -> TaskPushNotificationConfig | None:
-        rows = await self._db.execute_fetchall(
+        rows = await self._batched.read(
             f"SELECT config FROM push_configs WHERE {_SCOPE} AND task_id = ? AND id = ?",
             (*scope.as_tuple(), task_id, config_id),
         )
         return TaskPushNotificationConfig.FromString(rows[0]["config"]) if rows else None
 
     async def list_push_configs(self, scope: Scope, task_id: str) -> list[TaskPushNotificationConfig]:
-        rows = await self._db.execute_fetchall(
+        rows = await self._batched.read(
             f"SELECT config FROM push_configs WHERE {_SCOPE} AND task_id = ? ORDER BY id",
             (*scope.as_tuple(), task_id),
         )
         return [TaskPushNotificationConfig.FromString(r["config"]) for r in rows]
 
     async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> None:
-        await self._writer.write(
+        await self._batched.write(
             f"DELETE FROM push_configs WHERE {_SCOPE} AND task_id = ? AND id = ?",
             (*scope.as_tuple(), task_id, config_id),
         )
@@ -375,7 +375,7 @@ class SQLiteStore(Store):
     # push delivery outbox --------------------------------------------------------
     async def add_push_deliveries(self, deliveries: list[PushDelivery]) -> None:
         try:
-            await self._writer.write_many(
+            await self._batched.write_many(
                 "INSERT INTO push_deliveries (id, tenant, endpoint_id, principal, task_id,"
                 " config_id, body, due_at, attempts, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
@@ -391,7 +391,7 @@ class SQLiteStore(Store):
         self, owner: str, now: float, claim_until: float, limit: int = 100
     ) -> list[PushDelivery]:
         # one statement: the claim is atomic, whoever else looks at the same rows
-        written = await self._writer.write(
+        written = await self._batched.write(
             "UPDATE push_deliveries SET owner = ?, due_at = ?, attempts = attempts + 1"
             " WHERE id IN (SELECT id FROM push_deliveries WHERE due_at <= ?"
             " ORDER BY due_at LIMIT ?) RETURNING *",
@@ -402,7 +402,7 @@ class SQLiteStore(Store):
     async def retry_push_delivery(
         self, delivery_id: str, owner: str, attempts: int, due_at: float
     ) -> None:
-        await self._writer.write(
+        await self._batched.write(
             "UPDATE push_deliveries SET owner = NULL, due_at = ?"
             " WHERE id = ? AND owner = ? AND attempts = ?",
             (due_at, delivery_id, owner, attempts),
@@ -413,7 +413,7 @@ class SQLiteStore(Store):
 
     # contexts ------------------------------------------------------------------
     async def get_context(self, scope: Scope, context_id: str) -> Context | None:
-        rows = await self._db.execute_fetchall(
+        rows = await self._batched.read(
             f"SELECT turns, session FROM contexts WHERE {_SCOPE} AND context_id = ?",
             (*scope.as_tuple(), context_id),
         )
@@ -423,7 +423,7 @@ class SQLiteStore(Store):
         return Context(turns=json.loads(row["turns"]), session=json.loads(row["session"]))
 
     async def put_context(self, scope: Scope, context_id: str, context: Context) -> None:
-        await self._writer.write(
+        await self._batched.write(
             "INSERT OR REPLACE INTO contexts (tenant, endpoint_id, principal, context_id, turns,"
             " session) VALUES (?, ?, ?, ?, ?, ?)",
             (*scope.as_tuple(), context_id, json.dumps(context.turns), json.dumps(context.session)),
@@ -434,7 +434,7 @@ class SQLiteStore(Store):
         if not task_ids:
             return
         marks = ",".join("?" * len(task_ids))
-        await self._writer.write(
+        await self._batched.write(
             f"UPDATE tasks SET lease_until = ? WHERE owner = ? AND id IN ({marks}) AND {NOT_TERMINAL_SQL}",
             (lease_until, owner, *task_ids),
         )
@@ -443,7 +443,7 @@ class SQLiteStore(Store):
         self, owner: str, now: float, lease_until: float, limit: int = 100
     ) -> list[ClaimedTask]:
         # one statement: the claim is atomic, whoever else looks at the same rows
-        written = await self._writer.write(
+        written = await self._batched.write(
             "UPDATE tasks SET owner = ?, lease_until = ?, version = version + 1 WHERE rowid IN"
             " (SELECT rowid FROM tasks WHERE owner IS NOT NULL AND lease_until < ?"
             f" AND {NOT_TERMINAL_SQL} LIMIT ?) RETURNING *",
