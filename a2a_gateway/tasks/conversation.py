@@ -3,7 +3,8 @@ caller, and the conversation (earlier turns and handler memory) of its context.
 
 ``Conversation`` loads a context's turns for a ``HandlerRequest`` and records a turn
 once the agent answered; handlers that declare ``uses_context = False`` cost no
-context reads or writes.
+context reads or writes, and a context the gateway just made (the client named none)
+is not read: the store cannot hold it yet.
 """
 
 from __future__ import annotations
@@ -85,10 +86,12 @@ class Conversation:
     async def request(
         self, handler: Handler, scope: Scope, task: Task, message: Message, caller: Caller, *,
         streaming: bool, run_ref: str | None = None, pending: dict[str, Any] | None = None,
+        new_context: bool = False,
     ) -> HandlerRequest:
-        """The ``HandlerRequest`` of ``message`` in ``task``, with its context's turns."""
+        """The ``HandlerRequest`` of ``message`` in ``task``, with its context's turns
+        (``new_context``: the gateway just made the context id, so it has none)."""
         files = message_files(message, handler)
-        context = await self.load(handler, scope, task.context_id)
+        context = Context() if new_context else await self.load(handler, scope, task.context_id)
         return HandlerRequest(
             task_id=task.id,
             context_id=task.context_id,
@@ -111,12 +114,22 @@ class Conversation:
 
     async def remember(
         self, handler: Handler, scope: Scope, request: HandlerRequest, agent_text: str,
-        session_updates: dict[str, Any],
+        session_updates: dict[str, Any], *, unseen: bool = False,
     ) -> None:
-        """Record the user's message and the agent's answer as the context's latest turn."""
+        """Record the user's message and the agent's answer as the context's latest turn.
+
+        The context is read again first, so a turn that another task of the same context
+        recorded since ``request`` was built is kept (the write itself is unconditional:
+        of two turns recorded at the same instant, the later write wins). ``unseen``: no
+        one but this run knows the context id yet (a context the gateway made for a task
+        not written or streamed so far), so no other turn can exist and the context
+        ``request`` was built from is extended without a read."""
         if not handler.uses_context:
             return
-        context = await self._store.get_context(scope, request.context_id) or Context()
+        if unseen:
+            context = Context([{"role": t.role, "text": t.text} for t in request.history], dict(request.session))
+        else:
+            context = await self._store.get_context(scope, request.context_id) or Context()
         context.turns.append({"role": "user", "text": request.text})
         if agent_text:
             context.turns.append({"role": "agent", "text": agent_text})

@@ -125,20 +125,26 @@ class TaskEngine:
     async def send(
         self, runtime: EndpointRuntime, scope: Scope, message: Message, *,
         streaming: bool, subscribe: bool, push_config: Any = None, caller: Caller | None = None,
+        blocking: bool = False,
     ) -> SendOutcome:
-        """Start a task or continue one (see ``SendOutcome``)."""
+        """Start a task or continue one (see ``SendOutcome``). ``blocking``: the caller waits
+        for the task's end (neither streaming nor ``return_immediately``)."""
         handler = runtime.require_handler()
         caller = caller or Caller(scope.principal)
         if message.task_id:
             return await self._continue(runtime, scope, message, caller, streaming=streaming, subscribe=subscribe)
+        new_context = not message.context_id
         task = Task(id=new_id(), context_id=message.context_id or new_id())
         message.task_id, message.context_id = task.id, task.context_id
         task.status.state = TASK_STATE_SUBMITTED
         stamp(task.status.timestamp)
         task.history.append(message)
-        request = await self.conversation.request(handler, scope, task, message, caller, streaming=streaming)
+        request = await self.conversation.request(handler, scope, task, message, caller, streaming=streaming,
+                                                  new_context=new_context)
+        # no one but this caller can learn the task's id before the reply: see TaskRun.unseen
+        unseen = blocking and not subscribe and push_config is None and self.dispatcher is None
         run = TaskRun(self.services, runtime, handler, scope, request, task, push_config=push_config,
-                      on_done=self._run_done)
+                      on_done=self._run_done, unseen=unseen, new_context=new_context)
         if self.dispatcher is not None:
             return await self._dispatch(run, "run")
         sub = self.hub.subscribe(task.id) if subscribe else None
@@ -424,9 +430,10 @@ class TaskEngine:
         restarted) takes it over at once instead of after the lease time."""
         self.stopping = True
         self.closing.set()
-        owned = [task_id for task_id, run in self.runs.items() if run.version is not None]
-        for run in list(self.runs.values()):
+        runs = list(self.runs.values())
+        for run in runs:
             await run.hand_over()
+        owned = [run.task.id for run in runs if run.version is not None]  # unseen ones written now
         try:
             await self.ownership.release(owned)
         except Exception:

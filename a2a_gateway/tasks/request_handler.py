@@ -131,6 +131,7 @@ class GatewayRequestHandler(RequestHandler):
         return await self.engine.send(
             self.runtime, scope, params.message,
             streaming=streaming, subscribe=streaming, push_config=push_config, caller=caller,
+            blocking=not streaming and not config.return_immediately,
         )
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:

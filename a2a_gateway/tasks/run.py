@@ -10,9 +10,11 @@ Every change is applied to the task in memory, then split in two paths:
 * the durable path — the task is written to the store (``_write``, the one write
   site) only when its state changes (created/WORKING, INPUT_REQUIRED or
   AUTH_REQUIRED, terminal), so a reply of a thousand tokens costs a handful of
-  writes. The final artifact replaces the streamed chunks (same artifact id,
-  ``append: false``, ``lastChunk: true``), so what a streaming client rebuilds equals
-  what the store holds.
+  writes. An unseen task (``TaskRun.unseen``: only its blocked caller can learn its id,
+  at the reply) is written first when it must be — a backend run to re-attach, a
+  question, a hand-over — else once, created in its final state. The final artifact
+  replaces the streamed chunks (same artifact id, ``append: false``, ``lastChunk:
+  true``), so what a streaming client rebuilds equals what the store holds.
 
 A run gets its collaborators (``RunServices``) and an ``on_done`` callback, never the
 engine. It belongs to no request: closing a client stream never cancels it.
@@ -36,6 +38,7 @@ from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names p
     TASK_STATE_FAILED,
     TASK_STATE_INPUT_REQUIRED,
     TASK_STATE_REJECTED,
+    TASK_STATE_SUBMITTED,
     TASK_STATE_WORKING,
 )
 
@@ -99,6 +102,10 @@ PARTIAL_TEXT = "partial_text"
 """``run_state`` key: the text a run streamed before its replica stopped (``hand_over``)."""
 
 
+_NO_WRITE_BEFORE_THE_END = (TextDelta, ArtifactDelta, Progress, Completed, Failed, Rejected, Canceled)
+"""Events an unseen task's run applies without creating the task first (``TaskRun.unseen``)."""
+
+
 class SupersededError(Exception):
     """The task changed under this run (e.g. canceled elsewhere): stop driving it."""
 
@@ -123,6 +130,8 @@ class TaskRun:
         run_state: dict[str, Any] | None = None,
         push_config: Any = None,
         on_done: Callable[[TaskRun], None] | None = None,
+        unseen: bool = False,
+        new_context: bool = False,
     ) -> None:
         self._services = services
         self._store = services.store
@@ -144,6 +153,15 @@ class TaskRun:
         self.finished = False
         self.store_error: StoreUnavailableError | None = None
         """Set when the store could not be written: the caller answers with a retriable error."""
+        self.unseen = unseen
+        """No one but the caller waiting for the reply can learn the task's id before it is
+        written (a blocking send: no stream, no push config, no dispatch): deltas, progress
+        and the end need no write before the last, so a short run is written once. What
+        one would need to see the task earlier forces its creation (``_ensure_created``).
+        Trade-off: until then, GetTask/ListTasks and the event feed do not know the task,
+        and a replica lost meanwhile leaves no record of it (its caller's connection drops
+        with it; a backend run that could be re-attached was written at ``RunStarted``)."""
+        self._new_context = new_context
         self._push_config = push_config
         self._on_done = on_done
         self._events: AsyncIterator[HandlerEvent] | None = None
@@ -154,6 +172,7 @@ class TaskRun:
         self._owns = False
         """Whether this run drives (or is about to drive) an iterator, so owns the task."""
         self._write_lock = asyncio.Lock()
+        self._handing_over = False
         self._text: list[str] = []
         self._artifact_id: str | None = None
         self._session_updates: dict[str, Any] = {}
@@ -212,7 +231,13 @@ class TaskRun:
         end the task's streams with a status event of its current state that says why; and
         answer blocking callers with the task as it stands. The task stays owned by this
         replica until the engine releases the lease."""
+        self._handing_over = True  # its callers are answered at the end, after the writes
         await self.stop()
+        if self.version is None and self.unseen and not self.finished:
+            try:  # the replica that takes the task over fails it, or the caller asks again
+                await self._ensure_created()
+            except Exception:
+                log.warning("unseen_task_not_saved", task_id=self.task.id)
         if self.version is not None and not self.finished:
             if self.text_so_far:
                 self.run_state[PARTIAL_TEXT] = {"artifact_id": self._artifact_id, "text": self.text_so_far}
@@ -257,8 +282,9 @@ class TaskRun:
                 self._on_done(self)
             if self.finished and self.reply is None:
                 self._hub.end(self.task.id)
-            self.created.set()
-            self.settled.set()
+            if not self._handing_over:
+                self.created.set()
+                self.settled.set()
 
     async def _store_lost(self, exc: StoreUnavailableError) -> None:
         """The store went away mid-run: stop driving. A created task keeps its lease, which
@@ -440,7 +466,10 @@ class TaskRun:
             self.run_ref = event.run_ref
             await self._ensure_created()
             return
-        await self._ensure_created()
+        if not (self.unseen and isinstance(event, _NO_WRITE_BEFORE_THE_END)):
+            await self._ensure_created()
+        elif self.task.status.state == TASK_STATE_SUBMITTED:
+            self._set_status(TASK_STATE_WORKING)  # as it will be written
         if isinstance(event, TextDelta | ArtifactDelta | Progress) and self.task.status.state in INTERRUPTED_STATES:
             await self._back_to_working()
         if isinstance(event, TextDelta):
@@ -469,14 +498,8 @@ class TaskRun:
         if self.version is not None:
             return
         self._set_status(TASK_STATE_WORKING)
-        self.version = await self._store.create_task(
-            self.scope,
-            self.task,
-            run_ref=self.run_ref,
-            run_state=self.run_state,
-            owner=self._services.ownership.replica_id,
-            lease_until=self._services.ownership.lease_deadline(),
-        )
+        await self._write(keep_lease=True)
+        self.unseen = False
         TASKS_STARTED.inc()
         self.created.set()
         self._publish_status()
@@ -584,7 +607,9 @@ class TaskRun:
 
     async def _finish(self, state: int, reason: str | None) -> None:
         """The one terminal transition: written, announced, notified, the streams ended."""
-        await self._ensure_created()
+        if not self.unseen:
+            await self._ensure_created()
+        created_now = self.version is None  # an unseen task: no push config can exist
         self.run_state.pop("pending_input", None)
         for attempt in range(1, _IDLE_WRITE_ATTEMPTS + 1):
             self._keep_partial_text(state)
@@ -598,9 +623,11 @@ class TaskRun:
             except _Reloaded:
                 if attempt == _IDLE_WRITE_ATTEMPTS:
                     raise ConflictError(f"task {self.task.id} keeps changing") from None
+        if created_now:
+            TASKS_STARTED.inc()
         task_ended(state)
         self._publish_status()
-        await self._services.push.notify(self.runtime, self.scope, self.task)
+        await self._services.push.notify(self.runtime, self.scope, self.task, [] if created_now else None)
         self._hub.end(self.task.id)
         self.settled.set()
 
@@ -620,7 +647,8 @@ class TaskRun:
         self.task.status.CopyFrom(new_status(state))
 
     def _publish_status(self, metadata: dict[str, Any] | None = None) -> None:
-        self._hub.feed.status(self.scope, self.task, self.version, status_event)
+        if self.version is not None:  # the feed tells of stored tasks
+            self._hub.feed.status(self.scope, self.task, self.version, status_event)
         if self._hub.has_listeners(self.task.id):
             self._hub.publish(self.task.id, status_event(self.task, metadata))
 
@@ -633,11 +661,19 @@ class TaskRun:
         ``released`` (the run ended waiting for an answer) the newer version stays (an answer
         came in meanwhile, e.g. dispatched by another replica); otherwise this run's state
         wins over a write of its own that landed unseen. ``keep_lease``: the
-        task stays this replica's although no iterator runs (``hand_over``)."""
+        task stays this replica's although no iterator runs (``hand_over``). A task not
+        written yet is created (``ConflictError`` if its id exists)."""
         async with self._write_lock:
             ownership = self._services.ownership
             terminal = self.task.status.state in TERMINAL_STATES
             running = not terminal and (keep_lease or self._driving())
+            if self.version is None:
+                self.version = await self._store.create_task(
+                    self.scope, self.task, run_ref=self.run_ref, run_state=self.run_state,
+                    owner=ownership.replica_id if running else None,
+                    lease_until=ownership.lease_deadline() if running else None,
+                )
+                return
             for attempt in (1, 2):
                 try:
                     self.version = await self._store.update_task(
@@ -675,4 +711,6 @@ class TaskRun:
     async def _remember_turn(self, agent_text: str) -> None:
         updates, self._session_updates = self._session_updates, {}
         if self.handler is not None:
-            await self._services.conversation.remember(self.handler, self.scope, self.request, agent_text, updates)
+            unseen = self._new_context and self.unseen and self.version is None
+            await self._services.conversation.remember(self.handler, self.scope, self.request, agent_text, updates,
+                                                       unseen=unseen)

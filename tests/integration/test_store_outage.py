@@ -36,9 +36,11 @@ async def test_store_down_at_creation_or_completion_is_a_503_json_error():
     store = FlakyStore()
     async with running_gateway(store=store) as gw, httpx.AsyncClient(timeout=10) as http:
         ep = await gw.add_endpoint(settings={"delay": 0})
-        for flag in ("fail_creates", "fail_updates"):
+        # a blocking send's task is written once, created at its end; one that asks a
+        # question is created WORKING, then updated
+        for flag, text in (("fail_creates", "a b c"), ("fail_updates", "a b c ?input")):
             setattr(store, flag, True)
-            r = await http.post(gw.jsonrpc_url(ep), json=send_body("a b c"), headers=V10)
+            r = await http.post(gw.jsonrpc_url(ep), json=send_body(text), headers=V10)
             assert r.status_code == 503, (flag, r.text)
             assert "unavailable" in r.json()["error"]["message"] and r.headers["Retry-After"]
             setattr(store, flag, False)
