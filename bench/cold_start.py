@@ -14,10 +14,15 @@ fresh process per run, configurations interleaved run by run, medians over ``--r
   process in the same run: the floor every aiohttp app pays.
 - **build_app ms** — CPU time of ``build_app(GatewaySettings(store=URL))`` (the store opens
   at start-up, not here).
-- **exec → /healthz ms** — wall time from ``exec`` of ``python -m a2a_gateway serve`` to the
+- **exec → /healthz ms** — wall time from ``exec`` of ``python -m a2a_gateway serve --endpoints
+  FILE`` (one echo endpoint, as ``servers/gateway.py`` writes it) to the
   first 200 of ``/healthz`` (polled every 5 ms): interpreter, imports, app, store opened,
   socket bound; **serve CPU ms** is that process's CPU time at that moment.
 - **idle RSS MB** — ``VmRSS`` of that ``serve`` process after ``--idle`` seconds of no traffic.
+- **first send ms / its CPU ms / RSS after MB** — then the first blocking ``SendMessage`` to
+  the echo endpoint (the endpoints file ``serve`` was started with): its round trip, the
+  CPU the gateway spent on it, and ``VmRSS`` after it. What start-up leaves for later shows
+  here: a Lambda cold start pays start-up and the first request.
 - **modules** — ``len(sys.modules)`` after ``build_app``.
 
 Store URLs: ``memory://``, a fresh ``sqlite:///`` file per run, ``postgresql`` from
@@ -43,7 +48,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.core_send import cpu_seconds, free_port, loadavg  # noqa: E402
+from bench.core_send import ECHO_TEXT, PROBE, cpu_seconds, free_port, loadavg  # noqa: E402
+from bench.servers.common import BENCH_ENDPOINT_ID  # noqa: E402
+from bench.servers.gateway import ENDPOINTS  # noqa: E402
 
 IMPORT_PROBE = """
 import json, sys, time
@@ -105,31 +112,66 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def measure_serve(source: Path, store: str, idle: float, timeout: float = 60.0) -> tuple[float, float, float]:
-    """(exec → first /healthz 200 in ms, CPU ms of the process then, VmRSS in MB after ``idle`` s)."""
+@dataclass
+class ServeFigures:
+    ready_ms: float
+    """exec → first /healthz 200 (wall)."""
+    ready_cpu_ms: float
+    """CPU time of the process at that moment."""
+    rss_mb: float
+    """VmRSS after ``idle`` seconds without traffic."""
+    first_ms: float
+    """The first SendMessage (echo), sent after that: request → reply (wall)."""
+    first_cpu_ms: float
+    """CPU time the process spent on that first request."""
+    rss_after_first_mb: float
+
+
+def _wait_healthy(proc: subprocess.Popen[bytes], url: str, started: float, timeout: float) -> None:
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"serve exited {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+        if time.perf_counter() - started > timeout:
+            raise RuntimeError(f"no /healthz 200 within {timeout} s")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as reply:
+                if reply.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, OSError):
+            pass
+        time.sleep(0.005)
+
+
+def _first_send(url: str) -> None:
+    request = urllib.request.Request(url, data=PROBE, method="POST", headers={
+        "Content-Type": "application/json", "A2A-Version": "1.0"})
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        body = json.loads(reply.read())
+    texts = [p.get("text") for a in body.get("result", {}).get("task", {}).get("artifacts", [])
+             for p in a.get("parts", [])]
+    if ECHO_TEXT not in texts:
+        raise RuntimeError(f"unexpected first reply: {body}")
+
+
+def measure_serve(source: Path, store: str, endpoints: Path, idle: float, timeout: float = 60.0) -> ServeFigures:
     port = free_port()
-    url = f"http://127.0.0.1:{port}/healthz"
+    base = f"http://127.0.0.1:{port}"
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "a2a_gateway", "serve", "--host", "127.0.0.1",
-                             "--port", str(port)], cwd=source, env=clean_env(source, store),
+                             "--port", str(port), "--endpoints", str(endpoints)],
+                            cwd=source, env=clean_env(source, store),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"serve exited {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
-            if time.perf_counter() - started > timeout:
-                raise RuntimeError(f"no /healthz 200 within {timeout} s")
-            try:
-                with urllib.request.urlopen(url, timeout=1) as reply:
-                    if reply.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, OSError):
-                pass
-            time.sleep(0.005)
+        _wait_healthy(proc, f"{base}/healthz", started, timeout)
         ready_ms = (time.perf_counter() - started) * 1000
         ready_cpu_ms = cpu_seconds(proc.pid) * 1000
         time.sleep(idle)
-        return ready_ms, ready_cpu_ms, rss_mb(proc.pid)
+        rss, cpu_before = rss_mb(proc.pid), cpu_seconds(proc.pid)
+        sent = time.perf_counter()
+        _first_send(f"{base}/{BENCH_ENDPOINT_ID}/a2a")
+        first_ms = (time.perf_counter() - sent) * 1000
+        first_cpu_ms = (cpu_seconds(proc.pid) - cpu_before) * 1000
+        return ServeFigures(ready_ms, ready_cpu_ms, rss, first_ms, first_cpu_ms, rss_mb(proc.pid))
     finally:
         proc.terminate()
         try:
@@ -183,14 +225,16 @@ def print_table(results: dict[tuple[str, str], Samples], aiohttp: Samples, args:
     print(machine_note())
     print(f"bare `import aiohttp.web`: {aiohttp.median('ms'):.0f} CPU ms ({aiohttp.spread('ms')})\n")
     print("| source | store | import CPU ms | ÷ aiohttp | build_app CPU ms | exec → /healthz ms "
-          "| serve CPU ms | idle RSS MB | modules |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| serve CPU ms | idle RSS MB | first send ms | its CPU ms | RSS after MB | modules |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (source, kind), s in results.items():
         ratio = s.median("import_ms") / aiohttp.median("ms")
         print(f"| {source} | {kind} | {s.median('import_ms'):.0f} ({s.spread('import_ms')}) | {ratio:.2f}× "
               f"| {s.median('build_ms'):.1f} | {s.median('ready_ms'):.0f} ({s.spread('ready_ms')}) "
               f"| {s.median('ready_cpu_ms'):.0f} ({s.spread('ready_cpu_ms')}) "
-              f"| {s.median('rss_mb'):.1f} ({s.spread('rss_mb')}) | {s.median('modules'):.0f} |")
+              f"| {s.median('rss_mb'):.1f} ({s.spread('rss_mb')}) "
+              f"| {s.median('first_ms'):.0f} ({s.spread('first_ms')}) | {s.median('first_cpu_ms'):.0f} "
+              f"| {s.median('rss_after_first_mb'):.1f} | {s.median('modules'):.0f} |")
     print(f"\nload average at the end: {loadavg():.2f}")
 
 
@@ -209,6 +253,8 @@ def main() -> None:
     results: dict[tuple[str, str], Samples] = {}
     aiohttp = Samples()
     with tempfile.TemporaryDirectory(prefix="a2a-cold-start-") as tmp:
+        endpoints = Path(tmp) / "endpoints.yaml"
+        endpoints.write_text(ENDPOINTS.format(id=BENCH_ENDPOINT_ID, public="true"))
         for run in range(args.runs):
             aiohttp.add("ms", measure_aiohttp(ROOT))
             for index, (label, source) in enumerate(sources.items()):
@@ -216,10 +262,9 @@ def main() -> None:
                     s = results.setdefault((label, kind), Samples())
                     for name, value in measure_import(source, url).items():
                         s.add(name, value)
-                    ready_ms, ready_cpu_ms, rss = measure_serve(source, url, args.idle)
-                    s.add("ready_ms", ready_ms)
-                    s.add("ready_cpu_ms", ready_cpu_ms)
-                    s.add("rss_mb", rss)
+                    figures = measure_serve(source, url, endpoints, args.idle)
+                    for name, value in vars(figures).items():
+                        s.add(name, value)
             print(f"run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
     print_table(results, aiohttp, args)
     if args.json:
