@@ -84,9 +84,9 @@ async def test_dynamodb_store_loads_only_its_driver(monkeypatch: pytest.MonkeyPa
 
 
 def test_first_requests_load_the_sdk_server_package_and_serve() -> None:
-    """/healthz leaves the a2a-sdk's server package unloaded; the first A2A request builds
-    the endpoint's request handlers (loading it, and with it the 0.3 types); 1.0 and 0.3
-    requests are answered, a bad 0.3 one with invalid params."""
+    """/healthz leaves the a2a-sdk's server package unloaded; the card (with its 0.3 fields)
+    and the first A2A request load it; 1.0 and 0.3 requests are answered, a bad 0.3 one with
+    invalid params."""
     script = """
     import asyncio, sys
     import httpx
@@ -98,6 +98,9 @@ def test_first_requests_load_the_sdk_server_package_and_serve() -> None:
             assert (await http.get(gw.base_url + "/healthz")).status_code == 200
             assert "a2a.server.request_handlers" not in sys.modules
             endpoint_id = await gw.add_endpoint("handlers.echo:EchoHandler", settings={"delay": 0})
+            card = await http.get(gw.endpoint_url(endpoint_id) + "/.well-known/agent-card.json")
+            assert card.status_code == 200 and {"url", "preferredTransport"} <= set(card.json()), card.text
+            assert "a2a.server.request_handlers" in sys.modules  # the card's 0.3 fields come from it
             url = gw.jsonrpc_url(endpoint_id)
             r10 = await http.post(url, json=rpc("SendMessage", send_params()), headers={"A2A-Version": "1.0"})
             assert r10.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", r10.text
