@@ -123,7 +123,8 @@ async def test_a_second_sigterm_ends_the_grace_period_at_once_and_still_hands_ov
                 code = await procs[0].wait()
     assert stopping_note(rest[-1]) == STOPPING_NOTE and final_state(rest) == WORKING
     assert code == 0
-    (handing_over,) = [json.loads(line) for line in output if "shutdown_handing_over" in line]
+    lines = "".join(output).splitlines()  # the output comes in chunks, not lines
+    (handing_over,) = [json.loads(line) for line in lines if "shutdown_handing_over" in line]
     assert handing_over["hurried"] is True and handing_over["running_tasks"] == 1
 
 
