@@ -149,6 +149,7 @@ def build_app(
             cancel_wait_seconds=settings.cancel_wait_seconds,
             max_task_history=settings.max_task_history,
             remote_poll_seconds=settings.remote_poll_seconds,
+            unseen_task_seconds=settings.unseen_task_seconds,
             dispatch_claim_seconds=settings.dispatch_claim_seconds,
         ), dispatcher=dispatcher_of(settings))
         hub.serve(LiveView(engine), ReplayLimits(settings.stream_replay_events,

@@ -223,6 +223,10 @@ class GatewaySettings(BaseSettings):
     """The worker route: the AWS Lambda Web Adapter posts non-HTTP events here."""
     remote_poll_seconds: float = 1.0
     """How often a replica polls the store for a task that runs on another replica."""
+    unseen_task_seconds: float = Field(1.0, ge=0)
+    """A blocking SendMessage's task (no stream, no push config) is written once, in its final
+    state, when its run ends within this time; a longer run is written when it passes it, so
+    GetTask, ListTasks and the operator feed see it while it runs."""
     shutdown_grace_seconds: float = 20.0
     """On SIGTERM or SIGINT, open streams and blocking calls may go on this long; then the
     gateway hands its running tasks over (each stream gets a last status event, blocking

@@ -67,6 +67,8 @@ class EngineLimits:
     """How long a cancel waits for a handler that said its run ends with ``Canceled``."""
     max_task_history: int = 1000
     remote_poll_seconds: float = 1.0
+    unseen_task_seconds: float = 1.0
+    """How long a blocking task only its caller can know of may run unwritten (``TaskRun.unseen``)."""
     dispatch_claim_seconds: float = 300.0
     """How long a dispatched task waits for a worker's claim before recovery fails it."""
 
@@ -144,7 +146,8 @@ class TaskEngine:
         # no one but this caller can learn the task's id before the reply: see TaskRun.unseen
         unseen = blocking and not subscribe and push_config is None and self.dispatcher is None
         run = TaskRun(self.services, runtime, handler, scope, request, task, push_config=push_config,
-                      on_done=self._run_done, unseen=unseen, new_context=new_context)
+                      on_done=self._run_done, unseen=unseen,
+                      unseen_seconds=self.limits.unseen_task_seconds, new_context=new_context)
         if self.dispatcher is not None:
             return await self._dispatch(run, "run")
         sub = self.hub.subscribe(task.id) if subscribe else None

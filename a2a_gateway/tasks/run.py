@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -131,6 +132,7 @@ class TaskRun:
         push_config: Any = None,
         on_done: Callable[[TaskRun], None] | None = None,
         unseen: bool = False,
+        unseen_seconds: float = 1.0,
         new_context: bool = False,
     ) -> None:
         self._services = services
@@ -157,10 +159,13 @@ class TaskRun:
         """No one but the caller waiting for the reply can learn the task's id before it is
         written (a blocking send: no stream, no push config, no dispatch): deltas, progress
         and the end need no write before the last, so a short run is written once. What
-        one would need to see the task earlier forces its creation (``_ensure_created``).
-        Trade-off: until then, GetTask/ListTasks and the event feed do not know the task,
-        and a replica lost meanwhile leaves no record of it (its caller's connection drops
-        with it; a backend run that could be re-attached was written at ``RunStarted``)."""
+        one would need to see the task earlier forces its creation (``_ensure_created``), and
+        so does an event after ``unseen_seconds`` of run. Trade-off: until then,
+        GetTask/ListTasks and the event feed do not know the task, and a replica lost
+        meanwhile leaves no record of it (its caller's connection drops with it; a backend
+        run that could be re-attached was written at ``RunStarted``)."""
+        self._unseen_seconds = unseen_seconds
+        self._unseen_until = 0.0
         self._new_context = new_context
         self._push_config = push_config
         self._on_done = on_done
@@ -197,6 +202,7 @@ class TaskRun:
     def start(self, events: AsyncIterator[HandlerEvent]) -> None:
         self._events = events
         self._owns = True
+        self._unseen_until = time.monotonic() + self._unseen_seconds
         self.runtime.run_started()
         self._driver = asyncio.create_task(self._drive(), name=f"task-run-{self.task.id}")
 
@@ -466,6 +472,8 @@ class TaskRun:
             self.run_ref = event.run_ref
             await self._ensure_created()
             return
+        if self.unseen and time.monotonic() >= self._unseen_until:
+            self.unseen = False  # a long run: written now, so GetTask, ListTasks and the feed see it
         if not (self.unseen and isinstance(event, _NO_WRITE_BEFORE_THE_END)):
             await self._ensure_created()
         elif self.task.status.state == TASK_STATE_SUBMITTED:

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import ClassVar
 
 import pytest
-from a2a.types import TaskState
+from a2a.types import ListTasksRequest, TaskState
 
 from a2a_gateway.stores.base import Scope, Store
 from handlers.base import (
@@ -19,6 +19,7 @@ from handlers.base import (
 )
 from tests.harness import RunningGateway
 from tests.messages import send_request
+from tests.waiting import eventually
 
 TASK_WRITES = ("create_task", "update_task")
 LIVE_RELAY = ("notify",)
@@ -149,3 +150,21 @@ async def test_streamed_reply_of_1000_deltas_costs_at_most_two_task_writes(gw: R
             events = [e async for e in client.send_message(send_request("go"))]
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
     assert sum(calls[n] for n in TASK_WRITES) <= 2, calls
+
+
+async def test_a_long_blocking_run_is_written_while_it_runs_so_list_tasks_sees_it(gw: RunningGateway):
+    ep = await gw.add_endpoint("handlers.echo:EchoHandler", settings={"delay": 0.1})
+    words = " ".join(f"w{i}" for i in range(40))  # about 4 s, past unseen_task_seconds (1 s)
+    async with gw.client(ep, streaming=False) as blocked, gw.client(ep, streaming=False) as lister:
+        reply = asyncio.create_task(anext(blocked.send_message(send_request(words))))
+
+        async def working() -> list:
+            page = await lister.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_WORKING))
+            return list(page.tasks)
+
+        seen = await eventually(working, timeout=20, what="the running task listed")
+        done = (await reply).task
+    assert [t.id for t in seen] == [done.id] and not reply.cancelled()
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    stored = await gw.store.get_task(Scope("default", ep), done.id)
+    assert stored.task.status.state == TaskState.TASK_STATE_COMPLETED and stored.owner is None
