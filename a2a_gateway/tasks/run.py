@@ -107,6 +107,10 @@ _NO_WRITE_BEFORE_THE_END = (TextDelta, ArtifactDelta, Progress, Completed, Faile
 """Events an unseen task's run applies without creating the task first (``TaskRun.unseen``)."""
 
 
+_EVENTS_PER_TURN = 32
+"""A run gives the other runs and streams a turn of the event loop after this many events."""
+
+
 class SupersededError(Exception):
     """The task changed under this run (e.g. canceled elsewhere): stop driving it."""
 
@@ -260,7 +264,7 @@ class TaskRun:
         # this driver runs in its own copy of the request's context
         structlog.contextvars.bind_contextvars(task_id=self.task.id, endpoint_id=self.scope.endpoint_id)
         assert self._events is not None
-        driver = asyncio.current_task()
+        driver, count = asyncio.current_task(), 0
         try:
             async for event in self._events:
                 if driver is not None and driver.cancelling():
@@ -270,6 +274,9 @@ class TaskRun:
                 await self._apply(event)
                 if self.finished:
                     break
+                count += 1
+                if count % _EVENTS_PER_TURN == 0:
+                    await asyncio.sleep(0)  # a handler that never waits must not hold the loop
             else:
                 await self._exhausted()
         except SupersededError:

@@ -475,3 +475,15 @@ async def test_a_handler_that_swallows_the_stop_is_still_handed_over_at_once():
     stored = await store.get_task(SCOPE, run.task.id)
     assert stored.task.status.state == TASK_STATE_WORKING
     assert stored.run_state["partial_text"]["text"] == run.text_so_far
+
+
+async def test_runs_of_handlers_that_never_wait_take_turns_on_the_loop():
+    engine, _, _, _ = make_engine()
+    busy = Scripted(lambda r: [TextDelta(f"w{i} ") for i in range(2000)] + [Completed()])
+    first = await engine.send(runtime_of(busy), SCOPE, user_message("a"), streaming=True, subscribe=True)
+    second = await engine.send(runtime_of(busy), SCOPE, user_message("b"), streaming=True, subscribe=True)
+    listening = [asyncio.create_task(drain(o.subscription)) for o in (first, second)]
+    await asyncio.wait_for(second.run.created.wait(), 10)
+    assert not first.run.finished  # before: the first run held the loop to its end
+    await asyncio.wait_for(asyncio.gather(*listening), 10)
+    assert first.run.finished and second.run.finished
