@@ -42,8 +42,8 @@ def _require_driver(scheme: str) -> None:
 
 
 def sqlite_path(url: str) -> str:
-    """``sqlite:///./a.db`` → ``./a.db``; ``sqlite:////abs/a.db`` → ``/abs/a.db``."""
-    path = url[len("sqlite://") :]
+    """``sqlite:///./a.db`` → ``./a.db``; ``sqlite:////abs/a.db`` → ``/abs/a.db`` (no query)."""
+    path = url[len("sqlite://") :].split("?", 1)[0]
     if path.startswith("/"):
         path = path[1:]
     return path or "a2a-gateway.db"
@@ -67,9 +67,9 @@ async def _migrate_memory(url: str) -> list[str]:
 
 
 async def _open_sqlite(url: str, options: dict[str, Any]) -> Store:
-    from a2a_gateway.stores.sqlite import SQLiteStore
+    from a2a_gateway.stores.sqlite import SQLiteStore, url_options
 
-    return await SQLiteStore.open(sqlite_path(url), options.get("page_token_key"))
+    return await SQLiteStore.open(sqlite_path(url), options.get("page_token_key"), **url_options(url))
 
 
 async def _migrate_sqlite(url: str) -> list[str]:

@@ -12,6 +12,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import aiosqlite
 from a2a.types import Task, TaskPushNotificationConfig
@@ -42,6 +43,22 @@ from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
 from a2a_gateway.stores.sqlite_batches import BatchedConnection
 
 _SCOPE = "tenant = ? AND endpoint_id = ? AND principal = ?"
+WAL_AUTOCHECKPOINT_PAGES = 4000
+
+
+def url_options(url: str) -> dict[str, Any]:
+    """The options in a ``sqlite:///`` URL's query: ``synchronous`` (``NORMAL`` or ``FULL``)
+    and ``wal_autocheckpoint`` (pages), e.g. ``sqlite:///./a.db?synchronous=FULL``."""
+    options: dict[str, Any] = {}
+    for key, value in parse_qsl(urlsplit(url).query, keep_blank_values=True):
+        if key == "synchronous":
+            options["synchronous"] = value
+        elif key == "wal_autocheckpoint" and value.isdigit():
+            options["wal_autocheckpoint_pages"] = int(value)
+        else:
+            raise StoreError(f"unknown SQLite store option {key}={value!r}"
+                             " (synchronous=NORMAL|FULL, wal_autocheckpoint=<pages>)")
+    return options
 
 
 
@@ -105,13 +122,28 @@ class SQLiteStore(Store):
         self._token_key = page_token_key
 
     @classmethod
-    async def open(cls, path: str, page_token_key: bytes | None = None) -> SQLiteStore:
+    async def open(
+        cls,
+        path: str,
+        page_token_key: bytes | None = None,
+        *,
+        synchronous: str = "NORMAL",
+        wal_autocheckpoint_pages: int = WAL_AUTOCHECKPOINT_PAGES,
+    ) -> SQLiteStore:
+        """``synchronous``: ``NORMAL`` keeps every answered write through a crash of the
+        process (it is in the WAL file) but may lose the writes since the last checkpoint to a
+        power loss or OS crash; ``FULL`` syncs the WAL at every commit (one fsync per group).
+        ``wal_autocheckpoint_pages``: WAL size that starts a checkpoint (SQLite's default is
+        1,000 pages; fewer checkpoints copy each hot page less often)."""
         if path != ":memory:" and not Path(path).parent.is_dir():
             raise StoreError(f"the directory of the SQLite database {path} does not exist")
+        if synchronous.upper() not in ("NORMAL", "FULL"):
+            raise StoreError(f"SQLite synchronous must be NORMAL or FULL, not {synchronous!r}")
         conn = await aiosqlite.connect(path, isolation_level=None)
         conn.row_factory = aiosqlite.Row
         await conn.execute("PRAGMA journal_mode=WAL")
-        await conn.execute("PRAGMA synchronous=NORMAL")
+        await conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        await conn.execute(f"PRAGMA wal_autocheckpoint={int(wal_autocheckpoint_pages)}")
         await conn.execute("PRAGMA busy_timeout=5000")
         store = cls(conn, page_token_key)
         store.applied_migrations = await store.migrate()
