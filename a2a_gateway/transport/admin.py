@@ -331,8 +331,6 @@ async def task_stream(request: web.Request) -> web.StreamResponse:
     try:
         if await stream.send(_stream_frame(first), event_id=first[0]):
             await stream.pump(following, _stream_frame, lambda: current[0])
-    except ConnectionError:
-        stream.connected = False
     finally:
         await following.aclose()
         await events.aclose()

@@ -94,8 +94,6 @@ async def _stream(request: web.Request, gateway: Gateway, sub: FeedSubscription,
     except FeedOverflowError as exc:
         body = {"kind": "error", "reason": "behind", "message": f"{exc}; reconnect with Last-Event-ID"}
         await stream.send(orjson.dumps(body), event="error")
-    except ConnectionError:
-        stream.connected = False  # the client went away during a write that waited for it
     finally:
         await items.aclose()
         sub.close()

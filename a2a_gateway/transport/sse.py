@@ -65,7 +65,7 @@ class SSEStream:
         try:
             async with self._lock:
                 await self._response.write(chunk)
-        except (ConnectionResetError, RuntimeError):
+        except (ConnectionError, RuntimeError):  # ConnectionError: gone while a write waited for it
             self.connected = False
             self.done.set()
         return self.connected
@@ -117,7 +117,7 @@ class SSEStream:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._keepalive
         if self.connected:
-            with contextlib.suppress(ConnectionResetError, RuntimeError):
+            with contextlib.suppress(ConnectionError, RuntimeError):
                 await self._response.write_eof()
         return self._response
 
