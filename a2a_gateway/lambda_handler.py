@@ -78,8 +78,13 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     gateway = _gateway()
     seconds = context.get_remaining_time_in_millis() / 1000 if context else None
     forward = _http(gateway, event) if _is_http(event) else _event(gateway, event)
-    done = asyncio.run_coroutine_threadsafe(asyncio.wait_for(forward, seconds), gateway.loop)
+    done = asyncio.run_coroutine_threadsafe(_within(forward, seconds), gateway.loop)
     return done.result()
+
+
+async def _within(forward: Any, seconds: float | None) -> dict[str, Any]:
+    async with asyncio.timeout(seconds):
+        return await forward
 
 
 def _is_http(event: dict[str, Any]) -> bool:

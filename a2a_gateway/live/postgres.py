@@ -140,7 +140,8 @@ class PostgresLiveHub(LiveHub):
             asyncio.create_task(self._refresh_loop(), name="live-refresh"),
         ]
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._listening.wait(), wait_seconds)
+            async with asyncio.timeout(wait_seconds):
+                await self._listening.wait()
         if not self.listening:
             log.warning("live_listener_not_ready", detail="followers poll the store until it connects")
 
@@ -148,7 +149,8 @@ class PostgresLiveHub(LiveHub):
         self._closing = True
         if self._outbox:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._flush(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self._flush()
         for task in [*self._tasks, *self._side_tasks]:
             task.cancel()
         for task in [*self._tasks, *self._side_tasks]:
@@ -369,7 +371,8 @@ class PostgresLiveHub(LiveHub):
         self.stats["connects"] += 1
         while not lost.is_set() and not conn.is_closed():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(lost.wait(), self._keepalive)
+                async with asyncio.timeout(self._keepalive):
+                    await lost.wait()
                 break
             await conn.fetchval("SELECT 1", timeout=self._keepalive)
 
@@ -378,7 +381,8 @@ class PostgresLiveHub(LiveHub):
         if conn is None or conn.is_closed():
             return
         try:
-            await asyncio.wait_for(conn.close(), 2.0)
+            async with asyncio.timeout(2.0):
+                await conn.close()
         except Exception:
             conn.terminate()
 

@@ -23,7 +23,8 @@ async def readyz(request: web.Request) -> web.Response:
     if gateway.engine.stopping:  # drained by the load balancer while open work ends
         return web.json_response({"status": "stopping"}, status=503)
     try:
-        await asyncio.wait_for(gateway.store.ping(), timeout=2.0)
+        async with asyncio.timeout(2.0):
+            await gateway.store.ping()
     except (StoreError, TimeoutError):
         return web.json_response({"status": "unavailable", "store": "unreachable"}, status=503)
     live = "ok" if gateway.hub.listening else "degraded (followers poll the store)"
