@@ -114,7 +114,9 @@ async def test_streamed_reply_arrives_token_by_token(gw, hermes_id):
     streamed = [u for _, u in chunks if not u.last_chunk]
     final = chunks[-1][1]
     assert final.last_chunk and not final.append
-    assert len(streamed) == 6 and not streamed[0].append and all(u.append for u in streamed[1:])
+    # six tokens as six parts; tokens a lagging client had not read yet arrive merged in one chunk
+    assert sum(len(u.artifact.parts) for u in streamed) == 6 and len(streamed) >= 2
+    assert not streamed[0].append and all(u.append for u in streamed[1:])
     text = "".join(p.text for u in streamed for p in u.artifact.parts)
     assert text == "".join(p.text for p in final.artifact.parts) == "slow0 slow1 slow2 slow3 slow4 slow5"
     assert chunks[-1][0] - chunks[0][0] > 0.5  # the first token came well before the end
