@@ -28,6 +28,7 @@ from a2a_gateway.stores.base import Scope
 from handlers.base import Completed, FileInput, InputRejectedError
 from handlers.hermes import HermesAgentHandler, HermesSettings
 from tests.harness import RunningGateway, require_env, running_gateway
+from tests.handlers.real_streams import six_streamed_tokens, state_of, token
 from tests.messages import handler_request, send_request
 from tests.waiting import eventually
 
@@ -62,18 +63,6 @@ async def hermes_id(gw: RunningGateway, hermes_url: str) -> str:
     return await hermes_endpoint(gw, hermes_url)
 
 
-def token() -> str:
-    return uuid.uuid4().hex[:10]
-
-
-def state_of(event: StreamResponse) -> int | None:
-    if event.HasField("task"):
-        return event.task.status.state
-    if event.HasField("status_update"):
-        return event.status_update.status.state
-    return None
-
-
 def final_text(task: Any) -> str:
     return "".join(p.text for p in task.artifacts[-1].parts)
 
@@ -104,22 +93,7 @@ def approval_data(event: StreamResponse) -> dict[str, Any]:
 
 async def test_streamed_reply_arrives_token_by_token(gw, hermes_id):
     async with gw.client(hermes_id) as client:
-        seen: list[tuple[float, StreamResponse]] = []
-        async for event in client.send_message(send_request(f"FAKE_SLOW words=6 delay=0.15 {token()}")):
-            seen.append((time.monotonic(), event))
-    events = [e for _, e in seen]
-    assert events[0].HasField("task")
-    assert state_of(events[-1]) == COMPLETED
-    chunks = [(t, e.artifact_update) for t, e in seen if e.HasField("artifact_update")]
-    streamed = [u for _, u in chunks if not u.last_chunk]
-    final = chunks[-1][1]
-    assert final.last_chunk and not final.append
-    # six tokens as six parts; tokens a lagging client had not read yet arrive merged in one chunk
-    assert sum(len(u.artifact.parts) for u in streamed) == 6 and len(streamed) >= 2
-    assert not streamed[0].append and all(u.append for u in streamed[1:])
-    text = "".join(p.text for u in streamed for p in u.artifact.parts)
-    assert text == "".join(p.text for p in final.artifact.parts) == "slow0 slow1 slow2 slow3 slow4 slow5"
-    assert chunks[-1][0] - chunks[0][0] > 0.5  # the first token came well before the end
+        final = await six_streamed_tokens(client)
     assert final.artifact.metadata["usage"]["output_tokens"] > 0
 
 

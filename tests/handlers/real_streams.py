@@ -1,0 +1,49 @@
+"""What the real-backend tests of every bridge share: a unique token for a prompt, the state
+an event carries, and the streamed-reply check each bridge must pass."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from a2a.types import StreamResponse, TaskArtifactUpdateEvent, TaskState
+
+from tests.messages import send_request
+
+COMPLETED = TaskState.TASK_STATE_COMPLETED
+
+
+def token() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+def state_of(event: StreamResponse) -> int | None:
+    if event.HasField("task"):
+        return event.task.status.state
+    if event.HasField("status_update"):
+        return event.status_update.status.state
+    return None
+
+
+async def six_streamed_tokens(client: Any) -> TaskArtifactUpdateEvent:
+    """Stream the scripted LLM's six slow tokens through ``client``; check they arrived as
+    they were made and add up to the final artifact, which is returned."""
+    seen: list[tuple[float, StreamResponse]] = []
+    async for event in client.send_message(send_request(f"FAKE_SLOW words=6 delay=0.15 {token()}")):
+        seen.append((time.monotonic(), event))
+    events = [e for _, e in seen]
+    assert events[0].HasField("task")
+    assert state_of(events[-1]) == COMPLETED
+    chunks = [(t, e.artifact_update) for t, e in seen if e.HasField("artifact_update")]
+    streamed = [u for _, u in chunks if not u.last_chunk]
+    final = chunks[-1][1]
+    assert final.last_chunk and not final.append
+    # six tokens as six parts; tokens a lagging client had not read yet arrive merged in one chunk
+    assert sum(len(u.artifact.parts) for u in streamed) == 6 and len(streamed) >= 2
+    assert not streamed[0].append and all(u.append for u in streamed[1:])
+    text = "".join(p.text for u in streamed for p in u.artifact.parts)
+    # a backend that repeats the whole text in its final event (ADK): the answer is said once
+    assert text == "".join(p.text for p in final.artifact.parts) == "slow0 slow1 slow2 slow3 slow4 slow5"
+    assert chunks[-1][0] - chunks[0][0] > 0.5  # the first token came well before the end
+    return final
