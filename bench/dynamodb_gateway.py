@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -236,6 +237,7 @@ def main() -> None:
     p.add_argument("--server-cpu", type=int, default=0, help="pin the gateway here (taskset)")
     p.add_argument("--client-cpu", type=int, default=1, help="pin wrk here (taskset)")
     p.add_argument("--ref", help="also the gateway as committed at this git ref (e.g. HEAD~1), side by side")
+    p.add_argument("--json", help="also write the raw samples to this file")
     args = p.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (Debian/Ubuntu: apt-get install wrk)")
@@ -278,6 +280,11 @@ def main() -> None:
                           f"  store calls {sum(sample.calls.values()):.2f}/req  errors {sample.errors}"
                           f"  load {loadavg():.2f}", flush=True)
             print_table(rows, args)
+            if args.json:
+                Path(args.json).write_text(json.dumps({
+                    "machine": machine_note(args),
+                    "results": {name: [s.__dict__ for s in row.samples] for name, row in rows.items()},
+                }, indent=2))
     finally:
         if moto is not None:
             moto.terminate()
