@@ -10,6 +10,8 @@
 #
 # Everything but the export line goes to stderr: .ci/run sources stdout.
 set -euo pipefail
+# shellcheck source=lib.sh
+source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 
 STATE="${A2A_CI_STATE:?A2A_CI_STATE is not set (run through .ci/run)}"
 # The cluster lives in its own directory owned by the postgres user ($STATE is
@@ -29,10 +31,6 @@ as_postgres() {
   else
     "$@"
   fi
-}
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 case "${1:-}" in

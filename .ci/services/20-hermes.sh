@@ -22,11 +22,7 @@ install)
   fi
   ;;
 start)
-  if [ -z "${A2A_TEST_LLM_URL:-}" ] && [ -f "$A2A_CI_STATE/env" ]; then
-    # shellcheck disable=SC1091
-    source "$A2A_CI_STATE/env"
-  fi
-  : "${A2A_TEST_LLM_URL:?10-llm.sh must start first}"
+  need_llm_url
   mkdir -p "$ROOT/home/.hermes"
   port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   key="hermes-ci-$(python3 -c 'import secrets; print(secrets.token_hex(16))')"

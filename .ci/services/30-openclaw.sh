@@ -58,20 +58,10 @@ do_install() {
   log "install done in $((SECONDS - t0)) s"
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
 llm_url() {
-  # The LLM service started before this one; its exports are in $A2A_CI_STATE/env.
-  local url="${A2A_TEST_LLM_URL:-}"
-  if [ -z "$url" ] && [ -f "$A2A_CI_STATE/env" ]; then
-    url=$(sed -n 's/^export A2A_TEST_LLM_URL=//p' "$A2A_CI_STATE/env" | tail -n1)
-    url=${url%\"}; url=${url#\"}; url=${url%\'}; url=${url#\'}
-  fi
-  [ -n "$url" ] || { log "A2A_TEST_LLM_URL not found (is 10-llm.sh started first?)"; return 1; }
-  url=${url%/}; url=${url%/v1}
-  echo "$url/v1"
+  need_llm_url
+  local url=${A2A_TEST_LLM_URL%/}
+  echo "${url%/v1}/v1"
 }
 
 do_start() {

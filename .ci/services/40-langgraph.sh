@@ -43,18 +43,10 @@ do_install() {
   log "install done in $((SECONDS - t0)) s"
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
 do_start() {
   local t0=$SECONDS port url pid
   [ -x "$VENV/bin/langgraph" ] || { log "not installed; run install first"; exit 1; }
-  if [ -z "${A2A_TEST_LLM_URL:-}" ] && [ -f "$A2A_CI_STATE/env" ]; then
-    # shellcheck disable=SC1091
-    source "$A2A_CI_STATE/env"
-  fi
-  : "${A2A_TEST_LLM_URL:?10-llm.sh must start first}"
+  need_llm_url
   rm -rf "$RUN_DIR"
   mkdir -p "$RUN_DIR"
   # A copy: `langgraph dev` writes its state (.langgraph_api/) next to langgraph.json.

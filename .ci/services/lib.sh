@@ -17,3 +17,19 @@ stop_pidfile() {
   kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
   rm -f "$pidfile"
 }
+
+# free_port: a TCP port on 127.0.0.1 that nothing listens on right now.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# need_llm_url: makes sure A2A_TEST_LLM_URL is set. The scripted LLM (10-llm.sh) starts before
+# the framework services; when a service is started on its own, its exports are read back from
+# $A2A_CI_STATE/env.
+need_llm_url() {
+  if [ -z "${A2A_TEST_LLM_URL:-}" ] && [ -f "$A2A_CI_STATE/env" ]; then
+    # shellcheck disable=SC1091
+    source "$A2A_CI_STATE/env"
+  fi
+  : "${A2A_TEST_LLM_URL:?10-llm.sh must start first}"
+}
