@@ -174,6 +174,15 @@ class TaskPage:
 
 
 @dataclass(slots=True)
+class EndpointTaskPage:
+    """A page of one endpoint's tasks, each with the scope (tenant, principal) it runs in."""
+
+    tasks: list[tuple[Scope, Task]]
+    next_page_token: str
+    """Empty on the last page."""
+
+
+@dataclass(slots=True)
 class Context:
     """What the gateway remembers of one conversation (A2A context)."""
 
@@ -323,6 +332,22 @@ class Store(ABC):
     async def list_active_tasks(self, endpoint_id: str, limit: int) -> list[tuple[Scope, Task]]:
         """The endpoint's non-terminal tasks of every tenant and principal, newest status
         first, at most ``limit`` (for its operators: the event feed's snapshot)."""
+
+    @abstractmethod
+    async def list_endpoint_tasks(
+        self,
+        endpoint_id: str,
+        *,
+        states: frozenset[int] = frozenset(),
+        context_id: str = "",
+        page_size: int = 50,
+        page_token: str = "",
+    ) -> EndpointTaskPage:
+        """The endpoint's tasks of every tenant and principal and of any state (only
+        ``states`` if given, only ``context_id``'s if given), newest status first (ties: task
+        id), keyset paginated with the tokens of ``list_tasks``; no total. For its operators:
+        callers list theirs with ``list_tasks``. A page may hold fewer than ``page_size``
+        tasks and still have a next token (DynamoDB bounds what one page reads)."""
 
     @abstractmethod
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:

@@ -35,6 +35,7 @@ from a2a_gateway.stores.base import (
     ConflictError,
     Context,
     Endpoint,
+    EndpointTaskPage,
     PushDelivery,
     Scope,
     Store,
@@ -96,6 +97,19 @@ def _scope_of_key(pk: str) -> Scope:
     """The scope a task key (``scope_key``) was made of."""
     _, tenant, _, endpoint_id, _, principal = pk.split("#")
     return Scope(*(part.replace("%23", "#").replace("%25", "%") for part in (tenant, endpoint_id, principal)))
+
+
+_ENDPOINT_PAGE_QUERIES = 10
+"""Queries one page of an endpoint's tasks makes at most: when filters leave most index items
+out, the page ends early with a next token instead of reading the endpoint's whole history."""
+_BATCH_GET = 100
+"""Keys per ``BatchGetItem`` (DynamoDB's limit)."""
+
+
+def _cursor_of(status_key_value: str) -> tuple[int, str]:
+    """The keyset cursor (status time, task id) a ``status_key`` was made of."""
+    status_us, _, task_id = status_key_value.partition("#")
+    return int(status_us), task_id
 
 
 def _start(key: dict[str, Any] | None) -> dict[str, Any]:
@@ -413,6 +427,64 @@ class DynamoDBStore(Store):
         found = [(_scope_of_key(i["pk"]["S"]), Task.FromString(i["task"]["B"])) for i in items]
         found.sort(key=lambda f: (status_timestamp_us(f[1]), f[1].id), reverse=True)
         return found[:limit]
+
+    async def list_endpoint_tasks(
+        self,
+        endpoint_id: str,
+        *,
+        states: frozenset[int] = frozenset(),
+        context_id: str = "",
+        page_size: int = 50,
+        page_token: str = "",
+    ) -> EndpointTaskPage:
+        # by_endpoint holds keys, state and context only, so a task's text updates do not
+        # rewrite it; the page's tasks are then read from the table.
+        e = Expr()
+        key = f"{e.n('endpoint_id')} = {e.v(S(endpoint_id))}"
+        if page_token:
+            status_us, task_id = decode_page_token(page_token, key=self._token_key)
+            key += f" AND {e.n('status_key')} < {e.v(S(status_key(status_us, task_id)))}"
+        filters = [e.not_expired(time.time())]
+        if states:
+            filters.append(f"{e.n('state')} IN ({', '.join(e.v(N(int(s))) for s in sorted(states))})")
+        if context_id:
+            filters.append(f"{e.n('context_id')} = {e.v(S(context_id))}")
+        params = e.params(TableName=self._tasks, IndexName="by_endpoint", KeyConditionExpression=key,
+                          FilterExpression=" AND ".join(filters), ScanIndexForward=False)
+        found: list[dict[str, Any]] = []
+        cursor = None
+        for _ in range(_ENDPOINT_PAGE_QUERIES):
+            resp = await self._call("query", **params, Limit=page_size + 1, **_start(cursor))
+            found += resp.get("Items", [])
+            cursor = resp.get("LastEvaluatedKey")
+            if len(found) > page_size or not cursor:
+                break
+        page = found[:page_size]
+        last = page[-1] if len(found) > page_size else cursor
+        token = encode_page_token(*_cursor_of(last["status_key"]["S"]), key=self._token_key) if last else ""
+        return EndpointTaskPage(await self._tasks_of(page), token)
+
+    async def _tasks_of(self, keys: list[dict[str, Any]]) -> list[tuple[Scope, Task]]:
+        """The tasks of index items, in their order (``BatchGetItem``; items gone meanwhile are left out)."""
+        wanted = [{"pk": k["pk"], "sk": k["sk"]} for k in keys]
+        e = Expr()
+        projection = e.params(ProjectionExpression=f"{e.n('pk')}, {e.n('sk')}, {e.n('task')}")
+        read: dict[tuple[str, str], Task] = {}
+        for first in range(0, len(wanted), _BATCH_GET):
+            pending: dict[str, Any] = {self._tasks: {"Keys": wanted[first:first + _BATCH_GET], "ConsistentRead": True,
+                                                     **projection}}
+            for attempt in range(10):
+                resp = await self._call("batch_get_item", RequestItems=pending)
+                for item in resp.get("Responses", {}).get(self._tasks, []):
+                    read[(item["pk"]["S"], item["sk"]["S"])] = Task.FromString(item["task"]["B"])
+                pending = resp.get("UnprocessedKeys") or {}
+                if not pending:
+                    break
+                await asyncio.sleep(min(0.05 * 2**attempt, 1.0))  # throttled: DynamoDB asks to back off
+            else:
+                raise StoreUnavailableError("dynamodb batch_get_item: keys left unprocessed after retries")
+        return [(_scope_of_key(k["pk"]["S"]), read[(k["pk"]["S"], k["sk"]["S"])])
+                for k in wanted if (k["pk"]["S"], k["sk"]["S"]) in read]
 
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
         spk, now = scope_key(scope), time.time()

@@ -1,7 +1,7 @@
 """DynamoDB store: settings, the boto3 client, error mapping, and the tables (``migrate``).
 
 ``DynamoDBSettings`` comes from the store URL (``dynamodb://?region=…&table_prefix=a2a-``).
-``table_definitions`` is the schema — four tables, six sparse indexes — that ``create_tables``
+``table_definitions`` is the schema — four tables, seven sparse indexes — that ``create_tables``
 creates where missing and ``deploy/dynamodb/template.yaml`` mirrors as CloudFormation.
 """
 
@@ -32,6 +32,8 @@ RETRIABLE_CODES = frozenset(
     }
 )
 LIST_PROJECTION = ["task", "expires_at", "state"]
+ENDPOINT_PROJECTION = ["expires_at", "state", "context_id"]
+"""``by_endpoint`` (operators' task list) carries no task: the page reads the tasks it shows."""
 
 
 class MissingTableError(StoreError):
@@ -126,7 +128,7 @@ def table_definitions(settings: DynamoDBSettings) -> list[dict[str, Any]]:
             "BillingMode": "PAY_PER_REQUEST",
             "AttributeDefinitions": attrs(
                 pk="S", sk="S", status_key="S", ctx_pk="S", state_pk="S",
-                owner="S", lease_shard="S", lease_until="N",
+                owner="S", lease_shard="S", lease_until="N", endpoint_id="S",
             ),
             "KeySchema": [
                 {"AttributeName": "pk", "KeyType": "HASH"},
@@ -138,6 +140,7 @@ def table_definitions(settings: DynamoDBSettings) -> list[dict[str, Any]]:
                 _index("by_state", "state_pk", "status_key", LIST_PROJECTION),
                 _index("by_owner", "owner", "sk", None),
                 _index("by_lease", "lease_shard", "lease_until", None),
+                _index("by_endpoint", "endpoint_id", "status_key", ENDPOINT_PROJECTION),
             ],
         },
         {

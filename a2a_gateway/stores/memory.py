@@ -17,6 +17,7 @@ from a2a_gateway.stores.base import (
     ConflictError,
     Context,
     Endpoint,
+    EndpointTaskPage,
     PushDelivery,
     Scope,
     Store,
@@ -165,6 +166,29 @@ class MemoryStore(Store):
         ]
         rows.sort(key=lambda r: (r[0], r[1]), reverse=True)
         return [(sc, _copy(task)) for _, _, sc, task in rows[:limit]]
+
+    async def list_endpoint_tasks(
+        self,
+        endpoint_id: str,
+        *,
+        states: frozenset[int] = frozenset(),
+        context_id: str = "",
+        page_size: int = 50,
+        page_token: str = "",
+    ) -> EndpointTaskPage:
+        cursor = decode_page_token(page_token, key=self._token_key) if page_token else None
+        rows = [
+            ((status_timestamp_us(s.task), s.task.id), sc, s.task)
+            for (sc, _), s in self._tasks.items()
+            if sc.endpoint_id == endpoint_id
+            and (not states or s.task.status.state in states)
+            and (not context_id or s.task.context_id == context_id)
+        ]
+        rows = sorted((r for r in rows if cursor is None or r[0] < cursor), key=lambda r: r[0], reverse=True)
+        page = rows[:page_size]
+        more = len(rows) > page_size and page
+        token = encode_page_token(*page[-1][0], key=self._token_key) if more else ""
+        return EndpointTaskPage([(sc, _copy(task)) for _, sc, task in page], token)
 
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
         rows = [

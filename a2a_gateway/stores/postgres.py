@@ -28,6 +28,7 @@ from a2a_gateway.stores.base import (
     ConflictError,
     Context,
     Endpoint,
+    EndpointTaskPage,
     PushDelivery,
     Scope,
     Store,
@@ -431,6 +432,40 @@ class PostgresStore(Store):
                 endpoint_id, limit,
             )
         return [(Scope(r["tenant"], endpoint_id, r["principal"]), Task.FromString(r["task"])) for r in rows]
+
+    async def list_endpoint_tasks(
+        self,
+        endpoint_id: str,
+        *,
+        states: frozenset[int] = frozenset(),
+        context_id: str = "",
+        page_size: int = 50,
+        page_token: str = "",
+    ) -> EndpointTaskPage:
+        where, args = ["endpoint_id = $1"], [endpoint_id]
+        if states:
+            args.append(sorted(states))
+            where.append(f"state = ANY(${len(args)}::smallint[])")
+        if context_id:
+            args.append(context_id)
+            where.append(f"context_id = ${len(args)}")
+        if page_token:
+            args += decode_page_token(page_token, key=self._token_key)
+            where.append(f"(status_us, id) < (${len(args) - 1}, ${len(args)})")
+        args.append(page_size + 1)
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                f"SELECT tenant, principal, id, status_us, task FROM tasks WHERE {' AND '.join(where)}"
+                f" ORDER BY status_us DESC, id DESC LIMIT ${len(args)}",
+                *args,
+            )
+        page = rows[:page_size]
+        token = ""
+        if len(rows) > page_size and page:
+            token = encode_page_token(page[-1]["status_us"], page[-1]["id"], key=self._token_key)
+        return EndpointTaskPage(
+            [(Scope(r["tenant"], endpoint_id, r["principal"]), Task.FromString(r["task"])) for r in page], token
+        )
 
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
         where, args = [_SCOPE], list(scope.as_tuple())

@@ -25,6 +25,7 @@ from a2a_gateway.stores.base import (
     ConflictError,
     Context,
     Endpoint,
+    EndpointTaskPage,
     PushDelivery,
     Scope,
     Store,
@@ -342,6 +343,40 @@ class SQLiteStore(Store):
         ) as cur:
             rows = await cur.fetchall()
         return [(Scope(r["tenant"], endpoint_id, r["principal"]), Task.FromString(r["task"])) for r in rows]
+
+    async def list_endpoint_tasks(
+        self,
+        endpoint_id: str,
+        *,
+        states: frozenset[int] = frozenset(),
+        context_id: str = "",
+        page_size: int = 50,
+        page_token: str = "",
+    ) -> EndpointTaskPage:
+        where, args = ["endpoint_id = ?"], [endpoint_id]
+        if states:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args += sorted(states)
+        if context_id:
+            where.append("context_id = ?")
+            args.append(context_id)
+        if page_token:
+            status_us, task_id = decode_page_token(page_token, key=self._token_key)
+            where.append("(status_us < ? OR (status_us = ? AND id < ?))")
+            args += [status_us, status_us, task_id]
+        async with self._db.execute(
+            f"SELECT tenant, principal, id, status_us, task FROM tasks WHERE {' AND '.join(where)}"
+            " ORDER BY status_us DESC, id DESC LIMIT ?",
+            [*args, page_size + 1],
+        ) as cur:
+            rows = await cur.fetchall()
+        page = rows[:page_size]
+        token = ""
+        if len(rows) > page_size and page:
+            token = encode_page_token(page[-1]["status_us"], page[-1]["id"], key=self._token_key)
+        return EndpointTaskPage(
+            [(Scope(r["tenant"], endpoint_id, r["principal"]), Task.FromString(r["task"])) for r in page], token
+        )
 
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
         where, args = [_SCOPE], list(scope.as_tuple())
