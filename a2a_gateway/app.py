@@ -38,6 +38,7 @@ from a2a_gateway.tasks.push_guard import WebhookGuard
 from a2a_gateway.registry import EndpointRegistry
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.shutdown import refuse_when_stopping
+from a2a_gateway.stats import STATS, StatsSampler
 from a2a_gateway import tracing
 from a2a_gateway.stores import open_store
 from a2a_gateway.stores.base import Endpoint, Store, StoreUnavailableError
@@ -195,6 +196,13 @@ def build_app(
         for stream in list(app[OPEN_STREAMS]):
             stream.end()
 
+    async def sample_stats(app: web.Application) -> AsyncIterator[None]:
+        sampler = app[STATS] = StatsSampler(settings.stats_interval_seconds, settings.stats_window_seconds,
+                                            open_streams=lambda: len(app[OPEN_STREAMS]))
+        async with sampler.running():
+            yield
+
     app.on_shutdown.append(end_streams)
     app.cleanup_ctx.append(resources)
+    app.cleanup_ctx.append(sample_stats)
     return app

@@ -12,7 +12,9 @@ LATENCY = Histogram(
     "a2a_gateway_request_seconds", "Time to the response (stream start for SSE)", ["a2a_method"]
 )
 TASKS_STARTED = Counter("a2a_gateway_tasks_started_total", "Tasks created by this replica")
-TASKS_ENDED = Counter("a2a_gateway_tasks_ended_total", "Tasks this replica ended, by final state", ["state"])
+TASKS_ENDED = Counter(
+    "a2a_gateway_tasks_ended_total", "Tasks this replica ended, by endpoint and final state", ["endpoint", "state"]
+)
 MESSAGES = Counter("a2a_gateway_message_replies_total", "Message-mode answers (no task)")
 RUNNING = Gauge("a2a_gateway_running_tasks", "Task runs driven by this replica right now")
 OUTCOMES = Counter(
@@ -46,9 +48,9 @@ def outcome_counter(method: str, endpoint: str, outcome: str) -> Counter:
 
 
 @functools.cache
-def _ended(state: int) -> Counter:
-    return TASKS_ENDED.labels(TaskState.Name(state).removeprefix("TASK_STATE_").lower())
+def _ended(endpoint_id: str, state: int) -> Counter:
+    return TASKS_ENDED.labels(endpoint_id, TaskState.Name(state).removeprefix("TASK_STATE_").lower())
 
 
-def task_ended(state: int) -> None:
-    _ended(state).inc()
+def task_ended(endpoint_id: str, state: int) -> None:
+    _ended(endpoint_id, state).inc()

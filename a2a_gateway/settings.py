@@ -139,6 +139,11 @@ class GatewaySettings(BaseSettings):
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     """The event loop ``serve`` runs on: ``auto`` takes uvloop when it is installed (the
     ``speed`` extra), ``asyncio`` the standard loop, ``uvloop`` insists on uvloop."""
+    stats_interval_seconds: float = Field(default=10.0, gt=0)
+    """How often the gateway reads its own metrics for ``GET /admin/api/stats`` (the console's
+    charts): each reading is one point of the series."""
+    stats_window_seconds: float = Field(default=3600.0, gt=0)
+    """How far back ``GET /admin/api/stats`` goes (the sampler keeps window / interval points)."""
     operator_keys: Annotated[list[SecretStr], NoDecode] = []
     """Gateway operator keys (``Authorization: Bearer <key>``): each the key itself or
     ``sha256:<hex digest of the key>``; comma-separated in the environment. An operator key

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -43,6 +43,7 @@ from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names p
     TASK_STATE_WORKING,
 )
 
+from a2a_gateway.backend_health import BackendHealth
 from a2a_gateway.live.hub import LiveHub
 from a2a_gateway.metrics import MESSAGES, TASKS_STARTED, task_ended
 from a2a_gateway.registry import EndpointRuntime
@@ -95,6 +96,8 @@ class RunServices:
     """``tasks.push.PushNotifier``: ``save_inline_config`` and ``notify``."""
     ownership: Ownership
     conversation: Conversation
+    health: BackendHealth = field(default_factory=BackendHealth)
+    """Told how each handler run ended (``_backend_outcome``)."""
 
 
 _IDLE_WRITE_ATTEMPTS = 5
@@ -109,6 +112,10 @@ _NO_WRITE_BEFORE_THE_END = (TextDelta, ArtifactDelta, Progress, Completed, Faile
 
 _EVENTS_PER_TURN = 32
 """A run gives the other runs and streams a turn of the event loop after this many events."""
+
+
+_BACKEND_ANSWERED = frozenset({TASK_STATE_COMPLETED, TASK_STATE_REJECTED, TASK_STATE_INPUT_REQUIRED,
+                               TASK_STATE_AUTH_REQUIRED})
 
 
 class SupersededError(Exception):
@@ -279,14 +286,16 @@ class TaskRun:
                     await asyncio.sleep(0)  # a handler that never waits must not hold the loop
             else:
                 await self._exhausted()
+            self._backend_outcome(None)
         except SupersededError:
             log.info("task_superseded")
         except StoreUnavailableError as exc:
             await self._store_lost(exc)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             log.exception("handler_failed")
+            self._backend_outcome(exc)
             await self._safe_fail("the agent failed unexpectedly")
         finally:
             await self._close_events()
@@ -298,6 +307,19 @@ class TaskRun:
             if not self._handing_over:
                 self.created.set()
                 self.settled.set()
+
+    def _backend_outcome(self, error: Exception | None) -> None:
+        """Tell the endpoint's backend health how the handler's run ended, once per run: an
+        answer, a question or a refusal is a success; a FAILED task or ``error`` a failure. A
+        cancel, a stop or a lost store says nothing of the backend."""
+        health, endpoint_id = self._services.health, self.scope.endpoint_id
+        state = self.task.status.state
+        if error is not None:
+            health.failed(endpoint_id, error)
+        elif state == TASK_STATE_FAILED:
+            health.failed(endpoint_id, get_message_text(self.task.status.message) or "the task failed")
+        elif self.reply is not None or state in _BACKEND_ANSWERED:
+            health.succeeded(endpoint_id)
 
     async def _store_lost(self, exc: StoreUnavailableError) -> None:
         """The store went away mid-run: stop driving. A created task keeps its lease, which
@@ -640,7 +662,7 @@ class TaskRun:
                     raise ConflictError(f"task {self.task.id} keeps changing") from None
         if created_now:
             TASKS_STARTED.inc()
-        task_ended(state)
+        task_ended(self.scope.endpoint_id, state)
         self._publish_status()
         await self._services.push.notify(self.runtime, self.scope, self.task, [] if created_now else None)
         self._hub.end(self.task.id)

@@ -14,6 +14,9 @@ needs its CSRF token in ``X-CSRF-Token``.
 A caller's API key is refused with 403 (it is a credential, not an operator's); no
 credential or an unknown bearer token is 401. Endpoint changes reach the routes of each
 replica within ``endpoint_cache_seconds``.
+
+An endpoint's ``health`` is how its backend answered this replica's runs (``backend_health``);
+``/admin/api/stats`` is the last hour of this replica's own metrics (``stats``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from a2a_gateway.auth.api_keys import key_id_of, make_key
+from a2a_gateway.backend_health import health_json
 from a2a_gateway.auth.callers import bearer_token
 from a2a_gateway.auth.operators import NotAnOperatorError, Operator
 from a2a_gateway.console.session import CSRF_HEADER, csrf_ok
@@ -41,6 +45,7 @@ from a2a_gateway.protojson import message_to_dict
 from a2a_gateway.registry import EndpointRuntime, check_endpoint, handler_path, runtime_auth, secret_settings
 from a2a_gateway.settings import RESERVED_METADATA_KEYS
 from a2a_gateway.state import GATEWAY, Gateway
+from a2a_gateway.stats import STATS
 from a2a_gateway.stores.base import ApiKey, ConflictError, Endpoint, Scope, status_timestamp_us
 from a2a_gateway.tasks.streams import LAST_EVENT_ID, subscribe_stream
 from a2a_gateway.transport.feed import feed_filter
@@ -119,6 +124,7 @@ def endpoint_json(endpoint: Endpoint, gateway: Gateway, base_url: str) -> dict[s
         "id": endpoint.id, "name": endpoint.name, "tenant": endpoint.tenant, "description": endpoint.description,
         "enabled": endpoint.enabled, "handler": handler_path(endpoint.metadata), "auth": _auth_mode(endpoint, gateway),
         "cardUrl": f"{base_url}/{endpoint.id}/.well-known/agent-card.json", "settings": settings,
+        "health": health_json(gateway.engine.services.health.of(endpoint.id)),
         "createdAt": endpoint.created_at.isoformat(), "updatedAt": endpoint.updated_at.isoformat(),
     }
 
@@ -351,6 +357,16 @@ async def _runtime(gateway: Gateway, endpoint_id: str) -> EndpointRuntime:
         return EndpointRuntime.gone(endpoint_id)
 
 
+# numbers at a glance -------------------------------------------------------------------
+
+
+async def stats(request: web.Request) -> web.Response:
+    """The last ``stats_window_seconds`` of this replica's metrics, one point every
+    ``stats_interval_seconds`` (``a2a_gateway.stats``; docs/console.md)."""
+    operator_of(request)
+    return _json(request.app[STATS].series())
+
+
 def add_admin_routes(app: web.Application) -> None:
     endpoint = f"{PREFIX}/endpoints/{{endpoint_id}}"
     app.router.add_get(f"{PREFIX}/endpoints", list_endpoints)
@@ -365,3 +381,4 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_get(f"{endpoint}/tasks/{{task_id}}", get_task)
     app.router.add_post(f"{endpoint}/tasks/{{task_id}}/cancel", cancel_task)
     app.router.add_get(f"{endpoint}/tasks/{{task_id}}/stream", task_stream)
+    app.router.add_get(f"{PREFIX}/stats", stats)

@@ -121,7 +121,7 @@ async def test_metrics_count_requests_and_task_outcomes():
         await http.post(gw.jsonrpc_url(ep), json=send_body("a"), headers=V10)
         await http.post(gw.jsonrpc_url(ep), json={"jsonrpc": "2.0", "id": 1, "method": "x" * 40}, headers=V10)
         after = (await http.get(f"{gw.base_url}/metrics")).text
-    done = 'a2a_gateway_tasks_ended_total{state="completed"}'
+    done = f'a2a_gateway_tasks_ended_total{{endpoint="{ep}",state="completed"}}'
     sent = 'a2a_gateway_requests_total{a2a_method="SendMessage",status="200"}'
     assert _metric(after, done) == _metric(before, done) + 1
     assert _metric(after, sent) == _metric(before, sent) + 1

@@ -1,0 +1,143 @@
+"""Backend health and numbers at a glance in the admin API, with plain HTTP through a running
+gateway on memory and SQLite: a backend that cannot be reached makes its endpoint ``failing``
+with the reason, a success afterwards ``ok``; health is told once per task, not per chunk;
+``/admin/api/stats`` counts the requests sent, their errors, the tasks' outcomes, their
+latency and the open streams; both need an operator (401 without, 403 for a caller's key)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+from a2a.types import TaskState
+
+from a2a_gateway.auth.api_keys import make_key
+from tests.harness import RunningGateway, require_env, running_gateway
+from tests.messages import rpc, send_request
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.timeout(120)
+
+OPERATOR_KEY = "op-" + uuid.uuid4().hex
+AS_OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}
+SECRET = b"a2a-gateway-api-key"  # the default api_key_secret
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def gw(request, tmp_path):
+    store = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/gw.db"
+    async with running_gateway(store, operator_keys=[OPERATOR_KEY], endpoint_cache_seconds=0.2,
+                               stats_interval_seconds=0.2) as running:
+        yield running
+
+
+async def admin(gw: RunningGateway, path: str, headers: dict[str, str] | None = None) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
+        return await http.get(f"/admin/api{path}", headers=AS_OPERATOR if headers is None else headers)
+
+
+async def health_of(gw: RunningGateway, endpoint_id: str) -> dict:
+    answer = await admin(gw, f"/endpoints/{endpoint_id}")
+    assert answer.status_code == 200, answer.text
+    return answer.json()["health"]
+
+
+async def send(gw: RunningGateway, endpoint_id: str, text: str, *, streaming: bool = False) -> list:
+    async with gw.client(endpoint_id, streaming=streaming) as client:
+        return [event async for event in client.send_message(send_request(text))]
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+async def test_an_unreachable_backend_is_failing_with_its_reason_then_ok_after_a_success(gw):
+    llm = require_env("A2A_TEST_LLM_URL").rstrip("/").removesuffix("/v1") + "/v1"
+    down = f"http://ops:pw-in-url@127.0.0.1:{closed_port()}/v1"
+    endpoint_id = await gw.add_endpoint("handlers.openai_chat:OpenAIChatHandler",
+                                        settings={"base_url": down, "model": "m"}, name="llm")
+    assert (await health_of(gw, endpoint_id))["status"] == "unknown"
+
+    (failed,) = await send(gw, endpoint_id, "hello")
+    assert failed.task.status.state == TaskState.TASK_STATE_FAILED
+    health = await health_of(gw, endpoint_id)
+    assert health["status"] == "failing" and health["last_success"] is None
+    assert health["last_error"]["message"].startswith("cannot reach the chat backend at http://127.0.0.1:")
+    assert "pw-in-url" not in str(health) and (health["successes"], health["errors"]) == (0, 1)
+    failed_at = datetime.fromisoformat(health["last_error"]["at"])
+    assert abs((datetime.now(UTC) - failed_at).total_seconds()) < 60
+    listed = (await admin(gw, "/endpoints")).json()["endpoints"]
+    assert [e["health"]["status"] for e in listed if e["id"] == endpoint_id] == ["failing"]
+
+    row = await gw.store.get_endpoint(endpoint_id)
+    row.metadata["base_url"] = llm
+    row.updated_at = datetime.now(UTC)
+    await gw.store.update_endpoint(row)
+    await asyncio.sleep(0.3)  # past endpoint_cache_seconds: the next request reads the row
+    (done,) = await send(gw, endpoint_id, "hello again")
+    assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
+    health = await health_of(gw, endpoint_id)
+    assert health["status"] == "ok" and (health["successes"], health["errors"]) == (1, 1)
+    assert datetime.fromisoformat(health["last_success"]) >= failed_at
+    assert health["last_error"]["at"] == failed_at.isoformat()  # when it last failed stays shown
+
+
+async def test_health_is_told_once_per_task_not_per_chunk(gw):
+    endpoint_id = await gw.add_endpoint(settings={"delay": 0.01})
+    events = await send(gw, endpoint_id, " ".join(f"w{i}" for i in range(50)), streaming=True)
+    assert len(events) > 10  # many text chunks (one a word, unless the client lags)
+    health = await health_of(gw, endpoint_id)
+    assert health["status"] == "ok" and (health["successes"], health["errors"]) == (1, 0)
+
+
+async def test_stats_count_the_requests_sent_their_errors_outcomes_latency_and_open_streams(gw):
+    endpoint_id = await gw.add_endpoint(settings={"delay": 0})
+    for n in range(3):
+        await send(gw, endpoint_id, f"message {n}")
+    async with httpx.AsyncClient(timeout=30) as http:
+        wrong = await http.post(gw.jsonrpc_url(endpoint_id), json=rpc("NoSuchMethod", {}),
+                                headers={"A2A-Version": "1.0"})
+        assert "error" in wrong.json()
+
+    def counted(series: dict) -> bool:
+        shown = series["endpoints"].get(endpoint_id)
+        return bool(shown) and shown["total"]["requests"] >= 4 and shown["total"]["tasks"].get("completed") == 3
+
+    stats = await eventually(lambda: admin(gw, "/stats"), until=lambda r: counted(r.json()),
+                             what="the requests in /admin/api/stats")
+    series = stats.json()
+    assert stats.headers["Cache-Control"] == "no-store"
+    shown = series["endpoints"][endpoint_id]
+    # the client fetched the card (not an A2A call, not counted) and sent 3 messages; one wrong call
+    assert shown["total"] == {"requests": 4, "errors": 1, "tasks": {"completed": 3}}
+    assert len(shown["requests"]) == len(series["at"]) == len(series["openStreams"]) == len(series["seconds"])
+    assert series["intervalSeconds"] == 0.2 and series["windowSeconds"] == 3600
+    latency = series["latencySeconds"]
+    assert latency["window"]["requests"] >= 4 and 0 < latency["window"]["p50"] <= latency["window"]["p99"]
+
+    # a stream held open shows in the open streams
+    slow = await gw.add_endpoint(settings={"delay": 0.05})
+    async with gw.client(slow) as client:
+        stream = client.send_message(send_request(" ".join(f"w{i}" for i in range(200))))
+        await anext(stream)
+        await eventually(lambda: admin(gw, "/stats"), until=lambda r: r.json()["openStreams"][-1] >= 1,
+                         what="the open stream in /admin/api/stats")
+        await stream.aclose()
+
+
+async def test_stats_and_health_need_an_operator(gw):
+    endpoint_id = await gw.add_endpoint()
+    row, caller_key = make_key(SECRET, endpoint_id=endpoint_id, tenant="default", principal="alice")
+    await gw.store.create_api_key(row)
+    for path in ("/stats", f"/endpoints/{endpoint_id}", "/endpoints"):
+        none = await admin(gw, path, headers={})
+        assert none.status_code == 401 and none.headers["WWW-Authenticate"].startswith("Bearer")
+        refused = await admin(gw, path, headers={"Authorization": f"Bearer {caller_key}"})
+        assert refused.status_code == 403 and caller_key not in refused.text
+        assert "health" not in refused.text and "latencySeconds" not in refused.text
