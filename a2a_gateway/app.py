@@ -103,6 +103,9 @@ def build_app(
                worker_events_path=settings.worker_events_path if settings.worker else "")
     if settings.console:
         add_console_routes(app)
+        if settings.console_oidc_issuer:
+            from a2a_gateway.console.oidc import add_oidc_routes
+            add_oidc_routes(app)
     app.middlewares.append(remember_peer)
     app.middlewares.append(refuse_when_stopping)
     card_signer = load_card_signer(settings.card_signing_keys)  # a bad key stops startup here
@@ -163,8 +166,12 @@ def build_app(
         registry = EndpointRegistry(opened, settings, client)
         auth = build_authenticator(settings, opened, client)
         gateway = Gateway(settings, opened, client, registry, hub, push, engine, auth, card_signer,
-                          operators=OperatorAuth(operator_keys, auth, sessions))
+                          operators=OperatorAuth(operator_keys, auth, sessions,
+                                                 oidc_issuer=settings.console_oidc_issuer if sessions else ""))
         app[GATEWAY] = gateway
+        if sessions is not None and settings.console_oidc_issuer:
+            from a2a_gateway.console.oidc import OIDC_LOGIN, OidcLogin
+            app[OIDC_LOGIN] = OidcLogin(settings, client, sessions)
         await engine.recover_expired(registry)
         lease_task = asyncio.create_task(_lease_loop(gateway))
         push.start()

@@ -16,6 +16,7 @@ import tomllib
 import uuid
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -156,6 +157,47 @@ class GatewaySettings(BaseSettings):
     random one per process (sessions then work on this replica only, until it restarts)."""
     console_session_seconds: float = Field(default=8 * 3600.0, gt=0)
     """How long a console login lasts."""
+    console_oidc_issuer: str = ""
+    """OpenID Provider whose users may sign in to the console (Authorization Code flow with
+    PKCE; its discovery document is read at ``<issuer>/.well-known/openid-configuration``).
+    Register ``<public_base_url>/console/oidc/callback`` as the client's redirect URI. Empty:
+    operator keys only."""
+    console_oidc_client_id: str = ""
+    """The console's client id at the issuer (the ID token's audience)."""
+    console_oidc_client_secret: SecretStr = SecretStr("")
+    """The client's secret (empty: a public client, PKCE only)."""
+    console_oidc_scopes: str = "openid profile email groups"
+    """Scopes asked for, space-separated (``openid`` is always asked for)."""
+    console_oidc_operator_claim: str = "groups"
+    """ID token claim that names gateway operators (a string or a list of strings)."""
+    console_oidc_operator_values: Annotated[list[str], NoDecode] = []
+    """Values of that claim that make a user a gateway operator (any one suffices);
+    comma-separated in the environment."""
+    console_oidc_login_seconds: float = Field(default=600.0, gt=0)
+    """Time a user has to sign in at the issuer before the login must be started again."""
+    console_oidc_timeout_seconds: float = Field(default=10.0, gt=0)
+    """Time allowed for each call to the issuer (discovery, token exchange, keys)."""
+
+    @model_validator(mode="after")
+    def _console_oidc(self) -> GatewaySettings:
+        if not self.console_oidc_issuer:
+            return self
+        issuer = urlsplit(self.console_oidc_issuer)
+        if issuer.scheme != "https" and not (issuer.scheme == "http" and issuer.hostname in {"127.0.0.1", "::1", "localhost"}):
+            raise ValueError("console_oidc_issuer must be an https URL (http only on a loopback address)")
+        if not self.console_oidc_client_id:
+            raise ValueError("console_oidc_issuer needs console_oidc_client_id")
+        if not self.console_oidc_operator_claim or not self.console_oidc_operator_values:
+            raise ValueError("console_oidc_issuer needs console_oidc_operator_claim and "
+                             "console_oidc_operator_values (who of the issuer's users are operators)")
+        return self
+
+    @field_validator("console_oidc_operator_values", mode="before")
+    @classmethod
+    def _value_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
     event_feed_replay_events: int = 1000
     """Events of an endpoint's event feed each replica keeps, so a dashboard that reconnects
     with ``Last-Event-ID`` gets exactly the events it missed (0: none; it gets a snapshot)."""
@@ -175,6 +217,8 @@ class GatewaySettings(BaseSettings):
     or EdDSA): the first signs, all are published at ``/.well-known/jwks.json``, so a key
     stays listed until the cards it signed are gone. Empty: cards are unsigned."""
     endpoint_cache_seconds: float = 5.0
+    admin_tasks_max_page_size: int = Field(default=200, ge=1)
+    """Most tasks one page of the admin API's task list (``GET /admin/api/tasks``) may ask for."""
     cancel_wait_seconds: float = 10.0
     context_max_turns: int = 200
     max_task_history: int = 1000

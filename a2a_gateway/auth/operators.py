@@ -18,7 +18,9 @@ Two kinds:
   or by a JWT claim such as an OIDC ``groups`` claim.
 
 With the console on, a console session (``console.session``, the cookie of a login with an
-operator key) is a gateway operator too; its state-changing calls need its CSRF token.
+operator key, or of a sign-in through the OIDC issuer ``console_oidc_issuer``: ``console.oidc``)
+is a gateway operator too; its state-changing calls need its CSRF token. A session outlives
+neither its key nor the OIDC issuer it came from in the settings.
 
 Why the declaration rather than a role on API key rows: every credential an endpoint takes
 already names a principal, and API keys, JWTs and proxy identities are all verified in one
@@ -123,11 +125,14 @@ def _digest_of(index: int, entry: str) -> bytes:
 
 
 class OperatorAuth:
-    def __init__(self, keys: OperatorKeys, callers: Authenticator, sessions: ConsoleSessions | None = None) -> None:
+    def __init__(self, keys: OperatorKeys, callers: Authenticator, sessions: ConsoleSessions | None = None,
+                 oidc_issuer: str = "") -> None:
         self._keys = keys
         self._callers = callers
         self.sessions = sessions
         """Console sessions taken as gateway operators (None: the console is off)."""
+        self._oidc_issuer = oidc_issuer
+        """The issuer whose sign-ins are taken ("": none)."""
 
     def key_ref(self, presented: str) -> str | None:
         """The reference of the gateway operator key ``presented`` is, if it is one."""
@@ -139,7 +144,11 @@ class OperatorAuth:
         if bearer is not None and self.key_ref(bearer) is not None:
             return Operator("gateway operator", gateway=True)
         session = self.sessions.read(headers) if self.sessions is not None and bearer is None else None
-        if session is not None and self._keys.has_ref(session.key_ref):
+        if session is None:
+            return None
+        if session.oidc is not None and self._oidc_issuer and session.oidc.issuer == self._oidc_issuer:
+            return Operator(f"oidc:{session.oidc.subject}", gateway=True, session=session)
+        if session.key_ref is not None and self._keys.has_ref(session.key_ref):
             return Operator("console session", gateway=True, session=session)
         return None
 

@@ -1,6 +1,7 @@
 """The console's routes: its static page (``/console``, files shipped in the package, served
 with a strict Content-Security-Policy) and its login, session and logout calls under
-``/console/api/``. Everything else the page does goes through the admin API and the feed.
+``/console/api/``. Everything else the page does goes through the admin API and the feed;
+signing in through an OIDC issuer is ``console.oidc``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from importlib import resources
 import orjson
 from aiohttp import web
 
-from a2a_gateway.console.session import COOKIE, csrf_ok
+from a2a_gateway.console.session import COOKIE, ConsoleSessions, Session, csrf_ok
 from a2a_gateway.state import GATEWAY
 
 CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
@@ -52,19 +53,30 @@ async def login(request: web.Request) -> web.Response:
     if sessions is None or ref is None:
         return _json({"error": "not a gateway operator key"}, status=401)
     session, cookie = sessions.issue(ref)
-    response = _json({"csrf": session.csrf, "expires": session.expires})
-    response.set_cookie(COOKIE, cookie, max_age=int(sessions.lifetime_seconds), path="/", httponly=True,
-                        samesite="Strict", secure=gateway.base_url(request).startswith("https://"))
+    response = _json(_session_body(session))
+    set_session_cookie(response, sessions, cookie, secure=gateway.base_url(request).startswith("https://"))
     return response
 
 
+def set_session_cookie(response: web.StreamResponse, sessions: ConsoleSessions, cookie: str, *, secure: bool) -> None:
+    response.set_cookie(COOKIE, cookie, max_age=int(sessions.lifetime_seconds), path="/", httponly=True,
+                        samesite="Strict", secure=secure)
+
+
+def _session_body(found: Session) -> dict[str, object]:
+    """The session's CSRF token and expiry, and who is logged in (for the page to show)."""
+    operator = ({"via": "oidc", "name": found.oidc.name, "issuer": found.oidc.issuer} if found.oidc is not None
+                else {"via": "operator key"})
+    return {"csrf": found.csrf, "expires": found.expires, "operator": operator}
+
+
 async def session(request: web.Request) -> web.Response:
-    """The CSRF token of the request's session (the page reads it again after a reload)."""
-    gateway = request.app[GATEWAY]
-    found = gateway.operators.sessions.read(request.headers) if gateway.operators.sessions else None
-    if found is None:
+    """The request's session (the page reads it again after a reload): its CSRF token and who
+    is logged in. A session of a key or an issuer no longer configured is none."""
+    operator = request.app[GATEWAY].operators.gateway_operator(request.headers)
+    if operator is None or operator.session is None:
         return _json({"error": "not logged in"}, status=401)
-    return _json({"csrf": found.csrf, "expires": found.expires})
+    return _json(_session_body(operator.session))
 
 
 async def logout(request: web.Request) -> web.Response:

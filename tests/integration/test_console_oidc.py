@@ -1,0 +1,162 @@
+"""Signing in to the console through a real OpenID Provider (tests/oidc_provider, panva's
+oidc-provider) over plain HTTP, through a running gateway: an operator of the issuer's
+``a2a-operators`` group gets a console session that lists endpoints and changes them with its
+CSRF token (a confidential client with client_secret_basic, and a public client with PKCE
+only); a user outside the group gets 403; a tampered state, a replayed callback, an ID token
+of another sign-in (its nonce), a sign-in cancelled at the issuer and an issuer that cannot
+be reached are each a 4xx (or 502) page, never a 500, with no token or code in it."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import httpx
+import pytest
+
+from a2a_gateway.console.oidc import FLOW_COOKIE, OIDC_LOGIN
+from a2a_gateway.console.session import COOKIE
+from tests.harness import RunningGateway, running_gateway
+from tests.oidc_support import CONFIDENTIAL, PUBLIC, issuer, oidc_settings, sign_in_at_issuer
+
+pytestmark = pytest.mark.timeout(120)
+OPERATOR = "alice:a2a-operators,dev"
+
+
+@asynccontextmanager
+async def oidc_gateway(client: dict = CONFIDENTIAL, **settings) -> AsyncIterator[RunningGateway]:
+    async with running_gateway(**{**oidc_settings(issuer(), client), "console_session_secret": "s" * 32,
+                                  **settings}) as gw:
+        yield gw
+
+
+@pytest.fixture
+async def gw() -> AsyncIterator[RunningGateway]:
+    async with oidc_gateway() as running:
+        yield running
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[httpx.AsyncClient]:
+    """One cookie jar for the gateway and the issuer, as a browser has."""
+    async with httpx.AsyncClient(timeout=60) as http:
+        yield http
+
+
+async def start(browser: httpx.AsyncClient, gw: RunningGateway) -> str:
+    """``/console/oidc/login``: the issuer's authorization URL it sends the browser to."""
+    response = await browser.get(f"{gw.base_url}/console/oidc/login", follow_redirects=False)
+    assert response.status_code == 303, response.text
+    assert browser.cookies.get(FLOW_COOKIE)
+    return response.headers["Location"]
+
+
+async def callback_url(browser: httpx.AsyncClient, gw: RunningGateway, login: str = OPERATOR, **how) -> str:
+    return await sign_in_at_issuer(browser, await start(browser, gw), login, f"{gw.base_url}/console/oidc/", **how)
+
+
+def assert_refusal_page(response: httpx.Response, status: int, *words: str) -> None:
+    assert response.status_code == status, response.text
+    assert response.headers["Content-Type"].startswith("text/html")
+    assert "default-src 'self'" in response.headers["Content-Security-Policy"]
+    for word in words:
+        assert word in response.text, (word, response.text)
+    for secret in ("code=", "eyJ", CONFIDENTIAL["client_secret"]):
+        assert secret not in response.text
+    assert COOKIE not in [c.split("=")[0] for c in response.headers.get_list("Set-Cookie")]
+
+
+@pytest.mark.parametrize("client", [CONFIDENTIAL, PUBLIC], ids=["client_secret_basic", "public-pkce"])
+async def test_an_operator_signs_in_and_uses_the_admin_api_with_its_csrf_token(client, browser, capsys):
+    async with oidc_gateway(client) as gw:
+        endpoint_id = await gw.add_endpoint(name="oidc target")
+        authorization = await start(browser, gw)
+        asked = parse_qs(urlsplit(authorization).query)
+        assert asked["code_challenge_method"] == ["S256"] and asked["client_id"] == [client["client_id"]]
+        assert asked["redirect_uri"] == [f"{gw.base_url}/console/oidc/callback"]
+        assert "groups" in asked["scope"][0].split() and asked["nonce"] and asked["state"]
+        back = await sign_in_at_issuer(browser, authorization, OPERATOR, f"{gw.base_url}/console/oidc/")
+        done = await browser.get(back, follow_redirects=False)
+        assert done.status_code == 303 and done.headers["Location"] == f"{gw.base_url}/console"
+        assert browser.cookies.get(COOKIE) and not browser.cookies.get(FLOW_COOKIE)
+
+        session = (await browser.get(f"{gw.base_url}/console/api/session")).json()
+        assert session["operator"] == {"via": "oidc", "name": "alice", "issuer": issuer()}
+        listed = await browser.get(f"{gw.base_url}/admin/api/endpoints")
+        assert listed.status_code == 200 and endpoint_id in listed.text
+        disable = f"{gw.base_url}/admin/api/endpoints/{endpoint_id}/disable"
+        assert (await browser.post(disable)).status_code == 403  # no CSRF token
+        assert (await gw.store.get_endpoint(endpoint_id)).enabled
+        changed = await browser.post(disable, headers={"X-CSRF-Token": session["csrf"]})
+        assert changed.status_code == 200, changed.text
+        assert not (await gw.store.get_endpoint(endpoint_id)).enabled
+    logged = capsys.readouterr().out
+    assert "console_oidc_signed_in" in logged and "alice:a2a-operators,dev" in logged  # the subject
+    code = parse_qs(urlsplit(back).query)["code"][0]
+    for secret in (code, "eyJ", client.get("client_secret", code), session["csrf"]):
+        assert secret not in logged
+
+
+async def test_a_user_outside_the_operator_group_gets_403_and_no_session(gw, browser):
+    refused = await browser.get(await callback_url(browser, gw, "bob:developers"), follow_redirects=False)
+    assert_refusal_page(refused, 403, "bob", "not a gateway operator", "groups")
+    assert "developers" not in refused.text  # the claim's values are not repeated
+    assert not browser.cookies.get(COOKIE)
+    assert (await browser.get(f"{gw.base_url}/admin/api/endpoints")).status_code == 401
+
+
+async def test_a_tampered_state_is_refused(gw, browser):
+    back = urlsplit(await callback_url(browser, gw))
+    query = {k: v[0] for k, v in parse_qs(back.query).items()}
+    tampered = await browser.get(f"{gw.base_url}{back.path}?{urlencode({**query, 'state': 'x' + query['state']})}",
+                                 follow_redirects=False)
+    assert_refusal_page(tampered, 400, "state does not match")
+    assert not browser.cookies.get(COOKIE)
+
+
+async def test_a_replayed_callback_is_refused(gw, browser):
+    back = await callback_url(browser, gw)
+    flow = browser.cookies.get(FLOW_COOKIE)
+    assert (await browser.get(back, follow_redirects=False)).status_code == 303
+    browser.cookies.clear()
+    again = await browser.get(back, follow_redirects=False)  # the flow cookie went with the first
+    assert_refusal_page(again, 400, "No sign-in is under way")
+    browser.cookies.set(FLOW_COOKIE, flow)  # even with it: the issuer takes a code once
+    replayed = await browser.get(back, follow_redirects=False)
+    assert_refusal_page(replayed, 400, "refused to exchange the sign-in code", "invalid_grant")
+    assert not browser.cookies.get(COOKIE)
+
+
+async def test_an_id_token_of_another_sign_in_is_refused_by_its_nonce(gw, browser):
+    back = await callback_url(browser, gw)
+    login = gw.app[OIDC_LOGIN]
+    flow = login.open(browser.cookies.get(FLOW_COOKIE))
+    other = dataclasses.replace(flow, nonce=uuid.uuid4().hex)  # same state and verifier, another nonce
+    browser.cookies.set(FLOW_COOKIE, login.seal(other))
+    refused = await browser.get(back, follow_redirects=False)
+    assert_refusal_page(refused, 400, "nonce differs")
+    assert not browser.cookies.get(COOKIE)
+
+
+async def test_a_sign_in_cancelled_at_the_issuer_is_refused_with_its_error(gw, browser):
+    back = await callback_url(browser, gw, cancel=True)
+    assert "error=access_denied" in back
+    refused = await browser.get(back, follow_redirects=False)
+    assert_refusal_page(refused, 403, "did not sign you in (access_denied)")
+
+
+async def test_a_callback_without_the_flow_cookie_is_refused(gw, browser):
+    refused = await browser.get(f"{gw.base_url}/console/oidc/callback?code=abc&state=def", follow_redirects=False)
+    assert_refusal_page(refused, 400, "No sign-in is under way")
+
+
+async def test_an_issuer_that_cannot_be_reached_is_a_502_page(browser):
+    async with running_gateway(**oidc_settings("http://127.0.0.1:9"), console_oidc_timeout_seconds=5) as gw:
+        options = (await browser.get(f"{gw.base_url}/console/api/oidc")).json()
+        assert options == {"issuer": "http://127.0.0.1:9", "login": "/console/oidc/login"}
+        refused = await browser.get(f"{gw.base_url}/console/oidc/login", follow_redirects=False)
+        assert_refusal_page(refused, 502, "cannot be reached now", "operator key")
+        assert not browser.cookies.get(FLOW_COOKIE)
