@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,9 +47,18 @@ from a2a_gateway.registry import EndpointRuntime, check_endpoint, handler_path, 
 from a2a_gateway.settings import RESERVED_METADATA_KEYS
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.stats import STATS
-from a2a_gateway.stores.base import ApiKey, ConflictError, Endpoint, Scope, status_timestamp_us
+from a2a_gateway.stores.base import (
+    ApiKey,
+    ConflictError,
+    Endpoint,
+    EndpointTaskPage,
+    InvalidPageTokenError,
+    Scope,
+    status_timestamp_us,
+)
+from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
 from a2a_gateway.tasks.streams import LAST_EVENT_ID, subscribe_stream
-from a2a_gateway.transport.feed import feed_filter
+from a2a_gateway.transport.feed import MAX_CONTEXT_ID, feed_filter
 from a2a_gateway.transport.sse import SSEStream
 
 PREFIX = "/admin/api"
@@ -263,18 +273,74 @@ def task_entry(scope: Scope, task: Any) -> dict[str, Any]:
 
 
 async def list_tasks(request: web.Request) -> web.Response:
-    """The non-terminal tasks of every endpoint (``endpointId``, ``state``, ``contextId``
-    narrow it), newest status first, at most ``event_feed_snapshot_max_tasks``."""
+    """Recent tasks of every state and caller, newest status first, a page at a time:
+    ``endpoint`` (ids, repeated or comma-separated; default: every endpoint), ``state``
+    (repeated or comma-separated), ``context``, ``page_size`` (1 to
+    ``admin_tasks_max_page_size``, default 50 or that) and ``page_token`` (a page's ``nextPageToken``)."""
     operator_of(request)
     gateway = request.app[GATEWAY]
-    wanted = feed_filter(request.query)
-    given = {e.strip() for value in request.query.getall("endpointId", []) for e in value.split(",") if e.strip()}
-    endpoints = [e.id for e in await gateway.store.list_endpoints() if not given or e.id in given]
-    limit = gateway.settings.event_feed_snapshot_max_tasks
-    found = [t for endpoint_id in endpoints for t in await gateway.store.list_active_tasks(endpoint_id, limit + 1)]
-    found = [(s, t) for s, t in found if wanted.matches(t.context_id, t.status.state, s.endpoint_id)]
-    found.sort(key=lambda st: (status_timestamp_us(st[1]), st[1].id), reverse=True)
-    return _json({"tasks": [task_entry(s, t) for s, t in found[:limit]], "truncated": len(found) > limit})
+    wanted = _task_list_query(request, gateway)
+    known = {e.id for e in await gateway.store.list_endpoints()}
+    unknown = sorted(wanted.endpoints - known)
+    if unknown:
+        raise web.HTTPBadRequest(reason=f"endpoint: no endpoint {unknown[0][:64]}")
+    pages = [await gateway.store.list_endpoint_tasks(endpoint_id, states=wanted.states, context_id=wanted.context,
+                                                     page_size=wanted.page_size, page_token=wanted.page_token)
+             for endpoint_id in sorted(wanted.endpoints or known)]
+    shown, next_cursor = _merged(pages, wanted.page_size, wanted.token_key)
+    token = encode_page_token(*next_cursor, key=wanted.token_key) if next_cursor else ""
+    return _json({"tasks": [task_entry(s, t) for s, t in shown], "nextPageToken": token})
+
+
+@dataclass(frozen=True, slots=True)
+class TaskListQuery:
+    endpoints: frozenset[str]
+    states: frozenset[int]
+    context: str
+    page_size: int
+    page_token: str
+    token_key: bytes
+
+
+def _task_list_query(request: web.Request, gateway: Gateway) -> TaskListQuery:
+    """The task list's parameters, 400 for a bad one (``endpointId``/``contextId``: the feed's names)."""
+    query = request.query
+    filters = feed_filter(query)  # state
+    endpoints = {e.strip() for name in ("endpoint", "endpointId") for value in query.getall(name, [])
+                 for e in value.split(",") if e.strip()}
+    context = query.get("context", "") or filters.context_id
+    if len(context) > MAX_CONTEXT_ID:
+        raise web.HTTPBadRequest(reason=f"context is longer than {MAX_CONTEXT_ID} characters")
+    most = gateway.settings.admin_tasks_max_page_size
+    size = query.get("page_size", str(min(50, most))).strip()
+    if not (size.isdecimal() and 1 <= int(size) <= most):
+        raise web.HTTPBadRequest(reason=f"page_size must be a whole number from 1 to {most}")
+    key = gateway.settings.page_token_key.get_secret_value().encode()
+    token = query.get("page_token", "").strip()
+    if token:
+        try:
+            decode_page_token(token, key=key)
+        except InvalidPageTokenError:
+            raise web.HTTPBadRequest(reason="page_token is not a nextPageToken of this gateway") from None
+    return TaskListQuery(frozenset(endpoints), filters.states, context, int(size), token, key)
+
+
+def _merged(
+    pages: list[EndpointTaskPage], page_size: int, key: bytes
+) -> tuple[list[tuple[Scope, Task]], tuple[int, str] | None]:
+    """One page from the endpoints' pages, and the cursor it ends at (None: the last page).
+
+    An endpoint whose page has a next token is known only down to that cursor: tasks below
+    the highest such cursor wait for the next page, so none is skipped or shown twice."""
+    bound = max((decode_page_token(p.next_page_token, key=key) for p in pages if p.next_page_token), default=None)
+    tasks = sorted((task for page in pages for task in page.tasks), key=_cursor, reverse=True)
+    known = [task for task in tasks if bound is None or _cursor(task) >= bound]
+    shown = known[:page_size]
+    return shown, _cursor(shown[-1]) if len(known) > page_size else bound
+
+
+def _cursor(found: tuple[Scope, Task]) -> tuple[int, str]:
+    return status_timestamp_us(found[1]), found[1].id
 
 
 async def _task_scope(request: web.Request, gateway: Gateway) -> Scope:
