@@ -9,10 +9,11 @@ the request's log lines, and every backend call continues it: ``handlers.upstrea
 Spans are exported when the ``otel`` extra is installed and an OTLP endpoint is set with
 OpenTelemetry's standard variables (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; ``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER``, the
-batch and exporter variables apply as usual): a server span per request, a client span per
-store call and per backend call, whose id is the parent id the backend receives. Spans carry
-names, ids, hosts and statuses, never headers, URLs' paths or message text. Otherwise nothing
-of OpenTelemetry's SDK is imported and each hook costs a context-variable read.
+batch and exporter variables apply as usual): a server span per request (HTTP or gRPC), a
+client span per store call and per backend call, whose id is the parent id the backend
+receives. Spans carry names, ids, hosts and statuses, never headers, URLs' paths or message
+text. Otherwise nothing of OpenTelemetry's SDK is imported and each hook costs a
+context-variable read.
 
 The provider is the gateway's own, not OpenTelemetry's global one: the a2a-sdk traces its
 classes through the global provider, which would add a span per queue operation.
@@ -105,6 +106,12 @@ class RequestTrace:
             _exporter.end_request(self._span, self._token, status, a2a_method, endpoint, outcome)
             self._span = None
 
+    def end_grpc(self, code: str, value: int, *, endpoint: str, outcome: str) -> None:
+        """The gRPC call ended with status ``code`` (its name) of number ``value``."""
+        if self._span is not None and _exporter is not None:
+            _exporter.end_grpc_call(self._span, self._token, code, value, endpoint, outcome)
+            self._span = None
+
 
 def start_request(method: str, route: str, headers: Mapping[str, str], *, span: bool = True) -> RequestTrace:
     """The trace of a request with these ``headers``, current from now on in this task; with
@@ -116,6 +123,25 @@ def start_request(method: str, route: str, headers: Mapping[str, str], *, span: 
         trace = RequestTrace(given or TraceParent.new())
     _REQUEST.set(trace.context)
     return trace
+
+
+def start_grpc_call(service: str, method: str, metadata: Mapping[str, str]) -> RequestTrace:
+    """The trace of a gRPC call whose ``metadata`` may carry a ``traceparent``, as
+    ``start_request`` for HTTP; with export on, a server span ``service/method``."""
+    given = TraceParent.of(metadata)
+    if _exporter is not None:
+        trace = _exporter.start_server_span(f"{service}/{method}", given, {
+            "rpc.system": "grpc", "rpc.service": service, "rpc.method": method})
+    else:
+        trace = RequestTrace(given or TraceParent.new())
+    _REQUEST.set(trace.context)
+    return trace
+
+
+GRPC_SERVER_ERRORS = frozenset({"UNKNOWN", "DEADLINE_EXCEEDED", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE",
+                                "DATA_LOSS"})
+"""gRPC status codes that mark a server span as failed (OpenTelemetry's convention); the
+others are the caller's doing."""
 
 
 def store_call(operation: str, store: str) -> contextlib.AbstractContextManager[object]:
@@ -210,11 +236,13 @@ class _Exporter:
         return headers
 
     def start_request(self, method: str, route: str, given: TraceParent | None) -> RequestTrace:
+        return self.start_server_span(f"{method} {route}".strip(), given,
+                                      {"http.request.method": method, "http.route": route})
+
+    def start_server_span(self, name: str, given: TraceParent | None, attributes: dict[str, str]) -> RequestTrace:
         parent = self._propagator.extract(given.headers()) if given is not None else None
-        span = self._tracer.start_span(
-            f"{method} {route}".strip(), context=parent, kind=self._trace.SpanKind.SERVER,
-            attributes={"http.request.method": method, "http.route": route},
-        )
+        span = self._tracer.start_span(name, context=parent, kind=self._trace.SpanKind.SERVER,
+                                       attributes=attributes)
         token = self._context.attach(self._trace.set_span_in_context(span))
         used = TraceParent.of(self._headers(span))
         assert used is not None  # the SDK's ids are valid
@@ -225,12 +253,19 @@ class _Exporter:
         if a2a_method:
             span.update_name(a2a_method)
             span.set_attribute("a2a.method", a2a_method)
+        if status is not None:
+            span.set_attribute("http.response.status_code", status)
+        self._end_server_span(span, token, status is None or status >= 500, endpoint, outcome)
+
+    def end_grpc_call(self, span: Span, token: Any, code: str, value: int, endpoint: str, outcome: str) -> None:
+        span.set_attribute("rpc.grpc.status_code", value)
+        self._end_server_span(span, token, code in GRPC_SERVER_ERRORS, endpoint, outcome)
+
+    def _end_server_span(self, span: Span, token: Any, failed: bool, endpoint: str, outcome: str) -> None:
         if endpoint:
             span.set_attribute("a2a.endpoint_id", endpoint)
         span.set_attribute("a2a.outcome", outcome)
-        if status is not None:
-            span.set_attribute("http.response.status_code", status)
-        if status is None or status >= 500:
+        if failed:
             span.set_status(self._error)
         span.end()
         self._context.detach(token)

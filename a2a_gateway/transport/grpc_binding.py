@@ -64,7 +64,7 @@ from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.stores.base import StoreUnavailableError
 from a2a_gateway.tasks.request_handler import GatewayRequestHandler
-from a2a_gateway.tracing import start_request
+from a2a_gateway.tracing import start_grpc_call
 from a2a_gateway.transport.limits import check_request_limits
 from a2a_gateway.transport.negotiate import V10, activated_extensions, parse_version
 from a2a_gateway.transport.required_fields import validate_required_fields
@@ -204,7 +204,7 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
     # the path of every call ------------------------------------------------------------------
 
     async def _prepare(
-        self, request: ProtoMessage, context: grpc.aio.ServicerContext
+        self, request: ProtoMessage, context: grpc.aio.ServicerContext, headers: CIMultiDict[str]
     ) -> tuple[GatewayRequestHandler, ServerCallContext]:
         """The endpoint's request handler and the call's context, as the HTTP bindings make
         them: endpoint, caller, version, extensions, then the request's own checks."""
@@ -218,9 +218,6 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
             )
         runtime = await gateway.registry.get(endpoint_id)
         structlog.contextvars.bind_contextvars(endpoint_id=endpoint_id)
-        headers = metadata_headers(context)
-        trace = start_request("POST", "", headers, span=False)  # no server span here (yet)
-        structlog.contextvars.bind_contextvars(trace_id=trace.trace_id)
         PEER.set(peer_address(context))
         user = await gateway.auth.caller(headers, runtime)
         if parse_version(headers.get("A2A-Version", "").strip(), empty_means=V10) != V10:
@@ -242,12 +239,12 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         return handler, call_context
 
     async def _unary(self, name: str, request: Any, context: grpc.aio.ServicerContext, call: Call) -> Any:
-        record, failure = CallRecord(name), None
+        record, failure = CallRecord(name, metadata_headers(context)), None
         try:
-            handler, call_context = await self._prepare(request, context)
+            handler, call_context = await self._prepare(request, context, record.headers)
             return await call(handler, request, call_context)
         except asyncio.CancelledError:
-            record.outcome, record.code = "cancelled", "CANCELLED"
+            record.outcome, record.code = "cancelled", grpc.StatusCode.CANCELLED
             raise
         except Exception as exc:  # every exception becomes a status, none reaches grpc as UNKNOWN
             failure = self._failure(record, exc)
@@ -258,12 +255,12 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
     async def _stream(
         self, name: str, request: Any, context: grpc.aio.ServicerContext, method: str
     ) -> AsyncIterator[Any]:
-        record, failure = CallRecord(name), None
+        record, failure = CallRecord(name, metadata_headers(context)), None
         open_streams = self._app[OPEN_STREAMS]
         stream = GrpcStream()
         open_streams.add(stream)
         try:
-            handler, call_context = await self._prepare(request, context)
+            handler, call_context = await self._prepare(request, context, record.headers)
             events = getattr(handler, method)(request, call_context)
             try:
                 async for event in _until_ended(events, stream.done):
@@ -272,7 +269,7 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
             finally:
                 await events.aclose()
         except asyncio.CancelledError:  # the client left, or its deadline passed: the task goes on
-            record.outcome, record.code = "cancelled", "CANCELLED"
+            record.outcome, record.code = "cancelled", grpc.StatusCode.CANCELLED
             raise
         except Exception as exc:
             failure = self._failure(record, exc)
@@ -299,14 +296,17 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
 
 
 class CallRecord:
-    """The log line and metrics of one call: its outcome (``ok``, ``cancelled`` or the error's
-    name, as on HTTP) and its latency to the response (to the first event of a stream)."""
+    """The trace, log line and metrics of one call: its outcome (``ok``, ``cancelled`` or the
+    error's name, as on HTTP) and its latency to the response (to the first event of a stream)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, headers: CIMultiDict[str]) -> None:
         self.name = name
-        self.outcome, self.code = "ok", "OK"
+        self.headers = headers
+        self.outcome, self.code = "ok", grpc.StatusCode.OK
         self._started = time.perf_counter()
         self._answered = False
+        self._trace = start_grpc_call(SERVICE, name, headers)
+        structlog.contextvars.bind_contextvars(trace_id=self._trace.trace_id)
 
     def answered(self) -> None:
         if not self._answered:
@@ -315,13 +315,14 @@ class CallRecord:
 
     def failed(self, exc: Exception, status: status_pb2.Status) -> None:
         self.outcome = type(exc).__name__ if isinstance(exc, A2AError | GatewayError) else "InternalError"
-        self.code = next(c.name for c in grpc.StatusCode if c.value[0] == status.code)
+        self.code = next(c for c in grpc.StatusCode if c.value[0] == status.code)
 
     def end(self, endpoint: str) -> None:
         self.answered()
         outcome_counter(self.name, endpoint, self.outcome).inc()
-        log.info("grpc_request", grpc_method=self.name, grpc_status=self.code, outcome=self.outcome,
+        log.info("grpc_request", grpc_method=self.name, grpc_status=self.code.name, outcome=self.outcome,
                  duration_ms=round((time.perf_counter() - self._started) * 1000, 2))
+        self._trace.end_grpc(self.code.name, self.code.value[0], endpoint=endpoint, outcome=self.outcome)
 
 
 async def _until_ended(events: AsyncIterator[Any], ended: asyncio.Event) -> AsyncIterator[Any]:

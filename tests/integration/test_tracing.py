@@ -261,6 +261,7 @@ async def test_a_backend_call_outside_an_http_request_continues_the_trace_it_car
 
 @pytest.mark.parametrize("export", [False, True], ids=["no-export", "export"])
 async def test_a_grpc_call_has_a_trace_in_its_log_line_and_the_backend_continues_it(export, monkeypatch):
+    unknown = TraceParent("5c0ffee5c0ffee5c0ffee5c0ffee5c0f", "1111111111111111")
     async with backend_and_receiver() as (proxy, proxy_url, receiver, receiver_url):
         if export:
             for name, value in {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver_url, **EXPORT_ENV}.items():
@@ -275,17 +276,32 @@ async def test_a_grpc_call_has_a_trace_in_its_log_line_and_the_backend_continues
                     request = send_request("over grpc")
                     request.tenant = ep
                     await stub.SendMessage(request, metadata=(("a2a-version", "1.0"), *metadata))
+                request.tenant = str(uuid.uuid4())  # no such endpoint: NOT_FOUND, the caller's doing
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await stub.SendMessage(request, metadata=(("a2a-version", "1.0"), *unknown.headers().items()))
+                assert refused.value.code() == grpc.StatusCode.NOT_FOUND
         # leaving the gateway exported its spans
     new, passed = proxy.traceparents()
     logged = [e["trace_id"] for e in logs if e["event"] == "grpc_request"]
-    assert new is not None and logged == [new.trace_id, CALLER.trace_id] and new.trace_id != CALLER.trace_id
+    assert new is not None and new.trace_id != CALLER.trace_id
+    assert logged == [new.trace_id, CALLER.trace_id, unknown.trace_id]
     if not export:
         assert passed == CALLER
         return
-    for sent in (new, passed):
-        [backend] = receiver.of_trace(sent.trace_id)
-        assert backend.span_id == sent.span_id and backend.kind == CLIENT
-    assert receiver.of_trace(CALLER.trace_id)[0].parent_id == CALLER.span_id
+    for sent, parent in ((new, ""), (passed, CALLER.span_id)):
+        spans = receiver.of_trace(sent.trace_id)
+        [server] = [s for s in spans if s.kind == SERVER]
+        assert server.name == "lf.a2a.v1.A2AService/SendMessage" and server.parent_id == parent
+        assert server.attributes == {
+            "rpc.system": "grpc", "rpc.service": "lf.a2a.v1.A2AService", "rpc.method": "SendMessage",
+            "rpc.grpc.status_code": 0, "a2a.endpoint_id": ep, "a2a.outcome": "ok"}
+        [backend] = [s for s in spans if s.kind == CLIENT and not s.name.startswith("store ")]
+        assert backend.span_id == sent.span_id and backend.parent_id == server.span_id
+        assert all(s.parent_id == server.span_id for s in spans if s is not server)
+    [refused_span] = [s for s in receiver.of_trace(unknown.trace_id) if s.kind == SERVER]
+    assert refused_span.parent_id == unknown.span_id and refused_span.attributes["rpc.grpc.status_code"] == 5
+    assert refused_span.attributes["a2a.outcome"] == "EndpointNotFoundError"
+    assert refused_span.status != 2  # NOT_FOUND is not a server failure (2: STATUS_CODE_ERROR)
 
 
 async def test_without_export_the_backend_still_gets_the_request_trace():
