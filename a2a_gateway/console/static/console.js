@@ -3,7 +3,7 @@
 "use strict";
 
 const TERMINAL = new Set(["TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"]);
-const PAGES = ["login-page", "endpoints-page", "tasks-page", "task-page"];
+const PAGES = ["login-page", "endpoints-page", "tasks-page", "task-page", "numbers-page"];
 const state = {
   csrf: "",
   feed: null, feedUrl: "", tasks: new Map(), filters: { endpoint: "", state: "", context: "" },
@@ -66,6 +66,7 @@ function showLogin() {
   state.csrf = "";
   stopFeed();
   closeTaskFeed();
+  stopNumbers();
   show("login-page");
 }
 
@@ -75,10 +76,14 @@ async function route() {
   }
   const parts = (location.hash || "#/tasks").slice(2).split("/").map(decodeURIComponent);
   closeTaskFeed();
+  stopNumbers();
   state.task = null;
   if (parts[0] === "endpoints") {
     show("endpoints-page");
     await act(loadEndpoints, "endpoints-error");
+  } else if (parts[0] === "numbers") {
+    show("numbers-page");
+    startNumbers();
   } else if (parts[0] === "task" && parts.length === 4) {
     show("task-page");
     await act(() => openTask(parts[1], parts[2], parts[3]), "task-error");
@@ -145,7 +150,8 @@ function endpointRow(endpoint) {
   const keys = el("button", "Keys", { type: "button", class: "keys" });
   keys.addEventListener("click", () => act(() => openKeys(endpoint), "endpoints-error"));
   actions.append(toggle, keys);
-  row.append(el("td", endpoint.name, { class: "name" }), el("td", endpoint.handler), el("td", authText(endpoint.auth)),
+  row.append(el("td", endpoint.name, { class: "name" }), el("td", endpoint.handler), healthCell(endpoint.health),
+    el("td", authText(endpoint.auth)),
     el("td", endpoint.enabled ? "yes" : "no", { class: "enabled" }), card, actions);
   return row;
 }
@@ -406,6 +412,160 @@ async function cancelTask() {
     const data = await api("POST", `${taskPath(view)}/cancel?principal=${enc(view.principal)}`);
     addStatus(data.state, data.timestamp);
   }, "task-error");
+}
+
+// endpoints: backend health --------------------------------------------------------------
+
+function localTime(iso) {
+  const when = new Date(iso);
+  return Number.isNaN(when.getTime()) ? String(iso) : when.toLocaleString();
+}
+
+function healthCell(health) {
+  // the status word, coloured by its class, with the time of the outcome it stands for
+  const cell = el("td", null, { class: "health" });
+  if (!health) return cell;
+  const status = ["ok", "failing", "unknown"].includes(health.status) ? health.status : "unknown";
+  cell.append(el("span", status, { class: `health-status health-${status}` }));
+  const error = health.last_error;
+  const when = status === "failing" && error ? error.at : health.last_success;
+  if (when) cell.append(" ", el("time", localTime(when), { datetime: when }));
+  if (error && error.message) {
+    const prefix = status === "failing" ? "" : `last error ${localTime(error.at)}: `;
+    cell.append(el("div", prefix + error.message, { class: status === "failing" ? "health-message" : "health-message muted" }));
+  }
+  return cell;
+}
+
+// numbers at a glance: charts of GET /admin/api/stats, drawn as inline SVG ---------------
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const numbers = { timer: null, run: null };
+
+function svgEl(tag, attrs = {}, title) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, String(value));
+  if (title) {
+    const tooltip = document.createElementNS(SVG_NS, "title");
+    tooltip.textContent = title;
+    node.append(tooltip);
+  }
+  return node;
+}
+
+function linePath(values, x, y) {
+  // "M x y L x y …"; a null value (no data) breaks the line
+  const steps = [];
+  let drawing = false;
+  values.forEach((value, index) => {
+    if (typeof value !== "number") { drawing = false; return; }
+    steps.push(`${drawing ? "L" : "M"}${x(index).toFixed(1)} ${y(value).toFixed(1)}`);
+    drawing = true;
+  });
+  return steps.join(" ");
+}
+
+function lineChart(lines, { width = 360, height = 70, title = "" } = {}) {
+  // lines: [{ values, name }] on one scale from 0 to the highest value
+  const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, width, height, class: "chart-svg", role: "img" }, title);
+  const all = lines.flatMap((line) => line.values).filter((value) => typeof value === "number");
+  const top = Math.max(...all, 0) || 1;
+  const count = Math.max(2, ...lines.map((line) => line.values.length));
+  const x = (index) => 1 + (index * (width - 2)) / (count - 1);
+  const y = (value) => height - 1 - (value / top) * (height - 4);
+  svg.append(svgEl("line", { x1: 0, y1: height - 0.5, x2: width, y2: height - 0.5, class: "axis" }));
+  for (const line of lines) {
+    const d = linePath(line.values, x, y);
+    if (d) svg.append(svgEl("path", { d, class: `line line-${line.name}` }, line.name));
+  }
+  return svg;
+}
+
+function outcomeBar(totals, { width = 200, height = 14 } = {}) {
+  const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, width, height, class: "bar-svg", role: "img" });
+  const sum = Object.values(totals).reduce((a, b) => a + b, 0);
+  let x = 0;
+  for (const [outcome, count] of Object.entries(totals)) {
+    const w = sum ? (count / sum) * width : 0;
+    const known = ["completed", "failed", "canceled", "rejected"].includes(outcome) ? outcome : "other";
+    svg.append(svgEl("rect", { x: x.toFixed(1), y: 0, width: w.toFixed(1), height, class: `outcome outcome-${known}` },
+      `${outcome}: ${count}`));
+    x += w;
+  }
+  return svg;
+}
+
+function seconds3(value) {
+  if (typeof value !== "number") return "–";
+  return value < 1 ? `${(value * 1000).toFixed(value < 0.01 ? 1 : 0)} ms` : `${value.toFixed(2)} s`;
+}
+
+function spanText(seconds) {
+  // how far back the samples go: less than the window while the gateway is young
+  return seconds < 120 ? `${Math.round(seconds)} s` : `${Math.round(seconds / 60)} min`;
+}
+
+function renderNumbers(stats, names) {
+  const latency = stats.latencySeconds;
+  const overall = latency.window;
+  $("latency-chart").querySelector(".chart").replaceChildren(lineChart(
+    ["p50", "p95", "p99"].map((name) => ({ name, values: latency[name] })), { title: "request latency" }));
+  $("latency-chart").querySelector(".legend").textContent =
+    `last ${spanText(stats.seconds.reduce((a, b) => a + b, 0))}: p50 ${seconds3(overall.p50)}, p95 ${seconds3(overall.p95)}, ` +
+    `p99 ${seconds3(overall.p99)} over ${overall.requests} requests`;
+  $("streams-chart").querySelector(".chart").replaceChildren(
+    lineChart([{ name: "streams", values: stats.openStreams }], { title: "open streams" }));
+  const streams = stats.openStreams;
+  $("streams-chart").querySelector(".legend").textContent = `now ${streams.length ? streams[streams.length - 1] : 0}`;
+
+  const body = $("numbers-table").tBodies[0];
+  body.replaceChildren();
+  for (const [endpointId, series] of Object.entries(stats.endpoints)) {
+    const total = series.total;
+    const requests = el("td", null, { class: "requests" });
+    requests.append(lineChart([{ name: "requests", values: series.requests }, { name: "errors", values: series.errors }],
+      { width: 240, height: 40, title: "requests and errors" }), el("span", total.requests, { class: "requests-total" }));
+    const outcomes = el("td", null, { class: "outcomes" });
+    const listed = Object.entries(total.tasks).map(([outcome, count]) => `${outcome} ${count}`).join(", ");
+    outcomes.append(outcomeBar(total.tasks), el("span", listed || "none", { class: "outcomes-total" }));
+    const row = el("tr", null, { "data-endpoint-id": endpointId });
+    row.append(el("td", names.get(endpointId) || endpointId, { class: "name" }), requests,
+      el("td", total.errors, { class: "errors-total" }), outcomes);
+    body.append(row);
+  }
+  if (!body.rows.length) {
+    const row = el("tr");
+    row.append(el("td", "no A2A requests in the window", { colspan: 4 }));
+    body.append(row);
+  }
+  $("numbers-status").textContent = `updated ${new Date().toLocaleTimeString()}, a point every ${stats.intervalSeconds} s`;
+}
+
+function startNumbers() {
+  // reload every interval of the sampler (1 to 15 s) while the page is shown
+  stopNumbers();
+  const run = {};
+  numbers.run = run;
+  const next = async () => {
+    let wait = 10;
+    try {
+      const [stats, listed] = await Promise.all([api("GET", "/admin/api/stats"), api("GET", "/admin/api/endpoints")]);
+      if (numbers.run !== run) return;
+      $("numbers-error").textContent = "";
+      renderNumbers(stats, new Map(listed.endpoints.map((endpoint) => [endpoint.id, endpoint.name])));
+      wait = Math.min(15, Math.max(1, stats.intervalSeconds));
+    } catch (error) {
+      if (numbers.run === run) $("numbers-error").textContent = error.message;
+    }
+    if (numbers.run === run) numbers.timer = setTimeout(next, wait * 1000);
+  };
+  next();
+}
+
+function stopNumbers() {
+  numbers.run = null;
+  clearTimeout(numbers.timer);
+  numbers.timer = null;
 }
 
 // start ----------------------------------------------------------------------------------
