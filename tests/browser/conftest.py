@@ -1,50 +1,25 @@
 """Fixtures of the browser tests: the ``a2a-gateway demo`` command running as a child process
-(console on, a known operator key), a headless Chromium driven by Selenium through Debian's
+(console on, a known operator key; ``support.demo_gateway``), a headless Chromium driven by Selenium through Debian's
 chromium-driver (its path given, so Selenium downloads nothing), and the a2a-sdk client as
 the other caller (``support.send``). Screenshots go to ``tests/output/browser/``."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.browser.support import CHROMEDRIVER, CHROMIUM, OPERATOR_KEY, SCREENSHOTS, WAIT_SECONDS
-from tests.cli_process import LISTENING, ROOT, cli_env
+from tests.browser.support import CHROMEDRIVER, CHROMIUM, OPERATOR_KEY, SCREENSHOTS, WAIT_SECONDS, demo_gateway
 
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[str]:
     """The base URL of ``a2a-gateway demo`` on a memory store."""
-    env = cli_env(A2A_GATEWAY_OPERATOR_KEYS=OPERATOR_KEY, A2A_GATEWAY_ENDPOINT_CACHE_SECONDS="0.5")
-    proc = subprocess.Popen([sys.executable, "-m", "a2a_gateway", "demo", "--store", "memory://", "--port", "0"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    drain = threading.Thread(target=proc.stdout.read, daemon=True)  # a full pipe would stop it
-    try:
-        match = None
-        while match is None:
-            line = proc.stdout.readline()
-            assert line, "the demo gateway exited before listening"
-            match = LISTENING.search(line)
-        drain.start()
-        yield match[1]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if drain.is_alive():
-            drain.join(5)
-        proc.stdout.close()
+    with demo_gateway(A2A_GATEWAY_OPERATOR_KEYS=OPERATOR_KEY, A2A_GATEWAY_ENDPOINT_CACHE_SECONDS="0.5") as base:
+        yield base
 
 
 @pytest.fixture(scope="module")

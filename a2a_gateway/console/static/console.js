@@ -72,7 +72,7 @@ function showLogin() {
 
 async function route() {
   if (!state.csrf) {
-    try { state.csrf = (await api("GET", "/console/api/session")).csrf; } catch { showLogin(); return; }
+    try { useSession(await api("GET", "/console/api/session")); } catch { showLogin(); return; }
   }
   const parts = (location.hash || "#/tasks").slice(2).split("/").map(decodeURIComponent);
   closeTaskFeed();
@@ -107,7 +107,7 @@ async function login(event) {
     return;
   }
   $("login-key").value = "";
-  state.csrf = data.csrf;
+  useSession(data);
   await route();
 }
 
@@ -568,6 +568,26 @@ function stopNumbers() {
   numbers.timer = null;
 }
 
+// who is logged in, and signing in through the OIDC issuer -------------------------------
+
+function useSession(session) {
+  state.csrf = session.csrf;
+  const operator = session.operator || {};
+  $("whoami").textContent = operator.via === "oidc" ? `${operator.name} (${operator.issuer})` : "operator key";
+}
+
+async function offerOidcSignIn() {
+  // the issuer's link when the gateway has one (GET /console/api/oidc is 404 without)
+  try {
+    const response = await fetch("/console/api/oidc", { credentials: "same-origin" });
+    if (!response.ok) return;
+    const oidc = await response.json();
+    $("oidc-issuer").textContent = oidc.issuer;
+    $("oidc-sign-in-link").setAttribute("href", oidc.login);
+    $("oidc-sign-in").hidden = false;
+  } catch { /* the operator key form alone */ }
+}
+
 // start ----------------------------------------------------------------------------------
 
 function init() {
@@ -579,6 +599,7 @@ function init() {
   $("task-cancel").addEventListener("click", cancelTask);
   window.addEventListener("hashchange", route);
   setInterval(() => { if (!$("tasks-page").hidden) renderTasks(); }, 1000);
+  offerOidcSignIn();
   route();
 }
 
