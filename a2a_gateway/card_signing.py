@@ -4,7 +4,8 @@ Each entry of ``card_signing_keys`` is a file or ``env:NAME`` holding one key, P
 ES256 (P-256) or EdDSA (Ed25519). The first entry signs and must be a private key; the
 others are only published in the JWKS (``/.well-known/jwks.json``), so cards signed before a
 rotation still verify until their key is removed from the list. A key's ``kid`` is the JWK's
-own ``kid`` or else its RFC 7638 thumbprint.
+own ``kid`` or else its RFC 7638 thumbprint. ``card_keys`` reads them (and loads
+``cryptography`` and PyJWT): a gateway without keys never imports it.
 
 A signature is a detached JWS whose protected header holds ``alg``, ``kid``, ``typ: JOSE``
 and ``jku`` (the JWKS URL), over the RFC 8785 canonical JSON of the 1.0 card without
@@ -23,28 +24,20 @@ neither: the a2a-sdk reads such a card through its 1.0 fields.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from a2a.types import AgentCard
 from a2a.utils.constants import PROTOCOL_VERSION_0_3
-from a2a.utils.signing import create_agent_card_signer
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
-from cryptography.hazmat.primitives.serialization import load_pem_private_key, load_pem_public_key
-from jwt.algorithms import ECAlgorithm, OKPAlgorithm
-from jwt.api_jwk import PyJWK
-from jwt.exceptions import PyJWKError
 
-from a2a_gateway.settings import HandlerSettingsError, expand_env_refs
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+    from jwt import PyJWK
+
+    PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
 
 JWKS_PATH = "/.well-known/jwks.json"
-
-PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
 
 
 class CardSigningKeyError(ValueError):
@@ -68,9 +61,11 @@ class CardSigner:
         self.keys = tuple(keys)
         self.jwks: dict[str, Any] = {"keys": [k.public_jwk for k in self.keys]}
         first = self.keys[0] if self.keys else None
-        self._private = (
-            PyJWK(_private_jwk(first.private), first.alg) if first and first.private else None
-        )
+        self._private: PyJWK | None = None
+        if first is not None and first.private is not None:
+            from a2a_gateway.card_keys import signing_jwk
+
+            self._private = signing_jwk(first.private, first.alg)
 
     @property
     def enabled(self) -> bool:
@@ -81,6 +76,8 @@ class CardSigner:
         unchanged without keys."""
         if self._private is None:
             return card
+        from a2a.utils.signing import create_agent_card_signer  # PyJWT: loaded only with keys
+
         current = self.keys[0]
         sign = create_agent_card_signer(self._private, {
             "alg": current.alg, "kid": current.kid, "typ": "JOSE",
@@ -98,10 +95,14 @@ class CardSigner:
 
 def load_card_signer(entries: Sequence[str]) -> CardSigner:
     """The signer of the configured keys; raises ``CardSigningKeyError`` for a bad entry."""
-    keys = [_load_key(entry, position) for position, entry in enumerate(entries, start=1)]
+    if not entries:
+        return CardSigner()
+    from a2a_gateway.card_keys import load_key  # cryptography and PyJWT: loaded only with keys
+
+    keys = [load_key(entry, position) for position, entry in enumerate(entries, start=1)]
     if keys and keys[0].private is None:
         raise CardSigningKeyError(
-            f"card signing key 1 ({_source(entries[0])}) is a public key: "
+            f"card signing key 1 ({source_of(entries[0])}) is a public key: "
             "the first key signs and must be private"
         )
     kids = [k.kid for k in keys]
@@ -110,82 +111,8 @@ def load_card_signer(entries: Sequence[str]) -> CardSigner:
     return CardSigner(keys)
 
 
-def _source(entry: str) -> str:
+def source_of(entry: str) -> str:
+    """How an entry of ``card_signing_keys`` is named in errors: never the key itself."""
     return entry if entry.startswith("env:") else f"file {entry}"
 
 
-def _load_key(entry: str, position: int) -> SigningKey:
-    where = f"card signing key {position}"
-    if "-----BEGIN" in entry or entry.lstrip().startswith("{"):
-        raise CardSigningKeyError(f"{where} is not a file name or env:NAME (put the key in one)")
-    where += f" ({_source(entry)})"
-    text = _read(entry, where)
-    # the parsers' messages may quote the key: say only what it is not
-    try:
-        key, kid = _from_jwk(text) if text.lstrip().startswith("{") else (_from_pem(text), None)
-    except TypeError:
-        raise CardSigningKeyError(f"{where} is an encrypted PEM key (not supported)") from None
-    except (ValueError, PyJWKError):
-        raise CardSigningKeyError(f"{where} is not a PEM or JWK key") from None
-    return _signing_key(key, kid, where)
-
-
-def _read(entry: str, where: str) -> str:
-    if entry.startswith("env:"):
-        try:
-            return str(expand_env_refs(entry))
-        except HandlerSettingsError as exc:
-            raise CardSigningKeyError(f"{where}: {exc}") from None
-    try:
-        return Path(entry).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not a text file"
-        raise CardSigningKeyError(f"{where} cannot be read: {reason.lower()}") from None
-
-
-def _from_pem(text: str) -> object:
-    """The private key in ``text``, else its public key (``TypeError``: encrypted)."""
-    try:
-        return load_pem_private_key(text.encode(), password=None)
-    except ValueError:
-        return load_pem_public_key(text.encode())
-
-
-def _from_jwk(text: str) -> tuple[object, str | None]:
-    jwk = json.loads(text)
-    if not isinstance(jwk, dict) or "keys" in jwk:
-        raise ValueError("one JWK per entry")
-    kid = jwk.get("kid")
-    return PyJWK(jwk).key, kid if isinstance(kid, str) and kid else None
-
-
-def _signing_key(key: object, kid: str | None, where: str) -> SigningKey:
-    if isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)):
-        if key.curve.name != "secp256r1":
-            raise CardSigningKeyError(f"{where}: unsupported algorithm (EC {key.curve.name}); "
-                                      "use ES256 (P-256) or EdDSA (Ed25519)")
-        alg, to_jwk = "ES256", ECAlgorithm.to_jwk
-    elif isinstance(key, (ed25519.Ed25519PrivateKey, ed25519.Ed25519PublicKey)):
-        alg, to_jwk = "EdDSA", OKPAlgorithm.to_jwk
-    else:
-        raise CardSigningKeyError(f"{where}: unsupported algorithm ({type(key).__name__}); "
-                                  "use ES256 (P-256) or EdDSA (Ed25519)")
-    private = key if isinstance(key, PrivateKey) else None
-    public = key.public_key() if private is not None else key
-    jwk = to_jwk(public, as_dict=True)
-    kid = kid or _thumbprint(jwk)
-    return SigningKey(kid, alg, {**jwk, "kid": kid, "alg": alg, "use": "sig"}, private)
-
-
-def _private_jwk(key: PrivateKey) -> dict[str, Any]:
-    if isinstance(key, ec.EllipticCurvePrivateKey):
-        return ECAlgorithm.to_jwk(key, as_dict=True)
-    return OKPAlgorithm.to_jwk(key, as_dict=True)
-
-
-def _thumbprint(jwk: dict[str, Any]) -> str:
-    """RFC 7638: SHA-256 of the required members, sorted, without whitespace."""
-    members = ("crv", "kty", "x", "y") if jwk["kty"] == "EC" else ("crv", "kty", "x")
-    canonical = json.dumps({m: jwk[m] for m in members}, separators=(",", ":"), sort_keys=True)
-    digest = hashlib.sha256(canonical.encode()).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()

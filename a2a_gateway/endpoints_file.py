@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import tomllib
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,8 +26,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import structlog
-import tomli_w
-import yaml
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError
 
 from a2a_gateway.logs import looks_secret, mask_credentials
@@ -145,13 +142,7 @@ def read_entries(path: Path) -> list[Any]:
     kind = FORMATS.get(path.suffix.lower())
     if kind is None:
         raise EndpointsFileError(f"{path}: an endpoints file ends in .yaml, .yml or .toml")
-    try:
-        text = path.read_text(encoding="utf-8")
-        document = yaml.safe_load(text) if kind == "yaml" else tomllib.loads(text)
-    except OSError as exc:
-        raise EndpointsFileError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    except (yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise EndpointsFileError(f"{path}: not valid {kind.upper()}: {_syntax_error(exc)}") from None
+    document = _parse(path, kind)
     if not isinstance(document, dict) or not isinstance(document.get("endpoints"), list):
         raise EndpointsFileError(f"{path}: needs a list named endpoints (an empty list is allowed)")
     extra = sorted(str(k) for k in document if k != "endpoints")
@@ -160,11 +151,30 @@ def read_entries(path: Path) -> list[Any]:
     return document["endpoints"]
 
 
+def _parse(path: Path, kind: str) -> Any:
+    """The file's document. Its parser is imported here: a gateway without an endpoints file
+    loads neither PyYAML nor tomllib."""
+    if kind == "yaml":
+        import yaml
+
+        parse, syntax_error = yaml.safe_load, yaml.YAMLError
+    else:
+        import tomllib
+
+        parse, syntax_error = tomllib.loads, tomllib.TOMLDecodeError
+    try:
+        return parse(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise EndpointsFileError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    except (syntax_error, UnicodeDecodeError) as exc:
+        raise EndpointsFileError(f"{path}: not valid {kind.upper()}: {_syntax_error(exc)}") from None
+
+
 def _syntax_error(exc: Exception) -> str:
     """What is wrong and where, without PyYAML's quote of the line (it may hold a value)."""
-    mark = getattr(exc, "problem_mark", None)
-    if isinstance(exc, yaml.MarkedYAMLError) and mark is not None:
-        return f"{exc.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    mark = getattr(exc, "problem_mark", None)  # set on PyYAML's MarkedYAMLError
+    if mark is not None:
+        return f"{getattr(exc, 'problem', None)} (line {mark.line + 1}, column {mark.column + 1})"
     return str(exc)
 
 
@@ -323,8 +333,12 @@ def export(rows: list[Endpoint], settings: GatewaySettings, fmt: Literal["yaml",
         )
     document = {"endpoints": [entry_of(row) for row in rows]}
     if fmt == "toml":
+        import tomli_w
+
         try:
             return tomli_w.dumps(document)
         except TypeError as exc:  # TOML has no null
             raise EndpointsFileError(f"not exportable as TOML ({exc}): export as YAML") from None
+    import yaml
+
     return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)

@@ -12,12 +12,14 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import httpx
 import orjson
 import structlog
 
-from a2a_gateway.auth.config import VerificationKey, jwk_key
+if TYPE_CHECKING:
+    from a2a_gateway.auth.public_keys import VerificationKey
 
 log = structlog.get_logger(__name__)
 
@@ -94,6 +96,7 @@ class JwksCache:
 
 def _published_keys(document: object) -> tuple[VerificationKey, ...]:
     """The usable signing keys of a JWKS; keys this gateway cannot use are skipped."""
+    from a2a_gateway.auth.public_keys import jwk_key  # cryptography: loaded by the first JWKS
     items = document.get("keys") if isinstance(document, dict) else None
     if not isinstance(items, list):
         raise ValueError('the JWKS has no "keys" list')

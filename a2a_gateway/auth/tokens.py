@@ -4,17 +4,21 @@ The token's ``alg`` must be one the endpoint lists (asymmetric only, see ``auth.
 the key must be of that algorithm's type, so no key is ever used with an algorithm it was not
 made for. ``exp`` is required; ``exp``, ``nbf`` and ``iat`` are checked with ``leeway``
 seconds of clock skew.
+
+PyJWT (and with it ``cryptography``) is imported by the first token checked: a gateway whose
+endpoints take no JWTs never loads it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jwt
-
-from a2a_gateway.auth.config import ASYMMETRIC_ALGORITHMS, JwtConfig, VerificationKey
+from a2a_gateway.auth.config import ASYMMETRIC_ALGORITHMS, JwtConfig
 from a2a_gateway.auth.jwks import JwksCache
+
+if TYPE_CHECKING:
+    from a2a_gateway.auth.public_keys import VerificationKey
 
 
 class InvalidToken(Exception):
@@ -29,14 +33,19 @@ class TokenIdentity:
     """All claims of the token (e.g. ``groups``, for ``auth.operators``)."""
 
 
-_REFUSALS: list[tuple[type[jwt.PyJWTError], str]] = [
-    (jwt.ExpiredSignatureError, "the token has expired"),
-    (jwt.ImmatureSignatureError, "the token is not valid yet (nbf or iat in the future)"),
-    (jwt.InvalidIssuerError, "the token is from another issuer"),
-    (jwt.InvalidAudienceError, "the token is for another audience"),
-    (jwt.MissingRequiredClaimError, "the token lacks a required claim (exp, iss, aud)"),
-    (jwt.InvalidSignatureError, "the token's signature is not valid"),
-]
+def _refusal(exc: Exception) -> str:
+    """What to tell the caller about a token PyJWT refused."""
+    import jwt
+
+    refusals: list[tuple[type[jwt.PyJWTError], str]] = [
+        (jwt.ExpiredSignatureError, "the token has expired"),
+        (jwt.ImmatureSignatureError, "the token is not valid yet (nbf or iat in the future)"),
+        (jwt.InvalidIssuerError, "the token is from another issuer"),
+        (jwt.InvalidAudienceError, "the token is for another audience"),
+        (jwt.MissingRequiredClaimError, "the token lacks a required claim (exp, iss, aud)"),
+        (jwt.InvalidSignatureError, "the token's signature is not valid"),
+    ]
+    return next((m for t, m in refusals if isinstance(exc, t)), "the token is not valid")
 
 
 class JwtVerifier:
@@ -46,6 +55,8 @@ class JwtVerifier:
 
     async def identity(self, config: JwtConfig, token: str) -> TokenIdentity:
         """Who a valid token names; ``InvalidToken`` otherwise."""
+        import jwt
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -78,6 +89,8 @@ class JwtVerifier:
         return [k for k in keys if k.kid is None] if kid is not None else keys
 
     def _decode(self, config: JwtConfig, token: str, alg: str, keys: list[VerificationKey]) -> dict[str, Any]:
+        import jwt
+
         refusal = "the token's signature is not valid"
         for key in keys:
             try:
@@ -88,7 +101,7 @@ class JwtVerifier:
             except jwt.InvalidSignatureError:
                 continue  # another static key may have signed it
             except jwt.PyJWTError as exc:
-                refusal = next((m for t, m in _REFUSALS if isinstance(exc, t)), "the token is not valid")
+                refusal = _refusal(exc)
                 break
         raise InvalidToken(refusal)
 

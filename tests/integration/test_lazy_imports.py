@@ -1,6 +1,7 @@
 """What a cold start loads: ``build_app`` on ``memory://`` leaves the store drivers, the
-a2a-sdk's server package (its gRPC handler, event queues, 0.3 types), gRPC and the
-OpenTelemetry SDK unimported; each loads when its part is used.
+a2a-sdk's server package (its gRPC handler, event queues, 0.3 types), gRPC, OpenTelemetry,
+PyJWT and ``cryptography`` (JWT auth, card signing) and the endpoints-file parsers (PyYAML,
+tomli-w) unimported; each loads when its part is used.
 
 Every check runs in a fresh interpreter, so modules other tests imported do not count.
 """
@@ -13,6 +14,8 @@ import sys
 import textwrap
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.stores.dynamo_support import fresh_tables, use_moto_credentials
 from tests.stores.pg_support import fresh_database
@@ -23,7 +26,13 @@ NOT_AT_START = (
     "botocore",
     "aiosqlite",
     "grpc",
-    "opentelemetry.sdk",
+    "opentelemetry",
+    "jwt",
+    "cryptography",
+    "yaml",
+    "tomli_w",
+    "a2a_gateway.auth.public_keys",
+    "a2a_gateway.card_keys",
     "a2a.server.request_handlers",
     "a2a.server.events",
     "a2a.compat.v0_3.types",
@@ -53,6 +62,44 @@ BUILD = """
 
 def test_build_app_on_memory_loads_no_driver_sdk_server_or_grpc() -> None:
     assert _loaded_after(BUILD.format(store="memory://")) == set()
+
+
+def test_card_signing_keys_load_pyjwt_and_cryptography(tmp_path) -> None:
+    key = tmp_path / "card.pem"
+    key.write_bytes(ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    script = f"""
+    from a2a_gateway.app import build_app
+    from a2a_gateway.settings import GatewaySettings
+    build_app(GatewaySettings(store="memory://", card_signing_keys=[{str(key)!r}]))
+    """
+    assert _loaded_after(script) == {"jwt", "cryptography", "a2a_gateway.card_keys"}
+
+
+def test_jwt_auth_with_static_keys_loads_cryptography() -> None:
+    pem = ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    script = f"""
+    from a2a_gateway.auth.config import endpoint_auth
+    auth = endpoint_auth({{"auth": {{"jwt": {{"issuer": "i", "audience": "a", "keys": [{pem!r}]}}}}}},
+                         default_header="X-API-Key", allow_anonymous=False)
+    assert auth.jwt.keys[0].fits("ES256") and not auth.jwt.keys[0].fits("RS256")
+    """
+    assert {"cryptography", "a2a_gateway.auth.public_keys"} <= _loaded_after(script)
+
+
+@pytest.mark.parametrize(("suffix", "parser"), [(".yaml", "yaml"), (".toml", "tomllib")])
+def test_an_endpoints_file_loads_only_its_parser(tmp_path, suffix: str, parser: str) -> None:
+    path = tmp_path / f"endpoints{suffix}"
+    path.write_text("endpoints: []\n" if suffix == ".yaml" else "endpoints = []\n")
+    script = f"""
+    import sys
+    from a2a_gateway.app import build_app
+    from a2a_gateway.settings import GatewaySettings
+    build_app(GatewaySettings(store="memory://", endpoints_file={str(path)!r}))
+    assert {parser!r} in sys.modules
+    """
+    assert _loaded_after(script) == ({"yaml"} if parser == "yaml" else set())
 
 
 OPEN_AND_LIST = """
