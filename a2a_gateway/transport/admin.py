@@ -430,7 +430,7 @@ async def stats(request: web.Request) -> web.Response:
     """The last ``stats_window_seconds`` of this replica's metrics, one point every
     ``stats_interval_seconds`` (``a2a_gateway.stats``; docs/console.md)."""
     operator_of(request)
-    return _json(request.app[STATS].series())
+    return _json({"replica": request.app[GATEWAY].settings.replica_id, **request.app[STATS].series()})
 
 
 def add_admin_routes(app: web.Application) -> None:

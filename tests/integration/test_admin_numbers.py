@@ -1,5 +1,5 @@
 """Backend health and numbers at a glance in the admin API, with plain HTTP through a running
-gateway on memory and SQLite: a backend that cannot be reached makes its endpoint ``failing``
+gateway on memory, SQLite and PostgreSQL: a backend that cannot be reached makes its endpoint ``failing``
 with the reason, a success afterwards ``ok``; health is told once per task, not per chunk;
 ``/admin/api/stats`` counts the requests sent, their errors, the tasks' outcomes, their
 latency and the open streams; both need an operator (401 without, 403 for a caller's key)."""
@@ -7,6 +7,7 @@ latency and the open streams; both need an operator (401 without, 403 for a call
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import uuid
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from a2a.types import TaskState
 from a2a_gateway.auth.api_keys import make_key
 from tests.harness import RunningGateway, require_env, running_gateway
 from tests.messages import rpc, send_request
+from tests.stores.pg_support import fresh_database
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -27,12 +29,13 @@ AS_OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}
 SECRET = b"a2a-gateway-api-key"  # the default api_key_secret
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def gw(request, tmp_path):
-    store = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/gw.db"
-    async with running_gateway(store, operator_keys=[OPERATOR_KEY], endpoint_cache_seconds=0.2,
-                               stats_interval_seconds=0.2) as running:
-        yield running
+    async with contextlib.AsyncExitStack() as stack:
+        store = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path}/gw.db"}.get(request.param) \
+            or await stack.enter_async_context(fresh_database())
+        yield await stack.enter_async_context(running_gateway(
+            store, operator_keys=[OPERATOR_KEY], endpoint_cache_seconds=0.2, stats_interval_seconds=0.2))
 
 
 async def admin(gw: RunningGateway, path: str, headers: dict[str, str] | None = None) -> httpx.Response:
@@ -118,6 +121,7 @@ async def test_stats_count_the_requests_sent_their_errors_outcomes_latency_and_o
     assert shown["total"] == {"requests": 4, "errors": 1, "tasks": {"completed": 3}}
     assert len(shown["requests"]) == len(series["at"]) == len(series["openStreams"]) == len(series["seconds"])
     assert series["intervalSeconds"] == 0.2 and series["windowSeconds"] == 3600
+    assert series["replica"] == gw.gateway.settings.replica_id
     latency = series["latencySeconds"]
     assert latency["window"]["requests"] >= 4 and 0 < latency["window"]["p50"] <= latency["window"]["p99"]
 

@@ -538,7 +538,8 @@ function renderNumbers(stats, names) {
     row.append(el("td", "no A2A requests in the window", { colspan: 4 }));
     body.append(row);
   }
-  $("numbers-status").textContent = `updated ${new Date().toLocaleTimeString()}, a point every ${stats.intervalSeconds} s`;
+  $("numbers-status").textContent =
+    `replica ${stats.replica}, updated ${new Date().toLocaleTimeString()}, a point every ${stats.intervalSeconds} s`;
 }
 
 function startNumbers() {
