@@ -44,6 +44,9 @@ class SSEStream:
         self.connected = True
         self.done = asyncio.Event()
         """Set when the client is gone or the server shuts down: stop sending."""
+        self._waiting: asyncio.Task[Any] | None = None
+        """The pump's task while it waits for the next event (``_stop`` cancels that wait)."""
+        self._stopped_wait = False
 
     @classmethod
     async def open(
@@ -67,7 +70,7 @@ class SSEStream:
                 await self._response.write(chunk)
         except (ConnectionError, RuntimeError):  # ConnectionError: gone while a write waited for it
             self.connected = False
-            self.done.set()
+            self._stop()
         return self.connected
 
     async def send(self, data: bytes, event: str | None = None, event_id: str | None = None) -> bool:
@@ -83,31 +86,42 @@ class SSEStream:
 
     def end(self) -> None:
         """Stop the stream at the next opportunity (server shutdown)."""
+        self._stop()
+
+    def _stop(self) -> None:
         self.done.set()
+        if self._waiting is not None:
+            self._waiting.cancel()
+            self._waiting, self._stopped_wait = None, True
 
     async def pump(
         self, events: AsyncIterator[Any], frame: Callable[[Any], bytes], event_id: EventId = None
     ) -> None:
         """Send every event of ``events`` until it ends, the client leaves or the server stops;
-        ``event_id()``, called right after each event arrives, gives its id."""
-        done = asyncio.ensure_future(self.done.wait())
-        try:
-            while True:
-                following = asyncio.ensure_future(anext(events))
-                await asyncio.wait({following, done}, return_when=asyncio.FIRST_COMPLETED)
-                if not following.done():
-                    following.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                        await following
-                    return
-                try:
-                    event = following.result()
-                except StopAsyncIteration:
-                    return
-                if not await self.send(frame(event), event_id=event_id() if event_id else None):
-                    return
-        finally:
-            done.cancel()
+        ``event_id()``, called right after each event arrives, gives its id.
+
+        The next event is awaited in the pump's own task (no helper task per event: an
+        event reaches the socket in one turn of the loop after it was published); a stop
+        cancels that wait, and the cancel is taken back here."""
+        me = asyncio.current_task()
+        while not self.done.is_set():
+            self._waiting = me
+            try:
+                event = await anext(events)
+            except StopAsyncIteration:
+                return
+            except asyncio.CancelledError:
+                if self._stopped_wait and me is not None and me.uncancel() == 0:
+                    return  # our own stop, not the request's cancellation
+                raise
+            finally:
+                self._waiting = None
+            if self._stopped_wait:  # the stop came as the event did
+                if me is not None:
+                    me.uncancel()
+                return
+            if not await self.send(frame(event), event_id=event_id() if event_id else None):
+                return
 
     async def close(self) -> web.StreamResponse:
         if getattr(self, "_registry", None) is not None:
