@@ -159,6 +159,22 @@ def test_the_image_installs_the_project_not_the_source_tree(image):
     assert int(migrations) > 0, "the PostgreSQL migrations are part of the installed package"
 
 
+def test_the_image_ships_its_modules_compiled(image):
+    """The image runs with PYTHONDONTWRITEBYTECODE: a module without its compiled form is
+    compiled again by every process that imports it (every cold start)."""
+    root, _ = image
+    program = (
+        "import importlib.util, pathlib, a2a_gateway, handlers\n"
+        "for package in (a2a_gateway, handlers):\n"
+        "    for source in pathlib.Path(package.__file__).parent.rglob('*.py'):\n"
+        "        print(source, pathlib.Path(importlib.util.cache_from_source(source)).is_file())\n"
+    )
+    listed = subprocess.run([root / "opt/venv/bin/python", "-c", program], cwd=root, capture_output=True,
+                            text=True, env=host_env(), timeout=60, check=True).stdout.splitlines()
+    assert len(listed) > 50
+    assert [line for line in listed if not line.endswith(" True")] == []
+
+
 async def test_the_image_serves_health_and_an_agent_from_env_configuration_only(image):
     root, final = image
     port = free_port()
