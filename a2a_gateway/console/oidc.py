@@ -252,12 +252,10 @@ class OidcLogin:
         try:
             claims = (await self._tokens.identity(config, token)).claims
         except InvalidToken as exc:
-            log.warning("console_oidc_id_token_refused", reason=str(exc))
             raise SignInError(400, f"The identity provider's ID token is not valid: {exc}. Start again from "
                                    "the console.") from None
         nonce = claims.get("nonce")
         if not isinstance(nonce, str) or not hmac.compare_digest(nonce.encode(), flow.nonce.encode()):
-            log.warning("console_oidc_id_token_refused", reason="nonce")
             raise SignInError(400, "The ID token is not of the sign-in this browser began (its nonce differs). "
                                    "Start again from the console.")
         audiences = claims.get("aud")
@@ -272,7 +270,7 @@ class OidcLogin:
         value = claims.get(self._claim)
         values = [value] if isinstance(value, str) else value if isinstance(value, list) else []
         if not any(isinstance(v, str) and v in self._operator_values for v in values):
-            log.warning("console_oidc_not_an_operator", subject=user.subject, claim=self._claim)
+            log.warning("console_oidc_not_an_operator", subject=user.subject)
             raise SignInError(403, f"{name} signed in at {self.issuer}, but is not a gateway operator: the ID "
                                    f"token's {self._claim} claim holds none of the operator values "
                                    "(console_oidc_operator_values).")
@@ -341,6 +339,7 @@ async def callback(request: web.Request) -> web.StreamResponse:
         flow = login.open(cookie_value(request.headers, FLOW_COOKIE))
         user = await login.finish(flow, request.query)
     except SignInError as exc:
+        log.warning("console_oidc_sign_in_failed", status=exc.status, reason=exc.message)
         response = _page(exc.status, "Sign-in failed", exc.message)
     else:
         _, cookie = sessions.issue(None, user)

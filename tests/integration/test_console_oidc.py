@@ -4,7 +4,8 @@ oidc-provider) over plain HTTP, through a running gateway: an operator of the is
 CSRF token (a confidential client with client_secret_basic, and a public client with PKCE
 only); a user outside the group gets 403; a tampered state, a replayed callback, an ID token
 of another sign-in (its nonce), a sign-in cancelled at the issuer and an issuer that cannot
-be reached are each a 4xx (or 502) page, never a 500, with no token or code in it."""
+be reached are each a 4xx (or 502) page, never a 500, with no token or code in it (nor in the
+logs); a sign-in begun on one replica completes on another with the same session secret."""
 
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ async def test_a_tampered_state_is_refused(gw, browser):
     assert not browser.cookies.get(COOKIE)
 
 
-async def test_a_replayed_callback_is_refused(gw, browser):
+async def test_a_replayed_callback_is_refused(gw, browser, capsys):
     back = await callback_url(browser, gw)
     flow = browser.cookies.get(FLOW_COOKIE)
     assert (await browser.get(back, follow_redirects=False)).status_code == 303
@@ -128,6 +129,24 @@ async def test_a_replayed_callback_is_refused(gw, browser):
     replayed = await browser.get(back, follow_redirects=False)
     assert_refusal_page(replayed, 400, "refused to exchange the sign-in code", "invalid_grant")
     assert not browser.cookies.get(COOKIE)
+    logged = capsys.readouterr().out
+    assert "console_oidc_sign_in_failed" in logged and "invalid_grant" in logged
+    assert parse_qs(urlsplit(back).query)["code"][0] not in logged
+
+
+async def test_a_sign_in_begun_on_one_replica_completes_on_another_with_the_same_secret(browser):
+    async with oidc_gateway() as first, oidc_gateway() as second, \
+            oidc_gateway(console_session_secret="t" * 32) as stranger:
+        back = urlsplit(await callback_url(browser, first))
+        flow = browser.cookies.get(FLOW_COOKIE)
+        refused = await browser.get(f"{stranger.base_url}{back.path}?{back.query}", follow_redirects=False)
+        assert_refusal_page(refused, 400, "No sign-in is under way")
+        browser.cookies.set(FLOW_COOKIE, flow)
+        done = await browser.get(f"{second.base_url}{back.path}?{back.query}", follow_redirects=False)
+        assert done.status_code == 303, done.text
+        for replica in (first, second):
+            assert (await browser.get(f"{replica.base_url}/admin/api/endpoints")).status_code == 200
+        assert (await browser.get(f"{stranger.base_url}/admin/api/endpoints")).status_code == 401
 
 
 async def test_an_id_token_of_another_sign_in_is_refused_by_its_nonce(gw, browser):

@@ -15,7 +15,7 @@ from pydantic import SecretStr, ValidationError
 
 from a2a_gateway.auth.callers import build_authenticator
 from a2a_gateway.auth.operators import OperatorAuth, OperatorKeys
-from a2a_gateway.console.oidc import LoginFlow, OidcLogin, SignInError
+from a2a_gateway.console.oidc import IssuerMetadata, LoginFlow, OidcLogin, SignInError
 from a2a_gateway.console.session import COOKIE, ConsoleSessions, OidcUser
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.memory import MemoryStore
@@ -147,6 +147,29 @@ async def test_an_oidc_session_is_a_gateway_operator_while_its_issuer_is_configu
         by_key = OperatorAuth(keys, callers, sessions, oidc_issuer=ISSUER).gateway_operator(
             {"Cookie": f"{COOKIE}={key_cookie}"})
         assert by_key is not None and by_key.name == "console session" and by_key.session.oidc is None
+
+
+DISCOVERY = {"issuer": ISSUER, "authorization_endpoint": f"{ISSUER}/auth", "token_endpoint": f"{ISSUER}/token",
+             "jwks_uri": f"{ISSUER}/jwks"}
+
+
+def test_discovery_takes_asymmetric_algorithms_and_defaults_to_client_secret_basic():
+    metadata = IssuerMetadata.parse(ISSUER, {**DISCOVERY, "id_token_signing_alg_values_supported": [
+        "none", "HS256", "RS256", "ES256"]})
+    assert metadata.id_token_algorithms == ("ES256", "RS256")
+    assert metadata.token_auth_methods == ("client_secret_basic",)  # OpenID Discovery's default
+    assert IssuerMetadata.parse(ISSUER, DISCOVERY).id_token_algorithms == ("RS256",)
+
+
+@pytest.mark.parametrize(("document", "message"), [
+    ({**DISCOVERY, "issuer": "https://evil.example"}, "another issuer"),
+    ({k: v for k, v in DISCOVERY.items() if k != "token_endpoint"}, "no token_endpoint"),
+    ({**DISCOVERY, "jwks_uri": "file:///etc/keys"}, "no jwks_uri"),
+    (["not", "an", "object"], "not a JSON object"),
+])
+def test_a_discovery_document_of_another_issuer_or_without_endpoints_is_refused(document, message):
+    with pytest.raises(ValueError, match=message):
+        IssuerMetadata.parse(ISSUER, document)
 
 
 @pytest.mark.parametrize(("changes", "message"), [
