@@ -164,6 +164,7 @@ def build_app(
                                      settings.event_feed_replay_max_bytes, settings.event_feed_client_max_bytes)
         await hub.start()
         registry = EndpointRegistry(opened, settings, client)
+        hub.endpoint_changed = registry.forget  # another replica's (or the CLI's) endpoint change
         auth = build_authenticator(settings, opened, client)
         gateway = Gateway(settings, opened, client, registry, hub, push, engine, auth, card_signer,
                           operators=OperatorAuth(operator_keys, auth, sessions,

@@ -1,8 +1,9 @@
 """Endpoint registry: endpoint id → row → allowlisted handler class → cached runtime.
 
 A runtime holds the endpoint row and its handler instance (settings resolved, opened
-once). Rows are re-read at most every ``endpoint_cache_seconds``; a changed row builds a
-new runtime, and the old handler is closed once its last run has ended. A row that cannot be served (handler not allowed or missing,
+once). Rows are re-read at most every ``endpoint_cache_seconds``, and at the next request
+after ``forget`` (an operator's change on this replica; on PostgreSQL, any replica's change of
+the row, announced by the database); a changed row builds a new runtime, and the old handler is closed once its last run has ended. A row that cannot be served (handler not allowed or missing,
 invalid settings or card) becomes a runtime with a ``problem``, which every route of the
 endpoint answers.
 ``check_endpoint`` runs the same checks for the command line, before a row is written.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import math
 import time
 import typing
 import uuid
@@ -252,11 +254,22 @@ class EndpointRegistry:
         self._locks: dict[str, asyncio.Lock] = {}
         self._retiring: set[asyncio.Task[None]] = set()
         """Old runtimes whose handler closes once its runs end."""
+        self._forgotten = 0
+        """Calls of ``forget`` so far: a row read while one happened is not cached as fresh."""
 
     def known(self, endpoint_id: str) -> bool:
         """Whether ``endpoint_id`` names an endpoint read from the store (not a client's guess)."""
         cached = self._cache.get(endpoint_id)
         return cached is not None and cached[1] is not None
+
+    def forget(self, endpoint_id: str | None = None) -> None:
+        """The row of ``endpoint_id`` (None: of every endpoint) changed: re-read it at the
+        next request, whatever the age of the cached copy."""
+        self._forgotten += 1
+        for key in [endpoint_id] if endpoint_id is not None else list(self._cache):
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache[key] = (-math.inf, cached[1])
 
     async def get(self, endpoint_id: str) -> EndpointRuntime:
         """The runtime of an enabled endpoint that can be served: ``EndpointNotFoundError`` for
@@ -286,6 +299,7 @@ class EndpointRegistry:
         cached = self._cache.get(endpoint_id)
         if cached is not None and time.monotonic() - cached[0] < self._settings.endpoint_cache_seconds:
             return cached[1]
+        forgotten = self._forgotten
         row = await self._store.get_endpoint(endpoint_id)
         old = cached[1] if cached else None
         if row is not None and old is not None and old.endpoint.updated_at == row.updated_at:
@@ -296,8 +310,8 @@ class EndpointRegistry:
                 self._retire(old)
         if runtime is None:
             self._cache.pop(endpoint_id, None)  # unknown ids are not remembered
-        else:
-            self._cache[endpoint_id] = (time.monotonic(), runtime)
+        else:  # a row read before a change it crossed is used once, not kept
+            self._cache[endpoint_id] = (time.monotonic() if forgotten == self._forgotten else -math.inf, runtime)
         return runtime
 
     def _build(self, endpoint: Endpoint) -> EndpointRuntime:

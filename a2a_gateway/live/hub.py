@@ -183,6 +183,9 @@ class LiveHub:
         self.clock: Callable[[], float] = time.monotonic
         self.feed = EndpointFeed()
         """The endpoints' lifecycle events, for their operators (``live.feed``)."""
+        self.endpoint_changed: Callable[[str | None], None] = lambda _endpoint_id: None
+        """Told that another process changed an endpoint's row (None: any may have changed,
+        notices were missed): the registry re-reads it (``EndpointRegistry.forget``)."""
 
     def serve(self, local: LocalRuns, limits: ReplayLimits | None = None,
               subscriber_max_bytes: int | None = None) -> None:

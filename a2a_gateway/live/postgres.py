@@ -36,6 +36,11 @@
 * **Order.** One sender task sends the outbox in order; a batch is one statement,
   hence one transaction, and PostgreSQL delivers a transaction's notifications in
   order.
+* **Endpoint changes.** Every change of an endpoint row is NOTIFYed on
+  ``a2a_endpoint_changed`` by the database itself (a trigger, migration 0009), whoever made
+  it — this gateway, another replica, the CLI. Each replica then has its registry re-read
+  that row at its next request (``endpoint_changed``), so a disabled endpoint answers 404
+  everywhere at once; after a lost connection every row is re-read.
 * **Bounded.** The outbox holds at most ``max_pending`` messages (beyond that
   events are dropped and counted: followers still get durable changes from the
   store); a failed send drops its batch; every loop sleeps or waits with a bound.
@@ -75,6 +80,8 @@ from a2a_gateway.stores.base import TERMINAL_STATES, StoreUnavailableError
 log = structlog.get_logger(__name__)
 
 _BATCH = 256
+ENDPOINT_CHANNEL = "a2a_endpoint_changed"
+"""Where the database announces a changed endpoint row, its id as payload (migration 0009)."""
 
 
 def uses_postgres(store: Any) -> bool:
@@ -360,9 +367,11 @@ class PostgresLiveHub(LiveHub):
         await conn.add_listener(self.channel, self._on_notify)
         await conn.add_listener(WATCH_CHANNEL, self._on_notify)
         await conn.add_listener(FEED_CHANNEL, self.feed_relay.on_notify)
+        await conn.add_listener(ENDPOINT_CHANNEL, self._on_endpoint_changed)
         self._listening.set()
         if self.stats["connects"]:
             self.feed.start_over()  # feed events may have been missed while not listening
+            self.endpoint_changed(None)  # so may endpoint changes
         if self.stats["connects"] or self._interest:
             # events may have been missed: ask the owners again, with a snapshot
             remote = [t for t in self._interest if self._runs_elsewhere(t)]
@@ -405,6 +414,12 @@ class PostgresLiveHub(LiveHub):
                 self._deliver(message)
         except Exception:
             log.exception("live_message_failed", kind=kind)
+
+    def _on_endpoint_changed(self, _conn: Any, _pid: int, _channel: str, endpoint_id: str) -> None:
+        try:
+            self.endpoint_changed(endpoint_id)
+        except Exception:
+            log.exception("live_endpoint_change_failed")
 
     def _on_control(self, message: dict[str, Any]) -> None:
         if self._local is None:

@@ -12,8 +12,9 @@ The console's session cookie is taken too (``console.session``); a change made w
 needs its CSRF token in ``X-CSRF-Token``.
 
 A caller's API key is refused with 403 (it is a credential, not an operator's); no
-credential or an unknown bearer token is 401. Endpoint changes reach the routes of each
-replica within ``endpoint_cache_seconds``.
+credential or an unknown bearer token is 401. Enabling or disabling an endpoint takes effect
+on this replica at once; on the other replicas at once on PostgreSQL (the database announces
+the change), otherwise within ``endpoint_cache_seconds``.
 
 An endpoint's ``health`` is how its backend answered this replica's runs (``backend_health``);
 ``/admin/api/stats`` is the last hour of this replica's own metrics (``stats``).
@@ -200,6 +201,7 @@ def set_enabled(enabled: bool) -> View:
             endpoint.enabled = enabled
             endpoint.updated_at = datetime.now(UTC)
             await gateway.store.update_endpoint(endpoint)
+            gateway.registry.forget(endpoint.id)  # at once here; PostgreSQL tells the other replicas
             log.info("admin_endpoint_enabled" if enabled else "admin_endpoint_disabled",
                      endpoint_id=endpoint.id, by=operator.name)
         return _json(endpoint_json(endpoint, gateway, gateway.base_url(request)))
