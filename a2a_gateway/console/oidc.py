@@ -317,7 +317,7 @@ def _page(status: int, title: str, message: str) -> web.Response:
 
 async def sign_in(request: web.Request) -> web.StreamResponse:
     login = request.app[OIDC_LOGIN]
-    base = request.app[GATEWAY].base_url(request)
+    base = request.app[GATEWAY].base_url(request).rstrip("/")
     try:
         url, flow = await login.start(base + CALLBACK_PATH)
     except SignInError as exc:
@@ -332,7 +332,7 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
 async def callback(request: web.Request) -> web.StreamResponse:
     login = request.app[OIDC_LOGIN]
     gateway = request.app[GATEWAY]
-    base = gateway.base_url(request)
+    base = gateway.base_url(request).rstrip("/")
     sessions = gateway.operators.sessions
     assert sessions is not None  # the routes exist only with the console on
     try:
