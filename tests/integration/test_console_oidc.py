@@ -101,6 +101,18 @@ async def test_an_operator_signs_in_and_uses_the_admin_api_with_its_csrf_token(c
         assert secret not in logged
 
 
+async def test_the_redirect_uri_is_under_the_public_base_url_and_the_flow_cookie_lax_and_secure(browser):
+    async with oidc_gateway(public_base_url="https://gw.example.test/") as gw:
+        response = await browser.get(f"{gw.base_url}/console/oidc/login", follow_redirects=False)
+    assert response.status_code == 303
+    asked = parse_qs(urlsplit(response.headers["Location"]).query)
+    assert asked["redirect_uri"] == ["https://gw.example.test/console/oidc/callback"]
+    cookie = response.headers["Set-Cookie"]
+    assert cookie.startswith(f"{FLOW_COOKIE}=")
+    for attribute in ("HttpOnly", "Secure", "SameSite=Lax", "Path=/console/oidc", "Max-Age=601"):
+        assert attribute in cookie, cookie
+
+
 async def test_a_user_outside_the_operator_group_gets_403_and_no_session(gw, browser):
     refused = await browser.get(await callback_url(browser, gw, "bob:developers"), follow_redirects=False)
     assert_refusal_page(refused, 403, "bob", "not a gateway operator", "groups")
