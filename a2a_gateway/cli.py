@@ -30,6 +30,7 @@ from a2a_gateway.tasks.dispatch import DispatchSetupError
 from a2a_gateway.endpoints_file import EndpointsFileError, endpoint_row, export
 from a2a_gateway.logs import configure_logging, looks_secret, mask_credentials
 from a2a_gateway.auth.callers import needed
+from a2a_gateway.gc_policy import tune_for_serving
 from a2a_gateway.errors import EndpointMisconfiguredError
 from a2a_gateway.registry import check_endpoint, runtime_auth, secret_settings
 from a2a_gateway.settings import DEFAULT_STORE, GatewaySettings, SecretSettingsError, load_settings
@@ -143,6 +144,7 @@ async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint], loop_
             app[ENDPOINTS_FILE].reload_on_sighup(app[GATEWAY].store)
         grpc_port = app[GATEWAY].grpc_port
         grpc = f", gRPC on {settings.grpc_host or settings.host}:{grpc_port}" if grpc_port is not None else ""
+        tune_for_serving(settings.gc_young_threshold)  # after start-up: what it created is frozen
         print(
             f"a2a-gateway {version('a2a-gateway')} listening on http://{host}:{port} "
             f"(store {display_url(settings.store)}, {count} endpoint{'s' if count != 1 else ''}){grpc}"
