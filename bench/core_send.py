@@ -8,6 +8,8 @@ Servers (each its own process, started fresh for every run):
     bare-aiohttp         an aiohttp handler returning a fixed JSON-RPC reply
     gateway-sqlite       ``a2a-gateway serve`` on a fresh ``sqlite:///`` file, log level warning
     gateway-sqlite-key   gateway-sqlite with a private endpoint: every request carries an API key
+    gateway-postgres     ``a2a-gateway serve`` on a fresh, migrated PostgreSQL database per run
+                         (``--postgres-dsn``, default ``$A2A_TEST_POSTGRES_DSN``; one replica)
 
 The gateways are the shipped command (``servers/gateway.py`` writes an endpoints file and
 execs ``a2a-gateway serve``), on the event loop it picks (uvloop with the ``speed`` extra).
@@ -17,13 +19,17 @@ a closed loop of ``--concurrency`` connections. With ``taskset`` available the s
 pinned to ``--server-cpu`` and wrk to ``--client-cpu``. Every run is a warm-up of
 ``--warmup`` s followed by a measured ``--duration`` s; configurations are interleaved
 run by run (so background noise spreads over all of them) and the table shows medians.
+``--ref REF`` (repeatable) adds the gateway rows of the gateway as committed at REF (a ``git
+archive`` snapshot; or a directory holding the packages), side by side with the working tree's.
 
     python bench/core_send.py --runs 3 --duration 8 --concurrency 64
+    python bench/core_send.py --ref HEAD~3 --servers gateway-memory,gateway-sqlite,a2a-sdk
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -41,6 +47,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
@@ -67,6 +74,12 @@ class ServerConfig:
     sqlite: bool = False
     api_key: bool = False
     """Requests carry ``API_KEY`` (the server makes its endpoint private with it)."""
+    postgres: bool = False
+    """Served on a fresh PostgreSQL database (created, migrated and dropped per run)."""
+
+    @property
+    def gateway(self) -> bool:
+        return self.script == "gateway.py"
 
 
 CONFIGS = {
@@ -77,6 +90,7 @@ CONFIGS = {
     "gateway-sqlite": ServerConfig("gateway-sqlite", "gateway.py", ("--log-level", "warning"), sqlite=True),
     "gateway-sqlite-key": ServerConfig("gateway-sqlite-key", "gateway.py",
                                        ("--log-level", "warning", "--api-key", API_KEY), sqlite=True, api_key=True),
+    "gateway-postgres": ServerConfig("gateway-postgres", "gateway.py", ("--log-level", "warning"), postgres=True),
 }
 
 
@@ -94,6 +108,8 @@ class Sample:
 @dataclass
 class Result:
     config: ServerConfig
+    source: Path | None = None
+    """The gateway's packages (a ``--ref`` snapshot); None: the working tree."""
     samples: list[Sample] = field(default_factory=list)
     uvloop: str = "?"
     failures: int = 0
@@ -158,26 +174,60 @@ def probe(url: str, deadline: float, checks_echo: bool, with_key: bool = False) 
     raise RuntimeError(f"server at {url} did not answer in time: {last}")
 
 
-def describe_source(ref: str | None, workdir: Path) -> str:
-    """Export ``ref`` for the gateway launcher (``A2A_BENCH_SOURCE``), or describe the working tree."""
-    def git(*argv: str) -> str:
-        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+def _git(*argv: str) -> str:
+    return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
+
+def describe_tree() -> str:
     try:
-        if ref:
-            commit = git("rev-parse", "--short", ref)
-            snapshot = workdir / "source"
-            snapshot.mkdir()
-            archive = subprocess.run(["git", "archive", ref, "a2a_gateway", "handlers", "migrations"],
-                                     cwd=ROOT, capture_output=True, check=True).stdout
-            subprocess.run(["tar", "-x", "-C", str(snapshot)], input=archive, check=True)
-            os.environ["A2A_BENCH_SOURCE"] = str(snapshot)
-            return f"git {ref} ({commit})"
-        commit = git("rev-parse", "--short", "HEAD")
-        dirty = git("status", "--porcelain", "--", "a2a_gateway", "handlers")
+        commit = _git("rev-parse", "--short", "HEAD")
+        dirty = _git("status", "--porcelain", "--", "a2a_gateway", "handlers")
     except (OSError, subprocess.CalledProcessError):
         return "working tree (not a git checkout)"
     return f"working tree at {commit}" + (" with uncommitted changes in a2a_gateway/ or handlers/" if dirty else "")
+
+
+def snapshot(ref: str, workdir: Path) -> tuple[Path, str]:
+    """The gateway's packages at ``ref`` (a directory as given, or a ``git archive`` of a
+    commit into ``workdir``) and a description of it."""
+    if Path(ref).is_dir():
+        return Path(ref).resolve(), f"directory {ref}"
+    commit = _git("rev-parse", "--short", ref)
+    target = workdir / f"source-{commit}"
+    target.mkdir()
+    archive = subprocess.run(["git", "archive", ref, "a2a_gateway", "handlers", "migrations"],
+                             cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target, f"git {ref} ({commit})"
+
+
+async def _admin(dsn: str, sql: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+def create_postgres_database(dsn: str, source: Path | None, index: int) -> tuple[str, str]:
+    """A fresh database migrated by the gateway of ``source``: its URL and its name."""
+    name = f"a2a_bench_{os.getpid()}_{index}_{int(time.time() * 1000) % 10**8}"
+    asyncio.run(_admin(dsn, f'CREATE DATABASE "{name}" TEMPLATE template0'))
+    url = urlunsplit(urlsplit(dsn)._replace(path=f"/{name}"))
+    where = source or ROOT
+    env = {**os.environ, "PYTHONPATH": str(where)}
+    done = subprocess.run([sys.executable, "-m", "a2a_gateway", "migrate", "--store", url], cwd=where, env=env,
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        drop_postgres_database(dsn, name)
+        raise RuntimeError(f"migrate failed: {done.stderr[-1000:]}")
+    return url, name
+
+
+def drop_postgres_database(dsn: str, name: str) -> None:
+    asyncio.run(_admin(dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 def run_wrk(url: str, args: argparse.Namespace, seconds: float, with_key: bool = False) -> dict[str, float]:
@@ -193,14 +243,26 @@ def run_wrk(url: str, args: argparse.Namespace, seconds: float, with_key: bool =
     raise RuntimeError(f"no WRKJSON line in wrk output:\n{out}")
 
 
-def one_run(config: ServerConfig, args: argparse.Namespace, workdir: Path, index: int) -> tuple[Sample, str]:
+def one_run(config: ServerConfig, args: argparse.Namespace, workdir: Path, index: int,
+            source: Path | None = None) -> tuple[Sample, str]:
+    """One fresh server, warmed up and measured; ``source``: the gateway's packages (a
+    ``--ref`` snapshot) instead of the working tree."""
     port = free_port()
     argv = [sys.executable, str(SERVERS / config.script), "--port", str(port), *config.args]
+    tag = f"{config.name}-{source.name if source else 'tree'}-{index}"
+    database = None
     if config.sqlite:
-        argv += ["--store", f"sqlite:///{workdir / f'bench-{index}.db'}"]
-    log_path = workdir / f"{config.name}-{index}.log"
+        argv += ["--store", f"sqlite:///{workdir / f'{tag}.db'}"]
+    if config.postgres:
+        if not getattr(args, "postgres_dsn", None):
+            raise RuntimeError("gateway-postgres needs --postgres-dsn or $A2A_TEST_POSTGRES_DSN")
+        url, database = create_postgres_database(args.postgres_dsn, source, index)
+        argv += ["--store", url]
+    env = {**os.environ, **({"A2A_BENCH_SOURCE": str(source)} if source else {})}
+    log_path = workdir / f"{tag}.log"
     with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(pinned(args.server_cpu, argv), stdout=log_file, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = subprocess.Popen(pinned(args.server_cpu, argv), stdout=log_file, stderr=subprocess.STDOUT,
+                                cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}/{ENDPOINT_ID}/a2a"
     try:
         probe(url, time.monotonic() + 30, config.checks_echo, config.api_key)
@@ -217,6 +279,8 @@ def one_run(config: ServerConfig, args: argparse.Namespace, workdir: Path, index
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+        if database is not None:
+            drop_postgres_database(args.postgres_dsn, database)
     logged = log_path.read_text(errors="replace")
     served = re.search(r", event loop (\w+)", logged)  # a2a-gateway serve names its loop
     announced = re.search(r"uvloop=(\w+)", logged)
@@ -244,55 +308,59 @@ def machine_note(args: argparse.Namespace) -> str:
             f"server cpu {args.server_cpu} / wrk cpu {args.client_cpu} ({pin})")
 
 
-def print_table(results: dict[str, Result], args: argparse.Namespace, source: str) -> None:
+CHECKS = [
+    # label, numerator, denominator, target (requests per CPU-second), issue 13's targets
+    ("gateway-memory / a2a-sdk", "gateway-memory", "a2a-sdk", 15.0),
+    ("gateway-sqlite / a2a-sdk", "gateway-sqlite", "a2a-sdk", 10.0),
+    ("gateway-memory / bare-aiohttp", "gateway-memory", "bare-aiohttp", 0.3),
+    ("gateway-postgres / gateway-sqlite", "gateway-postgres", "gateway-sqlite", 0.8),
+    ("gateway-sqlite / gateway-memory", "gateway-sqlite", "gateway-memory", None),
+    ("gateway-memory-info / gateway-memory", "gateway-memory-info", "gateway-memory", None),
+]
+
+
+def print_table(results: dict[str, Result], args: argparse.Namespace, sources: dict[str, str]) -> None:
     print()
     print(f"SendMessage (blocking, JSON-RPC 1.0), echo delay 0, {args.concurrency} connections, "
           f"{args.duration:g}s x {args.runs} runs (medians), {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     print(machine_note(args))
-    print(f"gateway source: {source}")
+    for suffix, description in sources.items():
+        print(f"gateway source{suffix or ''}: {description}")
     print()
-    header = f"| {'server':<20} | {'req/s':>7} | {'p50 ms':>7} | {'p99 ms':>7} | {'runs (req/s)':<26} | {'CPU µs/req':>10} | {'errors':>6} | uvloop |"
+    width = max(20, *(len(n) for n in results))
+    header = (f"| {'server':<{width}} | {'req/s':>7} | {'p50 ms':>7} | {'p99 ms':>7} | {'runs (req/s)':<26} "
+              f"| {'CPU µs/req':>10} | {'errors':>6} | uvloop |")
     print(header)
     print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
-    for r in results.values():
+    for name, r in results.items():
         runs = " ".join(f"{s.rps:.0f}" for s in r.samples)
         errors = sum(s.errors for s in r.samples)
         if r.failures:
             runs += f" ({r.failures} failed)"
-        print(f"| {r.config.name:<20} | {r.median('rps'):>7.0f} | {r.median('p50_ms'):>7.2f} | "
+        print(f"| {name:<{width}} | {r.median('rps'):>7.0f} | {r.median('p50_ms'):>7.2f} | "
               f"{r.median('p99_ms'):>7.2f} | {runs:<26} | {r.median('cpu_us'):>10.0f} | {errors:>6} | {r.uvloop:<6} |")
     print()
 
-    def rps(name: str) -> float:
-        return results[name].median("rps") if name in results else float("nan")
+    def measured(name: str) -> bool:
+        return name in results and bool(results[name].samples)
 
-    def per_cpu(name: str) -> float:
-        """Requests per CPU-second of the server: less sensitive to CPU stolen by neighbours."""
-        return 1e6 / results[name].median("cpu_us") if name in results else float("nan")
-
-    checks = [
-        ("gateway-memory / a2a-sdk", "gateway-memory", "a2a-sdk", ">= 10x", 10.0),
-        ("gateway-memory / bare-aiohttp", "gateway-memory", "bare-aiohttp", ">= 0.4x", 0.4),
-        ("gateway-sqlite / gateway-memory", "gateway-sqlite", "gateway-memory", ">= 0.5x", 0.5),
-        ("gateway-memory-info / gateway-memory", "gateway-memory-info", "gateway-memory", "(log cost)", None),
-    ]
-    print(f"{'ratio':<38} {'req/s':>8} {'per CPU-s':>10}   target")
-    for label, a, b, target, threshold in checks:
-        if a not in results or b not in results or not results[a].samples or not results[b].samples:
-            continue
-        by_rps, by_cpu = rps(a) / rps(b), per_cpu(a) / per_cpu(b)
-        verdict = "" if threshold is None else ("  met" if by_rps >= threshold else "  NOT met")
-        print(f"{label:<38} {by_rps:>7.2f}x {by_cpu:>9.2f}x   {target}{verdict}")
-    if all(n in results and results[n].samples for n in ("gateway-memory-info", "gateway-memory")):
-        warn, info = rps("gateway-memory"), rps("gateway-memory-info")
-        cpu_warn, cpu_info = results["gateway-memory"].median("cpu_us"), results["gateway-memory-info"].median("cpu_us")
-        print(f"info logging: {(1e6 / info - 1e6 / warn):.0f} µs more wall time per request at saturation, "
-              f"{cpu_info - cpu_warn:.0f} µs more server CPU per request")
+    print(f"{'ratio':<48} {'req/s':>8} {'per CPU-s':>10}   target (per CPU-s)")
+    for suffix in sources:
+        for label, a, b, threshold in CHECKS:
+            a_row = a + suffix
+            b_row = b + suffix if CONFIGS[b].gateway else b
+            if not measured(a_row) or not measured(b_row):
+                continue
+            by_rps = results[a_row].median("rps") / results[b_row].median("rps")
+            by_cpu = results[b_row].median("cpu_us") / results[a_row].median("cpu_us")
+            target = "" if threshold is None else f">= {threshold:g}x " + ("met" if by_cpu >= threshold else "NOT met")
+            print(f"{label + suffix:<48} {by_rps:>7.2f}x {by_cpu:>9.2f}x   {target}")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--servers", default=",".join(CONFIGS), help=f"comma list of: {', '.join(CONFIGS)}")
+    p.add_argument("--servers", default=",".join(n for n in CONFIGS if n != "gateway-postgres"),
+                   help=f"comma list of: {', '.join(CONFIGS)}")
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--threads", type=int, default=1, help="wrk threads")
     p.add_argument("--duration", type=float, default=8.0, help="measured seconds per run")
@@ -301,44 +369,64 @@ def main() -> None:
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--client-cpu", type=int, default=1)
     p.add_argument("--json", help="also write the raw samples to this file")
-    p.add_argument("--ref", help="benchmark the gateway as committed at this git ref (e.g. HEAD) "
-                                 "instead of the working tree")
+    p.add_argument("--ref", action="append", default=[],
+                   help="also the gateway as committed at this git ref (or the packages in this directory), "
+                        "side by side; repeatable")
+    p.add_argument("--no-working-tree", action="store_true",
+                   help="with --ref: only the refs' gateways (e.g. while the tree is being edited)")
+    p.add_argument("--postgres-dsn", default=os.environ.get("A2A_TEST_POSTGRES_DSN"),
+                   help="server for gateway-postgres (must be allowed to create databases); "
+                        "default $A2A_TEST_POSTGRES_DSN")
     args = p.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (Debian/Ubuntu: apt-get install wrk)")
     if not 1 <= args.runs <= 20 or not 1 <= args.duration <= 120:
         sys.exit("--runs must be 1..20 and --duration 1..120 s")
+    if args.no_working_tree and not args.ref:
+        sys.exit("--no-working-tree needs at least one --ref")
     names = [n.strip() for n in args.servers.split(",") if n.strip()]
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:
         sys.exit(f"unknown server(s): {unknown}")
-    results = {n: Result(CONFIGS[n]) for n in names}
     with tempfile.TemporaryDirectory(prefix="a2a-bench-") as tmp:
         workdir = Path(tmp)
-        source = describe_source(args.ref, workdir)
-        print(f"gateway source: {source}", flush=True)
+        sources: dict[str, str] = {} if args.no_working_tree else {"": describe_tree()}
+        paths: dict[str, Path | None] = {} if args.no_working_tree else {"": None}
+        for ref in args.ref:
+            paths[f" @{ref}"], sources[f" @{ref}"] = snapshot(ref, workdir)
+        for suffix, description in sources.items():
+            print(f"gateway source{suffix}: {description}", flush=True)
+        results: dict[str, Result] = {}
+        for name in names:
+            for suffix, path in (paths.items() if CONFIGS[name].gateway else [("", None)]):
+                results[name + suffix] = Result(CONFIGS[name], path)
         for run in range(args.runs):
-            for name in names:
+            for row, result in results.items():
                 try:
-                    sample, uvloop = one_run(CONFIGS[name], args, workdir, run)
-                except (RuntimeError, subprocess.SubprocessError) as exc:
-                    log_path = workdir / f"{name}-{run}.log"
-                    tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
-                    print(f"run {run + 1}/{args.runs} {name:<20} FAILED: {exc}\n{tail}", file=sys.stderr, flush=True)
-                    results[name].failures += 1
+                    sample, uvloop = one_run(result.config, args, workdir, run, result.source)
+                except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                    print(f"run {run + 1}/{args.runs} {row:<20} FAILED: {exc}\n{_log_tail(workdir, result, run)}",
+                          file=sys.stderr, flush=True)
+                    result.failures += 1
                     continue
-                results[name].samples.append(sample)
-                results[name].uvloop = uvloop
-                print(f"run {run + 1}/{args.runs} {name:<20} {sample.rps:8.0f} req/s  p50 {sample.p50_ms:7.2f} ms"
-                      f"  p99 {sample.p99_ms:7.2f} ms  cpu {sample.cpu_us:6.0f} µs/req  errors {sample.errors}  load {sample.load_before:.2f}",
-                      flush=True)
-    print_table(results, args, source)
+                result.samples.append(sample)
+                result.uvloop = uvloop
+                print(f"run {run + 1}/{args.runs} {row:<20} {sample.rps:8.0f} req/s  p50 {sample.p50_ms:7.2f} ms"
+                      f"  p99 {sample.p99_ms:7.2f} ms  cpu {sample.cpu_us:6.0f} µs/req  errors {sample.errors}"
+                      f"  load {sample.load_before:.2f}", flush=True)
+    print_table(results, args, sources)
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "date": datetime.now(UTC).isoformat(), "machine": machine_note(args), "source": source,
+            "date": datetime.now(UTC).isoformat(), "machine": machine_note(args), "source": sources,
             "args": vars(args),
             "results": {n: [s.__dict__ for s in r.samples] for n, r in results.items()},
         }, indent=2))
+
+
+def _log_tail(workdir: Path, result: Result, run: int) -> str:
+    source = result.source.name if result.source else "tree"
+    log_path = workdir / f"{result.config.name}-{source}-{run}.log"
+    return log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
 
 
 if __name__ == "__main__":
