@@ -3,6 +3,9 @@
     python bench/cold_start.py                          # the working tree, memory:// and sqlite:///
     python bench/cold_start.py --runs 9 --stores memory,sqlite,postgresql
     python bench/cold_start.py --source /tmp/before --source .    # two checkouts side by side
+    python bench/cold_start.py --ref HEAD~2                       # a commit beside the working tree
+    python bench/cold_start.py --no-bytecode                      # every module compiled at start
+    python bench/cold_start.py --python /srv/venv/bin/python      # another environment's packages
 
 What a Lambda cold start (or a fresh replica) pays before it can answer, each figure in a
 fresh process per run, configurations interleaved run by run, medians over ``--runs``:
@@ -24,6 +27,17 @@ fresh process per run, configurations interleaved run by run, medians over ``--r
   CPU the gateway spent on it, and ``VmRSS`` after it. What start-up leaves for later shows
   here: a Lambda cold start pays start-up and the first request.
 - **modules** — ``len(sys.modules)`` after ``build_app``.
+
+Bytecode: every process reads compiled modules from a cache of this run
+(``PYTHONPYCACHEPREFIX``), filled by a warm-up import before the first measurement, as an
+installed package has them, whatever ``PYTHONDONTWRITEBYTECODE`` says. ``--no-bytecode``
+measures the other case, a process that compiles every module it imports (an environment
+installed with ``pip --no-compile`` and run with ``PYTHONDONTWRITEBYTECODE=1``).
+
+Environment: ``--python`` runs the processes with another interpreter, e.g. a virtualenv
+holding only what ``pip install '.[postgres,dynamodb,speed]'`` installs (the image's set).
+The dev virtualenv has more, and some of it is imported when present: ``trio`` (by httpcore),
+``click`` and ``pygments`` (by httpx), ``grpc`` (by the a2a-sdk's server package).
 
 Store URLs: ``memory://``, a fresh ``sqlite:///`` file per run, ``postgresql`` from
 ``--postgres-url``, ``dynamodb`` from ``--dynamodb-url`` (both migrated beforehand).
@@ -48,7 +62,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.core_send import ECHO_TEXT, PROBE, cpu_seconds, free_port, loadavg  # noqa: E402
+from bench.core_send import ECHO_TEXT, PROBE, cpu_seconds, free_port, loadavg, snapshot  # noqa: E402
 from bench.servers.common import BENCH_ENDPOINT_ID  # noqa: E402
 from bench.servers.gateway import ENDPOINTS  # noqa: E402
 
@@ -87,21 +101,37 @@ class Samples:
         return f"{min(v):.0f}–{max(v):.0f}" if v else "-"
 
 
+PYTHON = sys.executable
+"""The interpreter of the measured processes (``--python``)."""
+BYTECODE: dict[str, str] = {}
+"""How the processes find compiled modules: set by ``use_bytecode`` (the variables below)."""
+
+
+def use_bytecode(cache: Path, compiled: bool) -> None:
+    """Compiled modules in ``cache`` (written by the warm-up); not ``compiled``: ``cache`` stays
+    empty and every process compiles every module it imports."""
+    BYTECODE["PYTHONPYCACHEPREFIX"] = str(cache)
+    if not compiled:
+        BYTECODE["PYTHONDONTWRITEBYTECODE"] = "1"
+
+
 def clean_env(source: Path, store: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
-    env.update({"PYTHONPATH": str(source), "A2A_GATEWAY_STORE": store, "A2A_GATEWAY_LOG_LEVEL": "warning"})
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("A2A_GATEWAY_") and k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    env.update({"PYTHONPATH": str(source), "A2A_GATEWAY_STORE": store, "A2A_GATEWAY_LOG_LEVEL": "warning",
+                **BYTECODE})
     return env
 
 
 def measure_import(source: Path, store: str) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", IMPORT_PROBE, store], cwd=source, env=clean_env(source, store),
+    out = subprocess.run([PYTHON, "-c", IMPORT_PROBE, store], cwd=source, env=clean_env(source, store),
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def measure_aiohttp(source: Path) -> float:
-    out = subprocess.run([sys.executable, "-c", AIOHTTP_PROBE], cwd=source, capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run([PYTHON, "-c", AIOHTTP_PROBE], cwd=source, env=clean_env(source, "memory://"),
+                         capture_output=True, text=True, check=True).stdout
     return float(out.strip())
 
 
@@ -157,7 +187,7 @@ def measure_serve(source: Path, store: str, endpoints: Path, idle: float, timeou
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "a2a_gateway", "serve", "--host", "127.0.0.1",
+    proc = subprocess.Popen([PYTHON, "-m", "a2a_gateway", "serve", "--host", "127.0.0.1",
                              "--port", str(port), "--endpoints", str(endpoints)],
                             cwd=source, env=clean_env(source, store),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -221,8 +251,9 @@ def machine_note() -> str:
 
 
 def print_table(results: dict[tuple[str, str], Samples], aiohttp: Samples, args: argparse.Namespace) -> None:
-    print(f"\ncold start — {args.runs} runs, medians (min–max); idle {args.idle} s before RSS")
-    print(machine_note())
+    bytecode = "no compiled modules (--no-bytecode)" if args.no_bytecode else "compiled modules cached"
+    print(f"\ncold start — {args.runs} runs, medians (min–max); idle {args.idle} s before RSS; {bytecode}")
+    print(machine_note() + ("" if args.python == sys.executable else f"; interpreter {args.python}"))
     print(f"bare `import aiohttp.web`: {aiohttp.median('ms'):.0f} CPU ms ({aiohttp.spread('ms')})\n")
     print("| source | store | import CPU ms | ÷ aiohttp | build_app CPU ms | exec → /healthz ms "
           "| serve CPU ms | idle RSS MB | first send ms | its CPU ms | RSS after MB | modules |")
@@ -245,16 +276,30 @@ def main() -> None:
     p.add_argument("--idle", type=float, default=1.0, help="seconds after /healthz before reading RSS")
     p.add_argument("--source", type=Path, action="append",
                    help="checkout whose a2a_gateway/ and handlers/ to run; repeat to compare (default: this one)")
+    p.add_argument("--ref", action="append", default=[],
+                   help="also the gateway as committed at this git ref (a git archive snapshot), before the sources")
+    p.add_argument("--python", default=sys.executable,
+                   help="interpreter (virtualenv) of the measured processes; default this one")
+    p.add_argument("--no-bytecode", action="store_true",
+                   help="no compiled modules: every process compiles what it imports (pip --no-compile)")
     p.add_argument("--postgres-url", help="a migrated database (a2a-gateway migrate)")
     p.add_argument("--dynamodb-url", help="dynamodb://… with its tables created (a2a-gateway migrate)")
     p.add_argument("--json", help="also write the raw samples to this file")
     args = p.parse_args()
-    sources = {describe_source(path.resolve()): path.resolve() for path in args.source or [ROOT]}
+    global PYTHON
+    PYTHON = args.python
     results: dict[tuple[str, str], Samples] = {}
     aiohttp = Samples()
     with tempfile.TemporaryDirectory(prefix="a2a-cold-start-") as tmp:
+        sources = {label: path for path, label in (snapshot(ref, Path(tmp)) for ref in args.ref)}
+        sources.update({describe_source(path.resolve()): path.resolve() for path in args.source or [ROOT]})
+        use_bytecode(Path(tmp) / "pycache", compiled=not args.no_bytecode)
         endpoints = Path(tmp) / "endpoints.yaml"
         endpoints.write_text(ENDPOINTS.format(id=BENCH_ENDPOINT_ID, public="true"))
+        for source in sources.values():  # compiles every module once into the cache (or nothing)
+            for url in store_urls(args, Path(tmp), "warm-up").values():
+                measure_import(source, url)
+            measure_serve(source, "memory://", endpoints, 0)
         for run in range(args.runs):
             aiohttp.add("ms", measure_aiohttp(ROOT))
             for index, (label, source) in enumerate(sources.items()):

@@ -130,10 +130,10 @@ async def test_dynamodb_store_loads_only_its_driver(monkeypatch: pytest.MonkeyPa
     assert loaded == {"boto3", "botocore"}
 
 
-def test_first_requests_load_the_sdk_server_package_and_serve() -> None:
-    """/healthz leaves the a2a-sdk's server package unloaded; the card (with its 0.3 fields)
-    and the first A2A request load it; 1.0 and 0.3 requests are answered, a bad 0.3 one with
-    invalid params."""
+def test_start_up_loads_the_sdk_server_package_and_the_first_requests_are_served() -> None:
+    """``build_app`` leaves the a2a-sdk's server package unloaded, start-up loads it (every
+    request and card needs it: the first caller does not wait for it); the card carries its
+    0.3 fields; 1.0 and 0.3 requests are answered, a bad 0.3 one with invalid params."""
     script = """
     import asyncio, sys
     import httpx
@@ -143,15 +143,13 @@ def test_first_requests_load_the_sdk_server_package_and_serve() -> None:
     async def main():
         async with running_gateway() as gw, httpx.AsyncClient(timeout=60) as http:
             assert (await http.get(gw.base_url + "/healthz")).status_code == 200
-            assert "a2a.server.request_handlers" not in sys.modules
+            assert "a2a_gateway.tasks.request_handler" in sys.modules
             endpoint_id = await gw.add_endpoint("handlers.echo:EchoHandler", settings={"delay": 0})
             card = await http.get(gw.endpoint_url(endpoint_id) + "/.well-known/agent-card.json")
             assert card.status_code == 200 and {"url", "preferredTransport"} <= set(card.json()), card.text
-            assert "a2a.server.request_handlers" in sys.modules  # the card's 0.3 fields come from it
             url = gw.jsonrpc_url(endpoint_id)
             r10 = await http.post(url, json=rpc("SendMessage", send_params()), headers={"A2A-Version": "1.0"})
             assert r10.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", r10.text
-            assert "a2a.server.request_handlers" in sys.modules
             r03 = await http.post(url, json=rpc("message/send", {"message": {
                 "messageId": "m", "kind": "message", "role": "user", "parts": [{"kind": "text", "text": "hi"}]}}))
             assert r03.json()["result"]["status"]["state"] == "completed", r03.text
