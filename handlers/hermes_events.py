@@ -33,7 +33,7 @@ HERMES_CHOICES = ("once", "session", "always", "deny")
 def parse_frames(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
     """Decode raw SSE lines the way Hermes frames them (``data:`` JSON, comments ignored).
 
-    The live path reads frames with httpx-sse; this helper serves recorded streams.
+    The live path reads frames with ``upstream.SSEReader``; this helper serves recorded streams.
     """
     data: list[str] = []
     for raw in lines:

@@ -24,7 +24,6 @@ from typing import Any, Protocol, TypeVar
 
 import httpx
 import structlog
-from httpx_sse import EventSource, SSEError
 from prometheus_client import Histogram
 from pydantic import Field
 
@@ -234,6 +233,67 @@ class SSEFrame:
         return value
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
+class SSEReader:
+    """The frames of an event stream, chunk by chunk: ``feed(chunk)`` gives every frame the
+    chunk completes, in order, so one read of many frames is parsed at once.
+
+    Lines end with CRLF, LF or CR (a CR that ends a chunk waits: it may be half a CRLF); a
+    blank line ends an event; ``data:`` lines are joined with newlines, ``event:`` names it
+    (the default ``message`` reads as ``""``), ``id:`` without a NUL is kept for the events
+    that follow; comments, ``retry:`` and unknown fields are skipped. As httpx-sse does, an
+    event is reported once any field was set, and one leading BOM is dropped."""
+
+    def __init__(self) -> None:
+        self._rest = b""
+        self._started = False
+        self._event = ""
+        self._data: list[str] = []
+        self._id = ""
+        self._retry = False
+
+    def feed(self, chunk: bytes) -> list[SSEFrame]:
+        text = self._rest + chunk
+        if not self._started:
+            if _BOM.startswith(text):
+                self._rest = text
+                return []
+            self._started = True
+            text = text.removeprefix(_BOM)
+        half_crlf = text.endswith(b"\r")
+        if half_crlf:
+            text = text[:-1]
+        if b"\r" in text:
+            text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *lines, rest = text.split(b"\n")
+        self._rest = rest + b"\r" if half_crlf else rest
+        frames: list[SSEFrame] = []
+        for line in lines:
+            if line:
+                self._field(line.decode("utf-8", "replace"))
+            elif self._event or self._data or self._id or self._retry:
+                event = "" if self._event == "message" else self._event
+                frames.append(SSEFrame(event, "\n".join(self._data), self._id))
+                self._event, self._data, self._retry = "", [], False
+        return frames
+
+    def _field(self, line: str) -> None:
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        elif name == "id":
+            if "\0" not in value:
+                self._id = value
+        elif name == "retry":
+            self._retry = self._retry or (value.isascii() and value.isdigit())
+
+
 def redact(text: str, secrets: Iterable[str | None]) -> str:
     """``text`` with every secret replaced by ``***``."""
     for secret in secrets:
@@ -306,8 +366,6 @@ def transport_error_reason(backend: str, url: str, exc: BaseException, timeout: 
         return f"cannot reach {backend} at {url}"
     if isinstance(exc, httpx.RemoteProtocolError):
         return f"{backend} closed the connection before the answer was complete"
-    if isinstance(exc, SSEError):
-        return f"{backend} did not answer with an event stream"
     return f"connection to {backend} failed ({type(exc).__name__})"
 
 
@@ -498,18 +556,23 @@ class UpstreamCall:
 
     async def _read_frames(self) -> AsyncGenerator[SSEFrame, None]:
         assert self.response is not None
-        events = EventSource(self.response).aiter_sse()
+        if "text/event-stream" not in self.response.headers.get("content-type", "").partition(";")[0]:
+            raise UpstreamError(self.reason(f"{self.backend} did not answer with an event stream"))
+        reader, chunks = SSEReader(), self.response.aiter_bytes()
+        bound = _ReadBound(self.deadline)
         try:
             while True:
                 try:
-                    sse = await self._within(anext(events))
+                    chunk = await bound.next(chunks)
                 except StopAsyncIteration:
                     return
-                except (httpx.HTTPError, SSEError) as exc:
+                except httpx.HTTPError as exc:
                     raise self._transport_error(exc) from None
-                yield SSEFrame(sse.event if sse.event != "message" else "", sse.data, sse.id)
+                for frame in reader.feed(chunk):
+                    yield frame
         finally:
-            await events.aclose()
+            bound.close()
+            await chunks.aclose()
 
     async def drain(self, seconds: float = 2.0) -> None:
         """Read what is left of the stream (after the terminal event) for a little
@@ -519,6 +582,45 @@ class UpstreamCall:
                 async for frame in self.frames():
                     if frame.done:
                         break
+
+
+class _ReadBound:
+    """The run's deadline over the reads of one stream: one timer for the whole stream
+    (not one per read), which cancels the read waiting when it fires; a read that starts
+    after it fired ends at once. The cancel is taken back and becomes ``RunTimedOut``."""
+
+    def __init__(self, deadline: Deadline | None) -> None:
+        self._deadline = deadline
+        self._timer: asyncio.TimerHandle | None = None
+        self._reading: asyncio.Task[Any] | None = None
+        self._passed = False
+
+    def _fire(self) -> None:
+        self._passed = True
+        if self._reading is not None:
+            self._reading.cancel()
+
+    async def next(self, chunks: AsyncIterator[bytes]) -> bytes:
+        deadline = self._deadline
+        if deadline is None:
+            return await anext(chunks)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(max(deadline.remaining(), 0), self._fire)
+        if self._passed:
+            raise RunTimedOut(deadline.reason)
+        self._reading = me = asyncio.current_task()
+        try:
+            return await anext(chunks)
+        except asyncio.CancelledError:
+            if self._passed and me is not None and me.uncancel() == 0:
+                raise RunTimedOut(deadline.reason) from None
+            raise
+        finally:
+            self._reading = None
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 class BackendTransport(httpx.AsyncBaseTransport):
