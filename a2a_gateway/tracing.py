@@ -138,6 +138,28 @@ def start_grpc_call(service: str, method: str, metadata: Mapping[str, str]) -> R
     return trace
 
 
+def current_headers() -> dict[str, str]:
+    """The trace context of the request being answered (its server span when exported), for
+    work another process continues later (a dispatched run)."""
+    context = _REQUEST.get()
+    return context.headers() if context is not None else {}
+
+
+@contextlib.contextmanager
+def continuing(headers: Mapping[str, str]) -> Iterator[None]:
+    """Work started inside (a task created here) continues the trace of ``headers`` instead
+    of the current request's: a worker runs a task in its caller's trace, not in the trace of
+    the event that delivered it."""
+    token = _REQUEST.set(TraceParent.of(headers))
+    detached = _exporter.detach_span() if _exporter is not None else None
+    try:
+        yield
+    finally:
+        if detached is not None and _exporter is not None:
+            _exporter.reattach(detached)
+        _REQUEST.reset(token)
+
+
 GRPC_SERVER_ERRORS = frozenset({"UNKNOWN", "DEADLINE_EXCEEDED", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE",
                                 "DATA_LOSS"})
 """gRPC status codes that mark a server span as failed (OpenTelemetry's convention); the
@@ -268,6 +290,13 @@ class _Exporter:
         if failed:
             span.set_status(self._error)
         span.end()
+        self._context.detach(token)
+
+    def detach_span(self) -> object:
+        """Make no span current (until ``reattach`` of what this returns)."""
+        return self._context.attach(self._context.Context())
+
+    def reattach(self, token: object) -> None:
         self._context.detach(token)
 
     @contextlib.contextmanager

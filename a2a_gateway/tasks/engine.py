@@ -32,6 +32,7 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
+from a2a_gateway import tracing
 from a2a_gateway.errors import GatewayError
 from a2a_gateway.live.hub import LiveHub, Subscription
 from a2a_gateway.registry import EndpointRegistry, EndpointRuntime
@@ -249,7 +250,8 @@ class TaskEngine:
         request = run.request
         dispatched = {
             "action": action, "streaming": request.streaming, "pending": request.pending_input,
-            "extensions": sorted(request.extensions), "headers": dict(request.headers),
+            "extensions": sorted(request.extensions),
+            "headers": {**request.headers, **tracing.current_headers()},  # the worker continues this trace
         }
         try:
             await run.record_for_worker(dispatched, time.time() + self.limits.dispatch_claim_seconds)
@@ -287,7 +289,9 @@ class TaskEngine:
         except ConflictError:
             return "duplicate"
         events = handler.reattach(request) if dispatched.get("action") == "reattach" else handler.run(request)
-        await self._start(run, events).wait_done()
+        with tracing.continuing(request.headers):  # the caller's trace, not the delivering event's
+            self._start(run, events)
+        await run.wait_done()
         return "ran"
 
     async def _request_of_stored(

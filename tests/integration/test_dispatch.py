@@ -25,8 +25,10 @@ from a2a.client.errors import A2AClientError
 from a2a.types import GetTaskRequest, SubscribeToTaskRequest, Task, TaskState
 from aiohttp import web
 
+from a2a_gateway import tracing
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.tasks.dispatch import NOT_CLAIMED, NOT_DISPATCHED, SWEEP_EVENT
+from a2a_gateway.tracing import TraceParent
 from handlers.base import HandlerEvent, HandlerRequest
 from handlers.echo import EchoHandler
 from tests.harness import RunningGateway, collect, reconstruct, running_gateway
@@ -45,12 +47,16 @@ INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
 
 
 class CountingEcho(EchoHandler):
-    """The echo agent, counting the runs of each task (the backend calls)."""
+    """The echo agent, counting the runs of each task (the backend calls) and keeping the
+    trace context a backend call of each run would send."""
 
     runs: Counter[str] = Counter()
+    traces: dict[str, TraceParent | None] = {}
 
     async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
         CountingEcho.runs[request.task_id] += 1
+        sent = tracing.backend_call("echo", "POST", "http://backend.invalid/", request.headers).headers
+        CountingEcho.traces[request.task_id] = TraceParent.of(sent)
         async for event in super().run(request):
             yield event
 
@@ -185,6 +191,25 @@ async def test_blocking_send_is_run_by_the_worker(kind: str, tmp_path: Path, mon
     assert d.invoke.outcomes == [{"status": 200, "outcome": "ran"}]
 
 
+async def test_the_worker_runs_the_task_in_the_callers_trace(kind: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    caller = TraceParent("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")
+    async with deployment(kind, tmp_path, monkeypatch) as d, httpx.AsyncClient(timeout=60) as http:
+        url = f"{d.api.base_url}/{d.endpoint_id}/a2a"
+        traced = await http.post(url, json=send_body("traced"), headers={"A2A-Version": "1.0", **caller.headers()})
+        untraced = await http.post(url, json=send_body("untraced"), headers={"A2A-Version": "1.0"})
+        await d.invoke.settled()
+    assert d.invoke.outcomes == [{"status": 200, "outcome": "ran"}] * 2
+    for answer, trace_id in ((traced, caller.trace_id), (untraced, None)):
+        task = answer.json()["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED", answer.text
+        given = TraceParent.of({"traceparent": answer.headers["traceresponse"]})
+        assert given is not None and given.trace_id == (trace_id or given.trace_id)
+        on_worker = CountingEcho.traces[task["id"]]
+        # the API instance's trace (the caller's, or the one it began), not the worker event's
+        assert on_worker is not None and on_worker.trace_id == given.trace_id
+
+
 async def test_the_worker_route_refuses_what_is_no_gateway_event_and_exists_only_on_workers():
     async with running_gateway(worker=True) as worker, running_gateway() as api:
         async with httpx.AsyncClient(timeout=30) as http:
@@ -271,8 +296,9 @@ async def test_a_failed_invoke_fails_the_task_and_tells_the_caller(kind: str, tm
 
 async def test_a_task_no_worker_claims_is_failed_by_the_sweep(kind: str, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch):
-    # a long lease: no replica's lease loop runs during the test, only the sweep event
-    async with deployment(kind, tmp_path, monkeypatch, dispatch_claim_seconds=1.0, lease_seconds=600) as d:
+    # a long lease: no replica's lease loop runs during the test, only the sweep event; a claim
+    # deadline of 3 s leaves the early sweep time to come first on a busy machine
+    async with deployment(kind, tmp_path, monkeypatch, dispatch_claim_seconds=3.0, lease_seconds=600) as d:
         d.invoke.copies = 0  # accepted, never delivered
         sending = asyncio.create_task(blocking_send(d.api, d.endpoint_id, "lost event"))
         invoked = await eventually(lambda: d.invoke.invocations, what="the worker was invoked")
