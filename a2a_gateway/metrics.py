@@ -22,7 +22,8 @@ OUTCOMES = Counter(
     "Requests by A2A method, endpoint and outcome (ok or the A2A error's name)",
     ["a2a_method", "endpoint", "outcome"],
 )
-SSE_STREAMS = Gauge("a2a_gateway_open_sse_streams", "SSE responses open on this replica right now")
+SSE_STREAMS = Gauge("a2a_gateway_open_sse_streams",
+                    "Streams open on this replica right now: SSE responses and gRPC server streams")
 STORE_LATENCY = Histogram("a2a_gateway_store_call_seconds", "Time of one store call", ["operation"])
 HANDED_OVER = Counter(
     "a2a_gateway_tasks_handed_over_total", "Runs this replica handed over on shutdown (leases released)"
