@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import tomllib
 import uuid
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -369,6 +368,8 @@ def load_settings(config_file: str | None = None, **overrides: Any) -> GatewaySe
     path = config_file or os.environ.get("A2A_GATEWAY_CONFIG_FILE")
     from_file: dict[str, Any] = {}
     if path:
+        import tomllib  # only with a config file
+
         with Path(path).open("rb") as fh:
             from_file = tomllib.load(fh)
     given = {k: v for k, v in overrides.items() if v is not None}
