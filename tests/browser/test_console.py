@@ -45,6 +45,13 @@ def open_page(driver: Any, base: str, page: str) -> None:
     wait(driver, lambda d: d.execute_script("return document.body.dataset.page") == wanted, f"the {page} page")
 
 
+def open_raw_panel(driver: Any) -> None:
+    """Open the task page's collapsible raw A2A events panel (unless it is open)."""
+    if not driver.find_element(By.ID, "task-raw").get_attribute("open"):
+        driver.find_element(By.CSS_SELECTOR, "#task-raw summary").click()
+    wait(driver, lambda d: d.find_element(By.ID, "task-events").is_displayed(), "the raw events panel open")
+
+
 def task_row_state(driver: Any, task_id: str) -> str:
     rows = driver.find_elements(By.CSS_SELECTOR, f'#tasks-table tr[data-task-id="{task_id}"] td.state')
     return rows[0].text if rows else ""
@@ -100,6 +107,7 @@ def test_a_task_streamed_by_another_client_appears_streams_its_text_and_complete
     timeline = [li.get_attribute("data-state") for li in browser.find_elements(By.CSS_SELECTOR, "#task-timeline li")]
     assert timeline[-2:] == ["working", "completed"]
     assert f"user: {words}" in text_of(browser, "task-history")
+    open_raw_panel(browser)
     raw = [line for line in text_of(browser, "task-events").splitlines() if line]
     assert len([line for line in raw if '"artifactUpdate"' in line]) > 1  # chunks, as they came
     screenshot("task")

@@ -232,10 +232,11 @@ function feedUrl() {
 
 function startFeed() {
   fillEndpointFilter();
-  if (state.feed && state.feedUrl === feedUrl()) { renderTasks(); return; }
+  if (state.feed && state.feedUrl === feedUrl() && taskList.query === taskListQuery()) { renderTasks(); return; }
   stopFeed();
   state.tasks.clear();
   renderTasks();
+  loadTaskPage(true);
   state.feedUrl = feedUrl();
   const source = new EventSource(state.feedUrl);
   state.feed = source;
@@ -268,7 +269,9 @@ async function fillEndpointFilter() {
 
 function remember(event) {
   const seen = Date.parse(event.timestamp) || Date.now();
-  const task = state.tasks.get(event.taskId) ||
+  const known = state.tasks.get(event.taskId);
+  if (known && seen < Date.parse(known.timestamp)) return; // a page read before a newer feed event
+  const task = known ||
     { taskId: event.taskId, endpointId: event.endpointId, principal: event.principal, contextId: event.contextId, since: seen };
   task.state = event.state;
   task.timestamp = event.timestamp;
@@ -313,6 +316,36 @@ function taskRow(task) {
   return row;
 }
 
+// tasks: recent tasks of any state, a page at a time (GET /admin/api/tasks) -----------------
+
+const taskList = { query: "", next: "" };
+
+function taskListQuery() {
+  const query = new URLSearchParams({ page_size: "50" });
+  if (state.filters.endpoint) query.set("endpoint", state.filters.endpoint);
+  if (state.filters.state) query.set("state", state.filters.state);
+  if (state.filters.context) query.set("context", state.filters.context);
+  return query.toString();
+}
+
+async function loadTaskPage(first) {
+  // the first page of the filters, or the next one; the feed adds what happens from now on
+  const query = taskListQuery();
+  if (first) taskList.next = "";
+  else if (!taskList.next) return;
+  taskList.query = query;
+  $("tasks-more").hidden = true;
+  await act(async () => {
+    const token = first ? "" : `&page_token=${enc(taskList.next)}`;
+    const data = await api("GET", `/admin/api/tasks?${query}${token}`);
+    if (taskList.query !== query) return; // the filters changed meanwhile
+    for (const task of data.tasks) remember(task);
+    taskList.next = data.nextPageToken;
+    $("tasks-more").hidden = !taskList.next;
+    renderTasks();
+  }, "tasks-error");
+}
+
 function applyFilters(event) {
   event.preventDefault();
   state.filters = { endpoint: $("filter-endpoint").value, state: $("filter-state").value, context: $("filter-context").value.trim() };
@@ -332,7 +365,8 @@ async function openTask(endpointId, principal, taskId) {
   $("task-id").textContent = taskId;
   $("task-endpoint").textContent = endpointId;
   $("task-principal").textContent = principal;
-  for (const id of ["task-context", "task-state", "task-text", "task-events"]) $(id).textContent = "";
+  for (const id of ["task-context", "task-state", "task-text", "task-events", "task-json"]) $(id).textContent = "";
+  $("task-stored").hidden = true;
   $("task-timeline").replaceChildren();
   $("task-history").replaceChildren();
   await loadTask();
@@ -404,6 +438,7 @@ async function loadTask() {
   $("task-history").replaceChildren(...(task.history || []).map(
     (message) => el("li", `${shortState(message.role).replace(/^role-/, "")}: ${partsText(message.parts)}`)));
   if (statusText && TERMINAL.has(data.state)) $("task-history").append(el("li", `status: ${statusText}`));
+  showStoredTask(data);
 }
 
 async function cancelTask() {
@@ -412,6 +447,16 @@ async function cancelTask() {
     const data = await api("POST", `${taskPath(view)}/cancel?principal=${enc(view.principal)}`);
     addStatus(data.state, data.timestamp);
   }, "task-error");
+}
+
+// tasks: the raw A2A data of one task, for debugging ---------------------------------------
+// The stream's events go to #task-events as they arrive (onTaskEvent); an ended task's stored
+// JSON (history, artifacts, status) to #task-json. Both as text only.
+
+function showStoredTask(data) {
+  const ended = TERMINAL.has(data.state);
+  $("task-json").textContent = ended ? JSON.stringify(data.task, null, 2) : "";
+  $("task-stored").hidden = !ended;
 }
 
 // endpoints: backend health --------------------------------------------------------------
@@ -597,6 +642,7 @@ function init() {
   $("endpoint-form").addEventListener("submit", createEndpoint);
   $("key-form").addEventListener("submit", createKey);
   $("task-filters").addEventListener("submit", applyFilters);
+  $("tasks-more").addEventListener("click", () => loadTaskPage(false));
   $("task-cancel").addEventListener("click", cancelTask);
   window.addEventListener("hashchange", route);
   setInterval(() => { if (!$("tasks-page").hidden) renderTasks(); }, 1000);
