@@ -37,6 +37,7 @@ def sign_in_at_the_issuer(driver: Any, gateway: str, login: str, screenshot: Any
     link = wait(driver, lambda d: d.find_element(By.ID, "oidc-sign-in-link") if d.find_element(
         By.ID, "oidc-sign-in").is_displayed() else None, "the issuer's sign-in link")
     assert link.text == f"Sign in with {issuer()}"
+    assert not driver.find_element(By.ID, "nav").is_displayed()  # no Log out before logging in
     if screenshot:
         screenshot("oidc-login")
     link.click()
