@@ -169,6 +169,9 @@ class GatewaySettings(BaseSettings):
     """The console's client id at the issuer (the ID token's audience)."""
     console_oidc_client_secret: SecretStr = SecretStr("")
     """The client's secret (empty: a public client, PKCE only)."""
+    console_oidc_client_auth: Literal["auto", "client_secret_basic", "client_secret_post"] = "auto"
+    """How the client with a secret authenticates at the token endpoint: ``auto`` takes
+    client_secret_basic when the issuer's discovery document lists it, else client_secret_post."""
     console_oidc_scopes: str = "openid profile email groups"
     """Scopes asked for, space-separated (``openid`` is always asked for)."""
     console_oidc_operator_claim: str = "groups"

@@ -19,8 +19,10 @@ import orjson
 from tests.harness import require_env
 
 ISSUER_VAR = "A2A_TEST_OIDC_ISSUER"
-CLIENTS = orjson.loads((Path(__file__).parent / "oidc_provider" / "clients.json").read_bytes())
-CONFIDENTIAL, PUBLIC = CLIENTS
+CLIENTS = {client["token_endpoint_auth_method"]: client for client in orjson.loads(
+    (Path(__file__).parent / "oidc_provider" / "clients.json").read_bytes())}
+"""The provider's clients by how each authenticates at its token endpoint."""
+CONFIDENTIAL, SECRET_POST, PUBLIC = CLIENTS["client_secret_basic"], CLIENTS["client_secret_post"], CLIENTS["none"]
 OPERATORS_GROUP = "a2a-operators"
 _FORM_ACTION = re.compile(r'<form[^>]*action="([^"]+)"')
 _CANCEL_LINK = re.compile(r'<a href="([^"]+)">\[ Cancel \]</a>')

@@ -9,8 +9,8 @@ Authorization Code flow with PKCE (S256), ``state`` and ``nonce``.
   That cookie is SameSite=Lax: the issuer's redirect back is a cross-site navigation.
 * ``GET /console/oidc/callback`` checks the state, exchanges the code at the token endpoint
   (with the verifier; the client authenticates with ``client_secret_basic`` or
-  ``client_secret_post`` as the discovery document allows, a public client with its id
-  only), verifies the ID token (signature by the issuer's JWKS through ``auth.tokens``, iss,
+  ``client_secret_post`` as ``console_oidc_client_auth`` or else the discovery document says,
+  a public client with its id only), verifies the ID token (signature by the issuer's JWKS through ``auth.tokens``, iss,
   aud = the client id, exp, nonce), and takes the user as a gateway operator when the
   ``console_oidc_operator_claim`` claim holds one of ``console_oidc_operator_values``. It
   then opens the same console session as an operator key's login, naming the user.
@@ -129,6 +129,7 @@ class OidcLogin:
         self.issuer = settings.console_oidc_issuer
         self._client_id = settings.console_oidc_client_id
         self._client_secret = settings.console_oidc_client_secret.get_secret_value()
+        self._auth_method = settings.console_oidc_client_auth
         scopes = settings.console_oidc_scopes.split()
         self._scope = " ".join(["openid", *(s for s in scopes if s != "openid")])
         self._claim = settings.console_oidc_operator_claim
@@ -239,11 +240,13 @@ class OidcLogin:
     def _client_auth(self, metadata: IssuerMetadata) -> str:
         if not self._client_secret:
             return "none"
+        if self._auth_method != "auto":
+            return self._auth_method
         for method in ("client_secret_basic", "client_secret_post"):
             if method in metadata.token_auth_methods:
                 return method
         raise SignInError(400, "The identity provider takes neither client_secret_basic nor client_secret_post "
-                               "at its token endpoint.")
+                               "at its token endpoint (console_oidc_client_auth).")
 
     async def _verified_claims(self, metadata: IssuerMetadata, token: str, flow: LoginFlow) -> dict[str, Any]:
         config = JwtConfig(issuer=self.issuer, audience=self._client_id,

@@ -1,8 +1,8 @@
 """Signing in to the console through a real OpenID Provider (tests/oidc_provider, panva's
 oidc-provider) over plain HTTP, through a running gateway: an operator of the issuer's
 ``a2a-operators`` group gets a console session that lists endpoints and changes them with its
-CSRF token (a confidential client with client_secret_basic, and a public client with PKCE
-only); a user outside the group gets 403; a tampered state, a replayed callback, an ID token
+CSRF token (confidential clients with client_secret_basic and client_secret_post, and a
+public client with PKCE only; a wrong client secret is a 400); a user outside the group gets 403; a tampered state, a replayed callback, an ID token
 of another sign-in (its nonce), a sign-in cancelled at the issuer and an issuer that cannot
 be reached are each a 4xx (or 502) page, never a 500, with no token or code in it (nor in the
 logs); a sign-in begun on one replica completes on another with the same session secret."""
@@ -21,7 +21,7 @@ import pytest
 from a2a_gateway.console.oidc import FLOW_COOKIE, OIDC_LOGIN
 from a2a_gateway.console.session import COOKIE
 from tests.harness import RunningGateway, running_gateway
-from tests.oidc_support import CONFIDENTIAL, PUBLIC, issuer, oidc_settings, sign_in_at_issuer
+from tests.oidc_support import CONFIDENTIAL, PUBLIC, SECRET_POST, issuer, oidc_settings, sign_in_at_issuer
 
 pytestmark = pytest.mark.timeout(120)
 OPERATOR = "alice:a2a-operators,dev"
@@ -70,9 +70,11 @@ def assert_refusal_page(response: httpx.Response, status: int, *words: str) -> N
     assert COOKIE not in [c.split("=")[0] for c in response.headers.get_list("Set-Cookie")]
 
 
-@pytest.mark.parametrize("client", [CONFIDENTIAL, PUBLIC], ids=["client_secret_basic", "public-pkce"])
-async def test_an_operator_signs_in_and_uses_the_admin_api_with_its_csrf_token(client, browser, capsys):
-    async with oidc_gateway(client) as gw:
+@pytest.mark.parametrize(("client", "auth"), [(CONFIDENTIAL, "auto"), (SECRET_POST, "client_secret_post"),
+                                            (PUBLIC, "auto")], ids=["client_secret_basic", "client_secret_post",
+                                                                    "public-pkce"])
+async def test_an_operator_signs_in_and_uses_the_admin_api_with_its_csrf_token(client, auth, browser, capsys):
+    async with oidc_gateway(client, console_oidc_client_auth=auth) as gw:
         endpoint_id = await gw.add_endpoint(name="oidc target")
         authorization = await start(browser, gw)
         asked = parse_qs(urlsplit(authorization).query)
@@ -111,6 +113,14 @@ async def test_the_redirect_uri_is_under_the_public_base_url_and_the_flow_cookie
     assert cookie.startswith(f"{FLOW_COOKIE}=")
     for attribute in ("HttpOnly", "Secure", "SameSite=Lax", "Path=/console/oidc", "Max-Age=601"):
         assert attribute in cookie, cookie
+
+
+async def test_a_wrong_client_secret_is_a_400_page_that_does_not_show_it(browser):
+    async with oidc_gateway(console_oidc_client_secret="not-the-client-secret-at-all") as gw:
+        refused = await browser.get(await callback_url(browser, gw), follow_redirects=False)
+    assert_refusal_page(refused, 400, "refused to exchange the sign-in code (invalid_client)")
+    assert "not-the-client-secret-at-all" not in refused.text
+    assert not browser.cookies.get(COOKIE)
 
 
 async def test_a_user_outside_the_operator_group_gets_403_and_no_session(gw, browser):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from urllib.parse import parse_qs
 
 import httpx
 import pytest
@@ -170,6 +171,40 @@ def test_discovery_takes_asymmetric_algorithms_and_defaults_to_client_secret_bas
 def test_a_discovery_document_of_another_issuer_or_without_endpoints_is_refused(document, message):
     with pytest.raises(ValueError, match=message):
         IssuerMetadata.parse(ISSUER, document)
+
+
+@pytest.mark.parametrize(("secret", "method", "sent_basic", "in_body"), [
+    ("s+e/c r:t", "auto", "console%3A1:s%2Be%2Fc+r%3At", {"client_id": None, "client_secret": None}),
+    ("s+e/c r:t", "client_secret_post", None, {"client_id": "console:1", "client_secret": "s+e/c r:t"}),
+    ("", "auto", None, {"client_id": "console:1", "client_secret": None}),
+], ids=["basic", "post", "public"])
+async def test_the_code_is_exchanged_with_the_verifier_and_the_client_authenticated_as_set(
+        sessions, clock, secret, method, sent_basic, in_body):
+    sent: list[httpx.Request] = []
+
+    def issuer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/openid-configuration"):
+            return httpx.Response(200, json={**DISCOVERY, "token_endpoint_auth_methods_supported": [
+                "client_secret_post", "client_secret_basic"]})
+        sent.append(request)
+        return httpx.Response(400, json={"error": "invalid_grant", "error_description": "grant request is invalid"})
+
+    configured = settings(console_oidc_client_id="console:1", console_oidc_client_secret=secret,
+                          console_oidc_client_auth=method)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(issuer)) as http:
+        login = OidcLogin(configured, http, sessions, clock=clock)
+        flow = LoginFlow("STATE", "nonce", "the-verifier", "https://gw/console/oidc/callback", clock.now + 600)
+        with pytest.raises(SignInError, match=r"refused to exchange the sign-in code \(invalid_grant\)"):
+            await login.finish(flow, {"state": "STATE", "code": "the-code"})
+    [request] = sent
+    assert request.url == f"{ISSUER}/token"
+    form = {k: v[0] for k, v in parse_qs(request.content.decode()).items()}
+    assert form["grant_type"] == "authorization_code" and form["code"] == "the-code"
+    assert form["code_verifier"] == "the-verifier" and form["redirect_uri"] == "https://gw/console/oidc/callback"
+    for name, value in in_body.items():
+        assert form.get(name) == value, name
+    basic = request.headers.get("Authorization")
+    assert (base64.b64decode(basic.removeprefix("Basic ")).decode() if basic else None) == sent_basic
 
 
 @pytest.mark.parametrize(("changes", "message"), [
