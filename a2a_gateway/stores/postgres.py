@@ -10,7 +10,7 @@ endpoint cards, run state, contexts and push configs are JSONB. URL options
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +40,7 @@ from a2a_gateway.stores.base import (
     storable_key_id,
 )
 from a2a_gateway.stores.migrations import migration_files
+from a2a_gateway.stores.postgres_batches import INSERT_MANY, NewTask, TaskCreations, columns
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
 from a2a_gateway.stores.postgres_connection import (
     UNAVAILABLE_ERRORS,
@@ -163,6 +164,7 @@ class PostgresStore(Store):
         self._acquire_timeout = acquire_timeout
         self._connect_timeout = connect_timeout
         self._token_key = page_token_key
+        self._creations = TaskCreations(self._insert_tasks, self._insert_task)
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> PostgresStore:
@@ -358,26 +360,28 @@ class PostgresStore(Store):
         owner: str | None = None,
         lease_until: float | None = None,
     ) -> int:
+        await self._creations.create(NewTask(
+            *scope.as_tuple(), task.id, task.context_id, int(task.status.state), status_timestamp_us(task),
+            task.SerializeToString(), run_ref, run_state or {}, owner, lease_until,
+        ))
+        return 1
+
+    async def _insert_task(self, row: NewTask) -> None:
         async with self._conn() as conn:
             try:
                 await conn.execute(
                     "INSERT INTO tasks (tenant, endpoint_id, principal, id, context_id, state,"
                     " status_us, version, task, run_ref, run_state, owner, lease_until)"
                     " VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $10, $11, $12)",
-                    *scope.as_tuple(),
-                    task.id,
-                    task.context_id,
-                    int(task.status.state),
-                    status_timestamp_us(task),
-                    task.SerializeToString(),
-                    run_ref,
-                    run_state or {},
-                    owner,
-                    lease_until,
+                    *row.values(),
                 )
             except asyncpg.UniqueViolationError as exc:
-                raise ConflictError(f"task {task.id} exists") from exc
-        return 1
+                raise ConflictError(f"task {row.id} exists") from exc
+
+    async def _insert_tasks(self, rows: Sequence[NewTask]) -> set[str]:
+        async with self._conn() as conn:
+            inserted = await conn.fetch(INSERT_MANY, *columns(rows))
+        return {r["id"] for r in inserted}
 
     async def update_task(
         self,
