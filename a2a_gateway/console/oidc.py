@@ -12,7 +12,9 @@ Authorization Code flow with PKCE (S256), ``state`` and ``nonce``.
   ``client_secret_post`` as ``console_oidc_client_auth`` or else the discovery document says,
   a public client with its id only), verifies the ID token (signature by the issuer's JWKS through ``auth.tokens``, iss,
   aud = the client id, exp, nonce), and takes the user as a gateway operator when the
-  ``console_oidc_operator_claim`` claim holds one of ``console_oidc_operator_values``. It
+  ``console_oidc_operator_claim`` claim holds one of ``console_oidc_operator_values``. An ID
+  token without that claim has it read from the issuer's userinfo endpoint (with the access
+  token; the answer must name the same ``sub``), as some issuers keep groups out of ID tokens. It
   then opens the same console session as an operator key's login, naming the user.
 * ``GET /console/api/oidc`` tells the login page which issuer it may offer.
 
@@ -98,6 +100,7 @@ class IssuerMetadata:
     jwks_uri: str
     token_auth_methods: tuple[str, ...]
     id_token_algorithms: tuple[str, ...]
+    userinfo_endpoint: str | None = None
 
     @classmethod
     def parse(cls, issuer: str, document: object) -> IssuerMetadata:
@@ -113,8 +116,11 @@ class IssuerMetadata:
             urls[name] = value
         methods = document.get("token_endpoint_auth_methods_supported", ["client_secret_basic"])
         algorithms = document.get("id_token_signing_alg_values_supported", ["RS256"])
+        userinfo = document.get("userinfo_endpoint")
         return cls(
             **urls,
+            userinfo_endpoint=userinfo if isinstance(userinfo, str) and userinfo.startswith(("https://", "http://"))
+            else None,
             token_auth_methods=tuple(m for m in methods if isinstance(m, str)) if isinstance(methods, list) else (),
             id_token_algorithms=tuple(sorted(ASYMMETRIC_ALGORITHMS.intersection(
                 algorithms if isinstance(algorithms, list) else []))),
@@ -201,10 +207,14 @@ class OidcLogin:
         if not code:
             raise SignInError(400, "The identity provider's answer has no code. Start again from the console.")
         metadata = await self.metadata()
-        claims = await self._verified_claims(metadata, await self._id_token(metadata, flow, code), flow)
+        id_token, access_token = await self._exchange(metadata, flow, code)
+        claims = await self._verified_claims(metadata, id_token, flow)
+        if self._claim not in claims and metadata.userinfo_endpoint and access_token:
+            claims = {**await self._userinfo(metadata.userinfo_endpoint, access_token, claims["sub"]), **claims}
         return self._operator(claims)
 
-    async def _id_token(self, metadata: IssuerMetadata, flow: LoginFlow, code: str) -> str:
+    async def _exchange(self, metadata: IssuerMetadata, flow: LoginFlow, code: str) -> tuple[str, str | None]:
+        """The ID token and the access token (if any) the code is exchanged for."""
         form = {"grant_type": "authorization_code", "code": code, "redirect_uri": flow.redirect_uri,
                 "code_verifier": flow.verifier}
         auth = None
@@ -235,7 +245,30 @@ class OidcLogin:
         if not isinstance(token, str):
             raise SignInError(400, "The identity provider's token response has no ID token (is openid among "
                                    "the client's scopes?).")
-        return token
+        access_token = body.get("access_token")
+        return token, access_token if isinstance(access_token, str) else None
+
+    async def _userinfo(self, url: str, access_token: str, subject: str) -> dict[str, Any]:
+        """The user's claims from the issuer's userinfo endpoint (where issuers that keep the
+        operator claim out of the ID token give it); they must name the ID token's subject."""
+        try:
+            response = await self._http.get(url, headers={"Authorization": f"Bearer {access_token}",
+                                                          "Accept": "application/json"},
+                                            timeout=self._timeout, follow_redirects=False)
+        except httpx.HTTPError as exc:
+            log.warning("console_oidc_userinfo_unreachable", error=type(exc).__name__)
+            raise SignInError(502, "The identity provider's userinfo endpoint cannot be reached now. Try again "
+                                   "later.") from None
+        try:
+            claims = orjson.loads(response.content) if response.status_code == 200 else None
+        except orjson.JSONDecodeError:
+            claims = None
+        if not isinstance(claims, dict):
+            raise SignInError(400, f"The identity provider's userinfo endpoint gave no JSON claims (HTTP "
+                                   f"{response.status_code}); its {self._claim} claim cannot be read.")
+        if claims.get("sub") != subject:
+            raise SignInError(400, "The identity provider's userinfo names another user than its ID token.")
+        return claims
 
     def _client_auth(self, metadata: IssuerMetadata) -> str:
         if not self._client_secret:
@@ -274,8 +307,8 @@ class OidcLogin:
         values = [value] if isinstance(value, str) else value if isinstance(value, list) else []
         if not any(isinstance(v, str) and v in self._operator_values for v in values):
             log.warning("console_oidc_not_an_operator", subject=user.subject)
-            raise SignInError(403, f"{name} signed in at {self.issuer}, but is not a gateway operator: the ID "
-                                   f"token's {self._claim} claim holds none of the operator values "
+            raise SignInError(403, f"{name} signed in at {self.issuer}, but is not a gateway operator: the "
+                                   f"user's {self._claim} claim holds none of the operator values "
                                    "(console_oidc_operator_values).")
         return user
 

@@ -2,10 +2,12 @@
 oidc-provider) over plain HTTP, through a running gateway: an operator of the issuer's
 ``a2a-operators`` group gets a console session that lists endpoints and changes them with its
 CSRF token (confidential clients with client_secret_basic and client_secret_post, and a
-public client with PKCE only; a wrong client secret is a 400); a user outside the group gets 403; a tampered state, a replayed callback, an ID token
-of another sign-in (its nonce), a sign-in cancelled at the issuer and an issuer that cannot
-be reached are each a 4xx (or 502) page, never a 500, with no token or code in it (nor in the
-logs); a sign-in begun on one replica completes on another with the same session secret."""
+public client with PKCE only; a wrong client secret is a 400), also when the operator claim
+comes from the userinfo endpoint only; a user outside the group gets 403; a tampered state, a
+replayed callback, an ID token of another sign-in (its nonce), a sign-in cancelled at the
+issuer and an issuer that cannot be reached are each a 4xx (or 502) page, never a 500, with no
+token or code in it (nor in the logs); a sign-in begun on one replica completes on another
+with the same session secret."""
 
 from __future__ import annotations
 
@@ -129,6 +131,16 @@ async def test_a_user_outside_the_operator_group_gets_403_and_no_session(gw, bro
     assert "developers" not in refused.text  # the claim's values are not repeated
     assert not browser.cookies.get(COOKIE)
     assert (await browser.get(f"{gw.base_url}/admin/api/endpoints")).status_code == 401
+
+
+async def test_an_operator_claim_only_the_userinfo_endpoint_gives_is_read_there(browser):
+    async with oidc_gateway(console_oidc_operator_claim="roles") as gw:
+        refused = await browser.get(await callback_url(browser, gw, "bob:developers"), follow_redirects=False)
+        assert_refusal_page(refused, 403, "bob", "roles claim holds none")
+        browser.cookies.clear()  # bob's session at the issuer too
+        signed_in = await browser.get(await callback_url(browser, gw), follow_redirects=False)
+        assert signed_in.status_code == 303, signed_in.text
+        assert (await browser.get(f"{gw.base_url}/admin/api/endpoints")).status_code == 200
 
 
 async def test_a_tampered_state_is_refused(gw, browser):

@@ -8,7 +8,9 @@
 // The provider's development pages take any login and password, then ask for consent (always
 // asked of native clients; their Continue button grants it). A login of the form
 // `name:group1,group2` signs in an account `name:group1,group2` whose `name` claim is
-// `name` and whose `groups` claim is [group1, group2]; a plain `name` has no groups.
+// `name` and whose `groups` claim is [group1, group2]; a plain `name` has no groups. The same
+// groups are its `roles` claim, which only the userinfo endpoint gives (as issuers that keep
+// such claims out of ID tokens do).
 import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -21,12 +23,13 @@ function account(id) {
   const [name, groups = ''] = id.split(':', 2);
   return {
     accountId: id,
-    claims: async () => ({
+    claims: async (use) => ({
       sub: id,
       name,
       preferred_username: name,
       email: `${name}@example.test`,
       groups: groups.split(',').filter(Boolean),
+      ...(use === 'userinfo' ? { roles: groups.split(',').filter(Boolean) } : {}),
     }),
   };
 }
@@ -40,7 +43,7 @@ server.listen(0, '127.0.0.1', () => {
       openid: ['sub'],
       profile: ['name', 'preferred_username'],
       email: ['email'],
-      groups: ['groups'],
+      groups: ['groups', 'roles'],
     },
     scopes: ['openid', 'profile', 'email', 'groups'],
     conformIdTokenClaims: false, // the ID token carries the scopes' claims (groups), as the gateway reads them

@@ -70,7 +70,9 @@ def test_the_flow_cookie_opens_only_as_sealed_and_until_it_expires(login, sessio
     sealed = login.seal(flow)
     assert login.open(sealed) == flow
     payload, _, signature = sealed.partition(".")
-    for forged in (payload + ".x" + signature[1:], payload[:-2] + "AA." + signature, "", "garbage"):
+    flip = {"A": "B"}.get(signature[0], "A")  # another first character of the signature
+    for forged in (f"{payload}.{flip}{signature[1:]}", f"{payload[:-2]}{payload[-1]}{payload[-2]}.{signature}",
+                   f"{payload}.", "", "garbage"):
         with pytest.raises(SignInError, match="No sign-in is under way") as refused:
             login.open(forged)
         assert refused.value.status == 400
@@ -205,6 +207,34 @@ async def test_the_code_is_exchanged_with_the_verifier_and_the_client_authentica
         assert form.get(name) == value, name
     basic = request.headers.get("Authorization")
     assert (base64.b64decode(basic.removeprefix("Basic ")).decode() if basic else None) == sent_basic
+
+
+@pytest.mark.parametrize(("answer", "status", "message"), [
+    (httpx.Response(200, json={"sub": "u-1", "roles": ["admins"]}), None, None),
+    (httpx.Response(200, json={"sub": "someone-else", "roles": ["admins"]}), 400, "names another user"),
+    (httpx.Response(401, json={"error": "invalid_token"}), 400, r"no JSON claims \(HTTP 401\)"),
+    (httpx.Response(200, text="eyJhbGciOi.signed.userinfo", headers={"Content-Type": "application/jwt"}), 400,
+     "no JSON claims"),
+    (httpx.ConnectError("refused"), 502, "cannot be reached now"),
+])
+async def test_userinfo_claims_must_name_the_id_tokens_subject(sessions, clock, answer, status, message):
+    seen: list[str] = []
+
+    def issuer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["Authorization"])
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(issuer)) as http:
+        login = OidcLogin(settings(console_oidc_operator_claim="roles"), http, sessions, clock=clock)
+        if status is None:
+            assert (await login._userinfo(f"{ISSUER}/me", "the-access-token", "u-1"))["roles"] == ["admins"]
+        else:
+            with pytest.raises(SignInError, match=message) as refused:
+                await login._userinfo(f"{ISSUER}/me", "the-access-token", "u-1")
+            assert refused.value.status == status and "the-access-token" not in refused.value.message
+    assert seen == ["Bearer the-access-token"]
 
 
 @pytest.mark.parametrize(("changes", "message"), [
