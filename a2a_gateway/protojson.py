@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -66,8 +68,36 @@ def _struct_to_json(struct: Message) -> dict[str, Any]:
     return {key: _value_to_json(item) for key, item in struct.fields.items()}
 
 
+_FIRST_SECOND, _LAST_SECOND = -62135596800, 253402300799  # 0001-01-01 and 9999-12-31T23:59:59
+
+
+@functools.lru_cache(maxsize=64)
+def _second_to_json(seconds: int) -> str:
+    """``YYYY-MM-DDTHH:MM:SS`` of a second since the epoch (the tasks of a reply share a few)."""
+    return (_EPOCH + datetime.timedelta(seconds=seconds)).isoformat()
+
+
+_EPOCH = datetime.datetime(1970, 1, 1)
+
+
+def _timestamp_to_json(ts: Message) -> str:
+    """``Timestamp.ToJsonString``, a third of its cost: the date and time of each second are
+    formatted once, then only the fraction (0, 3, 6 or 9 digits, as protobuf chooses)."""
+    seconds, nanos = ts.seconds, ts.nanos  # type: ignore[attr-defined]
+    if not (_FIRST_SECOND <= seconds <= _LAST_SECOND and 0 <= nanos < 1_000_000_000):
+        return ts.ToJsonString()  # type: ignore[attr-defined]  # its error
+    whole = _second_to_json(seconds)
+    if nanos == 0:
+        return whole + "Z"
+    if nanos % 1_000_000 == 0:
+        return f"{whole}.{nanos // 1_000_000:03d}Z"
+    if nanos % 1000 == 0:
+        return f"{whole}.{nanos // 1000:06d}Z"
+    return f"{whole}.{nanos:09d}Z"
+
+
 _WELL_KNOWN: dict[str, Callable[[Message], Any]] = {
-    "google.protobuf.Timestamp": lambda ts: ts.ToJsonString(),
+    "google.protobuf.Timestamp": _timestamp_to_json,
     "google.protobuf.Struct": _struct_to_json,
     "google.protobuf.Value": _value_to_json,
     "google.protobuf.ListValue": lambda lv: [_value_to_json(v) for v in lv.values],

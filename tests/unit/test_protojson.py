@@ -117,3 +117,23 @@ def test_print_stream_responses_list_responses_and_cards():
                   supported_interfaces=[{"url": "http://x", "protocol_binding": "JSONRPC", "protocol_version": "1.0"}]),
     ):
         assert message_to_dict(message) == json_format.MessageToDict(message)
+
+
+@pytest.mark.parametrize("seconds", [-62135596800, -1, 0, 59, 86399, 951782400, 1796150847, 253402300799])
+@pytest.mark.parametrize("nanos", [0, 1, 999, 1000, 120_000, 240_547_000, 5_000_000, 999_999_999])
+def test_timestamps_print_as_protobuf_prints_them(seconds, nanos):
+    task = Task(id="t")
+    task.status.timestamp.seconds, task.status.timestamp.nanos = seconds, nanos
+    assert message_to_dict(task) == json_format.MessageToDict(task)
+    assert message_to_dict(task)["status"]["timestamp"] == task.status.timestamp.ToJsonString()
+
+
+@pytest.mark.parametrize(("seconds", "nanos"), [(-62135596801, 0), (253402300800, 0), (0, -1), (0, 1_000_000_000)])
+def test_a_timestamp_out_of_range_is_protobufs_error(seconds, nanos):
+    task = Task(id="t")
+    task.status.timestamp.seconds, task.status.timestamp.nanos = seconds, nanos
+    with pytest.raises(ValueError) as ours:
+        message_to_dict(task)
+    with pytest.raises(ValueError) as theirs:
+        task.status.timestamp.ToJsonString()
+    assert str(ours.value) == str(theirs.value)
