@@ -12,6 +12,7 @@ without bound. A body's reservation ends when it has been read; parsing follows 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import zlib
 from typing import Any
 
@@ -142,8 +143,10 @@ async def read_body(request: web.Request, settings: GatewaySettings) -> bytes:
     budget = request.app[BODY_BUDGET]
     chunks: list[bytes] = []
     held = 0
+    # a body that arrived whole with the headers needs no bound on the wait (the timer: ~3 µs)
+    complete = request.content.is_eof()
     try:
-        async with asyncio.timeout(settings.body_read_timeout_seconds):
+        async with contextlib.nullcontext() if complete else asyncio.timeout(settings.body_read_timeout_seconds):
             while chunk := await request.content.readany():
                 if decoder is not None:
                     chunk = decoder.feed(chunk, limit - held)
