@@ -8,14 +8,15 @@ Authorization Code flow with PKCE (S256), ``state`` and ``nonce``.
   and any replica with the same ``console_session_secret`` completes a sign-in another began.
   That cookie is SameSite=Lax: the issuer's redirect back is a cross-site navigation.
 * ``GET /console/oidc/callback`` checks the state, exchanges the code at the token endpoint
-  (with the verifier; the client authenticates with ``client_secret_basic`` or
-  ``client_secret_post`` as ``console_oidc_client_auth`` or else the discovery document says,
-  a public client with its id only), verifies the ID token (signature by the issuer's JWKS through ``auth.tokens``, iss,
-  aud = the client id, exp, nonce), and takes the user as a gateway operator when the
-  ``console_oidc_operator_claim`` claim holds one of ``console_oidc_operator_values``. An ID
-  token without that claim has it read from the issuer's userinfo endpoint (with the access
-  token; the answer must name the same ``sub``), as some issuers keep groups out of ID tokens. It
-  then opens the same console session as an operator key's login, naming the user.
+  with the verifier (the client authenticates with ``client_secret_basic`` or
+  ``client_secret_post`` as ``console_oidc_client_auth`` or else the discovery document says;
+  a public client sends its id only), verifies the ID token (signature by the issuer's JWKS
+  through ``auth.tokens``, iss, aud = the client id, exp, nonce), and takes the user as a
+  gateway operator when the ``console_oidc_operator_claim`` claim holds one of
+  ``console_oidc_operator_values``. An ID token without that claim has it read from the
+  issuer's userinfo endpoint (with the access token; the answer must name the same ``sub``),
+  as some issuers keep groups out of ID tokens. It then opens the same console session as an
+  operator key's login, naming the user.
 * ``GET /console/api/oidc`` tells the login page which issuer it may offer.
 
 The redirect URI is ``<public_base_url>/console/oidc/callback`` (the request's scheme and host
@@ -84,7 +85,8 @@ class LoginFlow:
 
     @classmethod
     def new(cls, redirect_uri: str, expires: float) -> LoginFlow:
-        return cls(secrets.token_urlsafe(32), secrets.token_urlsafe(32), secrets.token_urlsafe(48), redirect_uri, expires)
+        state, nonce, verifier = secrets.token_urlsafe(32), secrets.token_urlsafe(32), secrets.token_urlsafe(48)
+        return cls(state, nonce, verifier, redirect_uri, expires)
 
     @property
     def challenge(self) -> str:
