@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import structlog
 from a2a.utils.errors import A2AError, InternalError
@@ -35,18 +36,65 @@ SSE_HEADERS = {
 }
 
 
+class _Keepalives:
+    """The keepalive comments of the open streams of one event loop that share an interval:
+    one task for all of them instead of one per stream. Every quarter interval it pings the
+    streams that have sent nothing for three quarters of it, so none stays silent longer
+    than the interval; each ping is its own short task (a client slow to read delays only
+    its own)."""
+
+    _running: ClassVar[dict[tuple[int, float], _Keepalives]] = {}
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        self.loop = loop
+        self.seconds = seconds
+        self.streams: set[SSEStream] = set()
+        self._pings: set[asyncio.Task[bool]] = set()
+        self._task = loop.create_task(self._run())
+
+    @classmethod
+    def join(cls, stream: SSEStream, seconds: float) -> _Keepalives:
+        loop = asyncio.get_running_loop()
+        key = (id(loop), seconds)
+        keepalives = cls._running.get(key)
+        if keepalives is None or keepalives.loop is not loop:
+            keepalives = cls._running[key] = cls(loop, seconds)
+        keepalives.streams.add(stream)
+        return keepalives
+
+    def leave(self, stream: SSEStream) -> None:
+        """``stream`` closed; the last one to leave stops the task."""
+        self.streams.discard(stream)
+        if not self.streams:
+            key = (id(self.loop), self.seconds)
+            if self._running.get(key) is self:
+                del self._running[key]
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.seconds / 4)
+            silent_since = time.monotonic() - self.seconds * 0.75
+            for stream in [s for s in self.streams if s.last_write <= silent_since]:
+                ping = self.loop.create_task(stream.ping())
+                self._pings.add(ping)
+                ping.add_done_callback(self._pings.discard)
+
+
 class SSEStream:
     def __init__(self, response: web.StreamResponse, keepalive_seconds: float) -> None:
         self._response = response
-        self._keepalive_seconds = keepalive_seconds
-        self._keepalive: asyncio.Task[None] | None = None
+        self._keepalives: _Keepalives | None = None
         self._lock = asyncio.Lock()
         self.connected = True
-        self.done = asyncio.Event()
-        """Set when the client is gone or the server shuts down: stop sending."""
+        self.stopped = False
+        """The client is gone or the server shuts down: stop sending."""
+        self.last_write = time.monotonic()
         self._waiting: asyncio.Task[Any] | None = None
         """The pump's task while it waits for the next event (``_stop`` cancels that wait)."""
         self._stopped_wait = False
+        if keepalive_seconds > 0:
+            self._keepalives = _Keepalives.join(self, keepalive_seconds)
 
     @classmethod
     async def open(
@@ -58,13 +106,12 @@ class SSEStream:
         stream._registry = request.app.get(OPEN_STREAMS)
         if stream._registry is not None:
             stream._registry.add(stream)
-        if keepalive_seconds > 0:
-            stream._keepalive = asyncio.create_task(stream._ping())
         return stream
 
     async def _write(self, chunk: bytes) -> bool:
         if not self.connected:
             return False
+        self.last_write = time.monotonic()
         try:
             async with self._lock:
                 await self._response.write(chunk)
@@ -73,23 +120,22 @@ class SSEStream:
             self._stop()
         return self.connected
 
+    async def ping(self) -> bool:
+        """A keepalive comment; a client gone meanwhile is noticed here."""
+        return await self._write(b": ping\n\n")
+
     async def send(self, data: bytes, event: str | None = None, event_id: str | None = None) -> bool:
         prefix = f"event: {event}\n".encode() if event else b""
         if event_id:
             prefix += f"id: {event_id}\n".encode()
         return await self._write(prefix + b"data: " + data + b"\n\n")
 
-    async def _ping(self) -> None:
-        while self.connected:
-            await asyncio.sleep(self._keepalive_seconds)
-            await self._write(b": ping\n\n")
-
     def end(self) -> None:
         """Stop the stream at the next opportunity (server shutdown)."""
         self._stop()
 
     def _stop(self) -> None:
-        self.done.set()
+        self.stopped = True
         if self._waiting is not None:
             self._waiting.cancel()
             self._waiting, self._stopped_wait = None, True
@@ -104,7 +150,7 @@ class SSEStream:
         event reaches the socket in one turn of the loop after it was published); a stop
         cancels that wait, and the cancel is taken back here."""
         me = asyncio.current_task()
-        while not self.done.is_set():
+        while not self.stopped:
             self._waiting = me
             try:
                 event = await anext(events)
@@ -126,10 +172,8 @@ class SSEStream:
     async def close(self) -> web.StreamResponse:
         if getattr(self, "_registry", None) is not None:
             self._registry.discard(self)
-        if self._keepalive is not None:
-            self._keepalive.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keepalive
+        if self._keepalives is not None:
+            self._keepalives.leave(self)
         if self.connected:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await self._response.write_eof()

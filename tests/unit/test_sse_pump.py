@@ -95,9 +95,28 @@ async def test_a_client_gone_while_idle_is_noticed_by_the_keepalive_and_ends_the
             raise ConnectionResetError
 
     events = _Events()
-    stream = SSEStream(_Gone(), keepalive_seconds=0.01)  # type: ignore[arg-type]
-    stream._keepalive = asyncio.create_task(stream._ping())
+    stream = SSEStream(_Gone(), keepalive_seconds=0.05)  # type: ignore[arg-type]
     pump = asyncio.create_task(stream.pump(events.iterate(), lambda e: e))
     await asyncio.wait_for(pump, 5)
     assert not stream.connected and events.closed
     await stream.close()
+
+
+async def test_one_task_pings_every_idle_stream_and_none_stays_silent_longer_than_the_interval() -> None:
+    loop = asyncio.get_running_loop()
+    before = len(asyncio.all_tasks())
+    responses = [_Response() for _ in range(50)]
+    streams = [SSEStream(r, keepalive_seconds=0.2) for r in responses]  # type: ignore[arg-type]
+    busy = streams[0]
+    assert len(asyncio.all_tasks()) - before == 1  # was one task per stream
+    started = loop.time()
+    while loop.time() - started < 1.0:
+        await busy.send(b"data")  # a stream that sends needs no keepalive
+        await asyncio.sleep(0.05)
+    for response in responses[1:]:
+        assert 2 <= response.chunks.count(b": ping\n\n") <= 7  # one per 0.15-0.2 s idle
+    assert b": ping\n\n" not in responses[0].chunks
+    for stream in streams:
+        await stream.close()
+    await asyncio.sleep(0)
+    assert len(asyncio.all_tasks()) == before  # the last stream to close stops it
