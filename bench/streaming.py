@@ -16,12 +16,17 @@ load generator (this process, an asyncio client) and the scripted backend
                  first delta p50 (request sent → first text chunk)
     chat-1       through the OpenAI-chat bridge, one backend burst of 5,000 deltas (four one
                  after another): deltas/s, CPU µs/delta
+    chat-100     100 such bursts of 500 deltas at once, twice: aggregate deltas/s, CPU µs/delta
     hermes-1     the same through the Hermes bridge (runs + events)
     latency-1    backend paced at 10 ms per delta, 1 stream: per-delta latency through the
                  gateway minus the same backend read directly (p50 / p99)
     latency-50   the same with 50 streams at once (5,000 deltas/s)
     slow-client  a 20,000-word echo, delay 0, read by a client that pauses 1 s after the first
                  event: whether the whole text arrives, or an error event
+
+Every timed scenario also gives the gateway's run-queue wait (time it was ready to run but
+another process had its CPU, from ``/proc/<pid>/task/*/schedstat``) and this client's CPU,
+as shares of the wall time: a latency that grows with them is the machine's, not the gateway's.
 
 A "delta" is one text delta of the reply (a word of the echo, a backend chunk), however
 the gateway framed it. CPU µs/delta is the gateway process's user + system CPU over the
@@ -171,10 +176,25 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _timed(pid: int, work: Callable[[], Awaitable[list[StreamRead]]]) -> tuple[list[StreamRead], float, float]:
-    cpu, wall = cpu_time(pid), time.monotonic()
+def runqueue_wait(pid: int) -> float:
+    """Seconds the threads of ``pid`` spent runnable but waiting for a CPU (schedstat's
+    second field): how much the machine, not the gateway, delayed it."""
+    try:
+        return sum(int(Path(t, "schedstat").read_text().split()[1]) for t in Path(f"/proc/{pid}/task").iterdir()) / 1e9
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+async def _timed(pid: int, work: Callable[[], Awaitable[list[StreamRead]]],
+                 into: dict[str, float]) -> tuple[list[StreamRead], float, float]:
+    """``work``'s reads, wall seconds and gateway CPU seconds; ``into`` gets the gateway's
+    run-queue wait and this client's CPU, as shares of the wall time."""
+    cpu, wall, waited, own = cpu_time(pid), time.monotonic(), runqueue_wait(pid), time.process_time()
     reads = await work()
-    return reads, time.monotonic() - wall, cpu_time(pid) - cpu
+    elapsed = time.monotonic() - wall
+    into["gateway runq wait %"] = (runqueue_wait(pid) - waited) / elapsed * 100
+    into["client cpu %"] = (time.process_time() - own) / elapsed * 100
+    return reads, elapsed, cpu_time(pid) - cpu
 
 
 def _throughput(reads: list[StreamRead], wall: float, cpu: float) -> dict[str, float]:
@@ -191,27 +211,33 @@ async def _one_after_another(times: int, stream: Callable[[], Awaitable[StreamRe
 async def echo(http: aiohttp.ClientSession, gw: Gateway, streams: int, words: int, repeat: int = 1) -> Measured:
     text = " ".join(f"w{i}" for i in range(words))
     await gateway_stream(http, gw.base, ECHO, "warm up")
+    machine: dict[str, float] = {}
     reads, wall, cpu = await _timed(gw.pid, lambda: _one_after_another(repeat, lambda: asyncio.gather(
-        *(gateway_stream(http, gw.base, ECHO, text) for _ in range(streams)))))
+        *(gateway_stream(http, gw.base, ECHO, text) for _ in range(streams)))), machine)
     reads = [r for group in reads for r in group]
     figures = _throughput(reads, wall, cpu)
     figures["first delta p50 ms"] = _pct([r.first_delta_s * 1000 for r in reads if r.first_delta_s], 0.5)
-    return Measured(figures)
+    return Measured(figures | machine)
 
 
-async def bridge(http: aiohttp.ClientSession, gw: Gateway, endpoint: str, deltas: int, repeat: int) -> Measured:
+async def bridge(http: aiohttp.ClientSession, gw: Gateway, endpoint: str, deltas: int, repeat: int,
+                 streams: int = 1) -> Measured:
+    """``repeat`` rounds of ``streams`` backend bursts of ``deltas`` each, at once."""
     await gateway_stream(http, gw.base, endpoint, "deltas=5 warm up", stamped=True)
-    reads, wall, cpu = await _timed(gw.pid, lambda: _one_after_another(repeat, lambda: gateway_stream(
-        http, gw.base, endpoint, f"deltas={deltas} pace_ms=0", stamped=True)))
-    return Measured(_throughput(reads, wall, cpu))
+    machine: dict[str, float] = {}
+    rounds, wall, cpu = await _timed(gw.pid, lambda: _one_after_another(repeat, lambda: asyncio.gather(*(
+        gateway_stream(http, gw.base, endpoint, f"deltas={deltas} pace_ms=0", stamped=True)
+        for _ in range(streams)))), machine)
+    return Measured(_throughput([r for group in rounds for r in group], wall, cpu) | machine)
 
 
 async def latency(http: aiohttp.ClientSession, gw: Gateway, backend: str, streams: int, deltas: int) -> Measured:
     ask = f"deltas={deltas} pace_ms=10"
     await gateway_stream(http, gw.base, CHAT, "deltas=5 warm up", stamped=True)
     direct = await asyncio.gather(*(direct_stream(http, backend, ask) for _ in range(streams)))
+    machine: dict[str, float] = {}
     reads, wall, cpu = await _timed(gw.pid, lambda: asyncio.gather(
-        *(gateway_stream(http, gw.base, CHAT, ask, stamped=True) for _ in range(streams))))
+        *(gateway_stream(http, gw.base, CHAT, ask, stamped=True) for _ in range(streams))), machine)
     through = [ms for r in reads for ms in r.latencies_ms]
     alone = [ms for r in direct for ms in r.latencies_ms]
     figures = {
@@ -221,7 +247,7 @@ async def latency(http: aiohttp.ClientSession, gw: Gateway, backend: str, stream
         "cpu µs/delta": cpu / max(len(through), 1) * 1e6,
         "gateway cpu %": cpu / wall * 100, "errors": sum(1 for r in reads if r.error),
     }
-    return Measured(figures)
+    return Measured(figures | machine)
 
 
 async def slow_client(http: aiohttp.ClientSession, gw: Gateway) -> Measured:
@@ -237,6 +263,7 @@ SCENARIOS: dict[str, Callable[[aiohttp.ClientSession, Gateway, str], Awaitable[M
     "echo-1": lambda http, gw, backend: echo(http, gw, 1, 5_000, repeat=10),
     "echo-100": lambda http, gw, backend: echo(http, gw, 100, 300),
     "chat-1": lambda http, gw, backend: bridge(http, gw, CHAT, 5_000, repeat=4),
+    "chat-100": lambda http, gw, backend: bridge(http, gw, CHAT, 500, repeat=2, streams=100),
     "hermes-1": lambda http, gw, backend: bridge(http, gw, HERMES, 5_000, repeat=4),
     "latency-1": lambda http, gw, backend: latency(http, gw, backend, 1, 300),
     "latency-50": lambda http, gw, backend: latency(http, gw, backend, 50, 200),
