@@ -35,13 +35,16 @@ def mergeable(event: Any) -> bool:
 
 
 def _parts_size(event: TaskArtifactUpdateEvent) -> int:
-    return sum(part.ByteSize() + 3 for part in event.artifact.parts)
+    parts = event.artifact.parts
+    if len(parts) == 1:  # a text delta
+        return parts[0].ByteSize() + 3
+    return sum(part.ByteSize() + 3 for part in parts)
 
 
 class _Chunks:
     """Consecutive chunks of one artifact, waiting to be taken as one."""
 
-    __slots__ = ("event_id", "event", "merged", "size")
+    __slots__ = ("event_id", "event", "merged", "size", "artifact_id", "name", "ended")
 
     def __init__(self, event_id: str, first: TaskArtifactUpdateEvent, size: int) -> None:
         self.event_id = event_id
@@ -49,11 +52,15 @@ class _Chunks:
         self.merged = False
         """Whether ``event`` is this backlog's own copy (the published one is shared)."""
         self.size = size
+        self.artifact_id, self.name = first.artifact.artifact_id, first.artifact.name
+        self.ended = first.last_chunk
+        """The last chunk taken in was a ``last_chunk``: nothing appends to it any more."""
 
     def takes(self, event: TaskArtifactUpdateEvent) -> bool:
-        return (event.append and not self.event.last_chunk
-                and event.artifact.artifact_id == self.event.artifact.artifact_id
-                and event.artifact.name == self.event.artifact.name)
+        if self.ended or not event.append:
+            return False
+        artifact = event.artifact
+        return artifact.artifact_id == self.artifact_id and artifact.name == self.name
 
     def add(self, event_id: str, event: TaskArtifactUpdateEvent) -> int:
         """Merge the next chunk (its parts, its ``last_chunk``); the bytes it adds."""
@@ -63,7 +70,8 @@ class _Chunks:
             self.event, self.merged = own, True
         self.event_id = event_id
         self.event.artifact.parts.extend(event.artifact.parts)
-        self.event.last_chunk = event.last_chunk
+        if event.last_chunk:
+            self.event.last_chunk = self.ended = True
         added = _parts_size(event)
         self.size += added
         return added
