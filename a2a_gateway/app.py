@@ -28,6 +28,7 @@ from a2a_gateway.tasks.dispatch import dispatcher_of
 from a2a_gateway.tasks.engine import EngineLimits, TaskEngine
 from a2a_gateway.tasks.ownership import Ownership
 from a2a_gateway.tasks.run import RunServices
+from a2a_gateway.backend_health import BackendHealth
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.live.feed import FeedLimits
 from a2a_gateway.live.hub import LiveHub, ReplayLimits
@@ -155,6 +156,9 @@ def build_app(
             opened, hub, push,
             Ownership(opened, settings.replica_id, settings.lease_seconds),
             Conversation(opened, settings.context_max_turns),
+            BackendHealth(opened, write_seconds=settings.backend_health_write_seconds,
+                          cache_seconds=settings.backend_health_cache_seconds,
+                          flush_seconds=settings.backend_health_flush_seconds),
         )
         engine = TaskEngine(services, EngineLimits(
             cancel_wait_seconds=settings.cancel_wait_seconds,
@@ -195,6 +199,7 @@ def build_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await lease_task
             await engine.aclose()
+            await services.health.aclose()
             await hub.aclose()
             await push.aclose()
             await registry.aclose()

@@ -148,6 +148,16 @@ class GatewaySettings(BaseSettings):
     charts): each reading is one point of the series."""
     stats_window_seconds: float = Field(default=3600.0, gt=0)
     """How far back ``GET /admin/api/stats`` goes (the sampler keeps window / interval points)."""
+    backend_health_write_seconds: float = Field(default=5.0, gt=0)
+    """Each replica adds an endpoint's backend health changes (its runs' outcomes) to the store
+    at most once per this interval: the first outcome after a quiet interval at once, the later
+    ones together when the interval ends."""
+    backend_health_cache_seconds: float = Field(default=2.0, ge=0)
+    """How long the admin API keeps the backend health it read from the store (the other
+    replicas' outcomes show within this time of being written)."""
+    backend_health_flush_seconds: float = Field(default=2.0, gt=0)
+    """How long a worker waits for its backend health writes under way before it answers an
+    invocation (Lambda may freeze it then), and a stopping gateway for its last ones."""
     operator_keys: Annotated[list[SecretStr], NoDecode] = []
     """Gateway operator keys (``Authorization: Bearer <key>``): each the key itself or
     ``sha256:<hex digest of the key>``; comma-separated in the environment. An operator key

@@ -1,5 +1,5 @@
 """The store contract: endpoints, API keys, tasks, push configs, the push delivery outbox,
-conversation contexts, leases.
+conversation contexts, leases, backend health.
 
 Every task, context and push config is keyed by a ``Scope`` (tenant, endpoint,
 caller principal) and every read filters on all three, so one caller never sees
@@ -113,6 +113,44 @@ class ApiKey:
     """Aware UTC; stores keep microseconds."""
     expires_at: datetime | None = None
     revoked_at: datetime | None = None
+
+
+@dataclass(slots=True)
+class EndpointHealth:
+    """How an endpoint's handler runs ended: counts, and the last success and last error.
+
+    Also a change to add to a stored record (``Store.record_backend_health``): counts add, the
+    later of each time wins, and the later error brings its message. Adding is commutative, so
+    the replicas' changes may reach the store in any order."""
+
+    successes: int = 0
+    errors: int = 0
+    last_success: float | None = None
+    """Epoch seconds."""
+    last_error: float | None = None
+    last_error_message: str = ""
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``failing`` (the last outcome was an error) or ``unknown`` (none yet)."""
+        if self.last_error is None:
+            return "unknown" if self.last_success is None else "ok"
+        return "ok" if self.last_success is not None and self.last_success >= self.last_error else "failing"
+
+    def add(self, change: EndpointHealth) -> EndpointHealth:
+        """This record with ``change`` added (a new record)."""
+        error_later = change.last_error is not None and (self.last_error is None or change.last_error > self.last_error)
+        return EndpointHealth(
+            successes=self.successes + change.successes,
+            errors=self.errors + change.errors,
+            last_success=_later(self.last_success, change.last_success),
+            last_error=change.last_error if error_later else self.last_error,
+            last_error_message=change.last_error_message if error_later else self.last_error_message,
+        )
+
+
+def _later(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 @dataclass(slots=True)
@@ -404,6 +442,16 @@ class Store(ABC):
     @abstractmethod
     async def put_context(self, scope: Scope, context_id: str, context: Context) -> None:
         """Insert or replace."""
+
+    # backend health ----------------------------------------------------------
+    @abstractmethod
+    async def record_backend_health(self, endpoint_id: str, change: EndpointHealth) -> None:
+        """Add ``change`` to the endpoint's stored health (``EndpointHealth.add``), atomically:
+        replicas recording at once lose nothing."""
+
+    @abstractmethod
+    async def list_backend_health(self) -> dict[str, EndpointHealth]:
+        """The stored health of every endpoint that has one, by endpoint id."""
 
     # ownership leases --------------------------------------------------------
     @abstractmethod

@@ -35,6 +35,7 @@ from a2a_gateway.stores.base import (
     ConflictError,
     Context,
     Endpoint,
+    EndpointHealth,
     EndpointTaskPage,
     PushDelivery,
     Scope,
@@ -49,6 +50,7 @@ from a2a_gateway.stores.base import (
     utc_text,
 )
 from a2a_gateway.stores.dynamodb_items import (
+    HEALTH_PK,
     LEASE_SHARDS,
     Expr,
     N,
@@ -61,6 +63,7 @@ from a2a_gateway.stores.dynamodb_items import (
     endpoint_item,
     esc,
     expired,
+    health_from_item,
     lease_shard,
     scope_key,
     status_key,
@@ -725,6 +728,48 @@ class DynamoDBStore(Store):
             "session": S(json.dumps(context.session)),
         }
         await self._call("put_item", TableName=self._tasks, Item=item)
+
+    # backend health ----------------------------------------------------------------------------
+    async def record_backend_health(self, endpoint_id: str, change: EndpointHealth) -> None:
+        key = {"pk": S(HEALTH_PK), "sk": S(endpoint_id)}
+        times = [("last_success", change.last_success, {}),
+                 ("last_error", change.last_error, {"last_error_message": S(change.last_error_message)})]
+        later = [(name, at, extra) for name, at, extra in times if at is not None]
+        try:  # one call: the counts, and every time this change holds (the later one, usually)
+            await self._update_health(key, change, later)
+        except ConflictError:  # a stored time is later: add the counts, then each time still later
+            await self._update_health(key, change, [])
+            for time_later in later:
+                with contextlib.suppress(ConflictError):
+                    await self._update_health(key, None, [time_later])
+
+    async def _update_health(self, key: dict[str, Any], counts: EndpointHealth | None,
+                             times: list[tuple[str, float, dict[str, Any]]]) -> None:
+        """ADD ``counts``; SET each of ``times`` (with its ``extra`` attributes) on the condition
+        that the stored time is missing or earlier."""
+        e, sets, conditions = Expr(), [], []
+        for name, at, extra in times:
+            value = e.v(N(at))
+            sets += [f"{e.n(name)} = {value}", *(f"{e.n(k)} = {e.v(v)}" for k, v in extra.items())]
+            conditions.append(f"(attribute_not_exists({e.n(name)}) OR {e.n(name)} < {value})")
+        update = ""
+        if counts is not None:
+            update = (f"ADD {e.n('successes')} {e.v(N(counts.successes))},"
+                      f" {e.n('errors')} {e.v(N(counts.errors))}")
+        if sets:
+            update += " SET " + ", ".join(sets)
+        await self._call("update_item", **e.params(
+            TableName=self._tasks, Key=key, UpdateExpression=update.strip(),
+            ConditionExpression=" AND ".join(conditions) or None,
+        ))
+
+    async def list_backend_health(self) -> dict[str, EndpointHealth]:
+        e = Expr()
+        items = await self._all_pages("query", **e.params(
+            TableName=self._tasks, ConsistentRead=True,
+            KeyConditionExpression=f"{e.n('pk')} = {e.v(S(HEALTH_PK))}",
+        ))
+        return {item["sk"]["S"]: health_from_item(item) for item in items}
 
     # leases ------------------------------------------------------------------------------------
     async def renew_leases(self, owner: str, task_ids: list[str], lease_until: float) -> None:

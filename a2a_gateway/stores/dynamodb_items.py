@@ -1,5 +1,5 @@
-"""DynamoDB store: the key design and how tasks, endpoints, API keys, push deliveries and
-expressions become items.
+"""DynamoDB store: the key design and how tasks, endpoints, API keys, push deliveries, backend
+health and expressions become items.
 
 Every task-table partition key starts with the caller's scope (``T#t#E#e#P#p``), with ``%`` and
 ``#`` escaped inside names, so no key can reach across tenants, endpoints or principals. The
@@ -19,6 +19,7 @@ from a2a_gateway.stores.base import (
     TERMINAL_STATES,
     ApiKey,
     Endpoint,
+    EndpointHealth,
     PushDelivery,
     Scope,
     StoredTask,
@@ -26,6 +27,10 @@ from a2a_gateway.stores.base import (
     utc_from_text,
     utc_text,
 )
+
+HEALTH_PK = "#health"
+"""The tasks-table partition of the backend health items (sort key: the endpoint id); no scope
+starts with ``#``, and the items carry no index attribute."""
 
 LEASE_SHARDS = 8
 """Fixed: the lease index partition of a task is ``crc32(key) % LEASE_SHARDS``."""
@@ -222,4 +227,17 @@ def delivery_from_item(item: dict[str, Any]) -> PushDelivery:
         due_at=float(item["due_at"]["N"]),
         attempts=int(item["attempts"]["N"]),
         owner=item["owner"]["S"] if "owner" in item else None,
+    )
+
+
+def health_from_item(item: dict[str, Any]) -> EndpointHealth:
+    def number(name: str) -> float | None:
+        return float(item[name]["N"]) if name in item else None
+
+    return EndpointHealth(
+        successes=int(item.get("successes", {}).get("N", 0)),
+        errors=int(item.get("errors", {}).get("N", 0)),
+        last_success=number("last_success"),
+        last_error=number("last_error"),
+        last_error_message=item.get("last_error_message", {}).get("S", ""),
     )

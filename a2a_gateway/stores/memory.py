@@ -17,6 +17,7 @@ from a2a_gateway.stores.base import (
     ConflictError,
     Context,
     Endpoint,
+    EndpointHealth,
     EndpointTaskPage,
     PushDelivery,
     Scope,
@@ -49,6 +50,7 @@ class MemoryStore(Store):
         self._push: dict[tuple[Scope, str], dict[str, TaskPushNotificationConfig]] = {}
         self._contexts: dict[tuple[Scope, str], Context] = {}
         self._deliveries: dict[str, PushDelivery] = {}
+        self._health: dict[str, EndpointHealth] = {}
 
     async def ping(self) -> None:
         return None
@@ -261,6 +263,13 @@ class MemoryStore(Store):
 
     async def put_context(self, scope: Scope, context_id: str, context: Context) -> None:
         self._contexts[(scope, context_id)] = copy.deepcopy(context)
+
+    # backend health
+    async def record_backend_health(self, endpoint_id: str, change: EndpointHealth) -> None:
+        self._health[endpoint_id] = self._health.get(endpoint_id, EndpointHealth()).add(change)
+
+    async def list_backend_health(self) -> dict[str, EndpointHealth]:
+        return {endpoint_id: replace(health) for endpoint_id, health in self._health.items()}
 
     # leases
     async def renew_leases(self, owner: str, task_ids: list[str], lease_until: float) -> None:

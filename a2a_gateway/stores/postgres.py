@@ -28,6 +28,7 @@ from a2a_gateway.stores.base import (
     ConflictError,
     Context,
     Endpoint,
+    EndpointHealth,
     EndpointTaskPage,
     PushDelivery,
     Scope,
@@ -152,6 +153,14 @@ def _push_from_json(doc: dict[str, Any]) -> TaskPushNotificationConfig:
 
 def _utc(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _at(epoch: float | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch, UTC) if epoch is not None else None
+
+
+def _epoch(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
 
 
 class PostgresStore(Store):
@@ -623,6 +632,27 @@ class PostgresStore(Store):
                 context.turns,
                 context.session,
             )
+
+    # backend health --------------------------------------------------------------
+    async def record_backend_health(self, endpoint_id: str, change: EndpointHealth) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                "INSERT INTO backend_health AS h (endpoint_id, successes, errors, last_success, last_error,"
+                " last_error_message) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (endpoint_id) DO UPDATE SET"
+                " successes = h.successes + EXCLUDED.successes, errors = h.errors + EXCLUDED.errors,"
+                " last_success = GREATEST(h.last_success, EXCLUDED.last_success),"
+                " last_error = GREATEST(h.last_error, EXCLUDED.last_error),"
+                " last_error_message = CASE WHEN EXCLUDED.last_error > COALESCE(h.last_error, '-infinity')"
+                " THEN EXCLUDED.last_error_message ELSE h.last_error_message END",
+                endpoint_id, change.successes, change.errors, _at(change.last_success), _at(change.last_error),
+                change.last_error_message,
+            )
+
+    async def list_backend_health(self) -> dict[str, EndpointHealth]:
+        async with self._conn() as conn:
+            rows = await conn.fetch("SELECT * FROM backend_health")
+        return {r["endpoint_id"]: EndpointHealth(r["successes"], r["errors"], _epoch(r["last_success"]),
+                                                 _epoch(r["last_error"]), r["last_error_message"]) for r in rows}
 
     # leases ----------------------------------------------------------------------
     async def renew_leases(self, owner: str, task_ids: list[str], lease_until: float) -> None:

@@ -25,6 +25,7 @@ from a2a_gateway.stores.base import (
     ConflictError,
     Context,
     Endpoint,
+    EndpointHealth,
     EndpointTaskPage,
     PushDelivery,
     Scope,
@@ -495,6 +496,26 @@ class SQLiteStore(Store):
             " session) VALUES (?, ?, ?, ?, ?, ?)",
             (*scope.as_tuple(), context_id, json.dumps(context.turns), json.dumps(context.session)),
         )
+
+    # backend health --------------------------------------------------------------
+    async def record_backend_health(self, endpoint_id: str, change: EndpointHealth) -> None:
+        await self._batched.write(
+            "INSERT INTO backend_health (endpoint_id, successes, errors, last_success, last_error,"
+            " last_error_message) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (endpoint_id) DO UPDATE SET"
+            " successes = successes + excluded.successes, errors = errors + excluded.errors,"
+            " last_success = max(coalesce(last_success, excluded.last_success),"
+            " coalesce(excluded.last_success, last_success)),"
+            " last_error_message = CASE WHEN excluded.last_error > coalesce(last_error, -1)"
+            " THEN excluded.last_error_message ELSE last_error_message END,"
+            " last_error = max(coalesce(last_error, excluded.last_error), coalesce(excluded.last_error, last_error))",
+            (endpoint_id, change.successes, change.errors, change.last_success, change.last_error,
+             change.last_error_message),
+        )
+
+    async def list_backend_health(self) -> dict[str, EndpointHealth]:
+        rows = await self._batched.read("SELECT * FROM backend_health")
+        return {r["endpoint_id"]: EndpointHealth(r["successes"], r["errors"], r["last_success"], r["last_error"],
+                                                 r["last_error_message"]) for r in rows}
 
     # leases ----------------------------------------------------------------------
     async def renew_leases(self, owner: str, task_ids: list[str], lease_until: float) -> None:

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -96,7 +96,7 @@ class RunServices:
     """``tasks.push.PushNotifier``: ``save_inline_config`` and ``notify``."""
     ownership: Ownership
     conversation: Conversation
-    health: BackendHealth = field(default_factory=BackendHealth)
+    health: BackendHealth
     """Told how each handler run ended (``_backend_outcome``)."""
 
 

@@ -16,8 +16,9 @@ credential or an unknown bearer token is 401. Enabling or disabling an endpoint 
 on this replica at once; on the other replicas at once on PostgreSQL (the database announces
 the change), otherwise within ``endpoint_cache_seconds``.
 
-An endpoint's ``health`` is how its backend answered this replica's runs (``backend_health``);
-``/admin/api/stats`` is the last hour of this replica's own metrics (``stats``).
+An endpoint's ``health`` is how its backend answered the runs of every replica sharing the
+store (``backend_health``); ``/admin/api/stats`` is the last hour of this replica's own
+metrics (``stats``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from a2a_gateway.stores.base import (
     ApiKey,
     ConflictError,
     Endpoint,
+    EndpointHealth,
     EndpointTaskPage,
     InvalidPageTokenError,
     Scope,
@@ -126,8 +128,10 @@ def _is_uuid(value: str) -> bool:
 # endpoints ------------------------------------------------------------------------------
 
 
-def endpoint_json(endpoint: Endpoint, gateway: Gateway, base_url: str) -> dict[str, Any]:
-    """An endpoint as operators see it: no settings value, only names and ``env:`` references."""
+def endpoint_json(endpoint: Endpoint, gateway: Gateway, base_url: str,
+                  health: dict[str, EndpointHealth]) -> dict[str, Any]:
+    """An endpoint as operators see it: no settings value, only names and ``env:`` references;
+    ``health`` is ``BackendHealth.all()``."""
     secret = secret_settings(endpoint, gateway.settings)
     settings = [{"name": k, "env": isinstance(v, str) and v.startswith("env:"), "secret": k in secret}
                 for k, v in endpoint.metadata.items() if k not in RESERVED_METADATA_KEYS]
@@ -135,7 +139,7 @@ def endpoint_json(endpoint: Endpoint, gateway: Gateway, base_url: str) -> dict[s
         "id": endpoint.id, "name": endpoint.name, "tenant": endpoint.tenant, "description": endpoint.description,
         "enabled": endpoint.enabled, "handler": handler_path(endpoint.metadata), "auth": _auth_mode(endpoint, gateway),
         "cardUrl": f"{base_url}/{endpoint.id}/.well-known/agent-card.json", "settings": settings,
-        "health": health_json(gateway.engine.services.health.of(endpoint.id)),
+        "health": health_json(health.get(endpoint.id) or EndpointHealth()),
         "createdAt": endpoint.created_at.isoformat(), "updatedAt": endpoint.updated_at.isoformat(),
     }
 
@@ -153,14 +157,16 @@ async def list_endpoints(request: web.Request) -> web.Response:
     operator_of(request)
     gateway = request.app[GATEWAY]
     base = gateway.base_url(request)
-    return _json({"endpoints": [endpoint_json(e, gateway, base) for e in await gateway.store.list_endpoints()]})
+    endpoints, health = await gateway.store.list_endpoints(), await gateway.engine.services.health.all()
+    return _json({"endpoints": [endpoint_json(e, gateway, base, health) for e in endpoints]})
 
 
 async def get_endpoint(request: web.Request) -> web.Response:
     operator_of(request)
     gateway = request.app[GATEWAY]
     endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
-    return _json(endpoint_json(endpoint, gateway, gateway.base_url(request)))
+    health = await gateway.engine.services.health.all()
+    return _json(endpoint_json(endpoint, gateway, gateway.base_url(request), health))
 
 
 async def create_endpoint(request: web.Request) -> web.Response:
@@ -188,7 +194,7 @@ async def create_endpoint(request: web.Request) -> web.Response:
     except ConflictError:
         raise web.HTTPConflict(reason=f"endpoint {endpoint.id} exists") from None
     log.info("admin_endpoint_created", endpoint_id=endpoint.id, by=operator.name)
-    return _json({"endpoint": endpoint_json(endpoint, gateway, gateway.base_url(request)), "notes": check.notes},
+    return _json({"endpoint": endpoint_json(endpoint, gateway, gateway.base_url(request), {}), "notes": check.notes},
                  status=201)
 
 
@@ -204,7 +210,8 @@ def set_enabled(enabled: bool) -> View:
             gateway.registry.forget(endpoint.id)  # at once here; PostgreSQL tells the other replicas
             log.info("admin_endpoint_enabled" if enabled else "admin_endpoint_disabled",
                      endpoint_id=endpoint.id, by=operator.name)
-        return _json(endpoint_json(endpoint, gateway, gateway.base_url(request)))
+        health = await gateway.engine.services.health.all()
+        return _json(endpoint_json(endpoint, gateway, gateway.base_url(request), health))
 
     return change
 

@@ -3,7 +3,8 @@ Web Adapter posts them (``worker_events_path``, ``/events`` by default).
 
 A ``run_task`` event is claimed and run here; the answer (``{"outcome": "ran"}``, or
 ``duplicate`` / ``not_found`` for a task nothing is left to do for) comes once the run
-ended, so the invocation lasts as long as the run. A ``sweep`` event answers ``swept``.
+ended (and the backend health write it started, ``backend_health``), so the invocation lasts
+as long as the run. A ``sweep`` event answers ``swept``.
 Anything else is 400 with the reason.
 """
 
@@ -26,4 +27,5 @@ async def worker_event(request: web.Request) -> web.Response:
         await gateway.engine.sweep(gateway.registry)
         return web.json_response({"outcome": "swept"})
     outcome = await gateway.engine.run_dispatched(gateway.registry, ref)
+    await gateway.engine.services.health.settled()  # Lambda may freeze the worker once it answers
     return web.json_response({"outcome": outcome})

@@ -154,7 +154,7 @@ async def test_a_database_from_before_api_keys_is_refused_then_upgraded_keeping_
         behind = (
             r"behind this gateway \(not applied: 0005_api_keys.sql, 0006_push_deliveries.sql,"
             r" 0007_tasks_active_by_endpoint.sql, 0008_tasks_by_endpoint.sql,"
-            r" 0009_endpoint_changed_notify.sql\)"
+            r" 0009_endpoint_changed_notify.sql, 0010_backend_health.sql\)"
             r".*a2a-gateway migrate"
         )
         with pytest.raises(SchemaMismatchError, match=behind):

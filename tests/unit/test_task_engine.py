@@ -21,6 +21,7 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import ContentTypeNotSupportedError
 
+from a2a_gateway.backend_health import BackendHealth
 from a2a_gateway.live.hub import LiveHub
 from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import Endpoint, Scope
@@ -120,7 +121,8 @@ def user_message(text: str, task_id: str = "", context_id: str = "", *parts: Par
 def make_engine(store: MemoryStore | None = None, replica: str = "r1", lease: float = 30.0):
     store = store or CountingStore()
     hub, push = LiveHub(), RecordingPush()
-    services = RunServices(store, hub, push, Ownership(store, replica, lease), Conversation(store, 50))
+    services = RunServices(store, hub, push, Ownership(store, replica, lease), Conversation(store, 50),
+                           BackendHealth(store))
     return TaskEngine(services, EngineLimits(cancel_wait_seconds=1.0, remote_poll_seconds=0.05)), store, hub, push
 
 
