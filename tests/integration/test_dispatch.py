@@ -10,6 +10,7 @@ delivery may), never (a lost event) — or answers 500 (the invoke fails).
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -364,3 +365,30 @@ async def test_the_worker_sends_the_push_notifications_of_an_inline_config(kind:
               for _, body in hooks.posts_to("/hook")]
     assert states[0] == "TASK_STATE_SUBMITTED" and states[-1] == "TASK_STATE_COMPLETED"
     assert all(headers["X-A2A-Notification-Token"] == "t-1" for headers, _ in hooks.posts_to("/hook"))
+
+
+async def test_the_api_instance_shows_the_backend_health_of_the_worker_runs(kind: str, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch):
+    operator = {"Authorization": "Bearer op-dispatch-0123456789"}
+    async with deployment(kind, tmp_path, monkeypatch, operator_keys=["op-dispatch-0123456789"]) as d, \
+            httpx.AsyncClient(base_url=d.api.base_url, headers=operator, timeout=60) as admin:
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            down = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+        unreachable = await d.api.add_endpoint("handlers.openai_chat:OpenAIChatHandler",
+                                               settings={"base_url": down, "model": "m"})
+        failed = await blocking_send(d.api, unreachable, "hello")
+        answered = await blocking_send(d.api, d.endpoint_id, "hello")
+        await d.invoke.settled()
+        # the worker's outcomes are in the store (the API instance ran nothing)
+        stored = await d.api.store.list_backend_health()
+        health = {endpoint: (await admin.get(f"/admin/api/endpoints/{endpoint}")).json()["health"]
+                  for endpoint in (unreachable, d.endpoint_id)}
+        listed = {e["id"]: e["health"] for e in (await admin.get("/admin/api/endpoints")).json()["endpoints"]}
+    assert failed.status.state == FAILED and answered.status.state == COMPLETED
+    assert not d.api.gateway.engine.runs and d.invoke.outcomes == [{"status": 200, "outcome": "ran"}] * 2
+    assert (stored[unreachable].errors, stored[d.endpoint_id].successes) == (1, 1)
+    assert health[unreachable]["status"] == "failing" and health[unreachable]["errors"] == 1
+    assert health[unreachable]["last_error"]["message"].startswith("cannot reach the chat backend at http://127.0.0.1:")
+    assert health[d.endpoint_id]["status"] == "ok" and health[d.endpoint_id]["successes"] == 1
+    assert listed == health

@@ -23,14 +23,16 @@ class Clock:
 
 
 class CountingStore(MemoryStore):
-    """The memory store, counting its health writes; ``down`` makes them fail."""
+    """The memory store, counting its health writes; ``down`` makes them fail, ``delay`` slow."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
         super().__init__()
         self.writes: list[tuple[str, EndpointHealth]] = []
         self.down = False
+        self.delay = delay
 
     async def record_backend_health(self, endpoint_id: str, change: EndpointHealth) -> None:
+        await asyncio.sleep(self.delay)
         if self.down:
             raise StoreUnavailableError("the database went away")
         self.writes.append((endpoint_id, change))
@@ -136,6 +138,22 @@ async def test_a_failing_store_fails_no_caller_and_loses_no_outcome():
     stored = (await store.list_backend_health())["e1"]
     assert (stored.successes, stored.errors, stored.last_error_message) == (1, 1, "the backend answered 502")
     await health.aclose()
+
+
+async def test_settled_waits_for_the_writes_under_way_and_no_longer_than_flush_seconds():
+    store = CountingStore(delay=0.3)  # what a worker awaits before it answers (Lambda may freeze it then)
+    health = BackendHealth(store, flush_seconds=10)
+    health.failed("e1", "down")
+    await health.settled()
+    assert [endpoint for endpoint, _ in store.writes] == ["e1"]
+    await health.aclose()
+    store.delay = 30
+    health = BackendHealth(store, flush_seconds=0.2)
+    health.failed("e2", "down")
+    started = asyncio.get_running_loop().time()
+    await health.settled()
+    await health.aclose()  # gives up on the write after flush_seconds too
+    assert asyncio.get_running_loop().time() - started < 5 and len(store.writes) == 1
 
 
 async def test_closing_writes_what_waits_for_its_interval():
