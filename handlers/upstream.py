@@ -558,7 +558,10 @@ class UpstreamCall:
         assert self.response is not None
         if "text/event-stream" not in self.response.headers.get("content-type", "").partition(";")[0]:
             raise UpstreamError(self.reason(f"{self.backend} did not answer with an event stream"))
-        reader, chunks = SSEReader(), self.response.aiter_bytes()
+        # the body as sent, unless it is compressed: one generator less per chunk
+        identity = "content-encoding" not in self.response.headers
+        reader = SSEReader()
+        chunks = self.response.aiter_raw() if identity else self.response.aiter_bytes()
         bound = _ReadBound(self.deadline)
         try:
             while True:
@@ -593,6 +596,7 @@ class _ReadBound:
         self._deadline = deadline
         self._timer: asyncio.TimerHandle | None = None
         self._reading: asyncio.Task[Any] | None = None
+        self._task: asyncio.Task[Any] | None = None
         self._passed = False
 
     def _fire(self) -> None:
@@ -608,7 +612,9 @@ class _ReadBound:
             self._timer = asyncio.get_running_loop().call_later(max(deadline.remaining(), 0), self._fire)
         if self._passed:
             raise RunTimedOut(deadline.reason)
-        self._reading = me = asyncio.current_task()
+        if self._task is None:
+            self._task = asyncio.current_task()  # the run's: one task reads a stream
+        self._reading = me = self._task
         try:
             return await anext(chunks)
         except asyncio.CancelledError:
