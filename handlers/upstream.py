@@ -558,10 +558,7 @@ class UpstreamCall:
         assert self.response is not None
         if "text/event-stream" not in self.response.headers.get("content-type", "").partition(";")[0]:
             raise UpstreamError(self.reason(f"{self.backend} did not answer with an event stream"))
-        # the body as sent, unless it is compressed: one generator less per chunk
-        identity = "content-encoding" not in self.response.headers
-        reader = SSEReader()
-        chunks = self.response.aiter_raw() if identity else self.response.aiter_bytes()
+        reader, chunks = SSEReader(), self.response.aiter_bytes()
         bound = _ReadBound(self.deadline)
         try:
             while True:
