@@ -9,6 +9,7 @@ filtering and ordering.
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -141,14 +142,23 @@ class SQLiteStore(Store):
             raise StoreError(f"the directory of the SQLite database {path} does not exist")
         if synchronous.upper() not in ("NORMAL", "FULL"):
             raise StoreError(f"SQLite synchronous must be NORMAL or FULL, not {synchronous!r}")
-        conn = await aiosqlite.connect(path, isolation_level=None)
-        conn.row_factory = aiosqlite.Row
-        await conn.execute("PRAGMA journal_mode=WAL")
-        await conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
-        await conn.execute(f"PRAGMA wal_autocheckpoint={int(wal_autocheckpoint_pages)}")
-        await conn.execute("PRAGMA busy_timeout=5000")
-        store = cls(conn, page_token_key)
-        store.applied_migrations = await store.migrate()
+        try:
+            conn = await aiosqlite.connect(path, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the SQLite database {path}: {exc}") from None
+        try:
+            conn.row_factory = aiosqlite.Row
+            await conn.execute("PRAGMA journal_mode=WAL")
+            await conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            await conn.execute(f"PRAGMA wal_autocheckpoint={int(wal_autocheckpoint_pages)}")
+            await conn.execute("PRAGMA busy_timeout=5000")
+            store = cls(conn, page_token_key)
+            store.applied_migrations = await store.migrate()
+        except BaseException as exc:
+            await conn.close()  # else its thread keeps the process alive
+            if isinstance(exc, sqlite3.Error):  # not a database, a broken file, a read-only one
+                raise StoreError(f"cannot open the SQLite database {path}: {exc}") from None
+            raise
         return store
 
     async def migrate(self) -> list[str]:

@@ -142,6 +142,15 @@ def test_sqlite_store_in_a_missing_directory_is_refused_not_created(tmp_path):
     assert not (tmp_path / "nope").exists()
 
 
+@pytest.mark.parametrize("command", [("endpoints", "list"), ("serve", "--port", "0"), ("migrate",)])
+def test_a_file_that_is_no_sqlite_database_is_a_clear_error_and_the_command_exits(tmp_path, command):
+    not_a_database = tmp_path / "notes.db"
+    not_a_database.write_text("these are notes, not a database; " * 10)
+    done = run_cli(*command, "--store", f"sqlite:///{not_a_database}")  # before: a traceback, then a hang
+    assert_one_line_error(done, f"cannot open the SQLite database {not_a_database}: file is not a database")
+    assert not_a_database.read_text().startswith("these are notes")
+
+
 @pytest.mark.parametrize(("url", "module", "extra"), [
     ("postgresql://postgres@127.0.0.1:1/db", "asyncpg", "postgres"),
     ("dynamodb://?region=us-east-1", "boto3", "dynamodb"),
