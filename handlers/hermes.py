@@ -222,8 +222,11 @@ class HermesAgentHandler(Handler):
                 deadlines = [d for d in (state.stop_deadline, approval_deadline) if d is not None]
                 timeout = max(0.0, min(deadlines + [deadline.at]) - time.monotonic())
                 try:
-                    async with asyncio.timeout(timeout):  # not wait_for: it can lose a cancel
-                        kind, item = await state.queue.get()
+                    if state.queue.empty():
+                        async with asyncio.timeout(timeout):  # not wait_for: it can lose a cancel
+                            kind, item = await state.queue.get()
+                    else:  # an event waiting is taken as the timed wait would: no timer per event
+                        kind, item = state.queue.get_nowait()
                 except TimeoutError:
                     now = time.monotonic()
                     # a cancel under way ends CANCELED, even when the run's bound passes first

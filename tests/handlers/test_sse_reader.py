@@ -1,6 +1,7 @@
 """Reading a backend's event stream (``upstream.SSEReader`` and ``UpstreamCall.frames``):
 the frames httpx-sse reads from the same bytes, however the body is cut into chunks,
-every frame of a chunk at once, and the run's deadline kept by one timer per stream."""
+every frame of a chunk at once, and the run's deadline kept by one timer per stream, not
+one per frame (nor, in the Hermes bridge, one per event taken from its queue)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from handlers.base import Completed, TextDelta
 from handlers.openai_chat import OpenAIChatHandler, OpenAIChatSettings
 from handlers.upstream import SSEFrame, SSEReader
 from tests.handlers.openai_mock import Backend, TrackedStream, collect
+from tests.handlers.test_hermes_parser import FakeHermes
+from tests.handlers.test_hermes_parser import collect as hermes_collect
 from tests.messages import handler_request
 
 pytestmark = pytest.mark.timeout(30)
@@ -74,26 +77,47 @@ def _burst(deltas: int) -> list[bytes]:
     return [*chunks, frame({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}), b"data: [DONE]\n\n"]
 
 
+class _Timers:
+    """Counts the timers the running loop is asked for inside the block."""
+
+    def __enter__(self) -> _Timers:
+        self.loop, self.count = asyncio.get_running_loop(), 0
+        self._call_at = self.loop.call_at
+
+        def counting(*args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+            self.count += 1
+            return self._call_at(*args, **kwargs)
+
+        self.loop.call_at = counting  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_at = self._call_at  # type: ignore[method-assign]
+
+
 async def test_a_stream_keeps_the_run_deadline_with_one_timer_not_one_per_read() -> None:
-    loop = asyncio.get_running_loop()
-    timers = 0
-    call_at = loop.call_at
-
-    def counting(*args: Any, **kwargs: Any) -> asyncio.TimerHandle:
-        nonlocal timers
-        timers += 1
-        return call_at(*args, **kwargs)
-
     backend = Backend(lambda request: httpx.Response(
         200, headers={"content-type": "text/event-stream"}, stream=TrackedStream(_burst(300))))
     async with backend.client() as http:
         handler = OpenAIChatHandler(OpenAIChatSettings(base_url="http://backend.test/v1"), http)
-        loop.call_at = counting  # type: ignore[method-assign]
-        try:
+        with _Timers() as timers:
             events = await collect(handler.run(handler_request()))
-        finally:
-            loop.call_at = call_at  # type: ignore[method-assign]
     texts = [e.text for e in events if isinstance(e, TextDelta)]
     assert texts == [f" w{n}" for n in range(300)]
     assert isinstance(events[-1], Completed) and events[-1].text == "".join(texts)
-    assert timers <= 5  # was one asyncio.timeout per frame: 300 and more
+    assert timers.count <= 5  # was one asyncio.timeout per frame: 300 and more
+
+
+async def test_hermes_takes_the_events_a_read_brought_without_a_timer_each() -> None:
+    fake = FakeHermes()
+    run_id = fake.rec.run_id  # type: ignore[union-attr]
+    deltas = [json.dumps({"event": "message.delta", "run_id": run_id, "delta": f" w{n}"}) for n in range(300)]
+    end = json.dumps({"event": "run.completed", "run_id": run_id, "output": "".join(f" w{n}" for n in range(300))})
+    body = "".join(f"data: {frame}\n\n" for frame in [*deltas, end])
+    fake.queue("GET", f"/v1/runs/{run_id}/events", httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, content=body.encode()))
+    with _Timers() as timers:
+        events = await hermes_collect(fake)
+    assert [e.text for e in events if isinstance(e, TextDelta)] == [f" w{n}" for n in range(300)]
+    assert isinstance(events[-1], Completed)
+    assert timers.count <= 10  # was an asyncio.timeout per event taken from the queue
