@@ -41,7 +41,7 @@ from a2a_gateway.backend_health import health_json
 from a2a_gateway.auth.callers import bearer_token
 from a2a_gateway.auth.operators import NotAnOperatorError, Operator
 from a2a_gateway.console.session import CSRF_HEADER, csrf_ok
-from a2a_gateway.endpoints_file import GATEWAY_KEYS, Entry, endpoint_row
+from a2a_gateway.endpoints_file import FROM_FILE, GATEWAY_KEYS, Entry, endpoint_row
 from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError, UnauthenticatedError
 from a2a_gateway.live.feed import state_name
 from a2a_gateway.protojson import message_to_dict
@@ -140,6 +140,7 @@ def endpoint_json(endpoint: Endpoint, gateway: Gateway, base_url: str,
         "enabled": endpoint.enabled, "handler": handler_path(endpoint.metadata), "auth": _auth_mode(endpoint, gateway),
         "cardUrl": f"{base_url}/{endpoint.id}/.well-known/agent-card.json", "settings": settings,
         "health": health_json(health.get(endpoint.id) or EndpointHealth()),
+        "endpointsFile": bool(endpoint.metadata.get(FROM_FILE)),  # a change here lasts until the file is applied
         "createdAt": endpoint.created_at.isoformat(), "updatedAt": endpoint.updated_at.isoformat(),
     }
 

@@ -80,6 +80,19 @@ async def test_endpoints_are_listed_without_settings_values(gw):
     assert set(settings) == {"base_url", "model", "api_key", "extra_headers", "system_prompt"}
 
 
+async def test_endpoints_of_the_endpoints_file_are_marked(tmp_path):
+    declared_id = str(uuid.uuid4())
+    declared = tmp_path / "endpoints.yaml"
+    declared.write_text(f"endpoints:\n  - id: {declared_id}\n    name: declared\n"
+                        "    handler: handlers.echo:EchoHandler\n    public: true\n")
+    async with running_gateway(operator_keys=[OPERATOR_KEY], endpoints_file=str(declared)) as gw:
+        other_id = await gw.add_endpoint()
+        listed = {e["id"]: e for e in (await admin(gw, "GET", "/endpoints")).json()["endpoints"]}
+        disabled = (await admin(gw, "POST", f"/endpoints/{declared_id}/disable")).json()
+    assert listed[declared_id]["endpointsFile"] is True and listed[other_id]["endpointsFile"] is False
+    assert disabled["endpointsFile"] is True and disabled["enabled"] is False
+
+
 async def test_disable_makes_the_card_404_and_enable_brings_it_back(gw):
     endpoint_id = await gw.add_endpoint()
     card_url = f"{gw.endpoint_url(endpoint_id)}/.well-known/agent-card.json"

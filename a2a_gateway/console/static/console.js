@@ -150,7 +150,13 @@ function endpointRow(endpoint) {
   const keys = el("button", "Keys", { type: "button", class: "keys" });
   keys.addEventListener("click", () => act(() => openKeys(endpoint), "endpoints-error"));
   actions.append(toggle, keys);
-  row.append(el("td", endpoint.name, { class: "name" }), el("td", endpoint.handler), healthCell(endpoint.health),
+  const name = el("td", endpoint.name, { class: "name" });
+  if (endpoint.endpointsFile) {
+    const note = "Declared in the endpoints file: a change made here lasts until the file is applied again (SIGHUP or restart)";
+    name.append(" ", el("span", "endpoints file", { class: "from-file", title: note }));
+    toggle.title = note;
+  }
+  row.append(name, el("td", endpoint.handler), healthCell(endpoint.health),
     el("td", authText(endpoint.auth)),
     el("td", endpoint.enabled ? "yes" : "no", { class: "enabled" }), card, actions);
   return row;
