@@ -1,5 +1,6 @@
 """What the browser tests share: where the browser is, the operator key the demo gateway
-takes, ``a2a-gateway demo`` as a child process, and the a2a-sdk client as the other caller."""
+takes, ``a2a-gateway demo`` (or ``serve``) as a child process, and the a2a-sdk client as the
+other caller."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import httpx
-from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
-from a2a.types import SendMessageRequest, StreamResponse
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.types import GetTaskRequest, SendMessageRequest, StreamResponse, Task
 
 from a2a_gateway.cli import DEMO_ENDPOINT_ID
 from tests.cli_process import LISTENING, ROOT, cli_env
@@ -22,30 +24,54 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SCREENSHOTS = ROOT / "tests" / "output" / "browser"
 OPERATOR_KEY = "console-" + uuid.uuid4().hex
 WAIT_SECONDS = 60
+T = TypeVar("T")
 
 
 def send(base_url: str, request: SendMessageRequest, *, streaming: bool,
          endpoint_id: str = DEMO_ENDPOINT_ID) -> list[StreamResponse]:
     """Every event of one SendMessage by the a2a-sdk client (run on its own event loop)."""
 
-    async def call() -> list[StreamResponse]:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(WAIT_SECONDS)) as http:
-            card = await A2ACardResolver(http, f"{base_url}/{endpoint_id}").get_agent_card()
-            client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http,
-                                                supported_protocol_bindings=["JSONRPC"])).create(card)
-            try:
-                return [event async for event in client.send_message(request)]
-            finally:
-                await client.close()
+    async def call(client: Client) -> list[StreamResponse]:
+        return [event async for event in client.send_message(request)]
 
-    return asyncio.run(call())
+    return asyncio.run(_with_client(base_url, endpoint_id, call, streaming=streaming))
+
+
+def get_task(base_url: str, task_id: str, *, endpoint_id: str = DEMO_ENDPOINT_ID) -> Task:
+    """The task as GetTask by the a2a-sdk client answers it."""
+
+    async def call(client: Client) -> Task:
+        return await client.get_task(GetTaskRequest(id=task_id))
+
+    return asyncio.run(_with_client(base_url, endpoint_id, call, streaming=False))
+
+
+async def _with_client(base_url: str, endpoint_id: str, call: Callable[[Client], Awaitable[T]], *,
+                       streaming: bool) -> T:
+    """``call`` given an a2a-sdk client of the endpoint, built from its card."""
+    async with httpx.AsyncClient(timeout=httpx.Timeout(WAIT_SECONDS)) as http:
+        card = await A2ACardResolver(http, f"{base_url}/{endpoint_id}").get_agent_card()
+        client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http,
+                                            supported_protocol_bindings=["JSONRPC"])).create(card)
+        try:
+            return await call(client)
+        finally:
+            await client.close()
 
 
 @contextmanager
 def demo_gateway(**env: str) -> Iterator[str]:
     """The base URL of ``a2a-gateway demo`` on a memory store, with ``env`` added to its
     environment."""
-    proc = subprocess.Popen([sys.executable, "-m", "a2a_gateway", "demo", "--store", "memory://", "--port", "0"],
+    with gateway_process("demo", "--store", "memory://", **env) as base:
+        yield base
+
+
+@contextmanager
+def gateway_process(*args: str, **env: str) -> Iterator[str]:
+    """The base URL of ``a2a-gateway ARGS --port 0`` as a child process, with ``env`` added
+    to its environment; terminated afterwards."""
+    proc = subprocess.Popen([sys.executable, "-m", "a2a_gateway", *args, "--port", "0"],
                             cwd=ROOT, env=cli_env(**env), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True)
     assert proc.stdout is not None
@@ -54,7 +80,7 @@ def demo_gateway(**env: str) -> Iterator[str]:
         match = None
         while match is None:
             line = proc.stdout.readline()
-            assert line, "the demo gateway exited before listening"
+            assert line, f"a2a-gateway {args[0]} exited before listening"
             match = LISTENING.search(line)
         drain.start()
         yield match[1]
