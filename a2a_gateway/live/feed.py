@@ -22,10 +22,12 @@ gets every event too, with a log and ids of its own.
 **Bounded clients.** A subscriber's backlog is bounded in bytes (``client_max_bytes``): one
 that falls behind is dropped (its stream ends; it reconnects with its last id).
 
-**Across replicas.** A ``FeedRelay`` (PostgreSQL: ``live.postgres`` wires one) carries each
-local event to the other replicas, which deliver it to their own subscribers; when it may
-have missed some it calls ``start_over`` (every client then reconnects to a snapshot, never
-to a gap). Without one (memory, SQLite, DynamoDB) the feed shows this process's tasks.
+**Across replicas.** A ``FeedRelay`` (PostgreSQL: ``live.postgres`` wires one) carries the
+local events of the endpoints watched on other replicas (``wanted``) to them, which deliver
+them to their own subscribers; a new feed client waits (``watching``) until every replica
+relays its endpoint's events before its snapshot is read; when the relay may have missed
+some it calls ``start_over`` (every client then reconnects to a snapshot, never to a gap).
+Without one (memory, SQLite, DynamoDB) the feed shows this process's tasks.
 """
 
 from __future__ import annotations
@@ -138,6 +140,13 @@ class FeedRelay(Protocol):
 
     def send(self, scope: Scope, task: Task, update: FeedUpdate, event: FeedEvent, version: int) -> None:
         """``event`` (``update`` of ``task``, whose store version is or will be ``version``)."""
+
+    def wanted(self, endpoint_id: str) -> bool:
+        """Whether another replica may watch ``endpoint_id`` (its events must be sent)."""
+
+    async def watch(self, key: str) -> None:
+        """Returns once every replica sends the events of ``key`` (an endpoint or
+        ``EVERY_ENDPOINT``), watched here from now on (bounded)."""
 
 
 class FeedOverflowError(Exception):
@@ -261,20 +270,23 @@ class EndpointFeed:
             self._announced.move_to_end(task.id)
             if len(self._announced) > _DEDUP_TASKS:
                 self._announced.popitem(last=False)
-        if self.relay is not None or self.watched(scope.endpoint_id):
+        if self._wanted(scope.endpoint_id):
             self._emit(scope, task, build(task), version or 0)
 
     def artifact(self, scope: Scope, task: Task, update: TaskArtifactUpdateEvent, version: int | None) -> None:
         """A final artifact (the whole of it, not a chunk); the task's next write (the
         terminal one, after ``version``) will hold it."""
-        if self.relay is not None or self.watched(scope.endpoint_id):
+        if self._wanted(scope.endpoint_id):
             self._emit(scope, task, update, (version or 0) + 1)
+
+    def _wanted(self, endpoint_id: str) -> bool:
+        return self.watched(endpoint_id) or (self.relay is not None and self.relay.wanted(endpoint_id))
 
     def _emit(self, scope: Scope, task: Task, update: FeedUpdate, version: int) -> None:
         event = envelope(scope, task, update)
         self.published += 1
         self.deliver(event)
-        if self.relay is not None:
+        if self.relay is not None and self.relay.wanted(scope.endpoint_id):
             self.relay.send(scope, task, update, event, version)
 
     # delivery ---------------------------------------------------------------------
@@ -294,6 +306,16 @@ class EndpointFeed:
         """Whether events of ``endpoint_id`` are wanted here (a subscriber or a live log of its
         feed or of the gateway-wide one)."""
         return any(key in self._subscribers or key in self._logs for key in (endpoint_id, EVERY_ENDPOINT))
+
+    def watched_keys(self) -> set[str]:
+        """The feeds (endpoint ids, ``EVERY_ENDPOINT``) with a subscriber or a live log here."""
+        self._sweep(self.clock())
+        return {*self._subscribers, *self._logs}
+
+    async def watching(self, key: str) -> None:
+        """Returns once the events of ``key``, subscribed to here, come from every replica."""
+        if self.relay is not None:
+            await self.relay.watch(key)
 
     def unlogged_id(self) -> str:
         """An id outside every log (a snapshot): a reconnect with it is a miss."""
@@ -375,7 +397,9 @@ class EndpointFeed:
             _, dropped = log.events.popleft()
             log.size -= len(dropped.data)
             self._log_bytes -= len(dropped.data)
-        self._touch(endpoint_id, log)
+        self._logs.move_to_end(endpoint_id)  # active, but its keep time runs from its last subscriber
+        if self._log_bytes > self.limits.max_bytes:
+            self._sweep(self.clock())
         return log.id(log.last)
 
     def _touch(self, endpoint_id: str, log: _Log) -> None:
@@ -385,19 +409,19 @@ class EndpointFeed:
         self._sweep(now)
 
     def _sweep(self, now: float) -> None:
-        """Drop logs past their keep time (watched ones count as active) and, while over the
-        byte budget, the least recently active ones."""
-        for _ in range(len(self._logs)):
-            endpoint_id, log = next(iter(self._logs.items()))
-            over_budget = self._log_bytes > self.limits.max_bytes
-            if not over_budget and log.touched + self.limits.keep_seconds > now:
-                return
-            if not over_budget and endpoint_id in self._subscribers:
+        """Drop the logs without subscribers past their keep time (events still coming in do
+        not extend it: a relay sends an endpoint's events while its log lives) and, while
+        over the byte budget, the least recently active ones."""
+        for endpoint_id, log in list(self._logs.items()):
+            if endpoint_id in self._subscribers:
                 log.touched = now
-                self._logs.move_to_end(endpoint_id)
-                continue
-            del self._logs[endpoint_id]
-            self._log_bytes -= log.size
+            elif log.touched + self.limits.keep_seconds <= now:
+                self._drop_log(endpoint_id)
+        while self._log_bytes > self.limits.max_bytes and self._logs:
+            self._drop_log(next(iter(self._logs)))
+
+    def _drop_log(self, endpoint_id: str) -> None:
+        self._log_bytes -= self._logs.pop(endpoint_id).size
 
     def log_stats(self) -> dict[str, int]:
         return {"logs": len(self._logs), "bytes": self._log_bytes,

@@ -131,7 +131,7 @@ class PostgresLiveHub(LiveHub):
         self._last_warning = 0.0
         self.stats = {"sent": 0, "received": 0, "dropped": 0, "send_failures": 0, "connects": 0}
         self.feed_relay = PostgresFeedRelay(self.feed, store, replica_id, self._enqueue,
-                                            fetch_wait_seconds=fetch_wait_seconds)
+                                            fetch_wait_seconds=fetch_wait_seconds, refresh_seconds=refresh_seconds)
 
     # lifecycle -----------------------------------------------------------------
     @property
@@ -294,6 +294,7 @@ class PostgresLiveHub(LiveHub):
                 log.exception("live_refresh_failed")
 
     def _refresh_once(self) -> None:
+        self.feed_relay.refresh(self.listening)
         remote = [t for t in self._interest if self._runs_elsewhere(t)]
         if remote and self.listening:
             self._announce(WATCH, remote)
@@ -369,6 +370,7 @@ class PostgresLiveHub(LiveHub):
         await conn.add_listener(FEED_CHANNEL, self.feed_relay.on_notify)
         await conn.add_listener(ENDPOINT_CHANNEL, self._on_endpoint_changed)
         self._listening.set()
+        self.feed_relay.connected()
         if self.stats["connects"]:
             self.feed.start_over()  # feed events may have been missed while not listening
             self.endpoint_changed(None)  # so may endpoint changes

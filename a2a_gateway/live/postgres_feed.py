@@ -1,10 +1,22 @@
 """The endpoint event feed across replicas, on PostgreSQL NOTIFY.
 
-Every lifecycle event a replica announces (``live.feed``) is sent on one shared channel,
-``a2a_live_feed``, whether or not anyone watches: these are a few events per task (its state
-changes and final artifact), never its text chunks. Every replica LISTENs on it (on the
-live hub's connection) and delivers the events of the endpoints it has subscribers or a
-replay log for; the others cost a JSON parse each.
+A replica sends the lifecycle events it announces (``live.feed``: a few per task, its state
+changes and final artifact, never its text chunks) on one shared channel, ``a2a_live_feed``,
+for the endpoints another replica watches. Every replica LISTENs on it (on the live hub's
+connection) and delivers the events of the endpoints it has subscribers or a replay log for.
+
+**Watches.** Each replica announces on the same channel the feeds it watches (endpoint ids,
+``""`` for every endpoint; ``{"r": <replica>, "w": [...]}``, the whole list each time, one
+``""`` when the list would not fit a payload): every ``refresh_seconds``, and at once when a
+feed gets its first client, asking every replica to acknowledge (``"n": <nonce>``; each
+answers with its own list and ``"a": <nonce>``). A list not refreshed for ``3 *
+refresh_seconds`` is forgotten. A replica sends everything until it has listened for ``2 *
+refresh_seconds`` (it may not have heard every list yet: just started, or its listener
+reconnected), then only what is watched elsewhere. A new feed client's snapshot is read once
+every replica heard from lately has acknowledged and this replica has listened that long
+(``watch``, at most ``3 * refresh_seconds``): every event announced after that reaches it,
+the snapshot covers what came before. A feed stops being relayed one refresh after its last
+client left and its replay log expired.
 
 **Payload.** ``{"r": <replica>, "e": <the feed event's JSON>}`` when that fits PostgreSQL's
 8000-byte limit; otherwise a reference ``{"r", "sc": scope, "t": task id, "k": "status" |
@@ -21,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -30,7 +43,7 @@ import orjson
 import structlog
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
 
-from a2a_gateway.live.feed import ARTIFACT, STATUS, EndpointFeed, FeedEvent, FeedUpdate, envelope
+from a2a_gateway.live.feed import ARTIFACT, EVERY_ENDPOINT, STATUS, EndpointFeed, FeedEvent, FeedUpdate, envelope
 from a2a_gateway.live.postgres_wire import PAYLOAD_LIMIT
 from a2a_gateway.stores.base import TERMINAL_STATES, Scope
 
@@ -44,7 +57,7 @@ class PostgresFeedRelay:
 
     def __init__(
         self, feed: EndpointFeed, store: Any, replica_id: str, enqueue: Callable[[str, str], None], *,
-        fetch_wait_seconds: float = 10.0, max_pending: int = 10_000,
+        fetch_wait_seconds: float = 10.0, max_pending: int = 10_000, refresh_seconds: float = 2.0,
     ) -> None:
         self._feed = feed
         self._store = store
@@ -55,8 +68,104 @@ class PostgresFeedRelay:
         self._inbox: deque[dict[str, Any]] = deque()
         self._wake = asyncio.Event()
         self._consumer: asyncio.Task[None] | None = None
-        self.stats = {"sent": 0, "references": 0, "received": 0, "dropped": 0}
+        self._refresh = refresh_seconds
+        self._remote: dict[str, tuple[frozenset[str], float]] = {}  # replica → (its watches, expiry)
+        self._wanted_elsewhere: frozenset[str] = frozenset()
+        self._listening_since: float | None = None
+        self._selective = False  # every replica's watches known: send only those
+        self._confirmed: set[str] = set()  # watched here, acknowledged everywhere
+        self._pending: dict[str, tuple[set[str], asyncio.Event]] = {}  # nonce → (replicas to ack, all did)
+        self.stats = {"sent": 0, "references": 0, "received": 0, "dropped": 0, "announced": 0,
+                      "unconfirmed": 0}
         feed.relay = self
+
+    # watches ------------------------------------------------------------------------
+    def wanted(self, endpoint_id: str) -> bool:
+        wanted = self._wanted_elsewhere
+        return not self._selective or endpoint_id in wanted or EVERY_ENDPOINT in wanted
+
+    @property
+    def selective(self) -> bool:
+        """True while only the feeds watched elsewhere are sent."""
+        return self._selective
+
+    def _settled(self, now: float) -> bool:
+        """Listening long enough to have heard every replica's watches."""
+        return self._listening_since is not None and now - self._listening_since >= 2 * self._refresh
+
+    def connected(self) -> None:
+        """The listener (re)connected: watches may have been missed, send everything for now."""
+        self._listening_since = time.monotonic()
+        self._selective = False
+        self._announce(nonce=os.urandom(6).hex())
+
+    def refresh(self, listening: bool) -> None:
+        """Every ``refresh_seconds``: forget stale watches, announce this replica's."""
+        now = time.monotonic()
+        if not listening:
+            self._listening_since = None
+        self._selective = self._settled(now)
+        self._recompute(now)
+        if listening:
+            self._announce()
+
+    async def watch(self, key: str) -> None:
+        if key in self._confirmed:
+            return
+        nonce = os.urandom(6).hex()
+        now = time.monotonic()
+        waiting = {replica for replica, (_, expiry) in self._remote.items() if expiry > now}
+        done = asyncio.Event()
+        self._pending[nonce] = (waiting, done)
+        if not waiting:
+            done.set()
+        self._announce(nonce=nonce)
+        try:
+            async with asyncio.timeout(3 * self._refresh):
+                await done.wait()
+                while not self._settled(time.monotonic()):
+                    await asyncio.sleep(0.05)
+            self._confirmed.add(key)
+        except TimeoutError:
+            self.stats["unconfirmed"] += 1
+            log.warning("live_feed_watch_unconfirmed", silent=sorted(waiting))
+        finally:
+            del self._pending[nonce]
+
+    def _announce(self, *, nonce: str = "", ack: str = "") -> None:
+        keys = self._feed.watched_keys()
+        self._confirmed &= keys
+        message: dict[str, Any] = {"r": self._replica_id, "w": sorted(keys)}
+        if nonce:
+            message["n"] = nonce
+        if ack:
+            message["a"] = ack
+        payload = orjson.dumps(message)
+        if len(payload) > PAYLOAD_LIMIT:  # too many to list: ask for all of them
+            payload = orjson.dumps({**message, "w": [EVERY_ENDPOINT]})
+        self.stats["announced"] += 1
+        self._enqueue(FEED_CHANNEL, payload.decode())
+
+    def _on_watches(self, message: dict[str, Any]) -> None:
+        replica, keys = str(message.get("r")), message.get("w")
+        if not isinstance(keys, list):
+            return
+        now = time.monotonic()
+        self._remote[replica] = (frozenset(k for k in keys if isinstance(k, str)), now + 3 * self._refresh)
+        self._recompute(now)
+        pending = self._pending.get(str(message.get("a")))
+        if pending is not None:
+            pending[0].discard(replica)
+            if not pending[0]:
+                pending[1].set()
+        if message.get("n"):
+            self._announce(ack=str(message["n"]))
+
+    def _recompute(self, now: float) -> None:
+        for replica, (_, expiry) in list(self._remote.items()):
+            if expiry <= now:
+                del self._remote[replica]
+        self._wanted_elsewhere = frozenset().union(*(keys for keys, _ in self._remote.values()))
 
     # sending ------------------------------------------------------------------------
     def send(self, scope: Scope, task: Task, update: FeedUpdate, event: FeedEvent, version: int) -> None:
@@ -77,6 +186,9 @@ class PostgresFeedRelay:
         except orjson.JSONDecodeError:
             return
         if not isinstance(message, dict) or message.get("r") == self._replica_id:
+            return
+        if "w" in message:
+            self._on_watches(message)
             return
         endpoint_id = _endpoint_of(message)
         if endpoint_id is None or not self._feed.watched(endpoint_id):

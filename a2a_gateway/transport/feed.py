@@ -52,6 +52,7 @@ async def _feed(request: web.Request, gateway: Gateway, key: str, wanted: FeedFi
     if sub is None:
         sub = gateway.hub.feed.subscribe(key, wanted)  # before the read: nothing is missed
         try:
+            await gateway.hub.feed.watching(key)  # every replica sends its events, then the read
             snapshot = await _snapshot(gateway, key, wanted)
         except BaseException:
             sub.close()
