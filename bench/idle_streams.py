@@ -225,6 +225,7 @@ def main() -> None:
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--client-cpu", type=int, default=1)
     p.add_argument("--source", default=str(ROOT), help="the checkout whose gateway runs")
+    p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args()
     limit = raise_fd_limit()
     if args.command == "client":
@@ -236,6 +237,8 @@ def main() -> None:
     print("| figure | value |\n|---|---:|")
     for key, value in figures.items():
         print(f"| {key} | {value:,.2f} |" if isinstance(value, float) else f"| {key} | {value:,} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

@@ -44,8 +44,6 @@ class Script:
     name: str
     args: tuple[str, ...]
     quick_args: tuple[str, ...]
-    needs: str | None = None
-    """An option of this script (``postgres_dsn``) without which the script is not run."""
 
 
 def scripts(options: argparse.Namespace) -> list[Script]:
@@ -146,7 +144,8 @@ class Target:
         if value is None:
             return self.metric, "not measured", goal, "–"
         met = value >= self.target if self.at_least else value <= self.target
-        shown = f"{value:.2f}{self.unit}" if value < 10 else f"{value:,.0f}{self.unit}"
+        shown = f"{value:,.0f}" if value >= 10 or float(value).is_integer() else f"{value:.2f}"
+        shown += self.unit
         return self.metric, shown, goal, "met" if met else "not met"
 
 
@@ -174,8 +173,12 @@ TARGETS = [
            lambda f: streaming(f, "echo-100", "first delta p50 ms"), " ms", 50, False),
     Target("a client slower than its stream: the whole text (1 = yes)",
            lambda f: streaming(f, "slow-client", "whole text"), "", 1),
-    Target("idle open streams: RSS per stream", lambda f: idle(f, "kb_per_stream"), " KB", 20, False),
-    Target("idle open streams: errors", lambda f: idle(f, "errors"), "", 0, False),
+    Target("idle open streams: RSS per stream", lambda f: idle(f, "KB per stream"), " KB", 20, False),
+    Target("idle open streams: errors",
+           lambda f: (sum(v) if None not in (v := [idle(f, "open errors"), idle(f, "stream errors")]) else None),
+           "", 0, False),
+    Target("idle open streams: longest keepalive gap (every 5 s)", lambda f: idle(f, "max keepalive gap s"),
+           " s", 5.5, False),
     Target("import + build_app CPU (SQLite)", import_and_build_ms, " ms", 150, False),
     Target("RSS of an idle gateway (SQLite)", lambda f: cold_start(f, "sqlite", "rss_mb"), " MB", 50, False),
 ]
