@@ -10,7 +10,7 @@ connection) and delivers the events of the endpoints it has subscribers or a rep
 ``""`` when the list would not fit a payload): every ``refresh_seconds``, and at once when a
 feed gets its first client, asking every replica to acknowledge (``"n": <nonce>``; each
 answers with its own list and ``"a": <nonce>``). A list not refreshed for ``3 *
-refresh_seconds`` is forgotten. A replica sends everything until it has listened for ``2 *
+refresh_seconds`` is forgotten. A replica sends everything until it has listened for ``1.5 *
 refresh_seconds`` (it may not have heard every list yet: just started, or its listener
 reconnected), then only what is watched elsewhere. A new feed client's snapshot is read once
 every replica heard from lately has acknowledged and this replica has listened that long
@@ -81,22 +81,28 @@ class PostgresFeedRelay:
 
     # watches ------------------------------------------------------------------------
     def wanted(self, endpoint_id: str) -> bool:
+        if not self.selective:
+            return True
         wanted = self._wanted_elsewhere
-        return not self._selective or endpoint_id in wanted or EVERY_ENDPOINT in wanted
+        return endpoint_id in wanted or EVERY_ENDPOINT in wanted
 
     @property
     def selective(self) -> bool:
         """True while only the feeds watched elsewhere are sent."""
+        if not self._selective:
+            self._selective = self._settled(time.monotonic())
         return self._selective
 
     def _settled(self, now: float) -> bool:
-        """Listening long enough to have heard every replica's watches."""
-        return self._listening_since is not None and now - self._listening_since >= 2 * self._refresh
+        """Listening long enough to have heard every replica's watches (each announces them
+        every ``refresh_seconds``)."""
+        return self._listening_since is not None and now - self._listening_since >= 1.5 * self._refresh
 
     def connected(self) -> None:
         """The listener (re)connected: watches may have been missed, send everything for now."""
         self._listening_since = time.monotonic()
         self._selective = False
+        self._confirmed.clear()  # the others may have forgotten this replica's watches meanwhile
         self._announce(nonce=os.urandom(6).hex())
 
     def refresh(self, listening: bool) -> None:
@@ -104,7 +110,7 @@ class PostgresFeedRelay:
         now = time.monotonic()
         if not listening:
             self._listening_since = None
-        self._selective = self._settled(now)
+        self._selective = self._selective and listening
         self._recompute(now)
         if listening:
             self._announce()

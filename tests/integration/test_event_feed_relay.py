@@ -98,8 +98,8 @@ async def test_no_notify_for_an_endpoint_nobody_watches_and_the_relaying_stops_a
 
             await eventually(relayed_after_a_task, until=lambda n: n == 0, timeout=60, interval=0.2,
                              what="A no longer relaying the endpoint")
-            # the log's keep time, B's next announcement, A's reading it (with room for a busy machine)
-            assert time.monotonic() - left < keep + 3 * REFRESH + 5
+            # the log's keep time, B's next announcement, A's reading it (room for a busy machine)
+            assert time.monotonic() - left < keep + REFRESH + 5
             assert notifies.of(unwatched) == 0
 
 
@@ -112,7 +112,7 @@ async def test_a_watcher_on_b_gets_every_lifecycle_event_of_tasks_run_on_a(postg
             waiting = [e async for e in client.send_message(send_request("wait ?input"))][-1].task
         # both replicas past their start-up period, in which they relay everything: A learns
         # of B's watch from B's announcement alone
-        await asyncio.sleep(2 * REFRESH + REFRESH + 0.5)
+        await asyncio.sleep(1.5 * REFRESH + 1)
         a, b = cluster["a"], cluster["b"]
         async with FeedReader(f"{b.base_url}/{endpoint_id}/events", AS_OPERATOR) as feed, \
                 FeedReader(f"{b.base_url}/events", AS_OPERATOR) as everything:
