@@ -119,6 +119,8 @@ def test_the_numbers_page_draws_the_traffic(gateway, browser, screenshot):
     paths = {name: [p.get_attribute("d") for p in browser.find_elements(By.CSS_SELECTOR, f"{where} svg path")]
              for name, where in (("latency", "#latency-chart"), ("streams", "#streams-chart"), ("requests", row))}
     assert all(paths.values()) and all(d.startswith("M") for ds in paths.values() for d in ds), paths
+    # a line of several points, or a lone point drawn as a dash: never an invisible "M x y"
+    assert all(" L" in d or d.endswith(" h3") for ds in paths.values() for d in ds), paths
     assert len(browser.find_elements(By.CSS_SELECTOR, "#latency-chart path.line-p99")) == 1
     outcomes = browser.find_elements(By.CSS_SELECTOR, f"{row} svg rect.outcome-completed")
     assert outcomes and float(outcomes[0].get_attribute("width")) > 0

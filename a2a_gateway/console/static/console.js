@@ -505,14 +505,16 @@ function svgEl(tag, attrs = {}, title) {
 }
 
 function linePath(values, x, y) {
-  // "M x y L x y …"; a null value (no data) breaks the line
+  // "M x y L x y …"; a null value (no data) breaks the line; a lone point is a short dash
   const steps = [];
-  let drawing = false;
+  let run = 0;
+  const endRun = () => { if (run === 1) steps.push("h3"); run = 0; };
   values.forEach((value, index) => {
-    if (typeof value !== "number") { drawing = false; return; }
-    steps.push(`${drawing ? "L" : "M"}${x(index).toFixed(1)} ${y(value).toFixed(1)}`);
-    drawing = true;
+    if (typeof value !== "number") { endRun(); return; }
+    steps.push(`${run ? "L" : "M"}${x(index).toFixed(1)} ${y(value).toFixed(1)}`);
+    run += 1;
   });
+  endRun();
   return steps.join(" ");
 }
 
