@@ -113,8 +113,15 @@ async def _body(request: web.Request) -> dict[str, Any]:
 async def _endpoint(gateway: Gateway, endpoint_id: str) -> Endpoint:
     found = await gateway.store.get_endpoint(endpoint_id) if _is_uuid(endpoint_id) else None
     if found is None:
-        raise web.HTTPNotFound(reason=f"no endpoint {endpoint_id[:64]}")
+        raise web.HTTPNotFound(reason=f"no endpoint {_shown(endpoint_id)}")
     return found
+
+
+def _shown(value: str) -> str:
+    """A value of the request as an error reason repeats it: at most 64 characters, quoted
+    with its control characters escaped when it has any (a reason cannot hold a line break)."""
+    shown = value[:64]
+    return shown if shown.isprintable() else repr(shown)
 
 
 def _is_uuid(value: str) -> bool:
@@ -267,7 +274,7 @@ async def revoke_key(request: web.Request) -> web.Response:
     key_id = request.match_info["key_id"]
     row = await gateway.store.get_api_key(key_id)
     if row is None or row.endpoint_id != endpoint.id:
-        raise web.HTTPNotFound(reason=f"no key {key_id[:64]} of this endpoint")
+        raise web.HTTPNotFound(reason=f"no key {_shown(key_id)} of this endpoint")
     await gateway.store.revoke_api_key(key_id, datetime.now(UTC))
     log.info("admin_key_revoked", endpoint_id=endpoint.id, key_id=key_id, by=operator.name)
     return _json(key_json(await gateway.store.get_api_key(key_id) or row))
@@ -293,7 +300,7 @@ async def list_tasks(request: web.Request) -> web.Response:
     known = {e.id for e in await gateway.store.list_endpoints()}
     unknown = sorted(wanted.endpoints - known)
     if unknown:
-        raise web.HTTPBadRequest(reason=f"endpoint: no endpoint {unknown[0][:64]}")
+        raise web.HTTPBadRequest(reason=f"endpoint: no endpoint {_shown(unknown[0])}")
     pages = [await gateway.store.list_endpoint_tasks(endpoint_id, states=wanted.states, context_id=wanted.context,
                                                      page_size=wanted.page_size, page_token=wanted.page_token)
              for endpoint_id in sorted(wanted.endpoints or known)]
@@ -323,7 +330,8 @@ def _task_list_query(request: web.Request, gateway: Gateway) -> TaskListQuery:
         raise web.HTTPBadRequest(reason=f"context is longer than {MAX_CONTEXT_ID} characters")
     most = gateway.settings.admin_tasks_max_page_size
     size = query.get("page_size", str(min(50, most))).strip()
-    if not (size.isdecimal() and 1 <= int(size) <= most):
+    digits = size.lstrip("0")  # int() refuses more than 4300 digits: a long one is too large
+    if not (size.isdecimal() and len(digits) <= len(str(most)) and 1 <= int(size) <= most):
         raise web.HTTPBadRequest(reason=f"page_size must be a whole number from 1 to {most}")
     key = gateway.settings.page_token_key.get_secret_value().encode()
     token = query.get("page_token", "").strip()

@@ -160,6 +160,16 @@ async def test_keys_are_shown_once_listed_without_secret_and_revoked(gw):
     assert (await admin(gw, "POST", f"/endpoints/{other}/keys/{key_id}/revoke")).status_code == 404
 
 
+async def test_an_unknown_endpoint_or_key_with_a_line_break_in_its_id_is_404_naming_it(gw):
+    endpoint_id = await gw.add_endpoint()
+    for method, path, named in [("GET", "/endpoints/not%0Aan-id", "no endpoint 'not\\nan-id'"),
+                                ("POST", "/endpoints/not%0D%0Aan-id/disable", "no endpoint 'not\\r\\nan-id'"),
+                                ("POST", f"/endpoints/{endpoint_id}/keys/k%0Ay/revoke", "no key 'k\\ny' of this")]:
+        answer = await admin(gw, method, path)
+        assert answer.status_code == 404, (path, answer.text)  # an HTTP reason cannot hold a line break
+        assert named in answer.json()["error"]["message"]
+
+
 async def test_tasks_of_every_endpoint_and_principal_are_listed_read_and_canceled(gw):
     first, second = await gw.add_endpoint(settings={"delay": 0}), await gw.add_endpoint(settings={"delay": 0})
     rows = []
