@@ -277,8 +277,9 @@ function remember(event) {
   const seen = Date.parse(event.timestamp) || Date.now();
   const known = state.tasks.get(event.taskId);
   if (known && seen < Date.parse(known.timestamp)) return; // a page read before a newer feed event
-  const task = known ||
-    { taskId: event.taskId, endpointId: event.endpointId, principal: event.principal, contextId: event.contextId, since: seen };
+  // a task first seen ended (an older page) has no known start: its duration is shown as "–"
+  const task = known || { taskId: event.taskId, endpointId: event.endpointId, principal: event.principal,
+    contextId: event.contextId, since: seen, startKnown: !TERMINAL.has(event.state) };
   task.state = event.state;
   task.timestamp = event.timestamp;
   task.since = Math.min(task.since, seen);
@@ -306,7 +307,7 @@ function renderTasks() {
     cells[1].textContent = names.get(task.endpointId) || task.endpointId;
     cells[3].textContent = shortState(task.state);
     cells[4].textContent = seconds(now - task.since);
-    cells[5].textContent = seconds((task.ended || now) - task.since);
+    cells[5].textContent = task.startKnown ? seconds((task.ended || now) - task.since) : "–";
     return row;
   });
   for (const [taskId, row] of rows) if (!shown.includes(row)) { row.remove(); rows.delete(taskId); }
