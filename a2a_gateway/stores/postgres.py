@@ -68,6 +68,12 @@ __all__ = [
 _SCOPE = "tenant = $1 AND endpoint_id = $2 AND principal = $3"
 
 
+def _holds_nul(*values: str) -> bool:
+    """PostgreSQL text cannot hold NUL (the server refuses the statement), so a lookup by a
+    value with one is answered without asking: no row has it."""
+    return any("\x00" in value for value in values)
+
+
 def _jsonb_encode(value: Any) -> bytes:
     # binary jsonb format: a version byte, then the JSON text
     return b"\x01" + orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
@@ -428,6 +434,8 @@ class PostgresStore(Store):
         return version
 
     async def get_task(self, scope: Scope, task_id: str) -> StoredTask | None:
+        if _holds_nul(*scope.as_tuple(), task_id):
+            return None
         async with self._conn() as conn:
             row = await conn.fetchrow(
                 "SELECT task, version, run_ref, run_state, owner, lease_until FROM tasks"
@@ -455,6 +463,8 @@ class PostgresStore(Store):
         page_size: int = 50,
         page_token: str = "",
     ) -> EndpointTaskPage:
+        if _holds_nul(endpoint_id, context_id):
+            return EndpointTaskPage([], "")
         where, args = ["endpoint_id = $1"], [endpoint_id]
         if states:
             args.append(sorted(states))
@@ -481,6 +491,8 @@ class PostgresStore(Store):
         )
 
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
+        if _holds_nul(*scope.as_tuple(), query.context_id):
+            return TaskPage([], "", 0)
         where, args = [_SCOPE], list(scope.as_tuple())
         if query.context_id:
             args.append(query.context_id)

@@ -11,7 +11,7 @@ import pytest
 from a2a.types import Task, TaskPushNotificationConfig, TaskState
 
 from a2a_gateway.stores import open_store
-from a2a_gateway.stores.base import InvalidPageTokenError, Scope
+from a2a_gateway.stores.base import InvalidPageTokenError, Scope, TaskQuery
 from tests.stores.pg_support import fresh_database
 
 WORKING, COMPLETED, FAILED = (TaskState.TASK_STATE_WORKING, TaskState.TASK_STATE_COMPLETED,
@@ -143,3 +143,18 @@ async def test_sqlite_lists_an_endpoints_tasks_through_its_index(tmp_path):
     finally:
         conn.close()
     assert "tasks_by_endpoint" in plan and "TEMP B-TREE" not in plan
+
+
+async def test_a_lookup_with_a_nul_finds_nothing_on_every_store(store):
+    """PostgreSQL text cannot hold NUL, so no stored task has one: a caller's or an operator's
+    lookup with one is "no such task", not a store error."""
+    endpoint = f"ep-{uuid.uuid4().hex[:8]}"
+    scope = Scope("t1", endpoint, "alice")
+    task = make_task(COMPLETED, 1_700_000_001, "ctx")
+    await store.create_task(scope, task)
+    assert await store.get_task(scope, f"{task.id}\x00") is None
+    assert await store.get_task(Scope("t1\x00", endpoint, "alice"), task.id) is None
+    assert (await store.list_endpoint_tasks(endpoint, context_id="ctx\x00")).tasks == []
+    assert (await store.list_tasks(Scope("t1", endpoint, "alice\x00"), TaskQuery())).tasks == []
+    assert (await store.list_tasks(scope, TaskQuery(context_id="\x00"))).total_size == 0
+    assert [t.id for _, t in (await store.list_endpoint_tasks(endpoint)).tasks] == [task.id]
