@@ -1,4 +1,5 @@
-"""ListTasks page tokens: an opaque keyset cursor (status timestamp, task id).
+"""ListTasks page tokens: an opaque keyset cursor (status timestamp, task id), and the SQL
+stores' page of an endpoint's tasks that ends at one.
 
 The token is signed with a keyed hash so a forged or altered token is rejected
 rather than obeyed; the key comes from the gateway settings (one key shared by
@@ -10,8 +11,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from a2a_gateway.stores.base import InvalidPageTokenError
+from a2a.types import Task
+
+from a2a_gateway.stores.base import EndpointTaskPage, InvalidPageTokenError, Scope
 
 _DEFAULT_KEY = b"a2a-gateway-page-token"
 
@@ -35,3 +40,16 @@ def decode_page_token(token: str, key: bytes | None = None) -> tuple[int, str]:
         return int(status_us), task_id
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidPageTokenError("invalid page token") from exc
+
+
+def endpoint_task_page(
+    rows: Sequence[Mapping[str, Any]], endpoint_id: str, page_size: int, key: bytes | None
+) -> EndpointTaskPage:
+    """``list_endpoint_tasks``' page from the rows (tenant, principal, id, status_us, task) of
+    a query for ``page_size + 1`` in page order: a row beyond the page means a next page."""
+    page = rows[:page_size]
+    token = ""
+    if len(rows) > page_size and page:
+        token = encode_page_token(page[-1]["status_us"], page[-1]["id"], key=key)
+    tasks = [(Scope(r["tenant"], endpoint_id, r["principal"]), Task.FromString(r["task"])) for r in page]
+    return EndpointTaskPage(tasks, token)

@@ -42,7 +42,7 @@ from a2a_gateway.stores.base import (
 )
 from a2a_gateway.stores.migrations import migration_files
 from a2a_gateway.stores.postgres_batches import INSERT_MANY, NewTask, TaskCreations, columns
-from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
+from a2a_gateway.stores.page_token import decode_page_token, encode_page_token, endpoint_task_page
 from a2a_gateway.stores.postgres_connection import (
     UNAVAILABLE_ERRORS,
     redacted,
@@ -482,13 +482,7 @@ class PostgresStore(Store):
                 f" ORDER BY status_us DESC, id DESC LIMIT ${len(args)}",
                 *args,
             )
-        page = rows[:page_size]
-        token = ""
-        if len(rows) > page_size and page:
-            token = encode_page_token(page[-1]["status_us"], page[-1]["id"], key=self._token_key)
-        return EndpointTaskPage(
-            [(Scope(r["tenant"], endpoint_id, r["principal"]), Task.FromString(r["task"])) for r in page], token
-        )
+        return endpoint_task_page(rows, endpoint_id, page_size, self._token_key)
 
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
         if _holds_nul(*scope.as_tuple(), query.context_id):

@@ -42,7 +42,7 @@ from a2a_gateway.stores.base import (
     utc_text,
 )
 from a2a_gateway.stores.migrations import migration_files
-from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
+from a2a_gateway.stores.page_token import decode_page_token, encode_page_token, endpoint_task_page
 from a2a_gateway.stores.sqlite_batches import BatchedConnection
 
 _SCOPE = "tenant = ? AND endpoint_id = ? AND principal = ?"
@@ -381,13 +381,7 @@ class SQLiteStore(Store):
             [*args, page_size + 1],
         ) as cur:
             rows = await cur.fetchall()
-        page = rows[:page_size]
-        token = ""
-        if len(rows) > page_size and page:
-            token = encode_page_token(page[-1]["status_us"], page[-1]["id"], key=self._token_key)
-        return EndpointTaskPage(
-            [(Scope(r["tenant"], endpoint_id, r["principal"]), Task.FromString(r["task"])) for r in page], token
-        )
+        return endpoint_task_page(rows, endpoint_id, page_size, self._token_key)
 
     async def list_tasks(self, scope: Scope, query: TaskQuery) -> TaskPage:
         where, args = [_SCOPE], list(scope.as_tuple())
