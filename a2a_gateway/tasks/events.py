@@ -109,3 +109,27 @@ def text_chunk(task: Task, artifact_id: str, text: str, *, append: bool) -> Task
     event.artifact.name = RESPONSE_ARTIFACT
     event.artifact.parts.add(text=text)
     return event
+
+
+class TextChunks:
+    """The ``append`` chunks of one streamed response text, each a copy of one event built
+    once (copying it costs half of setting its ids and name for every delta)."""
+
+    __slots__ = ("_empty",)
+
+    def __init__(self, task: Task, artifact_id: str) -> None:
+        self._empty = text_chunk(task, artifact_id, "", append=True)
+        del self._empty.artifact.parts[:]
+
+    def first(self, text: str) -> TaskArtifactUpdateEvent:
+        """The chunk that starts the text (it replaces what a client may hold)."""
+        event = self.next(text)
+        event.append = False
+        return event
+
+    def next(self, text: str) -> TaskArtifactUpdateEvent:
+        """A chunk appended to the ones before it."""
+        event = TaskArtifactUpdateEvent()
+        event.CopyFrom(self._empty)
+        event.artifact.parts.add(text=text)
+        return event

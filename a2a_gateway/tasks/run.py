@@ -54,6 +54,7 @@ from a2a_gateway.tasks.events import (
     GATEWAY_STOPPING,
     INTERRUPTED_STATES,
     RESPONSE_ARTIFACT,
+    TextChunks,
     agent_message,
     artifact_event,
     copy_task,
@@ -61,7 +62,6 @@ from a2a_gateway.tasks.events import (
     new_status,
     reply_message,
     status_event,
-    text_chunk,
 )
 from a2a_gateway.tasks.ownership import Ownership
 from handlers.base import (
@@ -191,6 +191,7 @@ class TaskRun:
         self._handing_over = False
         self._text: list[str] = []
         self._artifact_id: str | None = None
+        self._chunks: TextChunks | None = None
         self._session_updates: dict[str, Any] = {}
         if version is not None:
             self.created.set()
@@ -559,12 +560,13 @@ class TaskRun:
     def _on_text(self, text: str) -> None:
         if not text:
             return
-        first = self._artifact_id is None
-        if first:
+        chunks, first = self._chunks, self._chunks is None
+        if chunks is None:
             self._artifact_id = new_id()
+            chunks = self._chunks = TextChunks(self.task, self._artifact_id)
         self._text.append(text)
         if self._hub.has_listeners(self.task.id):  # otherwise kept for the final artifact only
-            self._hub.publish(self.task.id, text_chunk(self.task, self._artifact_id, text, append=not first))
+            self._hub.publish(self.task.id, chunks.first(text) if first else chunks.next(text))
 
     def _on_artifact(self, event: ArtifactDelta) -> None:
         """A handler-named artifact: kept on the task (stored at the next state change)."""
