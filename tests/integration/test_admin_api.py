@@ -15,14 +15,13 @@ from a2a.types import TaskState
 from httpx_sse import aconnect_sse
 
 from a2a_gateway.auth.api_keys import make_key
-from tests.harness import RunningGateway, running_gateway
+from tests.admin_support import API_KEY_SECRET as SECRET
+from tests.admin_support import AS_OPERATOR, OPERATOR_KEY, admin, assert_needs_an_operator, new_caller_key
+from tests.harness import running_gateway
 from tests.messages import send_request
 from tests.stores.pg_support import admin_dsn, fresh_database
 from tests.waiting import eventually
 
-OPERATOR_KEY = "op-" + uuid.uuid4().hex
-AS_OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}
-SECRET = b"a2a-gateway-api-key"  # the default api_key_secret
 
 
 @pytest.fixture
@@ -31,28 +30,13 @@ async def gw():
         yield running
 
 
-async def admin(gw: RunningGateway, method: str, path: str, *, headers: dict[str, str] | None = None,
-                **kwargs) -> httpx.Response:
-    async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
-        return await http.request(method, f"/admin/api{path}", headers=AS_OPERATOR if headers is None else headers,
-                                  **kwargs)
-
-
 async def test_no_credential_is_401_a_callers_key_403_an_unknown_bearer_401(gw):
     endpoint_id = await gw.add_endpoint()
-    row, caller_key = make_key(SECRET, endpoint_id=endpoint_id, tenant="default", principal="alice")
-    await gw.store.create_api_key(row)
+    key = await new_caller_key(gw, endpoint_id)
     paths = [("GET", "/endpoints"), ("GET", "/tasks"), ("POST", f"/endpoints/{endpoint_id}/disable"),
              ("POST", f"/endpoints/{endpoint_id}/keys")]
     for method, path in paths:
-        none = await admin(gw, method, path, headers={})
-        assert none.status_code == 401 and none.headers["WWW-Authenticate"].startswith("Bearer")
-        for sent in ({"Authorization": f"Bearer {caller_key}"}, {"X-API-Key": caller_key}):
-            refused = await admin(gw, method, path, headers=sent)
-            assert refused.status_code == 403, (path, refused.text)
-            assert caller_key not in refused.text
-        wrong = await admin(gw, method, path, headers={"Authorization": "Bearer not-an-operator-key-at-all"})
-        assert wrong.status_code == 401
+        await assert_needs_an_operator(gw, method, path, key)
     assert (await gw.store.get_endpoint(endpoint_id)).enabled  # nothing refused changed anything
     assert len(await gw.store.list_api_keys(endpoint_id)) == 1
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import uuid
 from datetime import UTC, datetime
 
 import httpx
 import pytest
 from a2a.types import TaskState
 
-from a2a_gateway.auth.api_keys import make_key
+from tests.admin_support import OPERATOR_KEY, admin, assert_needs_an_operator, new_caller_key
 from tests.harness import RunningGateway, require_env, running_gateway
 from tests.messages import rpc, send_request
 from tests.stores.pg_support import fresh_database
@@ -24,9 +23,6 @@ from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
-OPERATOR_KEY = "op-" + uuid.uuid4().hex
-AS_OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}
-SECRET = b"a2a-gateway-api-key"  # the default api_key_secret
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -38,13 +34,12 @@ async def gw(request, tmp_path):
             store, operator_keys=[OPERATOR_KEY], endpoint_cache_seconds=0.2, stats_interval_seconds=0.2))
 
 
-async def admin(gw: RunningGateway, path: str, headers: dict[str, str] | None = None) -> httpx.Response:
-    async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
-        return await http.get(f"/admin/api{path}", headers=AS_OPERATOR if headers is None else headers)
+async def admin_get(gw: RunningGateway, path: str) -> httpx.Response:
+    return await admin(gw, "GET", path)
 
 
 async def health_of(gw: RunningGateway, endpoint_id: str) -> dict:
-    answer = await admin(gw, f"/endpoints/{endpoint_id}")
+    answer = await admin_get(gw, f"/endpoints/{endpoint_id}")
     assert answer.status_code == 200, answer.text
     return answer.json()["health"]
 
@@ -75,7 +70,7 @@ async def test_an_unreachable_backend_is_failing_with_its_reason_then_ok_after_a
     assert "pw-in-url" not in str(health) and (health["successes"], health["errors"]) == (0, 1)
     failed_at = datetime.fromisoformat(health["last_error"]["at"])
     assert abs((datetime.now(UTC) - failed_at).total_seconds()) < 60
-    listed = (await admin(gw, "/endpoints")).json()["endpoints"]
+    listed = (await admin_get(gw, "/endpoints")).json()["endpoints"]
     assert [e["health"]["status"] for e in listed if e["id"] == endpoint_id] == ["failing"]
 
     row = await gw.store.get_endpoint(endpoint_id)
@@ -112,7 +107,7 @@ async def test_stats_count_the_requests_sent_their_errors_outcomes_latency_and_o
         shown = series["endpoints"].get(endpoint_id)
         return bool(shown) and shown["total"]["requests"] >= 4 and shown["total"]["tasks"].get("completed") == 3
 
-    stats = await eventually(lambda: admin(gw, "/stats"), until=lambda r: counted(r.json()),
+    stats = await eventually(lambda: admin_get(gw, "/stats"), until=lambda r: counted(r.json()),
                              what="the requests in /admin/api/stats")
     series = stats.json()
     assert stats.headers["Cache-Control"] == "no-store"
@@ -130,18 +125,14 @@ async def test_stats_count_the_requests_sent_their_errors_outcomes_latency_and_o
     async with gw.client(slow) as client:
         stream = client.send_message(send_request(" ".join(f"w{i}" for i in range(200))))
         await anext(stream)
-        await eventually(lambda: admin(gw, "/stats"), until=lambda r: r.json()["openStreams"][-1] >= 1,
+        await eventually(lambda: admin_get(gw, "/stats"), until=lambda r: r.json()["openStreams"][-1] >= 1,
                          what="the open stream in /admin/api/stats")
         await stream.aclose()
 
 
 async def test_stats_and_health_need_an_operator(gw):
     endpoint_id = await gw.add_endpoint()
-    row, caller_key = make_key(SECRET, endpoint_id=endpoint_id, tenant="default", principal="alice")
-    await gw.store.create_api_key(row)
+    key = await new_caller_key(gw, endpoint_id)
     for path in ("/stats", f"/endpoints/{endpoint_id}", "/endpoints"):
-        none = await admin(gw, path, headers={})
-        assert none.status_code == 401 and none.headers["WWW-Authenticate"].startswith("Bearer")
-        refused = await admin(gw, path, headers={"Authorization": f"Bearer {caller_key}"})
-        assert refused.status_code == 403 and caller_key not in refused.text
-        assert "health" not in refused.text and "latencySeconds" not in refused.text
+        for refused in await assert_needs_an_operator(gw, "GET", path, key):
+            assert "health" not in refused.text and "latencySeconds" not in refused.text

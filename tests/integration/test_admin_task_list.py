@@ -12,13 +12,12 @@ import pytest
 from a2a.types import TaskState
 
 from a2a_gateway.auth.api_keys import make_key
+from tests.admin_support import API_KEY_SECRET as SECRET
+from tests.admin_support import OPERATOR_KEY, admin, assert_needs_an_operator, new_caller_key
 from tests.harness import RunningGateway, running_gateway
 from tests.messages import send_request
 from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 
-OPERATOR_KEY = "op-" + uuid.uuid4().hex
-AS_OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}
-SECRET = b"a2a-gateway-api-key"  # the default api_key_secret
 
 
 @pytest.fixture
@@ -34,9 +33,8 @@ async def gw_on_each_store(request, tmp_path, monkeypatch):
         yield running
 
 
-async def tasks(gw: RunningGateway, query: str = "", headers: dict[str, str] | None = None) -> httpx.Response:
-    async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
-        return await http.get(f"/admin/api/tasks{query}", headers=AS_OPERATOR if headers is None else headers)
+async def tasks(gw: RunningGateway, query: str = "") -> httpx.Response:
+    return await admin(gw, "GET", f"/tasks{query}")
 
 
 async def send(gw: RunningGateway, endpoint_id: str, text: str, **client) -> object:
@@ -129,10 +127,7 @@ async def test_a_bad_filter_is_400_with_what_is_wrong(gw):
 
 async def test_the_list_needs_an_operator(gw):
     endpoint_id = await gw.add_endpoint()
-    row, caller_key = make_key(SECRET, endpoint_id=endpoint_id, tenant="default", principal="alice")
-    await gw.store.create_api_key(row)
-    assert (await tasks(gw, headers={})).status_code == 401
-    for sent in ({"Authorization": f"Bearer {caller_key}"}, {"X-API-Key": caller_key}):
-        refused = await tasks(gw, "?state=completed", headers=sent)
-        assert refused.status_code == 403 and caller_key not in refused.text
-    assert (await tasks(gw, headers={"Authorization": "Bearer not-an-operator-key"})).status_code == 401
+    await send(gw, endpoint_id, "not for callers")
+    key = await new_caller_key(gw, endpoint_id)
+    for refused in await assert_needs_an_operator(gw, "GET", "/tasks?state=completed", key):
+        assert "taskId" not in refused.text
