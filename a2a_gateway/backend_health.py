@@ -37,7 +37,11 @@ MAX_MESSAGE_CHARS = 300
 
 _URL = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^/\s@]*@)?([^\s?#]*)(?:[?#]\S*)?")
 _CREDENTIAL = re.compile(
-    r"\b((?:authorization\s*[:=]\s*)?(?:bearer|basic)\s+|(?:api[-_]?key|token|password|secret|authorization)\s*[:=]\s*)\S+",
+    r"\b((?:authorization\s*[:=]\s*)?(?:bearer|basic)\s+"
+    # a credential's name, also inside a longer one (client_secret, x-refresh-token) and quoted
+    # as in a JSON error body; its value ends where such a body's string or item ends
+    r"|(?:[a-z0-9]+[-_])*(?:api[-_]?key|token|password|secret|authorization|cookie)(?:[-_][a-z0-9]+)*"
+    r"[\"']?\s*[:=]\s*[\"']?)[^\s\"',;}]+",
     re.IGNORECASE,
 )
 _GATEWAY_KEY = re.compile(r"a2agw_\S+")

@@ -181,6 +181,17 @@ def test_messages_lose_url_credentials_queries_tokens_and_keys_and_stay_one_shor
     assert safe_message("the model hit its token limit") == "the model hit its token limit"  # words stay
 
 
+def test_credentials_in_a_json_error_body_and_under_compound_names_are_hidden():
+    text = ('backend said {"error": "denied", "api_key": "sk-live-123", "access_token":"eyJxyz"} '
+            "client_secret=shh-1 AWS_SECRET_ACCESS_KEY=aws-2 x-refresh-token: rt-3 Cookie: session=c-4")
+    shown = safe_message(text)
+    for secret in ("sk-live-123", "eyJxyz", "shh-1", "aws-2", "rt-3", "c-4"):
+        assert secret not in shown, (secret, shown)
+    assert shown.startswith('backend said {"error": "denied", "api_key": "***"')
+    for kept in ("max_tokens=4096 is more than the model takes", "prompt_tokens: 12"):
+        assert safe_message(kept) == kept
+
+
 def test_an_exception_is_named_by_its_class_with_its_message_made_safe():
     assert error_message(ConnectionRefusedError(111, "Connection refused")) == \
         "ConnectionRefusedError: [Errno 111] Connection refused"
