@@ -3,9 +3,9 @@
 ``StatsSampler`` reads the prometheus metrics of ``a2a_gateway.metrics`` in process every
 ``interval`` seconds and keeps what changed since the reading before (one ``Sample``) in a
 ring of ``window`` seconds: A2A requests and errors per endpoint, tasks ended per endpoint
-and final state, the latency histogram's buckets, and the open SSE streams. A counter lower
-than at the last reading was reset: its whole value is the change (as Prometheus' ``rate``
-takes it). ``series()`` is the JSON of ``GET /admin/api/stats`` (docs/console.md). Numbers are
+and final state, the latency histogram's buckets, and the open streams (SSE and gRPC server
+streams). A counter lower than at the last reading was reset: its whole value is the change
+(as Prometheus' ``rate`` takes it). ``series()`` is the JSON of ``GET /admin/api/stats`` (docs/console.md). Numbers are
 this replica's.
 """
 
