@@ -68,7 +68,8 @@ class Sealer:
 
     def open(self, value: str) -> dict[str, object] | None:
         payload, _, signature = value.partition(".")
-        if not payload or not hmac.compare_digest(signature, self._sign(payload)):
+        # a sealed value is ASCII; compare_digest refuses to compare any other str
+        if not payload or not value.isascii() or not hmac.compare_digest(signature, self._sign(payload)):
             return None
         try:
             body = orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))

@@ -249,6 +249,17 @@ async def test_a_console_session_reads_the_admin_api_and_the_feed_and_its_change
             assert (await forged.get("/events")).status_code == 401
 
 
+async def test_a_session_cookie_with_non_ascii_characters_is_no_session():
+    async with running_gateway(operator_keys=[OPERATOR_KEY], console=True) as gw:
+        async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
+            for value in ('"x.\\303\\251"', '"\\303\\251.x"'):  # quoted octal escapes: "x.Ã©", "Ã©.x"
+                sent = {"Cookie": f"a2a_gateway_console={value}"}
+                for method, path, status in [("GET", "/admin/api/endpoints", 401), ("GET", "/events", 401),
+                                             ("GET", "/console/api/session", 401), ("POST", "/console/api/logout", 200)]:
+                    answer = await http.request(method, path, headers=sent)
+                    assert answer.status_code == status, (path, value, answer.text)  # before: 500
+
+
 async def test_sessions_expire_and_another_gateways_secret_does_not_take_them():
     async with running_gateway(operator_keys=[OPERATOR_KEY], console=True, console_session_seconds=1.0,
                                console_session_secret="one-secret") as gw:

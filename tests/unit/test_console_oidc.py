@@ -72,7 +72,7 @@ def test_the_flow_cookie_opens_only_as_sealed_and_until_it_expires(login, sessio
     payload, _, signature = sealed.partition(".")
     flip = {"A": "B"}.get(signature[0], "A")  # another first character of the signature
     for forged in (f"{payload}.{flip}{signature[1:]}", f"{payload[:-2]}{payload[-1]}{payload[-2]}.{signature}",
-                   f"{payload}.", "", "garbage"):
+                   f"{payload}.", "", "garbage", f"{payload}.\u00e9{signature[1:]}", f"\udcff{payload}.{signature}"):
         with pytest.raises(SignInError, match="No sign-in is under way") as refused:
             login.open(forged)
         assert refused.value.status == 400
