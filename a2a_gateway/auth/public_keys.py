@@ -1,8 +1,9 @@
 """Public keys that verify bearer JWTs: read from a JWK, a public-key PEM or a certificate,
 and matched to a token's algorithm.
 
-Only this module (and ``auth.tokens``) touches ``cryptography`` and PyJWT: the gateway loads
-them when an endpoint declares JWT auth, not at start-up.
+Of the token checks, only this module (and ``auth.tokens``) touches ``cryptography`` and PyJWT
+(``card_keys`` does for card signing): the gateway loads them when an endpoint declares JWT auth
+or an ID token of the console's OIDC issuer is checked, not at start-up.
 """
 
 from __future__ import annotations
