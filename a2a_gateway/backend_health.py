@@ -4,7 +4,8 @@ A task run tells ``BackendHealth`` once, when its handler's run ends (``tasks.ru
 a success (an answer, a question back, a refusal: the backend was reached and answered) or an
 error (a FAILED task, or the handler raising) with a short message. The message is safe to show
 operators: one line, at most ``MAX_MESSAGE_CHARS``, URLs without ``user:password@``, query or
-fragment, no bearer/basic credentials, no gateway API key.
+fragment, no bearer/basic credentials, no value after a credential's name (``token=``,
+``"client_secret": …``), no gateway API key.
 
 The outcomes go to the store, one record per endpoint that every replica adds to
 (``Store.record_backend_health``: counts add, the latest times win), so every replica — and
