@@ -42,7 +42,6 @@ from a2a.utils.errors import (
     MethodNotFoundError,
     VersionNotSupportedError,
 )
-from a2a.utils.proto_utils import to_stream_response
 from aiohttp import web
 from google.protobuf.json_format import ParseError
 from pydantic import ValidationError
@@ -62,6 +61,7 @@ from a2a_gateway.transport.negotiate import (
 )
 from a2a_gateway.protojson import message_to_dict, parse_dict
 from a2a_gateway.transport.required_fields import validate_required_fields
+from a2a_gateway.transport.stream_json import stream_response_dict
 from a2a_gateway.transport.sse import accepts_event_stream, stream_events
 
 
@@ -240,7 +240,7 @@ async def _call_1_0(
         events = call(params, context)
 
         def frame(event: Any) -> bytes:
-            result = message_to_dict(to_stream_response(event))
+            result = stream_response_dict(event)
             return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
 
         return await _stream(request, gateway, events, frame, request_id, headers, V10, context)

@@ -37,7 +37,6 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
     VersionNotSupportedError,
 )
-from a2a.utils.proto_utils import to_stream_response
 from aiohttp import web
 from google.protobuf.json_format import ParseError
 
@@ -56,6 +55,7 @@ from a2a_gateway.transport.negotiate import (
 )
 from a2a_gateway.protojson import message_to_dict, parse_dict
 from a2a_gateway.transport.required_fields import validate_required_fields
+from a2a_gateway.transport.stream_json import stream_response_dict
 from a2a_gateway.transport.sse import stream_events
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ async def _stream(
 ) -> web.StreamResponse:
     """An SSE stream; each event carries the ``id:`` the request handler gave it."""
     def frame(event: Any) -> bytes:
-        return orjson.dumps(message_to_dict(to_stream_response(event)))
+        return orjson.dumps(stream_response_dict(event))
 
     def error_frame(error: A2AError) -> bytes:
         return orjson.dumps(build_rest_error_payload(error))
