@@ -107,7 +107,23 @@ async def _body(request: web.Request) -> dict[str, Any]:
         raise web.HTTPBadRequest(reason="the body is not JSON") from None
     if not isinstance(body, dict):
         raise web.HTTPBadRequest(reason="the body must be a JSON object")
+    if _holds_nul(body):
+        raise web.HTTPBadRequest(reason="the body holds a NUL character (\\u0000), which no store keeps")
     return body
+
+
+def _holds_nul(value: Any) -> bool:
+    """Whether a string anywhere in the JSON ``value`` holds NUL (PostgreSQL text cannot)."""
+    pending = [value]
+    while pending:  # a loop, not recursion: orjson takes nesting deeper than Python's stack
+        item = pending.pop()
+        if isinstance(item, str) and "\x00" in item:
+            return True
+        if isinstance(item, dict):
+            pending += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            pending += item
+    return False
 
 
 async def _endpoint(gateway: Gateway, endpoint_id: str) -> Endpoint:
@@ -260,8 +276,11 @@ async def create_key(request: web.Request) -> web.Response:
         raise web.HTTPBadRequest(reason="name must be a string of at most 256 characters")
     if expires is not None and (isinstance(expires, bool) or not isinstance(expires, int | float) or expires <= 0):
         raise web.HTTPBadRequest(reason="expiresDays must be a positive number of days")
-    row, key = make_key(gateway.settings.api_key_secret.get_secret_value().encode(), endpoint_id=endpoint.id,
-                        tenant=endpoint.tenant, principal=principal, name=name, expires_days=expires)
+    try:
+        row, key = make_key(gateway.settings.api_key_secret.get_secret_value().encode(), endpoint_id=endpoint.id,
+                            tenant=endpoint.tenant, principal=principal, name=name, expires_days=expires)
+    except OverflowError:  # past the year 9999
+        raise web.HTTPBadRequest(reason="expiresDays is beyond the last date the gateway can write") from None
     await gateway.store.create_api_key(row)
     log.info("admin_key_created", endpoint_id=endpoint.id, key_id=row.id, principal=row.principal, by=operator.name)
     return _json({"key": key, **key_json(row)}, status=201)
@@ -464,5 +483,5 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_get(f"{PREFIX}/tasks", list_tasks)
     app.router.add_get(f"{endpoint}/tasks/{{task_id}}", get_task)
     app.router.add_post(f"{endpoint}/tasks/{{task_id}}/cancel", cancel_task)
-    app.router.add_get(f"{endpoint}/tasks/{{task_id}}/stream", task_stream)
+    app.router.add_get(f"{endpoint}/tasks/{{task_id}}/stream", task_stream, allow_head=False)  # as the feed
     app.router.add_get(f"{PREFIX}/stats", stats)

@@ -154,6 +154,23 @@ async def test_an_unknown_endpoint_or_key_with_a_line_break_in_its_id_is_404_nam
         assert named in answer.json()["error"]["message"]
 
 
+async def test_a_body_holding_a_nul_or_a_key_expiring_past_the_calendar_is_400_and_adds_nothing(gw):
+    endpoint_id = await gw.add_endpoint()
+    refused = [("/endpoints", {"name": "a\u0000b", "handler": "handlers.echo:EchoHandler"}, "NUL"),
+               ("/endpoints", {"name": "ok", "handler": "handlers.echo:EchoHandler",
+                               "settings": {"nested": [{"deep": "x\u0000"}]}}, "NUL"),
+               (f"/endpoints/{endpoint_id}/keys", {"principal": "p\u0000"}, "NUL"),
+               (f"/endpoints/{endpoint_id}/keys", {"expiresDays": 1e300}, "expiresDays")]
+    for path, body, named in refused:
+        answer = await admin(gw, "POST", path, json=body)
+        assert answer.status_code == 400, (body, answer.text)  # before: 500 (PostgreSQL text, timedelta)
+        assert named in answer.json()["error"]["message"]
+    deep = b"[" * 5000 + b"]" * 5000  # nesting orjson refuses
+    assert (await admin(gw, "POST", "/endpoints", content=deep)).status_code == 400
+    assert [e.id for e in await gw.store.list_endpoints()] == [endpoint_id]
+    assert await gw.store.list_api_keys(endpoint_id) == []
+
+
 async def test_tasks_of_every_endpoint_and_principal_are_listed_read_and_canceled(gw):
     first, second = await gw.add_endpoint(settings={"delay": 0}), await gw.add_endpoint(settings={"delay": 0})
     rows = []
