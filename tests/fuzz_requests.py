@@ -1,5 +1,7 @@
 """Generated hostile requests for a gateway endpoint that needs an API key, and the rules
-every reply must keep (used by tests/integration/test_fuzz.py and bench/fuzz_gateway.py).
+every reply must keep (used by tests/integration/test_fuzz.py and bench/fuzz_gateway.py; its
+value strategies, body encodings, server-error check and thread runner also by
+tests/integration/test_fuzz_operator.py).
 
 A case is one HTTP request: a JSON-RPC or REST call, or a path that exists nowhere, with
 bodies built from the A2A field names and random values (huge and negative integers,
@@ -18,10 +20,10 @@ import gzip
 import json
 import threading
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -35,6 +37,8 @@ from a2a_gateway.stores.memory import MemoryStore
 from tests.harness import running_gateway
 
 PRINCIPAL = "fuzz-caller"
+T = TypeVar("T")
+R = TypeVar("R")
 
 METHODS = [
     "SendMessage", "SendStreamingMessage", "GetTask", "ListTasks", "CancelTask", "SubscribeToTask",
@@ -61,13 +65,13 @@ REST_PATHS = [
 QUERY_KEYS = ["pageSize", "historyLength", "status", "includeArtifacts", "contextId", "pageToken",
               "statusTimestampAfter", "A2A-Version", "tenant", "x"]
 
-_ints = st.one_of(
+ints = st.one_of(
     st.integers(-3, 200),
     st.sampled_from([2**31 - 1, 2**31, -(2**31) - 1, 2**32, 2**53, 2**63 - 1, -(2**63), 99999999999]),
     st.integers(-(2**63), 2**64 - 1),
 )
-_text = st.one_of(st.sampled_from(ENUM_LIKE), st.text(max_size=20), st.sampled_from(["?input", "hi"]))
-_scalars = st.one_of(st.none(), st.booleans(), _ints, st.floats(allow_nan=False, allow_infinity=False), _text)
+texts = st.one_of(st.sampled_from(ENUM_LIKE), st.text(max_size=20), st.sampled_from(["?input", "hi"]))
+_scalars = st.one_of(st.none(), st.booleans(), ints, st.floats(allow_nan=False, allow_infinity=False), texts)
 
 
 def _nested(levels: int) -> Any:
@@ -77,8 +81,8 @@ def _nested(levels: int) -> Any:
     return value
 
 
-_deep = st.integers(20, 700).map(_nested)
-_json = st.recursive(
+deep_json = st.integers(20, 700).map(_nested)
+json_values = st.recursive(
     _scalars,
     lambda inner: st.one_of(
         st.lists(inner, max_size=4),
@@ -87,43 +91,43 @@ _json = st.recursive(
     max_leaves=25,
 )
 _part = st.one_of(
-    st.fixed_dictionaries({"text": _text}),
-    st.fixed_dictionaries({"kind": st.just("text"), "text": _text}),
+    st.fixed_dictionaries({"text": texts}),
+    st.fixed_dictionaries({"kind": st.just("text"), "text": texts}),
     st.fixed_dictionaries({"kind": st.just("file"), "file": st.fixed_dictionaries(
-        {"bytes": st.one_of(st.text(max_size=12), st.just("aGk=")), "mimeType": _text})}),
-    st.fixed_dictionaries({"kind": st.just("data"), "data": st.one_of(_json, _deep)}),
+        {"bytes": st.one_of(st.text(max_size=12), st.just("aGk=")), "mimeType": texts})}),
+    st.fixed_dictionaries({"kind": st.just("data"), "data": st.one_of(json_values, deep_json)}),
     st.fixed_dictionaries({"raw": st.text(max_size=12)}),
-    _json,
+    json_values,
 )
 _message = st.fixed_dictionaries(
-    {"messageId": st.one_of(st.uuids().map(str), _text), "role": st.sampled_from(ENUM_LIKE),
+    {"messageId": st.one_of(st.uuids().map(str), texts), "role": st.sampled_from(ENUM_LIKE),
      "parts": st.lists(_part, max_size=3)},
-    optional={"kind": st.just("message"), "metadata": st.one_of(_json, _deep), "taskId": _text,
-              "contextId": _text},
+    optional={"kind": st.just("message"), "metadata": st.one_of(json_values, deep_json), "taskId": texts,
+              "contextId": texts},
 )
 _params = st.one_of(
     st.fixed_dictionaries({"message": _message}, optional={"configuration": st.dictionaries(
         st.sampled_from(["historyLength", "blocking", "returnImmediately", "acceptedOutputModes"]),
         _scalars, max_size=3)}),
-    st.dictionaries(st.sampled_from(FIELDS), st.one_of(_scalars, _json), max_size=5),
-    _json,
+    st.dictionaries(st.sampled_from(FIELDS), st.one_of(_scalars, json_values), max_size=5),
+    json_values,
 )
-_text_part = st.fixed_dictionaries({"text": _text})
+_text_part = st.fixed_dictionaries({"text": texts})
 _valid_calls = st.one_of(
     st.tuples(st.just("SendMessage"), st.fixed_dictionaries(
         {"message": st.fixed_dictionaries(
             {"messageId": st.uuids().map(str), "role": st.just("ROLE_USER"),
              "parts": st.lists(_text_part, min_size=1, max_size=2)},
-            optional={"metadata": st.dictionaries(st.text(max_size=5), _json, max_size=3)})},
-        optional={"configuration": st.fixed_dictionaries({"historyLength": _ints})}), st.just("1.0")),
+            optional={"metadata": st.dictionaries(st.text(max_size=5), json_values, max_size=3)})},
+        optional={"configuration": st.fixed_dictionaries({"historyLength": ints})}), st.just("1.0")),
     st.tuples(st.just("message/send"), st.fixed_dictionaries(
         {"message": st.fixed_dictionaries(
             {"kind": st.just("message"), "messageId": st.uuids().map(str), "role": st.just("user"),
-             "parts": st.lists(st.fixed_dictionaries({"kind": st.just("text"), "text": _text}),
+             "parts": st.lists(st.fixed_dictionaries({"kind": st.just("text"), "text": texts}),
                                min_size=1, max_size=2)})}), st.just("0.3")),
     st.tuples(st.sampled_from(["ListTasks", "GetTask"]), st.fixed_dictionaries(
-        {}, optional={"pageSize": _ints, "historyLength": _ints, "status": st.sampled_from(ENUM_LIKE),
-                      "id": _text}), st.just("1.0")),
+        {}, optional={"pageSize": ints, "historyLength": ints, "status": st.sampled_from(ENUM_LIKE),
+                      "id": texts}), st.just("1.0")),
 )
 """A call a client would send, but for its values: these reach the agent with a valid key."""
 _request_id = st.one_of(st.integers(-(2**63), 2**63 - 1), st.text(max_size=12), st.none(),
@@ -194,7 +198,7 @@ def _headers(draw: st.DrawFn, key: str) -> tuple[dict[str, str], str]:
 
 
 @st.composite
-def _body(draw: st.DrawFn, value: Any, headers: dict[str, str]) -> tuple[bytes, bool]:
+def encoded_body(draw: st.DrawFn, value: Any, headers: dict[str, str]) -> tuple[bytes, bool]:
     """The encoded body and whether the gateway can read it as sent."""
     raw = json.dumps(value).encode() if value is not None else b""  # orjson stops at 255 levels
     shape = draw(st.sampled_from(["plain"] * 6 + ["bytes", "truncated", "gzip", "deflate", "false-gzip",
@@ -215,7 +219,7 @@ def _body(draw: st.DrawFn, value: Any, headers: dict[str, str]) -> tuple[bytes, 
     return raw, True
 
 
-def _segment(draw: st.DrawFn) -> str:
+def path_segment(draw: st.DrawFn) -> str:
     return quote(draw(st.one_of(st.uuids().map(str), st.text(min_size=1, max_size=12))), safe="")
 
 
@@ -232,15 +236,15 @@ def cases(draw: st.DrawFn, endpoint_id: str, key: str) -> Case:
         if draw(st.integers(0, 9)):
             envelope["id"] = request_id
         if draw(st.integers(0, 9)):
-            envelope["method"] = draw(st.one_of(st.sampled_from(METHODS), _text))
+            envelope["method"] = draw(st.one_of(st.sampled_from(METHODS), texts))
         if draw(st.integers(0, 5)):
             envelope["params"] = draw(_params)
         if draw(st.integers(0, 2)) == 0:
             envelope["jsonrpc"] = "2.0"
             envelope["method"], envelope["params"], version = draw(_valid_calls)
             headers["A2A-Version"] = version
-        value = envelope if draw(st.integers(0, 9)) else draw(_json)
-        body, readable = draw(_body(value, headers))
+        value = envelope if draw(st.integers(0, 9)) else draw(json_values)
+        body, readable = draw(encoded_body(value, headers))
         read_id = value.get("id") if isinstance(value, dict) else None
         id_readable = (
             readable and headers.get("Content-Type") != "text/plain"
@@ -251,17 +255,17 @@ def cases(draw: st.DrawFn, endpoint_id: str, key: str) -> Case:
         return Case("POST", path, headers, body, True, credential, request_id, id_readable)
     if kind == "rest":
         template = draw(st.sampled_from(REST_PATHS))
-        path = f"/{endpoint_id}/a2a/rest" + template.replace("{t}", _segment(draw)).replace("{c}", _segment(draw))
-        query = draw(st.dictionaries(st.sampled_from(QUERY_KEYS), st.one_of(_ints.map(str), _text), max_size=3))
+        path = f"/{endpoint_id}/a2a/rest" + template.replace("{t}", path_segment(draw)).replace("{c}", path_segment(draw))
+        query = draw(st.dictionaries(st.sampled_from(QUERY_KEYS), st.one_of(ints.map(str), texts), max_size=3))
         if query:
             path += "?" + "&".join(f"{quote(k)}={quote(v, safe='')}" for k, v in query.items())
         method = draw(st.sampled_from(["GET", "POST", "DELETE", "PUT"]))
-        body, _ = draw(_body(draw(_params) if method == "POST" else None, headers))
+        body, _ = draw(encoded_body(draw(_params) if method == "POST" else None, headers))
         return Case(method, path, headers, body, False, credential)
-    junk = "/".join(_segment(draw) for _ in range(draw(st.integers(1, 4))))
+    junk = "/".join(path_segment(draw) for _ in range(draw(st.integers(1, 4))))
     path = draw(st.sampled_from([f"/{endpoint_id}/{junk}", f"/{junk}", f"/{junk}/a2a/rest/tasks"]))
     method = draw(st.sampled_from(["GET", "POST", "DELETE", "PATCH"]))
-    body, _ = draw(_body(draw(_json) if method != "GET" else None, headers))
+    body, _ = draw(encoded_body(draw(json_values) if method != "GET" else None, headers))
     return Case(method, path, headers, body, method == "POST" and path.rstrip("/").endswith("/a2a"), credential)
 
 
@@ -308,12 +312,23 @@ def _sse_events(text: str) -> list[Any]:
     return events
 
 
+def server_error_of(response: httpx.Response, text: str, *, allowed: tuple[int, ...] = (503,)) -> str:
+    """What is wrong with ``response`` (whose body is ``text``) as a server error ("" when it is
+    none): a 5xx other than ``allowed`` ones, a 503 without Retry-After, or a traceback."""
+    status = response.status_code
+    if status >= 500 and status not in allowed:
+        return f"5xx {status}: {text[:200]}"
+    if status == 503 and "Retry-After" not in response.headers:
+        return f"5xx 503 without Retry-After: {text[:200]}"
+    if "Traceback (most recent call last)" in text:
+        return f"5xx-like traceback in a {status} body: {text[:200]}"
+    return ""
+
+
 def problems(case: Case, response: httpx.Response) -> list[str]:
     """What is wrong with ``response`` as the answer to ``case`` (empty: nothing)."""
-    if response.status_code >= 500 and response.status_code != 503:
-        return [f"5xx {response.status_code}: {response.text[:200]}"]
-    if response.status_code == 503 and "Retry-After" not in response.headers:
-        return [f"5xx 503 without Retry-After: {response.text[:200]}"]
+    if server_error := server_error_of(response, response.text):
+        return [server_error]
     content_type = response.headers.get("Content-Type", "")
     try:
         if content_type.startswith("text/event-stream"):
@@ -358,16 +373,58 @@ class Target:
     store: RecordingStore
 
 
+class Served(Generic[T]):
+    """What an async context manager yields, kept open on an event loop in a thread of its own."""
+
+    def __init__(self, value: T, loop: asyncio.AbstractEventLoop) -> None:
+        self.value = value
+        self._loop = loop
+
+    def run(self, coroutine: Coroutine[Any, Any, R], timeout: float = 60) -> R:
+        """``coroutine``'s result, run on the served loop (from the test's thread)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+
 @contextmanager
-def gateway_thread(**settings: Any) -> Iterator[Target]:
-    """A gateway with one echo endpoint that needs an API key, served by a thread of its own."""
+def served_in_thread(opened: Callable[[], AbstractAsyncContextManager[T]]) -> Iterator[Served[T]]:
+    """``opened()`` entered on an event loop in a thread of its own, so that hypothesis drives
+    what it serves with a plain blocking client; left when the block ends."""
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     box: list[Any] = []
 
     async def serve() -> None:
-        store = RecordingStore()
         stop = asyncio.Event()
+        try:
+            async with opened() as value:
+                box.extend([value, stop])
+                ready.set()
+                await stop.wait()
+        except BaseException as exc:
+            box[:] = [exc]
+            ready.set()
+            raise
+
+    thread = threading.Thread(target=lambda: loop.run_until_complete(serve()), daemon=True)
+    thread.start()
+    if not ready.wait(60) or len(box) != 2:
+        raise RuntimeError(f"it did not start: {box}")
+    value, stop = box
+    try:
+        yield Served(value, loop)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(60)
+        loop.close()
+
+
+@contextmanager
+def gateway_thread(**settings: Any) -> Iterator[Target]:
+    """A gateway with one echo endpoint that needs an API key, served by a thread of its own."""
+
+    @asynccontextmanager
+    async def opened() -> AsyncIterator[Target]:
+        store = RecordingStore()
         options = {"allow_unauthenticated_endpoints": False, "log_level": "critical", **settings}
         async with running_gateway(store=store, **options) as gw:
             endpoint_id = await gw.add_endpoint(
@@ -376,21 +433,10 @@ def gateway_thread(**settings: Any) -> Iterator[Target]:
             secret = gw.gateway.settings.api_key_secret.get_secret_value().encode()
             row, key = make_key(secret, endpoint_id=endpoint_id, tenant="default", principal=PRINCIPAL)
             await store.create_api_key(row)
-            box.extend([Target(gw.base_url, endpoint_id, key, store), stop])
-            ready.set()
-            await stop.wait()
+            yield Target(gw.base_url, endpoint_id, key, store)
 
-    thread = threading.Thread(target=lambda: loop.run_until_complete(serve()), daemon=True)
-    thread.start()
-    if not ready.wait(60):
-        raise RuntimeError("the gateway did not start")
-    target, stop = box
-    try:
-        yield target
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(60)
-        loop.close()
+    with served_in_thread(opened) as served:
+        yield served.value
 
 
 def send(client: httpx.Client, target: Target, case: Case) -> list[str]:

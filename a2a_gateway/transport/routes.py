@@ -62,8 +62,9 @@ def add_routes(app: web.Application, *, default_endpoint: str = "", worker_event
     routes = _endpoint_routes()
     for method, path, view in routes:
         app.router.add_route(method, f"{ENDPOINT}{path}", view)
-    app.router.add_get(f"{ENDPOINT}/events", endpoint_events)  # operators' feed (not at the root)
-    app.router.add_get("/events", gateway_events)  # every endpoint's, for gateway operators
+    # operators' feed (not at the root); no HEAD: a stream's events would follow a bodiless answer
+    app.router.add_get(f"{ENDPOINT}/events", endpoint_events, allow_head=False)
+    app.router.add_get("/events", gateway_events, allow_head=False)  # every endpoint's, for gateway operators
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)
     app.router.add_get("/metrics", health.metrics)
