@@ -108,34 +108,37 @@ async def test_a_watcher_on_b_gets_every_lifecycle_event_of_tasks_run_on_a(postg
     async with replica_set(tmp_path, ["a", "b"], lease_seconds=30, remote_poll_seconds=30, extra_env=env) as cluster:
         endpoint_id = await cluster.add_endpoint("handlers.echo:EchoHandler", delay=0)
         other = await cluster.add_endpoint("handlers.echo:EchoHandler", name="other", delay=0)
+        a, b = cluster["a"], cluster["b"]
         async with cluster.client("a", endpoint_id, streaming=False) as client:
             waiting = [e async for e in client.send_message(send_request("wait ?input"))][-1].task
-        # both replicas past their start-up period, in which they relay everything: A learns
-        # of B's watch from B's announcement alone
-        await asyncio.sleep(1.5 * REFRESH + 1)
-        a, b = cluster["a"], cluster["b"]
-        async with FeedReader(f"{b.base_url}/{endpoint_id}/events", AS_OPERATOR) as feed, \
-                FeedReader(f"{b.base_url}/events", AS_OPERATOR) as everything:
-            await eventually(lambda: feed.events and everything.events, what="the snapshots on B")
-            assert [t["taskId"] for t in feed.events[0]["tasks"]] == [waiting.id]
-            async with cluster.client("a", endpoint_id, streaming=False) as client:
-                await client.cancel_task(CancelTaskRequest(id=waiting.id))  # changed after the watch
+            # both replicas past their start-up period, in which they relay everything: A
+            # learns of B's watch from B's announcement alone
+            await asyncio.sleep(1.5 * REFRESH + 1)
+            async with FeedReader(f"{b.base_url}/{endpoint_id}/events", AS_OPERATOR) as feed:
+                await eventually(lambda: feed.events, interval=0.005, what="the snapshot on B")
+                assert [t["taskId"] for t in feed.events[0]["tasks"]] == [waiting.id]
+                # at once: relayed because the watch was acknowledged, not after a refresh
+                await client.cancel_task(CancelTaskRequest(id=waiting.id))
+                await feed.until_state(waiting.id, CANCELED)
+
+            async with FeedReader(f"{b.base_url}/{endpoint_id}/events", AS_OPERATOR) as feed, \
+                    FeedReader(f"{b.base_url}/events", AS_OPERATOR) as everything:
+                await eventually(lambda: feed.events and everything.events, interval=0.005, what="the snapshots")
                 asked = [e async for e in client.send_message(send_request("ask ?input"))][-1].task
-            streamed = []
-            for text in ("one", "two", "three"):
-                async with cluster.client("a", endpoint_id) as client:
-                    streamed.append([e async for e in client.send_message(send_request(text))][0].task.id)
-            async with cluster.client("a", other) as client:
-                elsewhere = [e async for e in client.send_message(send_request("other"))][0].task.id
-            for reader in (feed, everything):
-                assert await reader.until_state(waiting.id, CANCELED)
-                await reader.until_state(asked.id, INPUT)
-                assert reader.states(asked.id) == [WORKING, INPUT]
-                for task_id in streamed:
-                    events = await reader.until_state(task_id, DONE)
-                    assert [(e["kind"], e["state"]) for e in events] == [
-                        ("status", WORKING), ("artifact", WORKING), ("status", DONE)]
-            await everything.until_state(elsewhere, DONE)
-            assert [e["kind"] for e in everything.of_task(elsewhere)] == ["status", "artifact", "status"]
-            assert feed.of_task(elsewhere) == []
+                streamed = []
+                for text in ("one", "two", "three"):
+                    async with cluster.client("a", endpoint_id) as streaming:
+                        streamed.append([e async for e in streaming.send_message(send_request(text))][0].task.id)
+                async with cluster.client("a", other) as streaming:
+                    elsewhere = [e async for e in streaming.send_message(send_request("other"))][0].task.id
+                for reader in (feed, everything):
+                    await reader.until_state(asked.id, INPUT)
+                    assert reader.states(asked.id) == [WORKING, INPUT]
+                    for task_id in streamed:
+                        events = await reader.until_state(task_id, DONE)
+                        assert [(e["kind"], e["state"]) for e in events] == [
+                            ("status", WORKING), ("artifact", WORKING), ("status", DONE)]
+                await everything.until_state(elsewhere, DONE)
+                assert [e["kind"] for e in everything.of_task(elsewhere)] == ["status", "artifact", "status"]
+                assert feed.of_task(elsewhere) == []
         assert a.proc.poll() is None and b.proc.poll() is None
