@@ -81,6 +81,14 @@ class _Keepalives:
                 ping.add_done_callback(self._pings.discard)
 
 
+class _EventStreamResponse(web.StreamResponse):
+    """Its headers wait for the first write and leave in the same socket write (aiohttp
+    sends a StreamResponse's headers alone by default; its Response buffers them the same
+    way). Only for a stream that writes at once: a client waits for the headers."""
+
+    _send_headers_immediately = False
+
+
 class SSEStream:
     def __init__(self, response: web.StreamResponse, keepalive_seconds: float) -> None:
         self._response = response
@@ -98,9 +106,12 @@ class SSEStream:
 
     @classmethod
     async def open(
-        cls, request: web.Request, keepalive_seconds: float, headers: dict[str, str] | None = None
+        cls, request: web.Request, keepalive_seconds: float, headers: dict[str, str] | None = None,
+        *, sending_at_once: bool = False,
     ) -> SSEStream:
-        response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **(headers or {})})
+        """``sending_at_once``: an event is sent right after (the headers wait for it)."""
+        response_type = _EventStreamResponse if sending_at_once else web.StreamResponse
+        response = response_type(status=200, headers={**SSE_HEADERS, **(headers or {})})
         await response.prepare(request)
         stream = cls(response, keepalive_seconds)
         stream._registry = request.app.get(OPEN_STREAMS)
@@ -213,7 +224,7 @@ async def stream_events(
     except BaseException:
         await events.aclose()  # type: ignore[attr-defined]
         raise
-    stream = await SSEStream.open(request, keepalive_seconds, headers)
+    stream = await SSEStream.open(request, keepalive_seconds, headers, sending_at_once=True)
     try:
         if early_error is not None:
             request[A2A_ERROR] = type(early_error).__name__
