@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
-from a2a.types import Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
+from a2a.types import Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent
 
 from a2a_gateway.protojson import message_to_dict
 from a2a_gateway.stores.base import TERMINAL_STATES, Scope
@@ -103,13 +103,16 @@ def _timestamp(task: Task) -> str:
     return task.status.timestamp.ToJsonString() if task.status.HasField("timestamp") else ""
 
 
-def envelope(scope: Scope, task: Task, update: FeedUpdate) -> FeedEvent:
-    """``update`` of ``task`` in the feed's envelope."""
+def envelope(scope: Scope, task: Task, update: FeedUpdate, at: TaskStatus | None = None) -> FeedEvent:
+    """``update`` of ``task`` in the feed's envelope (its state and time: ``at``, by default
+    the task's status)."""
     kind, key = (STATUS, "statusUpdate") if isinstance(update, TaskStatusUpdateEvent) else (ARTIFACT, "artifactUpdate")
-    state = task.status.state
+    status = task.status if at is None else at
+    state = status.state
+    timestamp = status.timestamp.ToJsonString() if status.HasField("timestamp") else ""
     body = {
         "kind": kind, "endpointId": scope.endpoint_id, "taskId": task.id, "contextId": task.context_id,
-        "principal": scope.principal, "state": state_name(state), "timestamp": _timestamp(task),
+        "principal": scope.principal, "state": state_name(state), "timestamp": timestamp,
         key: message_to_dict(update),
     }
     return FeedEvent(orjson.dumps(body), scope.endpoint_id, task.id, task.context_id, state)
@@ -158,6 +161,8 @@ _OVERFLOW = object()
 _LOG_OVERHEAD = 256
 _DEDUP_TASKS = 100_000
 """Tasks whose last announced state the feed remembers (to drop repeats), at most."""
+_UNSENT_ARTIFACTS = 10_000
+"""Final artifacts nobody watched, kept until their task's end is announced, at most."""
 
 
 class FeedSubscription:
@@ -248,6 +253,9 @@ class EndpointFeed:
         self._log_bytes = 0
         self._announced: OrderedDict[str, tuple[int, str]] = OrderedDict()
         """Task id → the state (and question's message id) last announced."""
+        self._unsent: OrderedDict[str, tuple[TaskArtifactUpdateEvent, int, TaskStatus]] = OrderedDict()
+        """Task id → its final artifact (version, status then), announced while nobody
+        watched: sent before the task's end if someone watches by then."""
         self._token = os.urandom(6).hex()
         self._loose = 0
 
@@ -263,27 +271,40 @@ class EndpointFeed:
         seen = (state, task.status.message.message_id if state in _QUESTIONS else "")
         if self._announced.get(task.id) == seen:
             return
+        unsent = None
         if state in TERMINAL_STATES:
             self._announced.pop(task.id, None)
+            unsent = self._unsent.pop(task.id, None) if self._unsent else None
         else:
             self._announced[task.id] = seen
             self._announced.move_to_end(task.id)
             if len(self._announced) > _DEDUP_TASKS:
                 self._announced.popitem(last=False)
         if self._wanted(scope.endpoint_id):
+            if unsent is not None:  # a watch began between the artifact and the end
+                update, artifact_version, then = unsent
+                self._emit(scope, task, update, artifact_version, envelope(scope, task, update, then))
             self._emit(scope, task, build(task), version or 0)
 
     def artifact(self, scope: Scope, task: Task, update: TaskArtifactUpdateEvent, version: int | None) -> None:
         """A final artifact (the whole of it, not a chunk); the task's next write (the
-        terminal one, after ``version``) will hold it."""
+        terminal one, after ``version``) will hold it. Unwatched, it waits for that end: a
+        snapshot read in between shows the task still working, so its watcher needs it."""
         if self._wanted(scope.endpoint_id):
             self._emit(scope, task, update, (version or 0) + 1)
+            return
+        then = TaskStatus(state=task.status.state)
+        if task.status.HasField("timestamp"):
+            then.timestamp.CopyFrom(task.status.timestamp)
+        self._unsent[task.id] = (update, (version or 0) + 1, then)
+        if len(self._unsent) > _UNSENT_ARTIFACTS:
+            self._unsent.popitem(last=False)
 
     def _wanted(self, endpoint_id: str) -> bool:
         return self.watched(endpoint_id) or (self.relay is not None and self.relay.wanted(endpoint_id))
 
-    def _emit(self, scope: Scope, task: Task, update: FeedUpdate, version: int) -> None:
-        event = envelope(scope, task, update)
+    def _emit(self, scope: Scope, task: Task, update: FeedUpdate, version: int, event: FeedEvent | None = None) -> None:
+        event = envelope(scope, task, update) if event is None else event
         self.published += 1
         self.deliver(event)
         if self.relay is not None and self.relay.wanted(scope.endpoint_id):

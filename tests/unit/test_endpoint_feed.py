@@ -202,3 +202,27 @@ def test_the_gateway_wide_feed_gets_every_endpoints_events_with_ids_of_its_own()
     announce(feed, task("t3"), WORKING, Scope("default", "ep-3", "carol"))
     assert [e["taskId"] for _, e in drain(feed.resume(EVERY_ENDPOINT, seen[0][0]))] == ["t2", "t3"]
     assert feed.resume("ep-1", seen[0][0]) is None  # the ids of one feed mean nothing to another
+
+
+def test_a_final_artifact_announced_before_anyone_watched_comes_with_its_task_end():
+    # the gap a snapshot cannot cover: the artifact is announced, a feed client subscribes
+    # (its snapshot, read now, shows the task working), then the task ends
+    feed = EndpointFeed()
+    t = task()
+    announce(feed, t, WORKING)
+    artifact = t.artifacts.add(artifact_id="a1", name="response")
+    artifact.parts.add(text="the answer")
+    feed.artifact(SCOPE, t, artifact_event(t, artifact, last_chunk=True), 1)
+    assert feed.published == 0  # nobody watched: nothing built
+    sub = feed.subscribe("ep-1")
+    working_at = t.status.timestamp.ToJsonString()
+    announce(feed, t, DONE)
+    events = [e for _, e in drain(sub)]
+    assert [(e["kind"], e["state"]) for e in events] == [
+        ("artifact", "TASK_STATE_WORKING"), ("status", "TASK_STATE_COMPLETED")]
+    assert events[0]["timestamp"] == working_at
+    assert events[0]["artifactUpdate"]["artifact"]["parts"][0]["text"] == "the answer"
+    other = task("t2")
+    announce(feed, other, WORKING)
+    announce(feed, other, DONE)  # no artifact held for it
+    assert [e["kind"] for _, e in drain(sub)] == ["status", "status"]
