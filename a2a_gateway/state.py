@@ -62,7 +62,15 @@ class Gateway:
         return runtime.request_handlers
 
     def base_url(self, request: web.Request) -> str:
-        return self.settings.public_base_url or f"{request.scheme}://{request.host}"
+        """``public_base_url``, else the request's scheme and host; 400 for a Host header that is
+        not UTF-8 (no URL, card or JSON answer can hold it)."""
+        if self.settings.public_base_url:
+            return self.settings.public_base_url
+        try:
+            request.host.encode()
+        except UnicodeEncodeError:  # aiohttp keeps bytes that are not UTF-8 as lone surrogates
+            raise web.HTTPBadRequest(reason="the Host header is not UTF-8") from None
+        return f"{request.scheme}://{request.host}"
 
     def grpc_url(self, request: web.Request) -> str:
         """``host:port`` of the gRPC binding as cards list it (empty: no gRPC)."""

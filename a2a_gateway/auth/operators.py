@@ -94,7 +94,7 @@ class OperatorKeys:
     def ref_of(self, presented: str) -> str | None:
         """The reference of the configured key ``presented`` is (None: it is none): what a
         console session names, so that removing the key ends its sessions too."""
-        digest = hashlib.sha256(presented.encode()).digest()
+        digest = hashlib.sha256(presented.encode(errors="surrogateescape")).digest()  # header bytes as sent
         found = None
         for known in self._digests:
             if hmac.compare_digest(digest, known):  # every entry compared, in constant time

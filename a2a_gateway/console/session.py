@@ -124,7 +124,8 @@ class ConsoleSessions:
 
 
 def csrf_ok(session: Session, headers: Mapping[str, str]) -> bool:
-    return hmac.compare_digest(headers.get(CSRF_HEADER, "").encode(), session.csrf.encode())
+    presented = headers.get(CSRF_HEADER, "").encode(errors="surrogateescape")  # the header's bytes as sent
+    return hmac.compare_digest(presented, session.csrf.encode())
 
 
 def cookie_value(headers: Mapping[str, str], name: str) -> str:
