@@ -253,8 +253,8 @@ class EndpointFeed:
         self._log_bytes = 0
         self._announced: OrderedDict[str, tuple[int, str]] = OrderedDict()
         """Task id → the state (and question's message id) last announced."""
-        self._unsent: OrderedDict[str, tuple[TaskArtifactUpdateEvent, int, TaskStatus]] = OrderedDict()
-        """Task id → its final artifact (version, status then), announced while nobody
+        self._unsent: OrderedDict[str, tuple[TaskArtifactUpdateEvent, int, int, int, int]] = OrderedDict()
+        """Task id → its final artifact (version; state and time then), announced while nobody
         watched: sent before the task's end if someone watches by then."""
         self._token = os.urandom(6).hex()
         self._loose = 0
@@ -282,8 +282,7 @@ class EndpointFeed:
                 self._announced.popitem(last=False)
         if self._wanted(scope.endpoint_id):
             if unsent is not None:  # a watch began between the artifact and the end
-                update, artifact_version, then = unsent
-                self._emit(scope, task, update, artifact_version, envelope(scope, task, update, then))
+                self._emit_unsent(scope, task, *unsent)
             self._emit(scope, task, build(task), version or 0)
 
     def artifact(self, scope: Scope, task: Task, update: TaskArtifactUpdateEvent, version: int | None) -> None:
@@ -293,12 +292,19 @@ class EndpointFeed:
         if self._wanted(scope.endpoint_id):
             self._emit(scope, task, update, (version or 0) + 1)
             return
-        then = TaskStatus(state=task.status.state)
-        if task.status.HasField("timestamp"):
-            then.timestamp.CopyFrom(task.status.timestamp)
-        self._unsent[task.id] = (update, (version or 0) + 1, then)
+        status, stamp = task.status, task.status.timestamp
+        self._unsent[task.id] = (update, (version or 0) + 1, status.state, stamp.seconds, stamp.nanos)
         if len(self._unsent) > _UNSENT_ARTIFACTS:
             self._unsent.popitem(last=False)
+
+    def _emit_unsent(
+        self, scope: Scope, task: Task, update: TaskArtifactUpdateEvent, version: int, state: int, seconds: int,
+        nanos: int,
+    ) -> None:
+        then = TaskStatus(state=state)  # the task's status when the artifact was announced
+        if seconds or nanos:
+            then.timestamp.seconds, then.timestamp.nanos = seconds, nanos
+        self._emit(scope, task, update, version, envelope(scope, task, update, then))
 
     def _wanted(self, endpoint_id: str) -> bool:
         return self.watched(endpoint_id) or (self.relay is not None and self.relay.wanted(endpoint_id))
