@@ -46,6 +46,7 @@ from a2a.utils.errors import (
 from a2a_gateway.tasks.conversation import Caller
 from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
 from a2a_gateway.tasks.events import copy_task
+from a2a_gateway.tasks.ids import check_ids
 from a2a_gateway.tasks.streams import LAST_EVENT_ID, send_stream, settled_elsewhere, subscribe_stream, tagged
 from a2a_gateway.tasks.push import PushNotifier
 from a2a_gateway.registry import EndpointRuntime
@@ -117,6 +118,7 @@ class GatewayRequestHandler(RequestHandler):
     ) -> SendOutcome:
         if not params.HasField("message"):
             raise InvalidParamsError("message is required")
+        check_ids(params)
         _validate_message(params.message)
         push_config = None
         config = params.configuration
@@ -174,6 +176,7 @@ class GatewayRequestHandler(RequestHandler):
     ) -> AsyncGenerator[Event]:
         if not self.runtime.streaming:
             raise UnsupportedOperationError("this agent does not stream")
+        check_ids(params)
         # a reconnecting client names its last event: the stream goes on after it
         last_event_id = (context.state.get("headers") or {}).get(LAST_EVENT_ID)
         events = subscribe_stream(self.engine, self._scope(context), params.id, last_event_id)
@@ -185,12 +188,14 @@ class GatewayRequestHandler(RequestHandler):
 
     # tasks ------------------------------------------------------------------------------
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        check_ids(params)
         stored = await self.store.get_task(self._scope(context), params.id)
         if stored is None:
             raise TaskNotFoundError(f"Task {params.id} not found")
         return trim_task(stored.task, _history_length(params))
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        check_ids(params)
         page_size = params.page_size if params.HasField("page_size") else DEFAULT_LIST_TASKS_PAGE_SIZE
         if not 1 <= page_size <= MAX_LIST_TASKS_PAGE_SIZE:
             raise InvalidParamsError(f"pageSize must be between 1 and {MAX_LIST_TASKS_PAGE_SIZE}")
@@ -216,6 +221,7 @@ class GatewayRequestHandler(RequestHandler):
         )
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        check_ids(params)
         return await self.engine.cancel(self.runtime, self._scope(context), params.id)
 
     # push notification configs ----------------------------------------------------------
@@ -233,6 +239,7 @@ class GatewayRequestHandler(RequestHandler):
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
         self._require_push()
+        check_ids(params)
         scope = await self._require_task(context, params.task_id)
         if not params.url:
             raise InvalidParamsError("url is required")
@@ -253,6 +260,7 @@ class GatewayRequestHandler(RequestHandler):
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
         self._require_push()
+        check_ids(params)
         scope = await self._require_task(context, params.task_id)
         config = await self.store.get_push_config(scope, params.task_id, params.id or params.task_id)
         if config is None:
@@ -263,6 +271,7 @@ class GatewayRequestHandler(RequestHandler):
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
         self._require_push()
+        check_ids(params)
         scope = await self._require_task(context, params.task_id)
         configs = await self.store.list_push_configs(scope, params.task_id)
         return ListTaskPushNotificationConfigsResponse(configs=configs)
@@ -271,6 +280,7 @@ class GatewayRequestHandler(RequestHandler):
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
         self._require_push()
+        check_ids(params)
         scope = await self._require_task(context, params.task_id)
         await self.store.delete_push_config(scope, params.task_id, params.id)
 

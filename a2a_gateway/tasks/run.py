@@ -126,6 +126,12 @@ class _Reloaded(Exception):
     """An idle run's write met a newer version: the task was reloaded; apply the change again."""
 
 
+class TaskNotWrittenError(StoreUnavailableError):
+    """The store refused a task write with an error other than a conflict or an outage (e.g.
+    a value the database cannot hold): the run ends as on a lost store, and its caller is
+    answered with the retriable store error, never with a task the store does not hold."""
+
+
 class TaskRun:
     """One task, driven by one handler iterator (or idle, between two of them)."""
 
@@ -359,6 +365,8 @@ class TaskRun:
             return
         try:
             await self._finish(TASK_STATE_FAILED, reason)
+        except StoreUnavailableError as exc:
+            await self._store_lost(exc)
         except Exception:
             log.exception("task_fail_write_failed")
 
@@ -691,7 +699,17 @@ class TaskRun:
         if self._hub.has_listeners(self.task.id):
             self._hub.publish(self.task.id, status_event(self.task, metadata))
 
-    async def _write(
+    async def _write(self, **how: bool) -> None:
+        """``_store_write``; an error other than a conflict or an outage is ``TaskNotWrittenError``."""
+        try:
+            await self._store_write(**how)
+        except (ConflictError, StoreUnavailableError, SupersededError, _Reloaded):
+            raise
+        except Exception as exc:
+            log.exception("task_write_failed")
+            raise TaskNotWrittenError(f"the task could not be written ({type(exc).__name__})") from exc
+
+    async def _store_write(
         self, *, reload_on_conflict: bool = False, keep_lease: bool = False, released: bool = False,
     ) -> None:
         """The one place the task is written. On a version conflict: a task ended elsewhere

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
+import pytest
 from a2a.types import TaskState
 
-from a2a_gateway.stores.base import Scope, StoreUnavailableError
+from a2a_gateway.stores.base import Scope, StoreUnavailableError, TaskQuery
 from a2a_gateway.stores.memory import MemoryStore
+from a2a_gateway.tasks import request_handler
 from tests.harness import running_gateway
 from tests.messages import send_body
+from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 
 V10 = {"A2A-Version": "1.0"}
 
@@ -64,3 +68,47 @@ async def test_stream_ends_when_the_store_goes_away_mid_run():
         assert stored.task.status.state == TaskState.TASK_STATE_WORKING
         assert stored.owner == gw.gateway.settings.replica_id and stored.lease_until
         assert task_id not in gw.gateway.engine.runs
+
+
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
+async def test_a_task_write_the_store_refuses_is_a_503_not_an_answer_get_task_cannot_find(
+    store_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any error of a task write (here one that is no outage: a value the database refuses)
+    answers the blocking caller with the store error, never with the task as it stands in memory."""
+    async with fresh_store_url(store_kind, tmp_path, monkeypatch) as url, running_gateway(url) as gw, \
+            httpx.AsyncClient(timeout=30) as http:
+        ep = await gw.add_endpoint(settings={"delay": 0})
+        store = gw.store
+
+        async def refused(*args, **kwargs):
+            raise ValueError("the database cannot hold this value")
+
+        # a blocking send's task is written once, created at its end; one that asks a
+        # question is created WORKING, then updated
+        for method, text in (("create_task", "a b c"), ("update_task", "a b c ?input")):
+            with monkeypatch.context() as patch:
+                patch.setattr(store, method, refused)
+                r = await http.post(gw.jsonrpc_url(ep), json=send_body(text, rid=method), headers=V10)
+            assert r.status_code == 503, (method, r.text)
+            assert r.json()["id"] == method and r.json()["error"]["code"] == -32603, r.text
+            assert "unavailable" in r.json()["error"]["message"] and r.headers["Retry-After"]
+        listed = await store.list_tasks(Scope("default", ep, "anonymous"), TaskQuery(page_size=10))
+        # the refused creation left nothing; the refused update left the task WORKING, leased
+        assert [t.status.state for t in listed.tasks] == [TaskState.TASK_STATE_WORKING], listed.tasks
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("a b c"), headers=V10)
+        assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+async def test_a_nul_context_id_unchecked_on_postgres_is_a_503_not_a_lost_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real write failure behind the NUL id check: PostgreSQL text cannot hold NUL."""
+    monkeypatch.setattr(request_handler, "check_ids", lambda request: None)
+    async with fresh_store_url("postgres", tmp_path, monkeypatch) as url, running_gateway(url) as gw, \
+            httpx.AsyncClient(timeout=30) as http:
+        ep = await gw.add_endpoint(settings={"delay": 0})
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("hi", contextId="ctx\u0000x"), headers=V10)
+        assert r.status_code == 503 and r.json()["error"]["code"] == -32603, r.text
+        listed = await gw.store.list_tasks(Scope("default", ep, "anonymous"), TaskQuery(page_size=10))
+        assert list(listed.tasks) == []
