@@ -5,7 +5,7 @@ a success (an answer, a question back, a refusal: the backend was reached and an
 error (a FAILED task, or the handler raising) with a short message. The message is safe to show
 operators: one line, at most ``MAX_MESSAGE_CHARS``, URLs without ``user:password@``, query or
 fragment, no bearer/basic credentials, no value after a credential's name (``token=``,
-``"client_secret": …``), no gateway API key.
+``"client_secret": …``), no gateway API key, none of the endpoint's secret settings values.
 
 The outcomes go to the store, one record per endpoint that every replica adds to
 (``Store.record_backend_health``: counts add, the latest times win), so every replica — and
@@ -24,13 +24,14 @@ import contextlib
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
 from a2a_gateway.stores.base import EndpointHealth, Store
+from handlers.upstream import redact
 
 log = structlog.get_logger(__name__)
 
@@ -57,11 +58,12 @@ def safe_message(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 1] + "…"
 
 
-def error_message(error: BaseException | str) -> str:
-    """A failure reason as it is, an exception as ``<class>: <message>``; both made safe."""
+def error_message(error: BaseException | str, secrets: Iterable[str] = ()) -> str:
+    """A failure reason as it is, an exception as ``<class>: <message>``; both without
+    ``secrets`` (the endpoint's secret settings values) and made safe."""
     if isinstance(error, str):
-        return safe_message(error)
-    detail = str(error)
+        return safe_message(redact(error, secrets))
+    detail = redact(str(error), secrets)
     return safe_message(f"{type(error).__name__}: {detail}" if detail else type(error).__name__)
 
 
@@ -94,9 +96,9 @@ class BackendHealth:
     def succeeded(self, endpoint_id: str) -> None:
         self._tell(endpoint_id, EndpointHealth(successes=1, last_success=self._clock()))
 
-    def failed(self, endpoint_id: str, error: BaseException | str) -> None:
+    def failed(self, endpoint_id: str, error: BaseException | str, secrets: Iterable[str] = ()) -> None:
         self._tell(endpoint_id, EndpointHealth(errors=1, last_error=self._clock(),
-                                               last_error_message=error_message(error)))
+                                               last_error_message=error_message(error, secrets)))
 
     async def of(self, endpoint_id: str) -> EndpointHealth:
         """The endpoint's health (all empty, ``unknown``, when no run of it ended anywhere)."""

@@ -38,7 +38,7 @@ from a2a_gateway.settings import (
     unset_env_refs,
 )
 from a2a_gateway.stores.base import Endpoint, Store
-from handlers.base import Handler
+from handlers.base import Handler, HandlerSettings
 
 if TYPE_CHECKING:
     from a2a.compat.v0_3.request_handler import RequestHandler03
@@ -65,6 +65,8 @@ class EndpointRuntime:
     """The served card for one base URL: (base URL, signed JSON bytes, ETag)."""
     extended_card_cache: tuple[str, AgentCard] | None = None
     """The signed extended card for one base URL."""
+    secrets: tuple[str, ...] = ()
+    """The handler's secret settings values (``env:`` references resolved): never shown."""
     _active_runs: int = field(default=0, init=False, repr=False)
     _idle: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
 
@@ -232,6 +234,18 @@ def secret_settings(endpoint: Endpoint, settings: GatewaySettings) -> set[str]:
     }
 
 
+def secret_values(settings: HandlerSettings) -> tuple[str, ...]:
+    """The values of a handler's settings that are secrets: ``SecretStr`` ones, and strings
+    of a field named like a credential."""
+    values = []
+    for name, value in settings:
+        if isinstance(value, SecretStr):
+            values.append(value.get_secret_value())
+        elif isinstance(value, str) and looks_secret(name):
+            values.append(value)
+    return tuple(v for v in values if v)
+
+
 def _holds_secret(annotation: Any) -> bool:
     """``SecretStr``, or a union/optional of it."""
     return annotation is SecretStr or SecretStr in typing.get_args(annotation)
@@ -323,7 +337,8 @@ class EndpointRegistry:
             auth = runtime_auth(endpoint, self._settings)
             rate_limit = runtime_rate_limit(endpoint, self._settings)
             handler = cls(settings, self._http)
-            return EndpointRuntime(endpoint, handler, auth=auth, rate_limit=rate_limit)
+            return EndpointRuntime(endpoint, handler, auth=auth, rate_limit=rate_limit,
+                                   secrets=secret_values(settings))
         except (EndpointMisconfiguredError, HandlerSettingsError) as exc:
             log.warning("endpoint_misconfigured", endpoint_id=endpoint.id, problem=str(exc))
             return EndpointRuntime(endpoint, None, problem=str(exc))

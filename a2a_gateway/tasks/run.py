@@ -320,11 +320,11 @@ class TaskRun:
         answer, a question or a refusal is a success; a FAILED task or ``error`` a failure. A
         cancel, a stop or a lost store says nothing of the backend."""
         health, endpoint_id = self._services.health, self.scope.endpoint_id
-        state = self.task.status.state
+        state, secrets = self.task.status.state, self.runtime.secrets
         if error is not None:
-            health.failed(endpoint_id, error)
+            health.failed(endpoint_id, error, secrets)
         elif state == TASK_STATE_FAILED:
-            health.failed(endpoint_id, get_message_text(self.task.status.message) or "the task failed")
+            health.failed(endpoint_id, get_message_text(self.task.status.message) or "the task failed", secrets)
         elif self.reply is not None or state in _BACKEND_ANSWERED:
             health.succeeded(endpoint_id)
 

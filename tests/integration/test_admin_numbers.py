@@ -9,11 +9,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import httpx
 import pytest
 from a2a.types import TaskState
+from pydantic import SecretStr
+
+from handlers.base import Handler, HandlerEvent, HandlerRequest, HandlerSettings
 
 from tests.admin_support import OPERATOR_KEY, admin, assert_needs_an_operator, new_caller_key
 from tests.harness import RunningGateway, require_env, running_gateway
@@ -136,3 +140,34 @@ async def test_stats_and_health_need_an_operator(gw):
     for path in ("/stats", f"/endpoints/{endpoint_id}", "/endpoints"):
         for refused in await assert_needs_an_operator(gw, "GET", path, key):
             assert "health" not in refused.text and "latencySeconds" not in refused.text
+
+
+class LeakySettings(HandlerSettings):
+    api_key: SecretStr
+
+
+class LeakyHandler(Handler):
+    """Raises an exception whose message holds its own api_key, as a careless client library may."""
+
+    Settings = LeakySettings
+    settings: LeakySettings
+
+    async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
+        raise RuntimeError(f"backend refused the key {self.settings.api_key.get_secret_value()} (401)")
+        yield  # an async generator
+
+
+async def test_a_handler_exception_holding_its_secret_setting_is_health_without_it(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-live-4f9c2e7a1b8d"
+    monkeypatch.setenv("LEAKY_TEST_API_KEY", secret)
+    async with running_gateway(f"sqlite:///{tmp_path}/gw.db", operator_keys=[OPERATOR_KEY],
+                               handler_allowlist=["handlers.", "tests.integration.test_admin_numbers"]) as gw:
+        endpoint_id = await gw.add_endpoint(f"{__name__}:LeakyHandler", settings={"api_key": "env:LEAKY_TEST_API_KEY"})
+        events = await send(gw, endpoint_id, "hi")
+        assert events[-1].task.status.state == TaskState.TASK_STATE_FAILED
+        health = await health_of(gw, endpoint_id)
+        message = health["last_error"]["message"]
+        assert health["status"] == "failing" and message.startswith("RuntimeError: backend refused the key"), health
+        assert secret not in str(health) and "***" in message, health
