@@ -198,6 +198,7 @@ async def create_endpoint(request: web.Request) -> web.Response:
     ``a2a-gateway endpoints add`` would print."""
     operator = operator_of(request)
     gateway = request.app[GATEWAY]
+    base = gateway.base_url(request)  # before the change: a Host it refuses changes nothing
     body = await _body(request)
     body.setdefault("id", str(uuid.uuid4()))
     try:
@@ -218,7 +219,7 @@ async def create_endpoint(request: web.Request) -> web.Response:
     except ConflictError:
         raise web.HTTPConflict(reason=f"endpoint {endpoint.id} exists") from None
     log.info("admin_endpoint_created", endpoint_id=endpoint.id, by=operator.name)
-    return _json({"endpoint": endpoint_json(endpoint, gateway, gateway.base_url(request), {}), "notes": check.notes},
+    return _json({"endpoint": endpoint_json(endpoint, gateway, base, {}), "notes": check.notes},
                  status=201)
 
 
@@ -226,6 +227,7 @@ def set_enabled(enabled: bool) -> View:
     async def change(request: web.Request) -> web.Response:
         operator = operator_of(request)
         gateway = request.app[GATEWAY]
+        base = gateway.base_url(request)  # before the change, as in create_endpoint
         endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
         if endpoint.enabled != enabled:
             endpoint.enabled = enabled
@@ -235,7 +237,7 @@ def set_enabled(enabled: bool) -> View:
             log.info("admin_endpoint_enabled" if enabled else "admin_endpoint_disabled",
                      endpoint_id=endpoint.id, by=operator.name)
         health = await gateway.engine.services.health.all()
-        return _json(endpoint_json(endpoint, gateway, gateway.base_url(request), health))
+        return _json(endpoint_json(endpoint, gateway, base, health))
 
     return change
 

@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from a2a_gateway.auth.api_keys import make_key
+from a2a_gateway.auth.callers import bearer_token
 from a2a_gateway.console.oidc import FLOW_COOKIE, OIDC_LOGIN, LoginFlow
 from a2a_gateway.console.session import COOKIE, CSRF_HEADER, ConsoleSessions
 from a2a_gateway.tasks.dispatch import EVENT_KEY, RUN_TASK, SWEEP
@@ -216,8 +217,10 @@ def _credentials(draw: st.DrawFn, target: Operated) -> tuple[dict[str, Any], boo
             _tampered(target.csrf), st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=40)))
     if draw(st.integers(0, 15)) == 0:
         headers["Host"] = draw(st.sampled_from([b"\xff", b"gw\xc3.example", "a b", "[::1", "x:99999", "@"]))
-    operator_key = headers.get("Authorization") == f"Bearer {OPERATOR_KEY}"
-    return headers, operator_key or (session_valid and csrf == "right" and "Authorization" not in headers)
+    authorization = headers.get("Authorization", "")
+    bearer = bearer_token({"Authorization": authorization}) if isinstance(authorization, str) else "not UTF-8"
+    # a session counts only without a bearer token (another Authorization, e.g. Basic, is no credential)
+    return headers, bearer == OPERATOR_KEY or (bearer is None and session_valid and csrf == "right")
 
 
 _ids = st.sampled_from(["valid"] * 3 + ["other"] * 2 + ["uuid", "junk"])
@@ -585,6 +588,20 @@ def test_header_bytes_that_are_not_utf8_are_refused_not_a_500(served: Served[Ope
             response = client.request(method, path, headers=headers)
             assert response.status_code == status, (path, headers, response.text)
             assert response.json()["error"], response.text  # the admin API's, or the console's own
+
+
+def test_a_change_with_a_host_that_is_not_utf8_is_refused_before_it_is_made(served: Served[Operated]) -> None:
+    """Before: disabling an endpoint or adding one was stored, then answered 400 (500 before
+    the Host check) as the answer could not name the endpoint's card URL."""
+    target = served.value
+    headers = {"Authorization": f"Bearer {OPERATOR_KEY}", "Host": b"\xff"}
+    before = served.run(_store_state(target.store))
+    with httpx.Client(base_url=target.base_url, timeout=60) as client:
+        disabled = client.post(f"/admin/api/endpoints/{target.endpoints[1]}/disable", headers=headers)
+        added = client.post("/admin/api/endpoints", headers=headers,
+                            json={"name": "not added", "handler": "handlers.echo:EchoHandler"})
+    assert (disabled.status_code, added.status_code) == (400, 400), (disabled.text, added.text)
+    assert served.run(_store_state(target.store)) == before
 
 
 def test_the_store_holds_what_valid_calls_made(served: Served[Operated]) -> None:
