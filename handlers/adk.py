@@ -261,7 +261,7 @@ class AdkHandler(Handler):
         self.upstream = Upstream(
             http, BACKEND, self.settings.adk_api_url.rstrip("/"),
             {header: value} if secret else {}, self.settings.adk_timeout, self.settings.retry,
-            (secret,) if secret else ())
+            (secret,) if secret else (), self.settings.max_event_bytes)
 
     # -- the contract --------------------------------------------------------------
 

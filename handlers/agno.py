@@ -263,7 +263,8 @@ class AgnoHandler(Handler):
         self.upstream = Upstream(
             http, BACKEND, self.settings.agno_api_url.rstrip("/"),
             {"Authorization": f"Bearer {secret}"} if secret else {},
-            self.settings.agno_timeout, self.settings.retry, (secret,) if secret else ())
+            self.settings.agno_timeout, self.settings.retry, (secret,) if secret else (),
+            self.settings.max_event_bytes)
         self.runs_path = f"/agents/{urllib.parse.quote(self.settings.agno_agent_id, safe='')}/runs"
 
     # -- the contract --------------------------------------------------------------

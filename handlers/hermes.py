@@ -104,7 +104,8 @@ class HermesAgentHandler(Handler):
         self.upstream = Upstream(
             http, BACKEND, self.settings.hermes_api_url.rstrip("/").removesuffix("/v1"),
             {"Authorization": f"Bearer {secret}"} if secret else {},
-            self.settings.hermes_timeout, self.settings.retry, (secret,) if secret else ())
+            self.settings.hermes_timeout, self.settings.retry, (secret,) if secret else (),
+            self.settings.max_event_bytes)
         self._followed: dict[str, _RunState] = {}
         """The runs this instance follows, by Hermes run id: the gateway cancels a run
         through the instance whose ``run``/``reattach`` follows it."""

@@ -284,7 +284,8 @@ class LangGraphHandler(Handler):
         self.upstream = Upstream(
             http, BACKEND, self.settings.langgraph_api_url.rstrip("/"),
             {self.settings.langgraph_api_key_header: secret} if secret else {},
-            self.settings.langgraph_timeout, self.settings.retry, (secret,) if secret else ())
+            self.settings.langgraph_timeout, self.settings.retry, (secret,) if secret else (),
+            self.settings.max_event_bytes)
 
     # -- the contract --------------------------------------------------------------
 

@@ -231,7 +231,7 @@ class OpenAIChatHandler(StreamingBridge):
             headers["Authorization"] = f"Bearer {key}"
         secrets = tuple(s for s in (key, *self.settings.extra_headers.values()) if s)
         return Upstream(self.http, BACKEND, self.settings.base_url.rstrip("/"), headers,
-                        self.settings.timeout, self.settings.retry, secrets)
+                        self.settings.timeout, self.settings.retry, secrets, self.settings.max_event_bytes)
 
     def build_body(self, request: HandlerRequest, *, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {

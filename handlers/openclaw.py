@@ -274,7 +274,7 @@ class OpenClawHandler(StreamingBridge):
             headers["x-openclaw-model"] = self.settings.openclaw_model
         base = self.settings.openclaw_api_url.rstrip("/").removesuffix("/v1")
         return Upstream(self.http, BACKEND, base, headers, self.settings.openclaw_timeout,
-                        self.settings.retry, (token,) if token else ())
+                        self.settings.retry, (token,) if token else (), self.settings.max_event_bytes)
 
     def session_user(self, request: HandlerRequest) -> str:
         """The ``user`` that pins this A2A context to one OpenClaw session."""

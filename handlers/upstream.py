@@ -130,6 +130,9 @@ class Deadline:
             raise RunTimedOut(self.reason) from None
 
 
+DEFAULT_MAX_EVENT_BYTES = 4 * 1024 * 1024
+
+
 class BridgeSettings(ResponseModeSettings):
     """The settings every bridge shares: the response mode, a run's time bound and
     retries of HTTP 429/503."""
@@ -144,6 +147,10 @@ class BridgeSettings(ResponseModeSettings):
     """Wait before the first retry when the answer has no ``Retry-After``; doubles per retry."""
     retry_max_wait_seconds: float = Field(30.0, ge=0)
     """Longest wait before one retry, whatever ``Retry-After`` asks for."""
+    max_event_bytes: int = Field(DEFAULT_MAX_EVENT_BYTES, gt=0)
+    """Largest event the backend's stream may send (its lines, a line not ended yet
+    included); a larger one fails the run, so a backend that never ends a line cannot
+    fill the gateway's memory."""
 
     def deadline(self, run: str) -> Deadline:
         return Deadline.start(self.run_timeout_seconds, run)
@@ -236,6 +243,10 @@ class SSEFrame:
 _BOM = b"\xef\xbb\xbf"
 
 
+class EventTooLarge(Exception):
+    """An event (its lines so far, the unended one included) went past ``max_event_bytes``."""
+
+
 class SSEReader:
     """The frames of an event stream, chunk by chunk: ``feed(chunk)`` gives every frame the
     chunk completes, in order, so one read of many frames is parsed at once.
@@ -244,10 +255,21 @@ class SSEReader:
     blank line ends an event; ``data:`` lines are joined with newlines, ``event:`` names it
     (the default ``message`` reads as ``""``), ``id:`` without a NUL is kept for the events
     that follow; comments, ``retry:`` and unknown fields are skipped. As httpx-sse does, an
-    event is reported once any field was set, and one leading BOM is dropped."""
+    event is reported once any field was set, and one leading BOM is dropped.
 
-    def __init__(self) -> None:
-        self._rest = b""
+    An event larger than ``max_event_bytes`` is ``EventTooLarge``. The chunks of a line not
+    ended yet are kept as they came and joined once, when the line ends, so a long line
+    costs time linear in its length (``scanned`` counts the bytes looked at)."""
+
+    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        self.max_event_bytes = max_event_bytes
+        self.scanned = 0
+        self._pending: list[bytes] = []
+        """The chunks since the last line end (a CR ending the last of them: ``_half_crlf``)."""
+        self._pending_bytes = 0
+        self._half_crlf = False
+        self._event_bytes = 0
+        """The bytes of the lines of the event being read."""
         self._started = False
         self._event = ""
         self._data: list[str] = []
@@ -255,29 +277,52 @@ class SSEReader:
         self._retry = False
 
     def feed(self, chunk: bytes) -> list[SSEFrame]:
-        text = self._rest + chunk
         if not self._started:
+            text = b"".join(self._pending) + chunk
+            self._pending, self._pending_bytes = [], 0
             if _BOM.startswith(text):
-                self._rest = text
+                self._pending, self._pending_bytes = [text], len(text)
                 return []
             self._started = True
-            text = text.removeprefix(_BOM)
-        half_crlf = text.endswith(b"\r")
-        if half_crlf:
+            chunk = text.removeprefix(_BOM)
+        self.scanned += len(chunk)
+        if not self._half_crlf and b"\n" not in chunk and b"\r" not in chunk:
+            self._pending.append(chunk)
+            self._pending_bytes += len(chunk)
+            self._check_size()
+            return []
+        return self._lines(b"".join(self._pending) + chunk)
+
+    def _lines(self, text: bytes) -> list[SSEFrame]:
+        self.scanned += len(text)
+        self._half_crlf = text.endswith(b"\r")
+        if self._half_crlf:
             text = text[:-1]
         if b"\r" in text:
             text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         *lines, rest = text.split(b"\n")
-        self._rest = rest + b"\r" if half_crlf else rest
+        if self._half_crlf:
+            rest += b"\r"
+        self._pending, self._pending_bytes = ([rest], len(rest)) if rest else ([], 0)
         frames: list[SSEFrame] = []
         for line in lines:
             if line:
+                self._event_bytes += len(line) + 1
+                self._check_size()
                 self._field(line.decode("utf-8", "replace"))
-            elif self._event or self._data or self._id or self._retry:
-                event = "" if self._event == "message" else self._event
-                frames.append(SSEFrame(event, "\n".join(self._data), self._id))
-                self._event, self._data, self._retry = "", [], False
+            else:
+                self._event_bytes = 0
+                if self._event or self._data or self._id or self._retry:
+                    event = "" if self._event == "message" else self._event
+                    frames.append(SSEFrame(event, "\n".join(self._data), self._id))
+                    self._event, self._data, self._retry = "", [], False
+        self._check_size()
         return frames
+
+    def _check_size(self) -> None:
+        if self._event_bytes + self._pending_bytes > self.max_event_bytes:
+            self._pending, self._data = [], []
+            raise EventTooLarge(self.max_event_bytes)
 
     def _field(self, line: str) -> None:
         name, _, value = line.partition(":")
@@ -414,6 +459,8 @@ class Upstream:
     retry: Retry
     secrets: tuple[str, ...] = ()
     """Never shown: removed from every reason."""
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    """The bound of one event of a streaming call (``BridgeSettings.max_event_bytes``)."""
 
     def reason(self, text: str) -> str:
         return redact(text, self.secrets)
@@ -558,7 +605,7 @@ class UpstreamCall:
         assert self.response is not None
         if "text/event-stream" not in self.response.headers.get("content-type", "").partition(";")[0]:
             raise UpstreamError(self.reason(f"{self.backend} did not answer with an event stream"))
-        reader, chunks = SSEReader(), self.response.aiter_bytes()
+        reader, chunks = SSEReader(self.upstream.max_event_bytes), self.response.aiter_bytes()
         bound = _ReadBound(self.deadline)
         try:
             while True:
@@ -568,7 +615,12 @@ class UpstreamCall:
                     return
                 except httpx.HTTPError as exc:
                     raise self._transport_error(exc) from None
-                for frame in reader.feed(chunk):
+                try:
+                    frames = reader.feed(chunk)
+                except EventTooLarge:
+                    raise UpstreamError(self.reason(
+                        f"{self.backend} sent an event larger than {reader.max_event_bytes} bytes")) from None
+                for frame in frames:
                     yield frame
         finally:
             bound.close()

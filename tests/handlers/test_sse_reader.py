@@ -16,7 +16,7 @@ from httpx_sse import EventSource
 
 from handlers.base import Completed, TextDelta
 from handlers.openai_chat import OpenAIChatHandler, OpenAIChatSettings
-from handlers.upstream import SSEFrame, SSEReader
+from handlers.upstream import EventTooLarge, SSEFrame, SSEReader
 from tests.handlers.openai_mock import Backend, TrackedStream, collect
 from tests.handlers.test_hermes_parser import FakeHermes
 from tests.handlers.test_hermes_parser import collect as hermes_collect
@@ -43,6 +43,33 @@ async def _httpx_sse_frames(body: bytes) -> list[SSEFrame]:
     response = httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
     return [SSEFrame(e.event if e.event != "message" else "", e.data, e.id)
             async for e in EventSource(response).aiter_sse()]
+
+
+def test_an_event_over_the_bound_is_event_too_large_whether_one_line_or_many() -> None:
+    within = SSEReader(max_event_bytes=100)
+    assert within.feed(b"data: " + b"x" * 80 + b"\n\n") == [SSEFrame("", "x" * 80)]
+    assert within.feed(b"data: " + b"y" * 80 + b"\n\n") == [SSEFrame("", "y" * 80)]  # per event
+    for body in (b"data: " + b"x" * 200, b"data: xxxxxxxxxx\n" * 20):
+        with pytest.raises(EventTooLarge):
+            SSEReader(max_event_bytes=100).feed(body)
+    in_chunks = SSEReader(max_event_bytes=100)
+    with pytest.raises(EventTooLarge):
+        for _ in range(30):
+            in_chunks.feed(b"xxxxx")  # a line that never ends
+
+
+def test_a_huge_line_in_small_chunks_is_looked_at_a_linear_number_of_times() -> None:
+    reader = SSEReader(max_event_bytes=10 * 1024 * 1024)
+    reader.feed(b"data: ")
+    chunks = 20_000
+    for _ in range(chunks):
+        assert reader.feed(b"z" * 64) == []
+    frames = reader.feed(b"\n\n")
+    assert frames == [SSEFrame("", "z" * 64 * chunks)]
+    fed = 6 + 64 * chunks + 2
+    # each byte is looked at in its chunk and once more when its line ends; re-scanning
+    # the kept line per chunk would be about chunks / 2 times the line's length
+    assert reader.scanned <= 2 * fed, (reader.scanned, fed)
 
 
 def _cut(body: bytes, rng: random.Random) -> list[bytes]:
