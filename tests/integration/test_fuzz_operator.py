@@ -51,7 +51,7 @@ from tests.harness import running_gateway
 from tests.oidc_support import CONFIDENTIAL, issuer, oidc_settings
 
 pytestmark = pytest.mark.timeout(600)
-EXAMPLES = 300
+EXAMPLES = 400
 OPERATOR_KEY = "op-fuzz-operator-key-0123456789abcdef"
 SESSION_SECRET = "fuzz-console-session-secret-0123456789"
 PRINCIPAL = "fuzz-caller"
@@ -301,7 +301,8 @@ def _body(draw: st.DrawFn, headers: dict[str, str]) -> bytes:
 ADMIN_ROUTES = [
     ("GET", "/endpoints"), ("POST", "/endpoints"), ("GET", "/endpoints/{e}"), ("POST", "/endpoints/{e}/enable"),
     ("POST", "/endpoints/{e}/disable"), ("GET", "/endpoints/{e}/keys"), ("POST", "/endpoints/{e}/keys"),
-    ("POST", "/endpoints/{e}/keys/{k}/revoke"), ("GET", "/tasks"), ("GET", "/tasks"), ("GET", "/endpoints/{e}/tasks/{t}"),
+    ("POST", "/endpoints/{e}/keys/{k}/revoke"), ("GET", "/tasks"), ("GET", "/tasks"),
+    ("GET", "/endpoints/{e}/tasks/{t}"),
     ("POST", "/endpoints/{e}/tasks/{t}/cancel"), ("POST", "/endpoints/{e}/tasks/{t}/cancel"),
     ("GET", "/endpoints/{e}/tasks/{t}/stream"), ("GET", "/stats"),
     ("GET", "/{junk}"), ("POST", "/endpoints/{e}/{junk}"),
@@ -309,9 +310,12 @@ ADMIN_ROUTES = [
 """(method, path) of the admin API's routes, and some that are none."""
 
 
+METHODS = ["GET", "POST", "DELETE", "PUT", "PATCH", "HEAD"]
+
+
 def _method(draw: st.DrawFn, routed: str) -> str:
     """Mostly the route's own method, else any (405s and bodies where none is read)."""
-    return routed if draw(st.integers(0, 4)) else draw(st.sampled_from(["GET", "POST", "DELETE", "PUT", "PATCH", "HEAD"]))
+    return routed if draw(st.integers(0, 4)) else draw(st.sampled_from(METHODS))
 
 
 def _valid_body(draw: st.DrawFn, path: str) -> bytes | None:
