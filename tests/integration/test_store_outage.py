@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -12,6 +13,7 @@ from a2a.types import TaskState
 from a2a_gateway.stores.base import Scope, StoreUnavailableError, TaskQuery
 from a2a_gateway.stores.memory import MemoryStore
 from a2a_gateway.tasks import request_handler
+from handlers.base import Handler, HandlerEvent, HandlerRequest
 from tests.harness import running_gateway
 from tests.messages import send_body
 from tests.stores.store_urls import STORE_KINDS, fresh_store_url
@@ -112,3 +114,22 @@ async def test_a_nul_context_id_unchecked_on_postgres_is_a_503_not_a_lost_task(
         assert r.status_code == 503 and r.json()["error"]["code"] == -32603, r.text
         listed = await gw.store.list_tasks(Scope("default", ep, "anonymous"), TaskQuery(page_size=10))
         assert list(listed.tasks) == []
+
+
+class RaisingHandler(Handler):
+    async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
+        raise RuntimeError("the backend library broke")
+        yield  # an async generator
+
+
+async def test_a_handler_error_whose_failed_task_cannot_be_written_is_a_503(monkeypatch: pytest.MonkeyPatch):
+    async with running_gateway(handler_allowlist=["handlers.", __name__]) as gw, \
+            httpx.AsyncClient(timeout=30) as http:
+        ep = await gw.add_endpoint(f"{__name__}:RaisingHandler")
+
+        async def refused(*args, **kwargs):
+            raise ValueError("the database cannot hold this value")
+
+        monkeypatch.setattr(gw.store, "create_task", refused)
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("hi"), headers=V10)
+        assert r.status_code == 503 and r.json()["error"]["code"] == -32603, r.text
