@@ -592,6 +592,16 @@ def test_header_bytes_that_are_not_utf8_are_refused_not_a_500(served: Served[Ope
             response = client.request(method, path, headers=headers)
             assert response.status_code == status, (path, headers, response.text)
             assert response.json()["error"], response.text  # the admin API's, or the console's own
+        # on the A2A binding too (every call names the gateway's URL): an envelope echoing the id, no task
+        sent = {"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": {
+            "messageId": "host", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}}
+        key = client.post(f"/admin/api/endpoints/{target.endpoints[0]}/keys", headers=operator, json={}).json()
+        target.created["keys"].add(key["id"])  # the caller's key may be revoked by a generated call
+        created = len(target.store.created)
+        response = client.post(f"/{target.endpoints[0]}/a2a", json=sent, headers={
+            "Host": b"\xff", "Authorization": f"Bearer {key['key']}", "A2A-Version": "1.0"})
+        assert response.status_code == 400 and response.json()["id"] == 7, response.text
+        assert response.json()["error"]["code"] == -32600 and len(target.store.created) == created
 
 
 def test_a_change_with_a_host_that_is_not_utf8_is_refused_before_it_is_made(served: Served[Operated]) -> None:
