@@ -23,14 +23,35 @@ def _is_id(field: FieldDescriptor) -> bool:
     )
 
 
+def _searched(descriptor: Descriptor) -> bool:
+    """Whether a message type is looked into: not protobuf's own types (Struct, Timestamp…)
+    nor map entries."""
+    return not descriptor.full_name.startswith("google.protobuf.") and not descriptor.GetOptions().map_entry
+
+
+@cache
+def _holds_ids(descriptor: Descriptor) -> bool:
+    """Whether a message of this type can hold an id, at any depth (parts, for one, cannot:
+    a request's parts are not walked)."""
+    seen, todo = set(), [descriptor]
+    while todo:
+        current = todo.pop()
+        if current.full_name in seen or not _searched(current):
+            continue
+        seen.add(current.full_name)
+        if any(_is_id(f) for f in current.fields):
+            return True
+        todo += [f.message_type for f in current.fields if f.type == FieldDescriptor.TYPE_MESSAGE]
+    return False
+
+
 @cache
 def _plan(descriptor: Descriptor) -> tuple[tuple[FieldDescriptor, ...], tuple[FieldDescriptor, ...]]:
-    """(id fields, message-typed fields that may hold ids) of a message type."""
+    """(id fields, message-typed fields that can hold ids) of a message type."""
     ids = tuple(f for f in descriptor.fields if _is_id(f))
     nested = tuple(
         f for f in descriptor.fields
-        if f.type == FieldDescriptor.TYPE_MESSAGE and not f.message_type.full_name.startswith("google.protobuf.")
-        and not f.message_type.GetOptions().map_entry
+        if f.type == FieldDescriptor.TYPE_MESSAGE and _searched(f.message_type) and _holds_ids(f.message_type)
     )
     return ids, nested
 
