@@ -106,6 +106,8 @@ def _http_error(exc: web.HTTPException) -> tuple[str, A2AError]:
         return "NOT_FOUND", MethodNotFoundError(exc.reason)
     if exc.status == 405:
         return "UNIMPLEMENTED", MethodNotFoundError(exc.reason)
+    if exc.status == 409:  # the resource's state refuses it (an ended task cannot be canceled)
+        return "FAILED_PRECONDITION", InvalidRequestError(exc.reason)
     if exc.status >= 500:
         return "INTERNAL", InternalError(exc.reason)
     return "INVALID_ARGUMENT", InvalidRequestError(exc.reason)

@@ -206,7 +206,7 @@ async def test_tasks_of_every_endpoint_and_principal_are_listed_read_and_cancele
     canceled = await admin(gw, "POST", f"/endpoints/{first}/tasks/{task_id}/cancel?principal=alice")
     assert canceled.status_code == 200 and canceled.json()["state"] == "TASK_STATE_CANCELED"
     again = await admin(gw, "POST", f"/endpoints/{first}/tasks/{task_id}/cancel?principal=alice")
-    assert again.status_code == 409
+    assert again.status_code == 409 and again.json()["error"]["status"] == "FAILED_PRECONDITION"
     assert [t["principal"] for t in (await admin(gw, "GET", "/tasks?state=input-required")).json()["tasks"]] == ["bob"]
 
 
