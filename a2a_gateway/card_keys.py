@@ -19,7 +19,7 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm
 from jwt.api_jwk import PyJWK
 from jwt.exceptions import PyJWKError
 
-from a2a_gateway.card_signing import CardSigningKeyError, SigningKey, source_of
+from a2a_gateway.card_signing_key import CardSigningKeyError, SigningKey, source_of
 from a2a_gateway.settings import HandlerSettingsError, expand_env_refs
 
 PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey

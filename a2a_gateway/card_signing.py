@@ -5,7 +5,8 @@ ES256 (P-256) or EdDSA (Ed25519). The first entry signs and must be a private ke
 others are only published in the JWKS (``/.well-known/jwks.json``), so cards signed before a
 rotation still verify until their key is removed from the list. A key's ``kid`` is the JWK's
 own ``kid`` or else its RFC 7638 thumbprint. ``card_keys`` reads them (and loads
-``cryptography`` and PyJWT): a gateway without keys never imports it.
+``cryptography`` and PyJWT): a gateway without keys never imports it. Both use the key record
+of ``card_signing_key``, so neither imports the other's module at import time.
 
 A signature is a detached JWS whose protected header holds ``alg``, ``kid``, ``typ: JOSE``
 and ``jku`` (the JWKS URL), over the RFC 8785 canonical JSON of the 1.0 card without
@@ -25,33 +26,19 @@ neither: the a2a-sdk reads such a card through its 1.0 fields.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from a2a.types import AgentCard
 from a2a.utils.constants import PROTOCOL_VERSION_0_3
 
+from a2a_gateway.card_signing_key import CardSigningKeyError, SigningKey, source_of
+
 if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
     from jwt import PyJWK
 
-    PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+__all__ = ["JWKS_PATH", "CardSigner", "CardSigningKeyError", "SigningKey", "load_card_signer"]
 
 JWKS_PATH = "/.well-known/jwks.json"
-
-
-class CardSigningKeyError(ValueError):
-    """A card-signing key cannot be used; the message names the entry, never its contents."""
-
-
-@dataclass(frozen=True, slots=True)
-class SigningKey:
-    kid: str
-    alg: str
-    public_jwk: dict[str, Any]
-    """Public members only, with ``kid``, ``alg`` and ``use``: what the JWKS publishes."""
-    private: PrivateKey | None
-    """None for a key that is only published (a retiring key)."""
 
 
 class CardSigner:
@@ -109,10 +96,3 @@ def load_card_signer(entries: Sequence[str]) -> CardSigner:
     if len(set(kids)) != len(kids):
         raise CardSigningKeyError("card signing keys must have distinct kids")
     return CardSigner(keys)
-
-
-def source_of(entry: str) -> str:
-    """How an entry of ``card_signing_keys`` is named in errors: never the key itself."""
-    return entry if entry.startswith("env:") else f"file {entry}"
-
-
