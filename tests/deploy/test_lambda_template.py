@@ -1,5 +1,6 @@
 """deploy/lambda/template.yaml read as data (cfn-lint checks its syntax in test_templates.py):
-the functions set only settings the gateway knows and no secret, the API streams through the
+the functions set only settings the gateway knows and no secret (an agent's own secret only as
+a reference into the settings secret, read through ``env:``), the API streams through the
 Lambda Web Adapter and hands runs to the worker, the worker takes the adapter's events, fails
 over to a queue and is swept on a schedule, the tables come from the one DynamoDB template,
 every reference resolves, and each role may do only its function's part."""
@@ -7,14 +8,16 @@ every reference resolves, and each role may do only its function's part."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 import yaml
 
 from a2a_gateway.logs import looks_secret
-from a2a_gateway.settings import GatewaySettings
+from a2a_gateway.settings import GatewaySettings, resolve_handler_settings
 from a2a_gateway.tasks.dispatch import SWEEP_EVENT, parse_event
+from handlers.hermes import HermesSettings
 from tests.deploy.dockerfile import ROOT, stages
 from tests.deploy.gateway_env import known_settings
 
@@ -22,6 +25,8 @@ DEPLOY = ROOT / "deploy"
 TEMPLATE = DEPLOY / "lambda" / "template.yaml"
 FUNCTIONS = ("ApiFunction", "WorkerFunction")
 GENERATED = {"ApiFunctionUrl"}  # SAM makes it from FunctionUrlConfig
+SUBSTITUTION = re.compile(r"\$\{([^}!]+)\}")
+AGENT_SECRET = "AGENT_API_KEY"
 
 
 def template() -> dict[str, Any]:
@@ -55,6 +60,8 @@ def resolved(value: Any) -> Any:
         return f"<{'.'.join(argument)}>"
     if kind == "Fn::If":
         return resolved(argument[1])
+    if kind == "Fn::Sub":
+        return SUBSTITUTION.sub(lambda m: f"<{m.group(1)}>", argument)
     raise AssertionError(f"no rule for {kind}")
 
 
@@ -68,6 +75,9 @@ def references(node: Any) -> list[tuple[str, str]]:
         return [(node["Ref"], "")]
     if set(node) == {"Fn::GetAtt"}:
         return [(node["Fn::GetAtt"][0], node["Fn::GetAtt"][1])]
+    if set(node) == {"Fn::Sub"} and isinstance(node["Fn::Sub"], str):
+        return [(name, attribute) for name, _, attribute in
+                (m.partition(".") for m in SUBSTITUTION.findall(node["Fn::Sub"]))]
     return [r for value in node.values() for r in references(value)]
 
 
@@ -99,6 +109,8 @@ def test_no_secret_is_in_the_environment_only_the_arn_of_the_settings_secret():
     parameters = template()["Parameters"]
     for function in FUNCTIONS:
         for name, value in function_env(function).items():
+            if name == AGENT_SECRET:  # a reference CloudFormation resolves: the next test
+                continue
             if looks_secret(name):
                 assert name == "A2A_GATEWAY_SECRETS_MANAGER_ID", f"{function}: {name}"
                 assert set(value) == {"Ref"}, f"{function}: {name} is not a parameter"
@@ -107,6 +119,30 @@ def test_no_secret_is_in_the_environment_only_the_arn_of_the_settings_secret():
     for role in ("ApiRole", "WorkerRole"):
         (read,) = [s for s in statements(role) if s["Action"] == "secretsmanager:GetSecretValue"]
         assert read["Resource"] == {"Ref": "GatewaySecretArn"}
+
+
+def test_an_agent_secret_comes_from_the_settings_secret_when_a_key_of_it_is_named(monkeypatch):
+    parameters = template()["Parameters"]
+    key = parameters["AgentSecretKey"]
+    assert key["Default"] == ""
+    assert re.fullmatch(key["AllowedPattern"], "HERMES_API_KEY")
+    assert not re.fullmatch(key["AllowedPattern"], "a:b")  # a dynamic reference's json-key
+    assert template()["Conditions"]["HasAgentSecret"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "AgentSecretKey"}, ""]}]}
+    for function in FUNCTIONS:
+        condition, value, otherwise = function_env(function)[AGENT_SECRET]["Fn::If"]
+        assert condition == "HasAgentSecret" and otherwise == {"Ref": "AWS::NoValue"}, function
+        assert value == {"Fn::Sub": "{{resolve:secretsmanager:${GatewaySecretArn}"
+                                    ":SecretString:${AgentSecretKey}}}"}, function
+    # an endpoint names the variable as env:AGENT_API_KEY, as the template and the README say
+    assert f"env:{AGENT_SECRET}" in key["Description"]
+    readme = (DEPLOY / "README.md").read_text()
+    assert f"env:{AGENT_SECRET}" in readme and "AgentSecretKey=" in readme
+    monkeypatch.setenv(AGENT_SECRET, "key-from-the-settings-secret")
+    settings = resolve_handler_settings(
+        HermesSettings, "handlers.hermes:HermesAgentHandler",
+        {"hermes_api_key": f"env:{AGENT_SECRET}"}, GatewaySettings())
+    assert settings.hermes_api_key.get_secret_value() == "key-from-the-settings-secret"
 
 
 def test_the_api_streams_through_the_adapter_and_dispatches_to_the_worker():
