@@ -1,0 +1,60 @@
+"""A client built on a2a-sdk 0.2.x (A2A 0.2: the card at ``/.well-known/agent.json``), run in
+that SDK's own venv by tests/interop: prints what it saw as JSON lines (``{"card": ...}``, one
+``{"event": ...}`` per event, then ``{"end": true}`` or ``{"error": "<type>: <message>"}``).
+
+    python sdk02.py '{"action": "card", "base_url": "http://127.0.0.1:8080/<endpoint_id>"}'
+    python sdk02.py '{"action": "stream", "base_url": ..., "message": {<an A2A 0.3 Message>}}'
+    "card_path" (optional): the card's path below base_url, instead of the SDK's default
+"""
+
+import asyncio
+import json
+import sys
+import uuid
+
+import httpx
+from a2a.client import A2ACardResolver, A2AClient
+from a2a.types import Message, MessageSendParams, SendStreamingMessageRequest
+
+
+def emit(**line):
+    print(json.dumps(line), flush=True)
+
+
+def dump(model):
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def card_path(args):
+    """The resolver's card path: its default (``/.well-known/agent.json``) unless given."""
+    return {"agent_card_path": args["card_path"]} if "card_path" in args else {}
+
+
+async def run(args):
+    async with httpx.AsyncClient(timeout=30) as http:
+        resolver = A2ACardResolver(http, args["base_url"], **card_path(args))
+        card = await resolver.get_agent_card()
+        if args["action"] == "card":
+            emit(card=dump(card))
+            return
+        client = A2AClient(http, agent_card=card)
+        request = SendStreamingMessageRequest(
+            id=str(uuid.uuid4()), params=MessageSendParams(message=Message.model_validate(args["message"])))
+        async for response in client.send_message_streaming(request):
+            if getattr(response.root, "error", None) is not None:
+                raise RuntimeError(f"JSON-RPC error {dump(response.root.error)}")
+            emit(event=dump(response.root.result))
+
+
+def main():
+    args = json.loads(sys.argv[1])
+    try:
+        asyncio.run(run(args))
+    except Exception as exc:  # reported to the test, which names the failure
+        emit(error=f"{type(exc).__name__}: {exc}")
+    else:
+        emit(end=True)
+
+
+if __name__ == "__main__":
+    main()
