@@ -47,6 +47,8 @@ __all__ = ["HermesAgentHandler", "HermesSettings"]
 log = structlog.get_logger(__name__)
 
 RUN = "the Hermes run"
+FAILURE_LOG = "hermes_request_failed"
+"""The log event of a failed call, as ``StreamingBridge.failure_log`` of the chat bridge."""
 
 _TEXT_CHOICES = {
     "once": "once", "approve": "once", "approved": "once", "allow": "once", "yes": "once",
@@ -132,11 +134,11 @@ class HermesAgentHandler(Handler):
             created = await self.upstream.json("POST", "/v1/runs", body, request=request,
                                                deadline=deadline)
         except UpstreamError as exc:
-            yield Failed(exc.reason)
+            yield self._failed(request, exc.reason)
             return
         run_id = str(created.get("run_id") or "")
         if not run_id:
-            yield Failed("Hermes accepted the run but returned no run id")
+            yield self._failed(request, "Hermes accepted the run but returned no run id")
             return
         log.info("hermes_run_started", run_id=run_id, task_id=request.task_id)
         yield RunStarted(run_id)
@@ -206,7 +208,7 @@ class HermesAgentHandler(Handler):
                                               request=request, deadline=self.settings.deadline(RUN))
             return read_completion(answer, BACKEND)
         except UpstreamError as exc:
-            return Failed(exc.reason)
+            return self._failed(request, exc.reason)
 
     # -- following a run -----------------------------------------------------------
 
@@ -244,7 +246,7 @@ class HermesAgentHandler(Handler):
                         await self._deny_unanswered(run_id, request)
                     continue
                 if kind == "fail":
-                    yield Failed(item)
+                    yield self._failed(request, item)
                     return
                 if kind == "unexpected":
                     yield await self._abandon(run_id, request, item)
@@ -272,14 +274,21 @@ class HermesAgentHandler(Handler):
             if self._followed.get(run_id) is state:
                 del self._followed[run_id]
 
+    @staticmethod
+    def _failed(request: HandlerRequest, reason: str) -> Failed:
+        """A call to Hermes failed the task: logged as the other bridges log theirs."""
+        log.warning(FAILURE_LOG, endpoint_id=request.endpoint_id, task_id=request.task_id,
+                    reason=reason)
+        return Failed(reason)
+
     async def _abandon(self, run_id: str, request: HandlerRequest, reason: str) -> Failed:
         """Stop a run the bridge gives up on (best effort) and fail its task."""
-        log.warning("hermes_run_abandoned", run_id=run_id, reason=reason)
+        log.warning("hermes_run_abandoned", run_id=run_id, task_id=request.task_id)
         try:
             await self._post(f"/v1/runs/{run_id}/stop", request)
         except UpstreamError as exc:
             log.warning("hermes_stop_failed", run_id=run_id, reason=exc.reason)
-        return Failed(reason)
+        return self._failed(request, reason)
 
     async def _pump(self, run_id: str, request: HandlerRequest,
                     queue: asyncio.Queue[tuple[str, Any]], stream: bool) -> None:

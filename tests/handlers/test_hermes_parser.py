@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+import structlog
 
 from handlers.base import (
     Canceled,
@@ -33,6 +34,7 @@ from handlers.base import (
 )
 from handlers.hermes import HermesAgentHandler, HermesSettings
 from handlers.hermes_events import HERMES_CHOICES, RunEventMapper, parse_frames
+from handlers.openai_chat import OpenAIChatHandler, OpenAIChatSettings
 from handlers.upstream import UnexpectedFrame
 from tests.messages import handler_request
 from tests.waiting import eventually
@@ -628,3 +630,63 @@ async def test_message_mode_answer_whose_content_is_not_text_fails_clearly() -> 
     events = await collect(fake, response_mode="message")
     assert events == [Failed("Hermes sent an unexpected frame "
                              "('content' is neither text nor a list of parts)")]
+
+
+# -- a failed call is logged as the chat bridge logs one --------------------------------
+
+
+async def chat_bridge_failure_log() -> dict[str, Any]:
+    """The log record of the chat bridge (a ``StreamingBridge``) for a failed call."""
+    down = httpx.Response(502, json={"error": {"message": "upstream down"}})
+    async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: down)) as http:
+        chat = OpenAIChatHandler(OpenAIChatSettings(base_url="http://chat.test/v1"), http)
+        with structlog.testing.capture_logs() as logs:
+            [event] = [e async for e in chat.run(handler_request(HELLO))]
+    (record,) = [r for r in logs if r["log_level"] == "warning"]
+    assert record["reason"] == event.reason
+    return record
+
+
+def failing_post(fake: FakeHermes) -> None:
+    fake.queue("POST", "/v1/runs", httpx.Response(500, json={"error": {"message": f"down {KEY}"}}))
+
+
+def failing_chat(fake: FakeHermes) -> None:
+    fake.queue("POST", "/v1/chat/completions",
+               httpx.Response(503, json={"error": {"message": "starting"}}))
+
+
+def lost_run(fake: FakeHermes) -> None:
+    fake.cut_stream = True
+    fake.queue("GET", f"/v1/runs/{fake.rec.run_id}", httpx.Response(
+        404, json={"error": {"message": "Run not found", "code": "run_not_found"}}))
+
+
+def unexpected_frame(fake: FakeHermes) -> None:
+    fake.queue("GET", f"/v1/runs/{fake.rec.run_id}/events", httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, content=b"data: {oops\n\n"))
+
+
+@pytest.mark.parametrize(("break_hermes", "settings"), [
+    pytest.param(failing_post, {}, id="starting-the-run"),
+    pytest.param(failing_chat, {"response_mode": "message", "retry_attempts": 0},
+                 id="message-mode"),
+    pytest.param(lost_run, {}, id="polling-a-run-hermes-forgot"),
+    pytest.param(unexpected_frame, {}, id="an-unexpected-frame"),
+])
+async def test_a_failed_call_is_logged_as_the_chat_bridge_logs_one(break_hermes, settings) -> None:
+    fake = FakeHermes()
+    break_hermes(fake)
+    request = handler_request(HELLO, endpoint_id="ep-hermes", task_id="task-hermes")
+    with structlog.testing.capture_logs() as logs:
+        events = await collect(fake, request, **settings)
+    failed = events[-1]
+    assert isinstance(failed, Failed)
+    (record,) = [r for r in logs if r["event"].endswith("_request_failed")]
+    assert record == {"event": "hermes_request_failed", "log_level": "warning",
+                      "endpoint_id": "ep-hermes", "task_id": "task-hermes",
+                      "reason": failed.reason}
+    chat = await chat_bridge_failure_log()
+    assert chat["event"] == "chat_backend_request_failed"
+    assert set(record) == set(chat) and record["log_level"] == chat["log_level"]
+    assert KEY not in repr(logs)
