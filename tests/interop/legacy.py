@@ -58,12 +58,6 @@ class ClientRun:
         """The events in the common shape (the clients speak 0.3)."""
         return [from_0_3(line["event"]) for line in self.lines if "event" in line]
 
-    @property
-    def card(self) -> dict[str, Any]:
-        self.assert_ended()
-        (card,) = [line["card"] for line in self.lines if "card" in line]
-        return card
-
     def assert_ended(self) -> None:
         assert self.error is None and self.ended, (
             f"{self.client.name} failed: {self.error or 'no end'}; "

@@ -7,8 +7,7 @@ such an event; those SDKs then fail the whole stream with ``JSON Error: Expectin
 Here each deployed client reads a stream with such silences to its end, and the raw decoder
 reads every binding and version: each event it dispatches must hold one event's JSON.
 
-The echo agent pauses WORD_DELAY seconds after each word, KEEPALIVE_SECONDS apart pings fall
-in every pause.
+The echo agent pauses WORD_DELAY seconds after each word: keepalives fall in every pause.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from tests.interop.wire import (
     BINDINGS,
     JSONRPC_0_3,
     Binding,
+    completed,
     decoded,
     kind,
     message_0_3,
@@ -29,18 +29,14 @@ from tests.interop.wire import (
 )
 from tests.messages import rpc
 
-KEEPALIVE_SECONDS = 0.4
-WORD_DELAY = 1.0
+KEEPALIVE_SECONDS = 0.25
+WORD_DELAY = 0.6
 """Seconds of silence after each echoed word: more than two keepalive intervals."""
+RESUBSCRIBED_TEXT = "one two three four five six"
+"""About four seconds of echo: time for a client process to start and resubscribe."""
 MODERN_CARD_PATH = ".well-known/agent-card.json"
 """Given to the pre-0.3 clients here so that these tests need no pre-0.3 card path (item 4
 is tested on its own in test_card_discovery)."""
-
-
-def completed(events: list[dict]) -> bool:
-    last = events[-1] if events else {}
-    return kind(last) == "statusUpdate" and last["statusUpdate"]["status"]["state"] in (
-        "completed", "TASK_STATE_COMPLETED")
 
 
 async def slow_echo(gw: RunningGateway) -> str:
@@ -82,7 +78,7 @@ async def test_a_deployed_client_resubscribes_and_reads_a_silent_stream_to_its_e
     installed(client)
     async with running_gateway(sse_keepalive_seconds=KEEPALIVE_SECONDS) as gw:
         endpoint_id = await slow_echo(gw)
-        task_id = await started_task(gw, endpoint_id, "one two three four")
+        task_id = await started_task(gw, endpoint_id, RESUBSCRIBED_TEXT)
         run = await run_client(client, {"action": "resubscribe", "base_url": gw.endpoint_url(endpoint_id),
                                         "task_id": task_id, "card_path": MODERN_CARD_PATH})
     run.assert_ended()

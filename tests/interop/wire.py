@@ -142,6 +142,13 @@ def decoded(read: SSERead, binding: Binding) -> list[dict[str, Any]]:
     return out
 
 
+def completed(events: list[dict[str, Any]]) -> bool:
+    """Whether the last event says the task completed."""
+    last = events[-1] if events else {}
+    return kind(last) == "statusUpdate" and last["statusUpdate"]["status"]["state"] in (
+        "completed", "TASK_STATE_COMPLETED")
+
+
 # texts of artifact updates ------------------------------------------------------------------
 
 

@@ -1,11 +1,11 @@
 // A client built on @a2a-js/sdk 0.3.x (A2A 0.3 over JSON-RPC: the card at
 // <base>/.well-known/agent.json), run by tests/interop with node: prints what it saw as JSON
-// lines ({"card": ...}, one {"event": ...} per event, then {"end": true} or {"error": "..."}).
+// lines (one {"event": ...} per event, then {"end": true} or {"error": "..."}).
 //
 //   node js_sdk.mjs '{"sdk_dir": "<dir whose node_modules holds @a2a-js/sdk>",
 //                     "action": "stream", "base_url": "http://127.0.0.1:8080/<endpoint_id>",
 //                     "message": {<an A2A 0.3 Message>}}'
-//   action "resubscribe" takes "task_id"; action "card" prints the card the client found;
+//   action "resubscribe" takes "task_id" instead of "message";
 //   "card_path" (optional) is the client's second argument, the card's path below base_url.
 import { createRequire } from "node:module";
 import { join } from "node:path";
@@ -21,10 +21,6 @@ async function run() {
   const client = args.card_path === undefined
     ? new A2AClient(args.base_url)
     : new A2AClient(args.base_url, args.card_path);
-  if (args.action === "card") {
-    emit({ card: await client.getAgentCard() });
-    return;
-  }
   const stream = args.action === "stream"
     ? client.sendMessageStream({ message: args.message })
     : client.resubscribeTask({ id: args.task_id });

@@ -1,9 +1,9 @@
 """A client built on a2a-sdk 0.2.x (A2A 0.2: the card at ``/.well-known/agent.json``), run in
-that SDK's own venv by tests/interop: prints what it saw as JSON lines (``{"card": ...}``, one
-``{"event": ...}`` per event, then ``{"end": true}`` or ``{"error": "<type>: <message>"}``).
+that SDK's own venv by tests/interop: prints what it saw as JSON lines (one ``{"event": ...}`` per
+event, then ``{"end": true}`` or ``{"error": "<type>: <message>"}``).
 
-    python sdk02.py '{"action": "card", "base_url": "http://127.0.0.1:8080/<endpoint_id>"}'
-    python sdk02.py '{"action": "stream", "base_url": ..., "message": {<an A2A 0.3 Message>}}'
+    python sdk02.py '{"action": "stream", "base_url": "http://127.0.0.1:8080/<endpoint_id>",
+                      "message": {<an A2A 0.3 Message>}}'
     "card_path" (optional): the card's path below base_url, instead of the SDK's default
 """
 
@@ -34,9 +34,6 @@ async def run(args):
     async with httpx.AsyncClient(timeout=30) as http:
         resolver = A2ACardResolver(http, args["base_url"], **card_path(args))
         card = await resolver.get_agent_card()
-        if args["action"] == "card":
-            emit(card=dump(card))
-            return
         client = A2AClient(http, agent_card=card)
         request = SendStreamingMessageRequest(
             id=str(uuid.uuid4()), params=MessageSendParams(message=Message.model_validate(args["message"])))

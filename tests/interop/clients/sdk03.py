@@ -1,11 +1,11 @@
 """A client built on a2a-sdk 0.3.x (A2A 0.3, no ``A2A-Version`` header), run in that SDK's own
-venv by tests/interop: prints what it saw as JSON lines (``{"card": ...}``, one
-``{"event": ...}`` per event, then ``{"end": true}`` or ``{"error": "<type>: <message>"}``).
+venv by tests/interop: prints what it saw as JSON lines (one ``{"event": ...}`` per
+event, then ``{"end": true}`` or ``{"error": "<type>: <message>"}``).
 
     python sdk03.py '{"action": "stream", "base_url": "http://127.0.0.1:8080/<endpoint_id>",
                       "message": {<an A2A 0.3 Message>}}'
     python sdk03.py '{"action": "resubscribe", "base_url": ..., "task_id": "..."}'
-    python sdk03.py '{"action": "card", "base_url": ...}'
+    "card_path" (optional): the card's path below base_url, instead of the SDK's default
 """
 
 import asyncio
@@ -34,12 +34,15 @@ def events(item):
     return dump(item)
 
 
+def card_path(args):
+    """The resolver's card path: its default (``/.well-known/agent-card.json``) unless given."""
+    return {"agent_card_path": args["card_path"]} if "card_path" in args else {}
+
+
 async def run(args):
     async with httpx.AsyncClient(timeout=30) as http:
-        card = await A2ACardResolver(http, args["base_url"]).get_agent_card()
-        if args["action"] == "card":
-            emit(card=dump(card))
-            return
+        resolver = A2ACardResolver(http, args["base_url"], **card_path(args))
+        card = await resolver.get_agent_card()
         config = ClientConfig(streaming=True, httpx_client=http,
                               supported_transports=[args.get("transport", "JSONRPC")])
         client = ClientFactory(config).create(card)
