@@ -304,6 +304,26 @@ async def revoke_key(request: web.Request) -> web.Response:
 # tasks ----------------------------------------------------------------------------------
 
 
+MAX_EXACT_INTEGER = 2**53
+
+
+def whole_numbers(value: Any) -> Any:
+    """``value`` (a message as JSON) with every whole number an integer: a ``Struct`` keeps all
+    numbers as doubles, so the counts in metadata (``usage``'s tokens) would read ``3.0``."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) <= MAX_EXACT_INTEGER else value
+    if isinstance(value, dict):
+        return {key: whole_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(item) for item in value]
+    return value
+
+
+def task_json(message: Any) -> dict[str, Any]:
+    """A task or stream event as the admin API shows it (counts as integers)."""
+    return whole_numbers(message_to_dict(message))
+
+
 def task_entry(scope: Scope, task: Any) -> dict[str, Any]:
     return {"endpointId": scope.endpoint_id, "tenant": scope.tenant, "principal": scope.principal,
             "taskId": task.id, "contextId": task.context_id, "state": state_name(task.status.state),
@@ -398,7 +418,7 @@ async def get_task(request: web.Request) -> web.Response:
     stored = await gateway.store.get_task(scope, request.match_info["task_id"])
     if stored is None:
         raise web.HTTPNotFound(reason="no such task")
-    return _json({**task_entry(scope, stored.task), "task": message_to_dict(stored.task)})
+    return _json({**task_entry(scope, stored.task), "task": task_json(stored.task)})
 
 
 async def cancel_task(request: web.Request) -> web.Response:
@@ -413,7 +433,7 @@ async def cancel_task(request: web.Request) -> web.Response:
     except TaskNotCancelableError:
         raise web.HTTPConflict(reason="the task is already in a terminal state") from None
     log.info("admin_task_canceled", endpoint_id=scope.endpoint_id, task_id=task.id, by=operator.name)
-    return _json({**task_entry(scope, task), "task": message_to_dict(task)})
+    return _json({**task_entry(scope, task), "task": task_json(task)})
 
 
 async def task_stream(request: web.Request) -> web.StreamResponse:
@@ -451,7 +471,7 @@ async def task_stream(request: web.Request) -> web.StreamResponse:
 def _stream_frame(item: tuple[str | None, Any]) -> bytes:
     event = item[1]
     field = {Task: "task", TaskStatusUpdateEvent: "status_update", TaskArtifactUpdateEvent: "artifact_update"}
-    return orjson.dumps(message_to_dict(StreamResponse(**{field.get(type(event), "message"): event})))
+    return orjson.dumps(task_json(StreamResponse(**{field.get(type(event), "message"): event})))
 
 
 async def _runtime(gateway: Gateway, endpoint_id: str) -> EndpointRuntime:

@@ -13,13 +13,18 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import httpx
+import orjson
 import pytest
 from a2a.types import TaskState
+from httpx_sse import aconnect_sse
 from pydantic import SecretStr
 
 from handlers.base import Handler, HandlerEvent, HandlerRequest, HandlerSettings
 
-from tests.admin_support import OPERATOR_KEY, admin, assert_needs_an_operator, new_caller_key
+from tests.admin_support import (
+    AS_OPERATOR, OPERATOR_KEY, admin, assert_needs_an_operator, new_caller_key,
+)
+from tests.backends.scripted_llm import ScriptedLLM
 from tests.harness import RunningGateway, require_env, running_gateway
 from tests.messages import rpc, send_request
 from tests.stores.pg_support import fresh_database
@@ -171,3 +176,67 @@ async def test_a_handler_exception_holding_its_secret_setting_is_health_without_
         message = health["last_error"]["message"]
         assert health["status"] == "failing" and message.startswith("RuntimeError: backend refused the key"), health
         assert secret not in str(health) and "***" in message, health
+
+
+def counts(stats: dict, endpoints: list[dict], task: dict, frames: list[dict]) -> list[tuple[str, object]]:
+    """Every number the admin API shows that counts something, with where it was."""
+    found: list[tuple[str, object]] = []
+    for endpoint_id, shown in stats["endpoints"].items():
+        for name in ("requests", "errors"):
+            found += [(f"stats {endpoint_id} {name}", v) for v in shown[name]]
+            found.append((f"stats {endpoint_id} total {name}", shown["total"][name]))
+        for state, series in shown["tasks"].items():
+            found += [(f"stats {endpoint_id} tasks {state}", v) for v in series]
+            found.append((f"stats {endpoint_id} total tasks {state}", shown["total"]["tasks"][state]))
+    latency = stats["latencySeconds"]
+    found += [("stats latency requests", v) for v in latency["requests"]]
+    found += [("stats latency window requests", latency["window"]["requests"]),
+              *(("stats openStreams", v) for v in stats["openStreams"])]
+    for endpoint in endpoints:
+        found += [(f"health {endpoint['name']} {name}", endpoint["health"][name])
+                  for name in ("successes", "errors")]
+    usages = [("task", a["metadata"]["usage"]) for a in task["artifacts"]]
+    usages += [("task stream", f["artifactUpdate"]["artifact"]["metadata"]["usage"]) for f in frames
+               if "usage" in f.get("artifactUpdate", {}).get("artifact", {}).get("metadata", {})]
+    assert {where for where, _ in usages} == {"task", "task stream"}
+    found += [(f"{where} usage {name}", value) for where, usage in usages for name, value in usage.items()]
+    return found
+
+
+async def test_every_count_the_admin_api_shows_is_a_json_integer(gw):
+    async with ScriptedLLM() as llm:
+        chat = await gw.add_endpoint("handlers.openai_chat:OpenAIChatHandler", name="chat",
+                                     settings={"base_url": llm.url, "model": "m"})
+        down = await gw.add_endpoint("handlers.openai_chat:OpenAIChatHandler", name="down",
+                                     settings={"base_url": f"http://127.0.0.1:{closed_port()}/v1",
+                                               "model": "m"})
+        (done,) = await send(gw, chat, "hello there")
+        (failed,) = await send(gw, down, "hello")
+        async with gw.client(chat) as client:  # the operator follows a running task's stream
+            caller = client.send_message(send_request("FAKE_SLOW words=6 delay=0.2"))
+            running = (await anext(caller)).task.id
+            url = f"{gw.base_url}/admin/api/endpoints/{chat}/tasks/{running}/stream?principal=anonymous"
+            async with httpx.AsyncClient(timeout=60) as http:
+                async with aconnect_sse(http, "GET", url, headers=AS_OPERATOR) as source:
+                    frames = [orjson.loads(sse.data) async for sse in source.aiter_sse() if sse.data]
+            [event async for event in caller]
+    assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert failed.task.status.state == TaskState.TASK_STATE_FAILED
+
+    def all_counted(answer: httpx.Response) -> bool:
+        totals = {e: shown["total"]["tasks"] for e, shown in answer.json()["endpoints"].items()}
+        return totals.get(chat, {}).get("completed") == 2 and totals.get(down, {}).get("failed") == 1
+
+    stats = (await eventually(lambda: admin_get(gw, "/stats"), until=all_counted,
+                              what="both endpoints' tasks in /admin/api/stats")).json()
+    endpoints = (await admin_get(gw, "/endpoints")).json()["endpoints"]
+    endpoints.append((await admin_get(gw, f"/endpoints/{chat}")).json())
+    task = (await admin_get(gw, f"/endpoints/{chat}/tasks/{done.task.id}?principal=anonymous")).json()
+    found = counts(stats, endpoints, task["task"], frames)
+    assert [(where, value) for where, value in found if type(value) is not int] == []
+    # the counts are the right ones, not only integers
+    (usage,) = [a["metadata"]["usage"] for a in task["task"]["artifacts"]]
+    assert usage == {"prompt_tokens": 10, "completion_tokens": 7, "total_tokens": 17}  # 7 words answered
+    health = {e["name"]: (e["health"]["successes"], e["health"]["errors"]) for e in endpoints}
+    assert health == {"chat": (2, 0), "down": (0, 1)}
+    assert stats["endpoints"][chat]["total"] == {"requests": 2, "errors": 0, "tasks": {"completed": 2}}
