@@ -81,8 +81,10 @@ def test_every_setting_has_a_row_in_the_readme_table() -> None:
     table = settings_table((ROOT / "README.md").read_text(encoding="utf-8"))
     documented = {PREFIX + name for name in table}
     variables = setting_variables()
-    assert sorted(set(variables) - documented) == [], "settings missing from the README's table"
-    assert sorted(documented - set(variables)) == [], "README table rows that are no setting"
+    missing = sorted(set(variables) - documented)
+    assert not missing, f"settings without a row in the README's settings table: {missing}"
+    stale = sorted(documented - set(variables))
+    assert not stale, f"README settings table rows that are no setting: {stale}"
 
 
 def test_the_variables_read_outside_the_model_are_still_read() -> None:
