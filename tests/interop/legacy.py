@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,8 @@ class ClientRun:
     client: Client
     lines: list[dict[str, Any]]
     stderr: str
-    elapsed: float = field(default=0.0)
+    elapsed: float
+    """Seconds from start to exit."""
 
     @property
     def error(self) -> str | None:

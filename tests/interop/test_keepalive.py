@@ -32,8 +32,8 @@ from tests.messages import rpc
 KEEPALIVE_SECONDS = 0.25
 WORD_DELAY = 0.6
 """Seconds of silence after each echoed word: more than two keepalive intervals."""
-RESUBSCRIBED_TEXT = "one two three four five six"
-"""About four seconds of echo: time for a client process to start and resubscribe."""
+RESUBSCRIBED_TEXT = "one two three four five six seven eight nine"
+"""Six seconds of echo: time for a client process to start and resubscribe while it runs."""
 MODERN_CARD_PATH = ".well-known/agent-card.json"
 """Given to the pre-0.3 clients here so that these tests need no pre-0.3 card path (item 4
 is tested on its own in test_card_discovery)."""
