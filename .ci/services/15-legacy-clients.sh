@@ -4,9 +4,9 @@
 # See the header of .ci/run for the interface.
 #
 #   install  under $A2A_CI_CACHE (each kept while its marker file is there and it imports):
-#              a venv with a2a-sdk 0.3.22 and the httpx-sse it resolves to (0.4.x: the SSE
-#              decoder that dispatches an empty event after a keepalive once an id was seen)
-#              a venv with a2a-sdk 0.2.16
+#              a venv with a2a-sdk 0.3.22, a venv with a2a-sdk 0.2.16, each with httpx-sse
+#              0.4.3 (those SDKs ask for >=0.4; 0.4 is the SSE decoder deployed with them,
+#              which dispatches an empty event for a blank line once an id was seen)
 #              a node_modules dir with @a2a-js/sdk 0.3.1 (node 20 or later on PATH)
 #   start    nothing runs: prints where they are
 #              A2A_TEST_LEGACY_SDK03_PYTHON   the 0.3.22 venv's python
@@ -23,11 +23,12 @@ set -euo pipefail
 SDK03_VERSION=0.3.22
 SDK02_VERSION=0.2.16
 JS_SDK_VERSION=0.3.1
+HTTPX_SSE_VERSION=0.4.3
 
 : "${A2A_CI_CACHE:=$HOME/.cache/a2a-gateway-ci}"
 
-SDK03_VENV="$A2A_CI_CACHE/legacy-a2a-sdk-$SDK03_VERSION"
-SDK02_VENV="$A2A_CI_CACHE/legacy-a2a-sdk-$SDK02_VERSION"
+SDK03_VENV="$A2A_CI_CACHE/legacy-a2a-sdk-$SDK03_VERSION-httpx-sse-$HTTPX_SSE_VERSION"
+SDK02_VENV="$A2A_CI_CACHE/legacy-a2a-sdk-$SDK02_VERSION-httpx-sse-$HTTPX_SSE_VERSION"
 JS_DIR="$A2A_CI_CACHE/legacy-a2a-js-sdk-$JS_SDK_VERSION"
 
 log() { echo "[15-legacy-clients] $*" >&2; }
@@ -44,7 +45,7 @@ python_venv() {
   python3 -m venv "$dir"
   "$dir/bin/pip" install -q --disable-pip-version-check "$@" >&2
   touch "$dir/.installed"
-  log "$* installed ($("$dir/bin/python" -c 'import importlib.metadata as m; print("httpx-sse", m.version("httpx-sse"))'))"
+  log "$* installed"
 }
 
 js_sdk() {
@@ -63,8 +64,8 @@ js_sdk() {
 
 do_install() {
   mkdir -p "$A2A_CI_CACHE"
-  python_venv "$SDK03_VENV" "a2a-sdk==$SDK03_VERSION"
-  python_venv "$SDK02_VENV" "a2a-sdk==$SDK02_VERSION"
+  python_venv "$SDK03_VENV" "a2a-sdk==$SDK03_VERSION" "httpx-sse==$HTTPX_SSE_VERSION"
+  python_venv "$SDK02_VENV" "a2a-sdk==$SDK02_VERSION" "httpx-sse==$HTTPX_SSE_VERSION"
   js_sdk
 }
 
