@@ -19,6 +19,7 @@ from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names p
     TASK_STATE_INPUT_REQUIRED,
 )
 from google.protobuf.json_format import ParseDict
+from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
 
 INTERRUPTED_STATES = frozenset({TASK_STATE_INPUT_REQUIRED, TASK_STATE_AUTH_REQUIRED})
@@ -132,4 +133,14 @@ class TextChunks:
         event = TaskArtifactUpdateEvent()
         event.CopyFrom(self._empty)
         event.artifact.parts.add(text=text)
+        return event
+
+    def last(self, metadata: Struct | None = None) -> TaskArtifactUpdateEvent:
+        """The chunk that ends the text when the final answer is what was streamed: it
+        appends an empty text (a client that joins the chunks, ``append`` or not, holds the
+        answer once) and says ``last_chunk``; ``metadata``, the final artifact's."""
+        event = self.next("")
+        event.last_chunk = True
+        if metadata is not None:
+            event.artifact.metadata.CopyFrom(metadata)
         return event

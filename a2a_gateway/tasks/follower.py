@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
+from a2a.types import Artifact, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
 from a2a_gateway.tasks.events import INTERRUPTED_STATES, artifact_event, status_event
 from a2a_gateway.live.hub import LiveEvent, LiveHub, SubscriberBehind
@@ -43,7 +43,8 @@ async def follow_task(
     """Events of ``task`` (already sent to the client at ``version``) until it settles."""
     sub = hub.follow(task.id)
     seen_status = _status_key(task)
-    seen_artifacts = {a.artifact_id: a.SerializeToString() for a in task.artifacts}
+    seen_artifacts = {a.artifact_id: _content(a) for a in task.artifacts}
+    held: dict[str, Artifact] = {}  # each artifact as the client holds it from live chunks
     live_next: asyncio.Task[tuple[str, LiveEvent]] | None = None
     events: AsyncIterator[tuple[str, LiveEvent]] | None = sub.__aiter__()
     try:
@@ -63,8 +64,10 @@ async def follow_task(
                 if event is not None:
                     if isinstance(event, TaskStatusUpdateEvent):
                         seen_status = _status_key(event)
-                    if isinstance(event, TaskArtifactUpdateEvent) and event.last_chunk:
-                        seen_artifacts[event.artifact.artifact_id] = event.artifact.SerializeToString()
+                    if isinstance(event, TaskArtifactUpdateEvent):
+                        artifact = _apply(held, event)
+                        if event.last_chunk:
+                            seen_artifacts[artifact.artifact_id] = _content(artifact)
                     yield event_id, event
                     if _settles(event.status.state if isinstance(event, TaskStatusUpdateEvent) else None,
                                 stop_when_interrupted, after_version, version):
@@ -75,9 +78,9 @@ async def follow_task(
                 continue
             version = stored.version
             for artifact in stored.task.artifacts:
-                blob = artifact.SerializeToString()
-                if seen_artifacts.get(artifact.artifact_id) != blob:
-                    seen_artifacts[artifact.artifact_id] = blob
+                content = _content(artifact)
+                if seen_artifacts.get(artifact.artifact_id) != content:
+                    seen_artifacts[artifact.artifact_id] = content
                     yield hub.unlogged_id(), artifact_event(task, artifact, last_chunk=True)
             if _status_key(stored.task) != seen_status:
                 seen_status = _status_key(stored.task)
@@ -90,6 +93,28 @@ async def follow_task(
             with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
                 await live_next
         sub.close()
+
+
+def _apply(held: dict[str, Artifact], event: TaskArtifactUpdateEvent) -> Artifact:
+    """The artifact as a client holds it after ``event``: appended to, or replaced."""
+    artifact = held.get(event.artifact.artifact_id)
+    if artifact is None or not event.append:
+        artifact = held[event.artifact.artifact_id] = Artifact()
+        artifact.CopyFrom(event.artifact)
+    else:
+        artifact.parts.extend(event.artifact.parts)
+        if event.artifact.HasField("metadata"):
+            artifact.metadata.MergeFrom(event.artifact.metadata)
+    return artifact
+
+
+def _content(artifact: Artifact) -> tuple[str, str, tuple[bytes, ...], bytes]:
+    """What an artifact holds, however its text is cut in parts (streamed chunks, or the
+    stored one part): name, text, other parts, metadata."""
+    text = "".join(p.text for p in artifact.parts if p.WhichOneof("content") == "text")
+    others = tuple(p.SerializeToString(deterministic=True) for p in artifact.parts
+                   if p.WhichOneof("content") != "text")
+    return artifact.name, text, others, artifact.metadata.SerializeToString(deterministic=True)
 
 
 def _settles(state: int | None, stop_when_interrupted: bool, after_version: int | None, version: int) -> bool:

@@ -12,9 +12,10 @@ Every change is applied to the task in memory, then split in two paths:
   AUTH_REQUIRED, terminal), so a reply of a thousand tokens costs a handful of
   writes. An unseen task (``TaskRun.unseen``: only its blocked caller can learn its id,
   at the reply) is written first when it must be — a backend run to re-attach, a
-  question, a hand-over — else once, created in its final state. The final artifact
-  replaces the streamed chunks (same artifact id, ``append: false``, ``lastChunk:
-  true``), so what a streaming client rebuilds equals what the store holds.
+  question, a hand-over — else once, created in its final state. The stream's last
+  chunk appends nothing when the final artifact is the streamed text, else it replaces
+  the chunks with the final artifact (``_last_chunk``), so what a streaming client
+  rebuilds equals what the store holds.
 
 A run gets its collaborators (``RunServices``) and an ``on_done`` callback, never the
 engine. It belongs to no request: closing a client stream never cancels it.
@@ -31,7 +32,7 @@ from typing import Any
 
 import structlog
 from a2a.helpers.proto_helpers import get_message_text
-from a2a.types import Artifact, Message, Part, Task, TaskState, TaskStatus
+from a2a.types import Artifact, Message, Part, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus
 from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names per access
     TASK_STATE_AUTH_REQUIRED,
     TASK_STATE_CANCELED,
@@ -165,7 +166,9 @@ class TaskRun:
         self.version = version
         self.run_state = run_state if run_state is not None else {}
         self.run_ref = request.run_ref
-        self.initial_task = copy_task(task) if request.streaming else task  # streams start from it
+        self.initial_task = copy_task(task) if request.streaming else task
+        """The task a stream of this run starts from: as it stood when the run took its
+        request (``_take_initial_task``)."""
         self.reply: Message | None = None
         self.created = asyncio.Event()
         self.settled = asyncio.Event()
@@ -223,6 +226,9 @@ class TaskRun:
         self._unseen_until = time.monotonic() + self._unseen_seconds
         self.runtime.run_started()
         self._driver = asyncio.create_task(self._drive(), name=f"task-run-{self.task.id}")
+
+    def _take_initial_task(self) -> None:
+        self.initial_task = copy_task(self.task) if self.request.streaming else self.task
 
     def begin_turn(self) -> asyncio.Event:
         """A new wait for the next terminal or interrupted state."""
@@ -386,7 +392,7 @@ class TaskRun:
         self.task.history.append(message)
         self._set_status(TASK_STATE_WORKING)
         await self._write()
-        self.initial_task = copy_task(self.task)
+        self._take_initial_task()
         self._publish_status()
         return asked
 
@@ -445,11 +451,13 @@ class TaskRun:
         log.info("task_superseded", task_id=final.id, state=TaskState.Name(final.status.state))
 
     async def mark_working(self) -> None:
-        """An idle run goes on: its task is WORKING again (written and announced)."""
+        """An idle run goes on: its task is WORKING again (written and announced); a
+        stream of the answer starts from the task as it stands now."""
         self.run_state.pop("pending_input", None)
         self._set_status(TASK_STATE_WORKING)
         self._owns = True
         await self._write()
+        self._take_initial_task()
         self._publish_status()
 
     async def record_for_worker(self, dispatched: dict[str, Any], claim_until: float) -> None:
@@ -634,10 +642,22 @@ class TaskRun:
                 artifact.metadata.update(event.metadata)
             final = artifact_event(self.task, artifact, last_chunk=True)
             if self._hub.has_listeners(self.task.id):
-                self._hub.publish(self.task.id, final)
+                self._hub.publish(self.task.id, self._last_chunk(artifact, final))
             self._hub.feed.artifact(self.scope, self.task, final, self.version)
         await self._remember_turn(final_text or "")
         await self._finish(TASK_STATE_COMPLETED, None)
+
+    def _last_chunk(self, artifact: Artifact, final: TaskArtifactUpdateEvent) -> TaskArtifactUpdateEvent:
+        """What ends the streamed text for its listeners: when the final artifact is the
+        text streamed so far, an empty appended chunk (every listener got that text, as
+        chunks or as a late joiner's text-so-far chunk, so a client that ignores ``append``
+        does not show the answer twice); otherwise ``final``, which replaces the chunks."""
+        chunks = self._chunks
+        if (chunks is None or artifact.name != RESPONSE_ARTIFACT or len(artifact.parts) != 1
+                or artifact.parts[0].WhichOneof("content") != "text"
+                or artifact.parts[0].text != self.text_so_far or artifact.parts[0].HasField("metadata")):
+            return final
+        return chunks.last(artifact.metadata if artifact.HasField("metadata") else None)
 
     async def _on_reply(self, event: Reply) -> None:
         if self.version is not None:

@@ -1,6 +1,11 @@
 """SSE responses for A2A streams: ``data:`` events with their ``id:``, ``event: error``,
 keepalive comments.
 
+A keepalive is one comment line with no blank line after it (``KEEPALIVE``): valid SSE
+that any decoder skips. With a blank line it would end an (empty) event, and some decoders
+dispatch that once an ``id:`` was seen (httpx-sse 0.4, so a2a-sdk clients up to 0.3.26 fail
+their stream with a JSON error on it) although the SSE rules drop an event without data.
+
 A client that goes away ends the response quietly; it never cancels the task
 behind the stream. A client that vanished while its task is idle is noticed by
 the next keepalive write, so no response waits forever for a listener that is
@@ -27,6 +32,10 @@ OPEN_STREAMS = web.AppKey("open_sse_streams", set)
 
 EventId = Callable[[], str | None] | None
 """Gives the id of the event just taken from a stream (None: the event has none)."""
+
+KEEPALIVE = b": ping\n"
+"""A comment line, not ended by a blank line: it keeps proxies from timing the stream out
+and is never an event, whatever the decoder (see the module docstring)."""
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -133,7 +142,7 @@ class SSEStream:
 
     async def ping(self) -> bool:
         """A keepalive comment; a client gone meanwhile is noticed here."""
-        return await self._write(b": ping\n\n")
+        return await self._write(KEEPALIVE)
 
     async def send(self, data: bytes, event: str | None = None, event_id: str | None = None) -> bool:
         prefix = f"event: {event}\n".encode() if event else b""

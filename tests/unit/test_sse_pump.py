@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from a2a_gateway.live.backlog import Backlog
-from a2a_gateway.transport.sse import SSEStream
+from a2a_gateway.transport.sse import KEEPALIVE, SSEStream
 
 
 class _Response:
@@ -114,8 +114,8 @@ async def test_one_task_pings_every_idle_stream_and_none_stays_silent_longer_tha
         await busy.send(b"data")  # a stream that sends needs no keepalive
         await asyncio.sleep(0.05)
     for response in responses[1:]:
-        assert 2 <= response.chunks.count(b": ping\n\n") <= 7  # one per 0.15-0.2 s idle
-    assert b": ping\n\n" not in responses[0].chunks
+        assert 2 <= response.chunks.count(KEEPALIVE) <= 7  # one per 0.15-0.2 s idle
+    assert KEEPALIVE not in responses[0].chunks
     for stream in streams:
         await stream.close()
     await asyncio.sleep(0)
