@@ -11,7 +11,10 @@ do not expect, a JSON shape that is not plainly valid — falls back to
 One difference: unknown fields are ignored, as ``ignore_unknown_fields`` does, but
 an unknown enum value is an error naming the valid ones (``json_format`` would drop
 it like an unknown field, and the request would then seem to lack the field), and so is
-an integer its field cannot hold (protobuf would raise a bare ``ValueError``).
+a number its field cannot hold. ``json_format`` would store some of those as another
+value (an enum number beyond int32 wraps: ``9007199254740993`` becomes 1; ``1.5`` is
+enum 1; ``"1e39"`` is a float's infinity) and let others out as a bare ``ValueError``
+or ``OverflowError``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import binascii
 import datetime
 import functools
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +43,10 @@ _INT_RANGES = {
     FD.CPPTYPE_INT64: (-(2**63), 2**63 - 1),
     FD.CPPTYPE_UINT64: (0, 2**64 - 1),
 }
+_INT32_MIN, _INT32_MAX = _INT_RANGES[FD.CPPTYPE_INT32]
+_FLOAT_LIMITS = {FD.CPPTYPE_FLOAT: 3.4028234663852886e38, FD.CPPTYPE_DOUBLE: sys.float_info.max}
+# infinity spelled out ("Infinity") is a float's value; "1e400", also read as infinity, is too large
+_INFINITY_WORDS = {"inf", "infinity"}
 
 
 class _Fallback(Exception):
@@ -254,7 +262,8 @@ def _scalar(field: FieldDescriptor, value: Any) -> Any:
             if found is None:
                 raise _Fallback
             return found.number
-        if isinstance(value, int) and not isinstance(value, bool) and value in field.enum_type.values_by_number:
+        # the range first: protobuf's lookup raises ValueError or wraps beyond int32
+        if type(value) is int and _INT32_MIN <= value <= _INT32_MAX and value in field.enum_type.values_by_number:
             return value
         raise _Fallback
     raise _Fallback  # floats and anything else
@@ -330,30 +339,90 @@ def _fill_submessage(target: Message, descriptor: Descriptor, value: Any) -> Non
         _fill_message(target, value)
 
 
-def _is_enum_value(field: FieldDescriptor, value: Any) -> bool:
-    if isinstance(value, str):
-        return value in field.enum_type.values_by_name
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value in field.enum_type.values_by_number
-    return True  # not an enum's JSON type: json_format reports it
-
-
-def _out_of_range(field: FieldDescriptor, value: Any) -> bool:
-    """Whether ``value`` (a JSON number or numeric string) cannot be held by integer ``field``."""
+def _enum_number(value: str | int | float) -> int | None:
+    """The enum number ``json_format`` reads from a JSON value that is not a name
+    (``"2"`` is 2), or None."""
     if isinstance(value, str):
         try:
-            value = int(value)
+            return int(value)
         except ValueError:
-            return False  # not a number: json_format reports it
-    if isinstance(value, bool) or not isinstance(value, int):
+            return None
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None  # it would truncate 1.5 to 1
+    return value
+
+
+def _is_enum_value(field: FieldDescriptor, value: Any) -> bool:
+    if isinstance(value, str) and value in field.enum_type.values_by_name:
+        return True
+    if not isinstance(value, str | int | float):
+        return True  # not an enum's JSON type: json_format reports it
+    number = _enum_number(value)
+    return (
+        number is not None and _INT32_MIN <= number <= _INT32_MAX
+        and number in field.enum_type.values_by_number
+    )
+
+
+def _as_integer(value: Any) -> int | None:
+    """The integer ``json_format`` reads from a JSON number or numeric string (``"1e3"``
+    and ``1000.0`` are 1000), or None where it reads none and reports the value itself."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str):
+        if " " in value:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            try:
+                value = float(value)
+            except ValueError:
+                return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _int_out_of_range(field: FieldDescriptor, value: Any) -> bool:
+    number = _as_integer(value)
+    if number is None:
         return False
     low, high = _INT_RANGES[field.cpp_type]
-    return not low <= value <= high
+    return not low <= number <= high
+
+
+def _float_out_of_range(field: FieldDescriptor, value: Any) -> bool:
+    """Whether a finite JSON number or numeric string is beyond ``field``'s largest value
+    (protobuf would store infinity, or raise ``OverflowError`` for an integer)."""
+    if isinstance(value, str):
+        if value.strip().lstrip("+-").lower() in _INFINITY_WORDS:
+            return False
+        try:
+            value = float(value)
+        except ValueError:
+            return False  # not a number: json_format reports it
+    elif type(value) is int:
+        try:
+            value = float(value)
+        except OverflowError:
+            return True
+    elif type(value) is not float or not math.isfinite(value):
+        return False  # json_format reports NaN, Infinity and other types
+    return abs(value) > _FLOAT_LIMITS[field.cpp_type]
+
+
+def _range_error(field: FieldDescriptor, path: str, item: Any) -> json_format.ParseError:
+    if field.cpp_type in _FLOAT_LIMITS:
+        low, high = -_FLOAT_LIMITS[field.cpp_type], _FLOAT_LIMITS[field.cpp_type]
+    else:
+        low, high = _INT_RANGES[field.cpp_type]
+    return json_format.ParseError(f"{path} must be between {low} and {high}, got {item}")
 
 
 def _check_values(data: Any, descriptor: Descriptor, prefix: str = "") -> None:
     """``ParseError`` for the first enum value of ``data`` that ``descriptor`` does not know,
-    or the first integer its field cannot hold (protobuf would raise a bare ``ValueError``)."""
+    or the first number its field cannot hold."""
     if not isinstance(data, dict):
         return
     fields = _fields_by_json_key(descriptor)
@@ -368,13 +437,11 @@ def _check_values(data: Any, descriptor: Descriptor, prefix: str = "") -> None:
                 if not _is_enum_value(field, item):
                     valid = ", ".join(v.name for v in field.enum_type.values if v.number != 0)
                     raise json_format.ParseError(f"invalid value {item!r} for {path}: expected one of {valid}")
-        elif field.cpp_type in _INT_RANGES:
+        elif field.cpp_type in _INT_RANGES or field.cpp_type in _FLOAT_LIMITS:
+            out_of_range = _int_out_of_range if field.cpp_type in _INT_RANGES else _float_out_of_range
             for item in items:
-                if _out_of_range(field, item):
-                    low, high = _INT_RANGES[field.cpp_type]
-                    raise json_format.ParseError(
-                        f"{path} must be between {low} and {high}, got {item}"
-                    )
+                if out_of_range(field, item):
+                    raise _range_error(field, path, item)
         elif field.message_type is not None and not field.message_type.GetOptions().map_entry:
             for i, item in enumerate(items):
                 where = f"{path}[{i}]." if field.is_repeated else f"{path}."
@@ -383,12 +450,15 @@ def _check_values(data: Any, descriptor: Descriptor, prefix: str = "") -> None:
 
 def parse_dict(data: Any, message: Message) -> Message:
     """Same result as ``json_format.ParseDict(data, message, ignore_unknown_fields=True)``
-    for a fresh ``message``, but for unknown enum values and integers out of their field's
+    for a fresh ``message``, but for unknown enum values and numbers out of their field's
     range; raises ``json_format.ParseError``."""
     try:
         _fill_message(message, data)
         return message
-    except _Fallback:
+    except (_Fallback, OverflowError):
         message.Clear()
         _check_values(data, message.DESCRIPTOR)
-        return json_format.ParseDict(data, message, ignore_unknown_fields=True)
+        try:
+            return json_format.ParseDict(data, message, ignore_unknown_fields=True)
+        except OverflowError as exc:  # an integer beyond a double in a Struct (orjson reads none)
+            raise json_format.ParseError(f"a number is out of range: {exc}") from None

@@ -253,17 +253,9 @@ INT32_MAX = 2**31 - 1
 
 def _check_0_3_params(params: Any) -> None:
     """What the SDK's 0.3 models take but its conversion to 1.0 cannot: a part without
-    ``kind`` (the 0.3 schema requires it), file bytes that are not base64, a
-    ``historyLength`` that is negative or beyond int32."""
+    ``kind`` (the 0.3 schema requires it), file bytes that are not base64."""
     if not isinstance(params, dict):
         return
-    configuration = params.get("configuration")
-    for where, holder in (("params", params), ("params.configuration", configuration)):
-        length = holder.get("historyLength") if isinstance(holder, dict) else None
-        if type(length) is int and not 0 <= length <= INT32_MAX:  # bool is not a length
-            raise InvalidParamsError(
-                f"invalid params: {where}.historyLength must be between 0 and {INT32_MAX}"
-            )
     message = params.get("message")
     parts = message.get("parts") if isinstance(message, dict) else None
     for i, part in enumerate(parts if isinstance(parts, list) else []):
@@ -278,6 +270,18 @@ def _check_0_3_params(params: Any) -> None:
         if isinstance(data, str) and not _is_base64(data):
             raise InvalidParamsError(
                 f"invalid params: params.message.parts.{i}.file.bytes is not valid base64"
+            )
+
+
+def _check_0_3_history_length(envelope: Any) -> None:
+    """A ``historyLength`` the 0.3 model took (``"9007199254740993"`` and ``1e10`` are
+    integers to pydantic) that the conversion to 1.0 cannot put in its int32."""
+    params = getattr(envelope, "params", None)
+    for where, holder in (("params", params), ("params.configuration", getattr(params, "configuration", None))):
+        length = getattr(holder, "history_length", None)
+        if length is not None and not 0 <= length <= INT32_MAX:
+            raise InvalidParamsError(
+                f"invalid params: {where}.historyLength must be between 0 and {INT32_MAX}, got {length}"
             )
 
 
@@ -303,6 +307,7 @@ async def _call_0_3(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise InvalidParamsError(f"invalid params: {where}: {first['msg']}") from None
+    _check_0_3_history_length(envelope)
     request_id = payload.get("id")
     call = getattr(handler, method.handler_method)
     if method.streaming:
