@@ -44,6 +44,8 @@ def _endpoint_routes() -> list[tuple[str, str, View]]:
         ("POST", "/a2a", handle_jsonrpc),
         ("POST", "/a2a/", handle_jsonrpc),
         ("GET", "/.well-known/agent-card.json", agent_card),
+        # the card's path before A2A 0.3 (a2a-sdk 0.2, @a2a-js/sdk 0.3.0-0.3.1 look there)
+        ("GET", "/.well-known/agent.json", agent_card),
         *[(method, f"/a2a/rest{path}", rest.rest_view(route)) for method, path, route in rest.ROUTES],
     ]
 

@@ -94,3 +94,22 @@ async def test_without_a_default_endpoint_the_root_has_no_agent():
             card = await http.get(f"{gw.base_url}/.well-known/agent-card.json")
             call = await http.post(f"{gw.base_url}/a2a", json=SEND, headers=V10)
     assert card.status_code == 404 and call.status_code == 404
+
+
+async def test_the_card_is_also_at_the_path_clients_before_a2a_0_3_read():
+    """a2a-sdk 0.2 and @a2a-js/sdk 0.3.0-0.3.1 discover ``.well-known/agent.json``."""
+    endpoint_id = "0f0f0f0f-0000-4000-8000-000000000002"
+    async with running_gateway(default_endpoint=endpoint_id) as gw:
+        await gw.add_endpoint(settings={"delay": 0}, name="old path agent", endpoint_id=endpoint_id)
+        async with httpx.AsyncClient(timeout=10) as http:
+            cards = {
+                url: await http.get(url) for url in (
+                    f"{gw.endpoint_url(endpoint_id)}/.well-known/agent-card.json",
+                    f"{gw.endpoint_url(endpoint_id)}/.well-known/agent.json",
+                    f"{gw.base_url}/.well-known/agent.json",
+                )
+            }
+    assert [r.status_code for r in cards.values()] == [200, 200, 200]
+    assert len({r.content for r in cards.values()}) == 1  # the same card, the same ETag
+    assert len({r.headers["ETag"] for r in cards.values()}) == 1
+    assert next(iter(cards.values())).json()["name"] == "old path agent"
