@@ -45,6 +45,7 @@ from a2a_gateway.stores import open_store
 from a2a_gateway.stores.base import Endpoint, Store, StoreUnavailableError
 from a2a_gateway.transport.middleware import request_context, trace_response_header
 from a2a_gateway.transport.body import BODY_BUDGET, BodyBudget
+from a2a_gateway.transport.connections import GatewayRunner
 from a2a_gateway.transport.routes import add_routes
 from a2a_gateway.transport.sse import OPEN_STREAMS
 from handlers.upstream import backend_client
@@ -94,6 +95,12 @@ def server_options(settings: GatewaySettings) -> dict[str, Any]:
         "max_headers": settings.max_headers,
         "auto_decompress": False,  # transport.body decodes within the body limits
     }
+
+
+def gateway_runner(app: web.Application, settings: GatewaySettings, **kwargs: Any) -> GatewayRunner:
+    """The runner that serves ``app`` on a port: ``server_options`` and the header timeout."""
+    return GatewayRunner(app, header_timeout=settings.header_timeout_seconds, access_log=None,
+                         **server_options(settings), **kwargs)
 
 
 def build_app(

@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import SecretStr, ValidationError
 
-from a2a_gateway.app import ENDPOINT_COUNT, ENDPOINTS_FILE, build_app, server_options
+from a2a_gateway.app import ENDPOINT_COUNT, ENDPOINTS_FILE, build_app, gateway_runner
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.card_signing import CardSigningKeyError
 from a2a_gateway.tasks.dispatch import DispatchSetupError
@@ -118,8 +118,7 @@ def event_loop(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | N
 
 async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint], loop_name: str = "asyncio") -> None:
     app = build_app(settings, endpoints=endpoints)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.shutdown_close_seconds,
-                           **server_options(settings))
+    runner = gateway_runner(app, settings, shutdown_timeout=settings.shutdown_close_seconds)
     stop, hurry = asyncio.Event(), asyncio.Event()
 
     def on_signal() -> None:  # the first signal drains; a second one ends the grace period

@@ -95,10 +95,15 @@ class GatewaySettings(BaseSettings):
     """Time a client has to send a request's whole body; then 408 and the connection closes."""
     max_json_depth: int = 32
     """Deepest nesting of JSON objects and arrays a request body may have."""
+    header_timeout_seconds: float = Field(60.0, gt=0)
+    """A new connection is closed when it has not sent its first request's line and headers
+    within this time (silent or slow clients), however many bytes it sent meanwhile; a
+    shorter ``keepalive_timeout_seconds`` bounds this wait too."""
     keepalive_timeout_seconds: float = 75.0
-    """An idle connection is closed after this long. The same timer bounds the time a client
-    takes to send a request's headers (slow clients). Keep it above the idle timeout of a
-    reverse proxy in front."""
+    """A connection is closed when the next request's line and headers have not arrived this
+    long after the last response ended (idle keep-alive connections, slow clients); a
+    response being sent (a silent stream) or a body being read is not idle. Keep it above the
+    idle timeout of a reverse proxy in front."""
     max_header_bytes: int = 8190
     """Longest request line and longest header field (larger: 400)."""
     max_headers: int = 128

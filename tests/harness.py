@@ -26,7 +26,7 @@ from a2a.client.auth.interceptor import AuthInterceptor
 from a2a.types import AgentCard, StreamResponse
 from aiohttp import web
 
-from a2a_gateway.app import build_app, server_options
+from a2a_gateway.app import build_app, gateway_runner
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Endpoint, Store
@@ -159,7 +159,7 @@ async def running_gateway(
     }
     gateway_settings = GatewaySettings(store=store_url, **{**defaults, **settings})
     app = build_app(gateway_settings, store=store, http=http)
-    runner = web.AppRunner(app, access_log=None, **server_options(gateway_settings))
+    runner = gateway_runner(app, gateway_settings)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
