@@ -408,6 +408,9 @@ def served_in_thread(opened: Callable[[], AbstractAsyncContextManager[T]]) -> It
     thread = threading.Thread(target=lambda: loop.run_until_complete(serve()), daemon=True)
     thread.start()
     if not ready.wait(60) or len(box) != 2:
+        thread.join(60)
+        if not thread.is_alive():  # else the loop's sockets are collected, and fail, in a later test
+            loop.close()
         raise RuntimeError(f"it did not start: {box}")
     value, stop = box
     try:

@@ -4,7 +4,8 @@ callback against the real provider), the event feed (``/events``, ``/{endpoint}/
 a worker gateway's ``POST /events``, with generated methods, paths (ids valid, unknown, of
 other endpoints), query strings (repeated, huge, badly encoded, forged page tokens),
 credentials (operator key, caller key, junk, none; session cookies valid, tampered,
-expired; CSRF token right, wrong, missing) and bodies.
+expired; CSRF token right, wrong, missing) and bodies. Without an OpenID Provider
+(``A2A_TEST_OIDC_ISSUER``) the console runs without OIDC sign-in and only the OIDC surface skips.
 
 Every reply is below 500 (the OIDC routes may answer 502 when the issuer cannot be reached),
 has no traceback, echoes no secret, and is a JSON error (an HTML page on the console's
@@ -48,7 +49,7 @@ from tests.fuzz_requests import (
     texts,
 )
 from tests.harness import running_gateway
-from tests.oidc_support import CONFIDENTIAL, issuer, oidc_settings
+from tests.oidc_support import CONFIDENTIAL, configured_issuer, issuer, oidc_settings
 
 pytestmark = pytest.mark.timeout(600)
 EXAMPLES = 400
@@ -76,9 +77,11 @@ class Operated:
     session_cookie: str
     csrf: str
     expired_cookie: str
-    flow_cookie: str
-    flow_state: str
-    expired_flow_cookie: str
+    issuer: str = ""
+    """The OpenID Provider the console signs in at ("": a console without OIDC sign-in)."""
+    flow_cookie: str = ""
+    flow_state: str = ""
+    expired_flow_cookie: str = ""
     created: dict[str, set[str]] = field(default_factory=lambda: {"endpoints": set(), "keys": set()})
     """Ids named by 201 answers to valid calls."""
     initial: dict[str, frozenset[Any]] = field(default_factory=dict)
@@ -102,14 +105,15 @@ async def _send_message(http: httpx.AsyncClient, base_url: str, endpoint_id: str
 
 
 @asynccontextmanager
-async def operated() -> AsyncIterator[Operated]:
+async def operated(issuer_url: str | None) -> AsyncIterator[Operated]:
     store = RecordingStore()
     # the key RecordingStore signs its page tokens with
     options = {"allow_unauthenticated_endpoints": False, "log_level": "critical",
                "page_token_key": "fuzz-page-token-key"}
+    console = oidc_settings(issuer_url) if issuer_url else {"console": True}
     async with (
         running_gateway(store=store, operator_keys=[OPERATOR_KEY], console_session_secret=SESSION_SECRET,
-                        **oidc_settings(issuer()), **options) as gw,
+                        **console, **options) as gw,
         running_gateway(store=store, worker=True, replica_id="fuzz-worker", **options) as worker,
         httpx.AsyncClient(timeout=60) as http,
     ):
@@ -126,20 +130,22 @@ async def operated() -> AsyncIterator[Operated]:
         login = await http.post(f"{gw.base_url}/console/api/login", json={"key": OPERATOR_KEY})
         expired = ConsoleSessions(SESSION_SECRET, 60, clock=lambda: time.time() - 3600)
         _, expired_cookie = expired.issue(gw.gateway.operators.key_ref(OPERATOR_KEY))
-        start = await http.get(f"{gw.base_url}/console/oidc/login", follow_redirects=False)
-        flow_state = parse_qs(urlsplit(start.headers["Location"]).query)["state"][0]
-        oidc = gw.app[OIDC_LOGIN]
-        stale = LoginFlow.new(f"{gw.base_url}/console/oidc/callback", time.time() - 60)
-        yield Operated(
+        target = Operated(
             gw.base_url, worker.base_url, store, endpoints, caller_key, row.id, tasks, page["nextPageToken"],
-            login.cookies[COOKIE], login.json()["csrf"], expired_cookie, start.cookies[FLOW_COOKIE], flow_state,
-            oidc.seal(stale),
+            login.cookies[COOKIE], login.json()["csrf"], expired_cookie,
         )
+        if issuer_url:
+            start = await http.get(f"{gw.base_url}/console/oidc/login", follow_redirects=False)
+            stale = LoginFlow.new(f"{gw.base_url}/console/oidc/callback", time.time() - 60)
+            target.issuer, target.flow_cookie = issuer_url, start.cookies[FLOW_COOKIE]
+            target.flow_state = parse_qs(urlsplit(start.headers["Location"]).query)["state"][0]
+            target.expired_flow_cookie = gw.app[OIDC_LOGIN].seal(stale)
+        yield target
 
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served[Operated]]:
-    with served_in_thread(operated) as running:
+    with served_in_thread(lambda: operated(configured_issuer())) as running:
         running.value.initial = running.run(_store_state(running.value.store))
         yield running
 
@@ -357,16 +363,20 @@ def admin_requests(draw: st.DrawFn, target: Operated) -> Request:
 CONSOLE_ROUTES = [
     ("GET", "/console"), ("GET", "/console/"), ("GET", "/console/static/console.js"), ("GET", "/console/static/{junk}"),
     ("GET", "/console/static/..%2Fsession.py"), ("POST", "/console/api/login"), ("POST", "/console/api/login"),
-    ("GET", "/console/api/session"), ("POST", "/console/api/logout"), ("GET", "/console/api/oidc"),
-    ("GET", "/console/oidc/login"), ("GET", "/console/oidc/callback"), ("GET", "/console/oidc/callback"),
-    ("GET", "/console/oidc/callback"), ("GET", "/console/{junk}"),
+    ("GET", "/console/api/session"), ("POST", "/console/api/logout"), ("GET", "/console/{junk}"),
 ]
+OIDC_ROUTES = [
+    ("GET", "/console/api/oidc"), ("GET", "/console/oidc/login"), ("GET", "/console/oidc/callback"),
+    ("GET", "/console/oidc/callback"), ("GET", "/console/oidc/callback"), ("GET", "/console/{junk}"),
+]
+"""The OIDC sign-in's routes (and one that is none), fuzzed only with an OpenID Provider."""
 
 
 @st.composite
-def console_requests(draw: st.DrawFn, target: Operated) -> Request:
+def console_requests(draw: st.DrawFn, target: Operated,
+                     routes: list[tuple[str, str]] = CONSOLE_ROUTES) -> Request:
     headers, may_change = draw(_credentials(target))
-    routed, path = draw(st.sampled_from(CONSOLE_ROUTES))
+    routed, path = draw(st.sampled_from(routes))
     path = path.replace("{junk}", path_segment(draw))
     echoed: list[str] = []
     if path == "/console/oidc/callback":
@@ -378,7 +388,7 @@ def console_requests(draw: st.DrawFn, target: Operated) -> Request:
                 else f"{FLOW_COOKIE}={value}"
         params = draw(st.dictionaries(st.sampled_from(["code", "state", "iss", "error", "error_description"]),
                                       st.one_of(texts, _query_values, st.just(target.flow_state),
-                                                st.just(issuer()), st.sampled_from(["access_denied", "x y"])),
+                                                st.just(target.issuer), st.sampled_from(["access_denied", "x y"])),
                                       max_size=5))
         if draw(st.booleans()):
             params["state"] = target.flow_state
@@ -548,7 +558,12 @@ def test_generated_admin_api_requests(served: Served[Operated]) -> None:
 
 
 def test_generated_console_requests(served: Served[Operated]) -> None:
-    _seen(_each(console_requests, served), 200, 303, 400, 401, 404, 405)
+    _seen(_each(console_requests, served), 200, 400, 401, 404, 405)
+
+
+def test_generated_oidc_sign_in_requests(served: Served[Operated]) -> None:
+    issuer()  # skips without the OpenID Provider (a failure in CI)
+    _seen(_each(lambda target: console_requests(target, OIDC_ROUTES), served), 200, 303, 400, 404, 405)
 
 
 def test_generated_event_feed_requests(served: Served[Operated]) -> None:
@@ -585,7 +600,7 @@ def test_header_bytes_that_are_not_utf8_are_refused_not_a_500(served: Served[Ope
         ("GET", "/events", {"Authorization": b"Bearer \xc3"}, 401),
         ("GET", "/admin/api/endpoints", {**operator, "Host": b"\xff"}, 400),
         ("GET", f"/{target.endpoints[0]}/.well-known/agent-card.json", {"Host": b"gw\xfe.example"}, 400),
-        ("GET", "/console/oidc/login", {"Host": b"\xff"}, 400),
+        *([("GET", "/console/oidc/login", {"Host": b"\xff"}, 400)] if target.issuer else []),
     ]
     with httpx.Client(base_url=target.base_url, timeout=60) as client:
         for method, path, headers, status in cases:
