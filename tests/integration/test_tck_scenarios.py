@@ -4,6 +4,7 @@ which needs a git checkout CI cannot fetch)."""
 from __future__ import annotations
 
 import httpx
+import orjson
 import pytest
 
 from a2a_gateway.auth.api_keys import make_key
@@ -91,8 +92,12 @@ async def test_chunked_stream_reconstructs(gw, tck_id):
     async with httpx.AsyncClient(timeout=10) as http:
         async with http.stream("POST", gw.jsonrpc_url(tck_id), json=send("tck-stream-artifact-chunked-1", "SendStreamingMessage"), headers=V10) as r:
             body = (await r.aread()).decode()
-    assert body.count("data: ") >= 5
-    assert '"chunk-1 chunk-2"' in body and '"lastChunk":true' in body
+    events = [orjson.loads(line[6:])["result"] for line in body.splitlines() if line.startswith("data: ")]
+    chunks = [e["artifactUpdate"] for e in events if "artifactUpdate" in e]
+    assert len(events) >= 5
+    assert "".join(p["text"] for c in chunks for p in c["artifact"]["parts"]) == "chunk-1 chunk-2"
+    assert [c.get("lastChunk", False) for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    assert all(c.get("append") for c in chunks[1:])
 
 
 async def test_follow_ups_keep_an_input_required_task_waiting_and_are_all_in_history(gw, tck_id):

@@ -66,10 +66,11 @@ async def test_thousand_delta_reply_costs_at_most_five_task_writes_and_reconstru
         request = send_request("go")
         async with gw.client(ep) as client:
             events = [e async for e in client.send_message(request)]
-    chunks = [e.artifact_update for e in events if e.HasField("artifact_update") and not e.artifact_update.last_chunk]
+    chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
     # every token reached the streaming client, one part each (tokens the client had not
-    # read yet wait, and come, as one chunk of their parts)
-    assert sum(len(c.artifact.parts) for c in chunks) == 1000
+    # read yet wait, and come, as one chunk of their parts), then the empty last chunk
+    assert [p.text for c in chunks for p in c.artifact.parts].count("") == 1
+    assert sum(len(c.artifact.parts) for c in chunks) == 1001 and chunks[-1].last_chunk
     text = ""
     for e in events:
         if e.HasField("artifact_update"):
