@@ -90,13 +90,15 @@ def cmd_serve(args: argparse.Namespace) -> None:
     serve(_settings(args))
 
 
-def serve(settings: GatewaySettings, endpoints: Sequence[Endpoint] = ()) -> None:
-    """Run the gateway until SIGINT or SIGTERM; ``endpoints`` are created if missing."""
+def serve(settings: GatewaySettings, endpoints: Sequence[Endpoint] = (),
+          banner: Callable[[str], None] | None = None) -> None:
+    """Run the gateway until SIGINT or SIGTERM; ``endpoints`` are created if missing.
+    ``banner`` is called with the gateway's base URL once it listens, before the listening line."""
     configure_logging(settings.log_level, settings.log_format)
     new_loop, loop_name = event_loop(settings.event_loop)
     try:
         with asyncio.Runner(loop_factory=new_loop) as runner:
-            runner.run(_serve(settings, endpoints, loop_name))
+            runner.run(_serve(settings, endpoints, loop_name, banner))
     except (web.GracefulExit, KeyboardInterrupt):
         pass
 
@@ -116,7 +118,8 @@ def event_loop(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | N
     return None, "asyncio"
 
 
-async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint], loop_name: str = "asyncio") -> None:
+async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint], loop_name: str = "asyncio",
+                 banner: Callable[[str], None] | None = None) -> None:
     app = build_app(settings, endpoints=endpoints)
     runner = gateway_runner(app, settings, shutdown_timeout=settings.shutdown_close_seconds)
     stop, hurry = asyncio.Event(), asyncio.Event()
@@ -144,8 +147,10 @@ async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint], loop_
         grpc_port = app[GATEWAY].grpc_port
         grpc = f", gRPC on {settings.grpc_host or settings.host}:{grpc_port}" if grpc_port is not None else ""
         tune_for_serving(settings.gc_young_threshold)  # after start-up: what it created is frozen
+        if banner is not None:
+            banner(settings.public_base_url or http_url(host, port))
         print(
-            f"a2a-gateway {version('a2a-gateway')} listening on http://{host}:{port} "
+            f"a2a-gateway {version('a2a-gateway')} listening on {http_url(host, port)} "
             f"(store {display_url(settings.store)}, {count} endpoint{'s' if count != 1 else ''}){grpc}"
             f", event loop {loop_name}",
             flush=True,
@@ -154,6 +159,10 @@ async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint], loop_
         await drain(app, hurry)
     finally:
         await runner.cleanup()
+
+
+def http_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def demo_endpoint() -> Endpoint:
@@ -174,10 +183,15 @@ def demo_console(settings: GatewaySettings) -> tuple[GatewaySettings, str | None
 
 def cmd_demo(args: argparse.Namespace) -> None:
     settings, console_key = demo_console(_settings(args))
-    base = settings.public_base_url or f"http://{settings.host}:{settings.port}"
+    serve(settings, [demo_endpoint()], banner=lambda base: print_demo_banner(base, console_key))
+
+
+def print_demo_banner(base: str, console_key: str | None) -> None:
+    """Where the console, the card and a first call are, with the URL the demo listens on."""
     print(f"Console: {base}/console")
     if console_key is not None:
-        print("its operator key, shown only now (set operator_keys to choose one):", file=sys.stderr)
+        print("its operator key, shown only now (set operator_keys to choose one):", file=sys.stderr,
+              flush=True)
         print(console_key)
     print(f"Agent card: {base}/{DEMO_ENDPOINT_ID}/.well-known/agent-card.json")
     print("Try:")
@@ -187,7 +201,6 @@ def cmd_demo(args: argparse.Namespace) -> None:
         "{\"messageId\":\"m1\",\"role\":\"ROLE_USER\",\"parts\":[{\"text\":\"hello gateway\"}]}}}'",
         flush=True,
     )
-    serve(settings, [demo_endpoint()])
 
 
 # -- endpoints --------------------------------------------------------------------------------
@@ -253,16 +266,20 @@ def _endpoint_from_args(args: argparse.Namespace) -> Endpoint:
         raise CommandError(f"--handler {exc}") from None
 
 
-def _report(endpoint: Endpoint, settings: GatewaySettings, *, prefix: str = "") -> bool:
-    """Print the endpoint's problems (stderr) and notes; True when it can be served."""
-    check = check_endpoint(endpoint, settings)
-    for note in check.notes:
+def _print_notes(endpoint: Endpoint, settings: GatewaySettings, notes: list[str], *, prefix: str = "") -> None:
+    for note in notes:
         print(f"{prefix}note: {note}", file=sys.stderr)
-    for problem in check.problems:
-        print(f"{prefix}{problem}", file=sys.stderr)
     if not endpoint.metadata.get("public") and not settings.allow_unauthenticated_endpoints:
         print(f"{prefix}note: not --public: {_who_may_call(endpoint, settings)}", file=sys.stderr)
-    return not check.problems
+
+
+def _not_added(problems: list[str]) -> CommandError:
+    """One problem is the error's line; several are a line each, then the error."""
+    if len(problems) == 1:
+        return CommandError(f"endpoint not added: {problems[0]}")
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return CommandError(f"endpoint not added ({len(problems)} problems)")
 
 
 def _who_may_call(endpoint: Endpoint, settings: GatewaySettings) -> str:
@@ -278,9 +295,11 @@ def cmd_endpoints_add(args: argparse.Namespace) -> None:
     endpoint = _endpoint_from_args(args)
     settings = _settings(args)
     url = _row_store(args)
-    if not _report(endpoint, settings):
-        raise CommandError("endpoint not added")
+    check = check_endpoint(endpoint, settings)
+    if check.problems:
+        raise _not_added(check.problems)
     asyncio.run(_with_store(url, lambda s: s.create_endpoint(endpoint)))
+    _print_notes(endpoint, settings, check.notes)  # an unset env: variable: the gateway may have it
     print(endpoint.id)
 
 
@@ -295,10 +314,15 @@ def cmd_endpoints_check(args: argparse.Namespace) -> None:
 
     failed = 0
     for endpoint in asyncio.run(_with_store(url, rows)):
-        if _report(endpoint, settings, prefix=f"{endpoint.id}: "):
-            print(f"{endpoint.id} ok")
-        else:
+        check = check_endpoint(endpoint, settings)
+        prefix = f"{endpoint.id}: "
+        _print_notes(endpoint, settings, check.notes, prefix=prefix)
+        for problem in check.problems:
+            print(f"{prefix}{problem}", file=sys.stderr)
+        if check.problems:
             failed += 1
+        else:
+            print(f"{endpoint.id} ok")
     if failed:
         raise CommandError(f"{failed} endpoint{'s' if failed != 1 else ''} cannot be served")
 

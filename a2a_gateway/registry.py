@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import importlib
+import inspect
 import math
+import pkgutil
 import time
 import typing
 import uuid
@@ -130,17 +133,40 @@ def load_handler_class(metadata: dict[str, Any], allowlist: list[str]) -> type[H
     if not module_name or not class_name:
         raise EndpointMisconfiguredError("metadata must name module_name and class_name")
     if not any(module_name.startswith(p) or module_name == p.rstrip(".") for p in allowlist):
-        raise EndpointMisconfiguredError(f"handler module {module_name!r} is not in the allowlist")
+        raise EndpointMisconfiguredError(f"handler module {module_name!r} is not in the allowlist"
+                                         f"{_did_you_mean(module_name, _allowed_modules(allowlist))}")
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # a broken handler module is this endpoint's problem, not a crash
+        typo = isinstance(exc, ModuleNotFoundError) and exc.name == module_name
+        hint = _did_you_mean(module_name, _allowed_modules(allowlist)) if typo else ""
         raise EndpointMisconfiguredError(
-            f"handler module {module_name!r} cannot be imported: {type(exc).__name__}: {exc}"
+            f"handler module {module_name!r} cannot be imported: {type(exc).__name__}: {exc}{hint}"
         ) from None
     cls = getattr(module, class_name, None)
     if not (isinstance(cls, type) and issubclass(cls, Handler)):
-        raise EndpointMisconfiguredError(f"{module_name}.{class_name} is not a handler class")
+        classes = [name for name, value in vars(module).items() if isinstance(value, type)
+                   and issubclass(value, Handler) and not inspect.isabstract(value)]
+        raise EndpointMisconfiguredError(f"{module_name}.{class_name} is not a handler class"
+                                         f"{_did_you_mean(class_name, classes)}")
     return cls
+
+
+def _allowed_modules(allowlist: list[str]) -> list[str]:
+    """The modules of the allowlisted packages (``handlers.`` → ``handlers.echo``, …), unimported."""
+    names = []
+    for package_name in {p.rstrip(".") for p in allowlist if p.endswith(".")}:
+        try:
+            package = importlib.import_module(package_name)
+        except Exception:  # only a hint: a package that does not import has no names
+            continue
+        names += [f"{package_name}.{m.name}" for m in pkgutil.iter_modules(getattr(package, "__path__", []))]
+    return names
+
+
+def _did_you_mean(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=1)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 @dataclass(slots=True)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import socket
+import subprocess
 
 import httpx
 import pytest
@@ -66,6 +69,35 @@ def test_a_busy_port_is_one_line():
         done = run_cli("serve", "--store", "memory://", "--port", str(port))
     assert done.returncode != 0 and "Traceback" not in done.stderr + done.stdout
     assert done.stderr.strip() == f"a2a-gateway: cannot listen on 127.0.0.1:{port}: address already in use"
+
+
+def test_demo_on_a_busy_port_fails_before_it_prints_an_operator_key(tmp_path):
+    store = f"sqlite:///{tmp_path}/demo.db"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli("demo", "--store", store, "--port", str(port))
+    assert done.returncode == 1
+    assert done.stdout == ""  # before: the console's URL, a fresh operator key, the card, a curl
+    assert done.stderr == f"a2a-gateway: cannot listen on 127.0.0.1:{port}: address already in use\n"
+    assert run_cli("keys", "list", "--store", store, check=True).stdout == ""
+
+
+async def test_demo_on_port_0_prints_every_url_with_its_port_and_the_printed_curl_works():
+    output: list[str] = []
+    async with serving("demo", "--store", "memory://", output=output) as listening:
+        banner = "".join(output)  # stdout up to the listening line
+        curl = next(line for line in banner.splitlines() if line.startswith("  curl "))
+        pasted = await asyncio.create_subprocess_exec("bash", "-c", curl, stdout=subprocess.PIPE)
+        answer, _ = await pasted.communicate()
+    base = listening[1]
+    assert re.fullmatch(r"http://127\.0\.0\.1:[1-9]\d*", base)
+    assert re.findall(r"http://[^/\s]+", banner) == [base] * 4  # console, card, curl, listening line
+    assert banner.startswith(f"Console: {base}/console\n")
+    assert f"Agent card: {base}/{DEMO_ENDPOINT_ID}/.well-known/agent-card.json\n" in banner
+    assert pasted.returncode == 0
+    assert json.loads(answer)["result"]["task"]["artifacts"][0]["parts"][0]["text"] == "echo: hello gateway"
 
 
 @pytest.mark.parametrize("value", ["nope", "123"])

@@ -95,7 +95,35 @@ def test_endpoints_add_refuses_handlers_it_cannot_load(tmp_path, handler, expect
     store = f"sqlite:///{tmp_path}/cli.db"
     done = run_cli("endpoints", "add", "--store", store, "--name", "x", "--handler", handler)
     assert_one_line_error(done, expected)
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stdout == ""
     assert run_cli("endpoints", "list", "--store", store).stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("handler", "line"),
+    [
+        ("handlers.echo:EchoHandlr", "handlers.echo.EchoHandlr is not a handler class; did you mean EchoHandler?"),
+        ("handlers.hermes:HermesHandler",
+         "handlers.hermes.HermesHandler is not a handler class; did you mean HermesAgentHandler?"),
+        ("handlers.ecko:EchoHandler", "handler module 'handlers.ecko' cannot be imported: ModuleNotFoundError: "
+         "No module named 'handlers.ecko'; did you mean handlers.echo?"),
+        ("handler.echo:EchoHandler", "handler module 'handler.echo' is not in the allowlist; "
+         "did you mean handlers.echo?"),
+    ],
+)
+def test_a_handler_typo_is_one_line_with_a_did_you_mean_and_nothing_written(tmp_path, handler, line):
+    store = f"sqlite:///{tmp_path}/cli.db"
+    done = run_cli("endpoints", "add", "--store", store, "--name", "x", "--handler", handler)
+    assert done.returncode == 1
+    assert done.stderr == f"a2a-gateway: endpoint not added: {line}\n"  # no note of a key to create
+    assert done.stdout == ""
+    assert run_cli("endpoints", "list", "--store", store, check=True).stdout == ""
+
+
+def test_a_misspelt_handler_with_nothing_close_gets_no_guess(tmp_path):
+    done = run_cli("endpoints", "add", "--store", f"sqlite:///{tmp_path}/cli.db", "--name", "x",
+                   "--handler", "handlers.echo:Zzz")
+    assert done.stderr == "a2a-gateway: endpoint not added: handlers.echo.Zzz is not a handler class\n"
 
 
 def test_endpoints_add_notes_unset_environment_references_and_writes(tmp_path):
@@ -195,7 +223,7 @@ def test_demo_help_names_the_store_demo_serves(capsys, monkeypatch, tmp_path):
     assert exited.value.code == 0
     named = re.search(r"default (sqlite:///\S+?\.db)", " ".join(capsys.readouterr().out.split()))
     served: list[str] = []
-    monkeypatch.setattr(cli, "serve", lambda settings, *endpoints: served.append(settings.store))
+    monkeypatch.setattr(cli, "serve", lambda settings, *endpoints, **_: served.append(settings.store))
     cli.main(["demo"])
     assert named is not None and served == [named[1]]
 
