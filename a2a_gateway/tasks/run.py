@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -117,6 +118,27 @@ _EVENTS_PER_TURN = 32
 
 _BACKEND_ANSWERED = frozenset({TASK_STATE_COMPLETED, TASK_STATE_REJECTED, TASK_STATE_INPUT_REQUIRED,
                                TASK_STATE_AUTH_REQUIRED})
+
+
+class OnConflict(enum.Enum):
+    """What a newer version of the task in the store means to a write of this run."""
+
+    MINE = enum.auto()
+    """A write of this run landed unseen (e.g. interrupted by a cancel): this run's state
+    wins, written over it once more."""
+    RELOAD = enum.auto()
+    """An idle run ending the task: the task is reloaded and the change applied again."""
+    KEEP_NEWER = enum.auto()
+    """The run ended waiting for an answer: the newer version (an answer) stays."""
+    RAISE = enum.auto()
+    """A worker's claim: another delivery claimed the task first (``ConflictError``)."""
+    STILL_ASKED = enum.auto()
+    """An answer recorded for a worker: go on while the task still waits for input."""
+
+    @property
+    def attempts(self) -> int:
+        """Writes tried before giving up (the others end at the first conflict)."""
+        return {OnConflict.MINE: 2, OnConflict.STILL_ASKED: 3}.get(self, 1)
 
 
 class SupersededError(Exception):
@@ -362,7 +384,7 @@ class TaskRun:
             return  # the engine goes on with a fresh run (the answer is in the task)
         if self.finished or self.task.status.state in INTERRUPTED_STATES:
             if self.task.status.state in INTERRUPTED_STATES and self.version is not None:
-                await self._write(released=True)  # nothing runs this task now
+                await self._write(on_conflict=OnConflict.KEEP_NEWER)  # nothing runs this task now
             return
         await self._finish(TASK_STATE_FAILED, "the agent ended without a result")
 
@@ -467,30 +489,14 @@ class TaskRun:
         (unless to fail it). ``SupersededError``: the task moved on meanwhile."""
         self.run_state.pop("pending_input", None)
         self.run_state[DISPATCHED] = dispatched
-        if self.version is None:
-            self.version = await self._store.create_task(
-                self.scope, self.task, run_state=self.run_state, owner=DISPATCH_OWNER, lease_until=claim_until,
-            )
-            TASKS_STARTED.inc()
-            self.created.set()
+        created = self.version is None
+        if not created:
+            self._set_status(TASK_STATE_WORKING)
+        await self._write(lease=(DISPATCH_OWNER, claim_until), on_conflict=OnConflict.STILL_ASKED)
+        if created:
+            await self._announce_created()
+        else:
             self._publish_status()
-            await self._save_push_config()
-            return
-        self._set_status(TASK_STATE_WORKING)
-        for attempt in (1, 2, 3):
-            try:
-                self.version = await self._store.update_task(
-                    self.scope, self.task, expected_version=self.version, run_ref=self.run_ref,
-                    run_state=self.run_state, owner=DISPATCH_OWNER, lease_until=claim_until,
-                )
-                break
-            except ConflictError:
-                stored = await self._store.get_task(self.scope, self.task.id)
-                if stored is None or stored.task.status.state not in INTERRUPTED_STATES or attempt == 3:
-                    raise SupersededError from None
-                # still waiting for this answer: the run that asked released the task since
-                self.version, self.run_ref = stored.version, stored.run_ref
-        self._publish_status()
 
     async def claim(self) -> None:
         """A worker takes a task recorded for it over, with one conditional write
@@ -499,11 +505,7 @@ class TaskRun:
         if self.task.status.state != TASK_STATE_WORKING:
             self._set_status(TASK_STATE_WORKING)
         self._owns = True
-        ownership = self._services.ownership
-        self.version = await self._store.update_task(
-            self.scope, self.task, expected_version=self.version or 0, run_ref=self.run_ref,
-            run_state=self.run_state, owner=ownership.replica_id, lease_until=ownership.lease_deadline(),
-        )
+        await self._write(on_conflict=OnConflict.RAISE)
         self._publish_status()
 
     # event mapping -------------------------------------------------------------
@@ -554,6 +556,10 @@ class TaskRun:
         self._set_status(TASK_STATE_WORKING)
         await self._write(keep_lease=True)
         self.unseen = False
+        await self._announce_created()
+
+    async def _announce_created(self) -> None:
+        """The task was just created in the store: counted, announced, told its push config."""
         TASKS_STARTED.inc()
         self.created.set()
         self._publish_status()
@@ -685,7 +691,7 @@ class TaskRun:
             )
             self.finished = True
             try:
-                await self._write(reload_on_conflict=self._driver is None)
+                await self._write(on_conflict=OnConflict.RELOAD if self._driver is None else OnConflict.MINE)
                 break
             except _Reloaded:
                 if attempt == _IDLE_WRITE_ATTEMPTS:
@@ -719,67 +725,74 @@ class TaskRun:
         if self._hub.has_listeners(self.task.id):
             self._hub.publish(self.task.id, status_event(self.task, metadata))
 
-    async def _write(self, **how: bool) -> None:
-        """``_store_write``; an error other than a conflict or an outage is ``TaskNotWrittenError``."""
+    async def _write(
+        self, *, on_conflict: OnConflict = OnConflict.MINE, keep_lease: bool = False,
+        lease: tuple[str, float] | None = None,
+    ) -> None:
+        """The one place the task is written (created, or updated at its version), under
+        the run's write lock. The lease: ``lease`` (owner, until) when given (a dispatched
+        task waits for a worker); else this replica's while the run drives an iterator, or
+        with ``keep_lease`` while it has none (``hand_over``); none for an ended task.
+        ``on_conflict`` says what a newer version in the store means (``OnConflict``); a task
+        ended elsewhere stops this run (``SupersededError``). A task not written yet is
+        created (``ConflictError`` if its id exists). A store error other than a conflict or
+        an outage is ``TaskNotWrittenError``."""
         try:
-            await self._store_write(**how)
+            async with self._write_lock:
+                owner, until = lease or self._lease(keep_lease)
+                if self.version is None:
+                    self.version = await self._store.create_task(
+                        self.scope, self.task, run_ref=self.run_ref, run_state=self.run_state,
+                        owner=owner, lease_until=until,
+                    )
+                    return
+                await self._update(owner, until, on_conflict)
         except (ConflictError, StoreUnavailableError, SupersededError, _Reloaded):
             raise
         except Exception as exc:
             log.exception("task_write_failed")
             raise TaskNotWrittenError(f"the task could not be written ({type(exc).__name__})") from exc
 
-    async def _store_write(
-        self, *, reload_on_conflict: bool = False, keep_lease: bool = False, released: bool = False,
-    ) -> None:
-        """The one place the task is written. On a version conflict: a task ended elsewhere
-        stops this run (``SupersededError``); with ``reload_on_conflict`` (an idle run ending
-        the task) the task is reloaded (``_Reloaded``: apply the change again); with
-        ``released`` (the run ended waiting for an answer) the newer version stays (an answer
-        came in meanwhile, e.g. dispatched by another replica); otherwise this run's state
-        wins over a write of its own that landed unseen. ``keep_lease``: the
-        task stays this replica's although no iterator runs (``hand_over``). A task not
-        written yet is created (``ConflictError`` if its id exists)."""
-        async with self._write_lock:
-            ownership = self._services.ownership
-            terminal = self.task.status.state in TERMINAL_STATES
-            running = not terminal and (keep_lease or self._driving())
-            if self.version is None:
-                self.version = await self._store.create_task(
-                    self.scope, self.task, run_ref=self.run_ref, run_state=self.run_state,
-                    owner=ownership.replica_id if running else None,
-                    lease_until=ownership.lease_deadline() if running else None,
+    def _lease(self, keep_lease: bool) -> tuple[str | None, float | None]:
+        running = self.task.status.state not in TERMINAL_STATES and (keep_lease or self._driving())
+        if not running:
+            return None, None
+        ownership = self._services.ownership
+        return ownership.replica_id, ownership.lease_deadline()
+
+    async def _update(self, owner: str | None, until: float | None, on_conflict: OnConflict) -> None:
+        for attempt in range(1, on_conflict.attempts + 1):
+            try:
+                self.version = await self._store.update_task(
+                    self.scope, self.task, expected_version=self.version or 0, run_ref=self.run_ref,
+                    run_state=self.run_state, owner=owner, lease_until=until,
                 )
                 return
-            for attempt in (1, 2):
-                try:
-                    self.version = await self._store.update_task(
-                        self.scope,
-                        self.task,
-                        expected_version=self.version or 0,
-                        run_ref=self.run_ref,
-                        run_state=self.run_state,
-                        owner=ownership.replica_id if running else None,
-                        lease_until=ownership.lease_deadline() if running else None,
-                    )
-                    return
-                except ConflictError:
-                    stored = await self._store.get_task(self.scope, self.task.id)
-                    if stored is None or stored.task.status.state in TERMINAL_STATES:
-                        self.finished = True
+            except ConflictError:
+                if on_conflict is OnConflict.RAISE:
+                    raise
+                stored = await self._store.get_task(self.scope, self.task.id)
+                if on_conflict is OnConflict.STILL_ASKED:
+                    if stored is None or stored.task.status.state not in INTERRUPTED_STATES or attempt == 3:
                         raise SupersededError from None
-                    if reload_on_conflict:
-                        self.task.CopyFrom(stored.task)
-                        self.version, self.run_ref = stored.version, stored.run_ref
-                        self.run_state = dict(stored.run_state)
-                        raise _Reloaded from None
-                    if released:
-                        return
-                    if attempt == 2:
-                        raise
-                    # a write of ours was interrupted after it landed (e.g. by cancel);
-                    # this run still owns the task, so its state in memory wins
-                    self.version = stored.version
+                    # still waiting for this answer: the run that asked released the task since
+                    self.version, self.run_ref = stored.version, stored.run_ref
+                    continue
+                if stored is None or stored.task.status.state in TERMINAL_STATES:
+                    self.finished = True
+                    raise SupersededError from None
+                if on_conflict is OnConflict.RELOAD:
+                    self.task.CopyFrom(stored.task)
+                    self.version, self.run_ref = stored.version, stored.run_ref
+                    self.run_state = dict(stored.run_state)
+                    raise _Reloaded from None
+                if on_conflict is OnConflict.KEEP_NEWER:
+                    return
+                if attempt == 2:
+                    raise
+                # a write of ours was interrupted after it landed (e.g. by cancel);
+                # this run still owns the task, so its state in memory wins
+                self.version = stored.version
 
     def _driving(self) -> bool:
         """An iterator is (about to be) driven, so this replica owns the task while it runs."""
