@@ -174,11 +174,15 @@ def demo_endpoint() -> Endpoint:
 
 
 def demo_console(settings: GatewaySettings) -> tuple[GatewaySettings, str | None]:
-    """The demo's settings with the console on, and a new operator key when none is set."""
+    """The demo's settings with the console on, its log for people on a terminal (unless
+    log_format is set), and a new operator key when none is set."""
+    update: dict[str, Any] = {"console": True}
+    if "log_format" not in settings.model_fields_set:
+        update["log_format"] = "auto"
     if settings.operator_keys:
-        return settings.model_copy(update={"console": True}), None
+        return settings.model_copy(update=update), None
     key = secrets.token_urlsafe(24)
-    return settings.model_copy(update={"console": True, "operator_keys": [SecretStr(key)]}), key
+    return settings.model_copy(update={**update, "operator_keys": [SecretStr(key)]}), key
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -189,9 +193,11 @@ def cmd_demo(args: argparse.Namespace) -> None:
 def print_demo_banner(base: str, console_key: str | None) -> None:
     """Where the console, the card and a first call are, with the URL the demo listens on."""
     print(f"Console: {base}/console")
-    if console_key is not None:
-        print("its operator key, shown only now (set operator_keys to choose one):", file=sys.stderr,
-              flush=True)
+    if console_key is None:
+        print("sign in with one of A2A_GATEWAY_OPERATOR_KEYS", file=sys.stderr)
+    else:
+        print("its operator key, shown only now (to keep using it after a restart, set "
+              "A2A_GATEWAY_OPERATOR_KEYS to it):", file=sys.stderr, flush=True)
         print(console_key)
     print(f"Agent card: {base}/{DEMO_ENDPOINT_ID}/.well-known/agent-card.json")
     print("Try:")
@@ -398,8 +404,10 @@ def cmd_keys_list(args: argparse.Namespace) -> None:
             state = f"revoked {row.revoked_at.isoformat(timespec='seconds')}"
         elif row.expires_at is not None and row.expires_at <= now:
             state = f"expired {row.expires_at.isoformat(timespec='seconds')}"
+        elif row.expires_at is not None:
+            state = f"active, expires {row.expires_at.isoformat(timespec='seconds')}"
         else:
-            state = "active"
+            state = "active, never expires"
         print(f"{row.id}  {row.endpoint_id}  {row.principal}  {state}  {row.name}".rstrip())
 
 
@@ -499,7 +507,8 @@ def _key_commands(sub: Any) -> None:
     create.add_argument("--name", help="label for the operator")
     create.add_argument("--expires", type=float, metavar="DAYS", help="days until the key stops working")
     create.set_defaults(func=cmd_keys_create)
-    listing = keys.add_parser("list", help="list keys: id, endpoint, principal, state, label")
+    listing = keys.add_parser("list", help="list keys: id, endpoint, principal, state (active "
+                              "and when it expires, expired, revoked), label")
     _store_args(listing)
     listing.add_argument("--endpoint", help="only the keys of this endpoint")
     listing.set_defaults(func=cmd_keys_list)

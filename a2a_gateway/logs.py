@@ -1,4 +1,5 @@
-"""structlog setup: JSON lines (or console), context variables, secrets dropped.
+"""structlog setup: JSON lines (or console lines, on a terminal with ``auto``), context
+variables, secrets dropped.
 
 Also for the log lines of libraries (stdlib ``logging``): credentials in URLs are masked,
 tracebacks are text, and a request aiohttp's parser rejects (a client's malformed bytes,
@@ -84,17 +85,19 @@ class RejectedRequests(logging.Filter):
 
 
 def configure_logging(level: str = "info", fmt: str = "json") -> None:
+    """Log to stdout as ``fmt``: ``json``, ``console`` or ``auto`` (console on a terminal)."""
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         drop_secrets,
     ]
-    json_lines = fmt == "json"
+    terminal = sys.stdout.isatty()
+    json_lines = fmt == "json" or (fmt == "auto" and not terminal)
     renderer: Any = (
         structlog.processors.JSONRenderer(serializer=orjson.dumps)
         if json_lines
-        else structlog.dev.ConsoleRenderer(colors=False)
+        else structlog.dev.ConsoleRenderer(colors=terminal)
     )
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
     structlog.configure(

@@ -337,7 +337,9 @@ class GatewaySettings(BaseSettings):
     and flags win over it. Needs boto3 (the ``dynamodb`` extra). Empty: none."""
     replica_id: str = Field(default_factory=lambda: f"gw-{uuid.uuid4().hex[:12]}")
     log_level: str = "info"
-    log_format: str = "json"
+    log_format: Literal["json", "console", "auto"] = "json"
+    """``json`` lines, ``console`` (lines for people), or ``auto``: console when the log goes to
+    a terminal, else json. ``demo`` defaults to ``auto``."""
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod

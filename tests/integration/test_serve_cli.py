@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import select
 import socket
 import subprocess
+import sys
+import time
 
 import httpx
 import pytest
 
 from a2a_gateway.cli import DEMO_ENDPOINT_ID
-from tests.cli_process import run_cli, serving
+from tests.cli_process import LISTENING, ROOT, cli_env, run_cli, serving
 from tests.harness import require_env
 from tests.stores import pg_support
 
@@ -98,6 +102,63 @@ async def test_demo_on_port_0_prints_every_url_with_its_port_and_the_printed_cur
     assert f"Agent card: {base}/{DEMO_ENDPOINT_ID}/.well-known/agent-card.json\n" in banner
     assert pasted.returncode == 0
     assert json.loads(answer)["result"]["task"]["artifacts"][0]["parts"][0]["text"] == "echo: hello gateway"
+
+
+async def test_the_demo_operator_key_outlives_a_restart_once_set_as_operator_keys():
+    first: list[str] = []
+    async with serving("demo", "--store", "memory://", output=first):
+        key = first[1].strip()  # the line after the console's URL
+    told = "".join(first)
+    assert "set A2A_GATEWAY_OPERATOR_KEYS to it" in told and told.count(key) == 1
+    again: list[str] = []
+    async with serving("demo", "--store", "memory://", output=again, A2A_GATEWAY_OPERATOR_KEYS=key) as listening:
+        async with httpx.AsyncClient(timeout=10) as http:
+            admin = await http.get(f"{listening[1]}/admin/api/endpoints", headers={"Authorization": f"Bearer {key}"})
+    assert admin.status_code == 200
+    assert [line for line in "".join(again).splitlines() if "operator" in line.lower()] == [
+        "sign in with one of A2A_GATEWAY_OPERATOR_KEYS"]  # and no new key
+
+
+def _read_until(fd: int, pattern: re.Pattern[str], seen: list[str], seconds: float = 20) -> re.Match[str]:
+    """Read ``fd`` (a terminal's side) into ``seen`` until ``pattern`` matches what was read,
+    its colors left out."""
+    deadline = time.monotonic() + seconds
+    while (found := pattern.search(re.sub(r"\x1b\[[0-9;]*m", "", "".join(seen)))) is None:
+        assert time.monotonic() < deadline, f"{pattern.pattern!r} not in {''.join(seen)!r}"
+        if select.select([fd], [], [], 0.2)[0]:
+            seen.append(os.read(fd, 65536).decode(errors="replace"))
+    return found
+
+
+@pytest.mark.parametrize(("environment", "lines_for_people"), [({}, True), ({"A2A_GATEWAY_LOG_FORMAT": "json"}, False)])
+def test_the_demo_in_a_terminal_logs_lines_for_people_unless_json_is_asked(environment, lines_for_people):
+    terminal, demo_side = os.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "a2a_gateway", "demo", "--store", "memory://", "--port", "0"],
+                            cwd=ROOT, env=cli_env(A2A_GATEWAY_LOG_LEVEL="info", **environment),
+                            stdin=subprocess.DEVNULL, stdout=demo_side, stderr=demo_side)
+    os.close(demo_side)
+    seen: list[str] = []
+    try:
+        base = _read_until(terminal, LISTENING, seen)[1]
+        httpx.post(f"{base}/{DEMO_ENDPOINT_ID}/a2a", json=SEND, headers={"A2A-Version": "1.0"}, timeout=10)
+        logged = _read_until(terminal, re.compile(r"^.*\ba2a_method\W+SendMessage\b.*$", re.M), seen)[0].strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        os.close(terminal)
+    if lines_for_people:
+        assert re.match(r"\S+Z \[info\s*\] request\s+.*a2a_method=SendMessage", logged), logged
+    else:
+        assert json.loads(logged)["a2a_method"] == "SendMessage"
+
+
+async def test_the_demo_logs_json_lines_through_a_pipe():
+    output: list[str] = []
+    async with serving("demo", "--store", "memory://", output=output, A2A_GATEWAY_LOG_LEVEL="info") as listening:
+        async with httpx.AsyncClient(timeout=10) as http:
+            await http.post(f"{listening[1]}/{DEMO_ENDPOINT_ID}/a2a", json=SEND, headers={"A2A-Version": "1.0"})
+    logged = [json.loads(line) for line in "".join(output).splitlines() if line.startswith("{")]
+    assert any(entry["event"] == "request" and entry["a2a_method"] == "SendMessage" for entry in logged)
 
 
 @pytest.mark.parametrize("value", ["nope", "123"])

@@ -249,3 +249,37 @@ def test_endpoints_show_masks_literal_secrets_but_shows_env_references(tmp_path)
     assert literal not in run_cli("endpoints", "list", "--store", store).stdout
     other = json.loads(run_cli("endpoints", "show", "--store", store, chat, check=True).stdout)
     assert other["metadata"]["api_key"] == "env:OPENAI_API_KEY" and other["metadata"]["model"] == "m"
+
+
+def test_keys_list_shows_when_each_key_expires(tmp_path):
+    store = f"sqlite:///{tmp_path}/cli.db"
+    endpoint_id = added_id(run_cli("endpoints", "add", "--store", store, "--name", "x", "--handler", ECHO))
+    made = run_cli("keys", "create", "--store", store, "--endpoint", endpoint_id, "--expires", "30", "--name", "ci",
+                   check=True)
+    created = re.match(r"key (\w+) for endpoint \S+, principal \S+, expires (\S+)$", made.stdout.splitlines()[0])
+    forever = run_cli("keys", "create", "--store", store, "--endpoint", endpoint_id, check=True)
+    forever_id = forever.stdout.strip().splitlines()[-1].split("_")[1]
+    assert created is not None
+    key_id, expires = created.groups()
+    listed = run_cli("keys", "list", "--store", store, check=True).stdout.splitlines()
+    assert sorted(listed) == sorted([
+        f"{key_id}  {endpoint_id}  {key_id}  active, expires {expires}  ci",
+        f"{forever_id}  {endpoint_id}  {forever_id}  active, never expires",
+    ])
+
+
+@pytest.mark.parametrize(("environment", "expected"), [({}, "auto"), ({"A2A_GATEWAY_LOG_FORMAT": "json"}, "json")])
+def test_demo_logs_for_people_unless_a_log_format_is_set(monkeypatch, tmp_path, environment, expected):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("A2A_GATEWAY_LOG_FORMAT", raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    served: list[str] = []
+    monkeypatch.setattr(cli, "serve", lambda settings, *endpoints, **_: served.append(settings.log_format))
+    cli.main(["demo"])
+    assert served == [expected]
+
+
+def test_a_log_format_that_does_not_exist_is_one_line():
+    done = run_cli("serve", "--store", "memory://", A2A_GATEWAY_LOG_FORMAT="text")
+    assert_one_line_error(done, "log_format: Input should be 'json', 'console' or 'auto'")

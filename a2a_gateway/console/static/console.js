@@ -209,7 +209,7 @@ async function loadKeys() {
       actions.append(revoke);
     }
     row.append(el("td", key.id), el("td", key.principal), el("td", key.name), el("td", key.state, { class: "state" }),
-      el("td", key.createdAt), actions);
+      el("td", key.createdAt), el("td", key.expiresAt ?? "never", { class: "expires" }), actions);
     body.append(row);
   }
 }
