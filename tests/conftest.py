@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.harness import RunningGateway, running_gateway
+from tests.stores.dynamo_support import stop_local_moto
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -24,6 +25,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
     if report.skipped and os.environ.get("CI") == "true" and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where every service runs: {report.longrepr}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    stop_local_moto()  # the run's own moto server, when no A2A_TEST_DYNAMODB_ENDPOINT was given
 
 
 @pytest.fixture

@@ -4,13 +4,14 @@
 #
 #   install  a venv with moto[server,dynamodb] under $A2A_CI_CACHE (.ci/run creates the
 #            project venv only after the services have started)
-#   start    moto on a free loopback port (the server picks it: no port race); waits until
-#            /moto-api/ answers; prints A2A_TEST_DYNAMODB_ENDPOINT
+#   start    tests/stores/moto_server.py (moto answering one request at a time, as the tests
+#            need: see its docstring) on a free loopback port; waits until /moto-api/ answers;
+#            prints A2A_TEST_DYNAMODB_ENDPOINT
 #   stop     SIGTERM, then SIGKILL after 10 s
 #
-# moto checks a ConditionExpression and then writes, without a lock, while its server
-# answers requests on many threads: two racing conditional updates can both succeed.
-# Real DynamoDB makes each write atomic, so the launcher below serializes requests.
+# Without A2A_TEST_DYNAMODB_ENDPOINT the tests start the same server themselves
+# (tests/stores/dynamo_support.py); CI starts it here, so that the tests' path for a given
+# endpoint stays tested.
 #
 # Outside .ci/run: A2A_CI_STATE=$(mktemp -d) bash .ci/services/05-moto.sh install, then start.
 set -euo pipefail
@@ -23,6 +24,7 @@ MOTO_VERSION=5.2.5
 : "${A2A_CI_STATE:?A2A_CI_STATE is not set (run through .ci/run)}"
 
 VENV="$A2A_CI_CACHE/moto-$MOTO_VERSION"
+SERVER="$(cd "$(dirname "$0")/../.." && pwd)/tests/stores/moto_server.py"
 RUN_DIR="$A2A_CI_STATE/moto"
 PID_FILE="$RUN_DIR/pid"
 
@@ -43,35 +45,8 @@ do_install() {
 do_start() {
   mkdir -p "$RUN_DIR"
   rm -f "$RUN_DIR/port"
-  cat >"$RUN_DIR/serve.py" <<'PY'
-import sys
-import threading
-
-from moto.moto_server.werkzeug_app import (
-    DomainDispatcherApplication,
-    MotoRequestHandler,
-    create_backend_app,
-)
-from werkzeug.serving import make_server
-
-app = DomainDispatcherApplication(create_backend_app)
-lock = threading.Lock()
-
-
-def serialized(environ, start_response):
-    with lock:  # one request at a time: conditional writes become atomic, as on DynamoDB
-        return list(app(environ, start_response))
-
-
-server = make_server("127.0.0.1", 0, serialized, threaded=True, request_handler=MotoRequestHandler)
-with open(sys.argv[1] + ".tmp", "w") as f:
-    f.write(str(server.server_port))
-import os
-
-os.replace(sys.argv[1] + ".tmp", sys.argv[1])
-server.serve_forever()
-PY
-  nohup "$VENV/bin/python" "$RUN_DIR/serve.py" "$RUN_DIR/port" >"$RUN_DIR/log" 2>&1 &
+  # the server prints its port once it listens
+  nohup "$VENV/bin/python" "$SERVER" >"$RUN_DIR/port" 2>"$RUN_DIR/log" &
   echo $! >"$PID_FILE"
   local port="" i
   for i in $(seq 1 200); do

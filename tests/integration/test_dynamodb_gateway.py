@@ -8,8 +8,9 @@ There is no live path between processes on DynamoDB: a subscriber on ``b`` recei
 then the durable changes (final artifact, final state) by polling the store every
 ``A2A_GATEWAY_REMOTE_POLL_SECONDS``.
 
-Every test gets its own table prefix, dropped afterwards. Needs ``A2A_TEST_DYNAMODB_ENDPOINT``
-(see ``.ci/services/05-moto.sh``); skips without it, except in CI (``CI=true``), where it fails.
+Every test gets its own table prefix, dropped afterwards. The moto server is
+``A2A_TEST_DYNAMODB_ENDPOINT`` (CI's, ``.ci/services/05-moto.sh``), else one the run starts itself
+(``tests/stores/dynamo_support.py``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """The store contract suite runs against every store kind (``store_urls.STORE_KINDS``), each
-on a fresh store; PostgreSQL and DynamoDB skip when their service is not configured (a failure
-in CI).
+on a fresh store; PostgreSQL skips when its server is not configured (a failure in CI).
 """
 
 from __future__ import annotations

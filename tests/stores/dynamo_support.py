@@ -1,30 +1,80 @@
-"""DynamoDB stores for tests, on a moto server (``A2A_TEST_DYNAMODB_ENDPOINT``).
+"""DynamoDB stores for tests, on a moto server: ``A2A_TEST_DYNAMODB_ENDPOINT`` when given (CI's,
+.ci/services/05-moto.sh), else one the test run starts itself (``moto_server.py``, moto comes
+with the ``test`` extra) the first time a test needs it, and stops when the run ends.
 
 Each test gets its own table prefix, so tests never see each other's items even
 when several runs share one moto server; the tables are deleted afterwards.
-Without the variable the tests skip, except in CI (``CI=true``), where they fail.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
+import tempfile
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
-from tests.harness import require_env
-
 # moto accepts any credentials; explicit ones keep real AWS credentials out of tests.
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 REGION = "eu-central-1"
+ENV_VAR = "A2A_TEST_DYNAMODB_ENDPOINT"
+
+
+class LocalMoto:
+    """``moto_server.py`` as a child process of the test run (not a thread of it: moto's
+    work stays off the event loops under test)."""
+
+    def __init__(self) -> None:
+        self._log = tempfile.TemporaryFile()
+        self._process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("moto_server.py"))],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log)
+        assert self._process.stdout is not None
+        port = self._process.stdout.readline().strip()  # printed once it accepts connections
+        if not port.isdigit():
+            self._log.seek(0)
+            output = self._log.read().decode(errors="replace")[-2000:]
+            self.stop()
+            raise RuntimeError(f"moto_server.py did not start: {output}")
+        self.url = f"http://127.0.0.1:{int(port)}"
+
+    def stop(self) -> None:
+        self._process.terminate()
+        try:
+            self._process.wait(10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        assert self._process.stdout is not None
+        self._process.stdout.close()
+        self._log.close()
+
+
+_local: list[LocalMoto] = []
+_starting = threading.Lock()
 
 
 def moto_endpoint() -> str:
-    return require_env("A2A_TEST_DYNAMODB_ENDPOINT")
+    """The moto server's URL: the given one, else the run's own (started on the first call)."""
+    if given := os.environ.get(ENV_VAR):
+        return given
+    with _starting:
+        if not _local:
+            _local.append(LocalMoto())
+        return _local[0].url
+
+
+def stop_local_moto() -> None:
+    """Stops the run's own moto server, if one was started."""
+    while _local:
+        _local.pop().stop()
 
 
 def store_url(endpoint: str, prefix: str, **extra: object) -> str:

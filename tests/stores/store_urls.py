@@ -1,8 +1,8 @@
 """A fresh, empty store URL of each kind the gateway supports, for one test.
 
-``memory`` and ``sqlite`` need no service; ``postgres`` and ``dynamodb`` come from
-``pg_support`` and ``dynamo_support`` and skip when their service is not configured (a failure
-in CI). Anything in the test may open the URL: the gateway with ``running_gateway(url)``, a
+``memory`` and ``sqlite`` need no service; ``postgres`` comes from ``pg_support`` and skips when
+its server is not configured (a failure in CI); ``dynamodb`` comes from ``dynamo_support``, on a
+moto server the run starts itself when none is given. Anything in the test may open the URL: the gateway with ``running_gateway(url)``, a
 store with ``open_store(url)``.
 """
 
