@@ -310,6 +310,8 @@ def cmd_endpoints_add(args: argparse.Namespace) -> None:
 
 
 def cmd_endpoints_check(args: argparse.Namespace) -> None:
+    """Whether each row can be served by a gateway started here: an ``env:`` variable this
+    environment lacks is a problem (``add`` only notes it: the row may be written elsewhere)."""
     settings = _settings(args)
     url = _row_store(args)
 
@@ -322,10 +324,11 @@ def cmd_endpoints_check(args: argparse.Namespace) -> None:
     for endpoint in asyncio.run(_with_store(url, rows)):
         check = check_endpoint(endpoint, settings)
         prefix = f"{endpoint.id}: "
-        _print_notes(endpoint, settings, check.notes, prefix=prefix)
-        for problem in check.problems:
+        problems = check.problems + check.unset_env
+        _print_notes(endpoint, settings, [n for n in check.notes if n not in check.unset_env], prefix=prefix)
+        for problem in problems:
             print(f"{prefix}{problem}", file=sys.stderr)
-        if check.problems:
+        if problems:
             failed += 1
         else:
             print(f"{endpoint.id} ok")

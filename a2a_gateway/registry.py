@@ -175,6 +175,15 @@ class EndpointCheck:
     """Why the row cannot be served."""
     notes: list[str] = field(default_factory=list)
     """What this process cannot check (environment references the gateway must resolve)."""
+    unset_env: list[str] = field(default_factory=list)
+    """The notes that name an ``env:`` variable not set in this process."""
+
+    def note_unset_env(self, unset: dict[str, str]) -> None:
+        """Note each setting (key → variable) whose ``env:`` variable is not set here."""
+        found = [f"{key} reads the environment variable {name}, which is not set here"
+                 for key, name in unset.items()]
+        self.unset_env += found
+        self.notes += found
 
 
 def runtime_auth(endpoint: Endpoint, settings: GatewaySettings, *, resolve_env: bool = True) -> EndpointAuth:
@@ -215,8 +224,9 @@ def check_endpoint(endpoint: Endpoint, settings: GatewaySettings) -> EndpointChe
         check.problems.append(exc.message)
         return check
     metadata = dict(endpoint.metadata)
-    for key, name in unset_env_refs(metadata).items():
-        check.notes.append(f"{key} reads the environment variable {name}, which is not set here")
+    unset = unset_env_refs(metadata)
+    check.note_unset_env(unset)
+    for key in unset:
         del metadata[key]
     known = cls.Settings.model_fields
     unknown = sorted(k for k in metadata if k not in known and k not in RESERVED_METADATA_KEYS)
@@ -240,8 +250,7 @@ def _check_auth(endpoint: Endpoint, settings: GatewaySettings, check: EndpointCh
         return
     keys = ((endpoint.metadata.get("auth") or {}).get("jwt") or {}).get("keys") or []
     unset = unset_env_refs({f"auth.jwt.keys.{i}": key for i, key in enumerate(keys)})
-    check.notes += [f"{where} reads the environment variable {name}, which is not set here"
-                    for where, name in unset.items()]
+    check.note_unset_env(unset)
     if auth.trusted_header and not settings.trusted_proxies:
         check.notes.append(f"auth.trusted_header: no proxy address is trusted here, so the "
                            f"{auth.trusted_header} header is ignored (set A2A_GATEWAY_TRUSTED_PROXIES)")

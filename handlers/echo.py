@@ -11,6 +11,8 @@ Settings: ``delay`` (seconds per word; 0 for benchmarks), ``response_mode``
   two chunks: ``"first "``, then ``"second"`` appended with ``last_chunk``),
   ``file`` (one file part ``echo.txt``, ``text/plain``, holding the message's text)
   and ``data`` (one data part ``{"echo": <text>, "words": <count>}``).
+* ``?slow``: answers one word a second, the echo then a count to 55 (about a minute), so that a
+  person has the time to paste the task's id into a cancel or subscribe call.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from handlers.base import (
 )
 
 AUTH_URL = "https://example.com/echo/authorize"
+SLOW_SECONDS_PER_WORD = 1.0
+SLOW_COUNT = 55
 
 
 class EchoSettings(ResponseModeSettings):
@@ -64,11 +68,15 @@ class EchoHandler(Handler):
         if "?artifacts" in text:
             for artifact in artifacts(text):
                 yield artifact
-        for i, word in enumerate(answer.split(" ")):
+        words, delay = answer.split(" "), self.settings.delay
+        if "?slow" in text:
+            words += [str(n) for n in range(1, SLOW_COUNT + 1)]
+            delay = SLOW_SECONDS_PER_WORD
+        for i, word in enumerate(words):
             yield TextDelta(word if i == 0 else f" {word}")
-            if self.settings.delay:
-                await asyncio.sleep(self.settings.delay)
-        yield Completed(text=answer)
+            if delay:
+                await asyncio.sleep(delay)
+        yield Completed(text=" ".join(words))
 
 
 def artifacts(text: str) -> list[ArtifactDelta]:

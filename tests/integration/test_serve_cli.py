@@ -119,6 +119,38 @@ async def test_the_demo_operator_key_outlives_a_restart_once_set_as_operator_key
         "sign in with one of A2A_GATEWAY_OPERATOR_KEYS"]  # and no new key
 
 
+async def test_a_slow_demo_task_can_be_followed_and_canceled_while_it_runs():
+    """The README's cancel and subscribe examples, typed by a person: ?slow answers a word a second."""
+    async with serving("demo", "--store", "memory://") as listening:
+        a2a, version = f"{listening[1]}/{DEMO_ENDPOINT_ID}/a2a", {"A2A-Version": "1.0"}
+        start = {**SEND, "params": {"configuration": {"returnImmediately": True}, "message": {
+            "messageId": "slow", "role": "ROLE_USER", "parts": [{"text": "count slowly ?slow"}]}}}
+        async with httpx.AsyncClient(timeout=10) as http:
+            started = (await http.post(a2a, json=start, headers=version)).json()["result"]["task"]
+            began = time.monotonic()
+            events = []
+            async with http.stream("GET", f"{a2a}/rest/tasks/{started['id']}:subscribe", headers=version) as stream:
+                lines = stream.aiter_lines()
+                async for line in lines:
+                    if line.startswith("data:"):
+                        events.append(json.loads(line.removeprefix("data:")))
+                    if sum("artifactUpdate" in e for e in events) == 4:
+                        break
+                followed = time.monotonic() - began
+                get = {"jsonrpc": "2.0", "id": "get", "method": "GetTask", "params": {"id": started["id"]}}
+                running = (await http.post(a2a, json=get, headers=version)).json()["result"]
+                cancel = {"jsonrpc": "2.0", "id": "cancel", "method": "CancelTask", "params": {"id": started["id"]}}
+                canceled = (await http.post(a2a, json=cancel, headers=version)).json()["result"]
+                async for line in lines:
+                    if line.startswith("data:"):
+                        events.append(json.loads(line.removeprefix("data:")))
+    assert started["status"]["state"] == "TASK_STATE_WORKING"
+    assert events[0]["task"]["id"] == started["id"]
+    assert followed >= 2.5 and running["status"]["state"] == "TASK_STATE_WORKING"  # a word a second
+    assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+    assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
+
+
 def _read_until(fd: int, pattern: re.Pattern[str], seen: list[str], seconds: float = 20) -> re.Match[str]:
     """Read ``fd`` (a terminal's side) into ``seen`` until ``pattern`` matches what was read,
     its colors left out."""
