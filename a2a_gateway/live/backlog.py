@@ -19,6 +19,8 @@ from typing import Any
 
 from a2a.types import TaskArtifactUpdateEvent
 
+from a2a_gateway.events import copy_event
+
 END = object()
 """Taken when the subscription ended: nothing follows."""
 RESTART = object()
@@ -64,10 +66,8 @@ class _Chunks:
 
     def add(self, event_id: str, event: TaskArtifactUpdateEvent) -> int:
         """Merge the next chunk (its parts, its ``last_chunk``); the bytes it adds."""
-        if not self.merged:
-            own = TaskArtifactUpdateEvent()
-            own.CopyFrom(self.event)  # keeps the first chunk's append flag: replace or append
-            self.event, self.merged = own, True
+        if not self.merged:  # the copy keeps the first chunk's append flag: replace or append
+            self.event, self.merged = copy_event(self.event), True
         self.event_id = event_id
         self.event.artifact.parts.extend(event.artifact.parts)
         if event.last_chunk:

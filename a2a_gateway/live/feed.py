@@ -3,7 +3,7 @@
 A task's run announces each state change (created WORKING, INPUT_REQUIRED or AUTH_REQUIRED,
 WORKING again, terminal) and its final artifact here (``status``, ``artifact``); text and
 artifact chunks and progress notes never come here. Each event becomes one ``FeedEvent``:
-the A2A ``TaskStatusUpdateEvent`` or ``TaskArtifactUpdateEvent`` (built by ``tasks.events``)
+the A2A ``TaskStatusUpdateEvent`` or ``TaskArtifactUpdateEvent`` (built by ``a2a_gateway.events``)
 inside a small envelope naming the endpoint, task, context, principal, state and time,
 serialized once for every subscriber (docs/streams.md, "Endpoint event feed", is the wire
 format).
@@ -43,6 +43,7 @@ from typing import Any, Protocol
 import orjson
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent
 
+from a2a_gateway.events import status_event
 from a2a_gateway.protojson import message_to_dict
 from a2a_gateway.stores.base import TERMINAL_STATES, Scope
 
@@ -260,10 +261,8 @@ class EndpointFeed:
         self._loose = 0
 
     # what a run announces (tasks.run) ---------------------------------------------
-    def status(
-        self, scope: Scope, task: Task, version: int | None, build: Callable[[Task], TaskStatusUpdateEvent]
-    ) -> None:
-        """``task``'s status (its update built by ``build`` only when announced), when it is a
+    def status(self, scope: Scope, task: Task, version: int | None) -> None:
+        """``task``'s status (its update built only when announced), when it is a
         change: a new state, or a new question (not a repeated WORKING, e.g. a progress note,
         nor the same question again, e.g. on a hand-over). ``version``: the task's store
         version, which holds this status."""
@@ -283,7 +282,7 @@ class EndpointFeed:
         if self._wanted(scope.endpoint_id):
             if unsent is not None:  # a watch began between the artifact and the end
                 self._emit_unsent(scope, task, *unsent)
-            self._emit(scope, task, build(task), version or 0)
+            self._emit(scope, task, status_event(task), version or 0)
 
     def artifact(self, scope: Scope, task: Task, update: TaskArtifactUpdateEvent, version: int | None) -> None:
         """A final artifact (the whole of it, not a chunk); the task's next write (the

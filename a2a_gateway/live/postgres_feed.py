@@ -43,6 +43,7 @@ import orjson
 import structlog
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
 
+from a2a_gateway.events import artifact_event, status_event
 from a2a_gateway.live.feed import ARTIFACT, EVERY_ENDPOINT, STATUS, EndpointFeed, FeedEvent, FeedUpdate, envelope
 from a2a_gateway.live.postgres_wire import PAYLOAD_LIMIT
 from a2a_gateway.stores.base import TERMINAL_STATES, Scope
@@ -247,14 +248,10 @@ class PostgresFeedRelay:
             await asyncio.sleep(0.02)
         task = stored.task
         if message.get("k") == STATUS:
-            update: FeedUpdate = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
-            update.status.CopyFrom(task.status)
-            return envelope(scope, task, update)
+            return envelope(scope, task, status_event(task))
         for artifact in task.artifacts:
             if artifact.artifact_id == message.get("a"):
-                update = TaskArtifactUpdateEvent(task_id=task.id, context_id=task.context_id, last_chunk=True)
-                update.artifact.CopyFrom(artifact)
-                return envelope(scope, task, update)
+                return envelope(scope, task, artifact_event(task, artifact, last_chunk=True))
         return None
 
     async def aclose(self) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
+from a2a_gateway.events import artifact_event, slim_status_event, status_event, with_text
 from a2a_gateway.live.hub import LiveEvent, LocalRun
 from a2a_gateway.stores.base import Scope
 
@@ -73,10 +74,7 @@ class LiveWire:
         if text is not None:
             return self._split_delta(task_id, event, text, size)  # type: ignore[arg-type]
         if isinstance(event, TaskStatusUpdateEvent):
-            slim = TaskStatusUpdateEvent(task_id=event.task_id, context_id=event.context_id)
-            slim.status.state = event.status.state
-            slim.status.timestamp.CopyFrom(event.status.timestamp)
-            return [self._envelope(task_id, slim, _pointer(run, STATUS))]
+            return [self._envelope(task_id, slim_status_event(event), _pointer(run, STATUS))]
         if isinstance(event, TaskArtifactUpdateEvent):
             pointer = {
                 "k": FINAL_ARTIFACT, "t": task_id, "q": next(self._seq), "a": event.artifact.artifact_id,
@@ -116,11 +114,7 @@ class LiveWire:
         room = _RAW_LIMIT - (size - len(text.encode())) - 16
         out = []
         for i, piece in enumerate(split_utf8(text, room)):
-            part_event = TaskArtifactUpdateEvent()
-            part_event.CopyFrom(event)
-            part_event.artifact.parts[0].text = piece
-            part_event.append = event.append if i == 0 else True
-            out.append(self._envelope(task_id, part_event))
+            out.append(self._envelope(task_id, with_text(event, piece, append=event.append if i == 0 else True)))
         return out
 
 
@@ -166,17 +160,11 @@ def stored_event(message: dict[str, Any], task: Task) -> LiveEvent | None:
     if message["f"] == FINAL_ARTIFACT:
         for artifact in task.artifacts:
             if artifact.artifact_id == message.get("a"):
-                update = TaskArtifactUpdateEvent(
-                    task_id=task.id, context_id=task.context_id, append=False, last_chunk=True
-                )
-                update.artifact.CopyFrom(artifact)
-                return update
+                return artifact_event(task, artifact, last_chunk=True)
         return None
     slim = decode_event(message)
     if slim is not None and slim.status.timestamp == task.status.timestamp:
-        full = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
-        full.status.CopyFrom(task.status)
-        return full
+        return status_event(task)
     return None
 
 

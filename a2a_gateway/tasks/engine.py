@@ -41,7 +41,7 @@ from a2a_gateway.tasks.conversation import Caller, Conversation
 from a2a_gateway.tasks.dispatch import (
     DISPATCH_OWNER, DISPATCHED, NOT_CLAIMED, NOT_DISPATCHED, DispatchError, Dispatcher, TaskRef,
 )
-from a2a_gateway.tasks.events import GATEWAY_LOST, INTERRUPTED_STATES, copy_task, new_id, stamp, text_chunk
+from a2a_gateway.events import GATEWAY_LOST, INTERRUPTED_STATES, copy_task, new_id, stamp, text_chunk
 from a2a_gateway.tasks.ownership import Ownership
 from a2a_gateway.tasks.run import RunServices, SupersededError, TaskRun
 from handlers.base import Handler, HandlerRequest, InputRejectedError

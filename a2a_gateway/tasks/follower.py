@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 
 from a2a.types import Artifact, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
-from a2a_gateway.tasks.events import INTERRUPTED_STATES, artifact_event, status_event
+from a2a_gateway.events import INTERRUPTED_STATES, artifact_event, status_event
 from a2a_gateway.live.hub import LiveEvent, LiveHub, SubscriberBehind
 from a2a_gateway.stores.base import TERMINAL_STATES, Scope, Store
 

@@ -45,7 +45,7 @@ from a2a.utils.errors import (
 
 from a2a_gateway.tasks.conversation import Caller
 from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
-from a2a_gateway.tasks.events import copy_task
+from a2a_gateway.events import copy_task
 from a2a_gateway.tasks.ids import check_ids
 from a2a_gateway.tasks.streams import LAST_EVENT_ID, send_stream, settled_elsewhere, subscribe_stream, tagged
 from a2a_gateway.tasks.push import PushNotifier

@@ -1,7 +1,7 @@
 """One run (``TaskRun``): the only writer of its task.
 
 A run maps one handler iterator's events to A2A task states and artifacts (through
-``tasks.events``), and carries out what the engine asks of the task: take an
+``a2a_gateway.events``), and carries out what the engine asks of the task: take an
 answer, refuse one, cancel, fail it as lost, stop because another replica ended it.
 Every change is applied to the task in memory, then split in two paths:
 
@@ -52,7 +52,7 @@ from a2a_gateway.registry import EndpointRuntime
 from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, Store, StoredTask, StoreUnavailableError
 from a2a_gateway.tasks.conversation import Conversation
 from a2a_gateway.tasks.dispatch import DISPATCH_OWNER, DISPATCHED
-from a2a_gateway.tasks.events import (
+from a2a_gateway.events import (
     GATEWAY_STOPPING,
     INTERRUPTED_STATES,
     RESPONSE_ARTIFACT,
@@ -721,7 +721,7 @@ class TaskRun:
 
     def _publish_status(self, metadata: dict[str, Any] | None = None) -> None:
         if self.version is not None:  # the feed tells of stored tasks
-            self._hub.feed.status(self.scope, self.task, self.version, status_event)
+            self._hub.feed.status(self.scope, self.task, self.version)
         if self._hub.has_listeners(self.task.id):
             self._hub.publish(self.task.id, status_event(self.task, metadata))
 

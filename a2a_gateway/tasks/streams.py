@@ -25,7 +25,7 @@ from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 from a2a_gateway.live.hub import LiveEvent, SubscriberBehind, Subscription
 from a2a_gateway.stores.base import TERMINAL_STATES, Scope
 from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
-from a2a_gateway.tasks.events import (
+from a2a_gateway.events import (
     GATEWAY_STOPPING,
     INTERRUPTED_STATES,
     artifact_event,

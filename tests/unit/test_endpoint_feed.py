@@ -12,10 +12,11 @@ from a2a.types import Task, TaskState
 
 from a2a_gateway.live.feed import EVERY_ENDPOINT, EndpointFeed, FeedFilter, FeedLimits, FeedOverflowError
 from a2a_gateway.stores.base import Scope
-from a2a_gateway.tasks.events import agent_message, artifact_event, new_status, status_event
+from a2a_gateway.events import agent_message, artifact_event, new_status, status_event
 
 SCOPE = Scope("default", "ep-1", "alice")
 WORKING = TaskState.TASK_STATE_WORKING
+COMPLETED = TaskState.TASK_STATE_COMPLETED
 INPUT = TaskState.TASK_STATE_INPUT_REQUIRED
 DONE = TaskState.TASK_STATE_COMPLETED
 
@@ -26,7 +27,7 @@ def task(task_id: str = "t1", context_id: str = "c1") -> Task:
 
 def announce(feed: EndpointFeed, t: Task, state: int, scope: Scope = SCOPE) -> None:
     t.status.CopyFrom(new_status(state))
-    feed.status(scope, t, 1, status_event)
+    feed.status(scope, t, 1)
 
 
 def drain(sub) -> list[tuple[str, dict]]:
@@ -63,8 +64,8 @@ def test_a_second_question_in_the_same_state_is_an_event_the_same_one_again_is_n
     t = task()
     for prompt in ("which one?", "which one, really?"):
         t.status.CopyFrom(new_status(INPUT, agent_message(t, prompt)))
-        feed.status(SCOPE, t, 1, status_event)
-    feed.status(SCOPE, t, 1, status_event)  # e.g. the status a stopping replica repeats
+        feed.status(SCOPE, t, 1)
+    feed.status(SCOPE, t, 1)  # e.g. the status a stopping replica repeats
     questions = [e["statusUpdate"]["status"]["message"]["parts"][0]["text"] for _, e in drain(sub)]
     assert questions == ["which one?", "which one, really?"]
 
@@ -165,7 +166,7 @@ def test_a_slow_subscriber_is_dropped_at_its_byte_bound_and_the_feed_goes_on():
     assert [e["taskId"] for _, e in drain(fresh)] == ["later"]
 
 
-def test_nothing_is_built_for_an_unwatched_endpoint_in_one_process():
+def test_nothing_is_built_for_an_unwatched_endpoint_in_one_process(monkeypatch):
     feed = EndpointFeed()
     calls = []
 
@@ -173,10 +174,15 @@ def test_nothing_is_built_for_an_unwatched_endpoint_in_one_process():
         calls.append(t.id)
         return status_event(t)
 
+    monkeypatch.setattr("a2a_gateway.live.feed.status_event", build)
     t = task()
     t.status.CopyFrom(new_status(WORKING))
-    feed.status(SCOPE, t, 1, build)
-    assert feed.published == 0 and feed.log_stats()["logs"] == 0
+    feed.status(SCOPE, t, 1)
+    assert calls == [] and feed.published == 0 and feed.log_stats()["logs"] == 0
+    feed.subscribe("ep-1")
+    t.status.CopyFrom(new_status(COMPLETED))
+    feed.status(SCOPE, t, 2)
+    assert calls == [t.id]  # built once somebody watches
 
 
 def test_one_event_larger_than_the_bound_still_reaches_a_client_that_keeps_up():

@@ -1,7 +1,7 @@
 """The response text's chunks built from one prebuilt event equal the ones built field by field."""
 
 from a2a.types import Task
-from a2a_gateway.tasks.events import TextChunks, new_id, text_chunk
+from a2a_gateway.events import TextChunks, new_id, text_chunk
 
 
 def test_chunks_equal_the_field_by_field_builder_and_share_nothing():

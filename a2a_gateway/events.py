@@ -2,15 +2,16 @@
 status updates and artifact updates.
 
 Native handler events become A2A events in ``tasks.run`` through these builders
-only; the engine, the follower and the live hub use the same ones, so an event
-looks the same whichever path delivered it.
+only; the engine, the follower, the live hub and its PostgreSQL relay and the operators'
+feed use the same ones (this module sits below them all), so an event looks the same
+whichever path delivered it.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 from a2a.types import Artifact, Message, Part, Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent
 from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names per access
@@ -21,6 +22,8 @@ from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names p
 from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
+
+AnyEvent = TypeVar("AnyEvent", TaskStatusUpdateEvent, TaskArtifactUpdateEvent)
 
 INTERRUPTED_STATES = frozenset({TASK_STATE_INPUT_REQUIRED, TASK_STATE_AUTH_REQUIRED})
 """States in which a task waits for its caller."""
@@ -91,6 +94,29 @@ def status_event(task: Task, metadata: dict[str, Any] | None = None) -> TaskStat
     if metadata:
         event.metadata.update(metadata)
     return event
+
+
+def slim_status_event(event: TaskStatusUpdateEvent) -> TaskStatusUpdateEvent:
+    """``event`` without its status message: the state and its time only."""
+    slim = TaskStatusUpdateEvent(task_id=event.task_id, context_id=event.context_id)
+    slim.status.state = event.status.state
+    slim.status.timestamp.CopyFrom(event.status.timestamp)
+    return slim
+
+
+def copy_event(event: AnyEvent) -> AnyEvent:
+    """A copy of ``event`` to change without changing the original."""
+    out = type(event)()
+    out.CopyFrom(event)
+    return out
+
+
+def with_text(chunk: TaskArtifactUpdateEvent, text: str, *, append: bool) -> TaskArtifactUpdateEvent:
+    """A copy of the text ``chunk`` carrying ``text`` (a piece of its own) instead."""
+    out = copy_event(chunk)
+    out.artifact.parts[0].text = text
+    out.append = append
+    return out
 
 
 def artifact_event(
