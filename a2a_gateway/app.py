@@ -39,8 +39,8 @@ from a2a_gateway.tasks.push_guard import WebhookGuard
 from a2a_gateway.registry import EndpointRegistry
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.shutdown import refuse_when_stopping
-from a2a_gateway.stats import STATS, StatsSampler
-from a2a_gateway import tracing
+from a2a_gateway.observability.stats import STATS, StatsSampler
+from a2a_gateway.observability import tracing
 from a2a_gateway.stores import open_store
 from a2a_gateway.stores.base import Endpoint, Store, StoreUnavailableError
 from a2a_gateway.transport.middleware import request_context, trace_response_header
@@ -48,7 +48,7 @@ from a2a_gateway.transport.body import BODY_BUDGET, BodyBudget
 from a2a_gateway.transport.connections import GatewayRunner
 from a2a_gateway.transport.routes import add_routes
 from a2a_gateway.transport.sse import OPEN_STREAMS
-from handlers.upstream import backend_client
+from handlers.upstream import backend_client, trace_calls
 
 log = structlog.get_logger(__name__)
 
@@ -112,6 +112,7 @@ def build_app(
     ``http`` is the client the handlers use (tests pass one over ``httpx.MockTransport``); the
     gateway closes only a client it opened itself."""
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[request_context])
+    trace_calls(tracing.backend_call)  # backend calls continue the trace; handlers never import it
     tracing.configure()
     app.on_response_prepare.append(trace_response_header)
     add_routes(app, default_endpoint=settings.default_endpoint,

@@ -28,7 +28,7 @@ from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.card_signing import CardSigningKeyError
 from a2a_gateway.tasks.dispatch import DispatchSetupError
 from a2a_gateway.endpoints_file import EndpointsFileError, endpoint_row, export
-from a2a_gateway.logs import configure_logging, looks_secret, mask_credentials
+from a2a_gateway.observability.logs import configure_logging, looks_secret, mask_credentials
 from a2a_gateway.auth.callers import needed
 from a2a_gateway.gc_policy import tune_for_serving
 from a2a_gateway.errors import EndpointMisconfiguredError

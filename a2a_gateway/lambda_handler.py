@@ -33,7 +33,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from a2a_gateway.app import build_app, server_options
-from a2a_gateway.logs import configure_logging
+from a2a_gateway.observability.logs import configure_logging
 from a2a_gateway.settings import GatewaySettings, load_settings
 
 _HOP_BY_HOP = frozenset({"connection", "content-length", "transfer-encoding", "keep-alive"})

@@ -32,7 +32,7 @@ from a2a_gateway.agent_card import capabilities, capability, check_card, with_ha
 from a2a_gateway.auth.config import EndpointAuth, endpoint_auth
 from a2a_gateway.auth.rate_limit import RateLimit, endpoint_rate_limit
 from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError
-from a2a_gateway.logs import looks_secret
+from a2a_gateway.observability.logs import looks_secret
 from a2a_gateway.settings import (
     RESERVED_METADATA_KEYS,
     GatewaySettings,

@@ -20,7 +20,7 @@ import structlog
 from aiohttp import web
 
 from a2a_gateway.errors import GatewayStoppingError
-from a2a_gateway.metrics import HANDED_OVER
+from a2a_gateway.observability.metrics import HANDED_OVER
 from a2a_gateway.state import GATEWAY
 from a2a_gateway.transport.sse import OPEN_STREAMS
 

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from a2a_gateway.logs import configure_logging  # noqa: E402
+from a2a_gateway.observability.logs import configure_logging  # noqa: E402
 from tests.fuzz_requests import Outcome, cases, gateway_thread, problems, stray_tasks  # noqa: E402
 
 

@@ -37,7 +37,7 @@ def serve(port: int) -> None:
 
     from a2a_gateway import app as gateway_app
     from a2a_gateway.state import GATEWAY
-    from a2a_gateway.logs import configure_logging
+    from a2a_gateway.observability.logs import configure_logging
     from a2a_gateway.settings import GatewaySettings
     from a2a_gateway.stores.base import Endpoint
 

@@ -37,8 +37,8 @@ from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names p
     TASK_STATE_UNSPECIFIED,
 )
 
-from a2a_gateway.metrics import STORE_LATENCY
-from a2a_gateway.tracing import store_call
+from a2a_gateway.observability.metrics import STORE_LATENCY
+from a2a_gateway.observability.tracing import store_call
 
 TERMINAL_STATES = frozenset(
     {

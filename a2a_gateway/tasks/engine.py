@@ -32,7 +32,7 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from a2a_gateway import tracing
+from a2a_gateway.observability import tracing
 from a2a_gateway.errors import GatewayError
 from a2a_gateway.live.hub import LiveHub, Subscription
 from a2a_gateway.registry import EndpointRegistry, EndpointRuntime

@@ -27,7 +27,7 @@ import structlog
 from a2a.types import StreamResponse, Task, TaskPushNotificationConfig
 from a2a.utils.errors import InvalidParamsError
 
-from a2a_gateway.metrics import PUSH_DELIVERIES
+from a2a_gateway.observability.metrics import PUSH_DELIVERIES
 from a2a_gateway.events import new_id, status_event
 from a2a_gateway.tasks.push_guard import RefusedUrlError, UnresolvedHostError, WebhookGuard, pin
 from a2a_gateway.registry import EndpointRuntime

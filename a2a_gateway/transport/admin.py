@@ -48,7 +48,7 @@ from a2a_gateway.protojson import message_to_dict
 from a2a_gateway.registry import EndpointRuntime, check_endpoint, handler_path, runtime_auth, secret_settings
 from a2a_gateway.settings import RESERVED_METADATA_KEYS
 from a2a_gateway.state import GATEWAY, Gateway
-from a2a_gateway.stats import STATS
+from a2a_gateway.observability.stats import STATS
 from a2a_gateway.stores.base import (
     ApiKey,
     ConflictError,
@@ -487,7 +487,7 @@ async def _runtime(gateway: Gateway, endpoint_id: str) -> EndpointRuntime:
 
 async def stats(request: web.Request) -> web.Response:
     """The last ``stats_window_seconds`` of this replica's metrics, one point every
-    ``stats_interval_seconds`` (``a2a_gateway.stats``; docs/console.md)."""
+    ``stats_interval_seconds`` (``a2a_gateway.observability.stats``; docs/console.md)."""
     operator_of(request)
     return _json({"replica": request.app[GATEWAY].settings.replica_id, **request.app[STATS].series()})
 

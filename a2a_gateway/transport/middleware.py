@@ -1,4 +1,4 @@
-"""Request id, the request's trace (``a2a_gateway.tracing``), log binding, one log line per
+"""Request id, the request's trace (``observability.tracing``), log binding, one log line per
 request, and exceptions → JSON errors.
 
 This is the only place that turns exceptions into responses: gateway errors
@@ -24,10 +24,10 @@ from a2a.utils.errors import A2AError, InternalError, InvalidRequestError, Metho
 from aiohttp import web
 
 from a2a_gateway.errors import GatewayError
-from a2a_gateway.metrics import latency_histogram, outcome_counter, request_counter
+from a2a_gateway.observability.metrics import latency_histogram, outcome_counter, request_counter
 from a2a_gateway.state import GATEWAY
 from a2a_gateway.stores.base import StoreUnavailableError
-from a2a_gateway.tracing import RESPONSE_HEADER, RequestTrace, start_request
+from a2a_gateway.observability.tracing import RESPONSE_HEADER, RequestTrace, start_request
 from a2a_gateway.transport.jsonrpc import V03_METHODS, V10_METHODS, error_body
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, JSONRPC_ID, REQUEST_ID
 from a2a_gateway.transport.rest import ROUTES as REST_ROUTES

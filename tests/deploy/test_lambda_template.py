@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from a2a_gateway.logs import looks_secret
+from a2a_gateway.observability.logs import looks_secret
 from a2a_gateway.settings import GatewaySettings, resolve_handler_settings
 from a2a_gateway.tasks.dispatch import SWEEP_EVENT, parse_event
 from handlers.hermes import HermesSettings

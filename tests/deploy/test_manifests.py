@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from a2a_gateway.endpoints_file import load
-from a2a_gateway.logs import looks_secret
+from a2a_gateway.observability.logs import looks_secret
 from a2a_gateway.settings import GatewaySettings
 from tests.deploy.dockerfile import ROOT, stages
 from tests.deploy.gateway_env import FIELDS, PREFIX, known_settings

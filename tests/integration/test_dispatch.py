@@ -26,10 +26,10 @@ from a2a.client.errors import A2AClientError
 from a2a.types import GetTaskRequest, SubscribeToTaskRequest, Task, TaskState
 from aiohttp import web
 
-from a2a_gateway import tracing
+from a2a_gateway.observability import tracing
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.tasks.dispatch import NOT_CLAIMED, NOT_DISPATCHED, SWEEP_EVENT
-from a2a_gateway.tracing import TraceParent
+from a2a_gateway.observability.tracing import TraceParent
 from handlers.base import HandlerEvent, HandlerRequest
 from handlers.echo import EchoHandler
 from tests.harness import RunningGateway, collect, reconstruct, running_gateway

@@ -42,7 +42,7 @@ async def test_sse_keepalive_comments_keep_idle_streams_alive():
 
 
 async def test_logs_bind_ids_and_drop_secret_values(monkeypatch):
-    from a2a_gateway.logs import drop_secrets
+    from a2a_gateway.observability.logs import drop_secrets
 
     with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
         async with running_gateway() as gw, httpx.AsyncClient() as http:

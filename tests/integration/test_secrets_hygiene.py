@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from jwt.algorithms import OKPAlgorithm
 
-from a2a_gateway.logs import drop_secrets, mask_url_credentials
+from a2a_gateway.observability.logs import drop_secrets, mask_url_credentials
 from tests.cli_process import run_cli, serving
 from tests.local_server import serve_locally
 from tests.messages import rpc, send_body

@@ -26,9 +26,9 @@ import structlog
 from a2a.types import a2a_pb2_grpc
 from aiohttp import web
 
-from a2a_gateway import tracing
-from a2a_gateway.tracing import TraceParent
-from handlers.upstream import NO_RETRY, Upstream
+from a2a_gateway.observability import tracing
+from a2a_gateway.observability.tracing import TraceParent
+from handlers.upstream import NO_RETRY, Upstream, trace_calls
 from tests.cli_process import ROOT, cli_env, run_cli, serving
 from tests.harness import require_env, running_gateway
 from tests.local_server import serve_locally
@@ -245,6 +245,7 @@ async def test_a_backend_call_outside_an_http_request_continues_the_trace_it_car
     async with backend_and_receiver() as (proxy, proxy_url, receiver, receiver_url):
         for name, value in {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver_url, **EXPORT_ENV}.items():
             monkeypatch.setenv(name, value)
+        trace_calls(tracing.backend_call)  # as build_app wires it
         tracing.configure()
         try:
             async with httpx.AsyncClient(timeout=60) as http:

@@ -9,7 +9,7 @@ import logging
 import structlog
 from a2a.utils.push_url_validator import validate_push_notification_url
 
-from a2a_gateway.logs import RejectedRequests, configure_logging
+from a2a_gateway.observability.logs import RejectedRequests, configure_logging
 
 
 def test_credentials_in_logged_urls_are_masked(capsys):

@@ -1,4 +1,4 @@
-"""The stats sampler (``a2a_gateway.stats``): deltas between readings, counter resets, the
+"""The stats sampler (``observability.stats``): deltas between readings, counter resets, the
 ring's bound, percentiles from histogram buckets, and readings of the real metrics."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import uuid
 import pytest
 from a2a.types import TaskState
 
-from a2a_gateway.metrics import latency_histogram, outcome_counter, task_ended
-from a2a_gateway.stats import Reading, StatsSampler, quantile, read_metrics
+from a2a_gateway.observability.metrics import latency_histogram, outcome_counter, task_ended
+from a2a_gateway.observability.stats import Reading, StatsSampler, quantile, read_metrics
 
 INF = math.inf
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from a2a_gateway.tracing import TraceParent, export_configured
+from a2a_gateway.observability.tracing import TraceParent, export_configured
 
 TRACE_ID, SPAN_ID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 

@@ -3,8 +3,8 @@ gateway exports its spans over OTLP/HTTP.
 
 A request's trace context is the caller's ``traceparent`` (and ``tracestate``) when it is
 valid, else a new trace; an invalid one is ignored, never an error. Its trace id goes into
-the request's log lines, and every backend call continues it: ``handlers.upstream`` asks
-``backend_call`` for the ``traceparent`` to send.
+the request's log lines, and every backend call continues it: the upstream layer asks
+``backend_call`` for the ``traceparent`` to send (``app`` hands it that hook).
 
 Spans are exported when the ``otel`` extra is installed and an OTLP endpoint is set with
 OpenTelemetry's standard variables (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
@@ -32,8 +32,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import structlog
-
-from handlers import upstream
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -204,10 +202,8 @@ def export_configured(env: Mapping[str, str]) -> bool:
 
 
 def configure() -> None:
-    """Continue traces to backends; export spans when ``export_configured`` (one exporter
-    per process, until ``shutdown``)."""
+    """Export spans when ``export_configured`` (one exporter per process, until ``shutdown``)."""
     global _exporter
-    upstream.trace_calls(backend_call)
     if _exporter is not None or not export_configured(os.environ):
         return
     try:

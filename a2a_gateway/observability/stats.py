@@ -1,6 +1,6 @@
 """Numbers at a glance: the last hour of the gateway's own metrics, as series for the console.
 
-``StatsSampler`` reads the prometheus metrics of ``a2a_gateway.metrics`` in process every
+``StatsSampler`` reads the prometheus metrics of ``observability.metrics`` in process every
 ``interval`` seconds and keeps what changed since the reading before (one ``Sample``) in a
 ring of ``window`` seconds: A2A requests and errors per endpoint, tasks ended per endpoint
 and final state, the latency histogram's buckets, and the open streams (SSE and gRPC server
@@ -25,7 +25,7 @@ import structlog
 from aiohttp import web
 from prometheus_client.metrics import MetricWrapperBase
 
-from a2a_gateway.metrics import LATENCY, OUTCOMES, SSE_STREAMS, TASKS_ENDED
+from a2a_gateway.observability.metrics import LATENCY, OUTCOMES, SSE_STREAMS, TASKS_ENDED
 
 log = structlog.get_logger(__name__)
 
