@@ -19,16 +19,16 @@ from aiohttp import web
 from a2a_gateway.auth.callers import build_authenticator
 from a2a_gateway.auth.operators import OperatorAuth, OperatorKeys
 from a2a_gateway.auth.peer import remember_peer
-from a2a_gateway.card_signing import load_card_signer
+from a2a_gateway.endpoints.card_signing import CardSigner
 from a2a_gateway.console.pages import add_console_routes
 from a2a_gateway.console.session import ConsoleSessions
-from a2a_gateway.endpoints_file import EndpointsFile
+from a2a_gateway.endpoints.file import EndpointsFile
 from a2a_gateway.tasks.conversation import Conversation
 from a2a_gateway.tasks.dispatch import dispatcher_of
 from a2a_gateway.tasks.engine import EngineLimits, TaskEngine
 from a2a_gateway.tasks.ownership import Ownership
 from a2a_gateway.tasks.run import RunServices
-from a2a_gateway.backend_health import BackendHealth
+from a2a_gateway.endpoints.backend_health import BackendHealth
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.live.feed import FeedLimits
 from a2a_gateway.live.hub import LiveHub, ReplayLimits
@@ -36,7 +36,7 @@ from a2a_gateway.tasks.live_view import LiveView
 from a2a_gateway.live.postgres import PostgresLiveHub, uses_postgres
 from a2a_gateway.tasks.push import PushNotifier
 from a2a_gateway.tasks.push_guard import WebhookGuard
-from a2a_gateway.registry import EndpointRegistry
+from a2a_gateway.endpoints.registry import EndpointRegistry
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.shutdown import refuse_when_stopping
 from a2a_gateway.observability.stats import STATS, StatsSampler
@@ -124,7 +124,10 @@ def build_app(
             add_oidc_routes(app)
     app.middlewares.append(remember_peer)
     app.middlewares.append(refuse_when_stopping)
-    card_signer = load_card_signer(settings.card_signing_keys)  # a bad key stops startup here
+    card_signer = CardSigner()
+    if settings.card_signing_keys:  # cryptography and PyJWT load only with keys
+        from a2a_gateway.endpoints.card_keys import load_card_signer
+        card_signer = load_card_signer(settings.card_signing_keys)  # a bad key stops startup here
     operator_keys = OperatorKeys(settings.operator_keys)  # so does a bad operator key
     sessions = (ConsoleSessions(settings.console_session_secret.get_secret_value(), settings.console_session_seconds)
                 if settings.console else None)

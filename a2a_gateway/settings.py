@@ -146,7 +146,7 @@ class GatewaySettings(BaseSettings):
     ``speed`` extra), ``asyncio`` the standard loop, ``uvloop`` insists on uvloop."""
     gc_young_threshold: int = Field(default=10_000, ge=100)
     """``serve``: allocations between two collections of the garbage collector's youngest
-    generation (Python's default is 700; see ``a2a_gateway.gc_policy``). ``serve`` also
+    generation (Python's default is 700; see ``cli.tune_gc_for_serving``). ``serve`` also
     freezes the objects start-up created, so full collections skip them."""
     stats_interval_seconds: float = Field(default=10.0, gt=0)
     """How often the gateway reads its own metrics for ``GET /admin/api/stats`` (the console's

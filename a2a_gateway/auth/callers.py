@@ -30,7 +30,7 @@ from a2a_gateway.auth.peer import PEER, IpNetwork, is_trusted, networks
 from a2a_gateway.auth.rate_limit import RateLimiter
 from a2a_gateway.auth.tokens import InvalidToken, JwtVerifier
 from a2a_gateway.errors import UnauthenticatedError
-from a2a_gateway.registry import EndpointRuntime
+from a2a_gateway.endpoints.registry import EndpointRuntime
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Store
 

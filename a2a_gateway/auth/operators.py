@@ -48,7 +48,7 @@ from a2a_gateway.auth.callers import Authenticator, Caller, InvalidCredentialErr
 from a2a_gateway.auth.config import EndpointOperators
 from a2a_gateway.console.session import ConsoleSessions, Session
 from a2a_gateway.errors import GatewayError, UnauthenticatedError
-from a2a_gateway.registry import EndpointRuntime
+from a2a_gateway.endpoints.registry import EndpointRuntime
 
 DIGEST_PREFIX = "sha256:"
 

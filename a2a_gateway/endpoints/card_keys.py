@@ -1,8 +1,8 @@
 """Card-signing keys: each entry of ``card_signing_keys`` read from its file or ``env:NAME``,
-PEM or JWK, ES256 (P-256) or EdDSA (Ed25519), with its ``kid`` and public JWK.
+PEM or JWK, ES256 (P-256) or EdDSA (Ed25519), with its ``kid`` and public JWK, and the
+``card_signing.CardSigner`` of them.
 
-Imported (with ``cryptography`` and PyJWT) only when keys are configured; ``card_signing``
-signs with them.
+Imported (with ``cryptography`` and PyJWT) only when keys are configured (``app``).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,35 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm
 from jwt.api_jwk import PyJWK
 from jwt.exceptions import PyJWKError
 
-from a2a_gateway.card_signing_key import CardSigningKeyError, SigningKey, source_of
+from a2a_gateway.endpoints.card_signing import (
+    CardSigner,
+    CardSigningKeyError,
+    SigningKey,
+    source_of,
+)
 from a2a_gateway.settings import HandlerSettingsError, expand_env_refs
 
 PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
 
 
-def signing_jwk(private: PrivateKey, alg: str) -> PyJWK:
+def load_card_signer(entries: Sequence[str]) -> CardSigner:
+    """The signer of the configured keys; raises ``CardSigningKeyError`` for a bad entry."""
+    if not entries:
+        return CardSigner()
+    keys = [load_key(entry, position) for position, entry in enumerate(entries, start=1)]
+    first = keys[0]
+    if first.private is None:
+        raise CardSigningKeyError(
+            f"card signing key 1 ({source_of(entries[0])}) is a public key: "
+            "the first key signs and must be private"
+        )
+    kids = [k.kid for k in keys]
+    if len(set(kids)) != len(kids):
+        raise CardSigningKeyError("card signing keys must have distinct kids")
+    return CardSigner(keys, _signing_jwk(first.private, first.alg))
+
+
+def _signing_jwk(private: PrivateKey, alg: str) -> PyJWK:
     """A private key as the a2a-sdk's signer takes it."""
     return PyJWK(_private_jwk(private), alg)
 

@@ -4,9 +4,9 @@ Each entry of ``card_signing_keys`` is a file or ``env:NAME`` holding one key, P
 ES256 (P-256) or EdDSA (Ed25519). The first entry signs and must be a private key; the
 others are only published in the JWKS (``/.well-known/jwks.json``), so cards signed before a
 rotation still verify until their key is removed from the list. A key's ``kid`` is the JWK's
-own ``kid`` or else its RFC 7638 thumbprint. ``card_keys`` reads them (and loads
-``cryptography`` and PyJWT): a gateway without keys never imports it. Both use the key record
-of ``card_signing_key``, so neither imports the other's module at import time.
+own ``kid`` or else its RFC 7638 thumbprint. ``card_keys`` reads them into this module's
+``SigningKey`` records and builds the signer (loading ``cryptography`` and PyJWT): a gateway
+without keys never imports it, and this module never imports ``card_keys``.
 
 A signature is a detached JWS whose protected header holds ``alg``, ``kid``, ``typ: JOSE``
 and ``jku`` (the JWKS URL), over the RFC 8785 canonical JSON of the 1.0 card without
@@ -26,33 +26,50 @@ neither: the a2a-sdk reads such a card through its 1.0 fields.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from a2a.types import AgentCard
 from a2a.utils.constants import PROTOCOL_VERSION_0_3
 
-from a2a_gateway.card_signing_key import CardSigningKeyError, SigningKey, source_of
-
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
     from jwt import PyJWK
 
-__all__ = ["JWKS_PATH", "CardSigner", "CardSigningKeyError", "SigningKey", "load_card_signer"]
+    PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+
+__all__ = ["JWKS_PATH", "CardSigner", "CardSigningKeyError", "SigningKey"]
 
 JWKS_PATH = "/.well-known/jwks.json"
 
 
-class CardSigner:
-    """Signs cards with the first key and publishes all of them; with no keys, signs nothing."""
+class CardSigningKeyError(ValueError):
+    """A card-signing key cannot be used; the message names the entry, never its contents."""
 
-    def __init__(self, keys: Sequence[SigningKey] = ()) -> None:
+
+@dataclass(frozen=True, slots=True)
+class SigningKey:
+    kid: str
+    alg: str
+    public_jwk: dict[str, Any]
+    """Public members only, with ``kid``, ``alg`` and ``use``: what the JWKS publishes."""
+    private: PrivateKey | None
+    """None for a key that is only published (a retiring key)."""
+
+
+def source_of(entry: str) -> str:
+    """How an entry of ``card_signing_keys`` is named in errors: never the key itself."""
+    return entry if entry.startswith("env:") else f"file {entry}"
+
+
+class CardSigner:
+    """Signs cards with the first key and publishes all of them; with no keys, signs nothing.
+    ``private`` is the first key as the a2a-sdk's signer takes it (``card_keys`` makes it)."""
+
+    def __init__(self, keys: Sequence[SigningKey] = (), private: PyJWK | None = None) -> None:
         self.keys = tuple(keys)
         self.jwks: dict[str, Any] = {"keys": [k.public_jwk for k in self.keys]}
-        first = self.keys[0] if self.keys else None
-        self._private: PyJWK | None = None
-        if first is not None and first.private is not None:
-            from a2a_gateway.card_keys import signing_jwk
-
-            self._private = signing_jwk(first.private, first.alg)
+        self._private = private
 
     @property
     def enabled(self) -> bool:
@@ -79,20 +96,3 @@ class CardSigner:
         card.signatures.extend(signatures[1:])  # the first is on ``card`` already
         return card
 
-
-def load_card_signer(entries: Sequence[str]) -> CardSigner:
-    """The signer of the configured keys; raises ``CardSigningKeyError`` for a bad entry."""
-    if not entries:
-        return CardSigner()
-    from a2a_gateway.card_keys import load_key  # cryptography and PyJWT: loaded only with keys
-
-    keys = [load_key(entry, position) for position, entry in enumerate(entries, start=1)]
-    if keys and keys[0].private is None:
-        raise CardSigningKeyError(
-            f"card signing key 1 ({source_of(entries[0])}) is a public key: "
-            "the first key signs and must be private"
-        )
-    kids = [k.kid for k in keys]
-    if len(set(kids)) != len(kids):
-        raise CardSigningKeyError("card signing keys must have distinct kids")
-    return CardSigner(keys)

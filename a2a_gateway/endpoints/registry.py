@@ -28,7 +28,7 @@ import httpx
 import structlog
 from pydantic import SecretStr, ValidationError
 
-from a2a_gateway.agent_card import capabilities, capability, check_card, with_handler_fields
+from a2a_gateway.endpoints.card import capabilities, capability, check_card, with_handler_fields
 from a2a_gateway.auth.config import EndpointAuth, endpoint_auth
 from a2a_gateway.auth.rate_limit import RateLimit, endpoint_rate_limit
 from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError

@@ -35,7 +35,7 @@ from a2a.utils.errors import (
 from a2a_gateway.observability import tracing
 from a2a_gateway.errors import GatewayError
 from a2a_gateway.live.hub import LiveHub, Subscription
-from a2a_gateway.registry import EndpointRegistry, EndpointRuntime
+from a2a_gateway.endpoints.registry import EndpointRegistry, EndpointRuntime
 from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, StoredTask
 from a2a_gateway.tasks.conversation import Caller, Conversation
 from a2a_gateway.tasks.dispatch import (

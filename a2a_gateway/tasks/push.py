@@ -30,7 +30,7 @@ from a2a.utils.errors import InvalidParamsError
 from a2a_gateway.observability.metrics import PUSH_DELIVERIES
 from a2a_gateway.events import new_id, status_event
 from a2a_gateway.tasks.push_guard import RefusedUrlError, UnresolvedHostError, WebhookGuard, pin
-from a2a_gateway.registry import EndpointRuntime
+from a2a_gateway.endpoints.registry import EndpointRuntime
 from a2a_gateway.stores.base import PushDelivery, Scope, Store, StoreError
 from a2a_gateway.protojson import message_to_dict
 

@@ -45,10 +45,10 @@ from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names p
     TASK_STATE_WORKING,
 )
 
-from a2a_gateway.backend_health import BackendHealth
+from a2a_gateway.endpoints.backend_health import BackendHealth
 from a2a_gateway.live.hub import LiveHub
 from a2a_gateway.observability.metrics import MESSAGES, TASKS_STARTED, task_ended
-from a2a_gateway.registry import EndpointRuntime
+from a2a_gateway.endpoints.registry import EndpointRuntime
 from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, Store, StoredTask, StoreUnavailableError
 from a2a_gateway.tasks.conversation import Conversation
 from a2a_gateway.tasks.dispatch import DISPATCH_OWNER, DISPATCHED

@@ -1,10 +1,10 @@
-"""Serving agent cards (``a2a_gateway.agent_card`` builds them) and the JWKS of their
+"""Serving agent cards (``a2a_gateway.endpoints.card`` builds them) and the JWKS of their
 signing keys, with caching headers.
 
 By default a card also carries the 0.3 top-level fields (``url``, ``preferredTransport``,
 ``protocolVersion``) so 0.3 clients can discover the endpoint; an endpoint whose
 metadata sets ``strict_v1_card: true`` gets a strict 1.0 card instead. With signing keys
-configured, a card is signed once per cached body (``a2a_gateway.card_signing``).
+configured, a card is signed once per cached body (``a2a_gateway.endpoints.card_signing``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import orjson
 from aiohttp import web
 from google.protobuf.json_format import MessageToDict
 
-from a2a_gateway.agent_card import build_card
-from a2a_gateway.card_signing import CardSigner
-from a2a_gateway.registry import EndpointRuntime
+from a2a_gateway.endpoints.card import build_card
+from a2a_gateway.endpoints.card_signing import CardSigner
+from a2a_gateway.endpoints.registry import EndpointRuntime
 
 
 def card_document(

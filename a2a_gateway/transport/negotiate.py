@@ -6,7 +6,7 @@ from a2a.extensions.common import get_requested_extensions
 from a2a.utils.errors import ExtensionSupportRequiredError, VersionNotSupportedError
 from aiohttp import web
 
-from a2a_gateway.registry import EndpointRuntime
+from a2a_gateway.endpoints.registry import EndpointRuntime
 
 V03 = "0.3"
 V10 = "1.0"

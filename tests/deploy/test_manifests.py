@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from a2a_gateway.endpoints_file import load
+from a2a_gateway.endpoints.file import load
 from a2a_gateway.observability.logs import looks_secret
 from a2a_gateway.settings import GatewaySettings
 from tests.deploy.dockerfile import ROOT, stages

@@ -33,7 +33,7 @@ NOT_AT_START = (
     "tomllib",
     "tomli_w",
     "a2a_gateway.auth.public_keys",
-    "a2a_gateway.card_keys",
+    "a2a_gateway.endpoints.card_keys",
     "a2a.server.request_handlers",
     "a2a.server.events",
     "a2a.compat.v0_3.types",
@@ -74,7 +74,7 @@ def test_card_signing_keys_load_pyjwt_and_cryptography(tmp_path) -> None:
     from a2a_gateway.settings import GatewaySettings
     build_app(GatewaySettings(store="memory://", card_signing_keys=[{str(key)!r}]))
     """
-    assert _loaded_after(script) == {"jwt", "cryptography", "a2a_gateway.card_keys"}
+    assert _loaded_after(script) == {"jwt", "cryptography", "a2a_gateway.endpoints.card_keys"}
 
 
 def test_jwt_auth_with_static_keys_loads_cryptography() -> None:

@@ -1,4 +1,4 @@
-"""``a2a-gateway serve`` tunes the garbage collector for serving (``a2a_gateway.gc_policy``):
+"""``a2a-gateway serve`` tunes the garbage collector for serving (``cli.tune_gc_for_serving``):
 start-up's objects frozen, the youngest generation collected every ``gc_young_threshold``
 allocations. Read from the served process's own ``/metrics`` (prometheus_client's
 ``python_gc_collections_total``)."""

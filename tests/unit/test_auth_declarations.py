@@ -10,7 +10,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
-from a2a_gateway.registry import check_endpoint
+from a2a_gateway.endpoints.registry import check_endpoint
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores import open_store
 from a2a_gateway.stores.base import Endpoint

@@ -1,4 +1,4 @@
-"""Backend health (``a2a_gateway.backend_health``): status from the last success and the last
+"""Backend health (``endpoints.backend_health``): status from the last success and the last
 error, counts, messages that are short and carry no credential; records that merge (counts add,
 the latest times win, the latest error brings its message) in any order; replicas sharing a
 store showing the same health; at most one store write per endpoint per interval; a store that
@@ -9,7 +9,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from a2a_gateway.backend_health import MAX_MESSAGE_CHARS, BackendHealth, error_message, health_json, safe_message
+from a2a_gateway.endpoints.backend_health import (
+    MAX_MESSAGE_CHARS,
+    BackendHealth,
+    error_message,
+    health_json,
+    safe_message,
+)
 from a2a_gateway.stores.base import EndpointHealth, StoreUnavailableError
 from a2a_gateway.stores.memory import MemoryStore
 

@@ -82,7 +82,7 @@ def test_the_layers_import_only_downwards():
         "a2a_gateway.tasks": ("a2a_gateway.transport", "a2a_gateway.app", "a2a_gateway.state", "a2a_gateway.cli"),
         "a2a_gateway.live": ("a2a_gateway.tasks", "a2a_gateway.transport", "a2a_gateway.app", "a2a_gateway.state"),
         "a2a_gateway.stores": ("a2a_gateway.tasks", "a2a_gateway.live", "a2a_gateway.transport",
-                               "a2a_gateway.registry", "a2a_gateway.app", "a2a_gateway.state"),
+                               "a2a_gateway.endpoints.registry", "a2a_gateway.app", "a2a_gateway.state"),
         "handlers": ("a2a_gateway",),
     }
     wrong = {

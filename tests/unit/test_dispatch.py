@@ -12,7 +12,7 @@ from a2a.types import Task
 from a2a.types.a2a_pb2 import TASK_STATE_COMPLETED, TASK_STATE_INPUT_REQUIRED, TASK_STATE_WORKING
 from pydantic import ValidationError
 
-from a2a_gateway.registry import EndpointRuntime
+from a2a_gateway.endpoints.registry import EndpointRuntime
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Scope, StoredTask
 from a2a_gateway.stores.memory import MemoryStore

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from a2a_gateway.endpoints_file import EndpointsFileError, apply, export, load
+from a2a_gateway.endpoints.file import EndpointsFileError, apply, export, load
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Endpoint
 from a2a_gateway.stores.memory import MemoryStore

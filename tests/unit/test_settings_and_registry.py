@@ -6,7 +6,7 @@ from pydantic import SecretStr
 
 import handlers.base
 from a2a_gateway.errors import EndpointMisconfiguredError
-from a2a_gateway.registry import load_handler_class
+from a2a_gateway.endpoints.registry import load_handler_class
 from a2a_gateway.settings import (
     GatewaySettings,
     HandlerSettingsError,

@@ -21,9 +21,9 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import ContentTypeNotSupportedError
 
-from a2a_gateway.backend_health import BackendHealth
+from a2a_gateway.endpoints.backend_health import BackendHealth
 from a2a_gateway.live.hub import LiveHub
-from a2a_gateway.registry import EndpointRuntime
+from a2a_gateway.endpoints.registry import EndpointRuntime
 from a2a_gateway.stores.base import Endpoint, Scope
 from a2a_gateway.stores.memory import MemoryStore
 from a2a_gateway.tasks.conversation import Conversation
