@@ -7,27 +7,12 @@ event, then ``{"end": true}`` or ``{"error": "<type>: <message>"}``).
     "card_path" (optional): the card's path below base_url, instead of the SDK's default
 """
 
-import asyncio
-import json
-import sys
 import uuid
 
 import httpx
 from a2a.client import A2ACardResolver, A2AClient
 from a2a.types import Message, MessageSendParams, SendStreamingMessageRequest
-
-
-def emit(**line):
-    print(json.dumps(line), flush=True)
-
-
-def dump(model):
-    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-def card_path(args):
-    """The resolver's card path: its default (``/.well-known/agent.json``) unless given."""
-    return {"agent_card_path": args["card_path"]} if "card_path" in args else {}
+from json_lines import card_path, dump, emit, main
 
 
 async def run(args):
@@ -43,15 +28,5 @@ async def run(args):
             emit(event=dump(response.root.result))
 
 
-def main():
-    args = json.loads(sys.argv[1])
-    try:
-        asyncio.run(run(args))
-    except Exception as exc:  # reported to the test, which names the failure
-        emit(error=f"{type(exc).__name__}: {exc}")
-    else:
-        emit(end=True)
-
-
 if __name__ == "__main__":
-    main()
+    main(run)
