@@ -18,6 +18,19 @@ def token() -> str:
     return uuid.uuid4().hex[:10]
 
 
+def streamed_answer(events: list[StreamResponse]) -> str:
+    """The text of the task's artifact as a client rebuilds it from the stream's chunks: an
+    ``append`` chunk adds its text, any other replaces what came before (the last chunk of a
+    streamed answer appends nothing)."""
+    text = ""
+    for event in events:
+        if event.HasField("artifact_update"):
+            update = event.artifact_update
+            chunk = "".join(p.text for p in update.artifact.parts)
+            text = text + chunk if update.append else chunk
+    return text
+
+
 def state_of(event: StreamResponse) -> int | None:
     if event.HasField("task"):
         return event.task.status.state

@@ -21,7 +21,7 @@ from google.protobuf.json_format import MessageToDict
 from a2a_gateway.stores.base import Scope
 from tests.handlers.test_hermes_real import socket_closed_port
 from tests.harness import RunningGateway, require_env, running_gateway
-from tests.handlers.real_streams import six_streamed_tokens, state_of, token
+from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
 from tests.messages import handler_request, send_request
 from tests.waiting import eventually
 
@@ -131,8 +131,7 @@ async def test_a_tool_call_is_progress(gw, endpoint):
     assert state_of(events[-1]) == COMPLETED
     kinds = [(p["kind"], p["tool"]) for p in progress_of(events)]
     assert kinds == [("tool_started", "run_command"), ("tool_completed", "run_command")]
-    final = [e for e in events if e.HasField("artifact_update")][-1].artifact_update.artifact
-    assert final.parts[0].text == 'TOOL_RESULT_SEEN: {"result": "would run echo fake-safe-ok"}'
+    assert streamed_answer(events) == 'TOOL_RESULT_SEEN: {"result": "would run echo fake-safe-ok"}'
 
 
 async def ask_for_confirmation(gw, endpoint, mark: str) -> Any:
@@ -172,8 +171,7 @@ async def test_confirmation_round_trip_deny_with_a_data_answer(gw, endpoint):
         events = [e async for e in client.send_message(send_request(
             "", data={"confirmed": False}, task_id=task.id, context_id=task.context_id))]
     assert state_of(events[-1]) == COMPLETED
-    final = [e for e in events if e.HasField("artifact_update")][-1].artifact_update.artifact
-    assert final.parts[0].text == 'TOOL_RESULT_SEEN: {"error": "This tool call is rejected."}'
+    assert streamed_answer(events) == 'TOOL_RESULT_SEEN: {"error": "This tool call is rejected."}'
     assert [(p["kind"], p["tool"]) for p in progress_of(events)] == [("tool_completed", "run_command")]
 
 

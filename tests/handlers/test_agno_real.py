@@ -31,7 +31,7 @@ from a2a_gateway.stores.base import Scope
 from a2a_gateway.stores.memory import MemoryStore
 from tests.handlers.test_hermes_real import socket_closed_port
 from tests.harness import RunningGateway, require_env, running_gateway
-from tests.handlers.real_streams import six_streamed_tokens, state_of, token
+from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
 from tests.messages import handler_request, send_request
 from tests.waiting import eventually
 
@@ -170,7 +170,7 @@ async def test_confirmation_round_trip_approve(gw, endpoint, agno_url):
             send_request("yes", task_id=task.id, context_id=task.context_id))]
     assert state_of(events[-1]) == COMPLETED
     final = [e for e in events if e.HasField("artifact_update")][-1].artifact_update.artifact
-    assert final.parts[0].text == f"TOOL_RESULT_SEEN: would run rm -rf scratch/{mark}"
+    assert streamed_answer(events) == f"TOOL_RESULT_SEEN: would run rm -rf scratch/{mark}"
     assert [(p["kind"], p["tool"]) for p in progress_of(events)] == [
         ("tool_started", "shell"), ("tool_completed", "shell")]
     metadata = MessageToDict(final.metadata)

@@ -28,7 +28,7 @@ from a2a_gateway.stores.base import Scope
 from handlers.base import Completed, FileInput, InputRejectedError
 from handlers.hermes import HermesAgentHandler, HermesSettings
 from tests.harness import RunningGateway, require_env, running_gateway
-from tests.handlers.real_streams import six_streamed_tokens, state_of, token
+from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
 from tests.messages import handler_request, send_request
 from tests.waiting import eventually
 
@@ -115,8 +115,7 @@ async def test_safe_tool_call_reports_tool_status_updates(gw, hermes_id):
     assert progress[0]["tool"] == "terminal" and progress[0]["preview"] == "echo fake-safe-ok"
     assert progress[1]["error"] is False
     assert state_of(events[-1]) == COMPLETED
-    final = [e for e in events if e.HasField("artifact_update")][-1].artifact_update.artifact
-    assert final.parts[0].text.startswith('TOOL_RESULT_SEEN: {"output": "fake-safe-ok"')
+    assert streamed_answer(events).startswith('TOOL_RESULT_SEEN: {"output": "fake-safe-ok"')
 
 
 async def test_dangerous_command_runs_after_approve_once(gw, hermes_id, tmp_path: Path):

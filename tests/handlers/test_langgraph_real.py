@@ -23,7 +23,7 @@ from google.protobuf.json_format import MessageToDict
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.stores.memory import MemoryStore
 from tests.harness import RunningGateway, require_env, running_gateway
-from tests.handlers.real_streams import six_streamed_tokens, state_of, token
+from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
 from tests.messages import send_request
 from tests.waiting import eventually
 
@@ -168,8 +168,7 @@ async def test_approval_round_trip_deny_with_a_data_answer(gw, endpoint):
         events = [e async for e in client.send_message(send_request(
             "", data={"approved": False}, task_id=task.id, context_id=task.context_id))]
     assert state_of(events[-1]) == COMPLETED
-    final = [e for e in events if e.HasField("artifact_update")][-1].artifact_update.artifact
-    assert final.parts[0].text == f"TOOL_RESULT_SEEN: denied by the user: rm -rf scratch/{mark}"
+    assert streamed_answer(events) == f"TOOL_RESULT_SEEN: denied by the user: rm -rf scratch/{mark}"
     progress = [MessageToDict(e.status_update.metadata) for e in events
                 if e.HasField("status_update") and e.status_update.metadata]
     assert [p["kind"] for p in progress] == ["tool_completed"]

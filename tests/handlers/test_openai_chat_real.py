@@ -19,6 +19,7 @@ from a2a.types import TaskState
 
 from handlers.base import Completed, Failed, FileInput, Reply, TextDelta, Turn
 from handlers.openai_chat import OpenAIChatHandler, OpenAIChatSettings
+from tests.handlers.real_streams import streamed_answer
 from tests.harness import require_env, running_gateway
 from tests.messages import handler_request, send_request
 from tests.waiting import eventually
@@ -163,7 +164,7 @@ async def test_gateway_stream_then_follow_up_in_the_same_context(backend, http) 
             assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
             chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
             assert len(chunks) >= 3 and chunks[-1].last_chunk
-            assert "".join(p.text for p in chunks[-1].artifact.parts) == "slow0 slow1 slow2 slow3"
+            assert streamed_answer(events) == "slow0 slow1 slow2 slow3"
             context = events[0].task.context_id
             follow = [e async for e in client.send_message(send_request(f"again {t}", context_id=context))]
     assert follow[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
