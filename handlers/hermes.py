@@ -32,6 +32,7 @@ from handlers.base import (
     RunStarted,
     SessionUpdate,
 )
+from handlers.chat import build_messages, history_messages, read_completion, user_content
 from handlers.hermes_events import (
     BACKEND,
     TERMINAL_EVENTS,
@@ -39,7 +40,6 @@ from handlers.hermes_events import (
     RunEventMapper,
     narrow_choices,
 )
-from handlers.openai_chat import build_messages, history_messages, read_completion, user_content
 from handlers.upstream import BridgeSettings, Deadline, UnexpectedFrame, Upstream, UpstreamError
 
 __all__ = ["HermesAgentHandler", "HermesSettings"]
