@@ -21,7 +21,7 @@ from a2a_gateway.auth.operators import OperatorAuth, OperatorKeys
 from a2a_gateway.auth.peer import remember_peer
 from a2a_gateway.endpoints.card_signing import CardSigner
 from a2a_gateway.console.pages import add_console_routes
-from a2a_gateway.console.session import ConsoleSessions
+from a2a_gateway.auth.sessions import ConsoleSessions
 from a2a_gateway.endpoints.file import EndpointsFile
 from a2a_gateway.tasks.conversation import Conversation
 from a2a_gateway.tasks.dispatch import dispatcher_of

@@ -24,13 +24,12 @@ import httpx
 from a2a.auth.user import UnauthenticatedUser, User
 
 from a2a_gateway.auth.api_keys import KEY_PREFIX, ApiKeyVerifier
-from a2a_gateway.auth.config import EndpointAuth
+from a2a_gateway.auth.config import EndpointAuth, EndpointAuthView
 from a2a_gateway.auth.jwks import JwksCache
 from a2a_gateway.auth.peer import PEER, IpNetwork, is_trusted, networks
 from a2a_gateway.auth.rate_limit import RateLimiter
 from a2a_gateway.auth.tokens import InvalidToken, JwtVerifier
 from a2a_gateway.errors import UnauthenticatedError
-from a2a_gateway.endpoints.registry import EndpointRuntime
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Store
 
@@ -78,16 +77,16 @@ class Authenticator:
         self._trusted_proxies = trusted_proxies
         self._limiter = limiter or RateLimiter()
 
-    async def caller(self, headers: Mapping[str, str], runtime: EndpointRuntime) -> User:
+    async def caller(self, headers: Mapping[str, str], endpoint: EndpointAuthView) -> User:
         """The authenticated caller, admitted by the endpoint's rate limit."""
-        user = await self._authenticate(headers, runtime)
-        if runtime.rate_limit is not None:
+        user = await self._authenticate(headers, endpoint)
+        if endpoint.rate_limit is not None:
             who = user.user_name if user.is_authenticated else f"anonymous@{PEER.get()}"
-            self._limiter.admit(runtime.endpoint.id, who, runtime.rate_limit)
+            self._limiter.admit(endpoint.endpoint_id, who, endpoint.rate_limit)
         return user
 
-    async def _authenticate(self, headers: Mapping[str, str], runtime: EndpointRuntime) -> User:
-        auth = runtime.auth
+    async def _authenticate(self, headers: Mapping[str, str], endpoint: EndpointAuthView) -> User:
+        auth = endpoint.auth
         if auth.trusted_header and is_trusted(PEER.get(), self._trusted_proxies):
             identity = headers.get(auth.trusted_header, "").strip()
             if identity:
@@ -97,20 +96,20 @@ class Authenticator:
         if auth.api_key_header:
             key = headers.get(auth.api_key_header, "").strip()
             if key:
-                return await self._key_caller(runtime, key)
+                return await self._key_caller(endpoint, key)
         bearer = bearer_token(headers)
         if bearer is not None and (auth.api_key_header or auth.jwt):
             if auth.jwt is not None and not bearer.startswith(KEY_PREFIX):
                 return await self._token_caller(auth, bearer)
             if auth.api_key_header is None:
                 raise InvalidCredentialError("this endpoint takes no API keys")
-            return await self._key_caller(runtime, bearer)
+            return await self._key_caller(endpoint, bearer)
         if auth.anonymous:
             return ANONYMOUS
         raise UnauthenticatedError(f"this endpoint needs {needed(auth)}")
 
-    async def _key_caller(self, runtime: EndpointRuntime, key: str) -> Caller:
-        row = await self._keys.verify(runtime.endpoint.id, key)
+    async def _key_caller(self, endpoint: EndpointAuthView, key: str) -> Caller:
+        row = await self._keys.verify(endpoint.endpoint_id, key)
         if row is None:
             raise InvalidCredentialError("the API key is not valid for this endpoint")
         return Caller(row.principal)

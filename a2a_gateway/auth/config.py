@@ -27,6 +27,7 @@ from a2a_gateway.settings import HandlerSettingsError, expand_env_refs
 
 if TYPE_CHECKING:
     from a2a_gateway.auth.public_keys import VerificationKey
+    from a2a_gateway.auth.rate_limit import RateLimit
 
 ASYMMETRIC_ALGORITHMS = frozenset({
     "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA",
@@ -149,6 +150,17 @@ class EndpointAuth:
     """The row declares its schemes (a public endpoint then advertises them too)."""
     operators: EndpointOperators = EndpointOperators()
     """Callers who may also watch the endpoint (none unless declared)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointAuthView:
+    """What checking a caller needs of an endpoint, and all auth sees of it: the endpoint the
+    API keys belong to, its schemes and its rate limit per caller (None: unlimited). The
+    endpoint registry's runtime of a row provides it."""
+
+    endpoint_id: str
+    auth: EndpointAuth
+    rate_limit: RateLimit | None = None
 
 
 def endpoint_auth(

@@ -17,7 +17,7 @@ Two kinds:
   by principal (an API key's principal, a JWT's principal claim, a trusted proxy's identity)
   or by a JWT claim such as an OIDC ``groups`` claim.
 
-With the console on, a console session (``console.session``, the cookie of a login with an
+With the console on, a console session (``auth.sessions``, the cookie of a login with an
 operator key, or of a sign-in through the OIDC issuer ``console_oidc_issuer``: ``console.oidc``)
 is a gateway operator too; its state-changing calls need its CSRF token. A session outlives
 neither its key nor the OIDC issuer it came from in the settings.
@@ -45,10 +45,9 @@ from a2a.utils.errors import InvalidRequestError
 from pydantic import SecretStr
 
 from a2a_gateway.auth.callers import Authenticator, Caller, InvalidCredentialError, bearer_token
-from a2a_gateway.auth.config import EndpointOperators
-from a2a_gateway.console.session import ConsoleSessions, Session
+from a2a_gateway.auth.config import EndpointAuthView, EndpointOperators
+from a2a_gateway.auth.sessions import ConsoleSessions, Session
 from a2a_gateway.errors import GatewayError, UnauthenticatedError
-from a2a_gateway.endpoints.registry import EndpointRuntime
 
 DIGEST_PREFIX = "sha256:"
 
@@ -161,16 +160,16 @@ class OperatorAuth:
             raise InvalidCredentialError("the bearer token is not a gateway operator key")
         raise UnauthenticatedError("this needs a gateway operator key (Authorization: Bearer <key>)")
 
-    async def endpoint_operator(self, headers: Mapping[str, str], runtime: EndpointRuntime) -> Operator:
-        """An operator of ``runtime``'s endpoint; 401 without a valid credential, 403 for a
-        caller who is not one."""
+    async def endpoint_operator(self, headers: Mapping[str, str], endpoint: EndpointAuthView) -> Operator:
+        """An operator of ``endpoint``; 401 without a valid credential, 403 for a caller who is
+        not one."""
         found = self.gateway_operator(headers)
         if found is not None:
             return found
-        user = await self._callers.caller(headers, runtime)
+        user = await self._callers.caller(headers, endpoint)
         if not user.is_authenticated:
             raise UnauthenticatedError("watching this endpoint needs an operator's credential")
-        if not is_operator(user, runtime.auth.operators):
+        if not is_operator(user, endpoint.auth.operators):
             raise NotAnOperatorError()
         return Operator(user.user_name, gateway=False)
 

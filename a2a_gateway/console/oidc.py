@@ -4,7 +4,7 @@ Authorization Code flow with PKCE (S256), ``state`` and ``nonce``.
 * ``GET /console/oidc/login`` sends the browser to the issuer's authorization endpoint (from
   its discovery document, read with the gateway's HTTP client and kept for
   ``jwks_cache_seconds``). The flow's state, nonce, PKCE verifier and redirect URI travel in
-  a short-lived signed cookie (``console.session.Sealer``), so nothing is kept on the server
+  a short-lived signed cookie (``auth.sessions.Sealer``), so nothing is kept on the server
   and any replica with the same ``console_session_secret`` completes a sign-in another began.
   That cookie is SameSite=Lax: the issuer's redirect back is a cross-site navigation.
 * ``GET /console/oidc/callback`` checks the state, exchanges the code at the token endpoint
@@ -49,7 +49,7 @@ from a2a_gateway.auth.config import ASYMMETRIC_ALGORITHMS, JwtConfig
 from a2a_gateway.auth.jwks import JwksCache
 from a2a_gateway.auth.tokens import InvalidToken, JwtVerifier
 from a2a_gateway.console.pages import SECURITY_HEADERS, set_session_cookie
-from a2a_gateway.console.session import ConsoleSessions, OidcUser, cookie_value
+from a2a_gateway.auth.sessions import ConsoleSessions, OidcUser, cookie_value
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.state import GATEWAY
 

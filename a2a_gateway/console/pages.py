@@ -11,7 +11,7 @@ from importlib import resources
 import orjson
 from aiohttp import web
 
-from a2a_gateway.console.session import COOKIE, ConsoleSessions, Session, csrf_ok
+from a2a_gateway.auth.sessions import COOKIE, ConsoleSessions, Session, csrf_ok
 from a2a_gateway.state import GATEWAY
 
 CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}

@@ -29,7 +29,7 @@ import structlog
 from pydantic import SecretStr, ValidationError
 
 from a2a_gateway.endpoints.card import capabilities, capability, check_card, with_handler_fields
-from a2a_gateway.auth.config import EndpointAuth, endpoint_auth
+from a2a_gateway.auth.config import EndpointAuth, EndpointAuthView, endpoint_auth
 from a2a_gateway.auth.rate_limit import RateLimit, endpoint_rate_limit
 from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError
 from a2a_gateway.observability.logs import looks_secret
@@ -70,8 +70,13 @@ class EndpointRuntime:
     """The signed extended card for one base URL."""
     secrets: tuple[str, ...] = ()
     """The handler's secret settings values (``env:`` references resolved): never shown."""
+    auth_view: EndpointAuthView = field(init=False, repr=False)
+    """What auth checks a caller against (a changed row builds a new runtime, so it stays true)."""
     _active_runs: int = field(default=0, init=False, repr=False)
     _idle: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.auth_view = EndpointAuthView(self.endpoint.id, self.auth, self.rate_limit)
 
     @classmethod
     def gone(cls, endpoint_id: str) -> EndpointRuntime:

@@ -8,7 +8,7 @@ the principal it runs for (what the task list and the feed show) and optionally 
 (default: the endpoint's). A running task's own stream (its text as it arrives) is open to
 them too, like SubscribeToTask.
 
-The console's session cookie is taken too (``console.session``); a change made with it
+The console's session cookie is taken too (``auth.sessions``); a change made with it
 needs its CSRF token in ``X-CSRF-Token``.
 
 A caller's API key is refused with 403 (it is a credential, not an operator's); no
@@ -40,7 +40,7 @@ from a2a_gateway.auth.api_keys import key_id_of, make_key
 from a2a_gateway.endpoints.backend_health import health_json
 from a2a_gateway.auth.callers import bearer_token
 from a2a_gateway.auth.operators import NotAnOperatorError, Operator
-from a2a_gateway.console.session import CSRF_HEADER, csrf_ok
+from a2a_gateway.auth.sessions import CSRF_HEADER, csrf_ok
 from a2a_gateway.endpoints.file import FROM_FILE, GATEWAY_KEYS, Entry, endpoint_row
 from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError, UnauthenticatedError
 from a2a_gateway.live.feed import state_name

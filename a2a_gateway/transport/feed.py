@@ -32,7 +32,7 @@ MAX_CONTEXT_ID = 256
 async def endpoint_events(request: web.Request) -> web.StreamResponse:
     gateway = request.app[GATEWAY]
     runtime = await gateway.registry.get(request.match_info["endpoint_id"])
-    await gateway.operators.endpoint_operator(request.headers, runtime)
+    await gateway.operators.endpoint_operator(request.headers, runtime.auth_view)
     return await _feed(request, gateway, runtime.endpoint.id, feed_filter(request.query))
 
 

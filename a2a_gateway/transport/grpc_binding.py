@@ -219,7 +219,7 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         runtime = await gateway.registry.get(endpoint_id)
         structlog.contextvars.bind_contextvars(endpoint_id=endpoint_id)
         PEER.set(peer_address(context))
-        user = await gateway.auth.caller(headers, runtime)
+        user = await gateway.auth.caller(headers, runtime.auth_view)
         if parse_version(headers.get("A2A-Version", "").strip(), empty_means=V10) != V10:
             raise VersionNotSupportedError("the gRPC binding serves A2A 1.0 only")
         activated = activated_extensions(headers.getall("A2A-Extensions", []), runtime)

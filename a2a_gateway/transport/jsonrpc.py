@@ -192,7 +192,7 @@ async def handle_jsonrpc(request: web.Request) -> web.StreamResponse:
     try:
         payload = await _read_envelope(request)
         runtime = await gateway.registry.get(request.match_info["endpoint_id"])
-        user = await gateway.auth.caller(request.headers, runtime)
+        user = await gateway.auth.caller(request.headers, runtime.auth_view)
         method_name = payload["method"]
         request[A2A_METHOD] = method_name
         version = parse_version(requested_version(request))

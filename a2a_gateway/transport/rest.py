@@ -259,7 +259,7 @@ def rest_view(route: Route) -> Callable[[web.Request], Awaitable[web.StreamRespo
     async def view(request: web.Request) -> web.StreamResponse:
         gateway = request.app[GATEWAY]
         runtime = await gateway.registry.get(request.match_info["endpoint_id"])
-        user = await gateway.auth.caller(request.headers, runtime)
+        user = await gateway.auth.caller(request.headers, runtime.auth_view)
         headers = {"Vary": "A2A-Version"}
         request[REST_HEADERS] = headers
         request[A2A_METHOD] = route.__name__

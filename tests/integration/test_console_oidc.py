@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from a2a_gateway.console.oidc import FLOW_COOKIE, OIDC_LOGIN
-from a2a_gateway.console.session import COOKIE
+from a2a_gateway.auth.sessions import COOKIE
 from tests.harness import RunningGateway, running_gateway
 from tests.oidc_support import CONFIDENTIAL, PUBLIC, SECRET_POST, issuer, oidc_settings, sign_in_at_issuer
 

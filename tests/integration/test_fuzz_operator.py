@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.auth.callers import bearer_token
 from a2a_gateway.console.oidc import FLOW_COOKIE, OIDC_LOGIN, LoginFlow
-from a2a_gateway.console.session import COOKIE, CSRF_HEADER, ConsoleSessions
+from a2a_gateway.auth.sessions import COOKIE, CSRF_HEADER, ConsoleSessions
 from a2a_gateway.tasks.dispatch import EVENT_KEY, RUN_TASK, SWEEP
 from tests.fuzz_requests import (
     RecordingStore,
