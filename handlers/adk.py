@@ -254,14 +254,10 @@ class AdkHandler(Handler):
 
     def __init__(self, settings: HandlerSettings, http: httpx.AsyncClient) -> None:
         super().__init__(settings, http)
-        key = self.settings.adk_api_key
-        secret = key.get_secret_value() if key is not None else ""
-        header = self.settings.adk_api_key_header
-        value = f"Bearer {secret}" if header.lower() == "authorization" else secret
-        self.upstream = Upstream(
-            http, BACKEND, self.settings.adk_api_url.rstrip("/"),
-            {header: value} if secret else {}, self.settings.adk_timeout, self.settings.retry,
-            (secret,) if secret else (), self.settings.max_event_bytes)
+        s = self.settings
+        self.upstream = Upstream.for_backend(http, BACKEND, s, url=s.adk_api_url,
+                                             timeout=s.adk_timeout, api_key=s.adk_api_key,
+                                             key_header=s.adk_api_key_header)
 
     # -- the contract --------------------------------------------------------------
 

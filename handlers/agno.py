@@ -258,13 +258,9 @@ class AgnoHandler(Handler):
 
     def __init__(self, settings: HandlerSettings, http: httpx.AsyncClient) -> None:
         super().__init__(settings, http)
-        key = self.settings.agno_api_key
-        secret = key.get_secret_value() if key is not None else ""
-        self.upstream = Upstream(
-            http, BACKEND, self.settings.agno_api_url.rstrip("/"),
-            {"Authorization": f"Bearer {secret}"} if secret else {},
-            self.settings.agno_timeout, self.settings.retry, (secret,) if secret else (),
-            self.settings.max_event_bytes)
+        s = self.settings
+        self.upstream = Upstream.for_backend(http, BACKEND, s, url=s.agno_api_url,
+                                             timeout=s.agno_timeout, api_key=s.agno_api_key)
         self.runs_path = f"/agents/{urllib.parse.quote(self.settings.agno_agent_id, safe='')}/runs"
 
     # -- the contract --------------------------------------------------------------

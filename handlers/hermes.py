@@ -101,13 +101,10 @@ class HermesAgentHandler(Handler):
 
     def __init__(self, settings: HandlerSettings, http: httpx.AsyncClient) -> None:
         super().__init__(settings, http)
-        key = self.settings.hermes_api_key
-        secret = key.get_secret_value() if key is not None else ""
-        self.upstream = Upstream(
-            http, BACKEND, self.settings.hermes_api_url.rstrip("/").removesuffix("/v1"),
-            {"Authorization": f"Bearer {secret}"} if secret else {},
-            self.settings.hermes_timeout, self.settings.retry, (secret,) if secret else (),
-            self.settings.max_event_bytes)
+        s = self.settings
+        self.upstream = Upstream.for_backend(http, BACKEND, s, url=s.hermes_api_url,
+                                             drop_suffix="/v1", timeout=s.hermes_timeout,
+                                             api_key=s.hermes_api_key)
         self._followed: dict[str, _RunState] = {}
         """The runs this instance follows, by Hermes run id: the gateway cancels a run
         through the instance whose ``run``/``reattach`` follows it."""

@@ -279,13 +279,12 @@ class LangGraphHandler(Handler):
 
     def __init__(self, settings: HandlerSettings, http: httpx.AsyncClient) -> None:
         super().__init__(settings, http)
-        key = self.settings.langgraph_api_key
-        secret = key.get_secret_value() if key is not None else ""
-        self.upstream = Upstream(
-            http, BACKEND, self.settings.langgraph_api_url.rstrip("/"),
-            {self.settings.langgraph_api_key_header: secret} if secret else {},
-            self.settings.langgraph_timeout, self.settings.retry, (secret,) if secret else (),
-            self.settings.max_event_bytes)
+        s = self.settings
+        self.upstream = Upstream.for_backend(http, BACKEND, s, url=s.langgraph_api_url,
+                                             timeout=s.langgraph_timeout,
+                                             api_key=s.langgraph_api_key,
+                                             key_header=s.langgraph_api_key_header,
+                                             bearer=False)
 
     # -- the contract --------------------------------------------------------------
 

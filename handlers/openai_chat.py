@@ -52,13 +52,10 @@ class OpenAIChatHandler(StreamingBridge):
     failure_log = "chat_backend_request_failed"
 
     def make_upstream(self) -> Upstream:
-        key = self.settings.api_key.get_secret_value() if self.settings.api_key else None
-        headers = dict(self.settings.extra_headers)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        secrets = tuple(s for s in (key, *self.settings.extra_headers.values()) if s)
-        return Upstream(self.http, BACKEND, self.settings.base_url.rstrip("/"), headers,
-                        self.settings.timeout, self.settings.retry, secrets, self.settings.max_event_bytes)
+        s = self.settings
+        return Upstream.for_backend(self.http, BACKEND, s, url=s.base_url, timeout=s.timeout,
+                                    api_key=s.api_key, headers=s.extra_headers,
+                                    secret_headers=True)
 
     def build_body(self, request: HandlerRequest, *, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {

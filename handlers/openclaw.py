@@ -267,14 +267,11 @@ class OpenClawHandler(StreamingBridge):
     failure_log = "openclaw_request_failed"
 
     def make_upstream(self) -> Upstream:
-        key = self.settings.openclaw_api_key
-        token = key.get_secret_value() if key is not None else None
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        if self.settings.openclaw_model:
-            headers["x-openclaw-model"] = self.settings.openclaw_model
-        base = self.settings.openclaw_api_url.rstrip("/").removesuffix("/v1")
-        return Upstream(self.http, BACKEND, base, headers, self.settings.openclaw_timeout,
-                        self.settings.retry, (token,) if token else (), self.settings.max_event_bytes)
+        s = self.settings
+        model = {"x-openclaw-model": s.openclaw_model} if s.openclaw_model else {}
+        return Upstream.for_backend(self.http, BACKEND, s, url=s.openclaw_api_url,
+                                    drop_suffix="/v1", timeout=s.openclaw_timeout,
+                                    api_key=s.openclaw_api_key, headers=model)
 
     def session_user(self, request: HandlerRequest) -> str:
         """The ``user`` that pins this A2A context to one OpenClaw session."""

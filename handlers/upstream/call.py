@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
 import httpx
+from pydantic import SecretStr
 
 from handlers.base import HandlerRequest
 from handlers.upstream.deadline import Deadline
@@ -26,6 +27,7 @@ from handlers.upstream.errors import (
 from handlers.upstream.redaction import redact
 from handlers.upstream.request import passed_on
 from handlers.upstream.retry import NO_RETRY, Retry
+from handlers.upstream.settings import BridgeSettings
 from handlers.upstream.sse import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, SSEFrame, SSEReader
 from handlers.upstream.telemetry import TracedCall, observe_latency, start_trace
 
@@ -54,6 +56,26 @@ class Upstream:
     """Never shown: removed from every reason."""
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     """The bound of one event of a streaming call (``BridgeSettings.max_event_bytes``)."""
+
+    @classmethod
+    def for_backend(cls, http: httpx.AsyncClient, name: str, settings: BridgeSettings, *,
+                    url: str, timeout: float, api_key: SecretStr | None = None,
+                    key_header: str = "Authorization", bearer: bool | None = None,
+                    headers: Mapping[str, str] | None = None, secret_headers: bool = False,
+                    drop_suffix: str = "") -> Upstream:
+        """The backend a bridge's settings describe: ``url`` without its trailing ``/`` (and
+        ``drop_suffix``), ``headers``, then ``api_key`` in ``key_header``, as ``Bearer <key>``
+        when ``bearer`` (by default: when that header is ``Authorization``). The key, and the
+        headers' values when ``secret_headers``, never show in a reason."""
+        key = api_key.get_secret_value() if api_key is not None else ""
+        sent = dict(headers or {})
+        secrets = [key, *(sent.values() if secret_headers else ())]
+        if bearer is None:
+            bearer = key_header.lower() == "authorization"
+        if key:
+            sent[key_header] = f"Bearer {key}" if bearer else key
+        return cls(http, name, url.rstrip("/").removesuffix(drop_suffix), sent, timeout,
+                   settings.retry, tuple(s for s in secrets if s), settings.max_event_bytes)
 
     def reason(self, text: str) -> str:
         return redact(text, self.secrets)
