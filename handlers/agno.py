@@ -18,51 +18,39 @@ See docs/handlers.md for the settings and the event mapping.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import urllib.parse
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import httpx
-import structlog
 from pydantic import Field, SecretStr
 
 from handlers.base import (
     Canceled,
     Completed,
     Failed,
-    Handler,
     HandlerEvent,
     HandlerRequest,
     HandlerSettings,
     InputRejectedError,
     InputRequired,
     Progress,
-    Rejected,
     RunStarted,
-    SessionUpdate,
     TextDelta,
 )
+from handlers.run_bridge import RunBridge, RunSettings
 from handlers.upstream import (
-    BridgeSettings,
     Deadline,
-    RunTimedOut,
     SSEFrame,
     UnexpectedFrame,
     Upstream,
     UpstreamCall,
     UpstreamError,
     clip,
-    has_input,
     request_text,
 )
 
 __all__ = ["AgnoHandler", "AgnoRun", "AgnoSettings", "confirmations"]
-
-log = structlog.get_logger(__name__)
 
 BACKEND = "Agno"
 RUN = "the Agno run"
@@ -73,8 +61,9 @@ NO = frozenset({"no", "n", "deny", "denied", "reject", "rejected", "cancel"})
 CHOICES = ["yes", "no"]
 
 
-class AgnoSettings(BridgeSettings):
-    """The response mode, ``run_timeout_seconds`` and the retries come from ``BridgeSettings``."""
+class AgnoSettings(RunSettings):
+    """The response mode, ``run_timeout_seconds``, the retries and ``poll_interval_seconds``
+    come from ``RunSettings``."""
 
     agno_api_url: str = "http://127.0.0.1:7777"
     """Base URL of the AgentOS app."""
@@ -86,8 +75,6 @@ class AgnoSettings(BridgeSettings):
     agno_timeout: float = Field(300.0, gt=0)
     """Seconds AgentOS may stay silent on a call (its streams are silent while a tool or the
     model works)."""
-    poll_interval_seconds: float = Field(0.5, gt=0)
-    """Wait before joining again the stream of a run that is still going on."""
 
 
 @dataclass(slots=True)
@@ -251,27 +238,24 @@ def session_of(request: HandlerRequest) -> str:
     return request.session.get(SESSION_KEY) or request.backend_user(per_context=True)
 
 
-class AgnoHandler(Handler):
+class AgnoHandler(RunBridge[AgnoRun]):
     Settings: ClassVar[type[HandlerSettings]] = AgnoSettings
     supports_reattach: ClassVar[bool] = True
     settings: AgnoSettings
+    run_name = RUN
+    log_name = "agno"
+    failure_log = "agno_run_failed"
+    question = "the agent asked for confirmation"
+    session_key = SESSION_KEY
 
-    def __init__(self, settings: HandlerSettings, http: httpx.AsyncClient) -> None:
-        super().__init__(settings, http)
+    def make_upstream(self) -> Upstream:
         s = self.settings
-        self.upstream = Upstream.for_backend(http, BACKEND, s, url=s.agno_api_url,
-                                             timeout=s.agno_timeout, api_key=s.agno_api_key)
-        self.runs_path = f"/agents/{urllib.parse.quote(self.settings.agno_agent_id, safe='')}/runs"
+        return Upstream.for_backend(self.http, BACKEND, s, url=s.agno_api_url,
+                                    timeout=s.agno_timeout, api_key=s.agno_api_key)
 
-    # -- the contract --------------------------------------------------------------
-
-    async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        events = self._task(request)
-        if self.message_mode:
-            events = self._message_mode(events)
-        async with contextlib.aclosing(events) as events:
-            async for event in events:
-                yield event
+    @property
+    def runs_path(self) -> str:
+        return f"/agents/{urllib.parse.quote(self.settings.agno_agent_id, safe='')}/runs"
 
     async def resume(self, request: HandlerRequest) -> bool:
         """The answer continues the paused run in a fresh ``run``; one that is neither yes nor
@@ -283,126 +267,31 @@ class AgnoHandler(Handler):
                 request.pending_input or None)
         return False
 
-    async def cancel(self, request: HandlerRequest) -> bool:
-        if not request.run_ref:
-            return False
-        try:
-            await self._cancel_run(request.run_ref, request)
-        except UpstreamError as exc:
-            log.warning("agno_cancel_failed", run_ref=request.run_ref, reason=exc.reason)
-            return False
-        return True
+    # -- the hooks of RunBridge -------------------------------------------------------
 
-    async def reattach(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        # The run went on in the background: joining it replays its events from the first
-        # one, so the re-attached task gets the whole answer. Its time bound counts from here.
-        if not request.run_ref:
-            yield Failed(f"no {BACKEND} run to re-attach to")
-            return
-        run = AgnoRun(session_of(request), run_id=request.run_ref)
-        deadline = self.settings.deadline(RUN)
-        try:
-            async with contextlib.aclosing(self._follow(
-                    run, self._join(run, request, deadline), request, deadline)) as events:
-                async for event in events:
-                    yield event
-        except UpstreamError as exc:
-            yield Failed(exc.reason)
+    def needs_input(self, request: HandlerRequest) -> bool:
+        return not _paused_tools(request)  # an answer continues the paused run
 
-    # -- a task's run --------------------------------------------------------------
-
-    async def _task(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        session_id = session_of(request)
-        if request.session.get(SESSION_KEY) != session_id:
-            yield SessionUpdate({SESSION_KEY: session_id})
-        tools = (request.pending_input or {}).get("tools")
-        deadline = self.settings.deadline(RUN)
-        try:
-            if tools and request.run_ref:
-                run = AgnoRun(session_id, run_id=request.run_ref)
-                call = self._continue(run, tools, request, deadline)
-            elif has_input(request):
-                run = AgnoRun(session_id)
-                call = self._start(run, request, deadline)
-            else:
-                yield Rejected(f"the message has no text or data for {BACKEND}")
-                return
-            async with contextlib.aclosing(self._follow(run, call, request, deadline)) as events:
-                async for event in events:
-                    yield event
-        except UpstreamError as exc:
-            log.warning("agno_run_failed", endpoint_id=request.endpoint_id,
-                        task_id=request.task_id, reason=exc.reason)
-            yield Failed(exc.reason)
-
-    async def _message_mode(self, task: AsyncIterator[HandlerEvent]) -> AsyncIterator[HandlerEvent]:
-        """Only the memory and the final answer, as one Message (no task is created)."""
-        async with contextlib.aclosing(task) as events:
-            async for event in events:
-                if isinstance(event, SessionUpdate):
-                    yield event
-                elif isinstance(event, InputRequired):
-                    yield Failed(f"the agent asked for confirmation ({clip(event.prompt, 200)}), "
-                                 "which response_mode message cannot answer: use response_mode task")
-                elif isinstance(event, Completed | Failed | Canceled | Rejected):
-                    yield self.answer(event)
-
-    def _start(self, run: AgnoRun, request: HandlerRequest, deadline: Deadline) -> UpstreamCall:
-        return self.upstream.call("POST", self.runs_path, request=request, deadline=deadline,
-                                  events=True, form={
-                                      "message": request_text(request), "stream": "true",
-                                      "background": "true", "session_id": run.session_id,
-                                      "user_id": request.backend_user()})
-
-    def _continue(self, run: AgnoRun, tools: list[dict[str, Any]], request: HandlerRequest,
-                  deadline: Deadline) -> UpstreamCall:
+    async def start(self, session_id: str, request: HandlerRequest,
+                    deadline: Deadline) -> tuple[AgnoRun, UpstreamCall]:
+        """The run (in the background, streamed), or the paused run continued with each
+        waiting tool confirmed or not."""
+        tools = _paused_tools(request)
+        run = AgnoRun(session_id, run_id=request.run_ref if tools else None)
+        form = {"stream": "true", "background": "true", "session_id": session_id,
+                "user_id": request.backend_user()}
+        if not tools:
+            return run, self.upstream.call("POST", self.runs_path, request=request,
+                                           deadline=deadline, events=True,
+                                           form={"message": request_text(request), **form})
         decided = confirmations(request, tools) or {}
         answered = [{**t, "requires_confirmation": True,
                      "confirmed": decided.get(str(t.get("tool_call_id")), False)} for t in tools]
-        return self.upstream.call(
+        return run, self.upstream.call(
             "POST", f"{self.runs_path}/{run.run_id}/continue", request=request, deadline=deadline,
-            events=True, form={"tools": json.dumps(answered), "stream": "true",
-                               "background": "true", "session_id": run.session_id,
-                               "user_id": request.backend_user()})
+            events=True, form={"tools": json.dumps(answered), **form})
 
-    async def _follow(self, run: AgnoRun, call: UpstreamCall, request: HandlerRequest,
-                      deadline: Deadline) -> AsyncIterator[HandlerEvent]:
-        """The run's events until its terminal one. A stream that broke off (or ended early)
-        while the run goes on is joined again after the last event seen; the run's state says
-        how it ended when no stream does. A run past ``deadline`` or one whose frames make no
-        sense is canceled and fails."""
-        try:
-            while True:
-                try:
-                    async with call:
-                        async for frame in call.frames():
-                            for event in run.feed(frame):
-                                yield event
-                            if run.terminal is not None:
-                                break
-                except (UnexpectedFrame, RunTimedOut):
-                    raise
-                except UpstreamError as exc:
-                    if run.run_id is None:
-                        raise
-                    log.warning("agno_stream_lost", run_id=run.run_id, reason=exc.reason)
-                if run.terminal is not None:
-                    break
-                if run.run_id is None:
-                    raise UpstreamError(f"{BACKEND} closed the stream before the run started")
-                run.terminal = run.from_state(await self._state(run, request, deadline))
-                if run.terminal is not None:
-                    break
-                await deadline.within(asyncio.sleep(self.settings.poll_interval_seconds))
-                call = self._join(run, request, deadline)
-        except (UnexpectedFrame, RunTimedOut):
-            await self._abandon(run, request)
-            raise
-        if isinstance(run.terminal, Failed):
-            run.terminal = Failed(self.upstream.reason(run.terminal.reason))
-        yield run.terminal
-
-    def _join(self, run: AgnoRun, request: HandlerRequest, deadline: Deadline) -> UpstreamCall:
+    def join(self, run: AgnoRun, request: HandlerRequest, deadline: Deadline) -> UpstreamCall:
         """The run's stream again: the events after ``last_event_index`` (all of them when
         none was seen), then the live ones."""
         form = {"session_id": run.session_id}
@@ -411,31 +300,31 @@ class AgnoHandler(Handler):
         return self.upstream.call("POST", f"{self.runs_path}/{run.run_id}/resume",
                                   request=request, deadline=deadline, events=True, form=form)
 
-    async def _state(self, run: AgnoRun, request: HandlerRequest,
-                     deadline: Deadline) -> dict[str, Any]:
+    async def status(self, run: AgnoRun, request: HandlerRequest,
+                     deadline: Deadline) -> list[HandlerEvent]:
         try:
-            return await self.upstream.json(
+            state = await self.upstream.json(
                 "GET", f"{self.runs_path}/{run.run_id}?session_id={run.session_id}",
                 request=request, deadline=deadline)
         except UpstreamError as exc:
             if exc.status == 404:
                 raise UpstreamError(f"{BACKEND} no longer knows run {run.run_id}") from None
             raise
+        run.terminal = run.from_state(state)
+        return []
 
-    # -- calls ---------------------------------------------------------------------
+    def run_of(self, request: HandlerRequest) -> AgnoRun | None:
+        # The run went on in the background: joining it replays its events from the first one.
+        return AgnoRun(session_of(request), run_id=request.run_ref) if request.run_ref else None
 
-    async def _cancel_run(self, run_id: str, request: HandlerRequest) -> None:
+    async def cancel_run(self, run: AgnoRun, request: HandlerRequest) -> None:
         async with self.upstream.call(
-                "POST", f"{self.runs_path}/{run_id}/cancel?session_id={session_of(request)}",
+                "POST", f"{self.runs_path}/{run.run_id}/cancel?session_id={run.session_id}",
                 request=request, retry=False):
             pass
 
-    async def _abandon(self, run: AgnoRun, request: HandlerRequest) -> None:
-        """Cancel a run the bridge gives up on (best effort)."""
-        if run.run_id is None:
-            return
-        log.warning("agno_run_abandoned", run_id=run.run_id)
-        try:
-            await self._cancel_run(run.run_id, request)
-        except UpstreamError as exc:
-            log.warning("agno_cancel_failed", run_id=run.run_id, reason=exc.reason)
+
+def _paused_tools(request: HandlerRequest) -> list[dict[str, Any]]:
+    """The tools of the paused run the request answers (none: the request starts a run)."""
+    tools = (request.pending_input or {}).get("tools")
+    return tools if tools and request.run_ref else []

@@ -19,15 +19,11 @@ See docs/handlers.md for the settings and the event mapping.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import urllib.parse
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import httpx
 import structlog
 from pydantic import Field, SecretStr, field_validator
 
@@ -35,22 +31,18 @@ from handlers.base import (
     Canceled,
     Completed,
     Failed,
-    Handler,
     HandlerEvent,
     HandlerRequest,
     HandlerSettings,
     InputRejectedError,
     InputRequired,
     Progress,
-    Rejected,
     RunStarted,
-    SessionUpdate,
     TextDelta,
 )
+from handlers.run_bridge import RunBridge, RunSettings
 from handlers.upstream import (
-    BridgeSettings,
     Deadline,
-    RunTimedOut,
     SSEFrame,
     UnexpectedFrame,
     Upstream,
@@ -76,8 +68,9 @@ REPLAY_ALL = "0"
 _PROMPT_KEYS = ("question", "prompt", "message", "description", "text")
 
 
-class LangGraphSettings(BridgeSettings):
-    """The response mode, ``run_timeout_seconds`` and the retries come from ``BridgeSettings``."""
+class LangGraphSettings(RunSettings):
+    """The response mode, ``run_timeout_seconds``, the retries and ``poll_interval_seconds``
+    come from ``RunSettings``."""
 
     langgraph_api_url: str = "http://127.0.0.1:2024"
     """Base URL of the LangGraph Agent Server (``langgraph dev`` listens on port 2024)."""
@@ -157,6 +150,8 @@ class RunStream:
     answer: str | None = None
     """The text of the run's last AI message in ``updates``."""
     usage: dict[str, int] = field(default_factory=dict)
+    terminal: HandlerEvent | None = None
+    """The outcome, from the run's status once it ended (the stream never says)."""
     rejoined: bool = False
     """The stream was joined again after a break: events may be missing (the in-memory
     server numbers events per millisecond, so a resumed stream skips the rest of one)."""
@@ -272,32 +267,20 @@ def resume_value(request: HandlerRequest, interrupts: list[dict[str, Any]]) -> A
     return dict.fromkeys(ids, answer)
 
 
-class LangGraphHandler(Handler):
+class LangGraphHandler(RunBridge[RunStream]):
     Settings: ClassVar[type[HandlerSettings]] = LangGraphSettings
     supports_reattach: ClassVar[bool] = True
     settings: LangGraphSettings
+    run_name = RUN
+    log_name = "langgraph"
+    failure_log = "langgraph_run_failed"
+    question = "the graph asked for input"
 
-    def __init__(self, settings: HandlerSettings, http: httpx.AsyncClient) -> None:
-        super().__init__(settings, http)
+    def make_upstream(self) -> Upstream:
         s = self.settings
-        self.upstream = Upstream.for_backend(http, BACKEND, s, url=s.langgraph_api_url,
-                                             timeout=s.langgraph_timeout,
-                                             api_key=s.langgraph_api_key,
-                                             key_header=s.langgraph_api_key_header,
-                                             bearer=False)
-
-    # -- the contract --------------------------------------------------------------
-
-    async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        if not has_input(request):
-            yield Rejected(f"the message has no text or data for {BACKEND}")
-            return
-        events = self._task(request)
-        if self.message_mode:
-            events = self._message_mode(events)
-        async with contextlib.aclosing(events) as events:
-            async for event in events:
-                yield event
+        return Upstream.for_backend(self.http, BACKEND, s, url=s.langgraph_api_url,
+                                    timeout=s.langgraph_timeout, api_key=s.langgraph_api_key,
+                                    key_header=s.langgraph_api_key_header, bearer=False)
 
     async def resume(self, request: HandlerRequest) -> bool:
         """The answer goes in a fresh ``run`` (the interrupted run has ended); an empty one is
@@ -307,77 +290,41 @@ class LangGraphHandler(Handler):
                                      "part.", request.pending_input or None)
         return False
 
-    async def cancel(self, request: HandlerRequest) -> bool:
-        ref = parse_ref(request.run_ref)
-        if ref is None:
+    # -- the hooks of RunBridge -------------------------------------------------------
+
+    async def conversation(self, request: HandlerRequest, deadline: Deadline, *,
+                           lost: bool) -> tuple[str, dict[str, Any]]:
+        thread_id = None if lost else request.session.get(SESSION_KEY)
+        if thread_id:
+            return thread_id, {}
+        thread = await self.upstream.json(
+            "POST", "/threads", {"metadata": {"a2a_owner": request.backend_user(per_context=True)}},
+            request=request, deadline=deadline)
+        thread_id = thread.get("thread_id")
+        if not isinstance(thread_id, str) or not thread_id:
+            raise UpstreamError(f"{BACKEND} created a thread but returned no thread id")
+        return thread_id, {SESSION_KEY: thread_id}
+
+    async def conversation_lost(self, exc: UpstreamError, run: RunStream, request: HandlerRequest,
+                                deadline: Deadline) -> bool:
+        """True when a run was refused because the server no longer knows its thread, and
+        the message can go to a new thread (a new message, not an answer to a question)."""
+        if exc.status != 404 or run.run_id is not None:
             return False
         try:
-            await self._cancel_run(*ref, request)
-        except UpstreamError as exc:
-            log.warning("langgraph_cancel_failed", run_ref=request.run_ref, reason=exc.reason)
-            return False
-        return True
+            await self._thread(run, request, deadline)
+        except UpstreamError as missing:
+            if missing.status != 404:
+                raise
+            if (request.pending_input or {}).get("interrupts"):
+                raise UpstreamError(f"{BACKEND} no longer knows thread {run.thread_id}, so "
+                                    "its question cannot be answered") from None
+            log.warning("langgraph_thread_lost", thread_id=run.thread_id)
+            return True
+        return False
 
-    async def reattach(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        # The run was started resumable: joining it replays its events from the first one,
-        # so the re-attached task gets the whole answer. Its time bound counts from here.
-        ref = parse_ref(request.run_ref)
-        if ref is None:
-            yield Failed(f"no {BACKEND} run to re-attach to")
-            return
-        stream = RunStream(ref[0], run_id=ref[1], last_event_id=REPLAY_ALL)
-        deadline = self.settings.deadline(RUN)
-        try:
-            async with contextlib.aclosing(self._follow(
-                    stream, self._join(stream, request, deadline), request, deadline)) as events:
-                async for event in events:
-                    yield event
-        except UpstreamError as exc:
-            yield Failed(exc.reason)
-
-    # -- a task's run --------------------------------------------------------------
-
-    async def _task(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        deadline = self.settings.deadline(RUN)
-        try:
-            thread_id = request.session.get(SESSION_KEY)
-            if not thread_id:
-                thread_id = await self._new_thread(request, deadline)
-                yield SessionUpdate({SESSION_KEY: thread_id})
-            for attempt in (1, 2):
-                stream = RunStream(thread_id)
-                try:
-                    async with contextlib.aclosing(self._follow(
-                            stream, self._start(stream, request, deadline), request,
-                            deadline)) as events:
-                        async for event in events:
-                            yield event
-                    return
-                except UpstreamError as exc:
-                    if attempt == 2 or not await self._thread_lost(exc, stream, request, deadline):
-                        raise
-                # the server lost the thread (an in-memory server restarted): a new one
-                thread_id = await self._new_thread(request, deadline)
-                yield SessionUpdate({SESSION_KEY: thread_id})
-        except UpstreamError as exc:
-            log.warning("langgraph_run_failed", endpoint_id=request.endpoint_id,
-                        task_id=request.task_id, reason=exc.reason)
-            yield Failed(exc.reason)
-
-    async def _message_mode(self, task: AsyncIterator[HandlerEvent]) -> AsyncIterator[HandlerEvent]:
-        """Only the memory and the final answer, as one Message (no task is created)."""
-        async with contextlib.aclosing(task) as events:
-            async for event in events:
-                if isinstance(event, SessionUpdate):
-                    yield event
-                elif isinstance(event, InputRequired):
-                    yield Failed(f"the graph asked for input ({clip(event.prompt, 200)}), which "
-                                 "response_mode message cannot answer: use response_mode task")
-                elif isinstance(event, Completed | Failed | Canceled | Rejected):
-                    yield self.answer(event)
-
-    def _start(self, stream: RunStream, request: HandlerRequest,
-               deadline: Deadline) -> UpstreamCall:
+    async def start(self, thread_id: str, request: HandlerRequest,
+                    deadline: Deadline) -> tuple[RunStream, UpstreamCall]:
         body: dict[str, Any] = {
             "assistant_id": self.settings.langgraph_assistant_id,
             "stream_mode": list(self.settings.langgraph_stream_mode),
@@ -389,156 +336,100 @@ class LangGraphHandler(Handler):
             body["command"] = {"resume": resume_value(request, interrupts)}
         else:
             body["input"] = {"messages": [{"role": "user", "content": request_text(request)}]}
-        return self.upstream.call("POST", f"/threads/{stream.thread_id}/runs/stream", body,
-                                  request=request, deadline=deadline, events=True)
+        return RunStream(thread_id), self.upstream.call(
+            "POST", f"/threads/{thread_id}/runs/stream", body, request=request,
+            deadline=deadline, events=True)
 
-    def _join(self, stream: RunStream, request: HandlerRequest, deadline: Deadline) -> UpstreamCall:
+    def join(self, run: RunStream, request: HandlerRequest, deadline: Deadline) -> UpstreamCall:
+        """The run's stream again, after the last event seen (all of them on a re-attach:
+        nothing is missing then)."""
         call = self.upstream.call(
-            "GET", f"/threads/{stream.thread_id}/runs/{stream.run_id}/stream?stream_mode="
+            "GET", f"/threads/{run.thread_id}/runs/{run.run_id}/stream?stream_mode="
             + urllib.parse.quote(json.dumps(list(self.settings.langgraph_stream_mode))),
             request=request, deadline=deadline, events=True)
-        if stream.last_event_id:
-            call.headers["Last-Event-ID"] = stream.last_event_id
+        if run.last_event_id:
+            call.headers["Last-Event-ID"] = run.last_event_id
+        run.rejoined = run.rejoined or run.last_event_id != REPLAY_ALL
         return call
 
-    async def _follow(self, stream: RunStream, call: UpstreamCall, request: HandlerRequest,
-                      deadline: Deadline) -> AsyncIterator[HandlerEvent]:
-        """The run's events until it ended, joining its stream again while it goes on, then
-        its outcome from its status; a run past ``deadline`` is canceled and fails."""
+    async def status(self, run: RunStream, request: HandlerRequest,
+                     deadline: Deadline) -> list[HandlerEvent]:
+        """The outcome once the run's status says it ended (a LangGraph stream just closes)."""
         try:
-            while True:
-                try:
-                    async with call:
-                        async for frame in call.frames():
-                            for event in stream.feed(frame):
-                                yield event
-                except UnexpectedFrame:
-                    await self._abandon(stream, request)
-                    raise
-                except RunTimedOut:
-                    raise
-                except UpstreamError as exc:
-                    if stream.run_id is None:
-                        raise
-                    log.warning("langgraph_stream_lost", run_id=stream.run_id, reason=exc.reason)
-                if stream.run_id is None:
-                    raise UpstreamError(f"{BACKEND} closed the stream before the run started")
-                status = await self._status(stream, request, deadline)
-                if status not in RUNNING:
-                    break
-                await deadline.within(asyncio.sleep(self.settings.poll_interval_seconds))
-                stream.rejoined = True
-                call = self._join(stream, request, deadline)
-        except RunTimedOut:
-            await self._abandon(stream, request)
+            state = await self.upstream.json(
+                "GET", f"/threads/{run.thread_id}/runs/{run.run_id}", request=request,
+                deadline=deadline)
+        except UpstreamError as exc:
+            if exc.status == 404:
+                raise UpstreamError(f"{BACKEND} no longer knows run {run.run_id}") from None
             raise
-        yield await self._outcome(stream, status, request, deadline)
+        status = state.get("status")
+        if not isinstance(status, str):
+            raise UnexpectedFrame(BACKEND, "a run without a status")
+        if status not in RUNNING:
+            run.terminal = await self._outcome(run, status, request, deadline)
+        return []
 
-    async def _outcome(self, stream: RunStream, status: str, request: HandlerRequest,
+    def run_of(self, request: HandlerRequest) -> RunStream | None:
+        # The run was started resumable: joining it replays its events from the first one.
+        ref = parse_ref(request.run_ref)
+        return RunStream(ref[0], run_id=ref[1], last_event_id=REPLAY_ALL) if ref else None
+
+    async def cancel_run(self, run: RunStream, request: HandlerRequest) -> None:
+        async with self.upstream.call(
+                "POST", f"/threads/{run.thread_id}/runs/{run.run_id}/cancel?action=interrupt",
+                request=request, retry=False):
+            pass
+
+    # -- the outcome ---------------------------------------------------------------
+
+    async def _outcome(self, run: RunStream, status: str, request: HandlerRequest,
                        deadline: Deadline) -> HandlerEvent:
         if status == "success":
-            if stream.interrupts:
-                return stream.input_required()
-            if stream.final_text is None or stream.rejoined:
+            if run.interrupts:
+                return run.input_required()
+            if run.final_text is None or run.rejoined:
                 # events may be missing: the thread has the question or the answer
-                return await self._thread_outcome(stream, request, deadline)
-            return Completed(text=stream.final_text, metadata=self._metadata(stream))
+                return await self._thread_outcome(run, request, deadline)
+            return Completed(text=run.final_text, metadata=_metadata(run))
         if status == "error":
-            return Failed(self.upstream.reason(stream.error or await self._thread_error(
-                stream, request, deadline)))
+            return Failed(run.error or await self._thread_error(run, request, deadline))
         if status == "interrupted":
             return Canceled(f"{RUN} was interrupted")
         if status == "timeout":
             return Failed(f"{BACKEND} stopped the run at its own time limit")
         return Failed(f"{RUN} ended with an unknown status ({clip(status, 40)})")
 
-    async def _thread_outcome(self, stream: RunStream, request: HandlerRequest,
+    async def _thread_outcome(self, run: RunStream, request: HandlerRequest,
                               deadline: Deadline) -> HandlerEvent:
-        thread = await self.upstream.json("GET", f"/threads/{stream.thread_id}", request=request,
-                                          deadline=deadline)
+        thread = await self._thread(run, request, deadline)
         for waiting in (thread.get("interrupts") or {}).values():
-            stream.interrupts += [{"id": i.get("id"), "value": i.get("value")}
-                                  for i in _objects(waiting)]
-        if stream.interrupts:
-            return stream.input_required()
+            run.interrupts += [{"id": i.get("id"), "value": i.get("value")}
+                               for i in _objects(waiting)]
+        if run.interrupts:
+            return run.input_required()
         values = thread.get("values") if isinstance(thread.get("values"), dict) else {}
         messages = _objects(values.get("messages"))
         last = messages[-1] if messages else {}
         text = message_text(last.get("content")) if last.get("type") == "ai" else ""
-        return Completed(text=text, metadata=self._metadata(stream))
+        return Completed(text=text, metadata=_metadata(run))
 
-    async def _thread_error(self, stream: RunStream, request: HandlerRequest,
+    async def _thread_error(self, run: RunStream, request: HandlerRequest,
                             deadline: Deadline) -> str:
-        thread = await self.upstream.json("GET", f"/threads/{stream.thread_id}", request=request,
-                                          deadline=deadline)
+        thread = await self._thread(run, request, deadline)
         error = thread.get("error") if isinstance(thread.get("error"), dict) else {}
         detail = ": ".join(str(error[k]) for k in ("error", "message") if error.get(k))
         return clip(f"{RUN} failed: {detail or 'no detail'}")
 
-    @staticmethod
-    def _metadata(stream: RunStream) -> dict[str, Any]:
-        metadata: dict[str, Any] = {"langgraph_thread_id": stream.thread_id,
-                                    "langgraph_run_id": stream.run_id}
-        if stream.usage:
-            metadata["usage"] = stream.usage
-        return metadata
+    async def _thread(self, run: RunStream, request: HandlerRequest,
+                      deadline: Deadline) -> dict[str, Any]:
+        return await self.upstream.json("GET", f"/threads/{run.thread_id}", request=request,
+                                        deadline=deadline)
 
-    # -- calls ---------------------------------------------------------------------
 
-    async def _new_thread(self, request: HandlerRequest, deadline: Deadline) -> str:
-        thread = await self.upstream.json(
-            "POST", "/threads", {"metadata": {"a2a_owner": request.backend_user(per_context=True)}},
-            request=request, deadline=deadline)
-        thread_id = thread.get("thread_id")
-        if not isinstance(thread_id, str) or not thread_id:
-            raise UpstreamError(f"{BACKEND} created a thread but returned no thread id")
-        return thread_id
-
-    async def _thread_lost(self, exc: UpstreamError, stream: RunStream, request: HandlerRequest,
-                           deadline: Deadline) -> bool:
-        """True when a run was refused because the server no longer knows its thread, and
-        the message can go to a new thread (a new message, not an answer to a question)."""
-        if exc.status != 404 or stream.run_id is not None:
-            return False
-        try:
-            await self.upstream.json("GET", f"/threads/{stream.thread_id}", request=request,
-                                     deadline=deadline)
-        except UpstreamError as missing:
-            if missing.status != 404:
-                raise
-            if (request.pending_input or {}).get("interrupts"):
-                raise UpstreamError(f"{BACKEND} no longer knows thread {stream.thread_id}, so "
-                                    "its question cannot be answered") from None
-            log.warning("langgraph_thread_lost", thread_id=stream.thread_id)
-            return True
-        return False
-
-    async def _status(self, stream: RunStream, request: HandlerRequest, deadline: Deadline) -> str:
-        try:
-            run = await self.upstream.json(
-                "GET", f"/threads/{stream.thread_id}/runs/{stream.run_id}", request=request,
-                deadline=deadline)
-        except UpstreamError as exc:
-            if exc.status == 404:
-                raise UpstreamError(f"{BACKEND} no longer knows run {stream.run_id}") from None
-            raise
-        status = run.get("status")
-        if not isinstance(status, str):
-            raise UnexpectedFrame(BACKEND, "a run without a status")
-        return status
-
-    async def _cancel_run(self, thread_id: str, run_id: str, request: HandlerRequest) -> None:
-        async with self.upstream.call(
-                "POST", f"/threads/{thread_id}/runs/{run_id}/cancel?action=interrupt",
-                request=request, retry=False):
-            pass
-
-    async def _abandon(self, stream: RunStream, request: HandlerRequest) -> None:
-        """Cancel a run the bridge gives up on (best effort)."""
-        if stream.run_id is None:
-            return
-        log.warning("langgraph_run_abandoned", run_id=stream.run_id)
-        try:
-            await self._cancel_run(stream.thread_id, stream.run_id, request)
-        except UpstreamError as exc:
-            log.warning("langgraph_cancel_failed", run_id=stream.run_id, reason=exc.reason)
+def _metadata(run: RunStream) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"langgraph_thread_id": run.thread_id,
+                                "langgraph_run_id": run.run_id}
+    if run.usage:
+        metadata["usage"] = run.usage
+    return metadata
