@@ -18,41 +18,35 @@ See docs/handlers.md for the settings and the event mapping.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import urllib.parse
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import httpx
 import structlog
 from pydantic import Field, SecretStr
 
 from handlers.base import (
-    Canceled,
     Completed,
     Failed,
-    Handler,
     HandlerEvent,
     HandlerRequest,
     HandlerSettings,
     InputRejectedError,
     InputRequired,
     Progress,
-    Rejected,
-    SessionUpdate,
     TextDelta,
 )
+from handlers.confirmation import call_text, yes_or_no
+from handlers.run_bridge import RunBridge
 from handlers.upstream import (
     BridgeSettings,
     Deadline,
     SSEFrame,
     UnexpectedFrame,
     Upstream,
+    UpstreamCall,
     UpstreamError,
     clip,
-    has_input,
     request_text,
 )
 
@@ -67,8 +61,6 @@ CREDENTIAL = "adk_request_credential"
 SESSION_KEY = "adk_session_id"
 USER_KEY = "adk_user_id"
 PENDING_KEY = "adk_confirmations"
-APPROVALS = frozenset({"yes", "y", "approve", "approved", "allow", "ok", "confirm", "confirmed"})
-DENIALS = frozenset({"no", "n", "deny", "denied", "reject", "rejected", "cancel"})
 
 
 class AdkSettings(BridgeSettings):
@@ -98,12 +90,6 @@ def _objects(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-def _call_text(call: dict[str, Any]) -> str:
-    args = _dict(call.get("args"))
-    shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items())
-    return f"{call.get('name') or 'a tool'}({shown})"
-
-
 @dataclass(slots=True)
 class RunEvents:
     """What the events of one ``/run_sse`` stream said so far."""
@@ -117,6 +103,11 @@ class RunEvents:
     error: str | None = None
     invocation_id: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
+    session_id: str | None = None
+    run_id: None = None
+    """ADK names no run: its stream is the whole run."""
+    terminal: HandlerEvent | None = None
+    """The outcome, once the stream ended."""
 
     def feed(self, frame: SSEFrame) -> list[HandlerEvent]:
         """The events of one frame; ``UnexpectedFrame`` for a shape this bridge does not know."""
@@ -188,7 +179,7 @@ class RunEvents:
                 "id": call["id"], "tool": original.get("name") or "",
                 "args": _dict(original.get("args")),
                 "hint": _dict(args.get("toolConfirmation")).get("hint") or "",
-                "call": _call_text(original)})
+                "call": call_text(original.get("name"), original.get("args"))})
             return []
         if name == CREDENTIAL:
             self.credential_asked = True
@@ -239,38 +230,24 @@ def confirmation_answer(request: HandlerRequest) -> bool | None:
             if isinstance(data.get(key), bool):
                 return data[key]
         if isinstance(data.get("choice"), str):
-            return _word(data["choice"])
-    return _word(request.text)
+            return yes_or_no(data["choice"])
+    return yes_or_no(request.text)
 
 
-def _word(text: str) -> bool | None:
-    word = text.strip().strip(".!").lower()
-    return True if word in APPROVALS else False if word in DENIALS else None
-
-
-class AdkHandler(Handler):
+class AdkHandler(RunBridge[RunEvents]):
     Settings: ClassVar[type[HandlerSettings]] = AdkSettings
     settings: AdkSettings
+    run_name = RUN
+    log_name = "adk"
+    failure_log = "adk_run_failed"
+    question = "the agent asked for confirmation"
+    run_ids = False
 
-    def __init__(self, settings: HandlerSettings, http: httpx.AsyncClient) -> None:
-        super().__init__(settings, http)
+    def make_upstream(self) -> Upstream:
         s = self.settings
-        self.upstream = Upstream.for_backend(http, BACKEND, s, url=s.adk_api_url,
-                                             timeout=s.adk_timeout, api_key=s.adk_api_key,
-                                             key_header=s.adk_api_key_header)
-
-    # -- the contract --------------------------------------------------------------
-
-    async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        if not has_input(request):
-            yield Rejected(f"the message has no text or data for {BACKEND}")
-            return
-        events = self._task(request)
-        if self.message_mode:
-            events = self._message_mode(events)
-        async with contextlib.aclosing(events) as events:
-            async for event in events:
-                yield event
+        return Upstream.for_backend(self.http, BACKEND, s, url=s.adk_api_url,
+                                    timeout=s.adk_timeout, api_key=s.adk_api_key,
+                                    key_header=s.adk_api_key_header)
 
     async def resume(self, request: HandlerRequest) -> bool:
         """The answer goes in a fresh ``run`` (the asking run has ended); an answer that is
@@ -281,83 +258,51 @@ class AdkHandler(Handler):
                 '{"confirmed": true|false}.', request.pending_input or None)
         return False
 
-    # -- a task's run --------------------------------------------------------------
+    # -- the hooks of RunBridge -------------------------------------------------------
 
-    async def _task(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        deadline = self.settings.deadline(RUN)
+    async def conversation(self, request: HandlerRequest, deadline: Deadline, *,
+                           lost: bool) -> tuple[tuple[str, str], dict[str, Any]]:
+        """The context's session, created on its first message; its id is derived from the
+        caller and the context, so a session the server still has (409) is the same one."""
         user_id = request.session.get(USER_KEY) or self.settings.adk_user_id or request.principal
-        session_id = request.session.get(SESSION_KEY)
-        try:
-            if not session_id:
-                session_id = await self._new_session(user_id, request, deadline)
-                yield SessionUpdate({SESSION_KEY: session_id, USER_KEY: user_id})
-            for attempt in (1, 2):
-                try:
-                    async with contextlib.aclosing(
-                            self._stream(user_id, session_id, request, deadline)) as events:
-                        async for event in events:
-                            yield event
-                    return
-                except UpstreamError as exc:
-                    if attempt == 2 or not self._session_lost(exc, request):
-                        raise
-                # an in-memory server restarted: the conversation is gone, a new session
-                log.warning("adk_session_lost", session_id=session_id)
-                session_id = await self._new_session(user_id, request, deadline)
-                yield SessionUpdate({SESSION_KEY: session_id, USER_KEY: user_id})
-        except UpstreamError as exc:
-            log.warning("adk_run_failed", endpoint_id=request.endpoint_id,
-                        task_id=request.task_id, reason=exc.reason)
-            yield Failed(exc.reason)
-
-    async def _message_mode(self, task: AsyncIterator[HandlerEvent]) -> AsyncIterator[HandlerEvent]:
-        """Only the memory and the final answer, as one Message (no task is created)."""
-        async with contextlib.aclosing(task) as events:
-            async for event in events:
-                if isinstance(event, SessionUpdate):
-                    yield event
-                elif isinstance(event, InputRequired):
-                    yield Failed(f"the agent asked for confirmation ({clip(event.prompt, 200)}), "
-                                 "which response_mode message cannot answer: use response_mode task")
-                elif isinstance(event, Completed | Failed | Canceled | Rejected):
-                    yield self.answer(event)
-
-    async def _stream(self, user_id: str, session_id: str, request: HandlerRequest,
-                      deadline: Deadline) -> AsyncIterator[HandlerEvent]:
-        run = RunEvents()
-        body = {"app_name": self.settings.adk_app_name, "user_id": user_id,
-                "session_id": session_id, "new_message": new_message(request), "streaming": True}
-        async with self.upstream.call("POST", "/run_sse", body, request=request,
-                                      deadline=deadline, events=True) as call:
-            async for frame in call.frames():
-                for event in run.feed(frame):
-                    yield event
-        outcome = run.outcome({SESSION_KEY: session_id})
-        yield Failed(self.upstream.reason(outcome.reason)) if isinstance(outcome, Failed) else outcome
-
-    def _session_lost(self, exc: UpstreamError, request: HandlerRequest) -> bool:
-        """True when ``/run_sse`` was refused because the server no longer knows the session
-        and the message can go to a new one (a new message, not an answer)."""
-        if exc.status != 404 or "Session not found" not in exc.reason:
-            return False
-        if (request.pending_input or {}).get(PENDING_KEY):
-            raise UpstreamError(f"{BACKEND} no longer knows the session, so its question cannot "
-                                "be answered") from None
-        return True
-
-    async def _new_session(self, user_id: str, request: HandlerRequest, deadline: Deadline) -> str:
-        """Creates the context's session; its id is derived from the caller and the context,
-        so a session the server still has (409) is the same conversation."""
+        session_id = None if lost else request.session.get(SESSION_KEY)
+        if session_id:
+            return (user_id, session_id), {}
         session_id = request.backend_user(per_context=True)
-        path = (f"/apps/{_segment(self.settings.adk_app_name)}/users/{_segment(user_id)}"
-                "/sessions")
+        path = f"/apps/{_segment(self.settings.adk_app_name)}/users/{_segment(user_id)}/sessions"
         try:
             await self.upstream.json("POST", path, {"session_id": session_id}, request=request,
                                      deadline=deadline)
         except UpstreamError as exc:
             if exc.status != 409:
                 raise
-        return session_id
+        return (user_id, session_id), {SESSION_KEY: session_id, USER_KEY: user_id}
+
+    async def conversation_lost(self, exc: UpstreamError, run: RunEvents, request: HandlerRequest,
+                                deadline: Deadline) -> bool:
+        """True when ``/run_sse`` was refused because the server no longer knows the session
+        (an in-memory server restarted) and the message can go to a new one (not an answer)."""
+        if exc.status != 404 or "Session not found" not in exc.reason:
+            return False
+        if (request.pending_input or {}).get(PENDING_KEY):
+            raise UpstreamError(f"{BACKEND} no longer knows the session, so its question cannot "
+                                "be answered") from None
+        log.warning("adk_session_lost", session_id=run.session_id)
+        return True
+
+    async def start(self, conversation: tuple[str, str], request: HandlerRequest,
+                    deadline: Deadline) -> tuple[RunEvents, UpstreamCall]:
+        user_id, session_id = conversation
+        body = {"app_name": self.settings.adk_app_name, "user_id": user_id,
+                "session_id": session_id, "new_message": new_message(request), "streaming": True}
+        return RunEvents(session_id=session_id), self.upstream.call(
+            "POST", "/run_sse", body, request=request, deadline=deadline, events=True)
+
+    async def status(self, run: RunEvents, request: HandlerRequest,
+                     deadline: Deadline) -> list[HandlerEvent]:
+        """The outcome once the stream ended: ADK's stream is the whole run."""
+        run.terminal = run.outcome({SESSION_KEY: run.session_id})
+        return []
 
 
 def _segment(value: str) -> str:

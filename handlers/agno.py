@@ -38,6 +38,7 @@ from handlers.base import (
     RunStarted,
     TextDelta,
 )
+from handlers.confirmation import call_text, yes_or_no
 from handlers.run_bridge import RunBridge, RunSettings
 from handlers.upstream import (
     Deadline,
@@ -56,8 +57,6 @@ BACKEND = "Agno"
 RUN = "the Agno run"
 SESSION_KEY = "agno_session_id"
 RUNNING = frozenset({"PENDING", "RUNNING"})
-YES = frozenset({"yes", "y", "approve", "approved", "confirm", "confirmed", "ok", "allow"})
-NO = frozenset({"no", "n", "deny", "denied", "reject", "rejected", "cancel"})
 CHOICES = ["yes", "no"]
 
 
@@ -180,12 +179,6 @@ def run_error(data: dict[str, Any]) -> str:
     return clip(f"{RUN} failed: {detail if isinstance(detail, str) and detail else 'no detail'}")
 
 
-def _call_text(tool: dict[str, Any]) -> str:
-    args = tool.get("tool_args") if isinstance(tool.get("tool_args"), dict) else {}
-    shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items())
-    return f"{tool.get('tool_name') or 'a tool'}({shown})"
-
-
 def paused(run: AgnoRun, tools: list[dict[str, Any]]) -> HandlerEvent:
     """INPUT_REQUIRED for the tools awaiting confirmation; a run paused for anything else
     (user input, an external tool's result, an admin approval) fails: the bridge has no way
@@ -198,19 +191,12 @@ def paused(run: AgnoRun, tools: list[dict[str, Any]]) -> HandlerEvent:
         return Failed(f"{RUN} paused for something this bridge cannot answer (user input, an "
                       "external tool's result or an admin approval); only confirmations are "
                       "supported")
-    prompt = "\n".join(f"Confirm the tool call {_call_text(t)}? Answer yes or no."
-                       for t in waiting)
+    prompt = "\n".join(f"Confirm the tool call {call_text(t.get('tool_name'), t.get('tool_args'))}? "
+                       "Answer yes or no." for t in waiting)
     return InputRequired(prompt, {
         "run_id": run.run_id, "choices": CHOICES,
         "tools": [{k: t.get(k) for k in ("tool_call_id", "tool_name", "tool_args")}
                   for t in waiting]})
-
-
-def _decision(value: Any) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    word = str(value).strip().lower().strip(".!\"' ")
-    return True if word in YES else False if word in NO else None
 
 
 def confirmations(request: HandlerRequest, tools: list[dict[str, Any]]) -> dict[str, bool] | None:
@@ -221,14 +207,14 @@ def confirmations(request: HandlerRequest, tools: list[dict[str, Any]]) -> dict[
     for data in request.data:
         value = data.get("confirmed", data.get("approved"))
         if isinstance(value, dict):
-            decided = {i: _decision(value.get(i)) for i in ids}
+            decided = {i: yes_or_no(value.get(i)) for i in ids}
             if all(d is not None for d in decided.values()):
                 return decided  # type: ignore[return-value]
             return None
         if value is not None:
-            decision = _decision(value)
+            decision = yes_or_no(value)
             return None if decision is None else dict.fromkeys(ids, decision)
-    decision = _decision(request.text) if request.text.strip() else None
+    decision = yes_or_no(request.text) if request.text.strip() else None
     return None if decision is None else dict.fromkeys(ids, decision)
 
 
