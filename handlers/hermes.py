@@ -10,45 +10,25 @@ with the message as ``image_url`` content parts on both paths. Event mapping:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-import httpx
 import structlog
 from pydantic import Field, SecretStr
 
-from handlers.base import (
-    Canceled,
-    Failed,
-    Handler,
-    HandlerEvent,
-    HandlerRequest,
-    HandlerSettings,
-    InputRejectedError,
-    RunStarted,
-    SessionUpdate,
-)
+from handlers.base import HandlerEvent, HandlerRequest, HandlerSettings, InputRejectedError
 from handlers.chat import build_messages, history_messages, read_completion, user_content
-from handlers.hermes_events import (
-    BACKEND,
-    TERMINAL_EVENTS,
-    TERMINAL_STATUSES,
-    RunEventMapper,
-    narrow_choices,
-)
-from handlers.upstream import BridgeSettings, Deadline, UnexpectedFrame, Upstream, UpstreamError
+from handlers.hermes_events import BACKEND, RunEventMapper, narrow_choices
+from handlers.run_bridge import RunBridge, RunSettings
+from handlers.upstream import Deadline, SSEFrame, Upstream, UpstreamCall, UpstreamError
 
 __all__ = ["HermesAgentHandler", "HermesSettings"]
 
 log = structlog.get_logger(__name__)
 
 RUN = "the Hermes run"
-FAILURE_LOG = "hermes_request_failed"
-"""The log event of a failed call, as ``StreamingBridge.failure_log`` of the chat bridge."""
 
 _TEXT_CHOICES = {
     "once": "once", "approve": "once", "approved": "once", "allow": "once", "yes": "once",
@@ -57,9 +37,9 @@ _TEXT_CHOICES = {
 }
 
 
-class HermesSettings(BridgeSettings):
-    """Hermes' settings; the response mode, ``run_timeout_seconds`` and the retries come
-    from ``BridgeSettings``."""
+class HermesSettings(RunSettings):
+    """Hermes' settings; the response mode, ``run_timeout_seconds``, the retries and
+    ``poll_interval_seconds`` come from ``RunSettings``."""
 
     hermes_api_url: str = "http://127.0.0.1:8642"
     """Base URL of the Hermes API server (with or without a trailing ``/v1``)."""
@@ -80,72 +60,50 @@ class HermesSettings(BridgeSettings):
     own ``approvals.timeout`` applies)."""
     stop_wait_seconds: float = Field(15.0, gt=0)
     """After a stop, how long to wait for Hermes to confirm before ending the task CANCELED."""
-    poll_interval_seconds: float = Field(0.5, gt=0)
 
 
 @dataclass(slots=True)
-class _RunState:
-    """What ``cancel`` tells the iterator following a run of this handler."""
+class HermesRun:
+    """One Hermes run as the bridge follows it: the mapper of its events, and how reading its
+    state goes once the single-consumer event stream is gone."""
 
-    queue: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
-    stop_deadline: float | None = None
+    mapper: RunEventMapper
+    failing_since: float | None = None
+    """Since when reading the run's state fails (Hermes restarting, the network)."""
+    seen: tuple[Any, Any] | None = None
+    """The last ``(status, last_event)`` read: the same again says nothing new."""
+
+    @property
+    def run_id(self) -> str:
+        return self.mapper.run_id
+
+    @property
+    def terminal(self) -> HandlerEvent | None:
+        return self.mapper.terminal
+
+    def feed(self, frame: SSEFrame) -> list[HandlerEvent]:
+        """Hermes sends each event as one bare ``data:`` frame (keepalives have no data)."""
+        return self.mapper.feed(frame.object(BACKEND)) if frame.data else []
 
 
-class HermesAgentHandler(Handler):
+class HermesAgentHandler(RunBridge[HermesRun]):
     Settings: ClassVar[type[HandlerSettings]] = HermesSettings
     supports_reattach: ClassVar[bool] = True
     accepted_file_types: ClassVar[tuple[str, ...]] = ("image/*",)
     """Hermes takes images (``image_url`` parts: a ``data:image/…`` or http(s) URL) in runs
     and chat completions, and describes them with its vision tool; no other files."""
     settings: HermesSettings
+    run_name = RUN
+    log_name = "hermes"
+    failure_log = "hermes_request_failed"
+    """As ``StreamingBridge.failure_log`` of the chat bridge."""
+    session_key = "hermes_session_id"  # one Hermes session per caller's context
 
-    def __init__(self, settings: HandlerSettings, http: httpx.AsyncClient) -> None:
-        super().__init__(settings, http)
+    def make_upstream(self) -> Upstream:
         s = self.settings
-        self.upstream = Upstream.for_backend(http, BACKEND, s, url=s.hermes_api_url,
-                                             drop_suffix="/v1", timeout=s.hermes_timeout,
-                                             api_key=s.hermes_api_key)
-        self._followed: dict[str, _RunState] = {}
-        """The runs this instance follows, by Hermes run id: the gateway cancels a run
-        through the instance whose ``run``/``reattach`` follows it."""
-
-    # -- the contract --------------------------------------------------------------
-
-    async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        if self.message_mode:
-            yield self.answer(await self._reply(request))
-            return
-        # one Hermes session per caller's context (context ids are chosen by clients)
-        session_id = (request.session.get("hermes_session_id")
-                      or request.backend_user(per_context=True))
-        body: dict[str, Any] = {
-            "input": run_input(request),
-            "session_id": session_id,
-            "conversation_history": history_messages(request),
-            "model": self.settings.hermes_model,
-        }
-        if self.settings.instructions:
-            body["instructions"] = self.settings.instructions
-        deadline = self.settings.deadline(RUN)
-        try:
-            created = await self.upstream.json("POST", "/v1/runs", body, request=request,
-                                               deadline=deadline)
-        except UpstreamError as exc:
-            yield self._failed(request, exc.reason)
-            return
-        run_id = str(created.get("run_id") or "")
-        if not run_id:
-            yield self._failed(request, "Hermes accepted the run but returned no run id")
-            return
-        log.info("hermes_run_started", run_id=run_id, task_id=request.task_id)
-        yield RunStarted(run_id)
-        if request.session.get("hermes_session_id") != session_id:
-            yield SessionUpdate({"hermes_session_id": session_id})
-        # aclosing: closing this iterator (cancel) closes the follower, and its stream, now
-        async with contextlib.aclosing(self._follow(run_id, request, deadline,
-                                                    stream=True)) as events:
-            async for event in events:
-                yield event
+        return Upstream.for_backend(self.http, BACKEND, s, url=s.hermes_api_url,
+                                    drop_suffix="/v1", timeout=s.hermes_timeout,
+                                    api_key=s.hermes_api_key)
 
     async def resume(self, request: HandlerRequest) -> bool:
         run_id = request.run_ref
@@ -166,191 +124,89 @@ class HermesAgentHandler(Handler):
         log.info("hermes_approval_answered", run_id=run_id, choice=choice)
         return True
 
-    async def cancel(self, request: HandlerRequest) -> bool:
-        run_id = request.run_ref
-        if not run_id:
-            return False
-        try:
-            await self._post(f"/v1/runs/{run_id}/stop", request)
-        except UpstreamError as exc:
-            log.warning("hermes_stop_failed", run_id=run_id, reason=exc.reason)
-            return False
-        state = self._followed.get(run_id)
-        if state is not None:
-            state.stop_deadline = time.monotonic() + self.settings.stop_wait_seconds
-            state.queue.put_nowait(("wake", None))
-        return True
+    # -- the hooks of RunBridge -------------------------------------------------------
 
-    async def reattach(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        # The event stream has a single consumer and no replay: a second subscriber may
-        # wait forever, so a re-attached run is followed by polling its state. Its time
-        # bound counts again from here (how long it ran before is not known here).
-        if not request.run_ref:
-            yield Failed("no Hermes run to re-attach to")
-            return
-        deadline = self.settings.deadline(RUN)
-        async with contextlib.aclosing(self._follow(request.run_ref, request, deadline,
-                                                    stream=False)) as events:
-            async for event in events:
-                yield event
+    def needs_input(self, request: HandlerRequest) -> bool:
+        return False  # the message goes to Hermes as it is
 
-    # -- message mode --------------------------------------------------------------
-
-    async def _reply(self, request: HandlerRequest) -> HandlerEvent:
-        """One chat completion (Hermes raises no approvals there)."""
+    async def reply(self, request: HandlerRequest, deadline: Deadline) -> HandlerEvent:
+        """Message mode: one chat completion (Hermes raises no approvals there)."""
         body = {"model": self.settings.hermes_model, "stream": False,
                 "messages": build_messages(request, self.settings.instructions)}
+        answer = await self.upstream.json("POST", "/v1/chat/completions", body, request=request,
+                                          deadline=deadline)
+        return read_completion(answer, BACKEND)
+
+    async def start(self, session_id: str, request: HandlerRequest,
+                    deadline: Deadline) -> tuple[HermesRun, UpstreamCall]:
+        """``POST /v1/runs``, then its event stream (one consumer, no replay)."""
+        body: dict[str, Any] = {
+            "input": run_input(request),
+            "session_id": session_id,
+            "conversation_history": history_messages(request),
+            "model": self.settings.hermes_model,
+        }
+        if self.settings.instructions:
+            body["instructions"] = self.settings.instructions
+        created = await self.upstream.json("POST", "/v1/runs", body, request=request,
+                                           deadline=deadline)
+        run_id = str(created.get("run_id") or "")
+        if not run_id:
+            raise UpstreamError("Hermes accepted the run but returned no run id")
+        log.info("hermes_run_started", run_id=run_id, task_id=request.task_id)
+        return self._run(run_id), self.upstream.call(
+            "GET", f"/v1/runs/{run_id}/events", request=request, retry=False, events=True,
+            timeout=self.settings.hermes_stream_idle_timeout)
+
+    async def status(self, run: HermesRun, request: HandlerRequest,
+                     deadline: Deadline) -> list[HandlerEvent]:
+        """The events of a change of the run's state; reading it may fail for a while
+        (``hermes_timeout``, at least 30 s) before the task fails."""
         try:
-            answer = await self.upstream.json("POST", "/v1/chat/completions", body,
-                                              request=request, deadline=self.settings.deadline(RUN))
-            return read_completion(answer, BACKEND)
+            state = await self.upstream.json("GET", f"/v1/runs/{run.run_id}", request=request,
+                                             retry=False)
         except UpstreamError as exc:
-            return self._failed(request, exc.reason)
+            if exc.status == 404:
+                raise UpstreamError(f"Hermes no longer knows run {run.run_id} (it ended over an "
+                                    "hour ago or Hermes restarted)") from None
+            run.failing_since = run.failing_since or time.monotonic()
+            if time.monotonic() - run.failing_since > max(self.settings.hermes_timeout, 30.0):
+                raise UpstreamError(f"lost track of Hermes run {run.run_id}: {exc.reason}") from None
+            return []
+        run.failing_since = None
+        seen = (state.get("status"), state.get("last_event"))
+        if seen == run.seen:
+            return []
+        run.seen = seen
+        return run.mapper.feed_status(state)
 
-    # -- following a run -----------------------------------------------------------
+    def run_of(self, request: HandlerRequest) -> HermesRun | None:
+        # The event stream has a single consumer and no replay: a second subscriber may wait
+        # forever, so a re-attached run is followed by reading its state (join is None).
+        return self._run(request.run_ref) if request.run_ref else None
 
-    async def _follow(self, run_id: str, request: HandlerRequest, deadline: Deadline, *,
-                      stream: bool) -> AsyncIterator[HandlerEvent]:
-        """Events of one run until its terminal event, from the stream or by polling;
-        a run past ``deadline`` or one whose events make no sense is stopped and fails."""
-        mapper = RunEventMapper(run_id, self.settings.approval_choices)
-        state = self._followed[run_id] = _RunState()
-        pump = asyncio.create_task(self._pump(run_id, request, state.queue, stream))
-        approval_deadline: float | None = None
-        try:
-            while mapper.terminal is None:
-                deadlines = [d for d in (state.stop_deadline, approval_deadline) if d is not None]
-                timeout = max(0.0, min(deadlines + [deadline.at]) - time.monotonic())
-                try:
-                    if state.queue.empty():
-                        async with asyncio.timeout(timeout):  # not wait_for: it can lose a cancel
-                            kind, item = await state.queue.get()
-                    else:  # an event waiting is taken as the timed wait would: no timer per event
-                        kind, item = state.queue.get_nowait()
-                except TimeoutError:
-                    now = time.monotonic()
-                    # a cancel under way ends CANCELED, even when the run's bound passes first
-                    if state.stop_deadline is not None and now >= min(state.stop_deadline,
-                                                                      deadline.at):
-                        log.warning("hermes_stop_unconfirmed", run_id=run_id)
-                        yield Canceled("stopped; Hermes did not confirm the stop in time")
-                        return
-                    if now >= deadline.at:
-                        yield await self._abandon(run_id, request, deadline.reason)
-                        return
-                    if approval_deadline is not None and now >= approval_deadline:
-                        approval_deadline = None
-                        await self._deny_unanswered(run_id, request)
-                    continue
-                if kind == "fail":
-                    yield self._failed(request, item)
-                    return
-                if kind == "unexpected":
-                    yield await self._abandon(run_id, request, item)
-                    return
-                try:
-                    if kind == "event":
-                        events = mapper.feed(item)
-                    elif kind == "status":
-                        events = mapper.feed_status(item)
-                    else:
-                        continue
-                except UnexpectedFrame as exc:
-                    yield await self._abandon(run_id, request, exc.reason)
-                    return
-                for event in events:
-                    yield event
-                if not mapper.awaiting_approval:
-                    approval_deadline = None
-                elif approval_deadline is None and self.settings.approval_wait_seconds:
-                    approval_deadline = time.monotonic() + self.settings.approval_wait_seconds
-        finally:
-            pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pump
-            if self._followed.get(run_id) is state:
-                del self._followed[run_id]
+    async def cancel_run(self, run: HermesRun, request: HandlerRequest) -> None:
+        await self._post(f"/v1/runs/{run.run_id}/stop", request)
 
-    @staticmethod
-    def _failed(request: HandlerRequest, reason: str) -> Failed:
-        """A call to Hermes failed the task: logged as the other bridges log theirs."""
-        log.warning(FAILURE_LOG, endpoint_id=request.endpoint_id, task_id=request.task_id,
-                    reason=reason)
-        return Failed(reason)
+    @property
+    def stop_wait_seconds(self) -> float:
+        return self.settings.stop_wait_seconds
 
-    async def _abandon(self, run_id: str, request: HandlerRequest, reason: str) -> Failed:
-        """Stop a run the bridge gives up on (best effort) and fail its task."""
-        log.warning("hermes_run_abandoned", run_id=run_id, task_id=request.task_id)
-        try:
-            await self._post(f"/v1/runs/{run_id}/stop", request)
-        except UpstreamError as exc:
-            log.warning("hermes_stop_failed", run_id=run_id, reason=exc.reason)
-        return self._failed(request, reason)
+    def next_wake(self, run: HermesRun, current: float | None) -> float | None:
+        """An approval nobody answers is denied after ``approval_wait_seconds``."""
+        if not run.mapper.awaiting_approval:
+            return None
+        if current is None and self.settings.approval_wait_seconds:
+            return time.monotonic() + self.settings.approval_wait_seconds
+        return current
 
-    async def _pump(self, run_id: str, request: HandlerRequest,
-                    queue: asyncio.Queue[tuple[str, Any]], stream: bool) -> None:
-        """Feed ``queue`` with the run's events; poll its state once the stream is gone."""
-        if stream and await self._stream_events(run_id, request, queue):
-            return
-        await self._poll(run_id, request, queue)
-
-    async def _stream_events(self, run_id: str, request: HandlerRequest,
-                             queue: asyncio.Queue[tuple[str, Any]]) -> bool:
-        """Queue the stream's events; True when the terminal event was among them."""
-        try:
-            async with self.upstream.call("GET", f"/v1/runs/{run_id}/events", request=request,
-                                          retry=False, events=True,
-                                          timeout=self.settings.hermes_stream_idle_timeout) as call:
-                async for frame in call.frames():
-                    if not frame.data:
-                        continue
-                    try:
-                        event = frame.object(BACKEND)
-                    except UnexpectedFrame as exc:
-                        queue.put_nowait(("unexpected", exc.reason))
-                        return True
-                    queue.put_nowait(("event", event))
-                    if event.get("event") in TERMINAL_EVENTS:
-                        return True
-        except UpstreamError as exc:
-            log.warning("hermes_events_lost", run_id=run_id, reason=exc.reason)
-            return False
-        log.warning("hermes_events_ended_early", run_id=run_id)
-        return False
-
-    async def _poll(self, run_id: str, request: HandlerRequest,
-                    queue: asyncio.Queue[tuple[str, Any]]) -> None:
-        """Queue each change of the run's state until it ends (the follower bounds how long)."""
-        interval = self.settings.poll_interval_seconds
-        failing_since: float | None = None
-        last: tuple[Any, Any] | None = None
-        while True:
-            try:
-                run = await self.upstream.json("GET", f"/v1/runs/{run_id}", request=request,
-                                               retry=False)
-            except UpstreamError as exc:
-                if exc.status == 404:
-                    queue.put_nowait(("fail", f"Hermes no longer knows run {run_id} "
-                                              "(it ended over an hour ago or Hermes restarted)"))
-                    return
-                failing_since = failing_since or time.monotonic()
-                if time.monotonic() - failing_since > max(self.settings.hermes_timeout, 30.0):
-                    queue.put_nowait(("fail", f"lost track of Hermes run {run_id}: {exc.reason}"))
-                    return
-            else:
-                failing_since = None
-                seen = (run.get("status"), run.get("last_event"))
-                if seen != last:
-                    last = seen
-                    queue.put_nowait(("status", run))
-                if run.get("status") in TERMINAL_STATUSES:
-                    return
-            await asyncio.sleep(interval)
-
-    async def _deny_unanswered(self, run_id: str, request: HandlerRequest) -> None:
-        log.info("hermes_approval_unanswered", run_id=run_id)
+    async def wake(self, run: HermesRun, request: HandlerRequest) -> None:
+        log.info("hermes_approval_unanswered", run_id=run.run_id)
         with contextlib.suppress(UpstreamError):
-            await self._post(f"/v1/runs/{run_id}/approval", request, {"choice": "deny"})
+            await self._post(f"/v1/runs/{run.run_id}/approval", request, {"choice": "deny"})
+
+    def _run(self, run_id: str) -> HermesRun:
+        return HermesRun(RunEventMapper(run_id, self.settings.approval_choices))
 
     async def _post(self, path: str, request: HandlerRequest,
                     body: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -25,8 +25,6 @@ from handlers.base import (
 from handlers.upstream import UnexpectedFrame
 
 BACKEND = "Hermes"
-TERMINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled"})
-TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 HERMES_CHOICES = ("once", "session", "always", "deny")
 
 
