@@ -13,7 +13,9 @@ ADK's HTTP API has no run id, no cancel route and no way to join a run again: a 
 canceled by closing its stream (ADK then aborts the run and its LLM call), and a run cut off
 by a gateway restart cannot be re-attached.
 
-See docs/handlers.md for the settings and the event mapping.
+The stream, message mode and error handling are ``RunBridge``'s; this module supplies the
+hooks and the frame mapper (``RunEvents``). See docs/handlers.md for the settings and the
+event mapping.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ answer continues it (``/continue`` with each waiting tool marked ``confirmed``).
 ``POST .../runs/{run_id}/cancel``; the ``RunCancelled`` that follows ends the task (Agno sends
 a ``RunCompleted`` after it, which is ignored).
 
-See docs/handlers.md for the settings and the event mapping.
+Following a run, cancel, re-attach and message mode are ``RunBridge``'s; this module supplies
+the hooks and the frame mapper (``AgnoRun``). See docs/handlers.md for the settings and the
+event mapping.
 """
 
 from __future__ import annotations

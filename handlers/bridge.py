@@ -5,7 +5,8 @@
 ``run_timeout_seconds``, streams the task (the parser turns frames into events) or,
 in message mode, makes one plain call and answers through ``Handler.answer``, and
 turns every ``UpstreamError`` into ``Failed``. A bridge supplies its ``Upstream``,
-its request body, its stream parser and how to read a plain answer.
+its request body, its stream parser and how to read a plain answer. A task that is a backend
+run with an id (Hermes, LangGraph, Agno, ADK) is ``handlers.run_bridge.RunBridge``'s.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ polling ``/v1/runs/{id}`` when the single-consumer stream is lost); approvals ar
 answered with ``/approval``, cancels with ``/stop``. Message mode answers with one
 ``/v1/chat/completions`` call (Hermes raises no approvals there). Inbound images go
 with the message as ``image_url`` content parts on both paths. Event mapping:
-``handlers.hermes_events``; the full table is in HERMES_INTEGRATION.md.
+``handlers.hermes_events``; the full table is in HERMES_INTEGRATION.md. Following the run,
+the stop's wait, re-attach and message mode are ``RunBridge``'s; this module supplies the hooks.
 """
 
 from __future__ import annotations

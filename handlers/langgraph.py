@@ -14,7 +14,9 @@ event, or was canceled, so a run's outcome is always read from ``GET
 re-attached after a gateway restart, are joined again (``GET .../runs/{run_id}/stream``,
 replayed after the last event seen: runs are started resumable).
 
-See docs/handlers.md for the settings and the event mapping.
+Following a run, cancel, re-attach and message mode are ``RunBridge``'s; this module supplies
+the hooks and the frame mapper (``RunStream``). See docs/handlers.md for the settings and the
+event mapping.
 """
 
 from __future__ import annotations
