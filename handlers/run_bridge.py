@@ -164,13 +164,17 @@ class RunBridge(Handler, Generic[R]):
         """The backend, from the settings."""
 
     def needs_input(self, request: HandlerRequest) -> bool:
+        """False: ``request`` goes to the backend even without text, data or files."""
         return True
 
     async def reply(self, request: HandlerRequest, deadline: Deadline) -> HandlerEvent | None:
+        """Message mode: the answer of one plain call; None runs a task instead."""
         return None
 
     async def conversation(self, request: HandlerRequest, deadline: Deadline, *,
                            lost: bool) -> tuple[Any, dict[str, Any]]:
+        """The backend's conversation of the request's context (a new one when ``lost``) and
+        what the context's memory should keep of it."""
         if not self.session_key:
             return None, {}
         kept = request.session.get(self.session_key)
@@ -179,6 +183,8 @@ class RunBridge(Handler, Generic[R]):
 
     async def conversation_lost(self, exc: UpstreamError, run: R, request: HandlerRequest,
                                 deadline: Deadline) -> bool:
+        """True when ``exc`` says the backend forgot the conversation and the request may go
+        to a new one (raise to fail with a reason of the bridge's own)."""
         return False
 
     @abstractmethod
@@ -187,6 +193,8 @@ class RunBridge(Handler, Generic[R]):
         """The run's state and the call that streams its events (not entered yet)."""
 
     def join(self, run: R, request: HandlerRequest, deadline: Deadline) -> UpstreamCall | None:
+        """The run's stream again, after the events seen (all of them on a re-attach); None:
+        the run cannot be joined, its status is read instead."""
         return None
 
     @abstractmethod
@@ -195,13 +203,16 @@ class RunBridge(Handler, Generic[R]):
         """The run's events read from its state; sets ``run.terminal`` once it ended."""
 
     def run_of(self, request: HandlerRequest) -> R | None:
+        """The run ``request.run_ref`` names (to cancel or re-attach to), or None."""
         return None
 
     async def cancel_run(self, run: R, request: HandlerRequest) -> None:
+        """Ask the backend to stop the run (``UpstreamError`` when it cannot be asked)."""
         raise NotImplementedError(f"{type(self).__name__} cannot cancel a run")
 
     @property
     def stop_wait_seconds(self) -> float | None:
+        """How long a stopped run this instance follows may take to confirm the stop."""
         return None
 
     def next_wake(self, run: R, current: float | None) -> float | None:
@@ -214,6 +225,7 @@ class RunBridge(Handler, Generic[R]):
 
     @property
     def poll_interval(self) -> float:
+        """``RunSettings.poll_interval_seconds`` (a bridge that never looks again has none)."""
         return getattr(self.settings, "poll_interval_seconds", 0.5)
 
     # -- the contract --------------------------------------------------------------
