@@ -140,14 +140,14 @@ def test_endpoints_check_fails_on_an_unset_environment_reference_until_it_is_exp
     store = f"sqlite:///{tmp_path}/cli.db"
     endpoint_id = added_id(run_cli("endpoints", "add", "--store", store, "--name", "h", "--public",
                                    "--handler", "handlers.hermes:HermesAgentHandler",
-                                   "--set", "hermes_api_key=env:A2A_TEST_HERMES_KEY"))
+                                   "--set", "hermes_api_key=env:A2A_CLI_TEST_UNSET_KEY"))
     unset = run_cli("endpoints", "check", "--store", store)
     assert unset.returncode == 1 and unset.stdout == ""  # before: "<id> ok", exit 0
     assert unset.stderr.splitlines() == [
-        f"{endpoint_id}: hermes_api_key reads the environment variable A2A_TEST_HERMES_KEY, which is not set here",
+        f"{endpoint_id}: hermes_api_key reads the environment variable A2A_CLI_TEST_UNSET_KEY, which is not set here",
         "a2a-gateway: 1 endpoint cannot be served",
     ]
-    exported = run_cli("endpoints", "check", "--store", store, A2A_TEST_HERMES_KEY="from-the-environment")
+    exported = run_cli("endpoints", "check", "--store", store, A2A_CLI_TEST_UNSET_KEY="from-the-environment")
     assert exported.returncode == 0 and exported.stdout == f"{endpoint_id} ok\n" and exported.stderr == ""
 
 
