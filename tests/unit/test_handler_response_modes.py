@@ -1,4 +1,4 @@
-"""Handler contract v2 in the handlers: ``response_mode`` in the base class
+"""The handlers' response modes: ``response_mode`` in the base class
 (``ResponseModeSettings``, ``Handler.answer``) and the echo handler's triggers that
 produce ``ArtifactDelta`` and ``AuthRequired`` for gateway-level tests."""
 
