@@ -44,6 +44,7 @@ import orjson
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent
 
 from a2a_gateway.events import status_event
+from a2a_gateway.live.replay_log import ReplayLog
 from a2a_gateway.protojson import message_to_dict
 from a2a_gateway.stores.base import TERMINAL_STATES, Scope
 
@@ -159,7 +160,6 @@ class FeedOverflowError(Exception):
 
 _END = object()
 _OVERFLOW = object()
-_LOG_OVERHEAD = 256
 _DEDUP_TASKS = 100_000
 """Tasks whose last announced state the feed remembers (to drop repeats), at most."""
 _UNSENT_ARTIFACTS = 10_000
@@ -218,31 +218,6 @@ class FeedSubscription:
         self._feed.unsubscribe(self)
 
 
-class _Log:
-    __slots__ = ("token", "events", "last", "touched", "size")
-
-    def __init__(self, now: float) -> None:
-        self.token = os.urandom(6).hex()
-        self.events: deque[tuple[int, FeedEvent]] = deque()
-        self.last = 0
-        self.touched = now
-        self.size = _LOG_OVERHEAD
-
-    def id(self, n: int) -> str:
-        return f"{self.token}.{n}"
-
-    def after(self, event_id: str) -> list[tuple[str, FeedEvent]] | None:
-        """The events after ``event_id``; None unless this log holds all of them."""
-        token, _, number = event_id.rpartition(".")
-        if token != self.token or not number.isascii() or not number.isdigit() or len(number) > 18:
-            return None
-        n = int(number)
-        first = self.events[0][0] if self.events else self.last + 1
-        if not first - 1 <= n <= self.last:
-            return None
-        return [(self.id(m), event) for m, event in self.events if m > n]
-
-
 class EndpointFeed:
     def __init__(self, limits: FeedLimits | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.limits = limits or FeedLimits()
@@ -250,7 +225,7 @@ class EndpointFeed:
         self.relay: FeedRelay | None = None
         self.published = 0
         self._subscribers: dict[str, list[FeedSubscription]] = {}
-        self._logs: OrderedDict[str, _Log] = OrderedDict()  # least recently active first
+        self._logs: OrderedDict[str, ReplayLog[FeedEvent]] = OrderedDict()  # least recently active first
         self._log_bytes = 0
         self._announced: OrderedDict[str, tuple[int, str]] = OrderedDict()
         """Task id → the state (and question's message id) last announced."""
@@ -366,8 +341,8 @@ class EndpointFeed:
         if missed is None:
             return None
         sub = self._add(FeedSubscription(self, endpoint_id, last_event_id, wanted))
-        for item in missed:
-            sub._put(item)
+        for event_id, event, _ in missed:
+            sub._put((event_id, event))
         self._touch(endpoint_id, log)  # type: ignore[arg-type]
         return sub
 
@@ -403,32 +378,25 @@ class EndpointFeed:
         self._log_bytes = 0
 
     # logs ---------------------------------------------------------------------------
-    def _open_log(self, endpoint_id: str) -> _Log | None:
+    def _open_log(self, endpoint_id: str) -> ReplayLog[FeedEvent] | None:
         if self.limits.events <= 0:
             return None
         log = self._logs.get(endpoint_id)
         if log is None:
-            log = self._logs[endpoint_id] = _Log(self.clock())
+            log = self._logs[endpoint_id] = ReplayLog(self.clock())
             self._log_bytes += log.size
         self._touch(endpoint_id, log)
         return log
 
-    def _append(self, endpoint_id: str, log: _Log, event: FeedEvent) -> str:
-        log.last += 1
-        size = len(event.data)
-        log.events.append((log.last, event))
-        log.size += size
-        self._log_bytes += size
-        while len(log.events) > self.limits.events:
-            _, dropped = log.events.popleft()
-            log.size -= len(dropped.data)
-            self._log_bytes -= len(dropped.data)
+    def _append(self, endpoint_id: str, log: ReplayLog[FeedEvent], event: FeedEvent) -> str:
+        event_id, grown = log.append(event, len(event.data), self.limits.events)
+        self._log_bytes += grown
         self._logs.move_to_end(endpoint_id)  # active, but its keep time runs from its last subscriber
         if self._log_bytes > self.limits.max_bytes:
             self._sweep(self.clock())
-        return log.id(log.last)
+        return event_id
 
-    def _touch(self, endpoint_id: str, log: _Log) -> None:
+    def _touch(self, endpoint_id: str, log: ReplayLog[FeedEvent]) -> None:
         now = self.clock()
         log.touched = now
         self._logs.move_to_end(endpoint_id)

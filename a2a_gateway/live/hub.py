@@ -36,7 +36,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -45,6 +45,7 @@ from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
 from a2a_gateway.live.backlog import END, RESTART, Backlog
 from a2a_gateway.live.feed import EndpointFeed
+from a2a_gateway.live.replay_log import ReplayLog
 from a2a_gateway.stores.base import Scope
 
 LiveEvent = Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
@@ -92,8 +93,6 @@ class SubscriberBehind(Exception):
     are gone. Start it over from a snapshot taken together with ``catch_up()``."""
 
 
-_LOG_OVERHEAD = 256
-"""Bytes a log counts for itself, so a budget also bounds many empty logs."""
 
 
 class Subscription:
@@ -140,34 +139,16 @@ class Subscription:
         self._hub.unsubscribe(self)
 
 
-class _Log:
-    """The recent events of one run of one task, numbered from 1."""
+class _Log(ReplayLog[LiveEvent]):
+    """The recent events of one run of one task."""
 
-    __slots__ = ("token", "events", "last", "run", "ended", "touched", "size")
+    __slots__ = ("run", "ended")
 
     def __init__(self, run: object, now: float) -> None:
-        self.token = os.urandom(6).hex()
-        self.events: deque[tuple[int, LiveEvent, int]] = deque()  # (n, event, bytes)
-        self.last = 0
+        super().__init__(now)
         self.run = run
         """The run whose events these are (None before the first run published)."""
         self.ended = False
-        self.touched = now
-        self.size = _LOG_OVERHEAD
-
-    def id(self, n: int) -> str:
-        return f"{self.token}.{n}"
-
-    def after(self, event_id: str) -> list[tuple[str, LiveEvent, int]] | None:
-        """The events after ``event_id`` with their sizes; None unless this log holds all of them."""
-        token, _, number = event_id.rpartition(".")
-        if token != self.token or not number.isascii() or not number.isdigit() or len(number) > 18:
-            return None
-        n = int(number)
-        first = self.events[0][0] if self.events else self.last + 1
-        if not first - 1 <= n <= self.last:
-            return None
-        return [(self.id(m), event, size) for m, event, size in self.events if m > n]
 
 
 class LiveHub:
@@ -323,16 +304,10 @@ class LiveHub:
         return log
 
     def _append(self, task_id: str, log: _Log, event: LiveEvent, size: int) -> str:
-        log.last += 1
-        log.events.append((log.last, event, size))
-        log.size += size
-        self._log_bytes += size
-        while len(log.events) > self._limits.events:
-            _, _, dropped = log.events.popleft()
-            log.size -= dropped
-            self._log_bytes -= dropped
+        event_id, grown = log.append(event, size, self._limits.events)
+        self._log_bytes += grown
         self._touch(task_id, log)
-        return log.id(log.last)
+        return event_id
 
     def _touch(self, task_id: str, log: _Log) -> None:
         now = self.clock()

@@ -1,0 +1,56 @@
+"""A replay log: the recent events of one stream (a task's run on the live hub, an endpoint
+on the operators' feed), numbered from 1 under a random token. Event ids are
+``<token>.<n>``: a client that reconnects with one as ``Last-Event-ID`` gets exactly the
+events after it, or nothing when the log no longer holds them all (an id of another log,
+of a restarted process, too old, or not an id at all)."""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from typing import Generic, TypeVar
+
+E = TypeVar("E")
+
+LOG_OVERHEAD = 256
+"""Bytes a log counts for itself, so a byte budget also bounds many empty logs."""
+
+
+class ReplayLog(Generic[E]):
+    """The last events of one stream, each kept with its size in bytes."""
+
+    __slots__ = ("token", "events", "last", "touched", "size")
+
+    def __init__(self, now: float) -> None:
+        self.token = os.urandom(6).hex()
+        self.events: deque[tuple[int, E, int]] = deque()  # (n, event, bytes)
+        self.last = 0
+        self.touched = now
+        """When the log was last active (its owner's clock)."""
+        self.size = LOG_OVERHEAD
+
+    def id(self, n: int) -> str:
+        return f"{self.token}.{n}"
+
+    def append(self, event: E, size: int, max_events: int) -> tuple[str, int]:
+        """Log ``event`` (dropping the oldest past ``max_events``); its id and the bytes the
+        log grew by (less than ``size`` when events were dropped)."""
+        before = self.size
+        self.last += 1
+        self.events.append((self.last, event, size))
+        self.size += size
+        while len(self.events) > max_events:
+            self.size -= self.events.popleft()[2]
+        return self.id(self.last), self.size - before
+
+    def after(self, event_id: str) -> list[tuple[str, E, int]] | None:
+        """The events after ``event_id`` with their sizes; None unless this log holds all of
+        them. The id comes from a client: anything but one of this log's is None."""
+        token, _, number = event_id.rpartition(".")
+        if token != self.token or not number.isascii() or not number.isdigit() or len(number) > 18:
+            return None
+        n = int(number)
+        first = self.events[0][0] if self.events else self.last + 1
+        if not first - 1 <= n <= self.last:
+            return None
+        return [(self.id(m), event, size) for m, event, size in self.events if m > n]
