@@ -629,30 +629,35 @@ class DynamoDBStore(Store):
         except ConflictError as exc:
             raise ConflictError("a push delivery with this id exists") from exc
 
-    async def claim_push_deliveries(
-        self, owner: str, now: float, claim_until: float, limit: int = 100
-    ) -> list[PushDelivery]:
-        async def due_in(shard: int) -> list[dict[str, Any]]:
+    async def _earliest_due(
+        self, table: str, index: str, shard: tuple[str, str], time_attr: str, before: str, now: float,
+        limit: int,
+    ) -> list[dict[str, Any]]:
+        """The items of ``index`` whose ``time_attr`` is ``before`` (``<`` or ``<=``) ``now``,
+        read from every one of the ``LEASE_SHARDS`` shards at once (``shard``: the shard key's
+        name and its values' prefix), the earliest first, at most ``limit``."""
+        async def due_in(number: int) -> list[dict[str, Any]]:
             e = Expr()
             key = (
-                f"{e.n('due_shard')} = {e.v(S(f'D{shard}'))}"
-                f" AND {e.n('due_at')} <= {e.v(N(float(now)))}"
+                f"{e.n(shard[0])} = {e.v(S(f'{shard[1]}{number}'))}"
+                f" AND {e.n(time_attr)} {before} {e.v(N(float(now)))}"
             )
             resp = await self._call(
                 "query",
-                **e.params(
-                    TableName=self._deliveries,
-                    IndexName="by_due",
-                    KeyConditionExpression=key,
-                    Limit=limit,
-                ),
+                **e.params(TableName=table, IndexName=index, KeyConditionExpression=key, Limit=limit),
             )
             return resp.get("Items", [])
 
-        shards = await asyncio.gather(*(due_in(s) for s in range(LEASE_SHARDS)))
-        candidates = sorted(
-            (i for items in shards for i in items), key=lambda i: float(i["due_at"]["N"])
-        )[:limit]
+        shards = await asyncio.gather(*(due_in(n) for n in range(LEASE_SHARDS)))
+        items = (i for found in shards for i in found)
+        return sorted(items, key=lambda i: float(i[time_attr]["N"]))[:limit]
+
+    async def claim_push_deliveries(
+        self, owner: str, now: float, claim_until: float, limit: int = 100
+    ) -> list[PushDelivery]:
+        candidates = await self._earliest_due(
+            self._deliveries, "by_due", ("due_shard", "D"), "due_at", "<=", now, limit,
+        )
         claimed = await asyncio.gather(
             *(self._claim_delivery(i["id"], owner, now, claim_until) for i in candidates)
         )
@@ -809,27 +814,9 @@ class DynamoDBStore(Store):
     async def claim_expired_tasks(
         self, owner: str, now: float, lease_until: float, limit: int = 100
     ) -> list[ClaimedTask]:
-        async def expired_in(shard: int) -> list[dict[str, Any]]:
-            e = Expr()
-            key = (
-                f"{e.n('lease_shard')} = {e.v(S(f'L{shard}'))}"
-                f" AND {e.n('lease_until')} < {e.v(N(float(now)))}"
-            )
-            resp = await self._call(
-                "query",
-                **e.params(
-                    TableName=self._tasks,
-                    IndexName="by_lease",
-                    KeyConditionExpression=key,
-                    Limit=limit,
-                ),
-            )
-            return resp.get("Items", [])
-
-        shards = await asyncio.gather(*(expired_in(s) for s in range(LEASE_SHARDS)))
-        candidates = sorted(
-            (i for items in shards for i in items), key=lambda i: float(i["lease_until"]["N"])
-        )[:limit]
+        candidates = await self._earliest_due(
+            self._tasks, "by_lease", ("lease_shard", "L"), "lease_until", "<", now, limit,
+        )
         claimed = await asyncio.gather(
             *(self._claim_one(i, owner, now, lease_until) for i in candidates)
         )
