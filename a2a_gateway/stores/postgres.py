@@ -56,6 +56,7 @@ from a2a_gateway.stores.postgres_migrations import (
     check_schema,
     migrate_postgres,
 )
+from a2a_gateway.stores.sql_rows import RowReader
 
 __all__ = [
     "MigrationError",
@@ -66,6 +67,10 @@ __all__ = [
 ]
 
 _SCOPE = "tenant = $1 AND endpoint_id = $2 AND principal = $3"
+
+
+ROWS = RowReader(time=lambda value: value.astimezone(UTC), json=lambda value: value)
+"""asyncpg gives datetimes and (with the pool's codec) decoded JSON."""
 
 
 def _holds_nul(*values: str) -> bool:
@@ -94,59 +99,6 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     cursors or advisory locks on pooled connections), so asyncpg's default reset
     query, one more round trip per query, is skipped; an open transaction is still
     rolled back by the pool."""
-
-
-
-def _endpoint_from_row(row: asyncpg.Record) -> Endpoint:
-    return Endpoint(
-        id=row["id"],
-        tenant=row["tenant"],
-        name=row["name"],
-        description=row["description"],
-        enabled=row["enabled"],
-        card=row["card"],
-        metadata=row["metadata"],
-        created_at=row["created_at"].astimezone(UTC),
-        updated_at=row["updated_at"].astimezone(UTC),
-    )
-
-
-def _api_key_from_row(row: asyncpg.Record) -> ApiKey:
-    return ApiKey(
-        id=row["id"],
-        endpoint_id=row["endpoint_id"],
-        tenant=row["tenant"],
-        principal=row["principal"],
-        name=row["name"],
-        key_hash=row["key_hash"],
-        created_at=row["created_at"].astimezone(UTC),
-        expires_at=row["expires_at"] and row["expires_at"].astimezone(UTC),
-        revoked_at=row["revoked_at"] and row["revoked_at"].astimezone(UTC),
-    )
-
-
-def _stored_from_row(row: asyncpg.Record) -> StoredTask:
-    return StoredTask(
-        task=Task.FromString(row["task"]),
-        version=row["version"],
-        run_ref=row["run_ref"],
-        run_state=row["run_state"],
-        owner=row["owner"],
-        lease_until=row["lease_until"],
-    )
-
-
-def _delivery_from_row(row: asyncpg.Record) -> PushDelivery:
-    return PushDelivery(
-        id=row["id"],
-        scope=Scope(row["tenant"], row["endpoint_id"], row["principal"]),
-        task_id=row["task_id"],
-        config_id=row["config_id"],
-        body=row["body"],
-        due_at=row["due_at"],
-        attempts=row["attempts"],
-        owner=row["owner"],
-    )
 
 
 def _push_to_json(config: TaskPushNotificationConfig) -> dict[str, Any]:
@@ -309,12 +261,12 @@ class PostgresStore(Store):
     async def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
         async with self._conn() as conn:
             row = await conn.fetchrow("SELECT * FROM endpoints WHERE id = $1", endpoint_id)
-        return _endpoint_from_row(row) if row else None
+        return ROWS.endpoint(row) if row else None
 
     async def list_endpoints(self) -> list[Endpoint]:
         async with self._conn() as conn:
             rows = await conn.fetch("SELECT * FROM endpoints ORDER BY created_at, id")
-        return [_endpoint_from_row(r) for r in rows]
+        return [ROWS.endpoint(r) for r in rows]
 
     # API keys --------------------------------------------------------------
     async def create_api_key(self, key: ApiKey) -> None:
@@ -342,7 +294,7 @@ class PostgresStore(Store):
             return None
         async with self._conn() as conn:
             row = await conn.fetchrow("SELECT * FROM api_keys WHERE id = $1", key_id)
-        return _api_key_from_row(row) if row else None
+        return ROWS.api_key(row) if row else None
 
     async def list_api_keys(self, endpoint_id: str | None = None) -> list[ApiKey]:
         async with self._conn() as conn:
@@ -351,7 +303,7 @@ class PostgresStore(Store):
                 " ORDER BY created_at, id",
                 endpoint_id,
             )
-        return [_api_key_from_row(r) for r in rows]
+        return [ROWS.api_key(r) for r in rows]
 
     async def revoke_api_key(self, key_id: str, revoked_at: datetime) -> bool:
         if not storable_key_id(key_id):
@@ -443,7 +395,7 @@ class PostgresStore(Store):
                 *scope.as_tuple(),
                 task_id,
             )
-        return _stored_from_row(row) if row else None
+        return ROWS.stored_task(row) if row else None
 
     async def list_active_tasks(self, endpoint_id: str, limit: int) -> list[tuple[Scope, Task]]:
         async with self._conn() as conn:
@@ -598,7 +550,7 @@ class PostgresStore(Store):
                 claim_until,
                 limit,
             )
-        return [_delivery_from_row(r) for r in rows]
+        return [ROWS.delivery(r) for r in rows]
 
     async def retry_push_delivery(
         self, delivery_id: str, owner: str, attempts: int, due_at: float
@@ -694,7 +646,7 @@ class PostgresStore(Store):
                 limit,
             )
         return [
-            ClaimedTask(Scope(r["tenant"], r["endpoint_id"], r["principal"]), _stored_from_row(r))
+            ClaimedTask(Scope(r["tenant"], r["endpoint_id"], r["principal"]), ROWS.stored_task(r))
             for r in rows
         ]
 

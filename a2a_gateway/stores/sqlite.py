@@ -38,15 +38,19 @@ from a2a_gateway.stores.base import (
     TaskQuery,
     status_timestamp_us,
     storable_key_id,
-    utc_from_text,
     utc_text,
 )
 from a2a_gateway.stores.migrations import migration_files
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token, endpoint_task_page
 from a2a_gateway.stores.sqlite_batches import BatchedConnection
+from a2a_gateway.stores.sql_rows import RowReader
 
 _SCOPE = "tenant = ? AND endpoint_id = ? AND principal = ?"
 WAL_AUTOCHECKPOINT_PAGES = 4000
+
+
+ROWS = RowReader(time=datetime.fromisoformat, json=json.loads)
+"""SQLite holds ISO timestamps and JSON as text."""
 
 
 def url_options(url: str) -> dict[str, Any]:
@@ -62,59 +66,6 @@ def url_options(url: str) -> dict[str, Any]:
             raise StoreError(f"unknown SQLite store option {key}={value!r}"
                              " (synchronous=NORMAL|FULL, wal_autocheckpoint=<pages>)")
     return options
-
-
-
-def _endpoint_from_row(row: aiosqlite.Row) -> Endpoint:
-    return Endpoint(
-        id=row["id"],
-        tenant=row["tenant"],
-        name=row["name"],
-        description=row["description"],
-        enabled=bool(row["enabled"]),
-        card=json.loads(row["card"]),
-        metadata=json.loads(row["metadata"]),
-        created_at=datetime.fromisoformat(row["created_at"]),
-        updated_at=datetime.fromisoformat(row["updated_at"]),
-    )
-
-
-def _api_key_from_row(row: aiosqlite.Row) -> ApiKey:
-    return ApiKey(
-        id=row["id"],
-        endpoint_id=row["endpoint_id"],
-        tenant=row["tenant"],
-        principal=row["principal"],
-        name=row["name"],
-        key_hash=row["key_hash"],
-        created_at=datetime.fromisoformat(row["created_at"]),
-        expires_at=utc_from_text(row["expires_at"]),
-        revoked_at=utc_from_text(row["revoked_at"]),
-    )
-
-
-def _stored_from_row(row: aiosqlite.Row) -> StoredTask:
-    return StoredTask(
-        task=Task.FromString(row["task"]),
-        version=row["version"],
-        run_ref=row["run_ref"],
-        run_state=json.loads(row["run_state"]),
-        owner=row["owner"],
-        lease_until=row["lease_until"],
-    )
-
-
-def _delivery_from_row(row: aiosqlite.Row) -> PushDelivery:
-    return PushDelivery(
-        id=row["id"],
-        scope=Scope(row["tenant"], row["endpoint_id"], row["principal"]),
-        task_id=row["task_id"],
-        config_id=row["config_id"],
-        body=row["body"],
-        due_at=row["due_at"],
-        attempts=row["attempts"],
-        owner=row["owner"],
-    )
 
 
 class SQLiteStore(Store):
@@ -223,11 +174,11 @@ class SQLiteStore(Store):
 
     async def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
         rows = await self._db.execute_fetchall("SELECT * FROM endpoints WHERE id = ?", (endpoint_id,))
-        return _endpoint_from_row(rows[0]) if rows else None
+        return ROWS.endpoint(rows[0]) if rows else None
 
     async def list_endpoints(self) -> list[Endpoint]:
         async with self._db.execute("SELECT * FROM endpoints ORDER BY created_at, id") as cur:
-            return [_endpoint_from_row(r) for r in await cur.fetchall()]
+            return [ROWS.endpoint(r) for r in await cur.fetchall()]
 
     # API keys --------------------------------------------------------------
     async def create_api_key(self, key: ApiKey) -> None:
@@ -254,14 +205,14 @@ class SQLiteStore(Store):
         if not storable_key_id(key_id):
             return None
         rows = await self._batched.read("SELECT * FROM api_keys WHERE id = ?", (key_id,))
-        return _api_key_from_row(rows[0]) if rows else None
+        return ROWS.api_key(rows[0]) if rows else None
 
     async def list_api_keys(self, endpoint_id: str | None = None) -> list[ApiKey]:
         rows = await self._db.execute_fetchall(
             "SELECT * FROM api_keys WHERE ? IS NULL OR endpoint_id = ? ORDER BY created_at, id",
             (endpoint_id, endpoint_id),
         )
-        return [_api_key_from_row(r) for r in rows]
+        return [ROWS.api_key(r) for r in rows]
 
     async def revoke_api_key(self, key_id: str, revoked_at: datetime) -> bool:
         if not storable_key_id(key_id):
@@ -344,7 +295,7 @@ class SQLiteStore(Store):
         rows = await self._batched.read(
             f"SELECT * FROM tasks WHERE {_SCOPE} AND id = ?", (*scope.as_tuple(), task_id)
         )
-        return _stored_from_row(rows[0]) if rows else None
+        return ROWS.stored_task(rows[0]) if rows else None
 
     async def list_active_tasks(self, endpoint_id: str, limit: int) -> list[tuple[Scope, Task]]:
         async with self._db.execute(
@@ -469,7 +420,7 @@ class SQLiteStore(Store):
             " ORDER BY due_at LIMIT ?) RETURNING *",
             (owner, claim_until, now, limit),
         )
-        return [_delivery_from_row(r) for r in written.rows]  # all due at claim_until now: any order
+        return [ROWS.delivery(r) for r in written.rows]  # all due at claim_until now: any order
 
     async def retry_push_delivery(
         self, delivery_id: str, owner: str, attempts: int, due_at: float
@@ -542,6 +493,6 @@ class SQLiteStore(Store):
             (owner, lease_until, now, limit),
         )
         return [
-            ClaimedTask(Scope(r["tenant"], r["endpoint_id"], r["principal"]), _stored_from_row(r))
+            ClaimedTask(Scope(r["tenant"], r["endpoint_id"], r["principal"]), ROWS.stored_task(r))
             for r in written.rows
         ]
