@@ -1,7 +1,7 @@
 """Fuzz a running gateway with many generated hostile requests and count what went wrong.
 
 The cases and the rules a reply must keep are those of tests/integration/test_fuzz.py
-(tests/fuzz_requests.py): JSON-RPC and REST calls, stray paths, random protocol headers,
+(tests/support/fuzz_requests.py): JSON-RPC and REST calls, stray paths, random protocol headers,
 content encodings and credentials, on an echo endpoint that needs an API key. Unlike
 the test, nothing stops at the first problem: every case runs and is counted.
 
@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from a2a_gateway.observability.logs import configure_logging  # noqa: E402
-from tests.fuzz_requests import Outcome, cases, gateway_thread, problems, stray_tasks  # noqa: E402
+from tests.support.fuzz_requests import Outcome, cases, gateway_thread, problems, stray_tasks  # noqa: E402
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from tests.harness import RunningGateway, running_gateway
+from tests.support.harness import RunningGateway, running_gateway
 from tests.stores.dynamo_support import stop_local_moto
 
 

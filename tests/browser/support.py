@@ -18,7 +18,7 @@ from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.types import GetTaskRequest, SendMessageRequest, StreamResponse, Task
 
 from a2a_gateway.cli import DEMO_ENDPOINT_ID
-from tests.cli_process import LISTENING, ROOT, cli_env
+from tests.support.cli_process import LISTENING, ROOT, cli_env
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SCREENSHOTS = ROOT / "tests" / "output" / "browser"

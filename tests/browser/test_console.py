@@ -17,7 +17,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.browser.support import DEMO_ENDPOINT_ID, OPERATOR_KEY, WAIT_SECONDS, send
-from tests.messages import send_request
+from tests.support.messages import send_request
 
 pytestmark = pytest.mark.timeout(300)
 

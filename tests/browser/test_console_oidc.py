@@ -14,7 +14,7 @@ from selenium.webdriver.common.by import By
 
 from tests.browser.support import DEMO_ENDPOINT_ID, demo_gateway
 from tests.browser.test_console import text_of, wait
-from tests.oidc_support import CONFIDENTIAL, OPERATORS_GROUP, issuer
+from tests.support.oidc_support import CONFIDENTIAL, OPERATORS_GROUP, issuer
 
 pytestmark = pytest.mark.timeout(300)
 

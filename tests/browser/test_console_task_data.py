@@ -20,7 +20,7 @@ from selenium.webdriver.support.ui import Select
 
 from tests.browser.support import send
 from tests.browser.test_console import open_page, open_raw_panel, task_row_state, text_of, wait
-from tests.messages import send_request
+from tests.support.messages import send_request
 
 pytestmark = pytest.mark.timeout(300)
 

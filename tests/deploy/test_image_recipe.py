@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.deploy.dockerfile import ROOT, Stage, stages
-from tests.messages import send_body
+from tests.support.messages import send_body
 
 ENDPOINTS = ROOT / "deploy/k8s/endpoints.yaml"
 KNOWN_FINAL_RUNS = ("groupadd ",)  # system changes the replay leaves out (no users are created here)

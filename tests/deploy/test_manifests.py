@@ -17,7 +17,7 @@ from a2a_gateway.observability.logs import looks_secret
 from a2a_gateway.settings import GatewaySettings
 from tests.deploy.dockerfile import ROOT, stages
 from tests.deploy.gateway_env import FIELDS, PREFIX, known_settings
-from tests.harness import running_gateway
+from tests.support.harness import running_gateway
 
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"

@@ -9,7 +9,7 @@ from typing import Any
 
 from a2a.types import StreamResponse, TaskArtifactUpdateEvent, TaskState
 
-from tests.messages import send_request
+from tests.support.messages import send_request
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 

@@ -27,7 +27,7 @@ from handlers.base import (
 )
 from handlers.upstream import SSEFrame, UnexpectedFrame
 from tests.handlers.openai_mock import TrackedStream, collect, json_response, sse_chunks, sse_response
-from tests.messages import handler_request
+from tests.support.messages import handler_request
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "adk"
 API_KEY = "adk-secret-key-0123456789abcdef"

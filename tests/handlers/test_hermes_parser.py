@@ -36,8 +36,8 @@ from handlers.hermes import HermesAgentHandler, HermesSettings
 from handlers.hermes_events import HERMES_CHOICES, RunEventMapper, parse_frames
 from handlers.openai_chat import OpenAIChatHandler, OpenAIChatSettings
 from handlers.upstream import UnexpectedFrame
-from tests.messages import handler_request
-from tests.waiting import eventually
+from tests.support.messages import handler_request
+from tests.support.waiting import eventually
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "hermes"
 KEY = "hermes-unit-test-key-0123456789"

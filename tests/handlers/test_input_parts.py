@@ -17,7 +17,7 @@ from handlers.openai_chat import OpenAIChatHandler, OpenAIChatSettings
 from handlers.openclaw import OpenClawHandler, OpenClawSettings
 from tests.handlers.openai_mock import Backend, collect, fixture, sse_response
 from tests.handlers.test_hermes_parser import FakeHermes
-from tests.messages import handler_request
+from tests.support.messages import handler_request
 
 PNG = b"\x89PNG\r\n\x1a\n-not-really-an-image"
 PNG_B64 = base64.b64encode(PNG).decode()

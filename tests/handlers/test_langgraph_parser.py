@@ -31,7 +31,7 @@ from handlers.base import (
 from handlers.langgraph import LangGraphHandler, LangGraphSettings, RunStream
 from handlers.upstream import SSEFrame, UnexpectedFrame
 from tests.handlers.openai_mock import TrackedStream, collect, json_response, sse_response
-from tests.messages import handler_request
+from tests.support.messages import handler_request
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "langgraph"
 API_KEY = "lsv2-secret-key-0123456789abcdef"

@@ -18,7 +18,7 @@ from tests.handlers.openai_mock import (
     sse_chunks,
     sse_response,
 )
-from tests.messages import handler_request
+from tests.support.messages import handler_request
 
 KEY = "chat-secret-key-0123456789abcdef"
 

@@ -20,9 +20,9 @@ from a2a.types import TaskState
 from handlers.base import Completed, Failed, FileInput, Reply, TextDelta, Turn
 from handlers.openai_chat import OpenAIChatHandler, OpenAIChatSettings
 from tests.handlers.real_streams import streamed_answer
-from tests.harness import require_env, running_gateway
-from tests.messages import handler_request, send_request
-from tests.waiting import eventually
+from tests.support.harness import require_env, running_gateway
+from tests.support.messages import handler_request, send_request
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(90)
 

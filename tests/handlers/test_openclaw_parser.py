@@ -19,7 +19,7 @@ from tests.handlers.openai_mock import (
     sse_chunks,
     sse_response,
 )
-from tests.messages import handler_request
+from tests.support.messages import handler_request
 
 TOKEN = "oc-secret-token-0123456789abcdef"
 ACCEPTED_KEYS = {"model", "input", "instructions", "tools", "tool_choice", "stream",

@@ -34,9 +34,9 @@ from handlers.base import (
     TextDelta,
 )
 from handlers.openclaw import OpenClawHandler, OpenClawSettings
-from tests.harness import RunningGateway, require_env, running_gateway
-from tests.messages import handler_request, send_request
-from tests.waiting import eventually
+from tests.support.harness import RunningGateway, require_env, running_gateway
+from tests.support.messages import handler_request, send_request
+from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.openclaw, pytest.mark.timeout(90)]
 

@@ -20,7 +20,7 @@ from handlers.upstream import EventTooLarge, SSEFrame, SSEReader
 from tests.handlers.openai_mock import Backend, TrackedStream, collect
 from tests.handlers.test_hermes_parser import FakeHermes
 from tests.handlers.test_hermes_parser import collect as hermes_collect
-from tests.messages import handler_request
+from tests.support.messages import handler_request
 
 pytestmark = pytest.mark.timeout(30)
 

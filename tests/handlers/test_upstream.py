@@ -33,7 +33,7 @@ from tests.handlers.openai_mock import (
     sse_chunks,
     sse_response,
 )
-from tests.messages import handler_request
+from tests.support.messages import handler_request
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import RunningGateway, running_gateway
+from tests.support.harness import RunningGateway, running_gateway
 from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 
 

@@ -20,9 +20,9 @@ from aiohttp import web
 
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.stores.base import Scope, TaskQuery
-from tests.harness import RunningGateway, collect, reconstruct, running_gateway
-from tests.messages import send_request
-from tests.waiting import eventually
+from tests.support.harness import RunningGateway, collect, reconstruct, running_gateway
+from tests.support.messages import send_request
+from tests.support.waiting import eventually
 
 REMOTE = "handlers.a2a_remote:A2ARemoteHandler"
 COMPLETED = TaskState.TASK_STATE_COMPLETED

@@ -22,9 +22,9 @@ from fasta2a import FastA2A, Worker
 from fasta2a.broker import InMemoryBroker
 from fasta2a.storage import InMemoryStorage
 
-from tests.harness import collect, reconstruct, running_gateway
+from tests.support.harness import collect, reconstruct, running_gateway
 from tests.integration.test_a2a_remote_v03 import free_port
-from tests.messages import send_request
+from tests.support.messages import send_request
 
 REMOTE = "handlers.a2a_remote:A2ARemoteHandler"
 

@@ -32,9 +32,9 @@ from a2a.types import (
 )
 from starlette.applications import Starlette
 
-from tests.harness import collect, reconstruct, running_gateway
-from tests.messages import send_request
-from tests.waiting import eventually
+from tests.support.harness import collect, reconstruct, running_gateway
+from tests.support.messages import send_request
+from tests.support.waiting import eventually
 
 REMOTE = "handlers.a2a_remote:A2ARemoteHandler"
 COMPLETED = TaskState.TASK_STATE_COMPLETED

@@ -21,14 +21,14 @@ from pydantic import SecretStr
 
 from handlers.base import Handler, HandlerEvent, HandlerRequest, HandlerSettings
 
-from tests.admin_support import (
+from tests.support.admin_support import (
     AS_OPERATOR, OPERATOR_KEY, admin, assert_needs_an_operator, new_caller_key,
 )
 from tests.backends.scripted_llm import ScriptedLLM
-from tests.harness import RunningGateway, require_env, running_gateway
-from tests.messages import rpc, send_request
+from tests.support.harness import RunningGateway, require_env, running_gateway
+from tests.support.messages import rpc, send_request
 from tests.stores.pg_support import fresh_database
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,9 +14,9 @@ import json
 
 from aiohttp import web
 
-from tests.harness import collect, reconstruct, running_gateway
-from tests.local_server import serve_locally
-from tests.messages import send_request
+from tests.support.harness import collect, reconstruct, running_gateway
+from tests.support.local_server import serve_locally
+from tests.support.messages import send_request
 
 STREAMS = 150
 

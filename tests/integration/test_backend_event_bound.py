@@ -9,9 +9,9 @@ import httpx
 import pytest
 from aiohttp import web
 
-from tests.harness import running_gateway
-from tests.local_server import serve_locally
-from tests.messages import send_body
+from tests.support.harness import running_gateway
+from tests.support.local_server import serve_locally
+from tests.support.messages import send_body
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -32,10 +32,10 @@ from jwt.api_jwk import PyJWK
 from jwt.exceptions import PyJWKError
 
 from a2a_gateway.auth.api_keys import make_key
-from tests.cli_process import LISTENING, ROOT, cli_env, run_cli
-from tests.harness import RunningGateway, collect, reconstruct, running_gateway
-from tests.messages import send_request
-from tests.waiting import eventually
+from tests.support.cli_process import LISTENING, ROOT, cli_env, run_cli
+from tests.support.harness import RunningGateway, collect, reconstruct, running_gateway
+from tests.support.messages import send_request
+from tests.support.waiting import eventually
 
 V10 = {"A2A-Version": "1.0"}
 EXTENDED = {"capabilities": {"extendedAgentCard": True},

@@ -22,8 +22,8 @@ import pytest
 
 from a2a_gateway.console.oidc import FLOW_COOKIE, OIDC_LOGIN
 from a2a_gateway.auth.sessions import COOKIE
-from tests.harness import RunningGateway, running_gateway
-from tests.oidc_support import CONFIDENTIAL, PUBLIC, SECRET_POST, issuer, oidc_settings, sign_in_at_issuer
+from tests.support.harness import RunningGateway, running_gateway
+from tests.support.oidc_support import CONFIDENTIAL, PUBLIC, SECRET_POST, issuer, oidc_settings, sign_in_at_issuer
 
 pytestmark = pytest.mark.timeout(120)
 OPERATOR = "alice:a2a-operators,dev"

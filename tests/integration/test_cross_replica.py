@@ -22,9 +22,9 @@ from handlers.base import (
     InputRequired,
     RunStarted,
 )
-from tests.harness import running_gateway
-from tests.messages import send_request
-from tests.waiting import eventually
+from tests.support.harness import running_gateway
+from tests.support.messages import send_request
+from tests.support.waiting import eventually
 
 FAST = {"lease_seconds": 0.6, "remote_poll_seconds": 0.1}
 

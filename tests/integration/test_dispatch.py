@@ -32,13 +32,13 @@ from a2a_gateway.tasks.dispatch import NOT_CLAIMED, NOT_DISPATCHED, SWEEP_EVENT
 from a2a_gateway.observability.tracing import TraceParent
 from handlers.base import HandlerEvent, HandlerRequest
 from handlers.echo import EchoHandler
-from tests.harness import RunningGateway, collect, reconstruct, running_gateway
-from tests.local_server import serve_locally
-from tests.messages import send_body, send_request
+from tests.support.harness import RunningGateway, collect, reconstruct, running_gateway
+from tests.support.local_server import serve_locally
+from tests.support.messages import send_body, send_request
 from tests.stores import dynamo_support
 from tests.stores.store_urls import STORE_KINDS, fresh_store_url
-from tests.waiting import eventually
-from tests.webhooks import webhook_receiver
+from tests.support.waiting import eventually
+from tests.support.webhooks import webhook_receiver
 
 FUNCTION = "a2a-gateway-worker"
 TIMINGS = {"remote_poll_seconds": 0.1, "lease_seconds": 30.0}

@@ -31,10 +31,10 @@ import httpx
 import pytest
 from a2a.types import CancelTaskRequest, GetTaskRequest, SubscribeToTaskRequest, TaskState
 
-from tests.harness import RunningGateway, collect, running_gateway
-from tests.messages import send_request
+from tests.support.harness import RunningGateway, collect, running_gateway
+from tests.support.messages import send_request
 from tests.stores import dynamo_support as support
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.dynamodb
 

@@ -8,8 +8,8 @@ import pytest
 from a2a.client import A2ACardResolver
 from a2a.types import TaskState
 
-from tests.harness import collect, running_gateway
-from tests.messages import send_request
+from tests.support.harness import collect, running_gateway
+from tests.support.messages import send_request
 
 SEND = {
     "jsonrpc": "2.0", "id": "req-7", "method": "SendMessage",

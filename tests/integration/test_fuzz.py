@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzz_requests import Target, cases, gateway_thread, send, stray_tasks
+from tests.support.fuzz_requests import Target, cases, gateway_thread, send, stray_tasks
 
 CASES = 3000
 

@@ -36,7 +36,7 @@ from a2a_gateway.auth.callers import bearer_token
 from a2a_gateway.console.oidc import FLOW_COOKIE, OIDC_LOGIN, LoginFlow
 from a2a_gateway.auth.sessions import COOKIE, CSRF_HEADER, ConsoleSessions
 from a2a_gateway.tasks.dispatch import EVENT_KEY, RUN_TASK, SWEEP
-from tests.fuzz_requests import (
+from tests.support.fuzz_requests import (
     RecordingStore,
     Served,
     deep_json,
@@ -48,8 +48,8 @@ from tests.fuzz_requests import (
     served_in_thread,
     texts,
 )
-from tests.harness import running_gateway
-from tests.oidc_support import CONFIDENTIAL, configured_issuer, issuer, oidc_settings
+from tests.support.harness import running_gateway
+from tests.support.oidc_support import CONFIDENTIAL, configured_issuer, issuer, oidc_settings
 
 pytestmark = pytest.mark.timeout(600)
 EXAMPLES = 400

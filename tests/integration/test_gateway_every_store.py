@@ -27,9 +27,9 @@ from a2a.types import (
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 
-from tests.harness import RunningGateway, collect, reconstruct
-from tests.messages import send_request
-from tests.waiting import eventually
+from tests.support.harness import RunningGateway, collect, reconstruct
+from tests.support.messages import send_request
+from tests.support.waiting import eventually
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 CANCELED = TaskState.TASK_STATE_CANCELED

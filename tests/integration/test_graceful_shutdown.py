@@ -23,14 +23,14 @@ import asyncpg
 import httpx
 from a2a.types import GetTaskRequest, SubscribeToTaskRequest, TaskState
 
-from tests.cli_process import run_cli, serving
-from tests.harness import RunningGateway, require_env
+from tests.support.cli_process import run_cli, serving
+from tests.support.harness import RunningGateway, require_env
 from tests.integration.test_postgres_replicas import artifact_updates, collect, final_state, rebuild
-from tests.messages import send_request
+from tests.support.messages import send_request
 from tests.replicas.cluster import replica_set
 from tests.replicas.fake_backend import FakeBackend
 from tests.stores import pg_support
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 WORKING = TaskState.TASK_STATE_WORKING
 COMPLETED = TaskState.TASK_STATE_COMPLETED

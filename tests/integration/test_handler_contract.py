@@ -17,7 +17,7 @@ from a2a.types import GetTaskRequest, ListTasksRequest, Message, Part, Role, Sen
 from a2a.utils.errors import ContentTypeNotSupportedError
 from google.protobuf.json_format import MessageToDict
 
-from tests.harness import RunningGateway, collect, running_gateway
+from tests.support.harness import RunningGateway, collect, running_gateway
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 AUTH_REQUIRED = TaskState.TASK_STATE_AUTH_REQUIRED

@@ -17,9 +17,9 @@ from aiohttp import web
 from a2a_gateway.app import build_app
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.transport.body import BODY_BUDGET
-from tests.cli_process import LISTENING, ROOT, cli_env
-from tests.harness import RunningGateway, running_gateway
-from tests.messages import params_0_3, rpc, wire_message
+from tests.support.cli_process import LISTENING, ROOT, cli_env
+from tests.support.harness import RunningGateway, running_gateway
+from tests.support.messages import params_0_3, rpc, wire_message
 
 V10 = {"A2A-Version": "1.0"}
 JSON = {"Content-Type": "application/json"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from tests.harness import RunningGateway, running_gateway
-from tests.messages import rpc, send_params
+from tests.support.harness import RunningGateway, running_gateway
+from tests.support.messages import rpc, send_params
 
 V10 = {"A2A-Version": "1.0"}
 

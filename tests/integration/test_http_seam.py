@@ -6,8 +6,8 @@ from __future__ import annotations
 from a2a.types import TaskState
 
 from tests.handlers.openai_mock import Backend, fixture, sse_response
-from tests.harness import collect, reconstruct, running_gateway
-from tests.messages import send_request
+from tests.support.harness import collect, reconstruct, running_gateway
+from tests.support.messages import send_request
 
 RECORDED_TEXT = "Hello from fakellm. You said: ping oc chat stream"
 

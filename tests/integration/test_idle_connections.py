@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.harness import RunningGateway, running_gateway
-from tests.messages import rpc, wire_message
-from tests.waiting import eventually
+from tests.support.harness import RunningGateway, running_gateway
+from tests.support.messages import rpc, wire_message
+from tests.support.waiting import eventually
 
 HEADER, KEEPALIVE = 1.0, 4.0
 TIMEOUTS = {"header_timeout_seconds": HEADER, "keepalive_timeout_seconds": KEEPALIVE}

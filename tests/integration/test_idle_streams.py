@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import running_gateway
+from tests.support.harness import running_gateway
 
 pytestmark = pytest.mark.timeout(300)
 

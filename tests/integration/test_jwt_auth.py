@@ -24,10 +24,10 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.stores.base import Scope, TaskQuery
-from tests.harness import RunningGateway, running_gateway
-from tests.local_server import serve_locally
-from tests.messages import rpc, send_body, send_params
-from tests.waiting import eventually
+from tests.support.harness import RunningGateway, running_gateway
+from tests.support.local_server import serve_locally
+from tests.support.messages import rpc, send_body, send_params
+from tests.support.waiting import eventually
 
 V10 = {"A2A-Version": "1.0"}
 ISSUER = "https://issuer.example"

@@ -1,6 +1,6 @@
 """Dispatch mode through the Lambda path, on the DynamoDB store (moto server): an API gateway
 (``dispatch = "lambda"``) whose boto3 client invokes the worker function asynchronously at a
-local Lambda service (tests/lambda_runtime.py), and the worker as a Lambda execution
+local Lambda service (tests/support/lambda_runtime.py), and the worker as a Lambda execution
 environment — the real ``awslambdaric`` running the gateway's handler with ``worker = true``,
 two of them, as Lambda runs concurrent invocations in environments of their own.
 
@@ -24,11 +24,11 @@ from a2a.types import GetTaskRequest, TaskState
 
 from a2a_gateway.stores.base import Endpoint
 from a2a_gateway.tasks.dispatch import SWEEP_EVENT
-from tests.harness import RunningGateway, collect, reconstruct, running_gateway
-from tests.lambda_runtime import FakeLambda, Invocation, fake_lambda, runtime_process
-from tests.messages import send_request
+from tests.support.harness import RunningGateway, collect, reconstruct, running_gateway
+from tests.support.lambda_runtime import FakeLambda, Invocation, fake_lambda, runtime_process
+from tests.support.messages import send_request
 from tests.stores import dynamo_support as support
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.dynamodb
 

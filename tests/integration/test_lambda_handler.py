@@ -1,5 +1,5 @@
 """The gateway's Lambda handler run by the real ``awslambdaric`` (a process of its own, as in
-a Lambda execution environment) against a local Lambda service (tests/lambda_runtime.py),
+a Lambda execution environment) against a local Lambda service (tests/support/lambda_runtime.py),
 called with boto3's Lambda client, on the DynamoDB store (moto server).
 
 Function URL events come back as Lambda proxy responses; a task written in one execution
@@ -25,11 +25,11 @@ import pytest
 
 from a2a_gateway.stores.base import Endpoint
 from a2a_gateway.stores.dynamodb import DynamoDBStore
-from tests.lambda_runtime import (
+from tests.support.lambda_runtime import (
     FUNCTION_URL_HOST, FakeLambda, fake_lambda, function_url_event, proxy_body, runtime_process,
 )
-from tests.cli_process import run_cli
-from tests.messages import rpc, send_body
+from tests.support.cli_process import run_cli
+from tests.support.messages import rpc, send_body
 from tests.stores import dynamo_support as support
 
 pytestmark = pytest.mark.dynamodb

@@ -136,8 +136,8 @@ def test_start_up_loads_the_sdk_server_package_and_the_first_requests_are_served
     script = """
     import asyncio, sys
     import httpx
-    from tests.harness import running_gateway
-    from tests.messages import rpc, send_params
+    from tests.support.harness import running_gateway
+    from tests.support.messages import rpc, send_params
 
     async def main():
         async with running_gateway() as gw, httpx.AsyncClient(timeout=60) as http:

@@ -12,10 +12,10 @@ import pytest
 import structlog
 from aiohttp import web
 
-from tests.harness import require_env, running_gateway
-from tests.local_server import serve_locally
-from tests.messages import rpc, send_body
-from tests.waiting import eventually
+from tests.support.harness import require_env, running_gateway
+from tests.support.local_server import serve_locally
+from tests.support.messages import rpc, send_body
+from tests.support.waiting import eventually
 
 V10 = {"A2A-Version": "1.0"}
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 from structlog.testing import capture_logs
 
-from tests.harness import RunningGateway
-from tests.messages import params_0_3, rpc, wire_message
+from tests.support.harness import RunningGateway
+from tests.support.messages import params_0_3, rpc, wire_message
 
 V10 = {"A2A-Version": "1.0"}
 BEYOND_INT32 = 9007199254740993  # 2**53 + 1, the fuzzer's number: no double holds it exactly

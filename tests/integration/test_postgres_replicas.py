@@ -33,12 +33,12 @@ from a2a.types import CancelTaskRequest, GetTaskRequest, Part, SubscribeToTaskRe
 
 from a2a_gateway.live.postgres import PostgresLiveHub
 from a2a_gateway.live.postgres_wire import PAYLOAD_LIMIT, LiveWire, split_utf8
-from tests.harness import running_gateway
-from tests.messages import send_body, send_request
+from tests.support.harness import running_gateway
+from tests.support.messages import send_body, send_request
 from tests.replicas.cluster import PgControl, replica_set
 from tests.replicas.fake_backend import FakeBackend, big_text
 from tests.stores.pg_support import admin_dsn, fresh_database
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 CANCELED = TaskState.TASK_STATE_CANCELED

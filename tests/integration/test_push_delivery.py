@@ -13,11 +13,11 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from tests.harness import running_gateway
-from tests.local_server import serve_locally
-from tests.messages import rpc, send_body
-from tests.waiting import eventually
-from tests.webhooks import fake_dns, webhook_receiver
+from tests.support.harness import running_gateway
+from tests.support.local_server import serve_locally
+from tests.support.messages import rpc, send_body
+from tests.support.waiting import eventually
+from tests.support.webhooks import fake_dns, webhook_receiver
 
 V10 = {"A2A-Version": "1.0"}
 

@@ -16,11 +16,11 @@ from a2a.types import TaskPushNotificationConfig
 from structlog.testing import capture_logs
 
 from a2a_gateway.stores.base import PushDelivery, Scope, Store
-from tests.harness import running_gateway
-from tests.messages import rpc, send_body
+from tests.support.harness import running_gateway
+from tests.support.messages import rpc, send_body
 from tests.stores.store_urls import fresh_store_url
-from tests.waiting import eventually
-from tests.webhooks import DELIVERY_ID, webhook_receiver
+from tests.support.waiting import eventually
+from tests.support.webhooks import DELIVERY_ID, webhook_receiver
 
 V10 = {"A2A-Version": "1.0"}
 FAST = {"push_retry_base_seconds": 0.1, "push_retry_max_seconds": 0.2, "push_poll_seconds": 0.1}

@@ -22,7 +22,7 @@ from a2a_gateway.tasks.push import PushNotifier
 from a2a_gateway.tasks.push_guard import WebhookGuard
 from a2a_gateway.stores.base import PushDelivery, Scope
 from a2a_gateway.stores.memory import MemoryStore
-from tests.webhooks import fake_dns
+from tests.support.webhooks import fake_dns
 
 SCOPE = Scope("default", "ep", "anonymous")
 

@@ -20,9 +20,9 @@ from handlers.base import (
     RunStarted,
     TextDelta,
 )
-from tests.harness import running_gateway
-from tests.messages import send_request
-from tests.waiting import eventually
+from tests.support.harness import running_gateway
+from tests.support.messages import send_request
+from tests.support.waiting import eventually
 
 
 class SlowBackend(Handler):

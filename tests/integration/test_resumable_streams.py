@@ -20,10 +20,10 @@ import orjson
 import pytest
 from httpx_sse import ServerSentEvent, aconnect_sse
 
-from tests.harness import RunningGateway, running_gateway
-from tests.messages import rpc, wire_message
+from tests.support.harness import RunningGateway, running_gateway
+from tests.support.messages import rpc, wire_message
 from tests.stores.pg_support import fresh_database
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 WORDS = " ".join(f"w{i}" for i in range(40))
 ANSWER = f"echo: {WORDS}"

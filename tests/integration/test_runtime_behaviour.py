@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import httpx
 import structlog
 
-from tests.harness import running_gateway
-from tests.messages import rpc, send_body
-from tests.waiting import eventually
+from tests.support.harness import running_gateway
+from tests.support.messages import rpc, send_body
+from tests.support.waiting import eventually
 
 V10 = {"A2A-Version": "1.0"}
 

@@ -20,9 +20,9 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 
-from tests.harness import RunningGateway, collect, reconstruct
-from tests.messages import send_request
-from tests.waiting import eventually
+from tests.support.harness import RunningGateway, collect, reconstruct
+from tests.support.messages import send_request
+from tests.support.waiting import eventually
 
 VERSIONS = ["1.0", "0.3"]
 

@@ -30,10 +30,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from jwt.algorithms import OKPAlgorithm
 
 from a2a_gateway.observability.logs import drop_secrets, mask_url_credentials
-from tests.cli_process import run_cli, serving
-from tests.local_server import serve_locally
-from tests.messages import rpc, send_body
-from tests.webhooks import webhook_receiver
+from tests.support.cli_process import run_cli, serving
+from tests.support.local_server import serve_locally
+from tests.support.messages import rpc, send_body
+from tests.support.webhooks import webhook_receiver
 
 V10 = {"A2A-Version": "1.0"}
 ISSUER, AUDIENCE = "https://issuer.test", "secrets-hygiene"

@@ -9,7 +9,7 @@ import re
 import httpx
 import pytest
 
-from tests.cli_process import run_cli, serving
+from tests.support.cli_process import run_cli, serving
 
 LOOP = re.compile(r", event loop (\w+)$")
 

@@ -10,7 +10,7 @@ import uuid
 
 import httpx
 
-from tests.cli_process import serving
+from tests.support.cli_process import serving
 
 ENDPOINT_ID = "00000000-0000-4000-8000-000000000c01"
 ENDPOINTS = f"""endpoints:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.harness import require_env
+from tests.support.harness import require_env
 from tests.stores import pg_support
 
 

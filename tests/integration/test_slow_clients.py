@@ -15,8 +15,8 @@ import orjson
 from a2a.types import TaskState
 from httpx_sse import aconnect_sse
 
-from tests.harness import collect, reconstruct, running_gateway
-from tests.messages import rpc, send_request, wire_message
+from tests.support.harness import collect, reconstruct, running_gateway
+from tests.support.messages import rpc, send_request, wire_message
 
 WORDS = " ".join(f"w{i}" for i in range(20_000))
 ANSWER = f"echo: {WORDS}"

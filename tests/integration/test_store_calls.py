@@ -17,9 +17,9 @@ from a2a_gateway.stores.base import Scope, Store
 from handlers.base import (
     Completed, Handler, HandlerEvent, HandlerRequest, HandlerSettings, SessionUpdate, TextDelta,
 )
-from tests.harness import RunningGateway
-from tests.messages import send_request
-from tests.waiting import eventually
+from tests.support.harness import RunningGateway
+from tests.support.messages import send_request
+from tests.support.waiting import eventually
 
 TASK_WRITES = ("create_task", "update_task")
 LIVE_RELAY = ("notify",)

@@ -13,8 +13,8 @@ import orjson
 import pytest
 from httpx_sse import EventSource
 
-from tests.harness import RunningGateway, running_gateway
-from tests.messages import rpc, wire_message
+from tests.support.harness import RunningGateway, running_gateway
+from tests.support.messages import rpc, wire_message
 
 KEEPALIVE_SECONDS = 0.2
 

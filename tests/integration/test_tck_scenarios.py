@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from a2a_gateway.auth.api_keys import make_key
-from tests.harness import RunningGateway
-from tests.messages import params_0_3, rpc, send_body
+from tests.support.harness import RunningGateway
+from tests.support.messages import params_0_3, rpc, send_body
 
 V10 = {"A2A-Version": "1.0"}
 

@@ -29,12 +29,12 @@ from aiohttp import web
 from a2a_gateway.observability import tracing
 from a2a_gateway.observability.tracing import TraceParent
 from handlers.upstream import NO_RETRY, Upstream, trace_calls
-from tests.cli_process import ROOT, cli_env, run_cli, serving
-from tests.harness import require_env, running_gateway
-from tests.local_server import serve_locally
-from tests.messages import handler_request, rpc, send_body, send_request
-from tests.otlp_receiver import CLIENT, SERVER, OTLPReceiver
-from tests.waiting import eventually
+from tests.support.cli_process import ROOT, cli_env, run_cli, serving
+from tests.support.harness import require_env, running_gateway
+from tests.support.local_server import serve_locally
+from tests.support.messages import handler_request, rpc, send_body, send_request
+from tests.support.otlp_receiver import CLIENT, SERVER, OTLPReceiver
+from tests.support.waiting import eventually
 
 V10 = {"A2A-Version": "1.0"}
 CALLER = TraceParent("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", "01", "caller=1")
@@ -329,7 +329,7 @@ async def test_without_export_the_backend_still_gets_the_request_trace():
 NO_SDK_SCRIPT = textwrap.dedent("""
     import asyncio, json, sys
     import httpx
-    from tests.harness import running_gateway
+    from tests.support.harness import running_gateway
 
     async def main():
         async with running_gateway() as gw, httpx.AsyncClient(timeout=30) as http:

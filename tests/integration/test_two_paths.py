@@ -18,8 +18,8 @@ from handlers.base import (
     HandlerSettings,
     TextDelta,
 )
-from tests.harness import running_gateway
-from tests.messages import send_request
+from tests.support.harness import running_gateway
+from tests.support.messages import send_request
 
 
 class CountingStore(MemoryStore):

@@ -7,8 +7,8 @@ import uuid
 
 from a2a_gateway.stores.base import StoreUnavailableError
 from a2a_gateway.stores.memory import MemoryStore
-from tests.harness import RunningGateway, running_gateway
-from tests.messages import params_0_3, rpc
+from tests.support.harness import RunningGateway, running_gateway
+from tests.support.messages import params_0_3, rpc
 
 V10 = {"A2A-Version": "1.0"}
 SSE = {"Accept": "text/event-stream"}

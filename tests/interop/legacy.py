@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import require_env
+from tests.support.harness import require_env
 from tests.interop.wire import from_0_3
 
 CLIENTS = Path(__file__).parent / "clients"

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from tests.harness import RunningGateway, running_gateway
+from tests.support.harness import RunningGateway, running_gateway
 from tests.interop.legacy import JS, SDK02, Client, installed, run_client
 from tests.interop.wire import applied_texts, completed, message_0_3
 

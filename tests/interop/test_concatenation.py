@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness import RunningGateway, running_gateway
+from tests.support.harness import RunningGateway, running_gateway
 from tests.interop.legacy import JS, SDK03, Client, installed, run_client
 from tests.interop.wire import (
     BINDINGS,

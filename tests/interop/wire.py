@@ -18,8 +18,8 @@ import httpx
 import orjson
 from httpx_sse import ServerSentEvent, aconnect_sse
 
-from tests.harness import RunningGateway
-from tests.messages import rpc, wire_message
+from tests.support.harness import RunningGateway
+from tests.support.messages import rpc, wire_message
 
 V10 = {"A2A-Version": "1.0"}
 V03 = {"A2A-Version": "0.3"}

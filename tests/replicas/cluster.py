@@ -34,9 +34,9 @@ import asyncpg
 import httpx
 from a2a.client import Client
 
-from tests.harness import RunningGateway
+from tests.support.harness import RunningGateway
 from tests.stores.pg_support import admin_dsn, database_url
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ import asyncpg
 from a2a_gateway.stores.migrations import migration_files
 from a2a_gateway.stores.postgres import migrate_postgres
 from a2a_gateway.stores.postgres_migrations import checksum
-from tests.harness import require_env
+from tests.support.harness import require_env
 
 ENV_VAR = "A2A_TEST_POSTGRES_DSN"
 _TEMPLATE_LOCK = 0x6132615F74706C74  # "a2a_tplt": serializes template builds across sessions

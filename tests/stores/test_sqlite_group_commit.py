@@ -20,7 +20,7 @@ from a2a.types import Task, TaskState, TaskStatus
 
 from a2a_gateway.stores.base import ConflictError, Scope
 from a2a_gateway.stores.sqlite import SQLiteStore
-from tests.cli_process import serving
+from tests.support.cli_process import serving
 
 SCOPE = Scope("default", "ep-1", "alice")
 WRITES = 50

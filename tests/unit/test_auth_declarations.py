@@ -14,7 +14,7 @@ from a2a_gateway.endpoints.registry import check_endpoint
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores import open_store
 from a2a_gateway.stores.base import Endpoint
-from tests.cli_process import run_cli
+from tests.support.cli_process import run_cli
 
 ECHO = ["--handler", "handlers.echo:EchoHandler"]
 JWKS = "https://issuer.example/jwks.json"

@@ -12,7 +12,7 @@ import pytest
 from a2a_gateway import cli
 from a2a_gateway.stores import open_store
 from a2a_gateway.stores.base import Endpoint
-from tests.cli_process import ROOT, run_cli
+from tests.support.cli_process import ROOT, run_cli
 
 ECHO = "handlers.echo:EchoHandler"
 

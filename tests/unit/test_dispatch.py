@@ -22,7 +22,7 @@ from a2a_gateway.tasks.dispatch import (
 from a2a_gateway.tasks.engine import TaskEngine
 from handlers.base import Completed, InputRequired, TextDelta
 from tests.unit.test_task_engine import SCOPE, Scripted, make_engine, runtime_of, user_message
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 REF = TaskRef("acme", "ep-1", "alice", "task-1")
 

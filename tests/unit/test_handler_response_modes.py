@@ -26,7 +26,7 @@ from handlers.echo import AUTH_URL, EchoHandler, EchoSettings
 from handlers.hermes import HermesSettings
 from handlers.openai_chat import OpenAIChatSettings
 from handlers.openclaw import OpenClawSettings
-from tests.messages import handler_request
+from tests.support.messages import handler_request
 
 
 async def echo(text: str, *, pending: dict[str, Any] | None = None, **settings: Any) -> list:

@@ -8,7 +8,7 @@ from a2a.types import SendMessageRequest
 from a2a.utils.errors import InvalidParamsError
 
 from a2a_gateway.tasks.ids import _plan, check_ids
-from tests.messages import send_request
+from tests.support.messages import send_request
 
 
 def test_an_id_at_any_depth_holding_a_nul_is_named():

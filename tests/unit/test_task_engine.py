@@ -45,7 +45,7 @@ from handlers.base import (
     file_part,
     text_part,
 )
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 SCOPE = Scope("default", "00000000-0000-4000-8000-000000000001", "alice")
 

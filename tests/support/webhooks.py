@@ -13,8 +13,8 @@ from contextlib import asynccontextmanager
 import orjson
 from aiohttp import web
 
-from tests.local_server import serve_locally
-from tests.waiting import eventually
+from tests.support.local_server import serve_locally
+from tests.support.waiting import eventually
 
 DELIVERY_ID = "X-A2A-Notification-Id"
 

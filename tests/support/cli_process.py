@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LISTENING = re.compile(r"listening on (http://\S+) \(store (\S+), (\d+) endpoints?\)")
 
 

@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 SERVER, CLIENT = 2, 3  # opentelemetry.proto.trace.v1.Span.SpanKind
 ERROR = 2  # opentelemetry.proto.trace.v1.Status.StatusCode

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.stores.memory import MemoryStore
-from tests.harness import running_gateway
+from tests.support.harness import running_gateway
 
 PRINCIPAL = "fuzz-caller"
 T = TypeVar("T")

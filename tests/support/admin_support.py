@@ -9,7 +9,7 @@ import uuid
 import httpx
 
 from a2a_gateway.auth.api_keys import make_key
-from tests.harness import RunningGateway
+from tests.support.harness import RunningGateway
 
 OPERATOR_KEY = "op-" + uuid.uuid4().hex
 AS_OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}

@@ -17,11 +17,11 @@ from urllib.parse import urljoin
 import httpx
 import orjson
 
-from tests.harness import require_env
+from tests.support.harness import require_env
 
 ISSUER_VAR = "A2A_TEST_OIDC_ISSUER"
 CLIENTS = {client["token_endpoint_auth_method"]: client for client in orjson.loads(
-    (Path(__file__).parent / "oidc_provider" / "clients.json").read_bytes())}
+    (Path(__file__).parents[1] / "oidc_provider" / "clients.json").read_bytes())}
 """The provider's clients by how each authenticates at its token endpoint."""
 CONFIDENTIAL, SECRET_POST, PUBLIC = CLIENTS["client_secret_basic"], CLIENTS["client_secret_post"], CLIENTS["none"]
 OPERATORS_GROUP = "a2a-operators"
