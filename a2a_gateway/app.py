@@ -19,33 +19,33 @@ from aiohttp import web
 from a2a_gateway.auth.callers import build_authenticator
 from a2a_gateway.auth.operators import OperatorAuth, OperatorKeys
 from a2a_gateway.auth.peer import remember_peer
-from a2a_gateway.endpoints.card_signing import CardSigner
-from a2a_gateway.console.pages import add_console_routes
 from a2a_gateway.auth.sessions import ConsoleSessions
+from a2a_gateway.console.pages import add_console_routes
+from a2a_gateway.endpoints.backend_health import BackendHealth
+from a2a_gateway.endpoints.card_signing import CardSigner
 from a2a_gateway.endpoints.file import EndpointsFile
+from a2a_gateway.endpoints.registry import EndpointRegistry
+from a2a_gateway.live.feed import FeedLimits
+from a2a_gateway.live.hub import LiveHub, ReplayLimits
+from a2a_gateway.live.postgres import PostgresLiveHub, uses_postgres
+from a2a_gateway.observability import tracing
+from a2a_gateway.observability.stats import STATS, StatsSampler
+from a2a_gateway.settings import GatewaySettings
+from a2a_gateway.shutdown import refuse_when_stopping
+from a2a_gateway.state import GATEWAY, Gateway
+from a2a_gateway.stores import open_store
+from a2a_gateway.stores.base import Endpoint, Store, StoreUnavailableError
 from a2a_gateway.tasks.conversation import Conversation
 from a2a_gateway.tasks.dispatch import dispatcher_of
 from a2a_gateway.tasks.engine import EngineLimits, TaskEngine
-from a2a_gateway.tasks.ownership import Ownership
-from a2a_gateway.tasks.run import RunServices
-from a2a_gateway.endpoints.backend_health import BackendHealth
-from a2a_gateway.state import GATEWAY, Gateway
-from a2a_gateway.live.feed import FeedLimits
-from a2a_gateway.live.hub import LiveHub, ReplayLimits
 from a2a_gateway.tasks.live_view import LiveView
-from a2a_gateway.live.postgres import PostgresLiveHub, uses_postgres
+from a2a_gateway.tasks.ownership import Ownership
 from a2a_gateway.tasks.push import PushNotifier
 from a2a_gateway.tasks.push_guard import WebhookGuard
-from a2a_gateway.endpoints.registry import EndpointRegistry
-from a2a_gateway.settings import GatewaySettings
-from a2a_gateway.shutdown import refuse_when_stopping
-from a2a_gateway.observability.stats import STATS, StatsSampler
-from a2a_gateway.observability import tracing
-from a2a_gateway.stores import open_store
-from a2a_gateway.stores.base import Endpoint, Store, StoreUnavailableError
-from a2a_gateway.transport.middleware import request_context, trace_response_header
+from a2a_gateway.tasks.run import RunServices
 from a2a_gateway.transport.body import BODY_BUDGET, BodyBudget
 from a2a_gateway.transport.connections import GatewayRunner
+from a2a_gateway.transport.middleware import request_context, trace_response_header
 from a2a_gateway.transport.routes import add_routes
 from a2a_gateway.transport.sse import OPEN_STREAMS
 from handlers.upstream import backend_client, trace_calls

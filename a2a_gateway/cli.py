@@ -26,18 +26,18 @@ from pydantic import SecretStr, ValidationError
 
 from a2a_gateway.app import ENDPOINT_COUNT, ENDPOINTS_FILE, build_app, gateway_runner
 from a2a_gateway.auth.api_keys import make_key
-from a2a_gateway.endpoints.card_signing import CardSigningKeyError
-from a2a_gateway.tasks.dispatch import DispatchSetupError
-from a2a_gateway.endpoints.file import EndpointsFileError, endpoint_row, export
-from a2a_gateway.observability.logs import configure_logging, looks_secret, mask_credentials
 from a2a_gateway.auth.callers import needed
-from a2a_gateway.errors import EndpointMisconfiguredError
+from a2a_gateway.endpoints.card_signing import CardSigningKeyError
+from a2a_gateway.endpoints.file import EndpointsFileError, endpoint_row, export
 from a2a_gateway.endpoints.registry import check_endpoint, runtime_auth, secret_settings
+from a2a_gateway.errors import EndpointMisconfiguredError
+from a2a_gateway.observability.logs import configure_logging, looks_secret, mask_credentials
 from a2a_gateway.settings import DEFAULT_STORE, GatewaySettings, SecretSettingsError, load_settings
-from a2a_gateway.state import GATEWAY
 from a2a_gateway.shutdown import drain
+from a2a_gateway.state import GATEWAY
 from a2a_gateway.stores import UnknownStoreError, display_url, migrate_store, open_store
 from a2a_gateway.stores.base import Endpoint, StoreError
+from a2a_gateway.tasks.dispatch import DispatchSetupError
 
 DEMO_ENDPOINT_ID = "00000000-0000-4000-8000-00000000ec40"
 

@@ -13,7 +13,15 @@ import os
 import time
 from typing import Any, TypeVar
 
-from a2a.types import Artifact, Message, Part, Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent
+from a2a.types import (
+    Artifact,
+    Message,
+    Part,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
 from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names per access
     ROLE_AGENT,
     TASK_STATE_AUTH_REQUIRED,

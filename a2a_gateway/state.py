@@ -15,8 +15,8 @@ from aiohttp import web
 from a2a_gateway.auth.callers import Authenticator
 from a2a_gateway.auth.operators import OperatorAuth
 from a2a_gateway.endpoints.card_signing import CardSigner
-from a2a_gateway.live.hub import LiveHub
 from a2a_gateway.endpoints.registry import EndpointRegistry, EndpointRuntime
+from a2a_gateway.live.hub import LiveHub
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Store
 from a2a_gateway.tasks.engine import TaskEngine

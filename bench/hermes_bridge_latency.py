@@ -33,9 +33,9 @@ from aiohttp import web
 from httpx_sse import aconnect_sse
 
 from a2a_gateway.app import build_app
-from a2a_gateway.state import GATEWAY
 from a2a_gateway.observability.logs import configure_logging
 from a2a_gateway.settings import GatewaySettings
+from a2a_gateway.state import GATEWAY
 from a2a_gateway.stores.base import Endpoint
 
 _WORD = re.compile(r"slow(\d+)")

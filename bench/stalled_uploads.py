@@ -36,9 +36,9 @@ def serve(port: int) -> None:
     from aiohttp import web
 
     from a2a_gateway import app as gateway_app
-    from a2a_gateway.state import GATEWAY
     from a2a_gateway.observability.logs import configure_logging
     from a2a_gateway.settings import GatewaySettings
+    from a2a_gateway.state import GATEWAY
     from a2a_gateway.stores.base import Endpoint
 
     settings = GatewaySettings(store="memory://", port=port, log_level="critical")

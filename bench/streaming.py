@@ -391,7 +391,7 @@ def print_table(results: dict[tuple[str, str], list[Measured]], labels: list[str
         notes = {label: "; ".join(sorted({m.note for m in results.get((scenario, label), []) if m.note}))
                  for label in labels}
         if any(notes.values()):
-            print(f"| {scenario:<11} | {'result':<20} | " + " | ".join(f"{notes[l]:>12}" for l in labels) + " |")
+            print(f"| {scenario:<11} | {'result':<20} | " + " | ".join(f"{notes[label]:>12}" for label in labels) + " |")
 
 
 def main() -> None:
@@ -436,7 +436,7 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps({
             "date": datetime.now(UTC).isoformat(), "machine": machine_note(args), "sources": described,
-            "results": {f"{s}|{l}": [m.figures | {"note": m.note} for m in ms] for (s, l), ms in results.items()},
+            "results": {f"{s}|{label}": [m.figures | {"note": m.note} for m in ms] for (s, label), ms in results.items()},
         }, indent=2))
 
 

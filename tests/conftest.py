@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from tests.support.harness import RunningGateway, running_gateway
 from tests.stores.dynamo_support import stop_local_moto
+from tests.support.harness import RunningGateway, running_gateway
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -47,9 +47,9 @@ from aiohttp import web
 
 from a2a_gateway.auth.config import ASYMMETRIC_ALGORITHMS, JwtConfig
 from a2a_gateway.auth.jwks import JwksCache
+from a2a_gateway.auth.sessions import ConsoleSessions, OidcUser, cookie_value
 from a2a_gateway.auth.tokens import InvalidToken, JwtVerifier
 from a2a_gateway.console.pages import SECURITY_HEADERS, set_session_cookie
-from a2a_gateway.auth.sessions import ConsoleSessions, OidcUser, cookie_value
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.state import GATEWAY
 

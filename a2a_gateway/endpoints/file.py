@@ -28,8 +28,8 @@ from typing import Any, Literal
 import structlog
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError
 
-from a2a_gateway.observability.logs import looks_secret, mask_credentials
 from a2a_gateway.endpoints.registry import check_endpoint, secret_settings
+from a2a_gateway.observability.logs import looks_secret, mask_credentials
 from a2a_gateway.settings import RESERVED_METADATA_KEYS, GatewaySettings
 from a2a_gateway.stores.base import ConflictError, Endpoint, Store
 

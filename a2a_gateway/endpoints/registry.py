@@ -28,9 +28,9 @@ import httpx
 import structlog
 from pydantic import SecretStr, ValidationError
 
-from a2a_gateway.endpoints.card import capabilities, capability, check_card, with_handler_fields
 from a2a_gateway.auth.config import EndpointAuth, EndpointAuthView, endpoint_auth
 from a2a_gateway.auth.rate_limit import RateLimit, endpoint_rate_limit
+from a2a_gateway.endpoints.card import capabilities, capability, check_card, with_handler_fields
 from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError
 from a2a_gateway.observability.logs import looks_secret
 from a2a_gateway.settings import (
@@ -45,9 +45,8 @@ from handlers.base import Handler, HandlerSettings
 
 if TYPE_CHECKING:
     from a2a.compat.v0_3.request_handler import RequestHandler03
-    from a2a.types import AgentCard
-
     from a2a.server.request_handlers.request_handler import RequestHandler
+    from a2a.types import AgentCard
 
 log = structlog.get_logger(__name__)
 

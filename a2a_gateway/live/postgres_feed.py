@@ -44,7 +44,15 @@ import structlog
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
 
 from a2a_gateway.events import artifact_event, status_event
-from a2a_gateway.live.feed import ARTIFACT, EVERY_ENDPOINT, STATUS, EndpointFeed, FeedEvent, FeedUpdate, envelope
+from a2a_gateway.live.feed import (
+    ARTIFACT,
+    EVERY_ENDPOINT,
+    STATUS,
+    EndpointFeed,
+    FeedEvent,
+    FeedUpdate,
+    envelope,
+)
 from a2a_gateway.live.postgres_wire import PAYLOAD_LIMIT
 from a2a_gateway.stores.base import TERMINAL_STATES, Scope
 

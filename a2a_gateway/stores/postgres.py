@@ -41,8 +41,8 @@ from a2a_gateway.stores.base import (
     storable_key_id,
 )
 from a2a_gateway.stores.migrations import migration_files
-from a2a_gateway.stores.postgres_batches import INSERT_MANY, NewTask, TaskCreations, columns
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token, endpoint_task_page
+from a2a_gateway.stores.postgres_batches import INSERT_MANY, NewTask, TaskCreations, columns
 from a2a_gateway.stores.postgres_connection import (
     UNAVAILABLE_ERRORS,
     redacted,

@@ -42,8 +42,8 @@ from a2a_gateway.stores.base import (
 )
 from a2a_gateway.stores.migrations import migration_files
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token, endpoint_task_page
-from a2a_gateway.stores.sqlite_batches import BatchedConnection
 from a2a_gateway.stores.sql_rows import RowReader
+from a2a_gateway.stores.sqlite_batches import BatchedConnection
 
 _SCOPE = "tenant = ? AND endpoint_id = ? AND principal = ?"
 WAL_AUTOCHECKPOINT_PAGES = 4000

@@ -32,16 +32,29 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from a2a_gateway.observability import tracing
-from a2a_gateway.errors import GatewayError
-from a2a_gateway.live.hub import LiveHub, Subscription
 from a2a_gateway.endpoints.registry import EndpointRegistry, EndpointRuntime
+from a2a_gateway.errors import GatewayError
+from a2a_gateway.events import (
+    GATEWAY_LOST,
+    INTERRUPTED_STATES,
+    copy_task,
+    new_id,
+    stamp,
+    text_chunk,
+)
+from a2a_gateway.live.hub import LiveHub, Subscription
+from a2a_gateway.observability import tracing
 from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, StoredTask
 from a2a_gateway.tasks.conversation import Caller, Conversation
 from a2a_gateway.tasks.dispatch import (
-    DISPATCH_OWNER, DISPATCHED, NOT_CLAIMED, NOT_DISPATCHED, DispatchError, Dispatcher, TaskRef,
+    DISPATCH_OWNER,
+    DISPATCHED,
+    NOT_CLAIMED,
+    NOT_DISPATCHED,
+    Dispatcher,
+    DispatchError,
+    TaskRef,
 )
-from a2a_gateway.events import GATEWAY_LOST, INTERRUPTED_STATES, copy_task, new_id, stamp, text_chunk
 from a2a_gateway.tasks.ownership import Ownership
 from a2a_gateway.tasks.run import RunServices, SupersededError, TaskRun
 from handlers.base import Handler, HandlerRequest, InputRejectedError

@@ -27,12 +27,12 @@ import structlog
 from a2a.types import StreamResponse, Task, TaskPushNotificationConfig
 from a2a.utils.errors import InvalidParamsError
 
-from a2a_gateway.observability.metrics import PUSH_DELIVERIES
-from a2a_gateway.events import new_id, status_event
-from a2a_gateway.tasks.push_guard import RefusedUrlError, UnresolvedHostError, WebhookGuard, pin
 from a2a_gateway.endpoints.registry import EndpointRuntime
-from a2a_gateway.stores.base import PushDelivery, Scope, Store, StoreError
+from a2a_gateway.events import new_id, status_event
+from a2a_gateway.observability.metrics import PUSH_DELIVERIES
 from a2a_gateway.protojson import message_to_dict
+from a2a_gateway.stores.base import PushDelivery, Scope, Store, StoreError
+from a2a_gateway.tasks.push_guard import RefusedUrlError, UnresolvedHostError, WebhookGuard, pin
 
 log = structlog.get_logger(__name__)
 

@@ -43,16 +43,22 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from a2a_gateway.tasks.conversation import Caller
-from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
-from a2a_gateway.events import copy_task
-from a2a_gateway.tasks.ids import check_ids
-from a2a_gateway.tasks.streams import LAST_EVENT_ID, send_stream, settled_elsewhere, subscribe_stream, tagged
-from a2a_gateway.tasks.push import PushNotifier
-from a2a_gateway.endpoints.registry import EndpointRuntime
-from a2a_gateway.stores.base import InvalidPageTokenError, Scope, TaskQuery
 from a2a_gateway.endpoints.card import build_card
 from a2a_gateway.endpoints.card_signing import CardSigner
+from a2a_gateway.endpoints.registry import EndpointRuntime
+from a2a_gateway.events import copy_task
+from a2a_gateway.stores.base import InvalidPageTokenError, Scope, TaskQuery
+from a2a_gateway.tasks.conversation import Caller
+from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
+from a2a_gateway.tasks.ids import check_ids
+from a2a_gateway.tasks.push import PushNotifier
+from a2a_gateway.tasks.streams import (
+    LAST_EVENT_ID,
+    send_stream,
+    settled_elsewhere,
+    subscribe_stream,
+    tagged,
+)
 
 ANONYMOUS = "anonymous"
 

@@ -46,12 +46,7 @@ from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names p
 )
 
 from a2a_gateway.endpoints.backend_health import BackendHealth
-from a2a_gateway.live.hub import LiveHub
-from a2a_gateway.observability.metrics import MESSAGES, TASKS_STARTED, task_ended
 from a2a_gateway.endpoints.registry import EndpointRuntime
-from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, Store, StoredTask, StoreUnavailableError
-from a2a_gateway.tasks.conversation import Conversation
-from a2a_gateway.tasks.dispatch import DISPATCH_OWNER, DISPATCHED
 from a2a_gateway.events import (
     GATEWAY_STOPPING,
     INTERRUPTED_STATES,
@@ -65,6 +60,18 @@ from a2a_gateway.events import (
     reply_message,
     status_event,
 )
+from a2a_gateway.live.hub import LiveHub
+from a2a_gateway.observability.metrics import MESSAGES, TASKS_STARTED, task_ended
+from a2a_gateway.stores.base import (
+    TERMINAL_STATES,
+    ConflictError,
+    Scope,
+    Store,
+    StoredTask,
+    StoreUnavailableError,
+)
+from a2a_gateway.tasks.conversation import Conversation
+from a2a_gateway.tasks.dispatch import DISPATCH_OWNER, DISPATCHED
 from a2a_gateway.tasks.ownership import Ownership
 from handlers.base import (
     ArtifactDelta,

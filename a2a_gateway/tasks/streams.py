@@ -18,13 +18,9 @@ from collections.abc import AsyncIterator
 from typing import TypeVar
 
 from a2a.server.context import ServerCallContext
-
 from a2a.types import Message, Task, TaskStatusUpdateEvent
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 
-from a2a_gateway.live.hub import LiveEvent, SubscriberBehind, Subscription
-from a2a_gateway.stores.base import TERMINAL_STATES, Scope
-from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
 from a2a_gateway.events import (
     GATEWAY_STOPPING,
     INTERRUPTED_STATES,
@@ -32,6 +28,9 @@ from a2a_gateway.events import (
     copy_task,
     status_event,
 )
+from a2a_gateway.live.hub import LiveEvent, SubscriberBehind, Subscription
+from a2a_gateway.stores.base import TERMINAL_STATES, Scope
+from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
 from a2a_gateway.tasks.follower import follow_task
 
 StreamItem = tuple[str | None, LiveEvent | Message]

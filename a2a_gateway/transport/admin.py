@@ -37,14 +37,11 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from a2a_gateway.auth.api_keys import key_id_of, make_key
-from a2a_gateway.endpoints.backend_health import health_json
 from a2a_gateway.auth.callers import bearer_token
 from a2a_gateway.auth.operators import NotAnOperatorError, Operator
 from a2a_gateway.auth.sessions import CSRF_HEADER, csrf_ok
+from a2a_gateway.endpoints.backend_health import health_json
 from a2a_gateway.endpoints.file import FROM_FILE, GATEWAY_KEYS, Entry, endpoint_row
-from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError, UnauthenticatedError
-from a2a_gateway.live.feed import state_name
-from a2a_gateway.protojson import message_to_dict
 from a2a_gateway.endpoints.registry import (
     EndpointRuntime,
     check_endpoint,
@@ -52,9 +49,16 @@ from a2a_gateway.endpoints.registry import (
     runtime_auth,
     secret_settings,
 )
+from a2a_gateway.errors import (
+    EndpointMisconfiguredError,
+    EndpointNotFoundError,
+    UnauthenticatedError,
+)
+from a2a_gateway.live.feed import state_name
+from a2a_gateway.observability.stats import STATS
+from a2a_gateway.protojson import message_to_dict
 from a2a_gateway.settings import RESERVED_METADATA_KEYS
 from a2a_gateway.state import GATEWAY, Gateway
-from a2a_gateway.observability.stats import STATS
 from a2a_gateway.stores.base import (
     ApiKey,
     ConflictError,

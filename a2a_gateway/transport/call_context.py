@@ -6,8 +6,8 @@ from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
 from aiohttp import web
 
-from a2a_gateway.state import Gateway
 from a2a_gateway.endpoints.registry import EndpointRuntime
+from a2a_gateway.state import Gateway
 from a2a_gateway.transport.keys import REQUEST_ID
 
 

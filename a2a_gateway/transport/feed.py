@@ -20,7 +20,13 @@ from a2a.types import TaskState
 from aiohttp import web
 from multidict import MultiMapping
 
-from a2a_gateway.live.feed import EVERY_ENDPOINT, FeedFilter, FeedOverflowError, FeedSubscription, snapshot_event
+from a2a_gateway.live.feed import (
+    EVERY_ENDPOINT,
+    FeedFilter,
+    FeedOverflowError,
+    FeedSubscription,
+    snapshot_event,
+)
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.stores.base import status_timestamp_us
 from a2a_gateway.tasks.streams import LAST_EVENT_ID

@@ -59,12 +59,12 @@ from multidict import CIMultiDict
 from a2a_gateway.auth.peer import PEER
 from a2a_gateway.errors import EndpointNotFoundError, GatewayError, GatewayStoppingError
 from a2a_gateway.observability.metrics import latency_histogram, outcome_counter
+from a2a_gateway.observability.tracing import start_grpc_call
 from a2a_gateway.protojson import message_to_dict
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.stores.base import StoreUnavailableError
 from a2a_gateway.tasks.request_handler import GatewayRequestHandler
-from a2a_gateway.observability.tracing import start_grpc_call
 from a2a_gateway.transport.limits import check_request_limits
 from a2a_gateway.transport.negotiate import V10, activated_extensions, parse_version
 from a2a_gateway.transport.required_fields import validate_required_fields

@@ -8,8 +8,8 @@ import asyncio
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from a2a_gateway.state import GATEWAY
 from a2a_gateway.observability.metrics import RUNNING, SSE_STREAMS
+from a2a_gateway.state import GATEWAY
 from a2a_gateway.stores.base import StoreError
 from a2a_gateway.transport.sse import OPEN_STREAMS
 

@@ -46,6 +46,7 @@ from aiohttp import web
 from google.protobuf.json_format import ParseError
 from pydantic import ValidationError
 
+from a2a_gateway.protojson import message_to_dict, parse_dict
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.tasks.streams import take_event_id
 from a2a_gateway.transport.body import check_depth, read_body
@@ -59,10 +60,9 @@ from a2a_gateway.transport.negotiate import (
     parse_version,
     requested_version,
 )
-from a2a_gateway.protojson import message_to_dict, parse_dict
 from a2a_gateway.transport.required_fields import validate_required_fields
-from a2a_gateway.transport.stream_json import stream_response_dict
 from a2a_gateway.transport.sse import accepts_event_stream, stream_events
+from a2a_gateway.transport.stream_json import stream_response_dict
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,9 +25,9 @@ from aiohttp import web
 
 from a2a_gateway.errors import GatewayError
 from a2a_gateway.observability.metrics import latency_histogram, outcome_counter, request_counter
+from a2a_gateway.observability.tracing import RESPONSE_HEADER, RequestTrace, start_request
 from a2a_gateway.state import GATEWAY
 from a2a_gateway.stores.base import StoreUnavailableError
-from a2a_gateway.observability.tracing import RESPONSE_HEADER, RequestTrace, start_request
 from a2a_gateway.transport.jsonrpc import V03_METHODS, V10_METHODS, error_body
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, JSONRPC_ID, REQUEST_ID
 from a2a_gateway.transport.rest import ROUTES as REST_ROUTES

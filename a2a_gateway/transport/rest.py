@@ -40,6 +40,7 @@ from a2a.utils.errors import (
 from aiohttp import web
 from google.protobuf.json_format import ParseError
 
+from a2a_gateway.protojson import message_to_dict, parse_dict
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.tasks.streams import take_event_id
 from a2a_gateway.transport.body import check_depth, read_body
@@ -53,10 +54,9 @@ from a2a_gateway.transport.negotiate import (
     parse_version,
     requested_version,
 )
-from a2a_gateway.protojson import message_to_dict, parse_dict
 from a2a_gateway.transport.required_fields import validate_required_fields
-from a2a_gateway.transport.stream_json import stream_response_dict
 from a2a_gateway.transport.sse import stream_events
+from a2a_gateway.transport.stream_json import stream_response_dict
 
 if TYPE_CHECKING:
     from a2a_gateway.tasks.request_handler import GatewayRequestHandler

@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
+from a2a_gateway.endpoints.card_signing import JWKS_PATH
 from a2a_gateway.state import GATEWAY
 from a2a_gateway.transport import health, rest, worker
-from a2a_gateway.endpoints.card_signing import JWKS_PATH
 from a2a_gateway.transport.admin import add_admin_routes
 from a2a_gateway.transport.card import card_response, jwks_response
 from a2a_gateway.transport.feed import endpoint_events, gateway_events

@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.browser.support import CHROMEDRIVER, CHROMIUM, OPERATOR_KEY, SCREENSHOTS, WAIT_SECONDS, demo_gateway
+from tests.browser.support import (
+    CHROMEDRIVER,
+    CHROMIUM,
+    OPERATOR_KEY,
+    SCREENSHOTS,
+    WAIT_SECONDS,
+    demo_gateway,
+)
 
 
 @pytest.fixture(scope="module")

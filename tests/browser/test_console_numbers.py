@@ -19,7 +19,7 @@ from a2a.types import TaskState
 from selenium.webdriver.common.by import By
 
 from tests.browser.support import DEMO_ENDPOINT_ID, OPERATOR_KEY, WAIT_SECONDS, send
-from tests.browser.test_console import endpoint_row, open_page, text_of, wait
+from tests.browser.test_console import endpoint_row, open_page, wait
 from tests.support.messages import send_request
 
 pytestmark = pytest.mark.timeout(300)

@@ -20,10 +20,17 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.browser.support import OPERATOR_KEY, WAIT_SECONDS, gateway_process, get_task, send
-from tests.browser.test_console import endpoint_row, open_page, open_raw_panel, task_row_state, text_of, wait
+from tests.browser.test_console import (
+    endpoint_row,
+    open_page,
+    open_raw_panel,
+    task_row_state,
+    text_of,
+    wait,
+)
+from tests.stores.pg_support import fresh_database
 from tests.support.cli_process import run_cli
 from tests.support.messages import send_request
-from tests.stores.pg_support import fresh_database
 
 pytestmark = pytest.mark.timeout(300)
 

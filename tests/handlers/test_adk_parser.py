@@ -26,7 +26,13 @@ from handlers.base import (
     TextDelta,
 )
 from handlers.upstream import SSEFrame, UnexpectedFrame
-from tests.handlers.openai_mock import TrackedStream, collect, json_response, sse_chunks, sse_response
+from tests.handlers.openai_mock import (
+    TrackedStream,
+    collect,
+    json_response,
+    sse_chunks,
+    sse_response,
+)
 from tests.support.messages import handler_request
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "adk"

@@ -19,9 +19,9 @@ from a2a.types import CancelTaskRequest, GetTaskRequest, Role, StreamResponse, T
 from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
+from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
 from tests.handlers.test_hermes_real import socket_closed_port
 from tests.support.harness import RunningGateway, require_env, running_gateway
-from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
 from tests.support.messages import handler_request, send_request
 from tests.support.waiting import eventually
 

@@ -27,8 +27,8 @@ from google.protobuf.json_format import MessageToDict
 from a2a_gateway.stores.base import Scope
 from handlers.base import Completed, FileInput, InputRejectedError
 from handlers.hermes import HermesAgentHandler, HermesSettings
-from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
+from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.messages import handler_request, send_request
 from tests.support.waiting import eventually
 

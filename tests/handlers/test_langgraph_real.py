@@ -22,8 +22,8 @@ from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.stores.memory import MemoryStore
-from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
+from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.messages import send_request
 from tests.support.waiting import eventually
 

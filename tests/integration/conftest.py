@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.harness import RunningGateway, running_gateway
 from tests.stores.store_urls import STORE_KINDS, fresh_store_url
+from tests.support.harness import RunningGateway, running_gateway
 
 
 @pytest.fixture(params=STORE_KINDS)

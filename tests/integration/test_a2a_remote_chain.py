@@ -4,9 +4,9 @@ the real a2a-sdk client calls A."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-import asyncio
 from pathlib import Path
 
 import pytest

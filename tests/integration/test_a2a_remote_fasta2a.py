@@ -22,8 +22,8 @@ from fasta2a import FastA2A, Worker
 from fasta2a.broker import InMemoryBroker
 from fasta2a.storage import InMemoryStorage
 
-from tests.support.harness import collect, reconstruct, running_gateway
 from tests.integration.test_a2a_remote_v03 import free_port
+from tests.support.harness import collect, reconstruct, running_gateway
 from tests.support.messages import send_request
 
 REMOTE = "handlers.a2a_remote:A2ARemoteHandler"

@@ -15,13 +15,18 @@ from a2a.types import TaskState
 from httpx_sse import aconnect_sse
 
 from a2a_gateway.auth.api_keys import make_key
+from tests.stores.pg_support import admin_dsn, fresh_database
 from tests.support.admin_support import API_KEY_SECRET as SECRET
-from tests.support.admin_support import AS_OPERATOR, OPERATOR_KEY, admin, assert_needs_an_operator, new_caller_key
+from tests.support.admin_support import (
+    AS_OPERATOR,
+    OPERATOR_KEY,
+    admin,
+    assert_needs_an_operator,
+    new_caller_key,
+)
 from tests.support.harness import running_gateway
 from tests.support.messages import send_request
-from tests.stores.pg_support import admin_dsn, fresh_database
 from tests.support.waiting import eventually
-
 
 
 @pytest.fixture

@@ -20,14 +20,17 @@ from httpx_sse import aconnect_sse
 from pydantic import SecretStr
 
 from handlers.base import Handler, HandlerEvent, HandlerRequest, HandlerSettings
-
-from tests.support.admin_support import (
-    AS_OPERATOR, OPERATOR_KEY, admin, assert_needs_an_operator, new_caller_key,
-)
 from tests.backends.scripted_llm import ScriptedLLM
+from tests.stores.pg_support import fresh_database
+from tests.support.admin_support import (
+    AS_OPERATOR,
+    OPERATOR_KEY,
+    admin,
+    assert_needs_an_operator,
+    new_caller_key,
+)
 from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.messages import rpc, send_request
-from tests.stores.pg_support import fresh_database
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)

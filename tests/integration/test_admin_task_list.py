@@ -12,12 +12,16 @@ import pytest
 from a2a.types import TaskState
 
 from a2a_gateway.auth.api_keys import make_key
+from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.support.admin_support import API_KEY_SECRET as SECRET
-from tests.support.admin_support import OPERATOR_KEY, admin, assert_needs_an_operator, new_caller_key
+from tests.support.admin_support import (
+    OPERATOR_KEY,
+    admin,
+    assert_needs_an_operator,
+    new_caller_key,
+)
 from tests.support.harness import RunningGateway, running_gateway
 from tests.support.messages import send_request
-from tests.stores.store_urls import STORE_KINDS, fresh_store_url
-
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from a2a_gateway.auth.api_keys import make_key
+from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.support.harness import RunningGateway, running_gateway
 from tests.support.messages import rpc, send_body, send_params
-from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.support.waiting import eventually
 
 V10 = {"A2A-Version": "1.0"}

@@ -15,10 +15,10 @@ import pytest
 from a2a.types import TaskState
 
 from a2a_gateway.stores import open_store
-from tests.support.harness import require_env
-from tests.support.messages import send_request
 from tests.replicas.cluster import ReplicaSet, replica_set
 from tests.stores.pg_support import admin_dsn
+from tests.support.harness import require_env
+from tests.support.messages import send_request
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(180)

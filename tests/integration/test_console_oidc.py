@@ -20,10 +20,17 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx
 import pytest
 
-from a2a_gateway.console.oidc import FLOW_COOKIE, OIDC_LOGIN
 from a2a_gateway.auth.sessions import COOKIE
+from a2a_gateway.console.oidc import FLOW_COOKIE, OIDC_LOGIN
 from tests.support.harness import RunningGateway, running_gateway
-from tests.support.oidc_support import CONFIDENTIAL, PUBLIC, SECRET_POST, issuer, oidc_settings, sign_in_at_issuer
+from tests.support.oidc_support import (
+    CONFIDENTIAL,
+    PUBLIC,
+    SECRET_POST,
+    issuer,
+    oidc_settings,
+    sign_in_at_issuer,
+)
 
 pytestmark = pytest.mark.timeout(120)
 OPERATOR = "alice:a2a-operators,dev"

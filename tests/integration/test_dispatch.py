@@ -27,16 +27,16 @@ from a2a.types import GetTaskRequest, SubscribeToTaskRequest, Task, TaskState
 from aiohttp import web
 
 from a2a_gateway.observability import tracing
+from a2a_gateway.observability.tracing import TraceParent
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.tasks.dispatch import NOT_CLAIMED, NOT_DISPATCHED, SWEEP_EVENT
-from a2a_gateway.observability.tracing import TraceParent
 from handlers.base import HandlerEvent, HandlerRequest
 from handlers.echo import EchoHandler
+from tests.stores import dynamo_support
+from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.support.harness import RunningGateway, collect, reconstruct, running_gateway
 from tests.support.local_server import serve_locally
 from tests.support.messages import send_body, send_request
-from tests.stores import dynamo_support
-from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.support.waiting import eventually
 from tests.support.webhooks import webhook_receiver
 

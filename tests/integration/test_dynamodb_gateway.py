@@ -31,9 +31,9 @@ import httpx
 import pytest
 from a2a.types import CancelTaskRequest, GetTaskRequest, SubscribeToTaskRequest, TaskState
 
+from tests.stores import dynamo_support as support
 from tests.support.harness import RunningGateway, collect, running_gateway
 from tests.support.messages import send_request
-from tests.stores import dynamo_support as support
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.dynamodb

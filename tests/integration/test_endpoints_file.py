@@ -15,10 +15,10 @@ import pytest
 from a2a.types import TaskState
 
 from a2a_gateway.app import ENDPOINTS_FILE
+from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.support.cli_process import run_cli, serving
 from tests.support.harness import RunningGateway, collect, require_env, running_gateway
 from tests.support.messages import send_body, send_request
-from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.support.waiting import eventually
 
 ECHO = "handlers.echo:EchoHandler"

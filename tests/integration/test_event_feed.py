@@ -28,11 +28,11 @@ from structlog.testing import capture_logs
 
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.shutdown import drain
+from tests.stores.pg_support import admin_dsn, fresh_database
+from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.support.cli_process import run_cli, serving
 from tests.support.harness import RunningGateway, running_gateway
 from tests.support.messages import send_body, send_request
-from tests.stores.pg_support import admin_dsn, fresh_database
-from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.support.waiting import eventually
 
 OPERATOR_KEY = "op-" + uuid.uuid4().hex + uuid.uuid4().hex

@@ -18,13 +18,21 @@ import pytest
 from a2a.types import CancelTaskRequest
 
 from a2a_gateway.live.postgres_feed import FEED_CHANNEL
-from tests.support.harness import running_gateway
 from tests.integration.test_event_feed import (
-    AS_OPERATOR, CANCELED, DONE, INPUT, OPERATOR_KEY, WORKING, FeedReader, feed_url, streamed_task,
+    AS_OPERATOR,
+    CANCELED,
+    DONE,
+    INPUT,
+    OPERATOR_KEY,
+    WORKING,
+    FeedReader,
+    feed_url,
+    streamed_task,
 )
-from tests.support.messages import send_request
 from tests.replicas.cluster import replica_set
 from tests.stores.pg_support import admin_dsn, fresh_database
+from tests.support.harness import running_gateway
+from tests.support.messages import send_request
 from tests.support.waiting import eventually
 
 REFRESH = 2.0  # the live hub's refresh_seconds (its default)

@@ -33,8 +33,8 @@ from hypothesis import strategies as st
 
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.auth.callers import bearer_token
-from a2a_gateway.console.oidc import FLOW_COOKIE, OIDC_LOGIN, LoginFlow
 from a2a_gateway.auth.sessions import COOKIE, CSRF_HEADER, ConsoleSessions
+from a2a_gateway.console.oidc import FLOW_COOKIE, OIDC_LOGIN, LoginFlow
 from a2a_gateway.tasks.dispatch import EVENT_KEY, RUN_TASK, SWEEP
 from tests.support.fuzz_requests import (
     RecordingStore,
@@ -44,8 +44,8 @@ from tests.support.fuzz_requests import (
     ints,
     json_values,
     path_segment,
-    server_error_of,
     served_in_thread,
+    server_error_of,
     texts,
 )
 from tests.support.harness import running_gateway

@@ -23,13 +23,13 @@ import asyncpg
 import httpx
 from a2a.types import GetTaskRequest, SubscribeToTaskRequest, TaskState
 
-from tests.support.cli_process import run_cli, serving
-from tests.support.harness import RunningGateway, require_env
 from tests.integration.test_postgres_replicas import artifact_updates, collect, final_state, rebuild
-from tests.support.messages import send_request
 from tests.replicas.cluster import replica_set
 from tests.replicas.fake_backend import FakeBackend
 from tests.stores import pg_support
+from tests.support.cli_process import run_cli, serving
+from tests.support.harness import RunningGateway, require_env
+from tests.support.messages import send_request
 from tests.support.waiting import eventually
 
 WORKING = TaskState.TASK_STATE_WORKING

@@ -44,10 +44,10 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.shutdown import drain
 from a2a_gateway.transport.sse import OPEN_STREAMS
+from tests.stores.store_urls import fresh_store_url
 from tests.support.cli_process import cli_env, run_cli, serving
 from tests.support.harness import RunningGateway, collect, reconstruct, running_gateway
 from tests.support.messages import send_request
-from tests.stores.store_urls import fresh_store_url
 from tests.support.waiting import eventually
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED

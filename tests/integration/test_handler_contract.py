@@ -13,7 +13,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from a2a.types import GetTaskRequest, ListTasksRequest, Message, Part, Role, SendMessageRequest, TaskState
+from a2a.types import (
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    TaskState,
+)
 from a2a.utils.errors import ContentTypeNotSupportedError
 from google.protobuf.json_format import MessageToDict
 

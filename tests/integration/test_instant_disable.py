@@ -19,11 +19,11 @@ import httpx
 import pytest
 
 from a2a_gateway.live.postgres import ENDPOINT_CHANNEL
-from tests.support.harness import running_gateway
-from tests.support.messages import send_body
 from tests.replicas.cluster import cli, replica_set
 from tests.stores.pg_support import admin_dsn, fresh_database
 from tests.stores.store_urls import fresh_store_url
+from tests.support.harness import running_gateway
+from tests.support.messages import send_body
 from tests.support.waiting import eventually
 
 OPERATOR_KEY = "op-" + uuid.uuid4().hex

@@ -24,10 +24,10 @@ from a2a.types import GetTaskRequest, TaskState
 
 from a2a_gateway.stores.base import Endpoint
 from a2a_gateway.tasks.dispatch import SWEEP_EVENT
+from tests.stores import dynamo_support as support
 from tests.support.harness import RunningGateway, collect, reconstruct, running_gateway
 from tests.support.lambda_runtime import FakeLambda, Invocation, fake_lambda, runtime_process
 from tests.support.messages import send_request
-from tests.stores import dynamo_support as support
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.dynamodb

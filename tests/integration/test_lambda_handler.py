@@ -20,17 +20,22 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import boto3
-from botocore.config import Config
 import pytest
+from botocore.config import Config
 
 from a2a_gateway.stores.base import Endpoint
 from a2a_gateway.stores.dynamodb import DynamoDBStore
-from tests.support.lambda_runtime import (
-    FUNCTION_URL_HOST, FakeLambda, fake_lambda, function_url_event, proxy_body, runtime_process,
-)
-from tests.support.cli_process import run_cli
-from tests.support.messages import rpc, send_body
 from tests.stores import dynamo_support as support
+from tests.support.cli_process import run_cli
+from tests.support.lambda_runtime import (
+    FUNCTION_URL_HOST,
+    FakeLambda,
+    fake_lambda,
+    function_url_event,
+    proxy_body,
+    runtime_process,
+)
+from tests.support.messages import rpc, send_body
 
 pytestmark = pytest.mark.dynamodb
 

@@ -10,9 +10,9 @@ import httpx
 import pytest
 from a2a.types import GetTaskRequest, a2a_pb2_grpc
 
+from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.support.harness import running_gateway
 from tests.support.messages import params_0_3, rpc, send_params, send_request, wire_message
-from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 
 V10 = {"A2A-Version": "1.0"}
 NUL = "ctx\u0000x"

@@ -33,11 +33,11 @@ from a2a.types import CancelTaskRequest, GetTaskRequest, Part, SubscribeToTaskRe
 
 from a2a_gateway.live.postgres import PostgresLiveHub
 from a2a_gateway.live.postgres_wire import PAYLOAD_LIMIT, LiveWire, split_utf8
-from tests.support.harness import running_gateway
-from tests.support.messages import send_body, send_request
 from tests.replicas.cluster import PgControl, replica_set
 from tests.replicas.fake_backend import FakeBackend, big_text
 from tests.stores.pg_support import admin_dsn, fresh_database
+from tests.support.harness import running_gateway
+from tests.support.messages import send_body, send_request
 from tests.support.waiting import eventually
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED
@@ -385,7 +385,7 @@ def test_split_utf8_never_cuts_a_character_and_respects_the_limit():
 
 
 def test_every_payload_fits_the_notify_limit():
-    from a2a.types import Artifact, Part, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
+    from a2a.types import Artifact, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
     wire = LiveWire()
     delta = TaskArtifactUpdateEvent(task_id="t", context_id="c", append=True)

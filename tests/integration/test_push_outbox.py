@@ -16,9 +16,9 @@ from a2a.types import TaskPushNotificationConfig
 from structlog.testing import capture_logs
 
 from a2a_gateway.stores.base import PushDelivery, Scope, Store
+from tests.stores.store_urls import fresh_store_url
 from tests.support.harness import running_gateway
 from tests.support.messages import rpc, send_body
-from tests.stores.store_urls import fresh_store_url
 from tests.support.waiting import eventually
 from tests.support.webhooks import DELIVERY_ID, webhook_receiver
 

@@ -4,7 +4,6 @@ name: the TLS handshake sends the name (SNI) and checks the certificate against 
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import ssl
 import time
 from pathlib import Path
@@ -18,10 +17,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from a2a_gateway.tasks.push import PushNotifier
-from a2a_gateway.tasks.push_guard import WebhookGuard
 from a2a_gateway.stores.base import PushDelivery, Scope
 from a2a_gateway.stores.memory import MemoryStore
+from a2a_gateway.tasks.push import PushNotifier
+from a2a_gateway.tasks.push_guard import WebhookGuard
 from tests.support.webhooks import fake_dns
 
 SCOPE = Scope("default", "ep", "anonymous")

@@ -20,9 +20,9 @@ import orjson
 import pytest
 from httpx_sse import ServerSentEvent, aconnect_sse
 
+from tests.stores.pg_support import fresh_database
 from tests.support.harness import RunningGateway, running_gateway
 from tests.support.messages import rpc, wire_message
-from tests.stores.pg_support import fresh_database
 from tests.support.waiting import eventually
 
 WORDS = " ".join(f"w{i}" for i in range(40))

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from a2a_gateway.cli import DEMO_ENDPOINT_ID
+from tests.stores import pg_support
 from tests.support.cli_process import LISTENING, ROOT, cli_env, run_cli, serving
 from tests.support.harness import require_env
-from tests.stores import pg_support
 
 SEND = {
     "jsonrpc": "2.0", "id": "first-call", "method": "SendMessage",

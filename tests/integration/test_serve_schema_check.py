@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.support.harness import require_env
 from tests.stores import pg_support
+from tests.support.harness import require_env
 
 
 async def test_serve_refuses_an_unmigrated_database_then_runs_after_migrate():

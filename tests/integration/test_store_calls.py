@@ -15,7 +15,13 @@ from a2a.types import ListTasksRequest, TaskState
 
 from a2a_gateway.stores.base import Scope, Store
 from handlers.base import (
-    Completed, Handler, HandlerEvent, HandlerRequest, HandlerSettings, SessionUpdate, TextDelta,
+    Completed,
+    Handler,
+    HandlerEvent,
+    HandlerRequest,
+    HandlerSettings,
+    SessionUpdate,
+    TextDelta,
 )
 from tests.support.harness import RunningGateway
 from tests.support.messages import send_request

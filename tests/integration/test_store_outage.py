@@ -14,9 +14,9 @@ from a2a_gateway.stores.base import Scope, StoreUnavailableError, TaskQuery
 from a2a_gateway.stores.memory import MemoryStore
 from a2a_gateway.tasks import request_handler
 from handlers.base import Handler, HandlerEvent, HandlerRequest
+from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.support.harness import running_gateway
 from tests.support.messages import send_body
-from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 
 V10 = {"A2A-Version": "1.0"}
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.harness import require_env
 from tests.interop.wire import from_0_3
+from tests.support.harness import require_env
 
 CLIENTS = Path(__file__).parent / "clients"
 

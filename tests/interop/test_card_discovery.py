@@ -15,9 +15,9 @@ import uuid
 
 import pytest
 
-from tests.support.harness import RunningGateway, running_gateway
 from tests.interop.legacy import JS, SDK02, Client, installed, run_client
 from tests.interop.wire import applied_texts, completed, message_0_3
+from tests.support.harness import RunningGateway, running_gateway
 
 DEFAULT_ENDPOINT = str(uuid.uuid4())
 

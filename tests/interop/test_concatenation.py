@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.harness import RunningGateway, running_gateway
 from tests.interop.legacy import JS, SDK03, Client, installed, run_client
 from tests.interop.wire import (
     BINDINGS,
@@ -32,6 +31,7 @@ from tests.interop.wire import (
     read_sse,
     stored_texts,
 )
+from tests.support.harness import RunningGateway, running_gateway
 
 CASES = [
     pytest.param("one two three four five six", 0.02, id="echo"),

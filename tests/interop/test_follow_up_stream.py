@@ -18,7 +18,6 @@ import httpx
 import pytest
 from google.protobuf.json_format import MessageToDict
 
-from tests.support.harness import RunningGateway, running_gateway
 from tests.interop.legacy import JS, SDK03, Client, installed, run_client
 from tests.interop.wire import (
     BINDINGS,
@@ -32,6 +31,7 @@ from tests.interop.wire import (
     read_sse,
     text_of,
 )
+from tests.support.harness import RunningGateway, running_gateway
 from tests.support.messages import rpc, send_params, send_request
 
 ANSWER = "the answer"

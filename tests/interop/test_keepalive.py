@@ -15,7 +15,6 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.support.harness import RunningGateway, running_gateway
 from tests.interop.legacy import JS, SDK02, SDK03, Client, installed, run_client
 from tests.interop.wire import (
     BINDINGS,
@@ -27,6 +26,7 @@ from tests.interop.wire import (
     message_0_3,
     read_sse,
 )
+from tests.support.harness import RunningGateway, running_gateway
 from tests.support.messages import rpc
 
 KEEPALIVE_SECONDS = 0.25

@@ -34,8 +34,8 @@ import asyncpg
 import httpx
 from a2a.client import Client
 
-from tests.support.harness import RunningGateway
 from tests.stores.pg_support import admin_dsn, database_url
+from tests.support.harness import RunningGateway
 from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]

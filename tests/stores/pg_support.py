@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+
 from a2a_gateway.stores.migrations import migration_files
 from a2a_gateway.stores.postgres import migrate_postgres
 from a2a_gateway.stores.postgres_migrations import checksum

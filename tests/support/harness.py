@@ -27,8 +27,8 @@ from a2a.types import AgentCard, StreamResponse
 from aiohttp import web
 
 from a2a_gateway.app import build_app, gateway_runner
-from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.settings import GatewaySettings
+from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.stores.base import Endpoint, Store
 
 

@@ -8,7 +8,12 @@ import json
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
 
 from a2a_gateway.endpoints.registry import check_endpoint
 from a2a_gateway.settings import GatewaySettings

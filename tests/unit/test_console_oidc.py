@@ -16,8 +16,8 @@ from pydantic import SecretStr, ValidationError
 
 from a2a_gateway.auth.callers import build_authenticator
 from a2a_gateway.auth.operators import OperatorAuth, OperatorKeys
-from a2a_gateway.console.oidc import IssuerMetadata, LoginFlow, OidcLogin, SignInError
 from a2a_gateway.auth.sessions import COOKIE, ConsoleSessions, OidcUser
+from a2a_gateway.console.oidc import IssuerMetadata, LoginFlow, OidcLogin, SignInError
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.memory import MemoryStore
 

@@ -17,12 +17,17 @@ from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Scope, StoredTask
 from a2a_gateway.stores.memory import MemoryStore
 from a2a_gateway.tasks.dispatch import (
-    DISPATCHED, BadEventError, DispatchSetupError, LambdaDispatcher, TaskRef, parse_event,
+    DISPATCHED,
+    BadEventError,
+    DispatchSetupError,
+    LambdaDispatcher,
+    TaskRef,
+    parse_event,
 )
 from a2a_gateway.tasks.engine import TaskEngine
 from handlers.base import Completed, InputRequired, TextDelta
-from tests.unit.test_task_engine import SCOPE, Scripted, make_engine, runtime_of, user_message
 from tests.support.waiting import eventually
+from tests.unit.test_task_engine import SCOPE, Scripted, make_engine, runtime_of, user_message
 
 REF = TaskRef("acme", "ep-1", "alice", "task-1")
 

@@ -10,9 +10,15 @@ import orjson
 import pytest
 from a2a.types import Task, TaskState
 
-from a2a_gateway.live.feed import EVERY_ENDPOINT, EndpointFeed, FeedFilter, FeedLimits, FeedOverflowError
-from a2a_gateway.stores.base import Scope
 from a2a_gateway.events import agent_message, artifact_event, new_status, status_event
+from a2a_gateway.live.feed import (
+    EVERY_ENDPOINT,
+    EndpointFeed,
+    FeedFilter,
+    FeedLimits,
+    FeedOverflowError,
+)
+from a2a_gateway.stores.base import Scope
 
 SCOPE = Scope("default", "ep-1", "alice")
 WORKING = TaskState.TASK_STATE_WORKING

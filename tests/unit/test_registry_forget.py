@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from a2a_gateway.errors import EndpointNotFoundError
 from a2a_gateway.endpoints.registry import EndpointRegistry
+from a2a_gateway.errors import EndpointNotFoundError
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Endpoint
 from a2a_gateway.stores.memory import MemoryStore

@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from a2a_gateway.errors import EndpointMisconfiguredError
 from a2a_gateway.endpoints.registry import EndpointRegistry
+from a2a_gateway.errors import EndpointMisconfiguredError
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Endpoint
 from a2a_gateway.stores.memory import MemoryStore

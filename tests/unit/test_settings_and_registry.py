@@ -5,8 +5,8 @@ import pytest
 from pydantic import SecretStr
 
 import handlers.base
-from a2a_gateway.errors import EndpointMisconfiguredError
 from a2a_gateway.endpoints.registry import load_handler_class
+from a2a_gateway.errors import EndpointMisconfiguredError
 from a2a_gateway.settings import (
     GatewaySettings,
     HandlerSettingsError,

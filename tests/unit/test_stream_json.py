@@ -3,7 +3,15 @@ for the text chunks built directly and for every shape that takes the generic pa
 
 import orjson
 import pytest
-from a2a.types import Artifact, Message, Part, Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent
+from a2a.types import (
+    Artifact,
+    Message,
+    Part,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
 from a2a.types.a2a_pb2 import ROLE_AGENT, TASK_STATE_WORKING
 from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToDict

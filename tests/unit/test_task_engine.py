@@ -22,13 +22,13 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import ContentTypeNotSupportedError
 
 from a2a_gateway.endpoints.backend_health import BackendHealth
-from a2a_gateway.live.hub import LiveHub
 from a2a_gateway.endpoints.registry import EndpointRuntime
+from a2a_gateway.events import GATEWAY_LOST, new_id
+from a2a_gateway.live.hub import LiveHub
 from a2a_gateway.stores.base import Endpoint, Scope
 from a2a_gateway.stores.memory import MemoryStore
 from a2a_gateway.tasks.conversation import Conversation
 from a2a_gateway.tasks.engine import EngineLimits, TaskEngine
-from a2a_gateway.events import GATEWAY_LOST, new_id
 from a2a_gateway.tasks.follower import follow_task
 from a2a_gateway.tasks.ownership import Ownership
 from a2a_gateway.tasks.run import RunServices

@@ -1,6 +1,7 @@
 """The response text's chunks built from one prebuilt event equal the ones built field by field."""
 
 from a2a.types import Task
+
 from a2a_gateway.events import TextChunks, new_id, text_chunk
 
 
