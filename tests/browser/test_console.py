@@ -175,6 +175,8 @@ def test_create_a_key_and_see_it_listed_without_its_secret(gateway, browser, scr
     row = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'#keys-table tr[data-key-id="{key_id}"]'),
                "the key's row")[0]
     assert "browser-bob" in row.text and row.find_element(By.CSS_SELECTOR, "td.state").text == "active"
+    assert row.find_element(By.CSS_SELECTOR, "td.expires").text == "never"  # made without expiresDays
+    assert "Expires" in [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#keys-table th")]
     assert key not in text_of(browser, "keys-table")
     screenshot("key-created")
 
