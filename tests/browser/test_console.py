@@ -7,6 +7,7 @@ an XSS payload stay text. Each page is kept as a screenshot."""
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -177,6 +178,13 @@ def test_create_a_key_and_see_it_listed_without_its_secret(gateway, browser, scr
     assert "browser-bob" in row.text and row.find_element(By.CSS_SELECTOR, "td.state").text == "active"
     assert row.find_element(By.CSS_SELECTOR, "td.expires").text == "never"  # made without expiresDays
     assert "Expires" in [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#keys-table th")]
+    browser.find_element(By.ID, "key-principal").send_keys("browser-carol")
+    browser.find_element(By.ID, "key-expires-days").send_keys("30")
+    browser.find_element(By.ID, "key-create").click()
+    dated = wait(browser, lambda d: [r for r in d.find_elements(By.CSS_SELECTOR, "#keys-table tr")
+                                     if "browser-carol" in r.text], "the key that expires")[0]
+    expires = datetime.fromisoformat(dated.find_element(By.CSS_SELECTOR, "td.expires").text)
+    assert 29 < (expires - datetime.now(UTC)).total_seconds() / 86400 <= 30
     assert key not in text_of(browser, "keys-table")
     screenshot("key-created")
 

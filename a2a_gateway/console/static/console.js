@@ -218,8 +218,10 @@ async function createKey(event) {
   event.preventDefault();
   await act(async () => {
     const endpoint = state.keysEndpoint;
+    const days = $("key-expires-days").value;
     const made = await api("POST", `/admin/api/endpoints/${enc(endpoint.id)}/keys`,
-      { principal: $("key-principal").value || null, name: $("key-name").value });
+      { principal: $("key-principal").value || null, name: $("key-name").value,
+        expiresDays: days === "" ? null : Number(days) });
     $("new-key").textContent = made.key;
     $("new-key-box").hidden = false;
     await loadKeys();
