@@ -57,6 +57,8 @@ async def assert_concatenation_is_the_stored_artifact(
     assert len(artifact_updates(events)) > len(stored), "the answer came in chunks"
     assert applied_texts(events) == stored, artifact_updates(events)
     assert naive_texts(events) == stored, artifact_updates(events)
+    last = [e["artifactUpdate"] for e in events if kind(e) == "artifactUpdate"][-1]
+    assert last.get("lastChunk"), last  # the stream says where the answer ends
 
 
 @pytest.mark.parametrize(("text", "word_delay"), CASES)
