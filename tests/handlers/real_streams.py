@@ -41,9 +41,14 @@ def state_of(event: StreamResponse) -> int | None:
 
 async def six_streamed_tokens(client: Any) -> TaskArtifactUpdateEvent:
     """Stream the scripted LLM's six slow tokens through ``client``; check they arrived as
-    they were made and add up to the final artifact, which is returned."""
+    they were made and add up to the final artifact, which is returned.
+
+    A short message goes first: a backend's first model call can stall for seconds (lazy
+    imports, cold connections) while the LLM writes every token, which then arrive at once."""
+    async for _ in client.send_message(send_request(f"hello {token()}")):
+        pass
     seen: list[tuple[float, StreamResponse]] = []
-    async for event in client.send_message(send_request(f"FAKE_SLOW words=6 delay=0.15 {token()}")):
+    async for event in client.send_message(send_request(f"FAKE_SLOW words=6 delay=0.25 {token()}")):
         seen.append((time.monotonic(), event))
     events = [e for _, e in seen]
     assert events[0].HasField("task")
@@ -59,5 +64,5 @@ async def six_streamed_tokens(client: Any) -> TaskArtifactUpdateEvent:
     # a backend that repeats the whole text in its final event (ADK): the answer is said once
     text = "".join(p.text for _, u in chunks for p in u.artifact.parts)
     assert text == "slow0 slow1 slow2 slow3 slow4 slow5"
-    assert chunks[-1][0] - chunks[0][0] > 0.5  # the first token came well before the end
+    assert chunks[-1][0] - chunks[0][0] > 0.6  # the first token came well before the end (5 gaps of 0.25 s)
     return final
