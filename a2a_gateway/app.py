@@ -129,8 +129,13 @@ def build_app(
         from a2a_gateway.endpoints.card_keys import load_card_signer
         card_signer = load_card_signer(settings.card_signing_keys)  # a bad key stops startup here
     operator_keys = OperatorKeys(settings.operator_keys)  # so does a bad operator key
-    sessions = (ConsoleSessions(settings.console_session_secret.get_secret_value(), settings.console_session_seconds)
-                if settings.console else None)
+    sessions = (
+        ConsoleSessions(
+            settings.console_session_secret.get_secret_value(), settings.console_session_seconds
+        )
+        if settings.console
+        else None
+    )
     declared = EndpointsFile(settings.endpoints_file, settings) if settings.endpoints_file else None
     if declared is not None:  # a bad file stops startup here too
         app[ENDPOINTS_FILE] = declared
@@ -182,15 +187,33 @@ def build_app(
                                                  settings.stream_replay_keep_seconds,
                                                  settings.stream_replay_max_bytes),
                   subscriber_max_bytes=settings.stream_subscriber_max_bytes)
-        hub.feed.limits = FeedLimits(settings.event_feed_replay_events, settings.event_feed_replay_keep_seconds,
-                                     settings.event_feed_replay_max_bytes, settings.event_feed_client_max_bytes)
+        hub.feed.limits = FeedLimits(
+            settings.event_feed_replay_events,
+            settings.event_feed_replay_keep_seconds,
+            settings.event_feed_replay_max_bytes,
+            settings.event_feed_client_max_bytes,
+        )
         await hub.start()
         registry = EndpointRegistry(opened, settings, client)
         hub.endpoint_changed = registry.forget  # another replica's (or the CLI's) endpoint change
         auth = build_authenticator(settings, opened, client)
-        gateway = Gateway(settings, opened, client, registry, hub, push, engine, auth, card_signer,
-                          operators=OperatorAuth(operator_keys, auth, sessions,
-                                                 oidc_issuer=settings.console_oidc_issuer if sessions else ""))
+        gateway = Gateway(
+            settings,
+            opened,
+            client,
+            registry,
+            hub,
+            push,
+            engine,
+            auth,
+            card_signer,
+            operators=OperatorAuth(
+                operator_keys,
+                auth,
+                sessions,
+                oidc_issuer=settings.console_oidc_issuer if sessions else "",
+            ),
+        )
         app[GATEWAY] = gateway
         if sessions is not None and settings.console_oidc_issuer:
             from a2a_gateway.console.oidc import OIDC_LOGIN, OidcLogin
@@ -228,8 +251,11 @@ def build_app(
             stream.end()
 
     async def sample_stats(app: web.Application) -> AsyncIterator[None]:
-        sampler = app[STATS] = StatsSampler(settings.stats_interval_seconds, settings.stats_window_seconds,
-                                            open_streams=lambda: len(app[OPEN_STREAMS]))
+        sampler = app[STATS] = StatsSampler(
+            settings.stats_interval_seconds,
+            settings.stats_window_seconds,
+            open_streams=lambda: len(app[OPEN_STREAMS]),
+        )
         async with sampler.running():
             yield
 

@@ -132,8 +132,12 @@ def tune_gc_for_serving(young_threshold: int) -> None:
     gc.set_threshold(young_threshold, middle, old)
 
 
-async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint], loop_name: str = "asyncio",
-                 banner: Callable[[str], None] | None = None) -> None:
+async def _serve(
+    settings: GatewaySettings,
+    endpoints: Sequence[Endpoint],
+    loop_name: str = "asyncio",
+    banner: Callable[[str], None] | None = None,
+) -> None:
     app = build_app(settings, endpoints=endpoints)
     runner = gateway_runner(app, settings, shutdown_timeout=settings.shutdown_close_seconds)
     stop, hurry = asyncio.Event(), asyncio.Event()
@@ -153,13 +157,19 @@ async def _serve(settings: GatewaySettings, endpoints: Sequence[Endpoint], loop_
             await site.start()
         except OSError as exc:
             reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
-            raise CommandError(f"cannot listen on {settings.host}:{settings.port}: {reason}") from None
+            raise CommandError(
+                f"cannot listen on {settings.host}:{settings.port}: {reason}"
+            ) from None
         host, port = runner.addresses[0][:2]
         count = app[ENDPOINT_COUNT]
         if ENDPOINTS_FILE in app:
             app[ENDPOINTS_FILE].reload_on_sighup(app[GATEWAY].store)
         grpc_port = app[GATEWAY].grpc_port
-        grpc = f", gRPC on {settings.grpc_host or settings.host}:{grpc_port}" if grpc_port is not None else ""
+        grpc = (
+            f", gRPC on {settings.grpc_host or settings.host}:{grpc_port}"
+            if grpc_port is not None
+            else ""
+        )
         tune_gc_for_serving(settings.gc_young_threshold)  # after start-up: its objects are frozen
         if banner is not None:
             banner(settings.public_base_url or http_url(host, port))
@@ -217,8 +227,8 @@ def print_demo_banner(base: str, console_key: str | None) -> None:
     print("Try:")
     print(
         f"  curl -s {base}/{DEMO_ENDPOINT_ID}/a2a -H 'Content-Type: application/json' -H 'A2A-Version: 1.0' "
-        "-d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":{\"message\":"
-        "{\"messageId\":\"m1\",\"role\":\"ROLE_USER\",\"parts\":[{\"text\":\"hello gateway\"}]}}}'",
+        '-d \'{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":'
+        '{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hello gateway"}]}}}\'',
         flush=True,
     )
 
@@ -231,12 +241,16 @@ def _shown_metadata(ep: Endpoint, settings: GatewaySettings) -> dict[str, Any]:
     secret settings, fields named like a credential at any depth (``extra_headers``'
     ``X-Api-Key``), and credentials in URLs (``user:password@``, ``?token=``)."""
     secret = secret_settings(ep, settings)
-    return {k: "***" if k in secret and not _env_ref(v) else _shown(v) for k, v in ep.metadata.items()}
+    return {
+        k: "***" if k in secret and not _env_ref(v) else _shown(v) for k, v in ep.metadata.items()
+    }
 
 
 def _shown(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: "***" if looks_secret(k) and not _env_ref(v) else _shown(v) for k, v in value.items()}
+        return {
+            k: "***" if looks_secret(k) and not _env_ref(v) else _shown(v) for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_shown(v) for v in value]
     return mask_credentials(value) if isinstance(value, str) else value
@@ -266,7 +280,9 @@ def _endpoint_from_args(args: argparse.Namespace) -> Endpoint:
         try:
             auth = json.loads(args.auth)
         except json.JSONDecodeError as exc:
-            raise CommandError(f"--auth is not valid JSON: {exc.msg} at character {exc.pos}") from None
+            raise CommandError(
+                f"--auth is not valid JSON: {exc.msg} at character {exc.pos}"
+            ) from None
     try:
         card = json.loads(args.card) if args.card else {}
     except json.JSONDecodeError as exc:
@@ -286,7 +302,9 @@ def _endpoint_from_args(args: argparse.Namespace) -> Endpoint:
         raise CommandError(f"--handler {exc}") from None
 
 
-def _print_notes(endpoint: Endpoint, settings: GatewaySettings, notes: list[str], *, prefix: str = "") -> None:
+def _print_notes(
+    endpoint: Endpoint, settings: GatewaySettings, notes: list[str], *, prefix: str = ""
+) -> None:
     for note in notes:
         print(f"{prefix}note: {note}", file=sys.stderr)
     if not endpoint.metadata.get("public") and not settings.allow_unauthenticated_endpoints:
@@ -307,7 +325,11 @@ def _who_may_call(endpoint: Endpoint, settings: GatewaySettings) -> str:
         auth = runtime_auth(endpoint, settings, resolve_env=False)
     except EndpointMisconfiguredError:
         return "callers need the credentials its auth declares"
-    keys = f"; a2a-gateway keys create --endpoint {endpoint.id} makes a key" if auth.api_key_header else ""
+    keys = (
+        f"; a2a-gateway keys create --endpoint {endpoint.id} makes a key"
+        if auth.api_key_header
+        else ""
+    )
     return f"callers need {needed(auth)}{keys}"
 
 
@@ -339,7 +361,9 @@ def cmd_endpoints_check(args: argparse.Namespace) -> None:
         check = check_endpoint(endpoint, settings)
         prefix = f"{endpoint.id}: "
         problems = check.problems + check.unset_env
-        _print_notes(endpoint, settings, [n for n in check.notes if n not in check.unset_env], prefix=prefix)
+        _print_notes(
+            endpoint, settings, [n for n in check.notes if n not in check.unset_env], prefix=prefix
+        )
         for problem in problems:
             print(f"{prefix}{problem}", file=sys.stderr)
         if problems:
@@ -408,7 +432,9 @@ def cmd_keys_create(args: argparse.Namespace) -> None:
 
     row, key = asyncio.run(_with_store(_row_store(args), create))
     expires = row.expires_at.isoformat(timespec="seconds") if row.expires_at else "never"
-    print(f"key {row.id} for endpoint {row.endpoint_id}, principal {row.principal}, expires {expires}")
+    print(
+        f"key {row.id} for endpoint {row.endpoint_id}, principal {row.principal}, expires {expires}"
+    )
     print("the key is shown only now:", file=sys.stderr)
     print(key)
 
@@ -429,7 +455,9 @@ def cmd_keys_list(args: argparse.Namespace) -> None:
 
 
 def cmd_keys_revoke(args: argparse.Namespace) -> None:
-    revoked = asyncio.run(_with_store(_row_store(args), lambda s: s.revoke_api_key(args.key_id, datetime.now(UTC))))
+    revoked = asyncio.run(
+        _with_store(_row_store(args), lambda s: s.revoke_api_key(args.key_id, datetime.now(UTC)))
+    )
     if not revoked:
         raise CommandError(f"no key {args.key_id}")
     print(f"{args.key_id} revoked")
@@ -470,21 +498,32 @@ def _endpoint_commands(sub: Any) -> None:
                                "register it. Prints the new endpoint's id as the last line.")
     _store_args(add)
     add.add_argument("--name", required=True, help="name shown in the agent card")
-    add.add_argument("--handler", required=True, help="MODULE:CLASS, e.g. handlers.hermes:HermesAgentHandler")
+    add.add_argument(
+        "--handler", required=True, help="MODULE:CLASS, e.g. handlers.hermes:HermesAgentHandler"
+    )
     add.add_argument("--id", help="endpoint UUID (default: a new one)")
     add.add_argument("--tenant", default="default", help="tenant the endpoint's tasks belong to")
     add.add_argument("--description", help="description shown in the agent card")
-    add.add_argument("--card", help="card fields as JSON (skills, capabilities, version, provider …)")
-    add.add_argument("--set", action="append", metavar="KEY=VALUE",
-                     help="handler setting, JSON or text; env:NAME is read from the gateway's environment")
+    add.add_argument(
+        "--card", help="card fields as JSON (skills, capabilities, version, provider …)"
+    )
+    add.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="handler setting, JSON or text; env:NAME is read from the gateway's environment",
+    )
     add.add_argument("--public", action="store_true",
                      help="anyone may call it without credentials (principal anonymous); "
                      "credentials that are sent are still checked")
-    add.add_argument("--auth", metavar="JSON",
-                     help='who may call it, any of {"api_key": {"header": …}, "jwt": {"issuer": …, '
-                     '"audience": …, "jwks_url": … or "keys": [PEM, JWK or env:NAME], "algorithms": '
-                     '[…], "principal_claim": "sub", "tenant_claim": …}, "trusted_header": '
-                     '{"header": "X-Forwarded-User"}} (default: API keys)')
+    add.add_argument(
+        "--auth",
+        metavar="JSON",
+        help='who may call it, any of {"api_key": {"header": …}, "jwt": {"issuer": …, '
+        '"audience": …, "jwks_url": … or "keys": [PEM, JWK or env:NAME], "algorithms": '
+        '[…], "principal_claim": "sub", "tenant_claim": …}, "trusted_header": '
+        '{"header": "X-Forwarded-User"}} (default: API keys)',
+    )
     add.set_defaults(func=cmd_endpoints_add)
     check = endpoints.add_parser("check", help="run the checks of add on stored endpoints")
     _store_args(check)
@@ -516,13 +555,20 @@ def _key_commands(sub: Any) -> None:
         "keys", help="manage callers' API keys", description="Manage the API keys callers present "
         "(X-API-Key header or Authorization: Bearer). Keys are stored only as a keyed hash.",
     ).add_subparsers(dest="action", required=True, metavar="ACTION")
-    create = keys.add_parser("create", help="create a key for an endpoint; prints the key once, last")
+    create = keys.add_parser(
+        "create", help="create a key for an endpoint; prints the key once, last"
+    )
     _store_args(create)
     create.add_argument("--endpoint", required=True, help="endpoint id the key may call")
-    create.add_argument("--principal", help="caller identity its tasks belong to (default: the key's "
-                        "id); keys with the same principal share tasks, as when rotating")
+    create.add_argument(
+        "--principal",
+        help="caller identity its tasks belong to (default: the key's "
+        "id); keys with the same principal share tasks, as when rotating",
+    )
     create.add_argument("--name", help="label for the operator")
-    create.add_argument("--expires", type=float, metavar="DAYS", help="days until the key stops working")
+    create.add_argument(
+        "--expires", type=float, metavar="DAYS", help="days until the key stops working"
+    )
     create.set_defaults(func=cmd_keys_create)
     listing = keys.add_parser("list", help="list keys: id, endpoint, principal, state (active "
                               "and when it expires, expired, revoked), label")
@@ -537,10 +583,14 @@ def _key_commands(sub: Any) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="a2a-gateway", description="A2A gateway for agents of any framework")
+    root = argparse.ArgumentParser(
+        prog="a2a-gateway", description="A2A gateway for agents of any framework"
+    )
     root.add_argument("--version", action="version", version=f"%(prog)s {version('a2a-gateway')}")
     sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    p = sub.add_parser("serve", help="run the gateway", description="Run the gateway on the store's endpoints.")
+    p = sub.add_parser(
+        "serve", help="run the gateway", description="Run the gateway on the store's endpoints."
+    )
     _serve_args(p)
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser(
@@ -550,7 +600,9 @@ def parser() -> argparse.ArgumentParser:
     )
     _serve_args(p)
     p.set_defaults(func=cmd_demo)
-    p = sub.add_parser("migrate", help="create or upgrade the store's schema (PostgreSQL, DynamoDB)")
+    p = sub.add_parser(
+        "migrate", help="create or upgrade the store's schema (PostgreSQL, DynamoDB)"
+    )
     _store_args(p)
     p.set_defaults(func=cmd_migrate)
     _endpoint_commands(sub)

@@ -86,7 +86,9 @@ def agent_message(task: Task, text: str, data: dict[str, Any] | None = None) -> 
     return msg
 
 
-def reply_message(context_id: str, parts: list[Part], metadata: dict[str, Any] | None = None) -> Message:
+def reply_message(
+    context_id: str, parts: list[Part], metadata: dict[str, Any] | None = None
+) -> Message:
     """The one agent message of a message-mode answer (no task)."""
     msg = Message(message_id=new_id(), role=ROLE_AGENT, context_id=context_id)
     msg.parts.extend(parts)
@@ -119,7 +121,9 @@ def copy_event(event: AnyEvent) -> AnyEvent:
     return out
 
 
-def with_text(chunk: TaskArtifactUpdateEvent, text: str, *, append: bool) -> TaskArtifactUpdateEvent:
+def with_text(
+    chunk: TaskArtifactUpdateEvent, text: str, *, append: bool
+) -> TaskArtifactUpdateEvent:
     """A copy of the text ``chunk`` carrying ``text`` (a piece of its own) instead."""
     out = copy_event(chunk)
     out.artifact.parts[0].text = text

@@ -128,7 +128,9 @@ def _scalar_printer(field: FieldDescriptor) -> Callable[[Any], Any]:
     if cpp == FD.CPPTYPE_ENUM:
         if field.enum_type.full_name == "google.protobuf.NullValue":
             raise _Fallback
-        names = {v.number: v.name for v in field.enum_type.values if not v.GetOptions().ListFields()}
+        names = {
+            v.number: v.name for v in field.enum_type.values if not v.GetOptions().ListFields()
+        }
         if len(names) != len(field.enum_type.values):
             raise _Fallback  # json_name options on enum values
         return lambda v: names[v] if v in names else _fallback_value()
@@ -263,7 +265,11 @@ def _scalar(field: FieldDescriptor, value: Any) -> Any:
                 raise _Fallback
             return found.number
         # the range first: protobuf's lookup raises ValueError or wraps beyond int32
-        if type(value) is int and _INT32_MIN <= value <= _INT32_MAX and value in field.enum_type.values_by_number:
+        if (
+            type(value) is int
+            and _INT32_MIN <= value <= _INT32_MAX
+            and value in field.enum_type.values_by_number
+        ):
             return value
         raise _Fallback
     raise _Fallback  # floats and anything else
@@ -436,9 +442,13 @@ def _check_values(data: Any, descriptor: Descriptor, prefix: str = "") -> None:
             for item in items:
                 if not _is_enum_value(field, item):
                     valid = ", ".join(v.name for v in field.enum_type.values if v.number != 0)
-                    raise json_format.ParseError(f"invalid value {item!r} for {path}: expected one of {valid}")
+                    raise json_format.ParseError(
+                        f"invalid value {item!r} for {path}: expected one of {valid}"
+                    )
         elif field.cpp_type in _INT_RANGES or field.cpp_type in _FLOAT_LIMITS:
-            out_of_range = _int_out_of_range if field.cpp_type in _INT_RANGES else _float_out_of_range
+            out_of_range = (
+                _int_out_of_range if field.cpp_type in _INT_RANGES else _float_out_of_range
+            )
             for item in items:
                 if out_of_range(field, item):
                     raise _range_error(field, path, item)

@@ -211,13 +211,19 @@ class GatewaySettings(BaseSettings):
         if not self.console_oidc_issuer:
             return self
         issuer = urlsplit(self.console_oidc_issuer)
-        if issuer.scheme != "https" and not (issuer.scheme == "http" and issuer.hostname in {"127.0.0.1", "::1", "localhost"}):
-            raise ValueError("console_oidc_issuer must be an https URL (http only on a loopback address)")
+        if issuer.scheme != "https" and not (
+            issuer.scheme == "http" and issuer.hostname in {"127.0.0.1", "::1", "localhost"}
+        ):
+            raise ValueError(
+                "console_oidc_issuer must be an https URL (http only on a loopback address)"
+            )
         if not self.console_oidc_client_id:
             raise ValueError("console_oidc_issuer needs console_oidc_client_id")
         if not self.console_oidc_operator_claim or not self.console_oidc_operator_values:
-            raise ValueError("console_oidc_issuer needs console_oidc_operator_claim and "
-                             "console_oidc_operator_values (who of the issuer's users are operators)")
+            raise ValueError(
+                "console_oidc_issuer needs console_oidc_operator_claim and "
+                "console_oidc_operator_values (who of the issuer's users are operators)"
+            )
         return self
 
     @field_validator("console_oidc_operator_values", mode="before")
@@ -376,7 +382,11 @@ class GatewaySettings(BaseSettings):
     def _grpc_transport_security(self) -> GatewaySettings:
         if bool(self.grpc_tls_cert_file) != bool(self.grpc_tls_key_file):
             raise ValueError("gRPC TLS needs both grpc_tls_cert_file and grpc_tls_key_file")
-        if self.grpc_port is not None and not self.grpc_tls_cert_file and not self.grpc_allow_plaintext:
+        if (
+            self.grpc_port is not None
+            and not self.grpc_tls_cert_file
+            and not self.grpc_allow_plaintext
+        ):
             raise ValueError("grpc_port needs grpc_tls_cert_file and grpc_tls_key_file, or "
                              "grpc_allow_plaintext = true to serve gRPC without TLS")
         return self
@@ -416,7 +426,9 @@ def _secret_settings(secret_id: str) -> dict[str, Any]:
         return AWSSecretsManagerSettingsSource(GatewaySettings, secret_id, case_sensitive=False)()
     except ClientError as exc:
         reason = exc.response.get("Error", {}).get("Code", "error")
-        raise SecretSettingsError(f"cannot read the settings secret {secret_id}: {reason}") from None
+        raise SecretSettingsError(
+            f"cannot read the settings secret {secret_id}: {reason}"
+        ) from None
     except (BotoCoreError, ValueError) as exc:
         raise SecretSettingsError(f"cannot read the settings secret {secret_id}: {exc}") from None
 

@@ -53,7 +53,9 @@ async def drain(app: web.Application, hurry: asyncio.Event | None = None) -> Non
     engine.stopping = True
     gateway.hub.feed.close_all()  # feed clients hold no work: they reconnect to another replica
     log.info("shutdown_started", running_tasks=len(engine.runs), open_streams=len(streams))
-    await _until(lambda: not engine.runs and not streams, gateway.settings.shutdown_grace_seconds, hurry)
+    await _until(
+        lambda: not engine.runs and not streams, gateway.settings.shutdown_grace_seconds, hurry
+    )
     log.info("shutdown_handing_over", running_tasks=len(engine.runs), open_streams=len(streams),
              hurried=hurry is not None and hurry.is_set())
     HANDED_OVER.inc(len(engine.runs))
@@ -61,7 +63,9 @@ async def drain(app: web.Application, hurry: asyncio.Event | None = None) -> Non
     await _until(lambda: not streams, gateway.settings.shutdown_close_seconds)
 
 
-async def _until(done: Callable[[], bool], seconds: float, hurry: asyncio.Event | None = None) -> None:
+async def _until(
+    done: Callable[[], bool], seconds: float, hurry: asyncio.Event | None = None
+) -> None:
     deadline = asyncio.get_running_loop().time() + seconds
     while not done() and asyncio.get_running_loop().time() < deadline:
         if hurry is not None and hurry.is_set():

@@ -45,7 +45,9 @@ class Gateway:
     grpc_port: int | None = None
     """The port the gRPC binding listens on (None: no gRPC)."""
 
-    def request_handlers(self, runtime: EndpointRuntime) -> tuple[GatewayRequestHandler, RequestHandler03]:
+    def request_handlers(
+        self, runtime: EndpointRuntime
+    ) -> tuple[GatewayRequestHandler, RequestHandler03]:
         """The endpoint's 1.0 request handler and its 0.3 adapter (built once per runtime)."""
         if runtime.request_handlers is None:
             # the a2a-sdk's server package (its default handler, gRPC, the 0.3 types: ~100 ms,
@@ -77,7 +79,10 @@ class Gateway:
         if self.grpc_port is None:
             return ""
         host = request.url.host or self.settings.host
-        return self.settings.public_grpc_url or f"{f'[{host}]' if ':' in host else host}:{self.grpc_port}"
+        return (
+            self.settings.public_grpc_url
+            or f"{f'[{host}]' if ':' in host else host}:{self.grpc_port}"
+        )
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

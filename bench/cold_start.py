@@ -116,16 +116,32 @@ def use_bytecode(cache: Path, compiled: bool) -> None:
 
 
 def clean_env(source: Path, store: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("A2A_GATEWAY_") and k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
-    env.update({"PYTHONPATH": str(source), "A2A_GATEWAY_STORE": store, "A2A_GATEWAY_LOG_LEVEL": "warning",
-                **BYTECODE})
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("A2A_GATEWAY_")
+        and k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+    }
+    env.update(
+        {
+            "PYTHONPATH": str(source),
+            "A2A_GATEWAY_STORE": store,
+            "A2A_GATEWAY_LOG_LEVEL": "warning",
+            **BYTECODE,
+        }
+    )
     return env
 
 
 def measure_import(source: Path, store: str) -> dict[str, float]:
-    out = subprocess.run([PYTHON, "-c", IMPORT_PROBE, store], cwd=source, env=clean_env(source, store),
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [PYTHON, "-c", IMPORT_PROBE, store],
+        cwd=source,
+        env=clean_env(source, store),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -160,7 +176,9 @@ class ServeFigures:
 def _wait_healthy(proc: subprocess.Popen[bytes], url: str, started: float, timeout: float) -> None:
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"serve exited {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+            raise RuntimeError(
+                f"serve exited {proc.returncode}: {proc.stderr.read().decode()[-2000:]}"
+            )  # type: ignore[union-attr]
         if time.perf_counter() - started > timeout:
             raise RuntimeError(f"no /healthz 200 within {timeout} s")
         try:
@@ -183,7 +201,9 @@ def _first_send(url: str) -> None:
         raise RuntimeError(f"unexpected first reply: {body}")
 
 
-def measure_serve(source: Path, store: str, endpoints: Path, idle: float, timeout: float = 60.0) -> ServeFigures:
+def measure_serve(
+    source: Path, store: str, endpoints: Path, idle: float, timeout: float = 60.0
+) -> ServeFigures:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     started = time.perf_counter()
@@ -229,13 +249,25 @@ def store_urls(args: argparse.Namespace, workdir: Path, tag: str) -> dict[str, s
 
 def describe_source(source: Path) -> str:
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=source, capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "a2a_gateway", "handlers"], cwd=source,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=source,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "a2a_gateway", "handlers"],
+            cwd=source,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return str(source)
-    return f"git {commit}" + (" with uncommitted changes in a2a_gateway/ or handlers/" if dirty else "")
+    return f"git {commit}" + (
+        " with uncommitted changes in a2a_gateway/ or handlers/" if dirty else ""
+    )
 
 
 def machine_note() -> str:
@@ -250,40 +282,73 @@ def machine_note() -> str:
     return f"{cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, not pinned"
 
 
-def print_table(results: dict[tuple[str, str], Samples], aiohttp: Samples, args: argparse.Namespace) -> None:
-    bytecode = "no compiled modules (--no-bytecode)" if args.no_bytecode else "compiled modules cached"
-    print(f"\ncold start — {args.runs} runs, medians (min–max); idle {args.idle} s before RSS; {bytecode}")
-    print(machine_note() + ("" if args.python == sys.executable else f"; interpreter {args.python}"))
-    print(f"bare `import aiohttp.web`: {aiohttp.median('ms'):.0f} CPU ms ({aiohttp.spread('ms')})\n")
+def print_table(
+    results: dict[tuple[str, str], Samples], aiohttp: Samples, args: argparse.Namespace
+) -> None:
+    bytecode = (
+        "no compiled modules (--no-bytecode)" if args.no_bytecode else "compiled modules cached"
+    )
+    print(
+        f"\ncold start — {args.runs} runs, medians (min–max); idle {args.idle} s before RSS; {bytecode}"
+    )
+    print(
+        machine_note() + ("" if args.python == sys.executable else f"; interpreter {args.python}")
+    )
+    print(
+        f"bare `import aiohttp.web`: {aiohttp.median('ms'):.0f} CPU ms ({aiohttp.spread('ms')})\n"
+    )
     print("| source | store | import CPU ms | ÷ aiohttp | build_app CPU ms | exec → /healthz ms "
           "| serve CPU ms | idle RSS MB | first send ms | its CPU ms | RSS after MB | modules |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (source, kind), s in results.items():
         ratio = s.median("import_ms") / aiohttp.median("ms")
-        print(f"| {source} | {kind} | {s.median('import_ms'):.0f} ({s.spread('import_ms')}) | {ratio:.2f}× "
-              f"| {s.median('build_ms'):.1f} | {s.median('ready_ms'):.0f} ({s.spread('ready_ms')}) "
-              f"| {s.median('ready_cpu_ms'):.0f} ({s.spread('ready_cpu_ms')}) "
-              f"| {s.median('rss_mb'):.1f} ({s.spread('rss_mb')}) "
-              f"| {s.median('first_ms'):.0f} ({s.spread('first_ms')}) | {s.median('first_cpu_ms'):.0f} "
-              f"| {s.median('rss_after_first_mb'):.1f} | {s.median('modules'):.0f} |")
+        print(
+            f"| {source} | {kind} | {s.median('import_ms'):.0f} ({s.spread('import_ms')}) | {ratio:.2f}× "
+            f"| {s.median('build_ms'):.1f} | {s.median('ready_ms'):.0f} ({s.spread('ready_ms')}) "
+            f"| {s.median('ready_cpu_ms'):.0f} ({s.spread('ready_cpu_ms')}) "
+            f"| {s.median('rss_mb'):.1f} ({s.spread('rss_mb')}) "
+            f"| {s.median('first_ms'):.0f} ({s.spread('first_ms')}) | {s.median('first_cpu_ms'):.0f} "
+            f"| {s.median('rss_after_first_mb'):.1f} | {s.median('modules'):.0f} |"
+        )
     print(f"\nload average at the end: {loadavg():.2f}")
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--runs", type=int, default=7)
-    p.add_argument("--stores", default="memory,sqlite", help="comma list of: memory, sqlite, postgresql, dynamodb")
-    p.add_argument("--idle", type=float, default=1.0, help="seconds after /healthz before reading RSS")
-    p.add_argument("--source", type=Path, action="append",
-                   help="checkout whose a2a_gateway/ and handlers/ to run; repeat to compare (default: this one)")
-    p.add_argument("--ref", action="append", default=[],
-                   help="also the gateway as committed at this git ref (a git archive snapshot), before the sources")
+    p.add_argument(
+        "--stores",
+        default="memory,sqlite",
+        help="comma list of: memory, sqlite, postgresql, dynamodb",
+    )
+    p.add_argument(
+        "--idle", type=float, default=1.0, help="seconds after /healthz before reading RSS"
+    )
+    p.add_argument(
+        "--source",
+        type=Path,
+        action="append",
+        help="checkout whose a2a_gateway/ and handlers/ to run; repeat to compare (default: this one)",
+    )
+    p.add_argument(
+        "--ref",
+        action="append",
+        default=[],
+        help="also the gateway as committed at this git ref (a git archive snapshot), before the sources",
+    )
     p.add_argument("--python", default=sys.executable,
                    help="interpreter (virtualenv) of the measured processes; default this one")
-    p.add_argument("--no-bytecode", action="store_true",
-                   help="no compiled modules: every process compiles what it imports (pip --no-compile)")
+    p.add_argument(
+        "--no-bytecode",
+        action="store_true",
+        help="no compiled modules: every process compiles what it imports (pip --no-compile)",
+    )
     p.add_argument("--postgres-url", help="a migrated database (a2a-gateway migrate)")
-    p.add_argument("--dynamodb-url", help="dynamodb://… with its tables created (a2a-gateway migrate)")
+    p.add_argument(
+        "--dynamodb-url", help="dynamodb://… with its tables created (a2a-gateway migrate)"
+    )
     p.add_argument("--json", help="also write the raw samples to this file")
     args = p.parse_args()
     global PYTHON
@@ -292,7 +357,9 @@ def main() -> None:
     aiohttp = Samples()
     with tempfile.TemporaryDirectory(prefix="a2a-cold-start-") as tmp:
         sources = {label: path for path, label in (snapshot(ref, Path(tmp)) for ref in args.ref)}
-        sources.update({describe_source(path.resolve()): path.resolve() for path in args.source or [ROOT]})
+        sources.update(
+            {describe_source(path.resolve()): path.resolve() for path in args.source or [ROOT]}
+        )
         use_bytecode(Path(tmp) / "pycache", compiled=not args.no_bytecode)
         endpoints = Path(tmp) / "endpoints.yaml"
         endpoints.write_text(ENDPOINTS.format(id=BENCH_ENDPOINT_ID, public="true"))
@@ -313,10 +380,20 @@ def main() -> None:
             print(f"run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
     print_table(results, aiohttp, args)
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "date": datetime.now(UTC).isoformat(), "machine": machine_note(), "aiohttp_ms": aiohttp.values["ms"],
-            "results": [{"source": label, "store": kind, **s.values} for (label, kind), s in results.items()],
-        }, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "date": datetime.now(UTC).isoformat(),
+                    "machine": machine_note(),
+                    "aiohttp_ms": aiohttp.values["ms"],
+                    "results": [
+                        {"source": label, "store": kind, **s.values}
+                        for (label, kind), s in results.items()
+                    ],
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

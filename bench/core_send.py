@@ -55,10 +55,20 @@ SERVERS = BENCH_DIR / "servers"
 LUA = BENCH_DIR / "wrk_send.lua"
 ENDPOINT_ID = "00000000-0000-4000-8000-0000000be9c4"
 ECHO_TEXT = "echo: hello gateway"
-PROBE = json.dumps({
-    "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-    "params": {"message": {"messageId": "probe-1", "role": "ROLE_USER", "parts": [{"text": "hello gateway"}]}},
-}).encode()
+PROBE = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "message": {
+                "messageId": "probe-1",
+                "role": "ROLE_USER",
+                "parts": [{"text": "hello gateway"}],
+            }
+        },
+    }
+).encode()
 
 
 API_KEY = "a2agw_0123456789abcdef_" + "k" * 43
@@ -83,14 +93,27 @@ class ServerConfig:
 
 
 CONFIGS = {
-    "gateway-memory": ServerConfig("gateway-memory", "gateway.py", ("--store", "memory://", "--log-level", "warning")),
-    "gateway-memory-info": ServerConfig("gateway-memory-info", "gateway.py", ("--store", "memory://", "--log-level", "info")),
+    "gateway-memory": ServerConfig(
+        "gateway-memory", "gateway.py", ("--store", "memory://", "--log-level", "warning")
+    ),
+    "gateway-memory-info": ServerConfig(
+        "gateway-memory-info", "gateway.py", ("--store", "memory://", "--log-level", "info")
+    ),
     "a2a-sdk": ServerConfig("a2a-sdk", "a2a_sdk_server.py"),
     "bare-aiohttp": ServerConfig("bare-aiohttp", "bare_aiohttp.py", checks_echo=False),
-    "gateway-sqlite": ServerConfig("gateway-sqlite", "gateway.py", ("--log-level", "warning"), sqlite=True),
-    "gateway-sqlite-key": ServerConfig("gateway-sqlite-key", "gateway.py",
-                                       ("--log-level", "warning", "--api-key", API_KEY), sqlite=True, api_key=True),
-    "gateway-postgres": ServerConfig("gateway-postgres", "gateway.py", ("--log-level", "warning"), postgres=True),
+    "gateway-sqlite": ServerConfig(
+        "gateway-sqlite", "gateway.py", ("--log-level", "warning"), sqlite=True
+    ),
+    "gateway-sqlite-key": ServerConfig(
+        "gateway-sqlite-key",
+        "gateway.py",
+        ("--log-level", "warning", "--api-key", API_KEY),
+        sqlite=True,
+        api_key=True,
+    ),
+    "gateway-postgres": ServerConfig(
+        "gateway-postgres", "gateway.py", ("--log-level", "warning"), postgres=True
+    ),
 }
 
 
@@ -175,7 +198,9 @@ def probe(url: str, deadline: float, checks_echo: bool, with_key: bool = False) 
 
 
 def _git(*argv: str) -> str:
-    return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["git", *argv], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def describe_tree() -> str:
@@ -184,7 +209,9 @@ def describe_tree() -> str:
         dirty = _git("status", "--porcelain", "--", "a2a_gateway", "handlers")
     except (OSError, subprocess.CalledProcessError):
         return "working tree (not a git checkout)"
-    return f"working tree at {commit}" + (" with uncommitted changes in a2a_gateway/ or handlers/" if dirty else "")
+    return f"working tree at {commit}" + (
+        " with uncommitted changes in a2a_gateway/ or handlers/" if dirty else ""
+    )
 
 
 def snapshot(ref: str, workdir: Path) -> tuple[Path, str]:
@@ -218,8 +245,14 @@ def create_postgres_database(dsn: str, source: Path | None, index: int) -> tuple
     url = urlunsplit(urlsplit(dsn)._replace(path=f"/{name}"))
     where = source or ROOT
     env = {**os.environ, "PYTHONPATH": str(where)}
-    done = subprocess.run([sys.executable, "-m", "a2a_gateway", "migrate", "--store", url], cwd=where, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "a2a_gateway", "migrate", "--store", url],
+        cwd=where,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if done.returncode != 0:
         drop_postgres_database(dsn, name)
         raise RuntimeError(f"migrate failed: {done.stderr[-1000:]}")
@@ -230,13 +263,17 @@ def drop_postgres_database(dsn: str, name: str) -> None:
     asyncio.run(_admin(dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
-def run_wrk(url: str, args: argparse.Namespace, seconds: float, with_key: bool = False) -> dict[str, float]:
+def run_wrk(
+    url: str, args: argparse.Namespace, seconds: float, with_key: bool = False
+) -> dict[str, float]:
     argv = pinned(args.client_cpu, [
         "wrk", f"-t{args.threads}", f"-c{args.concurrency}", f"-d{max(1, round(seconds))}s",
         "--timeout", "10s", "-s", str(LUA), url,
     ])
     env = {**os.environ, **({"A2A_BENCH_API_KEY": API_KEY} if with_key else {})}
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60, check=True, env=env).stdout
+    out = subprocess.run(
+        argv, capture_output=True, text=True, timeout=seconds + 60, check=True, env=env
+    ).stdout
     for line in out.splitlines():
         if line.startswith("WRKJSON "):
             return json.loads(line[len("WRKJSON "):])
@@ -261,8 +298,13 @@ def one_run(config: ServerConfig, args: argparse.Namespace, workdir: Path, index
     env = {**os.environ, **({"A2A_BENCH_SOURCE": str(source)} if source else {})}
     log_path = workdir / f"{tag}.log"
     with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(pinned(args.server_cpu, argv), stdout=log_file, stderr=subprocess.STDOUT,
-                                cwd=ROOT, env=env)
+        proc = subprocess.Popen(
+            pinned(args.server_cpu, argv),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+        )
     url = f"http://127.0.0.1:{port}/{ENDPOINT_ID}/a2a"
     try:
         probe(url, time.monotonic() + 30, config.checks_echo, config.api_key)
@@ -284,11 +326,18 @@ def one_run(config: ServerConfig, args: argparse.Namespace, workdir: Path, index
     logged = log_path.read_text(errors="replace")
     served = re.search(r", event loop (\w+)", logged)  # a2a-gateway serve names its loop
     announced = re.search(r"uvloop=(\w+)", logged)
-    uvloop = ("yes" if served[1] == "uvloop" else "no") if served else announced[1] if announced else "?"
-    errors = int(stats["non2xx"] + stats["connect"] + stats["read"] + stats["write"] + stats["timeout"])
+    uvloop = (
+        ("yes" if served[1] == "uvloop" else "no") if served else announced[1] if announced else "?"
+    )
+    errors = int(
+        stats["non2xx"] + stats["connect"] + stats["read"] + stats["write"] + stats["timeout"]
+    )
     sample = Sample(
         rps=stats["requests"] / (stats["duration_us"] / 1e6),
-        p50_ms=stats["p50_us"] / 1000, p99_ms=stats["p99_us"] / 1000, errors=errors, load_before=load,
+        p50_ms=stats["p50_us"] / 1000,
+        p99_ms=stats["p99_us"] / 1000,
+        errors=errors,
+        load_before=load,
         cpu_us=cpu_used / max(stats["requests"], 1) * 1e6,
     )
     return sample, uvloop
@@ -319,17 +368,23 @@ CHECKS = [
 ]
 
 
-def print_table(results: dict[str, Result], args: argparse.Namespace, sources: dict[str, str]) -> None:
+def print_table(
+    results: dict[str, Result], args: argparse.Namespace, sources: dict[str, str]
+) -> None:
     print()
-    print(f"SendMessage (blocking, JSON-RPC 1.0), echo delay 0, {args.concurrency} connections, "
-          f"{args.duration:g}s x {args.runs} runs (medians), {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+    print(
+        f"SendMessage (blocking, JSON-RPC 1.0), echo delay 0, {args.concurrency} connections, "
+        f"{args.duration:g}s x {args.runs} runs (medians), {datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
+    )
     print(machine_note(args))
     for suffix, description in sources.items():
         print(f"gateway source{suffix or ''}: {description}")
     print()
     width = max(20, *(len(n) for n in results))
-    header = (f"| {'server':<{width}} | {'req/s':>7} | {'p50 ms':>7} | {'p99 ms':>7} | {'runs (req/s)':<26} "
-              f"| {'CPU µs/req':>10} | {'errors':>6} | uvloop |")
+    header = (
+        f"| {'server':<{width}} | {'req/s':>7} | {'p50 ms':>7} | {'p99 ms':>7} | {'runs (req/s)':<26} "
+        f"| {'CPU µs/req':>10} | {'errors':>6} | uvloop |"
+    )
     print(header)
     print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
     for name, r in results.items():
@@ -337,8 +392,10 @@ def print_table(results: dict[str, Result], args: argparse.Namespace, sources: d
         errors = sum(s.errors for s in r.samples)
         if r.failures:
             runs += f" ({r.failures} failed)"
-        print(f"| {name:<{width}} | {r.median('rps'):>7.0f} | {r.median('p50_ms'):>7.2f} | "
-              f"{r.median('p99_ms'):>7.2f} | {runs:<26} | {r.median('cpu_us'):>10.0f} | {errors:>6} | {r.uvloop:<6} |")
+        print(
+            f"| {name:<{width}} | {r.median('rps'):>7.0f} | {r.median('p50_ms'):>7.2f} | "
+            f"{r.median('p99_ms'):>7.2f} | {runs:<26} | {r.median('cpu_us'):>10.0f} | {errors:>6} | {r.uvloop:<6} |"
+        )
     print()
 
     def measured(name: str) -> bool:
@@ -353,12 +410,18 @@ def print_table(results: dict[str, Result], args: argparse.Namespace, sources: d
                 continue
             by_rps = results[a_row].median("rps") / results[b_row].median("rps")
             by_cpu = results[b_row].median("cpu_us") / results[a_row].median("cpu_us")
-            target = "" if threshold is None else f">= {threshold:g}x " + ("met" if by_cpu >= threshold else "NOT met")
+            target = (
+                ""
+                if threshold is None
+                else f">= {threshold:g}x " + ("met" if by_cpu >= threshold else "NOT met")
+            )
             print(f"{label + suffix:<48} {by_rps:>7.2f}x {by_cpu:>9.2f}x   {target}")
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--servers", default=",".join(n for n in CONFIGS if n != "gateway-postgres"),
                    help=f"comma list of: {', '.join(CONFIGS)}")
     p.add_argument("--concurrency", type=int, default=64)
@@ -369,9 +432,13 @@ def main() -> None:
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--client-cpu", type=int, default=1)
     p.add_argument("--json", help="also write the raw samples to this file")
-    p.add_argument("--ref", action="append", default=[],
-                   help="also the gateway as committed at this git ref (or the packages in this directory), "
-                        "side by side; repeatable")
+    p.add_argument(
+        "--ref",
+        action="append",
+        default=[],
+        help="also the gateway as committed at this git ref (or the packages in this directory), "
+        "side by side; repeatable",
+    )
     p.add_argument("--no-working-tree", action="store_true",
                    help="with --ref: only the refs' gateways (e.g. while the tree is being edited)")
     p.add_argument("--postgres-dsn", default=os.environ.get("A2A_TEST_POSTGRES_DSN"),
@@ -405,15 +472,21 @@ def main() -> None:
                 try:
                     sample, uvloop = one_run(result.config, args, workdir, run, result.source)
                 except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-                    print(f"run {run + 1}/{args.runs} {row:<20} FAILED: {exc}\n{_log_tail(workdir, result, run)}",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"run {run + 1}/{args.runs} {row:<20} FAILED: {exc}\n{_log_tail(workdir, result, run)}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     result.failures += 1
                     continue
                 result.samples.append(sample)
                 result.uvloop = uvloop
-                print(f"run {run + 1}/{args.runs} {row:<20} {sample.rps:8.0f} req/s  p50 {sample.p50_ms:7.2f} ms"
-                      f"  p99 {sample.p99_ms:7.2f} ms  cpu {sample.cpu_us:6.0f} µs/req  errors {sample.errors}"
-                      f"  load {sample.load_before:.2f}", flush=True)
+                print(
+                    f"run {run + 1}/{args.runs} {row:<20} {sample.rps:8.0f} req/s  p50 {sample.p50_ms:7.2f} ms"
+                    f"  p99 {sample.p99_ms:7.2f} ms  cpu {sample.cpu_us:6.0f} µs/req  errors {sample.errors}"
+                    f"  load {sample.load_before:.2f}",
+                    flush=True,
+                )
     print_table(results, args, sources)
     if args.json:
         Path(args.json).write_text(json.dumps({

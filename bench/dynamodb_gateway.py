@@ -120,7 +120,11 @@ def snapshot(ref: str, workdir: Path) -> Path:
 
 def server_env(source: str | None) -> dict[str, str]:
     """The gateway's environment: moto's dummy credentials, never real ones."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "A2A_GATEWAY_", "A2A_BENCH_SOURCE"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AWS_", "A2A_GATEWAY_", "A2A_BENCH_SOURCE"))
+    }
     if source is not None:
         env["A2A_BENCH_SOURCE"] = source
     env.update(
@@ -188,7 +192,9 @@ def one_run(
             proc.kill()
             proc.wait(timeout=5)
     requests = max(stats["requests"], 1)
-    errors = int(stats["non2xx"] + stats["connect"] + stats["read"] + stats["write"] + stats["timeout"])
+    errors = int(
+        stats["non2xx"] + stats["connect"] + stats["read"] + stats["write"] + stats["timeout"]
+    )
     return Sample(
         rps=stats["requests"] / (stats["duration_us"] / 1e6),
         p50_ms=stats["p50_us"] / 1000, p99_ms=stats["p99_us"] / 1000, errors=errors,
@@ -204,8 +210,10 @@ def print_table(rows: dict[str, Row], args: argparse.Namespace) -> None:
           f"{args.duration:g}s x {args.runs} runs (medians)")
     print(machine_note(args))
     print()
-    print("| gateway | req/s | p50 ms | p99 ms | runs (req/s) | gateway CPU µs/req | moto CPU µs/req "
-          "| store calls/req | by operation | errors |")
+    print(
+        "| gateway | req/s | p50 ms | p99 ms | runs (req/s) | gateway CPU µs/req | moto CPU µs/req "
+        "| store calls/req | by operation | errors |"
+    )
     print("|---|---:|---:|---:|---|---:|---:|---:|---|---:|")
     for row in rows.values():
         runs = " ".join(f"{s.rps:.0f}" for s in row.samples)
@@ -221,12 +229,16 @@ def print_table(rows: dict[str, Row], args: argparse.Namespace) -> None:
         sqlite, dynamo = rows.get("sqlite" + suffix), rows.get("dynamodb-moto" + suffix)
         if sqlite and dynamo and sqlite.samples and dynamo.samples:
             print()
-            print(f"dynamodb-moto / sqlite{suffix}: {dynamo.median('rps') / sqlite.median('rps'):.2f}x req/s, "
-                  f"{dynamo.median('gateway_cpu_us') / sqlite.median('gateway_cpu_us'):.2f}x gateway CPU per request")
+            print(
+                f"dynamodb-moto / sqlite{suffix}: {dynamo.median('rps') / sqlite.median('rps'):.2f}x req/s, "
+                f"{dynamo.median('gateway_cpu_us') / sqlite.median('gateway_cpu_us'):.2f}x gateway CPU per request"
+            )
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--endpoint", default=os.environ.get("A2A_TEST_DYNAMODB_ENDPOINT", ""),
                    help="a running moto server (default: start one)")
     p.add_argument("--concurrency", type=int, default=32)
@@ -236,7 +248,9 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--server-cpu", type=int, default=0, help="pin the gateway here (taskset)")
     p.add_argument("--client-cpu", type=int, default=1, help="pin wrk here (taskset)")
-    p.add_argument("--ref", help="also the gateway as committed at this git ref (e.g. HEAD~1), side by side")
+    p.add_argument(
+        "--ref", help="also the gateway as committed at this git ref (e.g. HEAD~1), side by side"
+    )
     p.add_argument("--json", help="also write the raw samples to this file")
     args = p.parse_args()
     if shutil.which("wrk") is None:
@@ -274,17 +288,28 @@ def main() -> None:
                         if dynamo:
                             drop_tables(url)
                     rows[name].samples.append(sample)
-                    print(f"run {run + 1}/{args.runs} {name:<22} {sample.rps:7.0f} req/s"
-                          f"  p50 {sample.p50_ms:6.2f} ms  p99 {sample.p99_ms:7.2f} ms"
-                          f"  gateway cpu {sample.gateway_cpu_us:5.0f} µs/req"
-                          f"  store calls {sum(sample.calls.values()):.2f}/req  errors {sample.errors}"
-                          f"  load {loadavg():.2f}", flush=True)
+                    print(
+                        f"run {run + 1}/{args.runs} {name:<22} {sample.rps:7.0f} req/s"
+                        f"  p50 {sample.p50_ms:6.2f} ms  p99 {sample.p99_ms:7.2f} ms"
+                        f"  gateway cpu {sample.gateway_cpu_us:5.0f} µs/req"
+                        f"  store calls {sum(sample.calls.values()):.2f}/req  errors {sample.errors}"
+                        f"  load {loadavg():.2f}",
+                        flush=True,
+                    )
             print_table(rows, args)
             if args.json:
-                Path(args.json).write_text(json.dumps({
-                    "machine": machine_note(args),
-                    "results": {name: [s.__dict__ for s in row.samples] for name, row in rows.items()},
-                }, indent=2))
+                Path(args.json).write_text(
+                    json.dumps(
+                        {
+                            "machine": machine_note(args),
+                            "results": {
+                                name: [s.__dict__ for s in row.samples]
+                                for name, row in rows.items()
+                            },
+                        },
+                        indent=2,
+                    )
+                )
     finally:
         if moto is not None:
             moto.terminate()

@@ -32,9 +32,13 @@ from tests.support.fuzz_requests import Outcome, cases, gateway_thread, problems
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--cases", type=int, default=100_000)
-    parser.add_argument("--timeout", type=float, default=30.0, help="client timeout per request (s)")
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="client timeout per request (s)"
+    )
     args = parser.parse_args()
     configure_logging("critical")  # a log line per request (or per error) would swamp the counts
 
@@ -64,7 +68,9 @@ def main() -> None:
                 found = problems(case, response)
             outcome.add(case, found)
             if outcome.cases % 10_000 == 0:
-                print(f"  {outcome.cases} cases, {time.monotonic() - started:.0f} s", file=sys.stderr)
+                print(
+                    f"  {outcome.cases} cases, {time.monotonic() - started:.0f} s", file=sys.stderr
+                )
 
         each_case()
         stray = len(stray_tasks(target))

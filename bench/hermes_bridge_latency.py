@@ -81,7 +81,9 @@ async def gateway_run(client: Any, text: str) -> dict[int, float]:
     arrivals: dict[int, float] = {}
     async for event in client.send_message(SendMessageRequest(message=message)):
         if event.HasField("artifact_update") and not event.artifact_update.last_chunk:
-            stamp(arrivals, "".join(p.text for p in event.artifact_update.artifact.parts), time.time())
+            stamp(
+                arrivals, "".join(p.text for p in event.artifact_update.artifact.parts), time.time()
+            )
     return arrivals
 
 
@@ -121,7 +123,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     direct += latencies_ms(await llm_chunk_times(http, args.llm_url, text), arrived)
                     text = prompt(args.words, args.delay)
                     arrived = await gateway_run(client, text)
-                    bridged += latencies_ms(await llm_chunk_times(http, args.llm_url, text), arrived)
+                    bridged += latencies_ms(
+                        await llm_chunk_times(http, args.llm_url, text), arrived
+                    )
             finally:
                 await client.close()
     finally:

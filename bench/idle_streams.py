@@ -67,7 +67,9 @@ class Held:
         self.error: str | None = None
 
 
-async def hold_one(http: aiohttp.ClientSession, url: str, held: Held, gate: asyncio.Semaphore) -> None:
+async def hold_one(
+    http: aiohttp.ClientSession, url: str, held: Held, gate: asyncio.Semaphore
+) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {"message": {
         "messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "hold"}]}}}
     try:
@@ -96,7 +98,9 @@ async def client(base: str, streams: int, connect_at_once: int) -> None:
     """Open ``streams`` streams, report, wait for ``close`` on stdin, cancel their tasks, close."""
     url = f"{base}/{ECHO}/a2a"
     connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as http:
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+    ) as http:
         gate = asyncio.Semaphore(connect_at_once)
         helds = [Held() for _ in range(streams)]
         readers = [asyncio.create_task(hold_one(http, url, h, gate)) for h in helds]
@@ -114,7 +118,12 @@ async def client(base: str, streams: int, connect_at_once: int) -> None:
             if h.task_id is None:
                 continue
             async with gate:
-                cancel = {"jsonrpc": "2.0", "id": 2, "method": "CancelTask", "params": {"id": h.task_id}}
+                cancel = {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "CancelTask",
+                    "params": {"id": h.task_id},
+                }
                 async with http.post(url, json=cancel, headers={"A2A-Version": "1.0"}) as answer:
                     cancel_errors += "error" in await answer.json()
         print(json.dumps({"closed": streams, "cancel_errors": cancel_errors, "pinged": len(first),
@@ -126,7 +135,9 @@ async def client(base: str, streams: int, connect_at_once: int) -> None:
 # the run --------------------------------------------------------------------------------------
 
 
-def start_gateway(workdir: Path, cpu: int | None, keepalive: float, source: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_gateway(
+    workdir: Path, cpu: int | None, keepalive: float, source: Path
+) -> tuple[subprocess.Popen[bytes], str]:
     from bench.core_send import free_port, pinned
     from bench.streaming import _wait_listening
 
@@ -142,19 +153,47 @@ def start_gateway(workdir: Path, cpu: int | None, keepalive: float, source: Path
                 "A2A_GATEWAY_STREAM_REPLAY_KEEP_SECONDS": "1"})
     log = workdir / "gateway.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(pinned(cpu, [sys.executable, "-m", "a2a_gateway", "serve", "--port", str(port),
-                                             "--endpoints", str(endpoints)]),
-                                cwd=source, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            pinned(
+                cpu,
+                [
+                    sys.executable,
+                    "-m",
+                    "a2a_gateway",
+                    "serve",
+                    "--port",
+                    str(port),
+                    "--endpoints",
+                    str(endpoints),
+                ],
+            ),
+            cwd=source,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     _wait_listening(proc, log, r"listening on http://\S+", time.monotonic() + 60)
     return proc, f"http://127.0.0.1:{port}"
 
 
-def start_clients(base: str, streams: int, clients: int, cpu: int | None) -> list[subprocess.Popen[str]]:
+def start_clients(
+    base: str, streams: int, clients: int, cpu: int | None
+) -> list[subprocess.Popen[str]]:
     from bench.core_send import pinned
 
     shares = [streams // clients + (1 if n < streams % clients else 0) for n in range(clients)]
-    return [subprocess.Popen(pinned(cpu, [sys.executable, __file__, "client", "--url", base, "--streams", str(share)]),
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for share in shares if share]
+    return [
+        subprocess.Popen(
+            pinned(
+                cpu, [sys.executable, __file__, "client", "--url", base, "--streams", str(share)]
+            ),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for share in shares
+        if share
+    ]
 
 
 def read_reports(procs: list[subprocess.Popen[str]]) -> list[dict[str, float]]:
@@ -177,7 +216,9 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     from bench.streaming import stop
 
     with tempfile.TemporaryDirectory(prefix="a2a-idle-bench-") as tmp:
-        gateway, base = start_gateway(Path(tmp), args.server_cpu, args.keepalive, Path(args.source).resolve())
+        gateway, base = start_gateway(
+            Path(tmp), args.server_cpu, args.keepalive, Path(args.source).resolve()
+        )
         try:
             warm = start_clients(base, 50, 1, args.client_cpu)
             read_reports(warm)
@@ -201,10 +242,15 @@ def run(args: argparse.Namespace) -> dict[str, float]:
             stop(gateway)
     streams = sum(r["open"] for r in opened)
     return {
-        "streams": streams, "open errors": sum(r["errors"] for r in opened),
-        "stream errors": sum(r["errors"] for r in closed), "cancel errors": sum(r["cancel_errors"] for r in closed),
-        "open s": open_seconds, "RSS before MB": before / 1024, "RSS open MB": held / 1024,
-        "KB per stream": (held - before) / max(streams, 1), "RSS after close MB": after / 1024,
+        "streams": streams,
+        "open errors": sum(r["errors"] for r in opened),
+        "stream errors": sum(r["errors"] for r in closed),
+        "cancel errors": sum(r["cancel_errors"] for r in closed),
+        "open s": open_seconds,
+        "RSS before MB": before / 1024,
+        "RSS open MB": held / 1024,
+        "KB per stream": (held - before) / max(streams, 1),
+        "RSS after close MB": after / 1024,
         "kept after close KB/stream": (after - before) / max(streams, 1),
         "streams pinged": sum(r["pinged"] for r in closed),
         "max keepalive gap s": max(r["max_gap"] for r in closed),
@@ -212,7 +258,9 @@ def run(args: argparse.Namespace) -> dict[str, float]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="command")
     c = sub.add_parser("client", help="(internal) hold streams open")
     c.add_argument("--url", required=True)
@@ -220,8 +268,12 @@ def main() -> None:
     c.add_argument("--connect-at-once", type=int, default=100)
     p.add_argument("--streams", type=int, default=10_000)
     p.add_argument("--clients", type=int, default=4)
-    p.add_argument("--hold", type=float, default=12.0, help="seconds the streams stay open and idle")
-    p.add_argument("--keepalive", type=float, default=5.0, help="the gateway's sse_keepalive_seconds")
+    p.add_argument(
+        "--hold", type=float, default=12.0, help="seconds the streams stay open and idle"
+    )
+    p.add_argument(
+        "--keepalive", type=float, default=5.0, help="the gateway's sse_keepalive_seconds"
+    )
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--client-cpu", type=int, default=1)
     p.add_argument("--source", default=str(ROOT), help="the checkout whose gateway runs")

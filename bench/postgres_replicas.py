@@ -141,9 +141,20 @@ class Gateway:
         self.log = workdir / f"gateway-{name}.log"
         with self.log.open("wb") as log_file:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "a2a_gateway", "serve", "--store", store, "--port", str(self.port)],
-                cwd=ROOT, env={**env, "A2A_GATEWAY_REPLICA_ID": name},
-                stdout=log_file, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "a2a_gateway",
+                    "serve",
+                    "--store",
+                    store,
+                    "--port",
+                    str(self.port),
+                ],
+                cwd=ROOT,
+                env={**env, "A2A_GATEWAY_REPLICA_ID": name},
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
             )
 
     async def ready(self, timeout: float = 30.0) -> None:
@@ -186,16 +197,22 @@ def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def user_message(text: str) -> dict[str, Any]:
-    return {"message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}}
+    return {
+        "message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}
+    }
 
 
-async def sse_events(http: Any, url: str, body: dict[str, Any]) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+async def sse_events(
+    http: Any, url: str, body: dict[str, Any]
+) -> AsyncIterator[tuple[int, dict[str, Any]]]:
     """(arrival ns, result) for every event of a JSON-RPC SSE stream."""
     import orjson
 
     async with http.stream("POST", url, json=body, headers={"A2A-Version": "1.0"}) as response:
         if response.status_code != 200:
-            raise RuntimeError(f"{url} answered {response.status_code}: {(await response.aread())[:300]!r}")
+            raise RuntimeError(
+                f"{url} answered {response.status_code}: {(await response.aread())[:300]!r}"
+            )
         async for line in response.aiter_lines():
             if line.startswith("data:"):
                 arrived = time.time_ns()
@@ -213,7 +230,9 @@ def stamps(result: dict[str, Any], arrived: int, snapshot: list[int] | None = No
         return []
     if not update.get("append"):
         if snapshot is not None:
-            snapshot[0] += sum(p.get("text", "").count("<") for p in update["artifact"].get("parts", []))
+            snapshot[0] += sum(
+                p.get("text", "").count("<") for p in update["artifact"].get("parts", [])
+            )
         return []
     out = []
     for part in update["artifact"].get("parts", []):
@@ -252,19 +271,28 @@ def part_throughput(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 )
                 sample, _ = one_run(config, args, workdir, run)
             results[kind].append(sample)
-            print(f"run {run + 1}/{args.runs} gateway-{kind:<9} {sample.rps:8.0f} req/s  p50 {sample.p50_ms:6.2f} ms"
-                  f"  p99 {sample.p99_ms:6.2f} ms  cpu {sample.cpu_us:5.0f} µs/req  errors {sample.errors}",
-                  flush=True)
-    return {"samples": results, "writes_per_blocking_task": statistics.mean(writes) if writes else None}
+            print(
+                f"run {run + 1}/{args.runs} gateway-{kind:<9} {sample.rps:8.0f} req/s  p50 {sample.p50_ms:6.2f} ms"
+                f"  p99 {sample.p99_ms:6.2f} ms  cpu {sample.cpu_us:5.0f} µs/req  errors {sample.errors}",
+                flush=True,
+            )
+    return {
+        "samples": results,
+        "writes_per_blocking_task": statistics.mean(writes) if writes else None,
+    }
 
 
-async def _postgres_run(args: argparse.Namespace, workdir: Path, run: int, writes: list[float]) -> Any:
+async def _postgres_run(
+    args: argparse.Namespace, workdir: Path, run: int, writes: list[float]
+) -> Any:
     import asyncpg
 
     from bench.core_send import ServerConfig, one_run
 
     async with migrated_database(args.dsn) as url:
-        config = ServerConfig("gateway-postgres", "gateway.py", ("--store", url, "--log-level", "warning"))
+        config = ServerConfig(
+            "gateway-postgres", "gateway.py", ("--store", url, "--log-level", "warning")
+        )
         sample, _ = await asyncio.to_thread(one_run, config, args, workdir, run)
         conn = await asyncpg.connect(url)
         try:
@@ -284,9 +312,24 @@ async def part_writes(args: argparse.Namespace, workdir: Path) -> dict[str, Any]
 
     async with migrated_database(args.dsn) as url:
         env = gateway_env()
-        endpoint = gateway_cli("endpoints", "add", "--store", url, "--name", "echo",
-                               "--handler", "handlers.echo:EchoHandler", "--set", "delay=0", "--public",
-                               env=env).strip().splitlines()[-1]
+        endpoint = (
+            gateway_cli(
+                "endpoints",
+                "add",
+                "--store",
+                url,
+                "--name",
+                "echo",
+                "--handler",
+                "handlers.echo:EchoHandler",
+                "--set",
+                "delay=0",
+                "--public",
+                env=env,
+            )
+            .strip()
+            .splitlines()[-1]
+        )
         gateway = Gateway("w", url, env, workdir)
         try:
             await gateway.ready()
@@ -295,7 +338,9 @@ async def part_writes(args: argparse.Namespace, workdir: Path) -> dict[str, Any]
             target = f"{gateway.base}/{endpoint}/a2a"
             async with httpx.AsyncClient(timeout=60) as http:
                 for _ in range(args.write_tasks):
-                    async for _, result in sse_events(http, target, rpc("SendStreamingMessage", user_message(text))):
+                    async for _, result in sse_events(
+                        http, target, rpc("SendStreamingMessage", user_message(text))
+                    ):
                         update = result.get("artifactUpdate")
                         if update and not update.get("lastChunk"):
                             deltas += 1
@@ -405,19 +450,30 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
           f"load {os.getloadavg()[0]:.2f}, Python {sys.version.split()[0]}")
     if "throughput" in results:
         t = results["throughput"]
-        print(f"\nSendMessage (blocking, JSON-RPC 1.0, echo delay 0), {args.concurrency} connections, "
-              f"{args.duration:g}s x {args.runs} runs (medians)")
-        print(f"| {'store':<10} | {'req/s':>7} | {'p50 ms':>7} | {'p99 ms':>7} | {'CPU µs/req':>10} | {'errors':>6} |")
+        print(
+            f"\nSendMessage (blocking, JSON-RPC 1.0, echo delay 0), {args.concurrency} connections, "
+            f"{args.duration:g}s x {args.runs} runs (medians)"
+        )
+        print(
+            f"| {'store':<10} | {'req/s':>7} | {'p50 ms':>7} | {'p99 ms':>7} | {'CPU µs/req':>10} | {'errors':>6} |"
+        )
         print(f"|{'-' * 12}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 12}|{'-' * 8}|")
         for kind, samples in t["samples"].items():
             if not samples:
                 continue
-            med = {k: statistics.median(getattr(s, k) for s in samples) for k in ("rps", "p50_ms", "p99_ms", "cpu_us")}
+            med = {
+                k: statistics.median(getattr(s, k) for s in samples)
+                for k in ("rps", "p50_ms", "p99_ms", "cpu_us")
+            }
             errors = sum(s.errors for s in samples)
-            print(f"| {kind:<10} | {med['rps']:>7.0f} | {med['p50_ms']:>7.2f} | {med['p99_ms']:>7.2f} | "
-                  f"{med['cpu_us']:>10.0f} | {errors:>6} |")
+            print(
+                f"| {kind:<10} | {med['rps']:>7.0f} | {med['p50_ms']:>7.2f} | {med['p99_ms']:>7.2f} | "
+                f"{med['cpu_us']:>10.0f} | {errors:>6} |"
+            )
         if t.get("writes_per_blocking_task") is not None:
-            print(f"PostgreSQL task writes per blocking SendMessage (avg row version): {t['writes_per_blocking_task']:.2f}")
+            print(
+                f"PostgreSQL task writes per blocking SendMessage (avg row version): {t['writes_per_blocking_task']:.2f}"
+            )
     if "writes" in results:
         w = results["writes"]
         print(f"\nTask writes per task ({w['tasks']} tasks each, echo of {args.words} words,"
@@ -427,22 +483,33 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
             print(f"  {mode:<9} {counts['task_writes']:.2f} task writes per task")
     if "latency" in results:
         lat = results["latency"]
-        print(f"\nDelta published on A → received by an SSE client ({args.streams} concurrent stream(s),"
-              f" {args.deltas} deltas every {args.interval * 1000:g} ms, {args.latency_rounds} round(s))")
-        for label, key in (("same replica (A)", "local_ms"), ("other replica (B, NOTIFY)", "remote_ms")):
+        print(
+            f"\nDelta published on A → received by an SSE client ({args.streams} concurrent stream(s),"
+            f" {args.deltas} deltas every {args.interval * 1000:g} ms, {args.latency_rounds} round(s))"
+        )
+        for label, key in (
+            ("same replica (A)", "local_ms"),
+            ("other replica (B, NOTIFY)", "remote_ms"),
+        ):
             values = lat[key]
-            print(f"  {label:<27} n={len(values):<6} p50 {pct(values, 50):7.2f} ms  p90 {pct(values, 90):7.2f} ms"
-                  f"  p99 {pct(values, 99):7.2f} ms  max {max(values, default=float('nan')):7.2f} ms")
+            print(
+                f"  {label:<27} n={len(values):<6} p50 {pct(values, 50):7.2f} ms  p90 {pct(values, 90):7.2f} ms"
+                f"  p99 {pct(values, 99):7.2f} ms  max {max(values, default=float('nan')):7.2f} ms"
+            )
         print(f"  chunks B got in its snapshot (not timed): {lat['remote_in_snapshot']},"
               f" never received: {lat['remote_chunks_missing']}")
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--dsn", default=os.environ.get("A2A_TEST_POSTGRES_DSN"),
                    help="admin DSN of a PostgreSQL server (default: $A2A_TEST_POSTGRES_DSN)")
     p.add_argument("--parts", default="throughput,writes,latency")
-    p.add_argument("--stores", default="memory,sqlite,postgres", help="throughput: stores to compare")
+    p.add_argument(
+        "--stores", default="memory,sqlite,postgres", help="throughput: stores to compare"
+    )
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--duration", type=float, default=8.0)

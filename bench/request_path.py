@@ -76,9 +76,15 @@ class PathRecorder:
 
 
 async def measure(words: int) -> PathRecorder:
-    settings = GatewaySettings(store="memory://", log_level="warning", allow_unauthenticated_endpoints=True)
-    endpoint = Endpoint(id=str(uuid.uuid4()), name="echo", card={"capabilities": {"streaming": True}},
-                        metadata={"module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0.0})
+    settings = GatewaySettings(
+        store="memory://", log_level="warning", allow_unauthenticated_endpoints=True
+    )
+    endpoint = Endpoint(
+        id=str(uuid.uuid4()),
+        name="echo",
+        card={"capabilities": {"streaming": True}},
+        metadata={"module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0.0},
+    )
     app = build_app(settings, endpoints=[endpoint])
     runner = web.AppRunner(app, access_log=None, **server_options(settings))
     await runner.setup()
@@ -102,7 +108,9 @@ async def measure(words: int) -> PathRecorder:
                 response = await http.post(url, json=body(), headers=headers)
             finally:
                 sys.setprofile(None)
-            assert response.status_code == 200 and "TASK_STATE_COMPLETED" in response.text, response.text[:300]
+            assert response.status_code == 200 and "TASK_STATE_COMPLETED" in response.text, (
+                response.text[:300]
+            )
     finally:
         await runner.cleanup()
     return recorder

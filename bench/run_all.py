@@ -53,12 +53,22 @@ def scripts(options: argparse.Namespace) -> list[Script]:
     dynamo = ("--endpoint", options.dynamodb_endpoint) if options.dynamodb_endpoint else ()
     postgres = ("--postgres-dsn", options.postgres_dsn) if options.postgres_dsn else ()
     return [
-        Script("core_send", ("--servers", servers, *postgres, "--runs", "5"),
-               ("--servers", servers, *postgres, "--runs", "3", "--duration", "5")),
+        Script(
+            "core_send",
+            ("--servers", servers, *postgres, "--runs", "5"),
+            ("--servers", servers, *postgres, "--runs", "3", "--duration", "5"),
+        ),
         Script("streaming", ("--runs", "3"), ("--runs", "1")),
-        Script("cold_start", ("--stores", "memory,sqlite", "--runs", "7"),
-               ("--stores", "memory,sqlite", "--runs", "3")),
-        Script("dynamodb_gateway", (*dynamo, "--runs", "3"), (*dynamo, "--runs", "2", "--duration", "5")),
+        Script(
+            "cold_start",
+            ("--stores", "memory,sqlite", "--runs", "7"),
+            ("--stores", "memory,sqlite", "--runs", "3"),
+        ),
+        Script(
+            "dynamodb_gateway",
+            (*dynamo, "--runs", "3"),
+            (*dynamo, "--runs", "2", "--duration", "5"),
+        ),
         Script("idle_streams", (), ("--streams", "2000")),
     ]
 
@@ -69,11 +79,20 @@ def run_script(script: Script, quick: bool, out: Path) -> tuple[Any | None, str]
     if not path.exists():
         return None, "script not in this tree"
     json_path = out / f"{script.name}.json"
-    argv = [sys.executable, str(path), *(script.quick_args if quick else script.args), "--json", str(json_path)]
+    argv = [
+        sys.executable,
+        str(path),
+        *(script.quick_args if quick else script.args),
+        "--json",
+        str(json_path),
+    ]
     print(f"== {script.name}: {' '.join(argv[1:])}", flush=True)
     started = time.monotonic()
     done = subprocess.run(argv, cwd=BENCH_DIR.parent, check=False)
-    print(f"== {script.name}: exit {done.returncode} after {time.monotonic() - started:.0f} s", flush=True)
+    print(
+        f"== {script.name}: exit {done.returncode} after {time.monotonic() - started:.0f} s",
+        flush=True,
+    )
     if done.returncode != 0 or not json_path.exists():
         return None, f"failed (exit {done.returncode})"
     return json.loads(json_path.read_text()), ""
@@ -113,7 +132,10 @@ def cold_start(figures: Figures, store: str, key: str) -> float | None:
 
 
 def import_and_build_ms(figures: Figures) -> float | None:
-    imported, built = cold_start(figures, "sqlite", "import_ms"), cold_start(figures, "sqlite", "build_ms")
+    imported, built = (
+        cold_start(figures, "sqlite", "import_ms"),
+        cold_start(figures, "sqlite", "build_ms"),
+    )
     return imported + built if imported is not None and built is not None else None
 
 
@@ -150,42 +172,119 @@ class Target:
 
 
 TARGETS = [
-    Target("SendMessage, memory:// vs a2a-sdk server (per CPU-s)",
-           lambda f: per_cpu_ratio(f, "gateway-memory", "a2a-sdk"), "×", 15),
-    Target("SendMessage, SQLite vs a2a-sdk server (per CPU-s)",
-           lambda f: per_cpu_ratio(f, "gateway-sqlite", "a2a-sdk"), "×", 10),
-    Target("SendMessage, memory:// vs bare aiohttp (per CPU-s)",
-           lambda f: per_cpu_ratio(f, "gateway-memory", "bare-aiohttp"), "×", 0.3),
-    Target("SendMessage, PostgreSQL vs SQLite (per CPU-s)",
-           lambda f: per_cpu_ratio(f, "gateway-postgres", "gateway-sqlite"), "×", 0.8),
-    Target("DynamoDB (moto): gateway CPU per blocking send",
-           lambda f: (v / 1000 if (v := dynamodb(f, "gateway_cpu_us")) is not None else None), " ms", 2, False),
-    Target("DynamoDB (moto): store calls per blocking send", lambda f: dynamodb(f, "calls"), "", 2, False),
-    Target("added latency per delta, 50 streams, p50", lambda f: streaming(f, "latency-50", "added p50 ms"),
-           " ms", 0.3, False),
-    Target("added latency per delta, 50 streams, p99", lambda f: streaming(f, "latency-50", "added p99 ms"),
-           " ms", 2, False),
-    Target("deltas per CPU-second through the OpenAI-chat bridge, 1 stream",
-           lambda f: deltas_per_core(f, "chat-1"), "", 30_000),
-    Target("deltas per CPU-second through the OpenAI-chat bridge, 100 streams",
-           lambda f: deltas_per_core(f, "chat-100"), "", 30_000),
-    Target("first delta of 100 streams started at once, p50",
-           lambda f: streaming(f, "echo-100", "first delta p50 ms"), " ms", 50, False),
-    Target("a client slower than its stream: the whole text (1 = yes)",
-           lambda f: streaming(f, "slow-client", "whole text"), "", 1),
-    Target("idle open streams: RSS per stream", lambda f: idle(f, "KB per stream"), " KB", 20, False),
-    Target("idle open streams: errors",
-           lambda f: (sum(v) if None not in (v := [idle(f, "open errors"), idle(f, "stream errors")]) else None),
-           "", 0, False),
-    Target("idle open streams: longest keepalive gap (every 5 s)", lambda f: idle(f, "max keepalive gap s"),
-           " s", 5.5, False),
+    Target(
+        "SendMessage, memory:// vs a2a-sdk server (per CPU-s)",
+        lambda f: per_cpu_ratio(f, "gateway-memory", "a2a-sdk"),
+        "×",
+        15,
+    ),
+    Target(
+        "SendMessage, SQLite vs a2a-sdk server (per CPU-s)",
+        lambda f: per_cpu_ratio(f, "gateway-sqlite", "a2a-sdk"),
+        "×",
+        10,
+    ),
+    Target(
+        "SendMessage, memory:// vs bare aiohttp (per CPU-s)",
+        lambda f: per_cpu_ratio(f, "gateway-memory", "bare-aiohttp"),
+        "×",
+        0.3,
+    ),
+    Target(
+        "SendMessage, PostgreSQL vs SQLite (per CPU-s)",
+        lambda f: per_cpu_ratio(f, "gateway-postgres", "gateway-sqlite"),
+        "×",
+        0.8,
+    ),
+    Target(
+        "DynamoDB (moto): gateway CPU per blocking send",
+        lambda f: v / 1000 if (v := dynamodb(f, "gateway_cpu_us")) is not None else None,
+        " ms",
+        2,
+        False,
+    ),
+    Target(
+        "DynamoDB (moto): store calls per blocking send",
+        lambda f: dynamodb(f, "calls"),
+        "",
+        2,
+        False,
+    ),
+    Target(
+        "added latency per delta, 50 streams, p50",
+        lambda f: streaming(f, "latency-50", "added p50 ms"),
+        " ms",
+        0.3,
+        False,
+    ),
+    Target(
+        "added latency per delta, 50 streams, p99",
+        lambda f: streaming(f, "latency-50", "added p99 ms"),
+        " ms",
+        2,
+        False,
+    ),
+    Target(
+        "deltas per CPU-second through the OpenAI-chat bridge, 1 stream",
+        lambda f: deltas_per_core(f, "chat-1"),
+        "",
+        30_000,
+    ),
+    Target(
+        "deltas per CPU-second through the OpenAI-chat bridge, 100 streams",
+        lambda f: deltas_per_core(f, "chat-100"),
+        "",
+        30_000,
+    ),
+    Target(
+        "first delta of 100 streams started at once, p50",
+        lambda f: streaming(f, "echo-100", "first delta p50 ms"),
+        " ms",
+        50,
+        False,
+    ),
+    Target(
+        "a client slower than its stream: the whole text (1 = yes)",
+        lambda f: streaming(f, "slow-client", "whole text"),
+        "",
+        1,
+    ),
+    Target(
+        "idle open streams: RSS per stream", lambda f: idle(f, "KB per stream"), " KB", 20, False
+    ),
+    Target(
+        "idle open streams: errors",
+        lambda f: (
+            sum(v)
+            if None not in (v := [idle(f, "open errors"), idle(f, "stream errors")])
+            else None
+        ),
+        "",
+        0,
+        False,
+    ),
+    Target(
+        "idle open streams: longest keepalive gap (every 5 s)",
+        lambda f: idle(f, "max keepalive gap s"),
+        " s",
+        5.5,
+        False,
+    ),
     Target("import + build_app CPU (SQLite)", import_and_build_ms, " ms", 150, False),
-    Target("RSS of an idle gateway (SQLite)", lambda f: cold_start(f, "sqlite", "rss_mb"), " MB", 50, False),
+    Target(
+        "RSS of an idle gateway (SQLite)",
+        lambda f: cold_start(f, "sqlite", "rss_mb"),
+        " MB",
+        50,
+        False,
+    ),
 ]
 
 
 def summary(figures: Figures, skipped: dict[str, str], options: argparse.Namespace) -> str:
-    machine = next((f["machine"] for f in figures.values() if isinstance(f, dict) and f.get("machine")), "")
+    machine = next(
+        (f["machine"] for f in figures.values() if isinstance(f, dict) and f.get("machine")), ""
+    )
     lines = [
         f"Summary of `python bench/run_all.py{' --quick' if options.quick else ''}`, "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit `{git_commit()}`. Machine: {machine or 'unknown'}.",
@@ -195,13 +294,21 @@ def summary(figures: Figures, skipped: dict[str, str], options: argparse.Namespa
         *("| " + " | ".join(Target.row(t, figures)) + " |" for t in TARGETS),
     ]
     if skipped:
-        lines += ["", "Not run: " + "; ".join(f"`{name}`: {why}" for name, why in skipped.items()) + "."]
+        lines += [
+            "",
+            "Not run: " + "; ".join(f"`{name}`: {why}" for name, why in skipped.items()) + ".",
+        ]
     return "\n".join(lines)
 
 
 def git_commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=BENCH_DIR, capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=BENCH_DIR,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=BENCH_DIR,
                            capture_output=True, text=True, check=False).stdout.strip()
     return (done.stdout.strip() or "unknown") + ("+changes" if dirty else "")
@@ -220,12 +327,16 @@ def write_readme(text: str) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="fewer and shorter runs")
     p.add_argument("--only", help="comma list of scripts to run (default: all)")
     p.add_argument("--postgres-dsn", default=os.environ.get("A2A_TEST_POSTGRES_DSN"))
     p.add_argument("--dynamodb-endpoint", default=os.environ.get("A2A_TEST_DYNAMODB_ENDPOINT"))
-    p.add_argument("--write", action="store_true", help="replace the summary block of bench/README.md")
+    p.add_argument(
+        "--write", action="store_true", help="replace the summary block of bench/README.md"
+    )
     p.add_argument("--json", help="also write every script's raw figures to this file")
     options = p.parse_args()
     wanted = {n.strip() for n in options.only.split(",")} if options.only else None

@@ -46,12 +46,23 @@ def serve(port: int) -> None:
     app = gateway_app.build_app(settings)
 
     async def add_endpoint(app: web.Application) -> None:
-        await app[GATEWAY].store.create_endpoint(Endpoint(
-            id=ENDPOINT_ID, name="echo", metadata={
-                "module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0, "public": True}))
+        await app[GATEWAY].store.create_endpoint(
+            Endpoint(
+                id=ENDPOINT_ID,
+                name="echo",
+                metadata={
+                    "module_name": "handlers.echo",
+                    "class_name": "EchoHandler",
+                    "delay": 0,
+                    "public": True,
+                },
+            )
+        )
 
     app.on_startup.append(add_endpoint)
-    options = getattr(gateway_app, "server_options", lambda _: {})(settings)  # older checkouts lack it
+    options = getattr(gateway_app, "server_options", lambda _: {})(
+        settings
+    )  # older checkouts lack it
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None, **options)
 
 
@@ -65,8 +76,10 @@ def rss_mb(pid: int) -> float:
 async def upload(port: int, size: int, hold: float) -> str:
     """Send ``size`` body bytes (as far as the gateway reads them), then stall; the answer."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    head = (f"POST /{ENDPOINT_ID}/a2a HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            "A2A-Version: 1.0\r\nTransfer-Encoding: chunked\r\n\r\n")
+    head = (
+        f"POST /{ENDPOINT_ID}/a2a HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        "A2A-Version: 1.0\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
     writer.write(head.encode())
     chunk = f"{CHUNK:x}\r\n".encode() + b" " * CHUNK + b"\r\n"
     deadline = time.monotonic() + hold
@@ -92,14 +105,18 @@ async def upload(port: int, size: int, hold: float) -> str:
 async def measure(args: argparse.Namespace, port: int, pid: int) -> None:
     idle = rss_mb(pid)
     peak = idle
-    uploads = [asyncio.create_task(upload(port, args.bytes, args.hold)) for _ in range(args.uploads)]
+    uploads = [
+        asyncio.create_task(upload(port, args.bytes, args.hold)) for _ in range(args.uploads)
+    ]
     while not all(u.done() for u in uploads):
         peak = max(peak, rss_mb(pid))
         await asyncio.sleep(0.5)
     answers = Counter(u.result() for u in uploads)
     await asyncio.sleep(3)
     after = rss_mb(pid)
-    print(f"uploads          {args.uploads} x up to {args.bytes / 2**20:.1f} MiB, held {args.hold:g} s")
+    print(
+        f"uploads          {args.uploads} x up to {args.bytes / 2**20:.1f} MiB, held {args.hold:g} s"
+    )
     print(f"rss idle         {idle:.0f} MB")
     print(f"rss peak         {peak:.0f} MB")
     print(f"rss after close  {after:.0f} MB")
@@ -107,11 +124,17 @@ async def measure(args: argparse.Namespace, port: int, pid: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--uploads", type=int, default=300)
-    parser.add_argument("--bytes", type=int, default=4 * 2**20 - 2 * CHUNK, help="body bytes per upload")
+    parser.add_argument(
+        "--bytes", type=int, default=4 * 2**20 - 2 * CHUNK, help="body bytes per upload"
+    )
     parser.add_argument("--hold", type=float, default=40.0, help="seconds the uploads stay open")
-    parser.add_argument("--source", type=Path, default=ROOT, help="checkout to serve the gateway from")
+    parser.add_argument(
+        "--source", type=Path, default=ROOT, help="checkout to serve the gateway from"
+    )
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the child's port
     args = parser.parse_args()
     if args.serve:

@@ -65,7 +65,13 @@ def cpu_time(pid: int) -> float:
     """CPU seconds of all threads of ``pid`` so far, to the nanosecond where Linux tells
     (``/proc/<pid>/task/*/schedstat``); else from clock ticks."""
     try:
-        return sum(int(Path(t, "schedstat").read_text().split()[0]) for t in Path(f"/proc/{pid}/task").iterdir()) / 1e9
+        return (
+            sum(
+                int(Path(t, "schedstat").read_text().split()[0])
+                for t in Path(f"/proc/{pid}/task").iterdir()
+            )
+            / 1e9
+        )
     except (OSError, ValueError):
         return cpu_seconds(pid)
 
@@ -180,7 +186,13 @@ def runqueue_wait(pid: int) -> float:
     """Seconds the threads of ``pid`` spent runnable but waiting for a CPU (schedstat's
     second field): how much the machine, not the gateway, delayed it."""
     try:
-        return sum(int(Path(t, "schedstat").read_text().split()[1]) for t in Path(f"/proc/{pid}/task").iterdir()) / 1e9
+        return (
+            sum(
+                int(Path(t, "schedstat").read_text().split()[1])
+                for t in Path(f"/proc/{pid}/task").iterdir()
+            )
+            / 1e9
+        )
     except (OSError, ValueError, IndexError):
         return float("nan")
 
@@ -189,7 +201,12 @@ async def _timed(pid: int, work: Callable[[], Awaitable[list[StreamRead]]],
                  into: dict[str, float]) -> tuple[list[StreamRead], float, float]:
     """``work``'s reads, wall seconds and gateway CPU seconds; ``into`` gets the gateway's
     run-queue wait and this client's CPU, as shares of the wall time."""
-    cpu, wall, waited, own = cpu_time(pid), time.monotonic(), runqueue_wait(pid), time.process_time()
+    cpu, wall, waited, own = (
+        cpu_time(pid),
+        time.monotonic(),
+        runqueue_wait(pid),
+        time.process_time(),
+    )
     reads = await work()
     elapsed = time.monotonic() - wall
     into["gateway runq wait %"] = (runqueue_wait(pid) - waited) / elapsed * 100
@@ -204,19 +221,33 @@ def _throughput(reads: list[StreamRead], wall: float, cpu: float) -> dict[str, f
             "deltas per event": deltas / max(sum(r.chunks for r in reads), 1), "errors": errors}
 
 
-async def _one_after_another(times: int, stream: Callable[[], Awaitable[StreamRead]]) -> list[StreamRead]:
+async def _one_after_another(
+    times: int, stream: Callable[[], Awaitable[StreamRead]]
+) -> list[StreamRead]:
     return [await stream() for _ in range(times)]
 
 
-async def echo(http: aiohttp.ClientSession, gw: Gateway, streams: int, words: int, repeat: int = 1) -> Measured:
+async def echo(
+    http: aiohttp.ClientSession, gw: Gateway, streams: int, words: int, repeat: int = 1
+) -> Measured:
     text = " ".join(f"w{i}" for i in range(words))
     await gateway_stream(http, gw.base, ECHO, "warm up")
     machine: dict[str, float] = {}
-    reads, wall, cpu = await _timed(gw.pid, lambda: _one_after_another(repeat, lambda: asyncio.gather(
-        *(gateway_stream(http, gw.base, ECHO, text) for _ in range(streams)))), machine)
+    reads, wall, cpu = await _timed(
+        gw.pid,
+        lambda: _one_after_another(
+            repeat,
+            lambda: asyncio.gather(
+                *(gateway_stream(http, gw.base, ECHO, text) for _ in range(streams))
+            ),
+        ),
+        machine,
+    )
     reads = [r for group in reads for r in group]
     figures = _throughput(reads, wall, cpu)
-    figures["first delta p50 ms"] = _pct([r.first_delta_s * 1000 for r in reads if r.first_delta_s], 0.5)
+    figures["first delta p50 ms"] = _pct(
+        [r.first_delta_s * 1000 for r in reads if r.first_delta_s], 0.5
+    )
     return Measured(figures | machine)
 
 
@@ -225,13 +256,27 @@ async def bridge(http: aiohttp.ClientSession, gw: Gateway, endpoint: str, deltas
     """``repeat`` rounds of ``streams`` backend bursts of ``deltas`` each, at once."""
     await gateway_stream(http, gw.base, endpoint, "deltas=5 warm up", stamped=True)
     machine: dict[str, float] = {}
-    rounds, wall, cpu = await _timed(gw.pid, lambda: _one_after_another(repeat, lambda: asyncio.gather(*(
-        gateway_stream(http, gw.base, endpoint, f"deltas={deltas} pace_ms=0", stamped=True)
-        for _ in range(streams)))), machine)
+    rounds, wall, cpu = await _timed(
+        gw.pid,
+        lambda: _one_after_another(
+            repeat,
+            lambda: asyncio.gather(
+                *(
+                    gateway_stream(
+                        http, gw.base, endpoint, f"deltas={deltas} pace_ms=0", stamped=True
+                    )
+                    for _ in range(streams)
+                )
+            ),
+        ),
+        machine,
+    )
     return Measured(_throughput([r for group in rounds for r in group], wall, cpu) | machine)
 
 
-async def latency(http: aiohttp.ClientSession, gw: Gateway, backend: str, streams: int, deltas: int) -> Measured:
+async def latency(
+    http: aiohttp.ClientSession, gw: Gateway, backend: str, streams: int, deltas: int
+) -> Measured:
     ask = f"deltas={deltas} pace_ms=10"
     await gateway_stream(http, gw.base, CHAT, "deltas=5 warm up", stamped=True)
     direct = await asyncio.gather(*(direct_stream(http, backend, ask) for _ in range(streams)))
@@ -255,7 +300,13 @@ async def slow_client(http: aiohttp.ClientSession, gw: Gateway) -> Measured:
     text = " ".join(f"w{i}" for i in range(words))
     read = await gateway_stream(http, gw.base, ECHO, text, pause_after_first=1.0)
     whole = read.text == f"echo: {text}"
-    note = "whole text, no error" if whole and not read.error else f"error: {read.error}" if read.error else "text incomplete"
+    note = (
+        "whole text, no error"
+        if whole and not read.error
+        else f"error: {read.error}"
+        if read.error
+        else "text incomplete"
+    )
     return Measured({"whole text": float(whole), "errors": float(bool(read.error))}, note)
 
 
@@ -302,15 +353,33 @@ def start_gateway(name: str, source: Path, workdir: Path, backend: str, cpu: int
                   extra_env: dict[str, str]) -> Gateway:
     port = free_port()
     endpoints = workdir / f"endpoints-{name}.yaml"
-    endpoints.write_text(ENDPOINTS_FILE.format(echo=ECHO, chat=CHAT, hermes=HERMES, backend=backend))
+    endpoints.write_text(
+        ENDPOINTS_FILE.format(echo=ECHO, chat=CHAT, hermes=HERMES, backend=backend)
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
     env.update({"PYTHONPATH": str(source), "A2A_GATEWAY_LOG_LEVEL": "warning",
                 "A2A_GATEWAY_STORE": f"sqlite:///{workdir / f'{name}-{port}.db'}", **extra_env})
     log = workdir / f"gateway-{name}-{port}.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(pinned(cpu, [sys.executable, "-m", "a2a_gateway", "serve", "--port", str(port),
-                                             "--endpoints", str(endpoints)]),
-                                cwd=source, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            pinned(
+                cpu,
+                [
+                    sys.executable,
+                    "-m",
+                    "a2a_gateway",
+                    "serve",
+                    "--port",
+                    str(port),
+                    "--endpoints",
+                    str(endpoints),
+                ],
+            ),
+            cwd=source,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     line = _wait_listening(proc, log, r"listening on http://\S+[^\n]*", time.monotonic() + 60)
     loop = line.rsplit("event loop ", 1)[1].strip() if "event loop " in line else "asyncio"
     return Gateway(name, proc, f"http://127.0.0.1:{port}", loop)
@@ -329,8 +398,19 @@ def start_backend(workdir: Path, cpu: int | None) -> tuple[subprocess.Popen[byte
     port = free_port()
     log = workdir / "backend.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(pinned(cpu, [sys.executable, str(BENCH_DIR / "servers" / "stream_backend.py"),
-                                             "--port", str(port)]), stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            pinned(
+                cpu,
+                [
+                    sys.executable,
+                    str(BENCH_DIR / "servers" / "stream_backend.py"),
+                    "--port",
+                    str(port),
+                ],
+            ),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     _wait_listening(proc, log, r"bench-server stream-backend", time.monotonic() + 30)
     time.sleep(0.3)
     return proc, f"http://127.0.0.1:{port}"
@@ -338,12 +418,17 @@ def start_backend(workdir: Path, cpu: int | None) -> tuple[subprocess.Popen[byte
 
 def snapshot(ref: str, workdir: Path) -> tuple[Path, str]:
     """The gateway as committed at ``ref`` (a git archive of its packages)."""
-    commit = subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, capture_output=True, text=True,
-                            check=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", ref], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     target = workdir / f"source-{commit}"
     target.mkdir()
-    archive = subprocess.run(["git", "archive", ref, "a2a_gateway", "handlers", "migrations"], cwd=ROOT,
-                             capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "archive", ref, "a2a_gateway", "handlers", "migrations"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
     return target, f"{ref} ({commit})"
 
@@ -351,12 +436,20 @@ def snapshot(ref: str, workdir: Path) -> tuple[Path, str]:
 # the run -------------------------------------------------------------------------------------
 
 
-async def one_round(sources: dict[str, tuple[Path, dict[str, str]]], names: list[str], backend: str, workdir: Path,
-                    args: argparse.Namespace, results: dict[tuple[str, str], list[Measured]],
-                    loops: dict[str, str]) -> None:
+async def one_round(
+    sources: dict[str, tuple[Path, dict[str, str]]],
+    names: list[str],
+    backend: str,
+    workdir: Path,
+    args: argparse.Namespace,
+    results: dict[tuple[str, str], list[Measured]],
+    loops: dict[str, str],
+) -> None:
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=300)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=1 << 24) as http:
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, read_bufsize=1 << 24
+    ) as http:
         for scenario in names:
             for label, (source, extra_env) in sources.items():
                 gw = start_gateway(label, source, workdir, backend, args.server_cpu, extra_env)
@@ -367,7 +460,10 @@ async def one_round(sources: dict[str, tuple[Path, dict[str, str]]], names: list
                     stop(gw.proc)
                 results.setdefault((scenario, label), []).append(measured)
                 shown = ", ".join(f"{k} {v:.2f}" for k, v in measured.figures.items())
-                print(f"  {scenario:<11} {label:<10} {shown} {measured.note}  (load {loadavg():.2f})", flush=True)
+                print(
+                    f"  {scenario:<11} {label:<10} {shown} {measured.note}  (load {loadavg():.2f})",
+                    flush=True,
+                )
 
 
 def print_table(results: dict[tuple[str, str], list[Measured]], labels: list[str], names: list[str],
@@ -378,28 +474,54 @@ def print_table(results: dict[tuple[str, str], list[Measured]], labels: list[str
     for label in labels:
         print(f"  {label}: {described[label]}, event loop {loops.get(label, '?')}")
     print()
-    print(f"| {'scenario':<11} | {'figure':<20} | " + " | ".join(f"{label:>12}" for label in labels) + " |")
+    print(
+        f"| {'scenario':<11} | {'figure':<20} | "
+        + " | ".join(f"{label:>12}" for label in labels)
+        + " |"
+    )
     print(f"|{'-' * 13}|{'-' * 22}|" + "|".join("-" * 14 for _ in labels) + "|")
     for scenario in names:
         keys = list(results[(scenario, labels[0])][0].figures)
         for key in keys:
             cells = []
             for label in labels:
-                values = [m.figures[key] for m in results.get((scenario, label), []) if key in m.figures]
+                values = [
+                    m.figures[key] for m in results.get((scenario, label), []) if key in m.figures
+                ]
                 cells.append(f"{statistics.median(values):>12.2f}" if values else f"{'-':>12}")
             print(f"| {scenario:<11} | {key:<20} | " + " | ".join(cells) + " |")
-        notes = {label: "; ".join(sorted({m.note for m in results.get((scenario, label), []) if m.note}))
-                 for label in labels}
+        notes = {
+            label: "; ".join(sorted({m.note for m in results.get((scenario, label), []) if m.note}))
+            for label in labels
+        }
         if any(notes.values()):
-            print(f"| {scenario:<11} | {'result':<20} | " + " | ".join(f"{notes[label]:>12}" for label in labels) + " |")
+            print(
+                f"| {scenario:<11} | {'result':<20} | "
+                + " | ".join(f"{notes[label]:>12}" for label in labels)
+                + " |"
+            )
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma list of: {', '.join(SCENARIOS)}")
-    p.add_argument("--compare", action="append", default=[], help="also run the gateway as committed at this ref")
-    p.add_argument("--variant", action="append", default=[], metavar="LABEL:NAME=VALUE",
-                   help="also run the working tree with a setting, e.g. asyncio:A2A_GATEWAY_EVENT_LOOP=asyncio")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--scenarios", default=",".join(SCENARIOS), help=f"comma list of: {', '.join(SCENARIOS)}"
+    )
+    p.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        help="also run the gateway as committed at this ref",
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL:NAME=VALUE",
+        help="also run the working tree with a setting, e.g. asyncio:A2A_GATEWAY_EVENT_LOOP=asyncio",
+    )
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--client-cpu", type=int, default=1)
@@ -418,7 +540,10 @@ def main() -> None:
         for variant in args.variant:
             label, _, setting = variant.partition(":")
             name, _, value = setting.partition("=")
-            sources[label], described[label] = (ROOT, {name: value}), f"working tree, {name}={value}"
+            sources[label], described[label] = (
+                (ROOT, {name: value}),
+                f"working tree, {name}={value}",
+            )
         for ref in args.compare:
             path, text = snapshot(ref, workdir)
             label = ref if len(ref) <= 12 else text.split("(")[-1].rstrip(")")
@@ -434,10 +559,20 @@ def main() -> None:
             stop(backend_proc)
     print_table(results, list(sources), names, described, loops, args)
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "date": datetime.now(UTC).isoformat(), "machine": machine_note(args), "sources": described,
-            "results": {f"{s}|{label}": [m.figures | {"note": m.note} for m in ms] for (s, label), ms in results.items()},
-        }, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "date": datetime.now(UTC).isoformat(),
+                    "machine": machine_note(args),
+                    "sources": described,
+                    "results": {
+                        f"{s}|{label}": [m.figures | {"note": m.note} for m in ms]
+                        for (s, label), ms in results.items()
+                    },
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -201,7 +201,9 @@ class OutboundAuth(httpx.Auth):
             token = body["access_token"]
             lifetime = float(body.get("expires_in") or 3600)
         except (ValueError, KeyError, TypeError):
-            raise OutboundAuthError("the OAuth2 token endpoint answered without an access_token") from None
+            raise OutboundAuthError(
+                "the OAuth2 token endpoint answered without an access_token"
+            ) from None
         if not isinstance(token, str) or not token:
             raise OutboundAuthError("the OAuth2 token endpoint answered without an access_token")
         return token, time.monotonic() + max(0.0, lifetime - self.EXPIRY_MARGIN_SECONDS)
@@ -326,7 +328,9 @@ class RemoteTaskMapper:
         self.context_id = context_id
         return [SessionUpdate({CONTEXT_KEY: context_id})]
 
-    def _artifact(self, artifact: Artifact, *, append: bool, last_chunk: bool) -> list[HandlerEvent]:
+    def _artifact(
+        self, artifact: Artifact, *, append: bool, last_chunk: bool
+    ) -> list[HandlerEvent]:
         whole = self._artifacts.get(artifact.artifact_id)
         if append and whole is not None:
             merged = Artifact.FromString(whole)
@@ -334,9 +338,16 @@ class RemoteTaskMapper:
             self._artifacts[artifact.artifact_id] = merged.SerializeToString()
         else:
             self._artifacts[artifact.artifact_id] = artifact.SerializeToString()
-        return [ArtifactDelta(artifact.artifact_id, list(artifact.parts), name=artifact.name,
-                              append=append, last_chunk=last_chunk,
-                              metadata=MessageToDict(artifact.metadata) if artifact.metadata else {})]
+        return [
+            ArtifactDelta(
+                artifact.artifact_id,
+                list(artifact.parts),
+                name=artifact.name,
+                append=append,
+                last_chunk=last_chunk,
+                metadata=MessageToDict(artifact.metadata) if artifact.metadata else {},
+            )
+        ]
 
     def _on_status(self, status: TaskStatus) -> list[HandlerEvent]:
         seen = status.SerializeToString()
@@ -351,9 +362,15 @@ class RemoteTaskMapper:
             parts = list(status.message.parts) if not self._artifacts else None
             return [Completed(parts=parts or None)]
         if state == TaskState.TASK_STATE_INPUT_REQUIRED:
-            return [InputRequired(text or "The remote agent asks for more input.", status_data(status))]
+            return [
+                InputRequired(text or "The remote agent asks for more input.", status_data(status))
+            ]
         if state == TaskState.TASK_STATE_AUTH_REQUIRED:
-            return [AuthRequired(text or "The remote agent asks for authorization.", status_data(status))]
+            return [
+                AuthRequired(
+                    text or "The remote agent asks for authorization.", status_data(status)
+                )
+            ]
         if state == TaskState.TASK_STATE_FAILED:
             return [Failed(f"{BACKEND} failed: {clip(text)}" if text else f"{BACKEND} failed")]
         if state == TaskState.TASK_STATE_REJECTED:
@@ -419,9 +436,14 @@ class A2ARemoteHandler(Handler):
         send = SendMessageRequest(message=message)
         # a remote without streaming answers at once with its task, which is then polled
         send.configuration.return_immediately = not streams
-        async with contextlib.aclosing(self._follow(
-                request, mapper, deadline,
-                lambda client: client.send_message(send, context=self._context(request)))) as events:
+        async with contextlib.aclosing(
+            self._follow(
+                request,
+                mapper,
+                deadline,
+                lambda client: client.send_message(send, context=self._context(request)),
+            )
+        ) as events:
             async for event in events:
                 # a Message answer (no remote task) is answered as the response mode asks
                 yield self.answer(event) if mapper.task_id is None else event
@@ -547,7 +569,9 @@ class A2ARemoteHandler(Handler):
         finally:
             self._followed.discard(mapper.task_id)
 
-    async def _abandon(self, request: HandlerRequest, mapper: RemoteTaskMapper, reason: str) -> Failed:
+    async def _abandon(
+        self, request: HandlerRequest, mapper: RemoteTaskMapper, reason: str
+    ) -> Failed:
         """Cancel a remote task the bridge gives up on (best effort) and fail the gateway's."""
         if mapper.task_id:
             with contextlib.suppress(Exception):
@@ -588,7 +612,9 @@ class A2ARemoteHandler(Handler):
         try:
             return parse_agent_card(response.json())
         except (ValueError, ParseError):
-            raise UpstreamError(f"{BACKEND}'s card at {shown_url(url)} is not a valid agent card") from None
+            raise UpstreamError(
+                f"{BACKEND}'s card at {shown_url(url)} is not a valid agent card"
+            ) from None
 
     def _redacted(self, event: HandlerEvent) -> HandlerEvent:
         """The remote's own reasons may echo a credential it was sent."""
@@ -605,7 +631,9 @@ class A2ARemoteHandler(Handler):
 
     async def _streams(self) -> bool:
         await self._remote()
-        return bool(self.settings.remote_streaming and self._card and self._card.capabilities.streaming)
+        return bool(
+            self.settings.remote_streaming and self._card and self._card.capabilities.streaming
+        )
 
     # -- what is sent --------------------------------------------------------------
 

@@ -193,8 +193,11 @@ def paused(run: AgnoRun, tools: list[dict[str, Any]]) -> HandlerEvent:
         return Failed(f"{RUN} paused for something this bridge cannot answer (user input, an "
                       "external tool's result or an admin approval); only confirmations are "
                       "supported")
-    prompt = "\n".join(f"Confirm the tool call {call_text(t.get('tool_name'), t.get('tool_args'))}? "
-                       "Answer yes or no." for t in waiting)
+    prompt = "\n".join(
+        f"Confirm the tool call {call_text(t.get('tool_name'), t.get('tool_args'))}? "
+        "Answer yes or no."
+        for t in waiting
+    )
     return InputRequired(prompt, {
         "run_id": run.run_id, "choices": CHOICES,
         "tools": [{k: t.get(k) for k in ("tool_call_id", "tool_name", "tool_args")}

@@ -185,7 +185,9 @@ def text_part(text: str) -> Part:
     return Part(text=text)
 
 
-def file_part(media_type: str, *, data: bytes | None = None, uri: str | None = None, name: str = "") -> Part:
+def file_part(
+    media_type: str, *, data: bytes | None = None, uri: str | None = None, name: str = ""
+) -> Part:
     """A file part: inline ``data`` or a ``uri``."""
     if (data is None) == (uri is None):
         raise ValueError("a file part has either data or a uri")

@@ -172,7 +172,9 @@ class HermesAgentHandler(RunBridge[HermesRun]):
                                     "hour ago or Hermes restarted)") from None
             run.failing_since = run.failing_since or time.monotonic()
             if time.monotonic() - run.failing_since > max(self.settings.hermes_timeout, 30.0):
-                raise UpstreamError(f"lost track of Hermes run {run.run_id}: {exc.reason}") from None
+                raise UpstreamError(
+                    f"lost track of Hermes run {run.run_id}: {exc.reason}"
+                ) from None
             return []
         run.failing_since = None
         seen = (state.get("status"), state.get("last_event"))

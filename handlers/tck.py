@@ -57,7 +57,9 @@ class TckHandler(Handler):
                     yield event
                 return
         if self.settings.keep_unmatched_open:
-            yield InputRequired(f"Unhandled messageId prefix: {message_id}; send more input or cancel")
+            yield InputRequired(
+                f"Unhandled messageId prefix: {message_id}; send more input or cancel"
+            )
         elif request.pending_input is not None:
             yield Completed(text=f"Input received: {request.text}")
         else:
@@ -74,7 +76,13 @@ class TckHandler(Handler):
 
     async def _artifact_file_url(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
         yield Completed(
-            parts=[Part(url="https://example.com/output.txt", filename="output.txt", media_type="text/plain")]
+            parts=[
+                Part(
+                    url="https://example.com/output.txt",
+                    filename="output.txt",
+                    media_type="text/plain",
+                )
+            ]
         )
 
     async def _artifact_data(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
@@ -94,7 +102,9 @@ class TckHandler(Handler):
 
     async def _stream_file(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
         yield Progress("working")
-        yield Completed(parts=[Part(raw=b"streamed file", filename="output.txt", media_type="text/plain")])
+        yield Completed(
+            parts=[Part(raw=b"streamed file", filename="output.txt", media_type="text/plain")]
+        )
 
     async def _stream_chunked(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
         yield Progress("working")

@@ -75,7 +75,9 @@ class ApiKeyVerifier:
         if key_id is None:
             return None
         row = await self._row(key_id)
-        if row is None or not hmac.compare_digest(row.key_hash, hash_key(self._hash_secret, presented)):
+        if row is None or not hmac.compare_digest(
+            row.key_hash, hash_key(self._hash_secret, presented)
+        ):
             return None
         if row.endpoint_id != endpoint_id or row.revoked_at is not None:
             return None

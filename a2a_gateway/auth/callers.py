@@ -41,7 +41,9 @@ class Caller(User):
     """An authenticated caller; ``user_name`` is the principal its tasks belong to, and
     ``tenant`` (from a token claim) narrows them further when set."""
 
-    def __init__(self, principal: str, tenant: str | None = None, claims: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, principal: str, tenant: str | None = None, claims: Mapping[str, Any] | None = None
+    ) -> None:
         self._principal = principal
         self.tenant = tenant
         self.claims = claims or {}
@@ -127,7 +129,9 @@ def needed(auth: EndpointAuth) -> str:
     """What a caller of the endpoint may send, in words."""
     ways = []
     if auth.api_key_header:
-        ways.append(f"an API key (in the {auth.api_key_header} header or as Authorization: Bearer <key>)")
+        ways.append(
+            f"an API key (in the {auth.api_key_header} header or as Authorization: Bearer <key>)"
+        )
     if auth.jwt:
         ways.append(f"a JWT from {auth.jwt.issuer} (as Authorization: Bearer <token>)")
     if auth.trusted_header:
@@ -142,11 +146,18 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
     return None
 
 
-def build_authenticator(settings: GatewaySettings, store: Store, http: httpx.AsyncClient) -> Authenticator:
+def build_authenticator(
+    settings: GatewaySettings, store: Store, http: httpx.AsyncClient
+) -> Authenticator:
     keys = ApiKeyVerifier(store, settings.api_key_secret.get_secret_value().encode(),
                           settings.api_key_cache_seconds)
     jwks = JwksCache(
-        http, cache_seconds=settings.jwks_cache_seconds, refresh_seconds=settings.jwks_refresh_seconds,
-        timeout_seconds=settings.jwks_timeout_seconds, max_bytes=settings.jwks_max_bytes,
+        http,
+        cache_seconds=settings.jwks_cache_seconds,
+        refresh_seconds=settings.jwks_refresh_seconds,
+        timeout_seconds=settings.jwks_timeout_seconds,
+        max_bytes=settings.jwks_max_bytes,
     )
-    return Authenticator(keys, JwtVerifier(jwks, settings.jwt_leeway_seconds), networks(settings.trusted_proxies))
+    return Authenticator(
+        keys, JwtVerifier(jwks, settings.jwt_leeway_seconds), networks(settings.trusted_proxies)
+    )

@@ -69,7 +69,9 @@ class JwtDeclaration(_Declaration):
             return value
         parts = urlsplit(value)
         local = parts.hostname in ("localhost", "127.0.0.1", "::1")
-        if not parts.hostname or not (parts.scheme == "https" or (parts.scheme == "http" and local)):
+        if not parts.hostname or not (
+            parts.scheme == "https" or (parts.scheme == "http" and local)
+        ):
             raise ValueError("must be an https:// URL (http:// only on localhost)")
         return value
 
@@ -164,7 +166,11 @@ class EndpointAuthView:
 
 
 def endpoint_auth(
-    metadata: dict[str, Any], *, default_header: str, allow_anonymous: bool, resolve_env: bool = True
+    metadata: dict[str, Any],
+    *,
+    default_header: str,
+    allow_anonymous: bool,
+    resolve_env: bool = True,
 ) -> EndpointAuth:
     """The row's schemes; ``EndpointMisconfiguredError`` with a one-line problem. With
     ``resolve_env`` False (a check away from the gateway), a key in an unset ``env:`` variable
@@ -177,7 +183,9 @@ def endpoint_auth(
     jwt = declaration.jwt
     return EndpointAuth(
         anonymous=anonymous,
-        api_key_header=(declaration.api_key.header or default_header) if declaration.api_key else None,
+        api_key_header=(declaration.api_key.header or default_header)
+        if declaration.api_key
+        else None,
         jwt=_jwt_config(jwt, resolve_env) if jwt else None,
         trusted_header=declaration.trusted_header.header if declaration.trusted_header else None,
         declared=True,

@@ -81,13 +81,17 @@ class JwksCache:
 
     async def _download(self, url: str) -> object:
         body = bytearray()
-        async with self._http.stream("GET", url, timeout=self._timeout, follow_redirects=False) as response:
+        async with self._http.stream(
+            "GET", url, timeout=self._timeout, follow_redirects=False
+        ) as response:
             if response.status_code != 200:
                 raise ValueError(f"HTTP {response.status_code}")
             async for chunk in response.aiter_bytes():
                 body += chunk
                 if len(body) > self._max_bytes:
-                    raise ValueError(f"the JWKS is larger than {self._max_bytes} bytes (jwks_max_bytes)")
+                    raise ValueError(
+                        f"the JWKS is larger than {self._max_bytes} bytes (jwks_max_bytes)"
+                    )
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError:

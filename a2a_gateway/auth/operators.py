@@ -79,7 +79,9 @@ class OperatorKeys:
     """The digests of the gateway operator keys."""
 
     def __init__(self, configured: Sequence[SecretStr]) -> None:
-        self._digests = [_digest_of(i, entry.get_secret_value()) for i, entry in enumerate(configured)]
+        self._digests = [
+            _digest_of(i, entry.get_secret_value()) for i, entry in enumerate(configured)
+        ]
 
     def __repr__(self) -> str:
         return f"OperatorKeys({len(self._digests)} keys)"
@@ -93,7 +95,9 @@ class OperatorKeys:
     def ref_of(self, presented: str) -> str | None:
         """The reference of the configured key ``presented`` is (None: it is none): what a
         console session names, so that removing the key ends its sessions too."""
-        digest = hashlib.sha256(presented.encode(errors="surrogateescape")).digest()  # header bytes as sent
+        digest = hashlib.sha256(
+            presented.encode(errors="surrogateescape")
+        ).digest()  # header bytes as sent
         found = None
         for known in self._digests:
             if hmac.compare_digest(digest, known):  # every entry compared, in constant time
@@ -116,16 +120,25 @@ def _digest_of(index: int, entry: str) -> bytes:
         except ValueError:
             digest = b""
         if len(digest) != 32:
-            raise OperatorKeyError(f"operator_keys entry {index}: sha256: must be followed by 64 hex digits")
+            raise OperatorKeyError(
+                f"operator_keys entry {index}: sha256: must be followed by 64 hex digits"
+            )
         return digest
     if len(entry) < 16:
-        raise OperatorKeyError(f"operator_keys entry {index}: a key must have at least 16 characters")
+        raise OperatorKeyError(
+            f"operator_keys entry {index}: a key must have at least 16 characters"
+        )
     return hashlib.sha256(entry.encode()).digest()
 
 
 class OperatorAuth:
-    def __init__(self, keys: OperatorKeys, callers: Authenticator, sessions: ConsoleSessions | None = None,
-                 oidc_issuer: str = "") -> None:
+    def __init__(
+        self,
+        keys: OperatorKeys,
+        callers: Authenticator,
+        sessions: ConsoleSessions | None = None,
+        oidc_issuer: str = "",
+    ) -> None:
         self._keys = keys
         self._callers = callers
         self.sessions = sessions
@@ -142,10 +155,16 @@ class OperatorAuth:
         bearer = bearer_token(headers)
         if bearer is not None and self.key_ref(bearer) is not None:
             return Operator("gateway operator", gateway=True)
-        session = self.sessions.read(headers) if self.sessions is not None and bearer is None else None
+        session = (
+            self.sessions.read(headers) if self.sessions is not None and bearer is None else None
+        )
         if session is None:
             return None
-        if session.oidc is not None and self._oidc_issuer and session.oidc.issuer == self._oidc_issuer:
+        if (
+            session.oidc is not None
+            and self._oidc_issuer
+            and session.oidc.issuer == self._oidc_issuer
+        ):
             return Operator(f"oidc:{session.oidc.subject}", gateway=True, session=session)
         if session.key_ref is not None and self._keys.has_ref(session.key_ref):
             return Operator("console session", gateway=True, session=session)
@@ -158,9 +177,13 @@ class OperatorAuth:
             return found
         if bearer_token(headers) is not None:
             raise InvalidCredentialError("the bearer token is not a gateway operator key")
-        raise UnauthenticatedError("this needs a gateway operator key (Authorization: Bearer <key>)")
+        raise UnauthenticatedError(
+            "this needs a gateway operator key (Authorization: Bearer <key>)"
+        )
 
-    async def endpoint_operator(self, headers: Mapping[str, str], endpoint: EndpointAuthView) -> Operator:
+    async def endpoint_operator(
+        self, headers: Mapping[str, str], endpoint: EndpointAuthView
+    ) -> Operator:
         """An operator of ``endpoint``; 401 without a valid credential, 403 for a caller who is
         not one."""
         found = self.gateway_operator(headers)

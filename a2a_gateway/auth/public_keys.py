@@ -36,7 +36,9 @@ class VerificationKey:
         if alg.startswith(("RS", "PS")):
             return isinstance(self.key, rsa.RSAPublicKey)
         if alg in _CURVES:
-            return isinstance(self.key, ec.EllipticCurvePublicKey) and isinstance(self.key.curve, _CURVES[alg])
+            return isinstance(self.key, ec.EllipticCurvePublicKey) and isinstance(
+                self.key.curve, _CURVES[alg]
+            )
         if alg == "EdDSA":
             return isinstance(self.key, ed25519.Ed25519PublicKey | ed448.Ed448PublicKey)
         return False

@@ -35,7 +35,9 @@ class RateLimit(BaseModel):
         return float(self.burst) if self.burst else max(self.per_second, 1.0)
 
 
-def endpoint_rate_limit(metadata: dict[str, Any], per_second: float, burst: int) -> RateLimit | None:
+def endpoint_rate_limit(
+    metadata: dict[str, Any], per_second: float, burst: int
+) -> RateLimit | None:
     """The row's ``rate_limit`` or the gateway default; None when unlimited.
     ``pydantic.ValidationError`` for a malformed row value."""
     value = metadata.get("rate_limit")
@@ -63,7 +65,8 @@ class RateLimiter:
             wait = math.ceil((1 - tokens) / limit.per_second)
             raise RateLimitedError(
                 f"rate limit of {limit.per_second:g} requests per second (burst {limit.capacity:g}) "
-                f"exceeded; retry in {wait} s", retry_after=wait,
+                f"exceeded; retry in {wait} s",
+                retry_after=wait,
             )
         self._buckets[key] = (tokens - 1, now)
         if len(self._buckets) > MAX_BUCKETS:

@@ -69,7 +69,11 @@ class Sealer:
     def open(self, value: str) -> dict[str, object] | None:
         payload, _, signature = value.partition(".")
         # a sealed value is ASCII; compare_digest refuses to compare any other str
-        if not payload or not value.isascii() or not hmac.compare_digest(signature, self._sign(payload)):
+        if (
+            not payload
+            or not value.isascii()
+            or not hmac.compare_digest(signature, self._sign(payload))
+        ):
             return None
         try:
             body = orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
@@ -84,7 +88,9 @@ class Sealer:
 class ConsoleSessions:
     """Issues and checks signed session cookies."""
 
-    def __init__(self, secret: str, lifetime_seconds: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, secret: str, lifetime_seconds: float, clock: Callable[[], float] = time.time
+    ) -> None:
         self._secret = secret or secrets.token_hex(32)
         self._sealer = self.sealer("a2a-gateway console session")
         self.lifetime_seconds = lifetime_seconds
@@ -100,7 +106,9 @@ class ConsoleSessions:
     def issue(self, key_ref: str | None, oidc: OidcUser | None = None) -> tuple[Session, str]:
         """A new session of the operator key ``key_ref`` (or of the OIDC user ``oidc``) and
         its cookie value."""
-        session = Session(secrets.token_urlsafe(24), self._clock() + self.lifetime_seconds, key_ref, oidc)
+        session = Session(
+            secrets.token_urlsafe(24), self._clock() + self.lifetime_seconds, key_ref, oidc
+        )
         body: dict[str, object] = {"exp": session.expires, "csrf": session.csrf}
         if oidc is not None:
             body["oidc"] = {"iss": oidc.issuer, "sub": oidc.subject, "name": oidc.name}
@@ -115,7 +123,11 @@ class ConsoleSessions:
             return None
         try:
             user = body.get("oidc")
-            oidc = OidcUser(str(user["iss"]), str(user["sub"]), str(user["name"])) if user is not None else None
+            oidc = (
+                OidcUser(str(user["iss"]), str(user["sub"]), str(user["name"]))
+                if user is not None
+                else None
+            )
             key_ref = None if oidc is not None else str(body["key"])
             session = Session(str(body["csrf"]), float(body["exp"]), key_ref, oidc)
         except (KeyError, TypeError, ValueError):
@@ -124,7 +136,9 @@ class ConsoleSessions:
 
 
 def csrf_ok(session: Session, headers: Mapping[str, str]) -> bool:
-    presented = headers.get(CSRF_HEADER, "").encode(errors="surrogateescape")  # the header's bytes as sent
+    presented = headers.get(CSRF_HEADER, "").encode(
+        errors="surrogateescape"
+    )  # the header's bytes as sent
     return hmac.compare_digest(presented, session.csrf.encode())
 
 

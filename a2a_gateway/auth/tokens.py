@@ -69,7 +69,9 @@ class JwtVerifier:
         kid = header.get("kid") if isinstance(header.get("kid"), str) else None
         keys = await self._keys(config, kid)
         if not keys and config.jwks_url is not None and not self._jwks.has_keys(config.jwks_url):
-            raise InvalidToken("the issuer's keys (its JWKS) cannot be fetched now; try again later")
+            raise InvalidToken(
+                "the issuer's keys (its JWKS) cannot be fetched now; try again later"
+            )
         candidates = [k for k in keys if k.fits(alg)]
         if not candidates:
             raise InvalidToken("no key of the issuer matches the token (kid, alg)")
@@ -88,15 +90,22 @@ class JwtVerifier:
             return [k for k in keys if k.kid == kid]
         return [k for k in keys if k.kid is None] if kid is not None else keys
 
-    def _decode(self, config: JwtConfig, token: str, alg: str, keys: list[VerificationKey]) -> dict[str, Any]:
+    def _decode(
+        self, config: JwtConfig, token: str, alg: str, keys: list[VerificationKey]
+    ) -> dict[str, Any]:
         import jwt
 
         refusal = "the token's signature is not valid"
         for key in keys:
             try:
                 return jwt.decode(
-                    token, key.key, algorithms=[alg], audience=config.audience, issuer=config.issuer,
-                    leeway=self._leeway, options={"require": ["exp", "iss", "aud"]},
+                    token,
+                    key.key,
+                    algorithms=[alg],
+                    audience=config.audience,
+                    issuer=config.issuer,
+                    leeway=self._leeway,
+                    options={"require": ["exp", "iss", "aud"]},
                 )
             except jwt.InvalidSignatureError:
                 continue  # another static key may have signed it

@@ -85,12 +85,20 @@ class LoginFlow:
 
     @classmethod
     def new(cls, redirect_uri: str, expires: float) -> LoginFlow:
-        state, nonce, verifier = secrets.token_urlsafe(32), secrets.token_urlsafe(32), secrets.token_urlsafe(48)
+        state, nonce, verifier = (
+            secrets.token_urlsafe(32),
+            secrets.token_urlsafe(32),
+            secrets.token_urlsafe(48),
+        )
         return cls(state, nonce, verifier, redirect_uri, expires)
 
     @property
     def challenge(self) -> str:
-        return base64.urlsafe_b64encode(hashlib.sha256(self.verifier.encode()).digest()).rstrip(b"=").decode()
+        return (
+            base64.urlsafe_b64encode(hashlib.sha256(self.verifier.encode()).digest())
+            .rstrip(b"=")
+            .decode()
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,19 +129,32 @@ class IssuerMetadata:
         userinfo = document.get("userinfo_endpoint")
         return cls(
             **urls,
-            userinfo_endpoint=userinfo if isinstance(userinfo, str) and userinfo.startswith(("https://", "http://"))
+            userinfo_endpoint=userinfo
+            if isinstance(userinfo, str) and userinfo.startswith(("https://", "http://"))
             else None,
-            token_auth_methods=tuple(m for m in methods if isinstance(m, str)) if isinstance(methods, list) else (),
-            id_token_algorithms=tuple(sorted(ASYMMETRIC_ALGORITHMS.intersection(
-                algorithms if isinstance(algorithms, list) else []))),
+            token_auth_methods=tuple(m for m in methods if isinstance(m, str))
+            if isinstance(methods, list)
+            else (),
+            id_token_algorithms=tuple(
+                sorted(
+                    ASYMMETRIC_ALGORITHMS.intersection(
+                        algorithms if isinstance(algorithms, list) else []
+                    )
+                )
+            ),
         )
 
 
 class OidcLogin:
     """The console's sign-in through ``console_oidc_issuer``."""
 
-    def __init__(self, settings: GatewaySettings, http: httpx.AsyncClient, sessions: ConsoleSessions,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        http: httpx.AsyncClient,
+        sessions: ConsoleSessions,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.issuer = settings.console_oidc_issuer
         self._client_id = settings.console_oidc_client_id
         self._client_secret = settings.console_oidc_client_secret.get_secret_value()
@@ -148,8 +169,13 @@ class OidcLogin:
         self._http = http
         self._flows = sessions.sealer("a2a-gateway console oidc login")
         self._tokens = JwtVerifier(
-            JwksCache(http, cache_seconds=settings.jwks_cache_seconds, refresh_seconds=settings.jwks_refresh_seconds,
-                      timeout_seconds=self._timeout, max_bytes=settings.jwks_max_bytes),
+            JwksCache(
+                http,
+                cache_seconds=settings.jwks_cache_seconds,
+                refresh_seconds=settings.jwks_refresh_seconds,
+                timeout_seconds=self._timeout,
+                max_bytes=settings.jwks_max_bytes,
+            ),
             settings.jwt_leeway_seconds,
         )
         self._clock = clock
@@ -173,20 +199,39 @@ class OidcLogin:
         return f"{metadata.authorization_endpoint}{separator}{query}", self.seal(flow)
 
     def seal(self, flow: LoginFlow) -> str:
-        return self._flows.seal({"state": flow.state, "nonce": flow.nonce, "verifier": flow.verifier,
-                                 "redirect": flow.redirect_uri, "exp": flow.expires})
+        return self._flows.seal(
+            {
+                "state": flow.state,
+                "nonce": flow.nonce,
+                "verifier": flow.verifier,
+                "redirect": flow.redirect_uri,
+                "exp": flow.expires,
+            }
+        )
 
     def open(self, value: str) -> LoginFlow:
         """The flow of the browser's cookie; ``SignInError`` when it has none that is valid."""
         body = self._flows.open(value) if value else None
         try:
-            flow = LoginFlow(str(body["state"]), str(body["nonce"]), str(body["verifier"]),
-                             str(body["redirect"]), float(body["exp"])) if body is not None else None
+            flow = (
+                LoginFlow(
+                    str(body["state"]),
+                    str(body["nonce"]),
+                    str(body["verifier"]),
+                    str(body["redirect"]),
+                    float(body["exp"]),
+                )
+                if body is not None
+                else None
+            )
         except (KeyError, TypeError, ValueError):
             flow = None
         if flow is None:
-            raise SignInError(400, "No sign-in is under way in this browser (it was completed already, or "
-                                   "began in another browser). Start again from the console.")
+            raise SignInError(
+                400,
+                "No sign-in is under way in this browser (it was completed already, or "
+                "began in another browser). Start again from the console.",
+            )
         if flow.expires <= self._clock():
             raise SignInError(400, f"The sign-in took longer than {self.login_seconds:g} seconds "
                                    "(console_oidc_login_seconds). Start again from the console.")
@@ -203,19 +248,28 @@ class OidcLogin:
             raise SignInError(400, "The answer comes from another issuer than console_oidc_issuer.")
         if "error" in query:
             code = query["error"] if _ERROR_CODE.fullmatch(query["error"]) else "an error"
-            raise SignInError(403 if code == "access_denied" else 400,
-                              f"The identity provider did not sign you in ({code}). Start again from the console.")
+            raise SignInError(
+                403 if code == "access_denied" else 400,
+                f"The identity provider did not sign you in ({code}). Start again from the console.",
+            )
         code = query.get("code", "")
         if not code:
-            raise SignInError(400, "The identity provider's answer has no code. Start again from the console.")
+            raise SignInError(
+                400, "The identity provider's answer has no code. Start again from the console."
+            )
         metadata = await self.metadata()
         id_token, access_token = await self._exchange(metadata, flow, code)
         claims = await self._verified_claims(metadata, id_token, flow)
         if self._claim not in claims and metadata.userinfo_endpoint and access_token:
-            claims = {**await self._userinfo(metadata.userinfo_endpoint, access_token, claims["sub"]), **claims}
+            claims = {
+                **await self._userinfo(metadata.userinfo_endpoint, access_token, claims["sub"]),
+                **claims,
+            }
         return self._operator(claims)
 
-    async def _exchange(self, metadata: IssuerMetadata, flow: LoginFlow, code: str) -> tuple[str, str | None]:
+    async def _exchange(
+        self, metadata: IssuerMetadata, flow: LoginFlow, code: str
+    ) -> tuple[str, str | None]:
         """The ID token and the access token (if any) the code is exchanged for."""
         form = {"grant_type": "authorization_code", "code": code, "redirect_uri": flow.redirect_uri,
                 "code_verifier": flow.verifier}
@@ -228,25 +282,43 @@ class OidcLogin:
         else:
             form["client_id"] = self._client_id
         try:
-            response = await self._http.post(metadata.token_endpoint, data=form, auth=auth, timeout=self._timeout,
-                                             headers={"Accept": "application/json"}, follow_redirects=False)
+            response = await self._http.post(
+                metadata.token_endpoint,
+                data=form,
+                auth=auth,
+                timeout=self._timeout,
+                headers={"Accept": "application/json"},
+                follow_redirects=False,
+            )
             body = orjson.loads(response.content) if response.content else {}
         except httpx.HTTPError as exc:
             log.warning("console_oidc_token_endpoint_unreachable", error=type(exc).__name__)
-            raise SignInError(502, "The identity provider's token endpoint cannot be reached now. Try again "
-                                   "later.") from None
+            raise SignInError(
+                502,
+                "The identity provider's token endpoint cannot be reached now. Try again later.",
+            ) from None
         except orjson.JSONDecodeError:
             body = {}
         if response.status_code != 200:
             error = body.get("error") if isinstance(body, dict) else None
-            code = error if isinstance(error, str) and _ERROR_CODE.fullmatch(error) else f"HTTP {response.status_code}"
+            code = (
+                error
+                if isinstance(error, str) and _ERROR_CODE.fullmatch(error)
+                else f"HTTP {response.status_code}"
+            )
             log.warning("console_oidc_code_refused", status=response.status_code, error=code)
-            raise SignInError(400, f"The identity provider refused to exchange the sign-in code ({code}): it may "
-                                   "have been used already or have expired. Start again from the console.")
+            raise SignInError(
+                400,
+                f"The identity provider refused to exchange the sign-in code ({code}): it may "
+                "have been used already or have expired. Start again from the console.",
+            )
         token = body.get("id_token") if isinstance(body, dict) else None
         if not isinstance(token, str):
-            raise SignInError(400, "The identity provider's token response has no ID token (is openid among "
-                                   "the client's scopes?).")
+            raise SignInError(
+                400,
+                "The identity provider's token response has no ID token (is openid among "
+                "the client's scopes?).",
+            )
         access_token = body.get("access_token")
         return token, access_token if isinstance(access_token, str) else None
 
@@ -259,17 +331,24 @@ class OidcLogin:
                                             timeout=self._timeout, follow_redirects=False)
         except httpx.HTTPError as exc:
             log.warning("console_oidc_userinfo_unreachable", error=type(exc).__name__)
-            raise SignInError(502, "The identity provider's userinfo endpoint cannot be reached now. Try again "
-                                   "later.") from None
+            raise SignInError(
+                502,
+                "The identity provider's userinfo endpoint cannot be reached now. Try again later.",
+            ) from None
         try:
             claims = orjson.loads(response.content) if response.status_code == 200 else None
         except orjson.JSONDecodeError:
             claims = None
         if not isinstance(claims, dict):
-            raise SignInError(400, f"The identity provider's userinfo endpoint gave no JSON claims (HTTP "
-                                   f"{response.status_code}); its {self._claim} claim cannot be read.")
+            raise SignInError(
+                400,
+                f"The identity provider's userinfo endpoint gave no JSON claims (HTTP "
+                f"{response.status_code}); its {self._claim} claim cannot be read.",
+            )
         if claims.get("sub") != subject:
-            raise SignInError(400, "The identity provider's userinfo names another user than its ID token.")
+            raise SignInError(
+                400, "The identity provider's userinfo names another user than its ID token."
+            )
         return claims
 
     def _client_auth(self, metadata: IssuerMetadata) -> str:
@@ -280,24 +359,41 @@ class OidcLogin:
         for method in ("client_secret_basic", "client_secret_post"):
             if method in metadata.token_auth_methods:
                 return method
-        raise SignInError(400, "The identity provider takes neither client_secret_basic nor client_secret_post "
-                               "at its token endpoint (console_oidc_client_auth).")
+        raise SignInError(
+            400,
+            "The identity provider takes neither client_secret_basic nor client_secret_post "
+            "at its token endpoint (console_oidc_client_auth).",
+        )
 
-    async def _verified_claims(self, metadata: IssuerMetadata, token: str, flow: LoginFlow) -> dict[str, Any]:
+    async def _verified_claims(
+        self, metadata: IssuerMetadata, token: str, flow: LoginFlow
+    ) -> dict[str, Any]:
         config = JwtConfig(issuer=self.issuer, audience=self._client_id,
                            algorithms=list(metadata.id_token_algorithms or ("RS256",)),
                            principal_claim="sub", tenant_claim=None, jwks_url=metadata.jwks_uri)
         try:
             claims = (await self._tokens.identity(config, token)).claims
         except InvalidToken as exc:
-            raise SignInError(400, f"The identity provider's ID token is not valid: {exc}. Start again from "
-                                   "the console.") from None
+            raise SignInError(
+                400,
+                f"The identity provider's ID token is not valid: {exc}. Start again from "
+                "the console.",
+            ) from None
         nonce = claims.get("nonce")
-        if not isinstance(nonce, str) or not hmac.compare_digest(nonce.encode(), flow.nonce.encode()):
-            raise SignInError(400, "The ID token is not of the sign-in this browser began (its nonce differs). "
-                                   "Start again from the console.")
+        if not isinstance(nonce, str) or not hmac.compare_digest(
+            nonce.encode(), flow.nonce.encode()
+        ):
+            raise SignInError(
+                400,
+                "The ID token is not of the sign-in this browser began (its nonce differs). "
+                "Start again from the console.",
+            )
         audiences = claims.get("aud")
-        if isinstance(audiences, list) and len(audiences) > 1 and claims.get("azp") != self._client_id:
+        if (
+            isinstance(audiences, list)
+            and len(audiences) > 1
+            and claims.get("azp") != self._client_id
+        ):
             raise SignInError(400, "The ID token was issued to another client (azp).")
         return claims
 
@@ -309,16 +405,22 @@ class OidcLogin:
         values = [value] if isinstance(value, str) else value if isinstance(value, list) else []
         if not any(isinstance(v, str) and v in self._operator_values for v in values):
             log.warning("console_oidc_not_an_operator", subject=user.subject)
-            raise SignInError(403, f"{name} signed in at {self.issuer}, but is not a gateway operator: the "
-                                   f"user's {self._claim} claim holds none of the operator values "
-                                   "(console_oidc_operator_values).")
+            raise SignInError(
+                403,
+                f"{name} signed in at {self.issuer}, but is not a gateway operator: the "
+                f"user's {self._claim} claim holds none of the operator values "
+                "(console_oidc_operator_values).",
+            )
         return user
 
     # the issuer's metadata ---------------------------------------------------------------
 
     async def metadata(self) -> IssuerMetadata:
         """The issuer's discovery document, fetched again after ``jwks_cache_seconds``."""
-        if self._metadata is not None and self._clock() - self._metadata[1] < self._metadata_seconds:
+        if (
+            self._metadata is not None
+            and self._clock() - self._metadata[1] < self._metadata_seconds
+        ):
             return self._metadata[0]
         url = self.issuer.rstrip("/") + "/.well-known/openid-configuration"
         try:
@@ -327,12 +429,19 @@ class OidcLogin:
                 raise ValueError(f"HTTP {response.status_code}")
             metadata = IssuerMetadata.parse(self.issuer, orjson.loads(response.content))
         except (httpx.HTTPError, orjson.JSONDecodeError, ValueError) as exc:
-            reason = str(exc).splitlines()[0][:200] if isinstance(exc, ValueError) else type(exc).__name__
+            reason = (
+                str(exc).splitlines()[0][:200]
+                if isinstance(exc, ValueError)
+                else type(exc).__name__
+            )
             log.warning("console_oidc_discovery_failed", url=url, error=reason)
             if self._metadata is not None:
                 return self._metadata[0]  # keep what the issuer said last
-            raise SignInError(502, f"The identity provider {self.issuer} cannot be reached now ({reason}). "
-                                   "Try again later, or log in with an operator key.") from None
+            raise SignInError(
+                502,
+                f"The identity provider {self.issuer} cannot be reached now ({reason}). "
+                "Try again later, or log in with an operator key.",
+            ) from None
         self._metadata = (metadata, self._clock())
         return metadata
 
@@ -362,8 +471,15 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
         return _page(exc.status, "Sign-in unavailable", exc.message)
     response = web.Response(status=303, headers={"Location": url, "Cache-Control": "no-store",
                                                  "Referrer-Policy": "no-referrer"})
-    response.set_cookie(FLOW_COOKIE, flow, max_age=int(login.login_seconds) + 1, path=FLOW_PATH, httponly=True,
-                        samesite="Lax", secure=base.startswith("https://"))
+    response.set_cookie(
+        FLOW_COOKIE,
+        flow,
+        max_age=int(login.login_seconds) + 1,
+        path=FLOW_PATH,
+        httponly=True,
+        samesite="Lax",
+        secure=base.startswith("https://"),
+    )
     return response
 
 
@@ -382,7 +498,9 @@ async def callback(request: web.Request) -> web.StreamResponse:
     else:
         _, cookie = sessions.issue(None, user)
         log.info("console_oidc_signed_in", subject=user.subject, issuer=user.issuer)
-        response = web.Response(status=303, headers={"Location": base + "/console", "Cache-Control": "no-store"})
+        response = web.Response(
+            status=303, headers={"Location": base + "/console", "Cache-Control": "no-store"}
+        )
         set_session_cookie(response, sessions, cookie, secure=base.startswith("https://"))
     response.del_cookie(FLOW_COOKIE, path=FLOW_PATH)  # a sign-in completes once
     return response

@@ -14,7 +14,12 @@ from aiohttp import web
 from a2a_gateway.auth.sessions import COOKIE, ConsoleSessions, Session, csrf_ok
 from a2a_gateway.state import GATEWAY
 
-CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+CONTENT_TYPES = {
+    ".html": "text/html",
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".svg": "image/svg+xml",
+}
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
@@ -58,15 +63,27 @@ async def login(request: web.Request) -> web.Response:
     return response
 
 
-def set_session_cookie(response: web.StreamResponse, sessions: ConsoleSessions, cookie: str, *, secure: bool) -> None:
-    response.set_cookie(COOKIE, cookie, max_age=int(sessions.lifetime_seconds), path="/", httponly=True,
-                        samesite="Strict", secure=secure)
+def set_session_cookie(
+    response: web.StreamResponse, sessions: ConsoleSessions, cookie: str, *, secure: bool
+) -> None:
+    response.set_cookie(
+        COOKIE,
+        cookie,
+        max_age=int(sessions.lifetime_seconds),
+        path="/",
+        httponly=True,
+        samesite="Strict",
+        secure=secure,
+    )
 
 
 def _session_body(found: Session) -> dict[str, object]:
     """The session's CSRF token and expiry, and who is logged in (for the page to show)."""
-    operator = ({"via": "oidc", "name": found.oidc.name, "issuer": found.oidc.issuer} if found.oidc is not None
-                else {"via": "operator key"})
+    operator = (
+        {"via": "oidc", "name": found.oidc.name, "issuer": found.oidc.issuer}
+        if found.oidc is not None
+        else {"via": "operator key"}
+    )
     return {"csrf": found.csrf, "expires": found.expires, "operator": operator}
 
 

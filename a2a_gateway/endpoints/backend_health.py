@@ -96,7 +96,9 @@ class BackendHealth:
     def succeeded(self, endpoint_id: str) -> None:
         self._tell(endpoint_id, EndpointHealth(successes=1, last_success=self._clock()))
 
-    def failed(self, endpoint_id: str, error: BaseException | str, secrets: Iterable[str] = ()) -> None:
+    def failed(
+        self, endpoint_id: str, error: BaseException | str, secrets: Iterable[str] = ()
+    ) -> None:
         self._tell(endpoint_id, EndpointHealth(errors=1, last_error=self._clock(),
                                                last_error_message=error_message(error, secrets)))
 
@@ -152,13 +154,17 @@ class BackendHealth:
             return  # a write under way schedules the next one as it ends
         wait = self._written_at.get(endpoint_id, -math.inf) + self._write_seconds - time.monotonic()
         if wait > 0:
-            self._timers[endpoint_id] = asyncio.get_running_loop().call_later(wait, self._start_write, endpoint_id)
+            self._timers[endpoint_id] = asyncio.get_running_loop().call_later(
+                wait, self._start_write, endpoint_id
+            )
         else:
             self._start_write(endpoint_id)
 
     def _start_write(self, endpoint_id: str) -> None:
         self._timers.pop(endpoint_id, None)
-        self._writes[endpoint_id] = asyncio.create_task(self._write(endpoint_id), name="backend-health-write")
+        self._writes[endpoint_id] = asyncio.create_task(
+            self._write(endpoint_id), name="backend-health-write"
+        )
 
     async def _write(self, endpoint_id: str) -> None:
         try:

@@ -57,8 +57,15 @@ def split_handler(handler: str) -> tuple[str, str]:
 
 
 def endpoint_row(
-    endpoint_id: str, name: str, handler: str, *, tenant: str = "default", description: str = "",
-    enabled: bool = True, card: dict[str, Any] | None = None, settings: dict[str, Any] | None = None,
+    endpoint_id: str,
+    name: str,
+    handler: str,
+    *,
+    tenant: str = "default",
+    description: str = "",
+    enabled: bool = True,
+    card: dict[str, Any] | None = None,
+    settings: dict[str, Any] | None = None,
     **gateway: Any,
 ) -> Endpoint:
     """The store row of an endpoint (``endpoints add`` and the file): the handler and its
@@ -167,7 +174,9 @@ def _parse(path: Path, kind: str) -> Any:
     except OSError as exc:
         raise EndpointsFileError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     except (syntax_error, UnicodeDecodeError) as exc:
-        raise EndpointsFileError(f"{path}: not valid {kind.upper()}: {_syntax_error(exc)}") from None
+        raise EndpointsFileError(
+            f"{path}: not valid {kind.upper()}: {_syntax_error(exc)}"
+        ) from None
 
 
 def _syntax_error(exc: Exception) -> str:
@@ -178,12 +187,18 @@ def _syntax_error(exc: Exception) -> str:
     return str(exc)
 
 
-def _entry_problems(raw: Any, settings: GatewaySettings) -> tuple[Endpoint | None, list[str], list[str]]:
+def _entry_problems(
+    raw: Any, settings: GatewaySettings
+) -> tuple[Endpoint | None, list[str], list[str]]:
     """The row of one entry, why it cannot be served, and what could not be checked here."""
     try:
         entry = Entry.model_validate(raw)
     except ValidationError as exc:
-        return None, [f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}" for e in exc.errors()], []
+        return (
+            None,
+            [f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}" for e in exc.errors()],
+            [],
+        )
     reserved = sorted(k for k in entry.settings if k in RESERVED_METADATA_KEYS or k == FROM_FILE)
     if reserved:
         return None, [f"settings.{', settings.'.join(reserved)}: give {', '.join(reserved)} "
@@ -219,7 +234,9 @@ def load(path: Path, settings: GatewaySettings) -> list[Endpoint]:
         seen.add(row.id)
         rows.append(row)
         for note in notes:
-            log.warning("endpoints_file_note", file=str(path), entry=number, endpoint_id=row.id, note=note)
+            log.warning(
+                "endpoints_file_note", file=str(path), entry=number, endpoint_id=row.id, note=note
+            )
     if refused:
         raise EndpointsFileError(f"{path}: {' | '.join(refused)}")
     return rows
@@ -318,8 +335,12 @@ class EndpointsFile:
         log.info("endpoints_file_applied", file=str(self.path), created=applied.created,
                  updated=applied.updated, unchanged=len(applied.unchanged))
         for endpoint_id in applied.disabled:
-            log.warning("endpoints_file_entry_removed", file=str(self.path), endpoint_id=endpoint_id,
-                        action="disabled")
+            log.warning(
+                "endpoints_file_entry_removed",
+                file=str(self.path),
+                endpoint_id=endpoint_id,
+                action="disabled",
+            )
 
 
 def export(rows: list[Endpoint], settings: GatewaySettings, fmt: Literal["yaml", "toml"]) -> str:

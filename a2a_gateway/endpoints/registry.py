@@ -80,7 +80,9 @@ class EndpointRuntime:
     @classmethod
     def gone(cls, endpoint_id: str) -> EndpointRuntime:
         """The runtime of an endpoint that no longer exists (its tasks can only be ended)."""
-        return cls(Endpoint(id=endpoint_id, name="", enabled=False), None, problem="endpoint not found")
+        return cls(
+            Endpoint(id=endpoint_id, name="", enabled=False), None, problem="endpoint not found"
+        )
 
     def run_started(self) -> None:
         self._active_runs += 1
@@ -115,7 +117,9 @@ class EndpointRuntime:
     @property
     def extended_card(self) -> bool:
         """The row declares an extended card and configures its content."""
-        return capability(self.endpoint, "extendedAgentCard") and bool(self.endpoint.card.get("extended"))
+        return capability(self.endpoint, "extendedAgentCard") and bool(
+            self.endpoint.card.get("extended")
+        )
 
     @property
     def extensions(self) -> list[dict[str, Any]]:
@@ -137,8 +141,10 @@ def load_handler_class(metadata: dict[str, Any], allowlist: list[str]) -> type[H
     if not module_name or not class_name:
         raise EndpointMisconfiguredError("metadata must name module_name and class_name")
     if not any(module_name.startswith(p) or module_name == p.rstrip(".") for p in allowlist):
-        raise EndpointMisconfiguredError(f"handler module {module_name!r} is not in the allowlist"
-                                         f"{_did_you_mean(module_name, _allowed_modules(allowlist))}")
+        raise EndpointMisconfiguredError(
+            f"handler module {module_name!r} is not in the allowlist"
+            f"{_did_you_mean(module_name, _allowed_modules(allowlist))}"
+        )
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # a broken handler module is this endpoint's problem, not a crash
@@ -164,7 +170,10 @@ def _allowed_modules(allowlist: list[str]) -> list[str]:
             package = importlib.import_module(package_name)
         except Exception:  # only a hint: a package that does not import has no names
             continue
-        names += [f"{package_name}.{m.name}" for m in pkgutil.iter_modules(getattr(package, "__path__", []))]
+        names += [
+            f"{package_name}.{m.name}"
+            for m in pkgutil.iter_modules(getattr(package, "__path__", []))
+        ]
     return names
 
 
@@ -190,7 +199,9 @@ class EndpointCheck:
         self.notes += found
 
 
-def runtime_auth(endpoint: Endpoint, settings: GatewaySettings, *, resolve_env: bool = True) -> EndpointAuth:
+def runtime_auth(
+    endpoint: Endpoint, settings: GatewaySettings, *, resolve_env: bool = True
+) -> EndpointAuth:
     return endpoint_auth(
         endpoint.metadata, default_header=settings.api_key_header,
         allow_anonymous=settings.allow_unauthenticated_endpoints, resolve_env=resolve_env,
@@ -256,8 +267,10 @@ def _check_auth(endpoint: Endpoint, settings: GatewaySettings, check: EndpointCh
     unset = unset_env_refs({f"auth.jwt.keys.{i}": key for i, key in enumerate(keys)})
     check.note_unset_env(unset)
     if auth.trusted_header and not settings.trusted_proxies:
-        check.notes.append(f"auth.trusted_header: no proxy address is trusted here, so the "
-                           f"{auth.trusted_header} header is ignored (set A2A_GATEWAY_TRUSTED_PROXIES)")
+        check.notes.append(
+            f"auth.trusted_header: no proxy address is trusted here, so the "
+            f"{auth.trusted_header} header is ignored (set A2A_GATEWAY_TRUSTED_PROXIES)"
+        )
 
 
 def secret_settings(endpoint: Endpoint, settings: GatewaySettings) -> set[str]:
@@ -328,7 +341,10 @@ class EndpointRegistry:
         """The runtime of an enabled endpoint that can be served: ``EndpointNotFoundError`` for
         an unknown or disabled one, ``EndpointMisconfiguredError`` with the problem otherwise."""
         cached = self._cache.get(endpoint_id)
-        if cached is not None and time.monotonic() - cached[0] < self._settings.endpoint_cache_seconds:
+        if (
+            cached is not None
+            and time.monotonic() - cached[0] < self._settings.endpoint_cache_seconds
+        ):
             runtime = cached[1]
         else:
             runtime = await self._refresh(endpoint_id)
@@ -350,7 +366,10 @@ class EndpointRegistry:
 
     async def _reload(self, endpoint_id: str) -> EndpointRuntime | None:
         cached = self._cache.get(endpoint_id)
-        if cached is not None and time.monotonic() - cached[0] < self._settings.endpoint_cache_seconds:
+        if (
+            cached is not None
+            and time.monotonic() - cached[0] < self._settings.endpoint_cache_seconds
+        ):
             return cached[1]
         forgotten = self._forgotten
         row = await self._store.get_endpoint(endpoint_id)
@@ -364,7 +383,10 @@ class EndpointRegistry:
         if runtime is None:
             self._cache.pop(endpoint_id, None)  # unknown ids are not remembered
         else:  # a row read before a change it crossed is used once, not kept
-            self._cache[endpoint_id] = (time.monotonic() if forgotten == self._forgotten else -math.inf, runtime)
+            self._cache[endpoint_id] = (
+                time.monotonic() if forgotten == self._forgotten else -math.inf,
+                runtime,
+            )
         return runtime
 
     def _build(self, endpoint: Endpoint) -> EndpointRuntime:
@@ -372,7 +394,9 @@ class EndpointRegistry:
         try:
             check_card(endpoint)
             cls = load_handler_class(endpoint.metadata, self._settings.handler_allowlist)
-            settings = resolve_handler_settings(cls.Settings, path, endpoint.metadata, self._settings)
+            settings = resolve_handler_settings(
+                cls.Settings, path, endpoint.metadata, self._settings
+            )
             auth = runtime_auth(endpoint, self._settings)
             rate_limit = runtime_rate_limit(endpoint, self._settings)
             handler = cls(settings, self._http)

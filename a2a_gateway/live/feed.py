@@ -93,8 +93,11 @@ class FeedFilter:
     endpoints: frozenset[str] = frozenset()
 
     def matches(self, context_id: str, state: int, endpoint_id: str = "") -> bool:
-        return ((not self.states or state in self.states) and (not self.context_id or context_id == self.context_id)
-                and (not self.endpoints or endpoint_id in self.endpoints))
+        return (
+            (not self.states or state in self.states)
+            and (not self.context_id or context_id == self.context_id)
+            and (not self.endpoints or endpoint_id in self.endpoints)
+        )
 
 
 def state_name(state: int) -> str:
@@ -105,16 +108,27 @@ def _timestamp(task: Task) -> str:
     return task.status.timestamp.ToJsonString() if task.status.HasField("timestamp") else ""
 
 
-def envelope(scope: Scope, task: Task, update: FeedUpdate, at: TaskStatus | None = None) -> FeedEvent:
+def envelope(
+    scope: Scope, task: Task, update: FeedUpdate, at: TaskStatus | None = None
+) -> FeedEvent:
     """``update`` of ``task`` in the feed's envelope (its state and time: ``at``, by default
     the task's status)."""
-    kind, key = (STATUS, "statusUpdate") if isinstance(update, TaskStatusUpdateEvent) else (ARTIFACT, "artifactUpdate")
+    kind, key = (
+        (STATUS, "statusUpdate")
+        if isinstance(update, TaskStatusUpdateEvent)
+        else (ARTIFACT, "artifactUpdate")
+    )
     status = task.status if at is None else at
     state = status.state
     timestamp = status.timestamp.ToJsonString() if status.HasField("timestamp") else ""
     body = {
-        "kind": kind, "endpointId": scope.endpoint_id, "taskId": task.id, "contextId": task.context_id,
-        "principal": scope.principal, "state": state_name(state), "timestamp": timestamp,
+        "kind": kind,
+        "endpointId": scope.endpoint_id,
+        "taskId": task.id,
+        "contextId": task.context_id,
+        "principal": scope.principal,
+        "state": state_name(state),
+        "timestamp": timestamp,
         key: message_to_dict(update),
     }
     return FeedEvent(orjson.dumps(body), scope.endpoint_id, task.id, task.context_id, state)
@@ -127,23 +141,34 @@ def snapshot_entry(scope: Scope, task: Task) -> dict[str, Any]:
     if task.metadata:
         brief.metadata.CopyFrom(task.metadata)
     return {
-        "endpointId": scope.endpoint_id, "taskId": task.id, "contextId": task.context_id, "principal": scope.principal,
-        "state": state_name(task.status.state), "timestamp": _timestamp(task), "task": message_to_dict(brief),
+        "endpointId": scope.endpoint_id,
+        "taskId": task.id,
+        "contextId": task.context_id,
+        "principal": scope.principal,
+        "state": state_name(task.status.state),
+        "timestamp": _timestamp(task),
+        "task": message_to_dict(brief),
     }
 
 
 def snapshot_event(endpoint_id: str, tasks: list[tuple[Scope, Task]], truncated: bool) -> bytes:
     """The snapshot that starts the feed of ``endpoint_id`` (``EVERY_ENDPOINT``: ``endpointId``
     is null)."""
-    body = {"kind": SNAPSHOT, "endpointId": endpoint_id or None, "tasks": [snapshot_entry(s, t) for s, t in tasks],
-            "truncated": truncated}
+    body = {
+        "kind": SNAPSHOT,
+        "endpointId": endpoint_id or None,
+        "tasks": [snapshot_entry(s, t) for s, t in tasks],
+        "truncated": truncated,
+    }
     return orjson.dumps(body)
 
 
 class FeedRelay(Protocol):
     """Carries local events to the feeds of the other replicas."""
 
-    def send(self, scope: Scope, task: Task, update: FeedUpdate, event: FeedEvent, version: int) -> None:
+    def send(
+        self, scope: Scope, task: Task, update: FeedUpdate, event: FeedEvent, version: int
+    ) -> None:
         """``event`` (``update`` of ``task``, whose store version is or will be ``version``)."""
 
     def wanted(self, endpoint_id: str) -> bool:
@@ -170,7 +195,9 @@ class FeedSubscription:
     """Events of one endpoint for one subscriber, as ``(event_id, FeedEvent)``. ``position``
     is the id that stands for everything before the subscription."""
 
-    def __init__(self, feed: EndpointFeed, endpoint_id: str, position: str, wanted: FeedFilter) -> None:
+    def __init__(
+        self, feed: EndpointFeed, endpoint_id: str, position: str, wanted: FeedFilter
+    ) -> None:
         self.endpoint_id = endpoint_id
         self.position = position
         self.wanted = wanted
@@ -219,17 +246,23 @@ class FeedSubscription:
 
 
 class EndpointFeed:
-    def __init__(self, limits: FeedLimits | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, limits: FeedLimits | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.limits = limits or FeedLimits()
         self.clock = clock
         self.relay: FeedRelay | None = None
         self.published = 0
         self._subscribers: dict[str, list[FeedSubscription]] = {}
-        self._logs: OrderedDict[str, ReplayLog[FeedEvent]] = OrderedDict()  # least recently active first
+        self._logs: OrderedDict[str, ReplayLog[FeedEvent]] = (
+            OrderedDict()
+        )  # least recently active first
         self._log_bytes = 0
         self._announced: OrderedDict[str, tuple[int, str]] = OrderedDict()
         """Task id → the state (and question's message id) last announced."""
-        self._unsent: OrderedDict[str, tuple[TaskArtifactUpdateEvent, int, int, int, int]] = OrderedDict()
+        self._unsent: OrderedDict[str, tuple[TaskArtifactUpdateEvent, int, int, int, int]] = (
+            OrderedDict()
+        )
         """Task id → its final artifact (version; state and time then), announced while nobody
         watched: sent before the task's end if someone watches by then."""
         self._token = os.urandom(6).hex()
@@ -259,7 +292,9 @@ class EndpointFeed:
                 self._emit_unsent(scope, task, *unsent)
             self._emit(scope, task, status_event(task), version or 0)
 
-    def artifact(self, scope: Scope, task: Task, update: TaskArtifactUpdateEvent, version: int | None) -> None:
+    def artifact(
+        self, scope: Scope, task: Task, update: TaskArtifactUpdateEvent, version: int | None
+    ) -> None:
         """A final artifact (the whole of it, not a chunk); the task's next write (the
         terminal one, after ``version``) will hold it. Unwatched, it waits for that end: a
         snapshot read in between shows the task still working, so its watcher needs it."""
@@ -267,12 +302,24 @@ class EndpointFeed:
             self._emit(scope, task, update, (version or 0) + 1)
             return
         status, stamp = task.status, task.status.timestamp
-        self._unsent[task.id] = (update, (version or 0) + 1, status.state, stamp.seconds, stamp.nanos)
+        self._unsent[task.id] = (
+            update,
+            (version or 0) + 1,
+            status.state,
+            stamp.seconds,
+            stamp.nanos,
+        )
         if len(self._unsent) > _UNSENT_ARTIFACTS:
             self._unsent.popitem(last=False)
 
     def _emit_unsent(
-        self, scope: Scope, task: Task, update: TaskArtifactUpdateEvent, version: int, state: int, seconds: int,
+        self,
+        scope: Scope,
+        task: Task,
+        update: TaskArtifactUpdateEvent,
+        version: int,
+        state: int,
+        seconds: int,
         nanos: int,
     ) -> None:
         then = TaskStatus(state=state)  # the task's status when the artifact was announced
@@ -281,9 +328,18 @@ class EndpointFeed:
         self._emit(scope, task, update, version, envelope(scope, task, update, then))
 
     def _wanted(self, endpoint_id: str) -> bool:
-        return self.watched(endpoint_id) or (self.relay is not None and self.relay.wanted(endpoint_id))
+        return self.watched(endpoint_id) or (
+            self.relay is not None and self.relay.wanted(endpoint_id)
+        )
 
-    def _emit(self, scope: Scope, task: Task, update: FeedUpdate, version: int, event: FeedEvent | None = None) -> None:
+    def _emit(
+        self,
+        scope: Scope,
+        task: Task,
+        update: FeedUpdate,
+        version: int,
+        event: FeedEvent | None = None,
+    ) -> None:
         event = envelope(scope, task, update) if event is None else event
         self.published += 1
         self.deliver(event)
@@ -306,7 +362,9 @@ class EndpointFeed:
     def watched(self, endpoint_id: str) -> bool:
         """Whether events of ``endpoint_id`` are wanted here (a subscriber or a live log of its
         feed or of the gateway-wide one)."""
-        return any(key in self._subscribers or key in self._logs for key in (endpoint_id, EVERY_ENDPOINT))
+        return any(
+            key in self._subscribers or key in self._logs for key in (endpoint_id, EVERY_ENDPOINT)
+        )
 
     def watched_keys(self) -> set[str]:
         """The feeds (endpoint ids, ``EVERY_ENDPOINT``) with a subscriber or a live log here."""
@@ -332,7 +390,9 @@ class EndpointFeed:
         position = log.id(log.last) if log is not None else self.unlogged_id()
         return self._add(FeedSubscription(self, endpoint_id, position, wanted))
 
-    def resume(self, endpoint_id: str, last_event_id: str, wanted: FeedFilter = FeedFilter()) -> FeedSubscription | None:
+    def resume(
+        self, endpoint_id: str, last_event_id: str, wanted: FeedFilter = FeedFilter()
+    ) -> FeedSubscription | None:
         """The events after ``last_event_id``, then the live ones; None when the log does not
         hold all of them."""
         self._sweep(self.clock())
@@ -391,7 +451,9 @@ class EndpointFeed:
     def _append(self, endpoint_id: str, log: ReplayLog[FeedEvent], event: FeedEvent) -> str:
         event_id, grown = log.append(event, len(event.data), self.limits.events)
         self._log_bytes += grown
-        self._logs.move_to_end(endpoint_id)  # active, but its keep time runs from its last subscriber
+        self._logs.move_to_end(
+            endpoint_id
+        )  # active, but its keep time runs from its last subscriber
         if self._log_bytes > self.limits.max_bytes:
             self._sweep(self.clock())
         return event_id

@@ -200,7 +200,9 @@ class LiveHub:
         task ended and nothing followed that id."""
         self._sweep(self.clock())
         log = self._logs.get(task_id)
-        if log is None or (not log.ended and (log.run is None or log.run is not self._run(task_id))):
+        if log is None or (
+            not log.ended and (log.run is None or log.run is not self._run(task_id))
+        ):
             return None  # no log, or its run is no longer the one here: other events may be missing
         missed = log.after(last_event_id)
         if missed is None or (log.ended and not missed):
@@ -246,7 +248,9 @@ class LiveHub:
             event_id = self.unlogged_id()
         self._fan_out(task_id, event_id, event, size)
 
-    def _fan_out(self, task_id: str, event_id: str, event: LiveEvent, size: int | None = None) -> None:
+    def _fan_out(
+        self, task_id: str, event_id: str, event: LiveEvent, size: int | None = None
+    ) -> None:
         subs = self._subscribers.get(task_id)
         if subs:
             size = event.ByteSize() if size is None else size

@@ -130,8 +130,14 @@ class PostgresLiveHub(LiveHub):
         self._closing = False
         self._last_warning = 0.0
         self.stats = {"sent": 0, "received": 0, "dropped": 0, "send_failures": 0, "connects": 0}
-        self.feed_relay = PostgresFeedRelay(self.feed, store, replica_id, self._enqueue,
-                                            fetch_wait_seconds=fetch_wait_seconds, refresh_seconds=refresh_seconds)
+        self.feed_relay = PostgresFeedRelay(
+            self.feed,
+            store,
+            replica_id,
+            self._enqueue,
+            fetch_wait_seconds=fetch_wait_seconds,
+            refresh_seconds=refresh_seconds,
+        )
 
     # lifecycle -----------------------------------------------------------------
     @property
@@ -150,7 +156,9 @@ class PostgresLiveHub(LiveHub):
             async with asyncio.timeout(wait_seconds):
                 await self._listening.wait()
         if not self.listening:
-            log.warning("live_listener_not_ready", detail="followers poll the store until it connects")
+            log.warning(
+                "live_listener_not_ready", detail="followers poll the store until it connects"
+            )
 
     async def aclose(self) -> None:
         self._closing = True
@@ -231,7 +239,9 @@ class PostgresLiveHub(LiveHub):
         """NOTIFY every replica on the shared channel (at once; a replica that misses it
         acts at its next lease check)."""
         try:
-            await self._store.notify([(WATCH_CHANNEL, control_payload(self.replica_id, command, ""))])
+            await self._store.notify(
+                [(WATCH_CHANNEL, control_payload(self.replica_id, command, ""))]
+            )
         except Exception as exc:
             log.warning("live_control_not_sent", command=command, error=str(exc))
 
@@ -426,7 +436,9 @@ class PostgresLiveHub(LiveHub):
     def _on_control(self, message: dict[str, Any]) -> None:
         if self._local is None:
             return
-        task = asyncio.create_task(self._local.handle_control(str(message.get("c")), str(message.get("t"))))
+        task = asyncio.create_task(
+            self._local.handle_control(str(message.get("c")), str(message.get("t")))
+        )
         self._side_tasks.add(task)
         task.add_done_callback(self._side_done)
 

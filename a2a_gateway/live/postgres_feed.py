@@ -65,8 +65,15 @@ class PostgresFeedRelay:
     """Sends this replica's feed events to the others and delivers theirs to ``feed``."""
 
     def __init__(
-        self, feed: EndpointFeed, store: Any, replica_id: str, enqueue: Callable[[str, str], None], *,
-        fetch_wait_seconds: float = 10.0, max_pending: int = 10_000, refresh_seconds: float = 2.0,
+        self,
+        feed: EndpointFeed,
+        store: Any,
+        replica_id: str,
+        enqueue: Callable[[str, str], None],
+        *,
+        fetch_wait_seconds: float = 10.0,
+        max_pending: int = 10_000,
+        refresh_seconds: float = 2.0,
     ) -> None:
         self._feed = feed
         self._store = store
@@ -78,12 +85,16 @@ class PostgresFeedRelay:
         self._wake = asyncio.Event()
         self._consumer: asyncio.Task[None] | None = None
         self._refresh = refresh_seconds
-        self._remote: dict[str, tuple[frozenset[str], float]] = {}  # replica → (its watches, expiry)
+        self._remote: dict[
+            str, tuple[frozenset[str], float]
+        ] = {}  # replica → (its watches, expiry)
         self._wanted_elsewhere: frozenset[str] = frozenset()
         self._listening_since: float | None = None
         self._selective = False  # every replica's watches known: send only those
         self._confirmed: set[str] = set()  # watched here, acknowledged everywhere
-        self._pending: dict[str, tuple[set[str], asyncio.Event]] = {}  # nonce → (replicas to ack, all did)
+        self._pending: dict[
+            str, tuple[set[str], asyncio.Event]
+        ] = {}  # nonce → (replicas to ack, all did)
         self.stats = {"sent": 0, "references": 0, "received": 0, "dropped": 0, "announced": 0,
                       "unconfirmed": 0}
         feed.relay = self
@@ -105,7 +116,9 @@ class PostgresFeedRelay:
     def _settled(self, now: float) -> bool:
         """Listening long enough to have heard every replica's watches (each announces them
         every ``refresh_seconds``)."""
-        return self._listening_since is not None and now - self._listening_since >= 1.5 * self._refresh
+        return (
+            self._listening_since is not None and now - self._listening_since >= 1.5 * self._refresh
+        )
 
     def connected(self) -> None:
         """The listener (re)connected: watches may have been missed, send everything for now."""
@@ -166,7 +179,10 @@ class PostgresFeedRelay:
         if not isinstance(keys, list):
             return
         now = time.monotonic()
-        self._remote[replica] = (frozenset(k for k in keys if isinstance(k, str)), now + 3 * self._refresh)
+        self._remote[replica] = (
+            frozenset(k for k in keys if isinstance(k, str)),
+            now + 3 * self._refresh,
+        )
         self._recompute(now)
         pending = self._pending.get(str(message.get("a")))
         if pending is not None:
@@ -183,13 +199,25 @@ class PostgresFeedRelay:
         self._wanted_elsewhere = frozenset().union(*(keys for keys, _ in self._remote.values()))
 
     # sending ------------------------------------------------------------------------
-    def send(self, scope: Scope, task: Task, update: FeedUpdate, event: FeedEvent, version: int) -> None:
+    def send(
+        self, scope: Scope, task: Task, update: FeedUpdate, event: FeedEvent, version: int
+    ) -> None:
         payload = orjson.dumps({"r": self._replica_id, "e": orjson.Fragment(event.data)})
         if len(payload) > PAYLOAD_LIMIT:
             kind = STATUS if isinstance(update, TaskStatusUpdateEvent) else ARTIFACT
-            artifact_id = update.artifact.artifact_id if isinstance(update, TaskArtifactUpdateEvent) else ""
-            payload = orjson.dumps({"r": self._replica_id, "sc": list(scope.as_tuple()), "t": task.id,
-                                    "k": kind, "a": artifact_id, "v": version})
+            artifact_id = (
+                update.artifact.artifact_id if isinstance(update, TaskArtifactUpdateEvent) else ""
+            )
+            payload = orjson.dumps(
+                {
+                    "r": self._replica_id,
+                    "sc": list(scope.as_tuple()),
+                    "t": task.id,
+                    "k": kind,
+                    "a": artifact_id,
+                    "v": version,
+                }
+            )
             self.stats["references"] += 1
         self.stats["sent"] += 1
         self._enqueue(FEED_CHANNEL, payload.decode())
@@ -236,8 +264,13 @@ class PostgresFeedRelay:
     async def _event_of(self, message: dict[str, Any]) -> FeedEvent | None:
         body = message.get("e")
         if isinstance(body, dict):
-            return FeedEvent(orjson.dumps(body), str(body.get("endpointId")), str(body.get("taskId")),
-                             str(body.get("contextId")), _state_number(body.get("state")))
+            return FeedEvent(
+                orjson.dumps(body),
+                str(body.get("endpointId")),
+                str(body.get("taskId")),
+                str(body.get("contextId")),
+                _state_number(body.get("state")),
+            )
         return await self._from_store(message)
 
     async def _from_store(self, message: dict[str, Any]) -> FeedEvent | None:

@@ -77,13 +77,18 @@ class LiveWire:
             return [self._envelope(task_id, slim_status_event(event), _pointer(run, STATUS))]
         if isinstance(event, TaskArtifactUpdateEvent):
             pointer = {
-                "k": FINAL_ARTIFACT, "t": task_id, "q": next(self._seq), "a": event.artifact.artifact_id,
+                "k": FINAL_ARTIFACT,
+                "t": task_id,
+                "q": next(self._seq),
+                "a": event.artifact.artifact_id,
             }
             pointer.update(_pointer(run, FINAL_ARTIFACT))
             return [orjson.dumps(pointer).decode()]
         return []
 
-    def interest(self, kind: str, replica_id: str, task_ids: list[str], *, snap: bool = False) -> list[str]:
+    def interest(
+        self, kind: str, replica_id: str, task_ids: list[str], *, snap: bool = False
+    ) -> list[str]:
         """``watch``/``unwatch`` payloads for ``task_ids``, as many as it takes."""
         base = {"k": kind, "r": replica_id, "s": snap}
         room = PAYLOAD_LIMIT - len(orjson.dumps(base)) - 64
@@ -110,11 +115,17 @@ class LiveWire:
             body.update(extra)
         return orjson.dumps(body).decode()
 
-    def _split_delta(self, task_id: str, event: TaskArtifactUpdateEvent, text: str, size: int) -> list[str]:
+    def _split_delta(
+        self, task_id: str, event: TaskArtifactUpdateEvent, text: str, size: int
+    ) -> list[str]:
         room = _RAW_LIMIT - (size - len(text.encode())) - 16
         out = []
         for i, piece in enumerate(split_utf8(text, room)):
-            out.append(self._envelope(task_id, with_text(event, piece, append=event.append if i == 0 else True)))
+            out.append(
+                self._envelope(
+                    task_id, with_text(event, piece, append=event.append if i == 0 else True)
+                )
+            )
         return out
 
 

@@ -19,7 +19,15 @@ import structlog
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-SECRET_KEY_PARTS = ("authorization", "api_key", "apikey", "token", "password", "secret", "credential")
+SECRET_KEY_PARTS = (
+    "authorization",
+    "api_key",
+    "apikey",
+    "token",
+    "password",
+    "secret",
+    "credential",
+)
 
 
 @functools.lru_cache(maxsize=1024)

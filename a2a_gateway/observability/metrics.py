@@ -13,7 +13,9 @@ LATENCY = Histogram(
 )
 TASKS_STARTED = Counter("a2a_gateway_tasks_started_total", "Tasks created by this replica")
 TASKS_ENDED = Counter(
-    "a2a_gateway_tasks_ended_total", "Tasks this replica ended, by endpoint and final state", ["endpoint", "state"]
+    "a2a_gateway_tasks_ended_total",
+    "Tasks this replica ended, by endpoint and final state",
+    ["endpoint", "state"],
 )
 MESSAGES = Counter("a2a_gateway_message_replies_total", "Message-mode answers (no task)")
 RUNNING = Gauge("a2a_gateway_running_tasks", "Task runs driven by this replica right now")
@@ -26,7 +28,8 @@ SSE_STREAMS = Gauge("a2a_gateway_open_sse_streams",
                     "Streams open on this replica right now: SSE responses and gRPC server streams")
 STORE_LATENCY = Histogram("a2a_gateway_store_call_seconds", "Time of one store call", ["operation"])
 HANDED_OVER = Counter(
-    "a2a_gateway_tasks_handed_over_total", "Runs this replica handed over on shutdown (leases released)"
+    "a2a_gateway_tasks_handed_over_total",
+    "Runs this replica handed over on shutdown (leases released)",
 )
 PUSH_DELIVERIES = Counter(
     "a2a_gateway_push_deliveries_total", "Push notification attempts by outcome", ["outcome"]
@@ -50,7 +53,9 @@ def outcome_counter(method: str, endpoint: str, outcome: str) -> Counter:
 
 @functools.cache
 def _ended(endpoint_id: str, state: int) -> Counter:
-    return TASKS_ENDED.labels(endpoint_id, TaskState.Name(state).removeprefix("TASK_STATE_").lower())
+    return TASKS_ENDED.labels(
+        endpoint_id, TaskState.Name(state).removeprefix("TASK_STATE_").lower()
+    )
 
 
 def task_ended(endpoint_id: str, state: int) -> None:

@@ -77,7 +77,10 @@ def read_metrics() -> Reading:
         if labels["a2a_method"] != NOT_A2A and labels["endpoint"]:
             key = (labels["endpoint"], labels["outcome"] == "ok")
             requests[key] = requests.get(key, 0.0) + value
-    tasks = {(labels["endpoint"], labels["state"]): value for labels, value in _values(TASKS_ENDED, "_total")}
+    tasks = {
+        (labels["endpoint"], labels["state"]): value
+        for labels, value in _values(TASKS_ENDED, "_total")
+    }
     latency: dict[float, float] = {}
     for labels, value in _values(LATENCY, "_bucket"):
         if labels["a2a_method"] != NOT_A2A:
@@ -152,9 +155,14 @@ class StatsSampler:
         before, since = self._last, self._last_at
         assert before is not None
         now, at = self._reading(), self._clock()
-        sample = Sample(at, max(0.0, at - since), _deltas(now.requests, before.requests),
-                        _deltas(now.tasks, before.tasks), _latency_deltas(now.latency, before.latency),
-                        round(now.open_streams))
+        sample = Sample(
+            at,
+            max(0.0, at - since),
+            _deltas(now.requests, before.requests),
+            _deltas(now.tasks, before.tasks),
+            _latency_deltas(now.latency, before.latency),
+            round(now.open_streams),
+        )
         self._last, self._last_at = now, at
         self.samples.append(sample)
         return sample
@@ -194,7 +202,9 @@ class StatsSampler:
 def _endpoint_series(samples: list[Sample]) -> dict[str, Any]:
     """Per endpoint seen in the window: requests, errors and tasks by final state per sample,
     and their totals."""
-    endpoints = sorted({e for s in samples for e, _ in s.requests} | {e for s in samples for e, _ in s.tasks})
+    endpoints = sorted(
+        {e for s in samples for e, _ in s.requests} | {e for s in samples for e, _ in s.tasks}
+    )
     states: dict[str, set[str]] = {e: set() for e in endpoints}
     for s in samples:
         for e, state in s.tasks:
@@ -203,7 +213,9 @@ def _endpoint_series(samples: list[Sample]) -> dict[str, Any]:
     for e in endpoints:
         requests = [s.requests.get((e, True), 0) + s.requests.get((e, False), 0) for s in samples]
         errors = [s.requests.get((e, False), 0) for s in samples]
-        tasks = {state: [s.tasks.get((e, state), 0) for s in samples] for state in sorted(states[e])}
+        tasks = {
+            state: [s.tasks.get((e, state), 0) for s in samples] for state in sorted(states[e])
+        }
         series[e] = {"requests": requests, "errors": errors, "tasks": tasks,
                      "total": {"requests": sum(requests), "errors": sum(errors),
                                "tasks": {state: sum(counts) for state, counts in tasks.items()}}}
@@ -216,7 +228,9 @@ def _latency_series(samples: list[Sample]) -> dict[str, Any]:
     for s in samples:
         for bound, count in s.latency.items():
             window[bound] = window.get(bound, 0) + count
-    series: dict[str, Any] = {name: [quantile(q, s.latency) for s in samples] for name, q in QUANTILES.items()}
+    series: dict[str, Any] = {
+        name: [quantile(q, s.latency) for s in samples] for name, q in QUANTILES.items()
+    }
     series["requests"] = [s.latency.get(math.inf, 0) for s in samples]
     series["window"] = {**{name: quantile(q, window) for name, q in QUANTILES.items()},
                         "requests": window.get(math.inf, 0)}

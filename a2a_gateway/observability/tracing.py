@@ -60,7 +60,12 @@ class TraceParent:
         if match is None:
             return None
         version, trace_id, span_id, flags, rest = match.groups()
-        if version == "ff" or (version == "00" and rest) or not int(trace_id, 16) or not int(span_id, 16):
+        if (
+            version == "ff"
+            or (version == "00" and rest)
+            or not int(trace_id, 16)
+            or not int(span_id, 16)
+        ):
             return None
         return cls(trace_id, span_id, flags, headers.get("tracestate", "").strip())
 
@@ -89,7 +94,9 @@ class RequestTrace:
     """The trace of one request: ``context`` is what the gateway continues (its server span
     when exported), ``trace_id`` goes into the log lines."""
 
-    def __init__(self, context: TraceParent, span: Span | None = None, token: object = None) -> None:
+    def __init__(
+        self, context: TraceParent, span: Span | None = None, token: object = None
+    ) -> None:
         self.context = context
         self._span = span
         self._token = token
@@ -98,7 +105,9 @@ class RequestTrace:
     def trace_id(self) -> str:
         return self.context.trace_id
 
-    def end(self, status: int | None, *, a2a_method: str | None, endpoint: str, outcome: str) -> None:
+    def end(
+        self, status: int | None, *, a2a_method: str | None, endpoint: str, outcome: str
+    ) -> None:
         """The request was answered with ``status`` (None: it was cancelled)."""
         if self._span is not None and _exporter is not None:
             _exporter.end_request(self._span, self._token, status, a2a_method, endpoint, outcome)
@@ -111,7 +120,9 @@ class RequestTrace:
             self._span = None
 
 
-def start_request(method: str, route: str, headers: Mapping[str, str], *, span: bool = True) -> RequestTrace:
+def start_request(
+    method: str, route: str, headers: Mapping[str, str], *, span: bool = True
+) -> RequestTrace:
     """The trace of a request with these ``headers``, current from now on in this task; with
     ``span`` (and export on) a server span named after ``method`` and ``route``."""
     given = TraceParent.of(headers)
@@ -158,8 +169,9 @@ def continuing(headers: Mapping[str, str]) -> Iterator[None]:
         _REQUEST.reset(token)
 
 
-GRPC_SERVER_ERRORS = frozenset({"UNKNOWN", "DEADLINE_EXCEEDED", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE",
-                                "DATA_LOSS"})
+GRPC_SERVER_ERRORS = frozenset(
+    {"UNKNOWN", "DEADLINE_EXCEEDED", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS"}
+)
 """gRPC status codes that mark a server span as failed (OpenTelemetry's convention); the
 others are the caller's doing."""
 
@@ -196,9 +208,15 @@ def backend_call(backend: str, method: str, url: str, inbound: Mapping[str, str]
 
 def export_configured(env: Mapping[str, str]) -> bool:
     """Whether OpenTelemetry's standard variables ask for OTLP export of traces."""
-    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
     disabled = env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
-    return bool(endpoint) and not disabled and env.get("OTEL_TRACES_EXPORTER", "otlp").strip() != "none"
+    return (
+        bool(endpoint)
+        and not disabled
+        and env.get("OTEL_TRACES_EXPORTER", "otlp").strip() != "none"
+    )
 
 
 def configure() -> None:
@@ -257,7 +275,9 @@ class _Exporter:
         return self.start_server_span(f"{method} {route}".strip(), given,
                                       {"http.request.method": method, "http.route": route})
 
-    def start_server_span(self, name: str, given: TraceParent | None, attributes: dict[str, str]) -> RequestTrace:
+    def start_server_span(
+        self, name: str, given: TraceParent | None, attributes: dict[str, str]
+    ) -> RequestTrace:
         parent = self._propagator.extract(given.headers()) if given is not None else None
         span = self._tracer.start_span(name, context=parent, kind=self._trace.SpanKind.SERVER,
                                        attributes=attributes)
@@ -275,11 +295,15 @@ class _Exporter:
             span.set_attribute("http.response.status_code", status)
         self._end_server_span(span, token, status is None or status >= 500, endpoint, outcome)
 
-    def end_grpc_call(self, span: Span, token: Any, code: str, value: int, endpoint: str, outcome: str) -> None:
+    def end_grpc_call(
+        self, span: Span, token: Any, code: str, value: int, endpoint: str, outcome: str
+    ) -> None:
         span.set_attribute("rpc.grpc.status_code", value)
         self._end_server_span(span, token, code in GRPC_SERVER_ERRORS, endpoint, outcome)
 
-    def _end_server_span(self, span: Span, token: Any, failed: bool, endpoint: str, outcome: str) -> None:
+    def _end_server_span(
+        self, span: Span, token: Any, failed: bool, endpoint: str, outcome: str
+    ) -> None:
         if endpoint:
             span.set_attribute("a2a.endpoint_id", endpoint)
         span.set_attribute("a2a.outcome", outcome)
@@ -311,16 +335,23 @@ class _Exporter:
         finally:
             span.end()
 
-    def backend_call(self, backend: str, method: str, url: str, inbound: Mapping[str, str]) -> BackendCall:
+    def backend_call(
+        self, backend: str, method: str, url: str, inbound: Mapping[str, str]
+    ) -> BackendCall:
         address, parent = urlsplit(url), None
         if not self._trace.get_current_span().get_span_context().is_valid:
             given = _REQUEST.get() or TraceParent.of(inbound)
             parent = self._propagator.extract(given.headers()) if given is not None else None
         span = self._tracer.start_span(
-            f"{method} {address.hostname or ''}".strip(), context=parent, kind=self._trace.SpanKind.CLIENT,
-            attributes={"http.request.method": method, "server.address": address.hostname or "",
-                        "server.port": address.port or (443 if address.scheme == "https" else 80),
-                        "a2a_gateway.backend": backend},
+            f"{method} {address.hostname or ''}".strip(),
+            context=parent,
+            kind=self._trace.SpanKind.CLIENT,
+            attributes={
+                "http.request.method": method,
+                "server.address": address.hostname or "",
+                "server.port": address.port or (443 if address.scheme == "https" else 80),
+                "a2a_gateway.backend": backend,
+            },
         )
         return BackendCall(self._headers(span), span)
 

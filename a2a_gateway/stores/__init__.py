@@ -69,7 +69,9 @@ async def _migrate_memory(url: str) -> list[str]:
 async def _open_sqlite(url: str, options: dict[str, Any]) -> Store:
     from a2a_gateway.stores.sqlite import SQLiteStore, url_options
 
-    return await SQLiteStore.open(sqlite_path(url), options.get("page_token_key"), **url_options(url))
+    return await SQLiteStore.open(
+        sqlite_path(url), options.get("page_token_key"), **url_options(url)
+    )
 
 
 async def _migrate_sqlite(url: str) -> list[str]:
@@ -116,7 +118,9 @@ def _kind(url: str) -> _StoreKind:
     scheme = urlsplit(url).scheme
     kind = _KINDS.get(scheme)
     if kind is None:
-        raise UnknownStoreError(f"unknown store URL scheme {scheme!r} (memory, sqlite, postgresql, dynamodb)")
+        raise UnknownStoreError(
+            f"unknown store URL scheme {scheme!r} (memory, sqlite, postgresql, dynamodb)"
+        )
     if scheme in EXTRAS:
         _require_driver(scheme)
     return kind

@@ -135,17 +135,25 @@ class EndpointHealth:
         """``ok``, ``failing`` (the last outcome was an error) or ``unknown`` (none yet)."""
         if self.last_error is None:
             return "unknown" if self.last_success is None else "ok"
-        return "ok" if self.last_success is not None and self.last_success >= self.last_error else "failing"
+        return (
+            "ok"
+            if self.last_success is not None and self.last_success >= self.last_error
+            else "failing"
+        )
 
     def add(self, change: EndpointHealth) -> EndpointHealth:
         """This record with ``change`` added (a new record)."""
-        error_later = change.last_error is not None and (self.last_error is None or change.last_error > self.last_error)
+        error_later = change.last_error is not None and (
+            self.last_error is None or change.last_error > self.last_error
+        )
         return EndpointHealth(
             successes=self.successes + change.successes,
             errors=self.errors + change.errors,
             last_success=_later(self.last_success, change.last_success),
             last_error=change.last_error if error_later else self.last_error,
-            last_error_message=change.last_error_message if error_later else self.last_error_message,
+            last_error_message=change.last_error_message
+            if error_later
+            else self.last_error_message,
         )
 
 
@@ -260,7 +268,9 @@ def storable_key_id(key_id: str) -> bool:
     return 0 < size <= 2048 and "\x00" not in key_id
 
 
-def _timed(operation: str, store: str, call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+def _timed(
+    operation: str, store: str, call: Callable[..., Awaitable[Any]]
+) -> Callable[..., Awaitable[Any]]:
     observe = STORE_LATENCY.labels(operation).observe
 
     @functools.wraps(call)

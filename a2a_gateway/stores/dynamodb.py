@@ -99,7 +99,9 @@ _client = make_client  # the name test helpers and scripts import from this modu
 def _scope_of_key(pk: str) -> Scope:
     """The scope a task key (``scope_key``) was made of."""
     _, tenant, _, endpoint_id, _, principal = pk.split("#")
-    return Scope(*(part.replace("%23", "#").replace("%25", "%") for part in (tenant, endpoint_id, principal)))
+    return Scope(
+        *(part.replace("%23", "#").replace("%25", "%") for part in (tenant, endpoint_id, principal))
+    )
 
 
 _ENDPOINT_PAGE_QUERIES = 10
@@ -449,11 +451,18 @@ class DynamoDBStore(Store):
             key += f" AND {e.n('status_key')} < {e.v(S(status_key(status_us, task_id)))}"
         filters = [e.not_expired(time.time())]
         if states:
-            filters.append(f"{e.n('state')} IN ({', '.join(e.v(N(int(s))) for s in sorted(states))})")
+            filters.append(
+                f"{e.n('state')} IN ({', '.join(e.v(N(int(s))) for s in sorted(states))})"
+            )
         if context_id:
             filters.append(f"{e.n('context_id')} = {e.v(S(context_id))}")
-        params = e.params(TableName=self._tasks, IndexName="by_endpoint", KeyConditionExpression=key,
-                          FilterExpression=" AND ".join(filters), ScanIndexForward=False)
+        params = e.params(
+            TableName=self._tasks,
+            IndexName="by_endpoint",
+            KeyConditionExpression=key,
+            FilterExpression=" AND ".join(filters),
+            ScanIndexForward=False,
+        )
         found: list[dict[str, Any]] = []
         cursor = None
         for _ in range(_ENDPOINT_PAGE_QUERIES):
@@ -464,7 +473,11 @@ class DynamoDBStore(Store):
                 break
         page = found[:page_size]
         last = page[-1] if len(found) > page_size else cursor
-        token = encode_page_token(*_cursor_of(last["status_key"]["S"]), key=self._token_key) if last else ""
+        token = (
+            encode_page_token(*_cursor_of(last["status_key"]["S"]), key=self._token_key)
+            if last
+            else ""
+        )
         return EndpointTaskPage(await self._tasks_of(page), token)
 
     async def _tasks_of(self, keys: list[dict[str, Any]]) -> list[tuple[Scope, Task]]:
@@ -474,8 +487,13 @@ class DynamoDBStore(Store):
         projection = e.params(ProjectionExpression=f"{e.n('pk')}, {e.n('sk')}, {e.n('task')}")
         read: dict[tuple[str, str], Task] = {}
         for first in range(0, len(wanted), _BATCH_GET):
-            pending: dict[str, Any] = {self._tasks: {"Keys": wanted[first:first + _BATCH_GET], "ConsistentRead": True,
-                                                     **projection}}
+            pending: dict[str, Any] = {
+                self._tasks: {
+                    "Keys": wanted[first : first + _BATCH_GET],
+                    "ConsistentRead": True,
+                    **projection,
+                }
+            }
             for attempt in range(10):
                 resp = await self._call("batch_get_item", RequestItems=pending)
                 for item in resp.get("Responses", {}).get(self._tasks, []):
@@ -483,9 +501,13 @@ class DynamoDBStore(Store):
                 pending = resp.get("UnprocessedKeys") or {}
                 if not pending:
                     break
-                await asyncio.sleep(min(0.05 * 2**attempt, 1.0))  # throttled: DynamoDB asks to back off
+                await asyncio.sleep(
+                    min(0.05 * 2**attempt, 1.0)
+                )  # throttled: DynamoDB asks to back off
             else:
-                raise StoreUnavailableError("dynamodb batch_get_item: keys left unprocessed after retries")
+                raise StoreUnavailableError(
+                    "dynamodb batch_get_item: keys left unprocessed after retries"
+                )
         return [(_scope_of_key(k["pk"]["S"]), read[(k["pk"]["S"], k["sk"]["S"])])
                 for k in wanted if (k["pk"]["S"], k["sk"]["S"]) in read]
 
@@ -563,7 +585,9 @@ class DynamoDBStore(Store):
         token = ""
         if len(items) > query.page_size:
             last = tasks[-1]
-            token = encode_page_token(max(status_timestamp_us(last), 0), last.id, key=self._token_key)
+            token = encode_page_token(
+                max(status_timestamp_us(last), 0), last.id, key=self._token_key
+            )
         return TaskPage(tasks, token, total)
 
     # push configs ------------------------------------------------------------------------------
@@ -630,7 +654,13 @@ class DynamoDBStore(Store):
             raise ConflictError("a push delivery with this id exists") from exc
 
     async def _earliest_due(
-        self, table: str, index: str, shard: tuple[str, str], time_attr: str, before: str, now: float,
+        self,
+        table: str,
+        index: str,
+        shard: tuple[str, str],
+        time_attr: str,
+        before: str,
+        now: float,
         limit: int,
     ) -> list[dict[str, Any]]:
         """The items of ``index`` whose ``time_attr`` is ``before`` (``<`` or ``<=``) ``now``,
@@ -644,7 +674,9 @@ class DynamoDBStore(Store):
             )
             resp = await self._call(
                 "query",
-                **e.params(TableName=table, IndexName=index, KeyConditionExpression=key, Limit=limit),
+                **e.params(
+                    TableName=table, IndexName=index, KeyConditionExpression=key, Limit=limit
+                ),
             )
             return resp.get("Items", [])
 
@@ -737,8 +769,10 @@ class DynamoDBStore(Store):
     # backend health ----------------------------------------------------------------------------
     async def record_backend_health(self, endpoint_id: str, change: EndpointHealth) -> None:
         key = {"pk": S(HEALTH_PK), "sk": S(endpoint_id)}
-        times = [("last_success", change.last_success, {}),
-                 ("last_error", change.last_error, {"last_error_message": S(change.last_error_message)})]
+        times = [
+            ("last_success", change.last_success, {}),
+            ("last_error", change.last_error, {"last_error_message": S(change.last_error_message)}),
+        ]
         later = [(name, at, extra) for name, at, extra in times if at is not None]
         try:  # one call: the counts, and every time this change holds (the later one, usually)
             await self._update_health(key, change, later)

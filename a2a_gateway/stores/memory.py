@@ -71,7 +71,9 @@ class MemoryStore(Store):
         return copy.deepcopy(found) if found else None
 
     async def list_endpoints(self) -> list[Endpoint]:
-        return [copy.deepcopy(e) for e in sorted(self._endpoints.values(), key=lambda e: e.created_at)]
+        return [
+            copy.deepcopy(e) for e in sorted(self._endpoints.values(), key=lambda e: e.created_at)
+        ]
 
     # API keys
     async def create_api_key(self, key: ApiKey) -> None:
@@ -186,7 +188,9 @@ class MemoryStore(Store):
             and (not states or s.task.status.state in states)
             and (not context_id or s.task.context_id == context_id)
         ]
-        rows = sorted((r for r in rows if cursor is None or r[0] < cursor), key=lambda r: r[0], reverse=True)
+        rows = sorted(
+            (r for r in rows if cursor is None or r[0] < cursor), key=lambda r: r[0], reverse=True
+        )
         page = rows[:page_size]
         more = len(rows) > page_size and page
         token = encode_page_token(*page[-1][0], key=self._token_key) if more else ""
@@ -199,7 +203,10 @@ class MemoryStore(Store):
             if sc == scope
             and (not query.context_id or s.task.context_id == query.context_id)
             and (not query.state or s.task.status.state == query.state)
-            and (query.status_after_us is None or status_timestamp_us(s.task) >= query.status_after_us)
+            and (
+                query.status_after_us is None
+                or status_timestamp_us(s.task) >= query.status_after_us
+            )
         ]
         rows.sort(key=lambda r: (r[0], r[1]), reverse=True)
         total = len(rows)
@@ -208,7 +215,11 @@ class MemoryStore(Store):
             rows = [r for r in rows if (r[0], r[1]) < cursor]
         page = rows[: query.page_size]
         more = len(rows) > query.page_size
-        token = encode_page_token(page[-1][0], page[-1][1], key=self._token_key) if more and page else ""
+        token = (
+            encode_page_token(page[-1][0], page[-1][1], key=self._token_key)
+            if more and page
+            else ""
+        )
         return TaskPage([_copy(r[2]) for r in page], token, total)
 
     # push configs
@@ -221,7 +232,9 @@ class MemoryStore(Store):
         found = self._push.get((scope, task_id), {}).get(config_id)
         return _copy(found) if found is not None else None
 
-    async def list_push_configs(self, scope: Scope, task_id: str) -> list[TaskPushNotificationConfig]:
+    async def list_push_configs(
+        self, scope: Scope, task_id: str
+    ) -> list[TaskPushNotificationConfig]:
         configs = self._push.get((scope, task_id), {})
         return [_copy(configs[k]) for k in sorted(configs)]
 

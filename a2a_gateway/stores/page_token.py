@@ -34,7 +34,9 @@ def decode_page_token(token: str, key: bytes | None = None) -> tuple[int, str]:
         if base64.urlsafe_b64encode(raw).decode().rstrip("=") != token:
             raise ValueError("not a canonical encoding")  # e.g. altered padding bits
         mac, body = raw[:12], raw[12:]
-        if not hmac.compare_digest(mac, hmac.new(key or _DEFAULT_KEY, body, hashlib.sha256).digest()[:12]):
+        if not hmac.compare_digest(
+            mac, hmac.new(key or _DEFAULT_KEY, body, hashlib.sha256).digest()[:12]
+        ):
             raise ValueError("bad signature")
         status_us, task_id = body.decode().split(":", 1)
         return int(status_us), task_id
@@ -51,5 +53,7 @@ def endpoint_task_page(
     token = ""
     if len(rows) > page_size and page:
         token = encode_page_token(page[-1]["status_us"], page[-1]["id"], key=key)
-    tasks = [(Scope(r["tenant"], endpoint_id, r["principal"]), Task.FromString(r["task"])) for r in page]
+    tasks = [
+        (Scope(r["tenant"], endpoint_id, r["principal"]), Task.FromString(r["task"])) for r in page
+    ]
     return EndpointTaskPage(tasks, token)

@@ -207,7 +207,9 @@ class PostgresStore(Store):
         except UNAVAILABLE_ERRORS as exc:
             raise unavailable(self._url, exc) from exc
         except asyncpg.PostgresError as exc:
-            raise StoreError(f"cannot connect to postgres store at {redacted(self._url)}: {exc}") from exc
+            raise StoreError(
+                f"cannot connect to postgres store at {redacted(self._url)}: {exc}"
+            ) from exc
 
     async def notify(self, messages: list[tuple[str, str]]) -> None:
         """NOTIFY each ``(channel, payload)`` in one statement (one transaction): listeners
@@ -327,10 +329,20 @@ class PostgresStore(Store):
         owner: str | None = None,
         lease_until: float | None = None,
     ) -> int:
-        await self._creations.create(NewTask(
-            *scope.as_tuple(), task.id, task.context_id, int(task.status.state), status_timestamp_us(task),
-            task.SerializeToString(), run_ref, run_state or {}, owner, lease_until,
-        ))
+        await self._creations.create(
+            NewTask(
+                *scope.as_tuple(),
+                task.id,
+                task.context_id,
+                int(task.status.state),
+                status_timestamp_us(task),
+                task.SerializeToString(),
+                run_ref,
+                run_state or {},
+                owner,
+                lease_until,
+            )
+        )
         return 1
 
     async def _insert_task(self, row: NewTask) -> None:
@@ -402,9 +414,13 @@ class PostgresStore(Store):
             rows = await conn.fetch(
                 f"SELECT tenant, principal, task FROM tasks WHERE endpoint_id = $1 AND {NOT_TERMINAL_SQL}"
                 " ORDER BY status_us DESC, id DESC LIMIT $2",
-                endpoint_id, limit,
+                endpoint_id,
+                limit,
             )
-        return [(Scope(r["tenant"], endpoint_id, r["principal"]), Task.FromString(r["task"])) for r in rows]
+        return [
+            (Scope(r["tenant"], endpoint_id, r["principal"]), Task.FromString(r["task"]))
+            for r in rows
+        ]
 
     async def list_endpoint_tasks(
         self,
@@ -602,15 +618,27 @@ class PostgresStore(Store):
                 " last_error = GREATEST(h.last_error, EXCLUDED.last_error),"
                 " last_error_message = CASE WHEN EXCLUDED.last_error > COALESCE(h.last_error, '-infinity')"
                 " THEN EXCLUDED.last_error_message ELSE h.last_error_message END",
-                endpoint_id, change.successes, change.errors, _at(change.last_success), _at(change.last_error),
+                endpoint_id,
+                change.successes,
+                change.errors,
+                _at(change.last_success),
+                _at(change.last_error),
                 change.last_error_message,
             )
 
     async def list_backend_health(self) -> dict[str, EndpointHealth]:
         async with self._conn() as conn:
             rows = await conn.fetch("SELECT * FROM backend_health")
-        return {r["endpoint_id"]: EndpointHealth(r["successes"], r["errors"], _epoch(r["last_success"]),
-                                                 _epoch(r["last_error"]), r["last_error_message"]) for r in rows}
+        return {
+            r["endpoint_id"]: EndpointHealth(
+                r["successes"],
+                r["errors"],
+                _epoch(r["last_success"]),
+                _epoch(r["last_error"]),
+                r["last_error_message"],
+            )
+            for r in rows
+        }
 
     # leases ----------------------------------------------------------------------
     async def renew_leases(self, owner: str, task_ids: list[str], lease_until: float) -> None:

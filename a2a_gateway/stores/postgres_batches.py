@@ -122,7 +122,9 @@ class TaskCreations:
             return
         for waiting in batch:
             if waiting.row.id in inserted:
-                inserted.discard(waiting.row.id)  # a second row of the same id in the batch conflicts
+                inserted.discard(
+                    waiting.row.id
+                )  # a second row of the same id in the batch conflicts
                 _answer(waiting, None)
             else:
                 _answer(waiting, ConflictError(f"task {waiting.row.id} exists"))

@@ -173,7 +173,9 @@ class SQLiteStore(Store):
             raise KeyError(endpoint.id)
 
     async def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
-        rows = await self._db.execute_fetchall("SELECT * FROM endpoints WHERE id = ?", (endpoint_id,))
+        rows = await self._db.execute_fetchall(
+            "SELECT * FROM endpoints WHERE id = ?", (endpoint_id,)
+        )
         return ROWS.endpoint(rows[0]) if rows else None
 
     async def list_endpoints(self) -> list[Endpoint]:
@@ -304,7 +306,10 @@ class SQLiteStore(Store):
             [endpoint_id, limit],
         ) as cur:
             rows = await cur.fetchall()
-        return [(Scope(r["tenant"], endpoint_id, r["principal"]), Task.FromString(r["task"])) for r in rows]
+        return [
+            (Scope(r["tenant"], endpoint_id, r["principal"]), Task.FromString(r["task"]))
+            for r in rows
+        ]
 
     async def list_endpoint_tasks(
         self,
@@ -382,7 +387,9 @@ class SQLiteStore(Store):
         )
         return TaskPushNotificationConfig.FromString(rows[0]["config"]) if rows else None
 
-    async def list_push_configs(self, scope: Scope, task_id: str) -> list[TaskPushNotificationConfig]:
+    async def list_push_configs(
+        self, scope: Scope, task_id: str
+    ) -> list[TaskPushNotificationConfig]:
         rows = await self._batched.read(
             f"SELECT config FROM push_configs WHERE {_SCOPE} AND task_id = ? ORDER BY id",
             (*scope.as_tuple(), task_id),
@@ -463,14 +470,28 @@ class SQLiteStore(Store):
             " last_error_message = CASE WHEN excluded.last_error > coalesce(last_error, -1)"
             " THEN excluded.last_error_message ELSE last_error_message END,"
             " last_error = max(coalesce(last_error, excluded.last_error), coalesce(excluded.last_error, last_error))",
-            (endpoint_id, change.successes, change.errors, change.last_success, change.last_error,
-             change.last_error_message),
+            (
+                endpoint_id,
+                change.successes,
+                change.errors,
+                change.last_success,
+                change.last_error,
+                change.last_error_message,
+            ),
         )
 
     async def list_backend_health(self) -> dict[str, EndpointHealth]:
         rows = await self._batched.read("SELECT * FROM backend_health")
-        return {r["endpoint_id"]: EndpointHealth(r["successes"], r["errors"], r["last_success"], r["last_error"],
-                                                 r["last_error_message"]) for r in rows}
+        return {
+            r["endpoint_id"]: EndpointHealth(
+                r["successes"],
+                r["errors"],
+                r["last_success"],
+                r["last_error"],
+                r["last_error_message"],
+            )
+            for r in rows
+        }
 
     # leases ----------------------------------------------------------------------
     async def renew_leases(self, owner: str, task_ids: list[str], lease_until: float) -> None:

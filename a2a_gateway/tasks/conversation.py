@@ -35,7 +35,9 @@ class Caller:
     headers: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, principal: str, extensions: set[str] | frozenset[str], headers: Mapping[str, str]) -> Caller:
+    def of(
+        cls, principal: str, extensions: set[str] | frozenset[str], headers: Mapping[str, str]
+    ) -> Caller:
         passed = {name: headers[name] for name in PASSED_HEADERS if name in headers}
         return cls(principal, frozenset(extensions), passed)
 
@@ -127,7 +129,9 @@ class Conversation:
         if not handler.uses_context:
             return
         if unseen:
-            context = Context([{"role": t.role, "text": t.text} for t in request.history], dict(request.session))
+            context = Context(
+                [{"role": t.role, "text": t.text} for t in request.history], dict(request.session)
+            )
         else:
             context = await self._store.get_context(scope, request.context_id) or Context()
         context.turns.append({"role": "user", "text": request.text})

@@ -93,7 +93,9 @@ class TaskRef:
 
     @classmethod
     def from_payload(cls, body: dict[str, Any]) -> TaskRef:
-        values = {name: body.get(name) for name in ("tenant", "endpoint_id", "principal", "task_id")}
+        values = {
+            name: body.get(name) for name in ("tenant", "endpoint_id", "principal", "task_id")
+        }
         bad = [name for name, value in values.items() if not isinstance(value, str) or not value]
         if bad:
             raise BadEventError(f"a run_task event needs non-empty strings: {', '.join(bad)}")
@@ -131,7 +133,9 @@ class LambdaDispatcher:
             from botocore.config import Config
             from botocore.exceptions import NoRegionError
         except ImportError:
-            raise DispatchSetupError('dispatch = "lambda" needs boto3: install a2a-gateway[dynamodb]') from None
+            raise DispatchSetupError(
+                'dispatch = "lambda" needs boto3: install a2a-gateway[dynamodb]'
+            ) from None
         self._function = function
         try:
             self._client = boto3.client(
@@ -151,15 +155,23 @@ class LambdaDispatcher:
                 Payload=ref.to_payload(),
             )
         except Exception as exc:  # botocore's errors: unreachable, refused, throttled
-            raise DispatchError(f"{NOT_DISPATCHED} (the invoke failed: {type(exc).__name__}); retry later") from exc
+            raise DispatchError(
+                f"{NOT_DISPATCHED} (the invoke failed: {type(exc).__name__}); retry later"
+            ) from exc
         if response.get("StatusCode") != 202:
-            raise DispatchError(f"{NOT_DISPATCHED} (the invoke answered {response.get('StatusCode')}, not 202); "
-                                "retry later")
+            raise DispatchError(
+                f"{NOT_DISPATCHED} (the invoke answered {response.get('StatusCode')}, not 202); "
+                "retry later"
+            )
 
 
 def dispatcher_of(settings: GatewaySettings) -> Dispatcher | None:
     """The dispatcher the settings ask for (None: runs start in this process)."""
     if settings.dispatch != "lambda":
         return None
-    return LambdaDispatcher(settings.dispatch_function or "", endpoint_url=settings.dispatch_endpoint_url,
-                            region=settings.dispatch_region, timeout=settings.dispatch_timeout_seconds)
+    return LambdaDispatcher(
+        settings.dispatch_function or "",
+        endpoint_url=settings.dispatch_endpoint_url,
+        region=settings.dispatch_region,
+        timeout=settings.dispatch_timeout_seconds,
+    )

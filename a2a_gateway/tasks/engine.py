@@ -91,7 +91,10 @@ class TaskEngine:
     """Starts, continues, cancels and recovers task runs for every endpoint."""
 
     def __init__(
-        self, services: RunServices, limits: EngineLimits = EngineLimits(), dispatcher: Dispatcher | None = None,
+        self,
+        services: RunServices,
+        limits: EngineLimits = EngineLimits(),
+        dispatcher: Dispatcher | None = None,
     ) -> None:
         self.services = services
         self.dispatcher = dispatcher
@@ -122,9 +125,18 @@ class TaskEngine:
         if self.runs.get(run.task.id) is run:
             del self.runs[run.task.id]
 
-    def _idle_run(self, runtime: EndpointRuntime, scope: Scope, request: HandlerRequest, stored: StoredTask) -> TaskRun:
-        return TaskRun.of_stored(self.services, runtime, runtime.require_handler(), scope, request, stored,
-                                 on_done=self._run_done)
+    def _idle_run(
+        self, runtime: EndpointRuntime, scope: Scope, request: HandlerRequest, stored: StoredTask
+    ) -> TaskRun:
+        return TaskRun.of_stored(
+            self.services,
+            runtime,
+            runtime.require_handler(),
+            scope,
+            request,
+            stored,
+            on_done=self._run_done,
+        )
 
     @contextlib.asynccontextmanager
     async def _task_lock(self, task_id: str) -> AsyncIterator[None]:
@@ -148,20 +160,33 @@ class TaskEngine:
         handler = runtime.require_handler()
         caller = caller or Caller(scope.principal)
         if message.task_id:
-            return await self._continue(runtime, scope, message, caller, streaming=streaming, subscribe=subscribe)
+            return await self._continue(
+                runtime, scope, message, caller, streaming=streaming, subscribe=subscribe
+            )
         new_context = not message.context_id
         task = Task(id=new_id(), context_id=message.context_id or new_id())
         message.task_id, message.context_id = task.id, task.context_id
         task.status.state = TASK_STATE_SUBMITTED
         stamp(task.status.timestamp)
         task.history.append(message)
-        request = await self.conversation.request(handler, scope, task, message, caller, streaming=streaming,
-                                                  new_context=new_context)
+        request = await self.conversation.request(
+            handler, scope, task, message, caller, streaming=streaming, new_context=new_context
+        )
         # no one but this caller can learn the task's id before the reply: see TaskRun.unseen
         unseen = blocking and not subscribe and push_config is None and self.dispatcher is None
-        run = TaskRun(self.services, runtime, handler, scope, request, task, push_config=push_config,
-                      on_done=self._run_done, unseen=unseen,
-                      unseen_seconds=self.limits.unseen_task_seconds, new_context=new_context)
+        run = TaskRun(
+            self.services,
+            runtime,
+            handler,
+            scope,
+            request,
+            task,
+            push_config=push_config,
+            on_done=self._run_done,
+            unseen=unseen,
+            unseen_seconds=self.limits.unseen_task_seconds,
+            new_context=new_context,
+        )
         if self.dispatcher is not None:
             return await self._dispatch(run, "run")
         sub = self.hub.subscribe(task.id) if subscribe else None
@@ -191,8 +216,13 @@ class TaskEngine:
                 if live is not None:
                     outcome = await self._answer_live(live, request, message, sub)
                 else:
-                    outcome = await self._answer_idle(self._idle_run(runtime, scope, request, stored),
-                                                      stored, request, message, sub)
+                    outcome = await self._answer_idle(
+                        self._idle_run(runtime, scope, request, stored),
+                        stored,
+                        request,
+                        message,
+                        sub,
+                    )
                 return outcome
             finally:
                 if sub is not None and outcome.subscription is not sub:
@@ -201,11 +231,15 @@ class TaskEngine:
     def _check_answerable(self, task: Task, message: Message) -> None:
         state = task.status.state
         if state in TERMINAL_STATES:
-            raise UnsupportedOperationError(f"Task {task.id} is in a terminal state and accepts no more messages")
+            raise UnsupportedOperationError(
+                f"Task {task.id} is in a terminal state and accepts no more messages"
+            )
         if message.context_id and message.context_id != task.context_id:
             raise InvalidParamsError("contextId does not match the task's contextId")
         if state not in INTERRUPTED_STATES:
-            raise UnsupportedOperationError(f"Task {task.id} is still working; send a message when it asks for input")
+            raise UnsupportedOperationError(
+                f"Task {task.id} is still working; send a message when it asks for input"
+            )
         if len(task.history) >= self.limits.max_task_history:
             raise InvalidParamsError(
                 f"Task {task.id} holds {len(task.history)} messages, the max_task_history "
@@ -245,7 +279,9 @@ class TaskEngine:
             return SendOutcome(task=await run.refuse_answer(exc, message, None))
         if continued and self.ownership.owned_elsewhere(stored):
             # the run goes on at its owner, which records what follows
-            return SendOutcome(task=copy_task(stored.task), follow_version=stored.version, scope=run.scope)
+            return SendOutcome(
+                task=copy_task(stored.task), follow_version=stored.version, scope=run.scope
+            )
         run.task.history.append(message)
         if self.dispatcher is not None:
             return await self._dispatch(run, "reattach" if continued else "run")
@@ -262,12 +298,19 @@ class TaskEngine:
         caller gets the retriable ``DispatchError``)."""
         request = run.request
         dispatched = {
-            "action": action, "streaming": request.streaming, "pending": request.pending_input,
+            "action": action,
+            "streaming": request.streaming,
+            "pending": request.pending_input,
             "extensions": sorted(request.extensions),
-            "headers": {**request.headers, **tracing.current_headers()},  # the worker continues this trace
+            "headers": {
+                **request.headers,
+                **tracing.current_headers(),
+            },  # the worker continues this trace
         }
         try:
-            await run.record_for_worker(dispatched, time.time() + self.limits.dispatch_claim_seconds)
+            await run.record_for_worker(
+                dispatched, time.time() + self.limits.dispatch_claim_seconds
+            )
         except SupersededError:
             return SendOutcome(task=await self._final_task(run))
         try:
@@ -288,27 +331,50 @@ class TaskEngine:
         if stored is None:
             return "not_found"
         dispatched = stored.run_state.get(DISPATCHED)
-        if dispatched is None or stored.owner != DISPATCH_OWNER or stored.task.status.state in TERMINAL_STATES:
+        if (
+            dispatched is None
+            or stored.owner != DISPATCH_OWNER
+            or stored.task.status.state in TERMINAL_STATES
+        ):
             return "duplicate"
         runtime = await registry.get(scope.endpoint_id)
         handler = runtime.require_handler()
-        caller = Caller(scope.principal, frozenset(dispatched.get("extensions") or ()), dispatched.get("headers") or {})
+        caller = Caller(
+            scope.principal,
+            frozenset(dispatched.get("extensions") or ()),
+            dispatched.get("headers") or {},
+        )
         request = await self._request_of_stored(
-            handler, scope, stored, caller, streaming=bool(dispatched.get("streaming")), pending=dispatched.get("pending"),
+            handler,
+            scope,
+            stored,
+            caller,
+            streaming=bool(dispatched.get("streaming")),
+            pending=dispatched.get("pending"),
         )
         run = self._idle_run(runtime, scope, request, stored)
         try:
             await run.claim()
         except ConflictError:
             return "duplicate"
-        events = handler.reattach(request) if dispatched.get("action") == "reattach" else handler.run(request)
+        events = (
+            handler.reattach(request)
+            if dispatched.get("action") == "reattach"
+            else handler.run(request)
+        )
         with tracing.continuing(request.headers):  # the caller's trace, not the delivering event's
             self._start(run, events)
         await run.wait_done()
         return "ran"
 
     async def _request_of_stored(
-        self, handler: Handler, scope: Scope, stored: StoredTask, caller: Caller, *, streaming: bool,
+        self,
+        handler: Handler,
+        scope: Scope,
+        stored: StoredTask,
+        caller: Caller,
+        *,
+        streaming: bool,
         pending: dict[str, Any] | None,
     ) -> HandlerRequest:
         """The request of a stored task's last user message, to run or re-attach it here."""
@@ -349,7 +415,9 @@ class TaskEngine:
         return final.task if final else stored.task
 
     @staticmethod
-    def _stored_request(scope: Scope, stored: StoredTask, message: Message | None = None) -> HandlerRequest:
+    def _stored_request(
+        scope: Scope, stored: StoredTask, message: Message | None = None
+    ) -> HandlerRequest:
         """The request of a task read from the store, for the handler's cancel."""
         task = stored.task
         return HandlerRequest(
@@ -391,7 +459,9 @@ class TaskEngine:
     async def keep_ownership(self, registry: EndpointRegistry) -> None:
         """One lease interval: renew this replica's leases, stop runs another replica
         ended, take over tasks whose owner went away."""
-        await self.ownership.renew([tid for tid, run in self.runs.items() if run.version is not None])
+        await self.ownership.renew(
+            [tid for tid, run in self.runs.items() if run.version is not None]
+        )
         await self.check_superseded()
         await self.recover_expired(registry)
 
@@ -421,7 +491,9 @@ class TaskEngine:
                 runs.append(run)
         return runs
 
-    async def _recover(self, scope: Scope, stored: StoredTask, registry: EndpointRegistry) -> TaskRun | None:
+    async def _recover(
+        self, scope: Scope, stored: StoredTask, registry: EndpointRegistry
+    ) -> TaskRun | None:
         task = stored.task
         try:
             runtime: EndpointRuntime | None = await registry.get(scope.endpoint_id)
@@ -429,20 +501,41 @@ class TaskEngine:
             runtime = None
         handler = runtime.handler if runtime is not None else None
         unclaimed = stored.run_state.pop(DISPATCHED, None) is not None
-        if (runtime is not None and handler is not None and handler.supports_reattach and stored.run_ref
-                and not unclaimed):
-            request = await self._request_of_stored(handler, scope, stored, Caller(scope.principal), streaming=False,
-                                                    pending=stored.run_state.get("pending_input"))
-            run = self._start(self._idle_run(runtime, scope, request, stored), handler.reattach(request))
+        if (
+            runtime is not None
+            and handler is not None
+            and handler.supports_reattach
+            and stored.run_ref
+            and not unclaimed
+        ):
+            request = await self._request_of_stored(
+                handler,
+                scope,
+                stored,
+                Caller(scope.principal),
+                streaming=False,
+                pending=stored.run_state.get("pending_input"),
+            )
+            run = self._start(
+                self._idle_run(runtime, scope, request, stored), handler.reattach(request)
+            )
             log.info("task_reattached", task_id=task.id)
             return run
         # an endpoint that can no longer be served still gets its task ended, by a run
         # without a handler (and without push notifications)
-        run = TaskRun.of_stored(self.services, runtime or EndpointRuntime.gone(scope.endpoint_id), handler,
-                                scope, self._stored_request(scope, stored), stored)
+        run = TaskRun.of_stored(
+            self.services,
+            runtime or EndpointRuntime.gone(scope.endpoint_id),
+            handler,
+            scope,
+            self._stored_request(scope, stored),
+            stored,
+        )
         with contextlib.suppress(SupersededError):
             await run.fail(NOT_CLAIMED if unclaimed else GATEWAY_LOST)
-        log.warning("task_failed_not_claimed" if unclaimed else "task_failed_gateway_lost", task_id=task.id)
+        log.warning(
+            "task_failed_not_claimed" if unclaimed else "task_failed_gateway_lost", task_id=task.id
+        )
         return None
 
     async def aclose(self) -> None:

@@ -69,8 +69,12 @@ async def follow_task(
                         if event.last_chunk:
                             seen_artifacts[artifact.artifact_id] = _content(artifact)
                     yield event_id, event
-                    if _settles(event.status.state if isinstance(event, TaskStatusUpdateEvent) else None,
-                                stop_when_interrupted, after_version, version):
+                    if _settles(
+                        event.status.state if isinstance(event, TaskStatusUpdateEvent) else None,
+                        stop_when_interrupted,
+                        after_version,
+                        version,
+                    ):
                         return
                     continue
             stored = await store.get_task(scope, task.id)
@@ -117,7 +121,9 @@ def _content(artifact: Artifact) -> tuple[str, str, tuple[bytes, ...], bytes]:
     return artifact.name, text, others, artifact.metadata.SerializeToString(deterministic=True)
 
 
-def _settles(state: int | None, stop_when_interrupted: bool, after_version: int | None, version: int) -> bool:
+def _settles(
+    state: int | None, stop_when_interrupted: bool, after_version: int | None, version: int
+) -> bool:
     if state is None:
         return False
     if state in TERMINAL_STATES:

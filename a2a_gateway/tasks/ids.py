@@ -26,7 +26,10 @@ def _is_id(field: FieldDescriptor) -> bool:
 def _searched(descriptor: Descriptor) -> bool:
     """Whether a message type is looked into: not protobuf's own types (Struct, Timestamp…)
     nor map entries."""
-    return not descriptor.full_name.startswith("google.protobuf.") and not descriptor.GetOptions().map_entry
+    return (
+        not descriptor.full_name.startswith("google.protobuf.")
+        and not descriptor.GetOptions().map_entry
+    )
 
 
 @cache
@@ -46,12 +49,17 @@ def _holds_ids(descriptor: Descriptor) -> bool:
 
 
 @cache
-def _plan(descriptor: Descriptor) -> tuple[tuple[FieldDescriptor, ...], tuple[FieldDescriptor, ...]]:
+def _plan(
+    descriptor: Descriptor,
+) -> tuple[tuple[FieldDescriptor, ...], tuple[FieldDescriptor, ...]]:
     """(id fields, message-typed fields that can hold ids) of a message type."""
     ids = tuple(f for f in descriptor.fields if _is_id(f))
     nested = tuple(
-        f for f in descriptor.fields
-        if f.type == FieldDescriptor.TYPE_MESSAGE and _searched(f.message_type) and _holds_ids(f.message_type)
+        f
+        for f in descriptor.fields
+        if f.type == FieldDescriptor.TYPE_MESSAGE
+        and _searched(f.message_type)
+        and _holds_ids(f.message_type)
     )
     return ids, nested
 

@@ -41,4 +41,6 @@ class Ownership:
 
     async def claim_expired(self) -> list[ClaimedTask]:
         """Tasks whose owner stopped renewing, now owned by this replica."""
-        return await self._store.claim_expired_tasks(self.replica_id, time.time(), self.lease_deadline())
+        return await self._store.claim_expired_tasks(
+            self.replica_id, time.time(), self.lease_deadline()
+        )

@@ -134,7 +134,9 @@ class GatewayRequestHandler(RequestHandler):
             push_config = config.task_push_notification_config
             await self.push.check_url(push_config.url)
         scope = self._scope(context)
-        caller = Caller.of(scope.principal, context.requested_extensions, context.state.get("headers") or {})
+        caller = Caller.of(
+            scope.principal, context.requested_extensions, context.state.get("headers") or {}
+        )
         # the request's own message (parsed for this call): the engine fills in its ids
         return await self.engine.send(
             self.runtime, scope, params.message,
@@ -142,7 +144,9 @@ class GatewayRequestHandler(RequestHandler):
             blocking=not streaming and not config.return_immediately,
         )
 
-    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
+    async def on_message_send(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> Task | Message:
         history_length = _history_length(params.configuration)
         outcome = await self._start(params, context, streaming=False)
         run = outcome.run
@@ -200,9 +204,13 @@ class GatewayRequestHandler(RequestHandler):
             raise TaskNotFoundError(f"Task {params.id} not found")
         return trim_task(stored.task, _history_length(params))
 
-    async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+    async def on_list_tasks(
+        self, params: ListTasksRequest, context: ServerCallContext
+    ) -> ListTasksResponse:
         check_ids(params)
-        page_size = params.page_size if params.HasField("page_size") else DEFAULT_LIST_TASKS_PAGE_SIZE
+        page_size = (
+            params.page_size if params.HasField("page_size") else DEFAULT_LIST_TASKS_PAGE_SIZE
+        )
         if not 1 <= page_size <= MAX_LIST_TASKS_PAGE_SIZE:
             raise InvalidParamsError(f"pageSize must be between 1 and {MAX_LIST_TASKS_PAGE_SIZE}")
         after = None
@@ -220,13 +228,20 @@ class GatewayRequestHandler(RequestHandler):
         except InvalidPageTokenError:
             raise InvalidParamsError("invalid pageToken") from None
         history_length = _history_length(params)
-        include_artifacts = params.include_artifacts if params.HasField("include_artifacts") else False
+        include_artifacts = (
+            params.include_artifacts if params.HasField("include_artifacts") else False
+        )
         tasks = [trim_task(t, history_length, include_artifacts) for t in page.tasks]
         return ListTasksResponse(
-            tasks=tasks, next_page_token=page.next_page_token, page_size=page_size, total_size=page.total_size
+            tasks=tasks,
+            next_page_token=page.next_page_token,
+            page_size=page_size,
+            total_size=page.total_size,
         )
 
-    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+    async def on_cancel_task(
+        self, params: CancelTaskRequest, context: ServerCallContext
+    ) -> Task | None:
         check_ids(params)
         return await self.engine.cancel(self.runtime, self._scope(context), params.id)
 
@@ -268,7 +283,9 @@ class GatewayRequestHandler(RequestHandler):
         self._require_push()
         check_ids(params)
         scope = await self._require_task(context, params.task_id)
-        config = await self.store.get_push_config(scope, params.task_id, params.id or params.task_id)
+        config = await self.store.get_push_config(
+            scope, params.task_id, params.id or params.task_id
+        )
         if config is None:
             raise TaskNotFoundError(f"push notification config {params.id} not found")
         return config
@@ -297,10 +314,14 @@ class GatewayRequestHandler(RequestHandler):
         if not self.runtime.extended_card:
             raise UnsupportedOperationError("this agent declares no extended agent card")
         if not context.user.is_authenticated:
-            raise ExtendedAgentCardNotConfiguredError("the extended card is for authenticated callers only")
+            raise ExtendedAgentCardNotConfiguredError(
+                "the extended card is for authenticated callers only"
+            )
         base_url, grpc_url = context.state.get("base_url", ""), context.state.get("grpc_url", "")
         cached = self.runtime.extended_card_cache
-        if cached is None or cached[0] != f"{base_url} {grpc_url}":  # built and signed once per runtime
+        if (
+            cached is None or cached[0] != f"{base_url} {grpc_url}"
+        ):  # built and signed once per runtime
             card = build_card(self.runtime.endpoint, base_url, extended=True,
                               auth=self.runtime.auth, grpc_url=grpc_url)
             cached = self.runtime.extended_card_cache = (f"{base_url} {grpc_url}",

@@ -115,7 +115,15 @@ PARTIAL_TEXT = "partial_text"
 """``run_state`` key: the text a run streamed before its replica stopped (``hand_over``)."""
 
 
-_NO_WRITE_BEFORE_THE_END = (TextDelta, ArtifactDelta, Progress, Completed, Failed, Rejected, Canceled)
+_NO_WRITE_BEFORE_THE_END = (
+    TextDelta,
+    ArtifactDelta,
+    Progress,
+    Completed,
+    Failed,
+    Rejected,
+    Canceled,
+)
 """Events an unseen task's run applies without creating the task first (``TaskRun.unseen``)."""
 
 
@@ -236,8 +244,14 @@ class TaskRun:
 
     @classmethod
     def of_stored(
-        cls, services: RunServices, runtime: EndpointRuntime, handler: Handler | None, scope: Scope,
-        request: HandlerRequest, stored: StoredTask, on_done: Callable[[TaskRun], None] | None = None,
+        cls,
+        services: RunServices,
+        runtime: EndpointRuntime,
+        handler: Handler | None,
+        scope: Scope,
+        request: HandlerRequest,
+        stored: StoredTask,
+        on_done: Callable[[TaskRun], None] | None = None,
     ) -> TaskRun:
         """An idle run of a task read from the store (to answer, cancel or recover it)."""
         return cls(services, runtime, handler, scope, request, stored.task, version=stored.version,
@@ -299,7 +313,10 @@ class TaskRun:
                 log.warning("unseen_task_not_saved", task_id=self.task.id)
         if self.version is not None and not self.finished:
             if self.text_so_far:
-                self.run_state[PARTIAL_TEXT] = {"artifact_id": self._artifact_id, "text": self.text_so_far}
+                self.run_state[PARTIAL_TEXT] = {
+                    "artifact_id": self._artifact_id,
+                    "text": self.text_so_far,
+                }
                 try:
                     await self._write(keep_lease=True)
                 except Exception:
@@ -311,7 +328,9 @@ class TaskRun:
 
     async def _drive(self) -> None:
         # this driver runs in its own copy of the request's context
-        structlog.contextvars.bind_contextvars(task_id=self.task.id, endpoint_id=self.scope.endpoint_id)
+        structlog.contextvars.bind_contextvars(
+            task_id=self.task.id, endpoint_id=self.scope.endpoint_id
+        )
         assert self._events is not None
         driver, count = asyncio.current_task(), 0
         try:
@@ -359,7 +378,11 @@ class TaskRun:
         if error is not None:
             health.failed(endpoint_id, error, secrets)
         elif state == TASK_STATE_FAILED:
-            health.failed(endpoint_id, get_message_text(self.task.status.message) or "the task failed", secrets)
+            health.failed(
+                endpoint_id,
+                get_message_text(self.task.status.message) or "the task failed",
+                secrets,
+            )
         elif self.reply is not None or state in _BACKEND_ANSWERED:
             health.succeeded(endpoint_id)
 
@@ -429,7 +452,9 @@ class TaskRun:
         """The handler took the answer on this run's open iterator: its events go on here."""
         self._answer_taken = False
 
-    async def refuse_answer(self, exc: InputRejectedError, message: Message, asked: TaskStatus | None) -> Task:
+    async def refuse_answer(
+        self, exc: InputRejectedError, message: Message, asked: TaskStatus | None
+    ) -> Task:
         """The handler refused the answer: the task keeps waiting, with a status message
         saying why (e.g. the valid choices). ``asked`` is the status before ``take_answer``
         (None: the answer was not taken yet)."""
@@ -474,7 +499,9 @@ class TaskRun:
         if final.status.state == TASK_STATE_CANCELED and self.handler is not None:
             with contextlib.suppress(Exception):
                 await self.handler.cancel(self._cancel_request())
-        self._hub.publish(final.id, status_event(final))  # before the driver stops, which ends the hub
+        self._hub.publish(
+            final.id, status_event(final)
+        )  # before the driver stops, which ends the hub
         await self.stop()
         self._hub.end(final.id)
         log.info("task_superseded", task_id=final.id, state=TaskState.Name(final.status.state))
@@ -528,12 +555,17 @@ class TaskRun:
             await self._ensure_created()
             return
         if self.unseen and time.monotonic() >= self._unseen_until:
-            self.unseen = False  # a long run: written now, so GetTask, ListTasks and the feed see it
+            self.unseen = (
+                False  # a long run: written now, so GetTask, ListTasks and the feed see it
+            )
         if not (self.unseen and isinstance(event, _NO_WRITE_BEFORE_THE_END)):
             await self._ensure_created()
         elif self.task.status.state == TASK_STATE_SUBMITTED:
             self._set_status(TASK_STATE_WORKING)  # as it will be written
-        if isinstance(event, TextDelta | ArtifactDelta | Progress) and self.task.status.state in INTERRUPTED_STATES:
+        if (
+            isinstance(event, TextDelta | ArtifactDelta | Progress)
+            and self.task.status.state in INTERRUPTED_STATES
+        ):
             await self._back_to_working()
         if isinstance(event, TextDelta):
             self._on_text(event.text)
@@ -660,25 +692,35 @@ class TaskRun:
         await self._remember_turn(final_text or "")
         await self._finish(TASK_STATE_COMPLETED, None)
 
-    def _last_chunk(self, artifact: Artifact, final: TaskArtifactUpdateEvent) -> TaskArtifactUpdateEvent:
+    def _last_chunk(
+        self, artifact: Artifact, final: TaskArtifactUpdateEvent
+    ) -> TaskArtifactUpdateEvent:
         """What ends the streamed text for its listeners: when the final artifact is the
         text streamed so far, an empty appended chunk (every listener got that text, as
         chunks or as a late joiner's text-so-far chunk, so a client that ignores ``append``
         does not show the answer twice); otherwise ``final``, which replaces the chunks."""
         chunks = self._chunks
-        if (chunks is None or artifact.name != RESPONSE_ARTIFACT or len(artifact.parts) != 1
-                or artifact.parts[0].WhichOneof("content") != "text"
-                or artifact.parts[0].text != self.text_so_far or artifact.parts[0].HasField("metadata")):
+        if (
+            chunks is None
+            or artifact.name != RESPONSE_ARTIFACT
+            or len(artifact.parts) != 1
+            or artifact.parts[0].WhichOneof("content") != "text"
+            or artifact.parts[0].text != self.text_so_far
+            or artifact.parts[0].HasField("metadata")
+        ):
             return final
         return chunks.last(artifact.metadata if artifact.HasField("metadata") else None)
 
     async def _on_reply(self, event: Reply) -> None:
         if self.version is not None:
             log.warning("reply_after_task_created")
-            await self._on_completed(Completed(text=event.text, parts=event.parts, metadata=event.metadata))
+            await self._on_completed(
+                Completed(text=event.text, parts=event.parts, metadata=event.metadata)
+            )
             return
-        self.reply = reply_message(self.task.context_id, event.parts or [Part(text=event.text or "")],
-                                   event.metadata)
+        self.reply = reply_message(
+            self.task.context_id, event.parts or [Part(text=event.text or "")], event.metadata
+        )
         MESSAGES.inc()
         await self._remember_turn(event.text or get_message_text(self.reply))
         self.finished = True
@@ -698,7 +740,9 @@ class TaskRun:
             )
             self.finished = True
             try:
-                await self._write(on_conflict=OnConflict.RELOAD if self._driver is None else OnConflict.MINE)
+                await self._write(
+                    on_conflict=OnConflict.RELOAD if self._driver is None else OnConflict.MINE
+                )
                 break
             except _Reloaded:
                 if attempt == _IDLE_WRITE_ATTEMPTS:
@@ -707,7 +751,9 @@ class TaskRun:
             TASKS_STARTED.inc()
         task_ended(self.scope.endpoint_id, state)
         self._publish_status()
-        await self._services.push.notify(self.runtime, self.scope, self.task, [] if created_now else None)
+        await self._services.push.notify(
+            self.runtime, self.scope, self.task, [] if created_now else None
+        )
         self._hub.end(self.task.id)
         self.settled.set()
 
@@ -758,7 +804,9 @@ class TaskRun:
             raise
         except Exception as exc:
             log.exception("task_write_failed")
-            raise TaskNotWrittenError(f"the task could not be written ({type(exc).__name__})") from exc
+            raise TaskNotWrittenError(
+                f"the task could not be written ({type(exc).__name__})"
+            ) from exc
 
     def _lease(self, keep_lease: bool) -> tuple[str | None, float | None]:
         running = self.task.status.state not in TERMINAL_STATES and (keep_lease or self._driving())
@@ -767,7 +815,9 @@ class TaskRun:
         ownership = self._services.ownership
         return ownership.replica_id, ownership.lease_deadline()
 
-    async def _update(self, owner: str | None, until: float | None, on_conflict: OnConflict) -> None:
+    async def _update(
+        self, owner: str | None, until: float | None, on_conflict: OnConflict
+    ) -> None:
         for attempt in range(1, on_conflict.attempts + 1):
             try:
                 self.version = await self._store.update_task(
@@ -780,7 +830,11 @@ class TaskRun:
                     raise
                 stored = await self._store.get_task(self.scope, self.task.id)
                 if on_conflict is OnConflict.STILL_ASKED:
-                    if stored is None or stored.task.status.state not in INTERRUPTED_STATES or attempt == 3:
+                    if (
+                        stored is None
+                        or stored.task.status.state not in INTERRUPTED_STATES
+                        or attempt == 3
+                    ):
                         raise SupersededError from None
                     # still waiting for this answer: the run that asked released the task since
                     self.version, self.run_ref = stored.version, stored.run_ref
@@ -803,11 +857,16 @@ class TaskRun:
 
     def _driving(self) -> bool:
         """An iterator is (about to be) driven, so this replica owns the task while it runs."""
-        return self._owns and not self._iterator_done and not (self._driver is not None and self._driver.done())
+        return (
+            self._owns
+            and not self._iterator_done
+            and not (self._driver is not None and self._driver.done())
+        )
 
     async def _remember_turn(self, agent_text: str) -> None:
         updates, self._session_updates = self._session_updates, {}
         if self.handler is not None:
             unseen = self._new_context and self.unseen and self.version is None
-            await self._services.conversation.remember(self.handler, self.scope, self.request, agent_text, updates,
-                                                       unseen=unseen)
+            await self._services.conversation.remember(
+                self.handler, self.scope, self.request, agent_text, updates, unseen=unseen
+            )

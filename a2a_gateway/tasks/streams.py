@@ -96,8 +96,15 @@ async def subscribe_stream(
     run = engine.runs.get(task_id)
     if sub is None and run is None:
         yield hub.unlogged_id(), stored.task
-        followed = follow_task(engine.store, hub, scope, stored.task, stored.version,
-                               interval=engine.limits.remote_poll_seconds, stop_when_interrupted=False)
+        followed = follow_task(
+            engine.store,
+            hub,
+            scope,
+            stored.task,
+            stored.version,
+            interval=engine.limits.remote_poll_seconds,
+            stop_when_interrupted=False,
+        )
         async for item in _until_closing(engine, scope, task_id, followed):
             yield item
         return
@@ -153,7 +160,9 @@ async def settled_elsewhere(engine: TaskEngine, outcome: SendOutcome) -> Task:
     return stored.task if stored is not None else outcome.task  # type: ignore[return-value]
 
 
-def _elsewhere(engine: TaskEngine, outcome: SendOutcome, *, stop_when_interrupted: bool) -> AsyncIterator[StreamItem]:
+def _elsewhere(
+    engine: TaskEngine, outcome: SendOutcome, *, stop_when_interrupted: bool
+) -> AsyncIterator[StreamItem]:
     followed = follow_task(
         engine.store, engine.hub, outcome.scope, outcome.task, outcome.follow_version,  # type: ignore[arg-type]
         interval=engine.limits.remote_poll_seconds, stop_when_interrupted=stop_when_interrupted,
@@ -199,7 +208,9 @@ async def _until_settled(
         try:
             async for event_id, event in sub:
                 yield event_id, event
-                if isinstance(event, TaskStatusUpdateEvent) and _settles(event.status.state, stop_when_interrupted):
+                if isinstance(event, TaskStatusUpdateEvent) and _settles(
+                    event.status.state, stop_when_interrupted
+                ):
                     return
             return
         except SubscriberBehind:

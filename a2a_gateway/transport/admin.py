@@ -95,11 +95,18 @@ def operator_of(request: web.Request) -> Operator:
     try:
         operator = gateway.operators.require_gateway_operator(request.headers)
     except UnauthenticatedError:
-        presented = [bearer_token(request.headers), request.headers.get(gateway.settings.api_key_header)]
+        presented = [
+            bearer_token(request.headers),
+            request.headers.get(gateway.settings.api_key_header),
+        ]
         if any(p and key_id_of(p.strip()) for p in presented):
             raise CallerKeyError() from None
         raise
-    if request.method != "GET" and operator.session is not None and not csrf_ok(operator.session, request.headers):
+    if (
+        request.method != "GET"
+        and operator.session is not None
+        and not csrf_ok(operator.session, request.headers)
+    ):
         raise CsrfError()
     return operator
 
@@ -118,7 +125,9 @@ async def _body(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise web.HTTPBadRequest(reason="the body must be a JSON object")
     if _holds_nul(body):
-        raise web.HTTPBadRequest(reason="the body holds a NUL character (\\u0000), which no store keeps")
+        raise web.HTTPBadRequest(
+            reason="the body holds a NUL character (\\u0000), which no store keeps"
+        )
     return body
 
 
@@ -166,15 +175,27 @@ def endpoint_json(endpoint: Endpoint, gateway: Gateway, base_url: str,
     """An endpoint as operators see it: no settings value, only names and ``env:`` references;
     ``health`` is ``BackendHealth.all()``."""
     secret = secret_settings(endpoint, gateway.settings)
-    settings = [{"name": k, "env": isinstance(v, str) and v.startswith("env:"), "secret": k in secret}
-                for k, v in endpoint.metadata.items() if k not in RESERVED_METADATA_KEYS]
+    settings = [
+        {"name": k, "env": isinstance(v, str) and v.startswith("env:"), "secret": k in secret}
+        for k, v in endpoint.metadata.items()
+        if k not in RESERVED_METADATA_KEYS
+    ]
     return {
-        "id": endpoint.id, "name": endpoint.name, "tenant": endpoint.tenant, "description": endpoint.description,
-        "enabled": endpoint.enabled, "handler": handler_path(endpoint.metadata), "auth": _auth_mode(endpoint, gateway),
-        "cardUrl": f"{base_url}/{endpoint.id}/.well-known/agent-card.json", "settings": settings,
+        "id": endpoint.id,
+        "name": endpoint.name,
+        "tenant": endpoint.tenant,
+        "description": endpoint.description,
+        "enabled": endpoint.enabled,
+        "handler": handler_path(endpoint.metadata),
+        "auth": _auth_mode(endpoint, gateway),
+        "cardUrl": f"{base_url}/{endpoint.id}/.well-known/agent-card.json",
+        "settings": settings,
         "health": health_json(health.get(endpoint.id) or EndpointHealth()),
-        "endpointsFile": bool(endpoint.metadata.get(FROM_FILE)),  # a change here lasts until the file is applied
-        "createdAt": endpoint.created_at.isoformat(), "updatedAt": endpoint.updated_at.isoformat(),
+        "endpointsFile": bool(
+            endpoint.metadata.get(FROM_FILE)
+        ),  # a change here lasts until the file is applied
+        "createdAt": endpoint.created_at.isoformat(),
+        "updatedAt": endpoint.updated_at.isoformat(),
     }
 
 
@@ -183,15 +204,22 @@ def _auth_mode(endpoint: Endpoint, gateway: Gateway) -> dict[str, Any]:
         auth = runtime_auth(endpoint, gateway.settings, resolve_env=False)
     except EndpointMisconfiguredError as exc:
         return {"problem": exc.message}
-    return {"anonymous": auth.anonymous, "apiKey": auth.api_key_header is not None,
-            "jwtIssuer": auth.jwt.issuer if auth.jwt else None, "trustedProxy": auth.trusted_header is not None}
+    return {
+        "anonymous": auth.anonymous,
+        "apiKey": auth.api_key_header is not None,
+        "jwtIssuer": auth.jwt.issuer if auth.jwt else None,
+        "trustedProxy": auth.trusted_header is not None,
+    }
 
 
 async def list_endpoints(request: web.Request) -> web.Response:
     operator_of(request)
     gateway = request.app[GATEWAY]
     base = gateway.base_url(request)
-    endpoints, health = await gateway.store.list_endpoints(), await gateway.engine.services.health.all()
+    endpoints, health = (
+        await gateway.store.list_endpoints(),
+        await gateway.engine.services.health.all(),
+    )
     return _json({"endpoints": [endpoint_json(e, gateway, base, health) for e in endpoints]})
 
 
@@ -213,9 +241,17 @@ async def create_endpoint(request: web.Request) -> web.Response:
     body.setdefault("id", str(uuid.uuid4()))
     try:
         entry = Entry.model_validate(body)
-        endpoint = endpoint_row(str(entry.id), entry.name, entry.handler, tenant=entry.tenant,
-                                description=entry.description, enabled=entry.enabled, card=entry.card,
-                                settings=entry.settings, **{key: getattr(entry, key) for key in GATEWAY_KEYS})
+        endpoint = endpoint_row(
+            str(entry.id),
+            entry.name,
+            entry.handler,
+            tenant=entry.tenant,
+            description=entry.description,
+            enabled=entry.enabled,
+            card=entry.card,
+            settings=entry.settings,
+            **{key: getattr(entry, key) for key in GATEWAY_KEYS},
+        )
     except ValidationError as exc:
         problems = [f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()]
         return _json({"error": "invalid endpoint", "problems": problems}, status=400)
@@ -223,7 +259,10 @@ async def create_endpoint(request: web.Request) -> web.Response:
         return _json({"error": "invalid endpoint", "problems": [f"handler {exc}"]}, status=400)
     check = check_endpoint(endpoint, gateway.settings)
     if check.problems:
-        return _json({"error": "endpoint not added", "problems": check.problems, "notes": check.notes}, status=400)
+        return _json(
+            {"error": "endpoint not added", "problems": check.problems, "notes": check.notes},
+            status=400,
+        )
     try:
         await gateway.store.create_endpoint(endpoint)
     except ConflictError:
@@ -243,7 +282,9 @@ def set_enabled(enabled: bool) -> View:
             endpoint.enabled = enabled
             endpoint.updated_at = datetime.now(UTC)
             await gateway.store.update_endpoint(endpoint)
-            gateway.registry.forget(endpoint.id)  # at once here; PostgreSQL tells the other replicas
+            gateway.registry.forget(
+                endpoint.id
+            )  # at once here; PostgreSQL tells the other replicas
             log.info("admin_endpoint_enabled" if enabled else "admin_endpoint_disabled",
                      endpoint_id=endpoint.id, by=operator.name)
         health = await gateway.engine.services.health.all()
@@ -261,8 +302,13 @@ def key_json(row: ApiKey) -> dict[str, Any]:
     state = ("revoked" if row.revoked_at is not None
              else "expired" if row.expires_at is not None and row.expires_at <= now else "active")
     return {
-        "id": row.id, "endpointId": row.endpoint_id, "tenant": row.tenant, "principal": row.principal,
-        "name": row.name, "state": state, "createdAt": row.created_at.isoformat(),
+        "id": row.id,
+        "endpointId": row.endpoint_id,
+        "tenant": row.tenant,
+        "principal": row.principal,
+        "name": row.name,
+        "state": state,
+        "createdAt": row.created_at.isoformat(),
         "expiresAt": row.expires_at.isoformat() if row.expires_at else None,
         "revokedAt": row.revoked_at.isoformat() if row.revoked_at else None,
     }
@@ -272,7 +318,9 @@ async def list_keys(request: web.Request) -> web.Response:
     operator_of(request)
     gateway = request.app[GATEWAY]
     endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
-    return _json({"keys": [key_json(row) for row in await gateway.store.list_api_keys(endpoint.id)]})
+    return _json(
+        {"keys": [key_json(row) for row in await gateway.store.list_api_keys(endpoint.id)]}
+    )
 
 
 async def create_key(request: web.Request) -> web.Response:
@@ -281,20 +329,40 @@ async def create_key(request: web.Request) -> web.Response:
     gateway = request.app[GATEWAY]
     endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
     body = await _body(request)
-    principal, name, expires = body.get("principal") or None, body.get("name") or "", body.get("expiresDays")
+    principal, name, expires = (
+        body.get("principal") or None,
+        body.get("name") or "",
+        body.get("expiresDays"),
+    )
     if principal is not None and not (isinstance(principal, str) and 0 < len(principal) <= 256):
         raise web.HTTPBadRequest(reason="principal must be a string of 1 to 256 characters")
     if not (isinstance(name, str) and len(name) <= 256):
         raise web.HTTPBadRequest(reason="name must be a string of at most 256 characters")
-    if expires is not None and (isinstance(expires, bool) or not isinstance(expires, int | float) or expires <= 0):
+    if expires is not None and (
+        isinstance(expires, bool) or not isinstance(expires, int | float) or expires <= 0
+    ):
         raise web.HTTPBadRequest(reason="expiresDays must be a positive number of days")
     try:
-        row, key = make_key(gateway.settings.api_key_secret.get_secret_value().encode(), endpoint_id=endpoint.id,
-                            tenant=endpoint.tenant, principal=principal, name=name, expires_days=expires)
+        row, key = make_key(
+            gateway.settings.api_key_secret.get_secret_value().encode(),
+            endpoint_id=endpoint.id,
+            tenant=endpoint.tenant,
+            principal=principal,
+            name=name,
+            expires_days=expires,
+        )
     except OverflowError:  # past the year 9999
-        raise web.HTTPBadRequest(reason="expiresDays is beyond the last date the gateway can write") from None
+        raise web.HTTPBadRequest(
+            reason="expiresDays is beyond the last date the gateway can write"
+        ) from None
     await gateway.store.create_api_key(row)
-    log.info("admin_key_created", endpoint_id=endpoint.id, key_id=row.id, principal=row.principal, by=operator.name)
+    log.info(
+        "admin_key_created",
+        endpoint_id=endpoint.id,
+        key_id=row.id,
+        principal=row.principal,
+        by=operator.name,
+    )
     return _json({"key": key, **key_json(row)}, status=201)
 
 
@@ -335,9 +403,17 @@ def task_json(message: Any) -> dict[str, Any]:
 
 
 def task_entry(scope: Scope, task: Any) -> dict[str, Any]:
-    return {"endpointId": scope.endpoint_id, "tenant": scope.tenant, "principal": scope.principal,
-            "taskId": task.id, "contextId": task.context_id, "state": state_name(task.status.state),
-            "timestamp": task.status.timestamp.ToJsonString() if task.status.HasField("timestamp") else ""}
+    return {
+        "endpointId": scope.endpoint_id,
+        "tenant": scope.tenant,
+        "principal": scope.principal,
+        "taskId": task.id,
+        "contextId": task.context_id,
+        "state": state_name(task.status.state),
+        "timestamp": task.status.timestamp.ToJsonString()
+        if task.status.HasField("timestamp")
+        else "",
+    }
 
 
 async def list_tasks(request: web.Request) -> web.Response:
@@ -352,9 +428,16 @@ async def list_tasks(request: web.Request) -> web.Response:
     unknown = sorted(wanted.endpoints - known)
     if unknown:
         raise web.HTTPBadRequest(reason=f"endpoint: no endpoint {_shown(unknown[0])}")
-    pages = [await gateway.store.list_endpoint_tasks(endpoint_id, states=wanted.states, context_id=wanted.context,
-                                                     page_size=wanted.page_size, page_token=wanted.page_token)
-             for endpoint_id in sorted(wanted.endpoints or known)]
+    pages = [
+        await gateway.store.list_endpoint_tasks(
+            endpoint_id,
+            states=wanted.states,
+            context_id=wanted.context,
+            page_size=wanted.page_size,
+            page_token=wanted.page_token,
+        )
+        for endpoint_id in sorted(wanted.endpoints or known)
+    ]
     shown, next_cursor = _merged(pages, wanted.page_size, wanted.token_key)
     token = encode_page_token(*next_cursor, key=wanted.token_key) if next_cursor else ""
     return _json({"tasks": [task_entry(s, t) for s, t in shown], "nextPageToken": token})
@@ -374,8 +457,13 @@ def _task_list_query(request: web.Request, gateway: Gateway) -> TaskListQuery:
     """The task list's parameters, 400 for a bad one (``endpointId``/``contextId``: the feed's names)."""
     query = request.query
     filters = feed_filter(query)  # state
-    endpoints = {e.strip() for name in ("endpoint", "endpointId") for value in query.getall(name, [])
-                 for e in value.split(",") if e.strip()}
+    endpoints = {
+        e.strip()
+        for name in ("endpoint", "endpointId")
+        for value in query.getall(name, [])
+        for e in value.split(",")
+        if e.strip()
+    }
     context = query.get("context", "") or filters.context_id
     if len(context) > MAX_CONTEXT_ID:
         raise web.HTTPBadRequest(reason=f"context is longer than {MAX_CONTEXT_ID} characters")
@@ -390,7 +478,9 @@ def _task_list_query(request: web.Request, gateway: Gateway) -> TaskListQuery:
         try:
             decode_page_token(token, key=key)
         except InvalidPageTokenError:
-            raise web.HTTPBadRequest(reason="page_token is not a nextPageToken of this gateway") from None
+            raise web.HTTPBadRequest(
+                reason="page_token is not a nextPageToken of this gateway"
+            ) from None
     return TaskListQuery(frozenset(endpoints), filters.states, context, int(size), token, key)
 
 
@@ -401,7 +491,10 @@ def _merged(
 
     An endpoint whose page has a next token is known only down to that cursor: tasks below
     the highest such cursor wait for the next page, so none is skipped or shown twice."""
-    bound = max((decode_page_token(p.next_page_token, key=key) for p in pages if p.next_page_token), default=None)
+    bound = max(
+        (decode_page_token(p.next_page_token, key=key) for p in pages if p.next_page_token),
+        default=None,
+    )
     tasks = sorted((task for page in pages for task in page.tasks), key=_cursor, reverse=True)
     known = [task for task in tasks if bound is None or _cursor(task) >= bound]
     shown = known[:page_size]
@@ -416,7 +509,9 @@ async def _task_scope(request: web.Request, gateway: Gateway) -> Scope:
     endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
     principal = request.query.get("principal", "")
     if not principal:
-        raise web.HTTPBadRequest(reason="principal is required (the task list and the feed show it)")
+        raise web.HTTPBadRequest(
+            reason="principal is required (the task list and the feed show it)"
+        )
     return Scope(request.query.get("tenant") or endpoint.tenant, endpoint.id, principal)
 
 
@@ -442,7 +537,9 @@ async def cancel_task(request: web.Request) -> web.Response:
         raise web.HTTPNotFound(reason="no such task") from None
     except TaskNotCancelableError:
         raise web.HTTPConflict(reason="the task is already in a terminal state") from None
-    log.info("admin_task_canceled", endpoint_id=scope.endpoint_id, task_id=task.id, by=operator.name)
+    log.info(
+        "admin_task_canceled", endpoint_id=scope.endpoint_id, task_id=task.id, by=operator.name
+    )
     return _json({**task_entry(scope, task), "task": task_json(task)})
 
 
@@ -480,7 +577,11 @@ async def task_stream(request: web.Request) -> web.StreamResponse:
 
 def _stream_frame(item: tuple[str | None, Any]) -> bytes:
     event = item[1]
-    field = {Task: "task", TaskStatusUpdateEvent: "status_update", TaskArtifactUpdateEvent: "artifact_update"}
+    field = {
+        Task: "task",
+        TaskStatusUpdateEvent: "status_update",
+        TaskArtifactUpdateEvent: "artifact_update",
+    }
     return orjson.dumps(task_json(StreamResponse(**{field.get(type(event), "message"): event})))
 
 
@@ -499,7 +600,9 @@ async def stats(request: web.Request) -> web.Response:
     """The last ``stats_window_seconds`` of this replica's metrics, one point every
     ``stats_interval_seconds`` (``a2a_gateway.observability.stats``; docs/console.md)."""
     operator_of(request)
-    return _json({"replica": request.app[GATEWAY].settings.replica_id, **request.app[STATS].series()})
+    return _json(
+        {"replica": request.app[GATEWAY].settings.replica_id, **request.app[STATS].series()}
+    )
 
 
 def add_admin_routes(app: web.Application) -> None:
@@ -515,5 +618,7 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_get(f"{PREFIX}/tasks", list_tasks)
     app.router.add_get(f"{endpoint}/tasks/{{task_id}}", get_task)
     app.router.add_post(f"{endpoint}/tasks/{{task_id}}/cancel", cancel_task)
-    app.router.add_get(f"{endpoint}/tasks/{{task_id}}/stream", task_stream, allow_head=False)  # as the feed
+    app.router.add_get(
+        f"{endpoint}/tasks/{{task_id}}/stream", task_stream, allow_head=False
+    )  # as the feed
     app.router.add_get(f"{PREFIX}/stats", stats)

@@ -146,7 +146,11 @@ async def read_body(request: web.Request, settings: GatewaySettings) -> bytes:
     # a body that arrived whole with the headers needs no bound on the wait (the timer: ~3 µs)
     complete = request.content.is_eof()
     try:
-        async with contextlib.nullcontext() if complete else asyncio.timeout(settings.body_read_timeout_seconds):
+        async with (
+            contextlib.nullcontext()
+            if complete
+            else asyncio.timeout(settings.body_read_timeout_seconds)
+        ):
             while chunk := await request.content.readany():
                 if decoder is not None:
                     chunk = decoder.feed(chunk, limit - held)

@@ -12,7 +12,11 @@ from a2a_gateway.transport.keys import REQUEST_ID
 
 
 def call_context(
-    request: web.Request, gateway: Gateway, runtime: EndpointRuntime, user: User, activated: list[str]
+    request: web.Request,
+    gateway: Gateway,
+    runtime: EndpointRuntime,
+    user: User,
+    activated: list[str],
 ) -> ServerCallContext:
     # model_construct: these values are ours and already valid (saves pydantic's checks)
     return ServerCallContext.model_construct(

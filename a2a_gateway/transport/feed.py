@@ -46,12 +46,16 @@ async def gateway_events(request: web.Request) -> web.StreamResponse:
     gateway = request.app[GATEWAY]
     gateway.operators.require_gateway_operator(request.headers)
     wanted = feed_filter(request.query)
-    endpoints = {e for given in request.query.getall("endpointId", []) for e in given.split(",") if e.strip()}
+    endpoints = {
+        e for given in request.query.getall("endpointId", []) for e in given.split(",") if e.strip()
+    }
     wanted = FeedFilter(wanted.states, wanted.context_id, frozenset(e.strip() for e in endpoints))
     return await _feed(request, gateway, EVERY_ENDPOINT, wanted)
 
 
-async def _feed(request: web.Request, gateway: Gateway, key: str, wanted: FeedFilter) -> web.StreamResponse:
+async def _feed(
+    request: web.Request, gateway: Gateway, key: str, wanted: FeedFilter
+) -> web.StreamResponse:
     last_event_id = request.headers.get(LAST_EVENT_ID, "").strip()
     sub = gateway.hub.feed.resume(key, last_event_id, wanted) if last_event_id else None
     snapshot: bytes | None = None
@@ -74,14 +78,20 @@ async def _snapshot(gateway: Gateway, key: str, wanted: FeedFilter) -> bytes:
     else:
         endpoints = [e.id for e in await gateway.store.list_endpoints()
                      if e.enabled and (not wanted.endpoints or e.id in wanted.endpoints)]
-    tasks = [found for endpoint_id in endpoints for found in await gateway.store.list_active_tasks(endpoint_id, limit + 1)]
+    tasks = [
+        found
+        for endpoint_id in endpoints
+        for found in await gateway.store.list_active_tasks(endpoint_id, limit + 1)
+    ]
     tasks.sort(key=lambda found: (status_timestamp_us(found[1]), found[1].id), reverse=True)
     shown = [(scope, task) for scope, task in tasks[:limit]
              if wanted.matches(task.context_id, task.status.state, scope.endpoint_id)]
     return snapshot_event(key, shown, truncated=len(tasks) > limit)
 
 
-async def _stream(request: web.Request, gateway: Gateway, sub: FeedSubscription, snapshot: bytes | None) -> web.StreamResponse:
+async def _stream(
+    request: web.Request, gateway: Gateway, sub: FeedSubscription, snapshot: bytes | None
+) -> web.StreamResponse:
     current = [sub.position]
 
     async def events() -> AsyncIterator[bytes]:
@@ -99,7 +109,11 @@ async def _stream(request: web.Request, gateway: Gateway, sub: FeedSubscription,
         if snapshot is None or await stream.send(snapshot, event_id=sub.position):
             await stream.pump(items, lambda data: data, lambda: current[0])
     except FeedOverflowError as exc:
-        body = {"kind": "error", "reason": "behind", "message": f"{exc}; reconnect with Last-Event-ID"}
+        body = {
+            "kind": "error",
+            "reason": "behind",
+            "message": f"{exc}; reconnect with Last-Event-ID",
+        }
         await stream.send(orjson.dumps(body), event="error")
     finally:
         await items.aclose()
@@ -124,5 +138,7 @@ def _state(name: str) -> int:
     full = upper if upper.startswith("TASK_STATE_") else f"TASK_STATE_{upper}"
     if full == "TASK_STATE_UNSPECIFIED" or full not in TaskState.keys():
         shown = name if len(name) <= 40 else f"{name[:40]}…"
-        raise web.HTTPBadRequest(reason=f"unknown state {shown!r} (e.g. working, input-required, completed)")
+        raise web.HTTPBadRequest(
+            reason=f"unknown state {shown!r} (e.g. working, input-required, completed)"
+        )
     return TaskState.Value(full)

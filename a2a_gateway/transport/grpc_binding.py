@@ -85,11 +85,18 @@ def rich_status(error: A2AError, code: grpc.StatusCode) -> status_pb2.Status:
     invalid params with field errors, a BadRequest."""
     status = status_pb2.Status(code=code.value[0], message=error.message)
     info = error_details_pb2.ErrorInfo(
-        reason=A2A_ERROR_REASONS.get(type(error), "UNKNOWN_ERROR"), domain=ERROR_DOMAIN,
-        metadata={k: str(v) for k, v in (error.data or {}).items() if isinstance(v, str | int | float)},
+        reason=A2A_ERROR_REASONS.get(type(error), "UNKNOWN_ERROR"),
+        domain=ERROR_DOMAIN,
+        metadata={
+            k: str(v) for k, v in (error.data or {}).items() if isinstance(v, str | int | float)
+        },
     )
     status.details.add().Pack(info)
-    if isinstance(error, InvalidParamsError) and isinstance(error.data, dict) and error.data.get("errors"):
+    if (
+        isinstance(error, InvalidParamsError)
+        and isinstance(error.data, dict)
+        and error.data.get("errors")
+    ):
         detail = any_pb2.Any()
         detail.Pack(validation_errors_to_bad_request(error.data["errors"]))
         status.details.append(detail)
@@ -166,8 +173,12 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
     async def SendMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
         return await self._unary("SendMessage", request, context, _send)
 
-    async def SendStreamingMessage(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:  # noqa: N802
-        async for item in self._stream("SendStreamingMessage", request, context, "on_message_send_stream"):
+    async def SendStreamingMessage(
+        self, request: Any, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:  # noqa: N802
+        async for item in self._stream(
+            "SendStreamingMessage", request, context, "on_message_send_stream"
+        ):
             yield item
 
     async def GetTask(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
@@ -179,27 +190,41 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
     async def CancelTask(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
         return await self._unary("CancelTask", request, context, _call("on_cancel_task"))
 
-    async def SubscribeToTask(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:  # noqa: N802
+    async def SubscribeToTask(
+        self, request: Any, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:  # noqa: N802
         async for item in self._stream("SubscribeToTask", request, context, "on_subscribe_to_task"):
             yield item
 
-    async def CreateTaskPushNotificationConfig(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    async def CreateTaskPushNotificationConfig(
+        self, request: Any, context: grpc.aio.ServicerContext
+    ) -> Any:  # noqa: N802
         return await self._unary("CreateTaskPushNotificationConfig", request, context,
                                  _call("on_create_task_push_notification_config"))
 
-    async def GetTaskPushNotificationConfig(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    async def GetTaskPushNotificationConfig(
+        self, request: Any, context: grpc.aio.ServicerContext
+    ) -> Any:  # noqa: N802
         return await self._unary("GetTaskPushNotificationConfig", request, context,
                                  _call("on_get_task_push_notification_config"))
 
-    async def ListTaskPushNotificationConfigs(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    async def ListTaskPushNotificationConfigs(
+        self, request: Any, context: grpc.aio.ServicerContext
+    ) -> Any:  # noqa: N802
         return await self._unary("ListTaskPushNotificationConfigs", request, context,
                                  _call("on_list_task_push_notification_configs"))
 
-    async def DeleteTaskPushNotificationConfig(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
-        return await self._unary("DeleteTaskPushNotificationConfig", request, context, _delete_push_config)
+    async def DeleteTaskPushNotificationConfig(
+        self, request: Any, context: grpc.aio.ServicerContext
+    ) -> Any:  # noqa: N802
+        return await self._unary(
+            "DeleteTaskPushNotificationConfig", request, context, _delete_push_config
+        )
 
     async def GetExtendedAgentCard(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
-        return await self._unary("GetExtendedAgentCard", request, context, _call("on_get_extended_agent_card"))
+        return await self._unary(
+            "GetExtendedAgentCard", request, context, _call("on_get_extended_agent_card")
+        )
 
     # the path of every call ------------------------------------------------------------------
 
@@ -238,7 +263,9 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         )
         return handler, call_context
 
-    async def _unary(self, name: str, request: Any, context: grpc.aio.ServicerContext, call: Call) -> Any:
+    async def _unary(
+        self, name: str, request: Any, context: grpc.aio.ServicerContext, call: Call
+    ) -> Any:
         record, failure = CallRecord(name, metadata_headers(context)), None
         try:
             handler, call_context = await self._prepare(request, context, record.headers)
@@ -314,15 +341,24 @@ class CallRecord:
             latency_histogram(self.name).observe(time.perf_counter() - self._started)
 
     def failed(self, exc: Exception, status: status_pb2.Status) -> None:
-        self.outcome = type(exc).__name__ if isinstance(exc, A2AError | GatewayError) else "InternalError"
+        self.outcome = (
+            type(exc).__name__ if isinstance(exc, A2AError | GatewayError) else "InternalError"
+        )
         self.code = next(c for c in grpc.StatusCode if c.value[0] == status.code)
 
     def end(self, endpoint: str) -> None:
         self.answered()
         outcome_counter(self.name, endpoint, self.outcome).inc()
-        log.info("grpc_request", grpc_method=self.name, grpc_status=self.code.name, outcome=self.outcome,
-                 duration_ms=round((time.perf_counter() - self._started) * 1000, 2))
-        self._trace.end_grpc(self.code.name, self.code.value[0], endpoint=endpoint, outcome=self.outcome)
+        log.info(
+            "grpc_request",
+            grpc_method=self.name,
+            grpc_status=self.code.name,
+            outcome=self.outcome,
+            duration_ms=round((time.perf_counter() - self._started) * 1000, 2),
+        )
+        self._trace.end_grpc(
+            self.code.name, self.code.value[0], endpoint=endpoint, outcome=self.outcome
+        )
 
 
 async def _until_ended(events: AsyncIterator[Any], ended: asyncio.Event) -> AsyncIterator[Any]:
@@ -358,14 +394,18 @@ def _call(method: str) -> Call:
     return call
 
 
-async def _send(handler: GatewayRequestHandler, request: Any, context: ServerCallContext) -> SendMessageResponse:
+async def _send(
+    handler: GatewayRequestHandler, request: Any, context: ServerCallContext
+) -> SendMessageResponse:
     result = await handler.on_message_send(request, context)
     if isinstance(result, Task):
         return SendMessageResponse(task=result)
     return SendMessageResponse(message=result)
 
 
-async def _delete_push_config(handler: GatewayRequestHandler, request: Any, context: ServerCallContext) -> empty_pb2.Empty:
+async def _delete_push_config(
+    handler: GatewayRequestHandler, request: Any, context: ServerCallContext
+) -> empty_pb2.Empty:
     await handler.on_delete_task_push_notification_config(request, context)
     return empty_pb2.Empty()
 
@@ -418,7 +458,9 @@ async def start(app: web.Application) -> int:
     if settings.grpc_reflection:
         from grpc_reflection.v1alpha import reflection
 
-        reflection.enable_server_reflection((SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        reflection.enable_server_reflection(
+            (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
     address = f"{settings.grpc_host or settings.host}:{settings.grpc_port}"
     try:
         if settings.grpc_tls_cert_file:

@@ -28,7 +28,9 @@ async def readyz(request: web.Request) -> web.Response:
     except (StoreError, TimeoutError):
         return web.json_response({"status": "unavailable", "store": "unreachable"}, status=503)
     live = "ok" if gateway.hub.listening else "degraded (followers poll the store)"
-    return web.json_response({"status": "ready", "running_tasks": len(gateway.engine.runs), "live_path": live})
+    return web.json_response(
+        {"status": "ready", "running_tasks": len(gateway.engine.runs), "live_path": live}
+    )
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -129,7 +129,11 @@ def json_response(body: dict[str, Any], headers: dict[str, str]) -> web.Response
 def error_body(request_id: Any, error: A2AError) -> dict[str, Any]:
     """A JSON-RPC error response with the code of ``error`` and ErrorInfo details."""
     code = JSON_RPC_ERROR_CODE_MAP.get(type(error), -32603)
-    body: dict[str, Any] = {"code": code, "message": error.message, "data": build_error_details(error)}
+    body: dict[str, Any] = {
+        "code": code,
+        "message": error.message,
+        "data": build_error_details(error),
+    }
     return {"jsonrpc": "2.0", "id": request_id, "error": body}
 
 
@@ -164,7 +168,9 @@ async def _read_envelope(request: web.Request) -> dict[str, Any]:
     """The request object; its ``id`` is stored on the request as soon as it is read."""
     content_type = request.headers.get("Content-Type")
     if content_type is not None and not request.content_type.startswith(JSON_CONTENT_TYPES):
-        raise ContentTypeNotSupportedError(f"Content-Type {request.content_type!r} is not supported; use application/json")
+        raise ContentTypeNotSupportedError(
+            f"Content-Type {request.content_type!r} is not supported; use application/json"
+        )
     settings = request.app[GATEWAY].settings
     body = await read_body(request, settings)
     try:
@@ -172,13 +178,19 @@ async def _read_envelope(request: web.Request) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         raise JSONParseError("request body is not valid JSON") from None
     if not isinstance(payload, dict):
-        raise InvalidRequestError("request must be a JSON-RPC 2.0 object (batches are not supported)")
+        raise InvalidRequestError(
+            "request must be a JSON-RPC 2.0 object (batches are not supported)"
+        )
     request_id = payload.get("id")
-    if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, str | int)):
+    if request_id is not None and (
+        isinstance(request_id, bool) or not isinstance(request_id, str | int)
+    ):
         raise InvalidRequestError("id must be a string, a number or null")
     request[JSONRPC_ID] = request_id
     if payload.get("jsonrpc") != "2.0" or not isinstance(payload.get("method"), str):
-        raise InvalidRequestError("not a JSON-RPC 2.0 request: jsonrpc must be \"2.0\" and method a string")
+        raise InvalidRequestError(
+            'not a JSON-RPC 2.0 request: jsonrpc must be "2.0" and method a string'
+        )
     check_depth(payload, settings.max_json_depth)
     check_request_limits(payload.get("params"), settings)
     return payload
@@ -206,11 +218,17 @@ async def handle_jsonrpc(request: web.Request) -> web.StreamResponse:
                 raise VersionNotSupportedError(
                     f"{method_name} is an A2A 1.0 method: send the header A2A-Version: 1.0"
                 )
-            return await _call_1_0(request, gateway, V10_METHODS[method_name], v10, payload, context, headers)
+            return await _call_1_0(
+                request, gateway, V10_METHODS[method_name], v10, payload, context, headers
+            )
         if method_name in V03_METHODS:
             if version != V03:
-                raise MethodNotFoundError(f"{method_name} is an A2A 0.3 method; this request asked for A2A {version}")
-            return await _call_0_3(request, gateway, V03_METHODS[method_name], v03, payload, context, headers)
+                raise MethodNotFoundError(
+                    f"{method_name} is an A2A 0.3 method; this request asked for A2A {version}"
+                )
+            return await _call_0_3(
+                request, gateway, V03_METHODS[method_name], v03, payload, context, headers
+            )
         raise MethodNotFoundError(f"method {method_name!r} not found")
     except A2AError as exc:
         request[A2A_ERROR] = type(exc).__name__
@@ -245,7 +263,14 @@ async def _call_1_0(
 
         return await _stream(request, gateway, events, frame, request_id, headers, V10, context)
     result = await call(params, context)
-    return json_response({"jsonrpc": "2.0", "id": request_id, "result": result_to_json(result, send=method.handler_method == "on_message_send")}, headers)
+    return json_response(
+        {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "result": result_to_json(result, send=method.handler_method == "on_message_send"),
+        },
+        headers,
+    )
 
 
 INT32_MAX = 2**31 - 1
@@ -277,7 +302,10 @@ def _check_0_3_history_length(envelope: Any) -> None:
     """A ``historyLength`` the 0.3 model took (``"9007199254740993"`` and ``1e10`` are
     integers to pydantic) that the conversion to 1.0 cannot put in its int32."""
     params = getattr(envelope, "params", None)
-    for where, holder in (("params", params), ("params.configuration", getattr(params, "configuration", None))):
+    for where, holder in (
+        ("params", params),
+        ("params.configuration", getattr(params, "configuration", None)),
+    ):
         length = getattr(holder, "history_length", None)
         if length is not None and not 0 <= length <= INT32_MAX:
             raise InvalidParamsError(
@@ -328,14 +356,24 @@ async def _call_0_3(
     result = await call(envelope, context)
     body = _dump_0_3(result)
     params = payload.get("params")
-    if method.handler_method == "on_get_task" and isinstance(params, dict) and params.get("historyLength") == 0:
+    if (
+        method.handler_method == "on_get_task"
+        and isinstance(params, dict)
+        and params.get("historyLength") == 0
+    ):
         body.pop("history", None)  # the SDK's 0.3 conversion reads 0 as "unset"
     return json_response({"jsonrpc": "2.0", "id": request_id, "result": body}, headers)
 
 
 async def _stream(
-    request: web.Request, gateway: Gateway, events: AsyncIterator[Any], frame: Callable[[Any], bytes],
-    request_id: Any, headers: dict[str, str], version: str, context: ServerCallContext,
+    request: web.Request,
+    gateway: Gateway,
+    events: AsyncIterator[Any],
+    frame: Callable[[Any], bytes],
+    request_id: Any,
+    headers: dict[str, str],
+    version: str,
+    context: ServerCallContext,
 ) -> web.StreamResponse:
     """The JSON-RPC SSE stream; its errors carry the request's id.
 

@@ -34,7 +34,9 @@ from a2a_gateway.transport.rest import ROUTES as REST_ROUTES
 
 log = structlog.get_logger("a2a_gateway.access")
 
-KNOWN_METHODS = frozenset(V10_METHODS) | frozenset(V03_METHODS) | {r[2].__name__ for r in REST_ROUTES}
+KNOWN_METHODS = (
+    frozenset(V10_METHODS) | frozenset(V03_METHODS) | {r[2].__name__ for r in REST_ROUTES}
+)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 """Request ids taken from clients (anything else is replaced: it goes into every log line)."""
 UNTRACED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -85,7 +87,9 @@ def _is_jsonrpc(request: web.Request) -> bool:
     return request.method == "POST" and request.path.rstrip("/").endswith("/a2a")
 
 
-def error_response(request: web.Request, http_status: int, status: str, error: A2AError) -> web.Response:
+def error_response(
+    request: web.Request, http_status: int, status: str, error: A2AError
+) -> web.Response:
     """A JSON error with the HTTP status kept: on the JSON-RPC URL the JSON-RPC error of
     ``error`` with the request's id, elsewhere an AIP-193 body with ``status`` (a
     google.rpc status name)."""
@@ -94,7 +98,9 @@ def error_response(request: web.Request, http_status: int, status: str, error: A
     else:
         body = build_rest_error_payload(error)
         body["error"].update(code=http_status, status=status)
-    return web.Response(status=http_status, body=orjson.dumps(body), content_type="application/json")
+    return web.Response(
+        status=http_status, body=orjson.dumps(body), content_type="application/json"
+    )
 
 
 def _http_error(exc: web.HTTPException) -> tuple[str, A2AError]:
@@ -124,7 +130,9 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
                                            span=request.path not in UNTRACED_PATHS)
     # each request runs in its own task, whose context starts without earlier bindings
     structlog.contextvars.bind_contextvars(
-        request_id=request_id, endpoint_id=request.match_info.get("endpoint_id"), trace_id=trace.trace_id
+        request_id=request_id,
+        endpoint_id=request.match_info.get("endpoint_id"),
+        trace_id=trace.trace_id,
     )
     try:
         response = await handler(request)

@@ -29,7 +29,9 @@ def parse_version(raw: str, *, empty_means: str = V03) -> str:
 
 def negotiate_extensions(request: web.Request, runtime: EndpointRuntime) -> list[str]:
     """The declared extensions the client activated; -32008 for a missing required one."""
-    values = request.headers.getall("A2A-Extensions", []) + request.headers.getall("X-A2A-Extensions", [])
+    values = request.headers.getall("A2A-Extensions", []) + request.headers.getall(
+        "X-A2A-Extensions", []
+    )
     return activated_extensions(values, runtime)
 
 

@@ -18,14 +18,17 @@ from google.protobuf.message import Message as ProtoMessage
 
 
 @cache
-def _plan(descriptor: Descriptor) -> tuple[tuple[FieldDescriptor, ...], tuple[FieldDescriptor, ...]]:
+def _plan(
+    descriptor: Descriptor,
+) -> tuple[tuple[FieldDescriptor, ...], tuple[FieldDescriptor, ...]]:
     """(required fields, message-typed fields worth descending into) of a message type."""
     required, nested = [], []
     for field in descriptor.fields:
         if REQUIRED in field.GetOptions().Extensions[field_behavior]:
             required.append(field)
-        if field.type == FieldDescriptor.TYPE_MESSAGE and not field.message_type.full_name.startswith(
-            "google.protobuf."
+        if (
+            field.type == FieldDescriptor.TYPE_MESSAGE
+            and not field.message_type.full_name.startswith("google.protobuf.")
         ):
             nested.append(field)
     return tuple(required), tuple(nested)
@@ -37,7 +40,12 @@ def _missing(msg: ProtoMessage, prefix: str, errors: list[dict[str, str]]) -> No
         value = getattr(msg, field.name)
         if field.is_repeated:
             if not value:
-                errors.append({"field": prefix + field.name, "message": "Field must contain at least one element."})
+                errors.append(
+                    {
+                        "field": prefix + field.name,
+                        "message": "Field must contain at least one element.",
+                    }
+                )
         elif field.has_presence:
             if not msg.HasField(field.name):
                 errors.append({"field": prefix + field.name, "message": "Field is required."})
@@ -60,4 +68,6 @@ def validate_required_fields(msg: ProtoMessage) -> None:
     _missing(msg, "", errors)
     if errors:
         fields = ", ".join(e["field"] for e in errors)
-        raise InvalidParamsError(message=f"missing required fields: {fields}", data={"errors": errors})
+        raise InvalidParamsError(
+            message=f"missing required fields: {fields}", data={"errors": errors}
+        )

@@ -68,7 +68,10 @@ def _headers(request: web.Request) -> dict[str, str]:
     return request[REST_HEADERS]
 
 
-Route = Callable[[web.Request, Gateway, "GatewayRequestHandler", ServerCallContext], Awaitable[web.StreamResponse]]
+Route = Callable[
+    [web.Request, Gateway, "GatewayRequestHandler", ServerCallContext],
+    Awaitable[web.StreamResponse],
+]
 
 
 # A2A v1.0.0 mapped these differently from v1.0.1 (which the a2a-sdk follows);
@@ -109,8 +112,12 @@ def _ok(gateway: Gateway, body: Any, headers: dict[str, str]) -> web.Response:
 
 
 async def _body(request: web.Request, model: Any) -> Any:
-    if request.headers.get("Content-Type") and not request.content_type.startswith(JSON_CONTENT_TYPES):
-        raise ContentTypeNotSupportedError(f"Content-Type {request.content_type!r} is not supported")
+    if request.headers.get("Content-Type") and not request.content_type.startswith(
+        JSON_CONTENT_TYPES
+    ):
+        raise ContentTypeNotSupportedError(
+            f"Content-Type {request.content_type!r} is not supported"
+        )
     settings = request.app[GATEWAY].settings
     raw = await read_body(request, settings)
     try:
@@ -128,7 +135,9 @@ async def _body(request: web.Request, model: Any) -> Any:
     return parsed
 
 
-def _query(request: web.Request, model: Any, ints: tuple[str, ...] = (), bools: tuple[str, ...] = ()) -> Any:
+def _query(
+    request: web.Request, model: Any, ints: tuple[str, ...] = (), bools: tuple[str, ...] = ()
+) -> Any:
     data: dict[str, Any] = {}
     for key, value in request.query.items():
         if key == "A2A-Version":
@@ -159,7 +168,12 @@ async def _stream(
         return orjson.dumps(build_rest_error_payload(error))
 
     return await stream_events(
-        request, gateway.settings.sse_keepalive_seconds, events, frame, error_frame, _headers(request),
+        request,
+        gateway.settings.sse_keepalive_seconds,
+        events,
+        frame,
+        error_frame,
+        _headers(request),
         event_id=lambda: take_event_id(context),
     )
 
@@ -193,7 +207,9 @@ async def list_tasks(request, gateway, handler, context):  # type: ignore[no-unt
 
 
 async def cancel_task(request, gateway, handler, context):  # type: ignore[no-untyped-def]
-    task = await handler.on_cancel_task(CancelTaskRequest(id=request.match_info["task_id"]), context)
+    task = await handler.on_cancel_task(
+        CancelTaskRequest(id=request.match_info["task_id"]), context
+    )
     return _ok(gateway, message_to_dict(task), _headers(request))
 
 
@@ -275,7 +291,9 @@ def rest_view(route: Route) -> Callable[[web.Request], Awaitable[web.StreamRespo
         except A2AError as exc:
             request[A2A_ERROR] = type(exc).__name__
             settings = gateway.settings
-            return rest_error(exc, settings.rest_content_type, headers, settings.rest_error_statuses)
+            return rest_error(
+                exc, settings.rest_content_type, headers, settings.rest_error_statuses
+            )
 
     view.__name__ = route.__name__
     return view

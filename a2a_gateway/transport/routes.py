@@ -46,7 +46,10 @@ def _endpoint_routes() -> list[tuple[str, str, View]]:
         ("GET", "/.well-known/agent-card.json", agent_card),
         # the card's path before A2A 0.3 (a2a-sdk 0.2, @a2a-js/sdk 0.3.0-0.3.1 look there)
         ("GET", "/.well-known/agent.json", agent_card),
-        *[(method, f"/a2a/rest{path}", rest.rest_view(route)) for method, path, route in rest.ROUTES],
+        *[
+            (method, f"/a2a/rest{path}", rest.rest_view(route))
+            for method, path, route in rest.ROUTES
+        ],
     ]
 
 
@@ -59,14 +62,18 @@ def _as_endpoint(endpoint_id: str, view: View) -> View:
     return at_root
 
 
-def add_routes(app: web.Application, *, default_endpoint: str = "", worker_events_path: str = "") -> None:
+def add_routes(
+    app: web.Application, *, default_endpoint: str = "", worker_events_path: str = ""
+) -> None:
     """``worker_events_path``: serve the worker route there (empty: this is no worker)."""
     routes = _endpoint_routes()
     for method, path, view in routes:
         app.router.add_route(method, f"{ENDPOINT}{path}", view)
     # operators' feed (not at the root); no HEAD: a stream's events would follow a bodiless answer
     app.router.add_get(f"{ENDPOINT}/events", endpoint_events, allow_head=False)
-    app.router.add_get("/events", gateway_events, allow_head=False)  # every endpoint's, for gateway operators
+    app.router.add_get(
+        "/events", gateway_events, allow_head=False
+    )  # every endpoint's, for gateway operators
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)
     app.router.add_get("/metrics", health.metrics)

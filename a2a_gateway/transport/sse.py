@@ -144,7 +144,9 @@ class SSEStream:
         """A keepalive comment; a client gone meanwhile is noticed here."""
         return await self._write(KEEPALIVE)
 
-    async def send(self, data: bytes, event: str | None = None, event_id: str | None = None) -> bool:
+    async def send(
+        self, data: bytes, event: str | None = None, event_id: str | None = None
+    ) -> bool:
         prefix = f"event: {event}\n".encode() if event else b""
         if event_id:
             prefix += f"id: {event_id}\n".encode()
@@ -207,9 +209,16 @@ def accepts_event_stream(request: web.Request) -> bool:
 
 
 async def stream_events(
-    request: web.Request, keepalive_seconds: float, events: AsyncIterator[Any], frame: Callable[[Any], bytes],
-    error_frame: Callable[[A2AError], bytes], headers: dict[str, str], *,
-    error_event: str | None = "error", early_errors_in_stream: bool = False, event_id: EventId = None,
+    request: web.Request,
+    keepalive_seconds: float,
+    events: AsyncIterator[Any],
+    frame: Callable[[Any], bytes],
+    error_frame: Callable[[A2AError], bytes],
+    headers: dict[str, str],
+    *,
+    error_event: str | None = "error",
+    early_errors_in_stream: bool = False,
+    event_id: EventId = None,
 ) -> web.StreamResponse:
     """SSE response for a handler's event stream; an error ends it as an ``error_event``
     event (``None``: a plain ``data:`` event, as A2A 0.3 sent them). The first event is

@@ -33,7 +33,12 @@ def _text_chunk(event: TaskArtifactUpdateEvent) -> dict[str, Any] | None:
     """The JSON of an artifact update of plain text parts (fields in number order, unset
     ones left out, as ProtoJSON writes them); None for any other."""
     artifact = event.artifact
-    if event.HasField("metadata") or artifact.HasField("metadata") or artifact.extensions or artifact.description:
+    if (
+        event.HasField("metadata")
+        or artifact.HasField("metadata")
+        or artifact.extensions
+        or artifact.description
+    ):
         return None
     parts = []
     for part in artifact.parts:

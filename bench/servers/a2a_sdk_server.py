@@ -51,13 +51,17 @@ def build_app(port: int) -> Starlette:
         name="echo",
         description="benchmark echo",
         version="1.0.0",
-        supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")],
+        supported_interfaces=[
+            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")
+        ],
         capabilities=AgentCapabilities(streaming=True),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
         skills=[AgentSkill(id="echo", name="echo", description="echoes the input", tags=["echo"])],
     )
-    handler = DefaultRequestHandler(agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card)
+    handler = DefaultRequestHandler(
+        agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card
+    )
     routes = [*create_jsonrpc_routes(handler, "/a2a"), *create_agent_card_routes(card)]
     return Starlette(routes=[Mount("/{endpoint_id}", routes=routes)])
 

@@ -57,20 +57,26 @@ def main() -> None:
     p.add_argument("--port", type=int, default=8701)
     p.add_argument("--log-level", default="warning")
     p.add_argument("--no-uvloop", action="store_true")
-    p.add_argument("--api-key", help="make the endpoint private, callable with this key (file stores only)")
+    p.add_argument(
+        "--api-key", help="make the endpoint private, callable with this key (file stores only)"
+    )
     args = p.parse_args()
     if args.api_key:
         if args.store.startswith("memory:"):
             sys.exit("--api-key needs a file store: the key is stored before the gateway starts")
         asyncio.run(_store_key(args.store, args.api_key))
     endpoints = Path(tempfile.mkdtemp(prefix="a2a-bench-endpoints-")) / "endpoints.yaml"
-    endpoints.write_text(ENDPOINTS.format(id=BENCH_ENDPOINT_ID, public=str(args.api_key is None).lower()))
+    endpoints.write_text(
+        ENDPOINTS.format(id=BENCH_ENDPOINT_ID, public=str(args.api_key is None).lower())
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
     env.update({"PYTHONPATH": str(SOURCE), "A2A_GATEWAY_STORE": args.store,
                 "A2A_GATEWAY_LOG_LEVEL": args.log_level,
                 "A2A_GATEWAY_EVENT_LOOP": "asyncio" if args.no_uvloop else "auto"})
-    print(f"bench-server gateway (a2a-gateway serve) store={args.store} log={args.log_level} source={SOURCE}",
-          flush=True)
+    print(
+        f"bench-server gateway (a2a-gateway serve) store={args.store} log={args.log_level} source={SOURCE}",
+        flush=True,
+    )
     os.chdir(SOURCE)
     os.execve(sys.executable, [sys.executable, "-m", "a2a_gateway", "serve", "--host", args.host,
                                "--port", str(args.port), "--endpoints", str(endpoints)], env)

@@ -67,7 +67,9 @@ def _last_user_text(messages: Any) -> str:
 
 
 async def _sse(request: web.Request) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
     await response.prepare(request)
     return response
 
@@ -81,8 +83,20 @@ def make_app(script: Script) -> web.Application:
         chosen = script.for_text(_last_user_text(body.get("messages")))
         if not body.get("stream"):
             text = "".join([d async for d in chosen.deltas_of()])
-            return web.json_response({"id": "c", "object": "chat.completion", "model": "bench", "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]})
+            return web.json_response(
+                {
+                    "id": "c",
+                    "object": "chat.completion",
+                    "model": "bench",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                }
+            )
         response = await _sse(request)
         async for delta in chosen.deltas_of():
             frame = {"id": "c", "object": "chat.completion.chunk", "model": "bench",
@@ -110,9 +124,19 @@ def make_app(script: Script) -> web.Application:
         output = []
         async for delta in chosen.deltas_of():
             output.append(delta)
-            event = {"event": "message.delta", "run_id": run_id, "timestamp": time.time(), "delta": delta}
+            event = {
+                "event": "message.delta",
+                "run_id": run_id,
+                "timestamp": time.time(),
+                "delta": delta,
+            }
             await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
-        end = {"event": "run.completed", "run_id": run_id, "timestamp": time.time(), "output": "".join(output)}
+        end = {
+            "event": "run.completed",
+            "run_id": run_id,
+            "timestamp": time.time(),
+            "output": "".join(output),
+        }
         await response.write(b"data: " + json.dumps(end).encode() + b"\n\n")
         return response
 

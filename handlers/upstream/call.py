@@ -206,7 +206,10 @@ class UpstreamCall:
 
     async def _read_frames(self) -> AsyncGenerator[SSEFrame, None]:
         assert self.response is not None
-        if "text/event-stream" not in self.response.headers.get("content-type", "").partition(";")[0]:
+        if (
+            "text/event-stream"
+            not in self.response.headers.get("content-type", "").partition(";")[0]
+        ):
             raise UpstreamError(self.reason(f"{self.backend} did not answer with an event stream"))
         reader, chunks = SSEReader(self.upstream.max_event_bytes), self.response.aiter_bytes()
         bound = _ReadBound(self.deadline)
@@ -221,8 +224,11 @@ class UpstreamCall:
                 try:
                     frames = reader.feed(chunk)
                 except EventTooLarge:
-                    raise UpstreamError(self.reason(
-                        f"{self.backend} sent an event larger than {reader.max_event_bytes} bytes")) from None
+                    raise UpstreamError(
+                        self.reason(
+                            f"{self.backend} sent an event larger than {reader.max_event_bytes} bytes"
+                        )
+                    ) from None
                 for frame in frames:
                     yield frame
         finally:
@@ -261,7 +267,9 @@ class _ReadBound:
         if deadline is None:
             return await anext(chunks)
         if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(max(deadline.remaining(), 0), self._fire)
+            self._timer = asyncio.get_running_loop().call_later(
+                max(deadline.remaining(), 0), self._fire
+            )
         if self._passed:
             raise RunTimedOut(deadline.reason)
         if self._task is None:

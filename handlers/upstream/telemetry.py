@@ -30,7 +30,9 @@ class TracedCall(Protocol):
 
 
 class CallTracer(Protocol):
-    def __call__(self, backend: str, method: str, url: str, inbound: Mapping[str, str]) -> TracedCall:
+    def __call__(
+        self, backend: str, method: str, url: str, inbound: Mapping[str, str]
+    ) -> TracedCall:
         """``inbound``: the headers the call would send (the caller's trace context among them)."""
 
 

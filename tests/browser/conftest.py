@@ -25,19 +25,28 @@ from tests.browser.support import (
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[str]:
     """The base URL of ``a2a-gateway demo`` on a memory store."""
-    with demo_gateway(A2A_GATEWAY_OPERATOR_KEYS=OPERATOR_KEY, A2A_GATEWAY_ENDPOINT_CACHE_SECONDS="0.5") as base:
+    with demo_gateway(
+        A2A_GATEWAY_OPERATOR_KEYS=OPERATOR_KEY, A2A_GATEWAY_ENDPOINT_CACHE_SECONDS="0.5"
+    ) as base:
         yield base
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+        pytest.skip(
+            "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+    ):
         options.add_argument(argument)
     options.binary_location = CHROMIUM
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)

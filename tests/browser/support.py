@@ -71,9 +71,14 @@ def demo_gateway(**env: str) -> Iterator[str]:
 def gateway_process(*args: str, **env: str) -> Iterator[str]:
     """The base URL of ``a2a-gateway ARGS --port 0`` as a child process, with ``env`` added
     to its environment; terminated afterwards."""
-    proc = subprocess.Popen([sys.executable, "-m", "a2a_gateway", *args, "--port", "0"],
-                            cwd=ROOT, env=cli_env(**env), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "a2a_gateway", *args, "--port", "0"],
+        cwd=ROOT,
+        env=cli_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdout is not None
     drain = threading.Thread(target=proc.stdout.read, daemon=True)  # a full pipe would stop it
     try:

@@ -25,8 +25,12 @@ pytestmark = pytest.mark.timeout(300)
 
 def wait(driver: Any, condition: Any, what: str) -> Any:
     """``condition``'s first truthy value (pages re-render: a stale element is tried again)."""
-    return WebDriverWait(driver, WAIT_SECONDS, poll_frequency=0.1,
-                         ignored_exceptions=[StaleElementReferenceException]).until(condition, message=what)
+    return WebDriverWait(
+        driver,
+        WAIT_SECONDS,
+        poll_frequency=0.1,
+        ignored_exceptions=[StaleElementReferenceException],
+    ).until(condition, message=what)
 
 
 def text_of(driver: Any, element_id: str) -> str:
@@ -36,30 +40,46 @@ def text_of(driver: Any, element_id: str) -> str:
 def open_page(driver: Any, base: str, page: str) -> None:
     """The console at ``#/<page>``, logged in."""
     driver.get(f"{base}/console#/{page}")
-    wait(driver, lambda d: d.execute_script("return document.body.dataset.page || ''"), "the console to start")
+    wait(
+        driver,
+        lambda d: d.execute_script("return document.body.dataset.page || ''"),
+        "the console to start",
+    )
     if driver.execute_script("return document.body.dataset.page") == "login-page":
         field = driver.find_element(By.ID, "login-key")
         field.clear()
         field.send_keys(OPERATOR_KEY)
         driver.find_element(By.ID, "login-submit").click()
     wanted = "task-page" if page.startswith("task/") else f"{page}-page"
-    wait(driver, lambda d: d.execute_script("return document.body.dataset.page") == wanted, f"the {page} page")
+    wait(
+        driver,
+        lambda d: d.execute_script("return document.body.dataset.page") == wanted,
+        f"the {page} page",
+    )
 
 
 def open_raw_panel(driver: Any) -> None:
     """Open the task page's collapsible raw A2A events panel (unless it is open)."""
     if not driver.find_element(By.ID, "task-raw").get_attribute("open"):
         driver.find_element(By.CSS_SELECTOR, "#task-raw summary").click()
-    wait(driver, lambda d: d.find_element(By.ID, "task-events").is_displayed(), "the raw events panel open")
+    wait(
+        driver,
+        lambda d: d.find_element(By.ID, "task-events").is_displayed(),
+        "the raw events panel open",
+    )
 
 
 def task_row_state(driver: Any, task_id: str) -> str:
-    rows = driver.find_elements(By.CSS_SELECTOR, f'#tasks-table tr[data-task-id="{task_id}"] td.state')
+    rows = driver.find_elements(
+        By.CSS_SELECTOR, f'#tasks-table tr[data-task-id="{task_id}"] td.state'
+    )
     return rows[0].text if rows else ""
 
 
 def endpoint_row(driver: Any, endpoint_id: str) -> Any:
-    return driver.find_element(By.CSS_SELECTOR, f'#endpoints-table tr[data-endpoint-id="{endpoint_id}"]')
+    return driver.find_element(
+        By.CSS_SELECTOR, f'#endpoints-table tr[data-endpoint-id="{endpoint_id}"]'
+    )
 
 
 def test_log_in_and_see_the_demo_endpoint(gateway, browser, screenshot):
@@ -72,8 +92,11 @@ def test_log_in_and_see_the_demo_endpoint(gateway, browser, screenshot):
     assert browser.find_element(By.ID, "login-page").is_displayed()
 
     open_page(browser, gateway, "endpoints")
-    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-endpoint-id="{DEMO_ENDPOINT_ID}"]'),
-         "the demo endpoint's row")
+    wait(
+        browser,
+        lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-endpoint-id="{DEMO_ENDPOINT_ID}"]'),
+        "the demo endpoint's row",
+    )
     row = endpoint_row(browser, DEMO_ENDPOINT_ID)
     assert "Echo demo" in row.text and "handlers.echo:EchoHandler" in row.text
     assert row.find_element(By.CSS_SELECTOR, "td.enabled").text == "yes"
@@ -82,30 +105,53 @@ def test_log_in_and_see_the_demo_endpoint(gateway, browser, screenshot):
     screenshot("endpoints")
 
 
-def test_a_task_streamed_by_another_client_appears_streams_its_text_and_completes(gateway, browser, screenshot):
+def test_a_task_streamed_by_another_client_appears_streams_its_text_and_completes(
+    gateway, browser, screenshot
+):
     open_page(browser, gateway, "tasks")
     words = " ".join(f"word{i}" for i in range(120))  # 0.05 s a word: about 6 s of streaming
     events: list[Any] = []
-    caller = threading.Thread(target=lambda: events.extend(send(gateway, send_request(words), streaming=True)))
+    caller = threading.Thread(
+        target=lambda: events.extend(send(gateway, send_request(words), streaming=True))
+    )
     caller.start()
     try:
-        link = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#tasks-table a.task-link"), "the task's row")[0]
+        link = wait(
+            browser,
+            lambda d: d.find_elements(By.CSS_SELECTOR, "#tasks-table a.task-link"),
+            "the task's row",
+        )[0]
         task_id = link.text
         assert task_row_state(browser, task_id) in ("submitted", "working")
         screenshot("tasks")
         link.click()
-        wait(browser, lambda d: d.execute_script("return document.body.dataset.page") == "task-page", "the task page")
+        wait(
+            browser,
+            lambda d: d.execute_script("return document.body.dataset.page") == "task-page",
+            "the task page",
+        )
         partial = wait(browser, lambda d: text_of(d, "task-text"), "the first streamed words")
         state_then = text_of(browser, "task-state")
         screenshot("task-streaming")
-        wait(browser, lambda d: text_of(d, "task-state") == "completed", "the task completed on its page")
+        wait(
+            browser,
+            lambda d: text_of(d, "task-state") == "completed",
+            "the task completed on its page",
+        )
     finally:
         caller.join(WAIT_SECONDS)
     assert events and events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
     assert events[0].task.id == task_id
-    assert state_then == "working" and partial.startswith("echo: word0") and len(partial) < len(f"echo: {words}")
+    assert (
+        state_then == "working"
+        and partial.startswith("echo: word0")
+        and len(partial) < len(f"echo: {words}")
+    )
     wait(browser, lambda d: text_of(d, "task-text") == f"echo: {words}", "the whole text")
-    timeline = [li.get_attribute("data-state") for li in browser.find_elements(By.CSS_SELECTOR, "#task-timeline li")]
+    timeline = [
+        li.get_attribute("data-state")
+        for li in browser.find_elements(By.CSS_SELECTOR, "#task-timeline li")
+    ]
     assert timeline[-2:] == ["working", "completed"]
     assert f"user: {words}" in text_of(browser, "task-history")
     open_raw_panel(browser)
@@ -114,21 +160,32 @@ def test_a_task_streamed_by_another_client_appears_streams_its_text_and_complete
     screenshot("task")
 
     open_page(browser, gateway, "tasks")
-    wait(browser, lambda d: task_row_state(d, task_id) == "completed", "the completed task in the list")
+    wait(
+        browser,
+        lambda d: task_row_state(d, task_id) == "completed",
+        "the completed task in the list",
+    )
 
 
 def test_cancel_a_task_from_its_page(gateway, browser, screenshot):
     asked = send(gateway, send_request("cancel me ?input"), streaming=False)[-1].task
     assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     open_page(browser, gateway, "tasks")
-    wait(browser, lambda d: task_row_state(d, asked.id) == "input-required", "the waiting task in the list")
+    wait(
+        browser,
+        lambda d: task_row_state(d, asked.id) == "input-required",
+        "the waiting task in the list",
+    )
     browser.find_element(By.LINK_TEXT, asked.id).click()
     wait(browser, lambda d: text_of(d, "task-state") == "input-required", "the task page")
     browser.find_element(By.ID, "task-cancel").click()
     wait(browser, lambda d: text_of(d, "task-state") == "canceled", "the task canceled")
     screenshot("task-canceled")
-    answer = httpx.get(f"{gateway}/admin/api/endpoints/{DEMO_ENDPOINT_ID}/tasks/{asked.id}?principal=anonymous",
-                       headers={"Authorization": f"Bearer {OPERATOR_KEY}"}, timeout=WAIT_SECONDS)
+    answer = httpx.get(
+        f"{gateway}/admin/api/endpoints/{DEMO_ENDPOINT_ID}/tasks/{asked.id}?principal=anonymous",
+        headers={"Authorization": f"Bearer {OPERATOR_KEY}"},
+        timeout=WAIT_SECONDS,
+    )
     assert answer.json()["state"] == "TASK_STATE_CANCELED"
     assert not browser.find_element(By.ID, "task-cancel").is_enabled()
 
@@ -140,31 +197,55 @@ def test_create_an_endpoint_from_the_form_and_disable_it(gateway, browser, scree
     settings.clear()
     settings.send_keys('{"no_such_setting": 1}')
     browser.find_element(By.ID, "endpoint-create").click()
-    wait(browser, lambda d: "unknown setting no_such_setting" in text_of(d, "endpoint-problems"), "the problem shown")
+    wait(
+        browser,
+        lambda d: "unknown setting no_such_setting" in text_of(d, "endpoint-problems"),
+        "the problem shown",
+    )
     settings.clear()
     settings.send_keys('{"delay": 0}')
     browser.find_element(By.ID, "endpoint-public").click()
     browser.find_element(By.ID, "endpoint-create").click()
-    endpoint_id = wait(browser, lambda d: [r.get_attribute("data-endpoint-id")
-                                           for r in d.find_elements(By.CSS_SELECTOR, "#endpoints-table tbody tr")
-                                           if "made in the browser" in r.text], "the new endpoint's row")[0]
+    endpoint_id = wait(
+        browser,
+        lambda d: [
+            r.get_attribute("data-endpoint-id")
+            for r in d.find_elements(By.CSS_SELECTOR, "#endpoints-table tbody tr")
+            if "made in the browser" in r.text
+        ],
+        "the new endpoint's row",
+    )[0]
     card_url = f"{gateway}/{endpoint_id}/.well-known/agent-card.json"
     assert httpx.get(card_url, timeout=WAIT_SECONDS).status_code == 200
-    assert send(gateway, send_request("hi"), streaming=False, endpoint_id=endpoint_id)[-1].task.status.state == \
-        TaskState.TASK_STATE_COMPLETED
+    assert (
+        send(gateway, send_request("hi"), streaming=False, endpoint_id=endpoint_id)[
+            -1
+        ].task.status.state
+        == TaskState.TASK_STATE_COMPLETED
+    )
 
     endpoint_row(browser, endpoint_id).find_element(By.CSS_SELECTOR, "button.toggle").click()
-    wait(browser, lambda d: endpoint_row(d, endpoint_id).find_element(By.CSS_SELECTOR, "td.enabled").text == "no",
-         "the endpoint shown disabled")
+    wait(
+        browser,
+        lambda d: (
+            endpoint_row(d, endpoint_id).find_element(By.CSS_SELECTOR, "td.enabled").text == "no"
+        ),
+        "the endpoint shown disabled",
+    )
     WebDriverWait(None, WAIT_SECONDS, poll_frequency=0.2).until(
-        lambda _: httpx.get(card_url, timeout=WAIT_SECONDS).status_code == 404, message="the disabled card's 404")
+        lambda _: httpx.get(card_url, timeout=WAIT_SECONDS).status_code == 404,
+        message="the disabled card's 404",
+    )
     screenshot("endpoint-disabled")
 
 
 def test_create_a_key_and_see_it_listed_without_its_secret(gateway, browser, screenshot):
     open_page(browser, gateway, "endpoints")
-    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-endpoint-id="{DEMO_ENDPOINT_ID}"]'),
-         "the demo endpoint's row")
+    wait(
+        browser,
+        lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-endpoint-id="{DEMO_ENDPOINT_ID}"]'),
+        "the demo endpoint's row",
+    )
     endpoint_row(browser, DEMO_ENDPOINT_ID).find_element(By.CSS_SELECTOR, "button.keys").click()
     wait(browser, lambda d: d.find_element(By.ID, "keys-panel").is_displayed(), "the keys panel")
     browser.find_element(By.ID, "key-principal").send_keys("browser-bob")
@@ -173,10 +254,17 @@ def test_create_a_key_and_see_it_listed_without_its_secret(gateway, browser, scr
     key = wait(browser, lambda d: text_of(d, "new-key"), "the new key, shown once")
     assert key.startswith("a2agw_")
     key_id = key.split("_")[1]
-    row = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'#keys-table tr[data-key-id="{key_id}"]'),
-               "the key's row")[0]
-    assert "browser-bob" in row.text and row.find_element(By.CSS_SELECTOR, "td.state").text == "active"
-    assert row.find_element(By.CSS_SELECTOR, "td.expires").text == "never"  # made without expiresDays
+    row = wait(
+        browser,
+        lambda d: d.find_elements(By.CSS_SELECTOR, f'#keys-table tr[data-key-id="{key_id}"]'),
+        "the key's row",
+    )[0]
+    assert (
+        "browser-bob" in row.text and row.find_element(By.CSS_SELECTOR, "td.state").text == "active"
+    )
+    assert (
+        row.find_element(By.CSS_SELECTOR, "td.expires").text == "never"
+    )  # made without expiresDays
     assert "Expires" in [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#keys-table th")]
     browser.find_element(By.ID, "key-principal").send_keys("browser-carol")
     browser.find_element(By.ID, "key-expires-days").send_keys("30")
@@ -189,21 +277,35 @@ def test_create_a_key_and_see_it_listed_without_its_secret(gateway, browser, scr
     screenshot("key-created")
 
     endpoint_row(browser, DEMO_ENDPOINT_ID).find_element(By.CSS_SELECTOR, "button.keys").click()
-    wait(browser, lambda d: not d.find_element(By.ID, "new-key-box").is_displayed(), "the key no longer shown")
-    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'#keys-table tr[data-key-id="{key_id}"]'), "the listed key")
+    wait(
+        browser,
+        lambda d: not d.find_element(By.ID, "new-key-box").is_displayed(),
+        "the key no longer shown",
+    )
+    wait(
+        browser,
+        lambda d: d.find_elements(By.CSS_SELECTOR, f'#keys-table tr[data-key-id="{key_id}"]'),
+        "the listed key",
+    )
     assert key not in browser.page_source and key.rsplit("_", 1)[1] not in browser.page_source
     screenshot("keys")
 
 
 def test_an_xss_payload_in_a_message_stays_text(gateway, browser, screenshot):
-    payload = '<img src=x onerror="window.__xss=1;alert(1)"><script>window.__xss=2;alert(2)</script>'
+    payload = (
+        '<img src=x onerror="window.__xss=1;alert(1)"><script>window.__xss=2;alert(2)</script>'
+    )
     open_page(browser, gateway, "tasks")  # the list shows what the feed announces from now on
     wait(browser, lambda d: text_of(d, "feed-status") == "live", "the feed connected")
     task = send(gateway, send_request(payload), streaming=False)[-1].task
     wait(browser, lambda d: d.find_elements(By.LINK_TEXT, task.id), "the task's row")
     browser.find_element(By.LINK_TEXT, task.id).click()
     wait(browser, lambda d: text_of(d, "task-state") == "completed", "the task page")
-    wait(browser, lambda d: text_of(d, "task-text") == f"echo: {payload}", "the payload shown as text")
+    wait(
+        browser,
+        lambda d: text_of(d, "task-text") == f"echo: {payload}",
+        "the payload shown as text",
+    )
     assert payload in text_of(browser, "task-history")
     assert browser.execute_script("return window.__xss") is None
     assert browser.find_elements(By.CSS_SELECTOR, "main img") == []

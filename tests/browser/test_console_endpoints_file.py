@@ -29,19 +29,27 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "    handler: handlers.echo:EchoHandler\n"
         "    public: true\n"
     )
-    with demo_gateway(A2A_GATEWAY_OPERATOR_KEYS=OPERATOR_KEY, A2A_GATEWAY_ENDPOINTS_FILE=str(declared)) as base:
+    with demo_gateway(
+        A2A_GATEWAY_OPERATOR_KEYS=OPERATOR_KEY, A2A_GATEWAY_ENDPOINTS_FILE=str(declared)
+    ) as base:
         yield base
 
 
 def test_an_endpoint_of_the_endpoints_file_is_marked_as_such(gateway, browser, screenshot):
     open_page(browser, gateway, "endpoints")
-    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-endpoint-id="{FILE_ENDPOINT_ID}"]'),
-         "the declared endpoint listed")
+    wait(
+        browser,
+        lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-endpoint-id="{FILE_ENDPOINT_ID}"]'),
+        "the declared endpoint listed",
+    )
     declared = endpoint_row(browser, FILE_ENDPOINT_ID)
     [mark] = declared.find_elements(By.CSS_SELECTOR, "td.name .from-file")
     assert mark.text == "endpoints file"
     assert "lasts until the file is applied again" in mark.get_attribute("title")
-    assert "lasts until the file is applied again" in declared.find_element(By.CSS_SELECTOR, "button.toggle") \
-        .get_attribute("title")
-    assert endpoint_row(browser, DEMO_ENDPOINT_ID).find_elements(By.CSS_SELECTOR, ".from-file") == []
+    assert "lasts until the file is applied again" in declared.find_element(
+        By.CSS_SELECTOR, "button.toggle"
+    ).get_attribute("title")
+    assert (
+        endpoint_row(browser, DEMO_ENDPOINT_ID).find_elements(By.CSS_SELECTOR, ".from-file") == []
+    )
     screenshot("endpoints-file")

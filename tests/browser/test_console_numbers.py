@@ -63,9 +63,17 @@ def error_backend() -> Iterator[str]:
 
 
 def chat_endpoint(gateway: str, name: str, base_url: str) -> str:
-    made = httpx.post(f"{gateway}/admin/api/endpoints", headers=AS_OPERATOR, timeout=WAIT_SECONDS, json={
-        "name": name, "handler": "handlers.openai_chat:OpenAIChatHandler", "public": True,
-        "settings": {"base_url": base_url, "model": "m"}})
+    made = httpx.post(
+        f"{gateway}/admin/api/endpoints",
+        headers=AS_OPERATOR,
+        timeout=WAIT_SECONDS,
+        json={
+            "name": name,
+            "handler": "handlers.openai_chat:OpenAIChatHandler",
+            "public": True,
+            "settings": {"base_url": base_url, "model": "m"},
+        },
+    )
     assert made.status_code == 201, made.text
     return made.json()["endpoint"]["id"]
 
@@ -74,23 +82,39 @@ def health_shown(driver: Any, endpoint_id: str) -> tuple[str, str]:
     """The status word and the message of the endpoint's row."""
     cell = endpoint_row(driver, endpoint_id).find_element(By.CSS_SELECTOR, "td.health")
     messages = cell.find_elements(By.CSS_SELECTOR, ".health-message")
-    return cell.find_element(By.CSS_SELECTOR, ".health-status").text, messages[0].text if messages else ""
+    return cell.find_element(By.CSS_SELECTOR, ".health-status").text, messages[
+        0
+    ].text if messages else ""
 
 
-def test_a_backend_that_is_down_shows_failing_with_its_reason(gateway, browser, screenshot, error_backend):
+def test_a_backend_that_is_down_shows_failing_with_its_reason(
+    gateway, browser, screenshot, error_backend
+):
     down = chat_endpoint(gateway, "chat backend down", f"http://127.0.0.1:{closed_port()}/v1")
     erring = chat_endpoint(gateway, "chat backend erring", error_backend)
     for endpoint_id in (down, erring):
-        task = send(gateway, send_request("hello"), streaming=False, endpoint_id=endpoint_id)[-1].task
+        task = send(gateway, send_request("hello"), streaming=False, endpoint_id=endpoint_id)[
+            -1
+        ].task
         assert task.status.state == TaskState.TASK_STATE_FAILED
-    assert send(gateway, send_request("hi"), streaming=False)[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert (
+        send(gateway, send_request("hi"), streaming=False)[-1].task.status.state
+        == TaskState.TASK_STATE_COMPLETED
+    )
 
     open_page(browser, gateway, "endpoints")
-    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-endpoint-id="{down}"]'), "the endpoint's row")
+    wait(
+        browser,
+        lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-endpoint-id="{down}"]'),
+        "the endpoint's row",
+    )
     status, message = health_shown(browser, down)
     assert status == "failing" and message.startswith("cannot reach the chat backend at http://127.0.0.1:")
     cell = endpoint_row(browser, down).find_element(By.CSS_SELECTOR, "td.health")
-    assert cell.find_element(By.CSS_SELECTOR, ".health-status").value_of_css_property("color") == "rgba(192, 57, 43, 1)"
+    assert (
+        cell.find_element(By.CSS_SELECTOR, ".health-status").value_of_css_property("color")
+        == "rgba(192, 57, 43, 1)"
+    )
     assert cell.find_element(By.TAG_NAME, "time").get_attribute("datetime")
     assert health_shown(browser, DEMO_ENDPOINT_ID)[0] == "ok"
 
@@ -102,8 +126,12 @@ def test_a_backend_that_is_down_shows_failing_with_its_reason(gateway, browser, 
 
 
 def test_the_numbers_page_draws_the_traffic(gateway, browser, screenshot):
-    before = httpx.get(f"{gateway}/admin/api/stats", headers=AS_OPERATOR, timeout=WAIT_SECONDS).json()
-    sent_before = before["endpoints"].get(DEMO_ENDPOINT_ID, {"total": {"requests": 0}})["total"]["requests"]
+    before = httpx.get(
+        f"{gateway}/admin/api/stats", headers=AS_OPERATOR, timeout=WAIT_SECONDS
+    ).json()
+    sent_before = before["endpoints"].get(DEMO_ENDPOINT_ID, {"total": {"requests": 0}})["total"][
+        "requests"
+    ]
     for n in range(3):
         send(gateway, send_request(f"count me {n}"), streaming=False)
 
@@ -116,9 +144,20 @@ def test_the_numbers_page_draws_the_traffic(gateway, browser, screenshot):
 
     wait(browser, lambda d: counted(d) >= sent_before + 3, "the requests sent, counted on the page")
     assert "Echo demo" in browser.find_element(By.CSS_SELECTOR, f"{row} td.name").text
-    paths = {name: [p.get_attribute("d") for p in browser.find_elements(By.CSS_SELECTOR, f"{where} svg path")]
-             for name, where in (("latency", "#latency-chart"), ("streams", "#streams-chart"), ("requests", row))}
-    assert all(paths.values()) and all(d.startswith("M") for ds in paths.values() for d in ds), paths
+    paths = {
+        name: [
+            p.get_attribute("d")
+            for p in browser.find_elements(By.CSS_SELECTOR, f"{where} svg path")
+        ]
+        for name, where in (
+            ("latency", "#latency-chart"),
+            ("streams", "#streams-chart"),
+            ("requests", row),
+        )
+    }
+    assert all(paths.values()) and all(d.startswith("M") for ds in paths.values() for d in ds), (
+        paths
+    )
     # a line of several points, or a lone point drawn as a dash: never an invisible "M x y"
     assert all(" L" in d or d.endswith(" h3") for ds in paths.values() for d in ds), paths
     assert len(browser.find_elements(By.CSS_SELECTOR, "#latency-chart path.line-p99")) == 1

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.timeout(300)
 def gateway() -> Iterator[str]:
     """``a2a-gateway demo`` whose console takes the issuer's ``a2a-operators``."""
     with demo_gateway(
-        A2A_GATEWAY_CONSOLE_OIDC_ISSUER=issuer(), A2A_GATEWAY_CONSOLE_OIDC_CLIENT_ID=CONFIDENTIAL["client_id"],
+        A2A_GATEWAY_CONSOLE_OIDC_ISSUER=issuer(),
+        A2A_GATEWAY_CONSOLE_OIDC_CLIENT_ID=CONFIDENTIAL["client_id"],
         A2A_GATEWAY_CONSOLE_OIDC_CLIENT_SECRET=CONFIDENTIAL["client_secret"],
         A2A_GATEWAY_CONSOLE_OIDC_OPERATOR_VALUES=OPERATORS_GROUP,
     ) as base:
@@ -48,23 +49,37 @@ def sign_in_at_the_issuer(driver: Any, gateway: str, login: str, screenshot: Any
     if screenshot:
         screenshot("oidc-issuer-login")
     driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait(driver, lambda d: "Continue" in d.find_element(By.CSS_SELECTOR, "button[type=submit]").text,
-         "the issuer's consent page")
+    wait(
+        driver,
+        lambda d: "Continue" in d.find_element(By.CSS_SELECTOR, "button[type=submit]").text,
+        "the issuer's consent page",
+    )
     driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait(driver, lambda d: d.current_url.startswith(gateway), "the way back to the gateway")
 
 
 def test_an_operator_signs_in_at_the_issuer_and_sees_the_endpoints(gateway, browser, screenshot):
     sign_in_at_the_issuer(browser, gateway, f"alice:{OPERATORS_GROUP}", screenshot)
-    wait(browser, lambda d: d.execute_script("return document.body.dataset.page") == "tasks-page", "the console")
+    wait(
+        browser,
+        lambda d: d.execute_script("return document.body.dataset.page") == "tasks-page",
+        "the console",
+    )
     assert text_of(browser, "whoami") == f"alice ({issuer()})"
     browser.find_element(By.ID, "nav-endpoints").click()
-    row = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-endpoint-id="{DEMO_ENDPOINT_ID}"]'),
-               "the demo endpoint's row")[0]
+    row = wait(
+        browser,
+        lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-endpoint-id="{DEMO_ENDPOINT_ID}"]'),
+        "the demo endpoint's row",
+    )[0]
     assert "Echo demo" in row.text
     screenshot("oidc-endpoints")
     browser.find_element(By.ID, "logout").click()
-    wait(browser, lambda d: d.find_element(By.ID, "login-page").is_displayed(), "the login page after logging out")
+    wait(
+        browser,
+        lambda d: d.find_element(By.ID, "login-page").is_displayed(),
+        "the login page after logging out",
+    )
 
 
 def test_a_user_outside_the_operator_group_sees_the_403_page(gateway, browser, screenshot):
@@ -72,7 +87,13 @@ def test_a_user_outside_the_operator_group_sees_the_403_page(gateway, browser, s
     title = wait(browser, lambda d: d.find_elements(By.ID, "sign-in-title"), "the refusal page")[0]
     assert title.text == "Sign-in failed"
     message = text_of(browser, "sign-in-message")
-    assert "mallory" in message and "not a gateway operator" in message and "developers" not in message
+    assert (
+        "mallory" in message and "not a gateway operator" in message and "developers" not in message
+    )
     screenshot("oidc-refused")
     browser.get(f"{gateway}/console")
-    wait(browser, lambda d: d.find_element(By.ID, "login-page").is_displayed(), "the login page: no session")
+    wait(
+        browser,
+        lambda d: d.find_element(By.ID, "login-page").is_displayed(),
+        "the login page: no session",
+    )

@@ -49,7 +49,9 @@ def replicas() -> Iterator[Replicas]:
     loop = asyncio.new_event_loop()  # the database's admin connection lives on it
     database = fresh_database(template=None)
     try:
-        url = loop.run_until_complete(database.__aenter__())  # skips without PostgreSQL (fails under CI)
+        url = loop.run_until_complete(
+            database.__aenter__()
+        )  # skips without PostgreSQL (fails under CI)
     except BaseException:
         loop.close()
         raise
@@ -58,10 +60,14 @@ def replicas() -> Iterator[Replicas]:
         added = run_cli("endpoints", "add", "--store", url, "--name", "Replica echo", "--handler",
                         "handlers.echo:EchoHandler", "--public", "--set", "delay=0.1", check=True)
         endpoint_id = added.stdout.strip().splitlines()[-1]
-        env = {"A2A_GATEWAY_CONSOLE": "true", "A2A_GATEWAY_CONSOLE_SESSION_SECRET": "shared-" + OPERATOR_KEY,
-               "A2A_GATEWAY_OPERATOR_KEYS": OPERATOR_KEY, "A2A_GATEWAY_ENDPOINT_CACHE_SECONDS": str(AN_HOUR),
-               # a follower on A polls the store only every 30 s: what streams in came live from B
-               "A2A_GATEWAY_REMOTE_POLL_SECONDS": "30"}
+        env = {
+            "A2A_GATEWAY_CONSOLE": "true",
+            "A2A_GATEWAY_CONSOLE_SESSION_SECRET": "shared-" + OPERATOR_KEY,
+            "A2A_GATEWAY_OPERATOR_KEYS": OPERATOR_KEY,
+            "A2A_GATEWAY_ENDPOINT_CACHE_SECONDS": str(AN_HOUR),
+            # a follower on A polls the store only every 30 s: what streams in came live from B
+            "A2A_GATEWAY_REMOTE_POLL_SECONDS": "30",
+        }
         with gateway_process("serve", "--store", url, A2A_GATEWAY_REPLICA_ID="a", **env) as a, \
                 gateway_process("serve", "--store", url, A2A_GATEWAY_REPLICA_ID="b", **env) as b:
             yield Replicas(a, b, endpoint_id)
@@ -74,7 +80,10 @@ def start_streaming(base: str, endpoint_id: str, text: str) -> tuple[threading.T
     """A streaming SendMessage by the a2a-sdk client in a thread; its events as they end up."""
     events: list[Any] = []
     caller = threading.Thread(
-        target=lambda: events.extend(send(base, send_request(text), streaming=True, endpoint_id=endpoint_id)))
+        target=lambda: events.extend(
+            send(base, send_request(text), streaming=True, endpoint_id=endpoint_id)
+        )
+    )
     caller.start()
     return caller, events
 
@@ -119,14 +128,20 @@ def test_a_task_on_replica_b_is_listed_and_streams_live_on_replica_a(replicas, b
     assert len(partial) >= 3, f"the text grew in {len(partial)} steps on A's page: {partial}"
     assert all(text.startswith("echo: word0") and full.startswith(text) for text in partial)
     assert all(len(before) < len(after) for before, after in zip(partial, partial[1:]))
-    wait(browser, lambda d: text_of(d, "task-state") == "completed", "the task completed on A's page")
+    wait(
+        browser, lambda d: text_of(d, "task-state") == "completed", "the task completed on A's page"
+    )
     wait(browser, lambda d: text_of(d, "task-text") == full, "the whole echo on A's page")
     open_raw_panel(browser)
     raw = [line for line in text_of(browser, "task-events").splitlines() if line]
     assert len([line for line in raw if '"artifactUpdate"' in line]) > 1
     assert '"TASK_STATE_COMPLETED"' in raw[-1]
     open_live_tasks(browser, replicas.a)
-    wait(browser, lambda d: task_row_state(d, task_id) == "completed", "the completed task in A's list")
+    wait(
+        browser,
+        lambda d: task_row_state(d, task_id) == "completed",
+        "the completed task in A's list",
+    )
     print(f"the text of B's task grew in {len(partial)} steps on A's page")
 
 
@@ -139,9 +154,17 @@ def test_a_task_on_replica_b_is_canceled_from_replica_a(replicas, browser, scree
         task_id = link.text
         link.click()
         wait(browser, lambda d: text_of(d, "task-state") == "working", "the task page, working")
-        wait(browser, lambda d: text_of(d, "task-text").startswith("echo: w0"), "the text streaming in")
+        wait(
+            browser,
+            lambda d: text_of(d, "task-text").startswith("echo: w0"),
+            "the text streaming in",
+        )
         browser.find_element(By.ID, "task-cancel").click()
-        wait(browser, lambda d: text_of(d, "task-state") == "canceled", "the task canceled on A's page")
+        wait(
+            browser,
+            lambda d: text_of(d, "task-state") == "canceled",
+            "the task canceled on A's page",
+        )
         screenshot("replicas-canceled")
     finally:
         caller.join(WAIT_SECONDS)
@@ -152,18 +175,35 @@ def test_a_task_on_replica_b_is_canceled_from_replica_a(replicas, browser, scree
     assert len(text_of(browser, "task-text")) < len(f"echo: {words}")
     assert not browser.find_element(By.ID, "task-cancel").is_enabled()
     open_live_tasks(browser, replicas.a)
-    wait(browser, lambda d: task_row_state(d, task_id) == "canceled", "the canceled task in A's list")
+    wait(
+        browser, lambda d: task_row_state(d, task_id) == "canceled", "the canceled task in A's list"
+    )
 
 
 def test_an_endpoint_disabled_on_replica_a_is_404_on_replica_b_at_once(replicas, browser):
     card_on_b = f"{replicas.b}/{replicas.endpoint_id}/.well-known/agent-card.json"
-    assert httpx.get(card_on_b, timeout=WAIT_SECONDS).status_code == 200  # B now holds the row for an hour
+    assert (
+        httpx.get(card_on_b, timeout=WAIT_SECONDS).status_code == 200
+    )  # B now holds the row for an hour
     open_page(browser, replicas.a, "endpoints")
-    row = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-endpoint-id="{replicas.endpoint_id}"]'),
-               "the endpoint's row on A")[0]
+    row = wait(
+        browser,
+        lambda d: d.find_elements(
+            By.CSS_SELECTOR, f'tr[data-endpoint-id="{replicas.endpoint_id}"]'
+        ),
+        "the endpoint's row on A",
+    )[0]
     assert row.find_element(By.CSS_SELECTOR, "td.enabled").text == "yes"
     row.find_element(By.CSS_SELECTOR, "button.toggle").click()
-    wait(browser, lambda d: endpoint_row(d, replicas.endpoint_id).find_element(By.CSS_SELECTOR, "td.enabled").text
-         == "no", "the endpoint shown disabled on A")
+    wait(
+        browser,
+        lambda d: (
+            endpoint_row(d, replicas.endpoint_id).find_element(By.CSS_SELECTOR, "td.enabled").text
+            == "no"
+        ),
+        "the endpoint shown disabled on A",
+    )
     WebDriverWait(None, WAIT_SECONDS, poll_frequency=0.2).until(
-        lambda _: httpx.get(card_on_b, timeout=WAIT_SECONDS).status_code == 404, message="the card's 404 on B")
+        lambda _: httpx.get(card_on_b, timeout=WAIT_SECONDS).status_code == 404,
+        message="the card's 404 on B",
+    )

@@ -17,7 +17,9 @@ NOT_FIELDS = {"config_file"}  # read by load_settings itself
 
 
 def known_settings(
-    where: str, env: Mapping[str, Any], literal: Callable[[Any], bool] = lambda v: isinstance(v, str),
+    where: str,
+    env: Mapping[str, Any],
+    literal: Callable[[Any], bool] = lambda v: isinstance(v, str),
 ) -> dict[str, Any]:
     """The settings ``env`` (one service, container or function) sets, by field name; fails the
     test on a name that is no setting or on literal values the gateway refuses."""

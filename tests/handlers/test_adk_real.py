@@ -101,7 +101,9 @@ async def test_second_message_of_a_context_goes_to_the_same_session(gw, endpoint
     sessions = []
     async with gw.client(endpoint, streaming=False) as client:
         for text in (f"first {mark}", f"second {mark}"):
-            (event,) = [e async for e in client.send_message(send_request(text, context_id=context_id))]
+            (event,) = [
+                e async for e in client.send_message(send_request(text, context_id=context_id))
+            ]
             assert event.task.status.state == COMPLETED
             sessions.append(MessageToDict(event.task.artifacts[-1].metadata)["adk_session_id"])
     assert sessions[0] == sessions[1]
@@ -117,12 +119,17 @@ async def test_second_message_of_a_context_goes_to_the_same_session(gw, endpoint
 async def test_another_context_gets_another_session(gw, endpoint):
     mark = token()
     async with gw.client(endpoint, streaming=False) as client:
-        tasks = [(await anext(client.send_message(send_request(f"alone {mark}", context_id=c)))).task
-                 for c in (f"a-{mark}", f"b-{mark}")]
+        tasks = [
+            (await anext(client.send_message(send_request(f"alone {mark}", context_id=c)))).task
+            for c in (f"a-{mark}", f"b-{mark}")
+        ]
     sessions = {MessageToDict(t.artifacts[-1].metadata)["adk_session_id"] for t in tasks}
     assert len(sessions) == 2
     for request in await llm_requests(mark):
-        assert [m["role"] for m in request["messages"]] == ["system", "user"]  # nothing of the other
+        assert [m["role"] for m in request["messages"]] == [
+            "system",
+            "user",
+        ]  # nothing of the other
 
 
 async def test_a_tool_call_is_progress(gw, endpoint):
@@ -172,7 +179,9 @@ async def test_confirmation_round_trip_deny_with_a_data_answer(gw, endpoint):
             "", data={"confirmed": False}, task_id=task.id, context_id=task.context_id))]
     assert state_of(events[-1]) == COMPLETED
     assert streamed_answer(events) == 'TOOL_RESULT_SEEN: {"error": "This tool call is rejected."}'
-    assert [(p["kind"], p["tool"]) for p in progress_of(events)] == [("tool_completed", "run_command")]
+    assert [(p["kind"], p["tool"]) for p in progress_of(events)] == [
+        ("tool_completed", "run_command")
+    ]
 
 
 async def test_an_unclear_answer_keeps_the_task_waiting(gw, endpoint):
@@ -222,7 +231,9 @@ async def test_backend_error_fails_the_task_without_the_api_key(gw, adk_url, mon
     endpoint = await adk_endpoint(gw, adk_url, adk_api_key="env:A2A_TEST_ADK_KEY")
     with structlog.testing.capture_logs() as logs:
         async with gw.client(endpoint, streaming=False) as client:
-            (event,) = [e async for e in client.send_message(send_request(f"FAKE_HTTP_400 {token()}"))]
+            (event,) = [
+                e async for e in client.send_message(send_request(f"FAKE_HTTP_400 {token()}"))
+            ]
     assert event.task.status.state == TaskState.TASK_STATE_FAILED
     reason = event.task.status.message.parts[0].text
     assert reason == ("the ADK run failed: BadRequestError: litellm.BadRequestError: "

@@ -81,7 +81,9 @@ class AgnoBackend:
         if method == "POST" and path.endswith("/cancel"):
             return json_response({})
         if method == "POST" and path.endswith("/resume"):
-            return sse_response(fixture(self.joins.pop(0) if len(self.joins) > 1 else self.joins[0]))
+            return sse_response(
+                fixture(self.joins.pop(0) if len(self.joins) > 1 else self.joins[0])
+            )
         if method == "POST" and (path.endswith("/runs") or path.endswith("/continue")):
             return self.stream()
         if method == "GET" and RUN_PATH.match(path):
@@ -133,8 +135,13 @@ async def test_a_first_message_starts_a_background_run_in_the_context_session() 
     assert final.metadata == {"agno_run_id": run_id, "agno_session_id": session,
                               "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}}
     (form,) = backend.forms("/agents/assistant/runs")
-    assert form == {"message": "hello agno", "stream": "true", "background": "true",
-                    "session_id": session, "user_id": handler_request(principal="alice").backend_user()}
+    assert form == {
+        "message": "hello agno",
+        "stream": "true",
+        "background": "true",
+        "session_id": session,
+        "user_id": handler_request(principal="alice").backend_user(),
+    }
     assert "alice" not in session
     assert not backend.calls("GET")  # the stream said it all
 
@@ -172,15 +179,27 @@ async def test_a_paused_run_asks_to_confirm_its_tools() -> None:
     (tool,) = ask.data["tools"]
     assert tool["tool_name"] == "shell" and tool["tool_call_id"].startswith("call_")
     assert tool["tool_args"] == {"command": "rm -rf scratch/fixture"}
-    assert ask.data["run_id"] == run_id_of("stream_paused.txt") and ask.data["choices"] == ["yes", "no"]
+    assert ask.data["run_id"] == run_id_of("stream_paused.txt") and ask.data["choices"] == [
+        "yes",
+        "no",
+    ]
     assert not of(TextDelta, events)
 
 
-@pytest.mark.parametrize(("text", "data", "confirmed"), [
-    ("yes", [], True), ("Approve.", [], True), ("no", [], False), ("", [{"confirmed": False}], False),
-    ("", [{"approved": True}], True), ("", [{"confirmed": {"call_1": True}}], True),
-])
-async def test_the_answer_continues_the_run_with_the_tool_confirmed_or_not(text, data, confirmed) -> None:
+@pytest.mark.parametrize(
+    ("text", "data", "confirmed"),
+    [
+        ("yes", [], True),
+        ("Approve.", [], True),
+        ("no", [], False),
+        ("", [{"confirmed": False}], False),
+        ("", [{"approved": True}], True),
+        ("", [{"confirmed": {"call_1": True}}], True),
+    ],
+)
+async def test_the_answer_continues_the_run_with_the_tool_confirmed_or_not(
+    text, data, confirmed
+) -> None:
     backend = AgnoBackend(recorded("stream_continue_confirmed.txt"))
     pending = {"run_id": "run-9", "tools": PAUSED_TOOLS, "choices": ["yes", "no"]}
     async with backend.client() as http:
@@ -224,7 +243,10 @@ async def test_an_unclear_answer_is_refused(text, data) -> None:
 
 
 async def test_run_cancelled_ends_the_task_and_the_run_completed_after_it_is_ignored() -> None:
-    assert [f.event for f in frames("stream_cancelled.txt")[-2:]] == ["RunCancelled", "RunCompleted"]
+    assert [f.event for f in frames("stream_cancelled.txt")[-2:]] == [
+        "RunCancelled",
+        "RunCompleted",
+    ]
     backend = AgnoBackend(recorded("stream_cancelled.txt"))
     events = await run_on(backend, "FAKE_SLOW stop me")
     assert events[-1] == Canceled("the Agno run was cancelled")
@@ -287,7 +309,9 @@ async def test_a_run_that_cannot_be_replayed_is_read_until_it_ended() -> None:
                           ["run_running.json", "run_completed.json"])
     events = await run_on(backend)
     final = events[-1]
-    assert isinstance(final, Completed) and final.text == fixture_json("run_completed.json")["content"]
+    assert (
+        isinstance(final, Completed) and final.text == fixture_json("run_completed.json")["content"]
+    )
     reads = backend.calls("GET")
     assert len(reads) == 2 and reads[0].url.params["session_id"]
     assert len(backend.calls("POST", "/resume")) == 1  # answered with Agno's error frame
@@ -342,7 +366,9 @@ async def test_message_mode_answers_with_a_reply() -> None:
 
 async def test_frames_of_unknown_shapes_fail_and_cancel_the_run() -> None:
     head = fixture("stream_plain.txt").split(b"event: RunContent")[0]
-    backend = AgnoBackend(lambda: sse_response(TrackedStream([head, b"event: RunContent\ndata: [1]\n\n"])))
+    backend = AgnoBackend(
+        lambda: sse_response(TrackedStream([head, b"event: RunContent\ndata: [1]\n\n"]))
+    )
     events = await run_on(backend)
     assert events[-1] == Failed("Agno sent an unexpected frame (data that is not a JSON object)")
     assert backend.calls("POST", "/cancel")

@@ -122,7 +122,9 @@ async def test_second_message_of_a_context_continues_the_agno_session(gw, endpoi
     sessions = []
     async with gw.client(endpoint, streaming=False) as client:
         for text in (f"first {mark}", f"second {mark}"):
-            (event,) = [e async for e in client.send_message(send_request(text, context_id=context_id))]
+            (event,) = [
+                e async for e in client.send_message(send_request(text, context_id=context_id))
+            ]
             assert event.task.status.state == COMPLETED
             sessions.append(MessageToDict(event.task.artifacts[-1].metadata)["agno_session_id"])
     assert sessions[0] == sessions[1]
@@ -136,8 +138,10 @@ async def test_second_message_of_a_context_continues_the_agno_session(gw, endpoi
 async def test_another_context_gets_another_session(gw, endpoint):
     mark = token()
     async with gw.client(endpoint, streaming=False) as client:
-        tasks = [(await anext(client.send_message(send_request(f"alone {mark}", context_id=c)))).task
-                 for c in (f"a-{mark}", f"b-{mark}")]
+        tasks = [
+            (await anext(client.send_message(send_request(f"alone {mark}", context_id=c)))).task
+            for c in (f"a-{mark}", f"b-{mark}")
+        ]
     sessions = {MessageToDict(t.artifacts[-1].metadata)["agno_session_id"] for t in tasks}
     assert len(sessions) == 2
     for request in await llm_requests(mark):
@@ -157,7 +161,9 @@ async def ask_for_confirmation(gw, endpoint, mark: str) -> Any:
         f'Confirm the tool call shell(command="rm -rf scratch/{mark}")? Answer yes or no.')
     (data,) = [MessageToDict(p.data) for p in task.status.message.parts if p.HasField("data")]
     (tool,) = data["tools"]
-    assert tool["tool_name"] == "shell" and tool["tool_args"] == {"command": f"rm -rf scratch/{mark}"}
+    assert tool["tool_name"] == "shell" and tool["tool_args"] == {
+        "command": f"rm -rf scratch/{mark}"
+    }
     assert data["choices"] == ["yes", "no"] and data["run_id"]
     return task
 
@@ -231,9 +237,14 @@ async def test_backend_error_fails_the_task_without_the_api_key(gw, agno_url):
     with structlog.testing.capture_logs() as logs:
         endpoint = await agno_endpoint(gw, agno_url)
         async with gw.client(endpoint, streaming=False) as client:
-            (event,) = [e async for e in client.send_message(send_request(f"FAKE_HTTP_400 {token()}"))]
+            (event,) = [
+                e async for e in client.send_message(send_request(f"FAKE_HTTP_400 {token()}"))
+            ]
     assert event.task.status.state == FAILED
-    assert event.task.status.message.parts[0].text == "the Agno run failed: fakellm scripted bad request"
+    assert (
+        event.task.status.message.parts[0].text
+        == "the Agno run failed: fakellm scripted bad request"
+    )
     async with httpx.AsyncClient() as http:
         card = (await http.get(f"{gw.endpoint_url(endpoint)}/.well-known/agent-card.json")).text
     row = await stored(gw, endpoint, event.task.id)

@@ -221,14 +221,18 @@ class FakeHermes:
         if key == ("GET", f"/v1/runs/{run_id}/events"):
             sse = self.rec.sse
             if self.cut_stream:
-                sse = sse[: sse.index('"event": "message.delta"', 600)].rsplit("\n\n", 1)[0] + "\n\n"
+                sse = (
+                    sse[: sse.index('"event": "message.delta"', 600)].rsplit("\n\n", 1)[0] + "\n\n"
+                )
             return httpx.Response(200, headers={"content-type": "text/event-stream"},
                                   content=sse.encode())
         if key == ("GET", f"/v1/runs/{run_id}"):
             return httpx.Response(200, json=self.rec.snapshot)
         if request.url.path.endswith(("/approval", "/stop")):
             return httpx.Response(200, json={"run_id": run_id, "choice": "once", "resolved": 1})
-        return httpx.Response(404, json={"error": {"message": "not found", "code": "run_not_found"}})
+        return httpx.Response(
+            404, json={"error": {"message": "not found", "code": "run_not_found"}}
+        )
 
     def bodies(self, path: str) -> list[dict[str, Any]]:
         return [json.loads(c.content) for c in self.calls if c.url.path == path and c.content]
@@ -267,7 +271,9 @@ async def test_run_posts_the_turn_with_history_and_a_stable_session() -> None:
 async def test_trace_context_goes_with_every_call_of_the_run() -> None:
     fake = FakeHermes()
     trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    request = handler_request(HELLO, headers={"traceparent": trace, "authorization": "Bearer caller"})
+    request = handler_request(
+        HELLO, headers={"traceparent": trace, "authorization": "Bearer caller"}
+    )
     events = await collect(fake, request)
     assert isinstance(events[-1], Completed)
     assert [(c.method, c.url.path) for c in fake.calls] == [
@@ -276,7 +282,9 @@ async def test_trace_context_goes_with_every_call_of_the_run() -> None:
     assert all(c.headers.get_list("authorization") == [f"Bearer {KEY}"] for c in fake.calls)
     async with httpx.AsyncClient(transport=httpx.MockTransport(fake)) as http:
         handler = HermesAgentHandler(HermesSettings(hermes_api_key=KEY), http)
-        assert await handler.cancel(handler_request(run_ref="run_a", headers={"traceparent": trace}))
+        assert await handler.cancel(
+            handler_request(run_ref="run_a", headers={"traceparent": trace})
+        )
     assert fake.calls[-1].url.path == "/v1/runs/run_a/stop"
     assert fake.calls[-1].headers["traceparent"] == trace
 
@@ -291,7 +299,9 @@ async def test_two_callers_with_the_same_context_id_get_two_hermes_sessions() ->
 
 
 async def test_a_known_session_is_not_rewritten() -> None:
-    events = await collect(FakeHermes(), handler_request(HELLO, session={"hermes_session_id": "a2a-ctx-1"}))
+    events = await collect(
+        FakeHermes(), handler_request(HELLO, session={"hermes_session_id": "a2a-ctx-1"})
+    )
     assert not any(isinstance(e, SessionUpdate) for e in events)
 
 
@@ -380,8 +390,11 @@ async def test_message_mode_answers_with_one_reply() -> None:
     fake = FakeHermes(None)
     answer = json.loads((FIXTURES / "chat_nonstream.json").read_text())
     fake.queue("POST", "/v1/chat/completions", httpx.Response(200, json=answer))
-    events = await collect(fake, handler_request(HELLO, history=[Turn("user", "a"), Turn("agent", "b")]),
-                           response_mode="message")
+    events = await collect(
+        fake,
+        handler_request(HELLO, history=[Turn("user", "a"), Turn("agent", "b")]),
+        response_mode="message",
+    )
     assert events == [Reply(text="Hello from fakellm. You said: ping one", metadata={
         "usage": answer["usage"], "finish_reason": "stop", "model": "hermes-agent"})]
     body = fake.bodies("/v1/chat/completions")[0]
@@ -426,7 +439,9 @@ async def test_invalid_answers_list_the_valid_choices(text: str, data: list) -> 
 async def test_widened_choices_are_accepted_when_configured() -> None:
     fake = FakeHermes()
     pending = {**PENDING, "choices": ["once", "session", "always", "deny"]}
-    request = handler_request("", data=[{"choice": "session"}], run_ref="run_a", pending_input=pending)
+    request = handler_request(
+        "", data=[{"choice": "session"}], run_ref="run_a", pending_input=pending
+    )
     assert await answer(fake, request, approval_choices=["once", "session", "deny"])
     assert fake.bodies("/v1/runs/run_a/approval") == [{"choice": "session"}]
 

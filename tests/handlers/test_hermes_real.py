@@ -209,7 +209,9 @@ async def test_second_message_of_a_context_carries_the_first_turn(gw, hermes_id)
     context_id = f"ctx-{mark}"
     async with gw.client(hermes_id, streaming=False) as client:
         for text in (f"first {mark}", f"second {mark}"):
-            (event,) = [e async for e in client.send_message(send_request(text, context_id=context_id))]
+            (event,) = [
+                e async for e in client.send_message(send_request(text, context_id=context_id))
+            ]
             assert event.task.status.state == COMPLETED
     (second,) = [r for r in await llm_requests() if r["text"] == f"second {mark}"]
     convo = [(m["role"], m["content"]) for m in second["messages"] if m["role"] != "system"]
@@ -279,13 +281,17 @@ async def test_dropped_event_stream_completes_from_polling(gw, hermes_url):
         endpoint = await hermes_endpoint(gw, proxy.url)
         async with gw.client(endpoint) as client:
             events = []
-            async for event in client.send_message(send_request(f"FAKE_SLOW words=12 delay=0.2 {token()}")):
+            async for event in client.send_message(
+                send_request(f"FAKE_SLOW words=12 delay=0.2 {token()}")
+            ):
                 events.append(event)
                 if sum(e.HasField("artifact_update") for e in events) == 2:
                     proxy.cut()  # kills the handler's SSE connection to Hermes mid-run
             task = await client.get_task(GetTaskRequest(id=events[0].task.id))
     assert state_of(events[-1]) == COMPLETED
-    streamed = [e for e in events if e.HasField("artifact_update") and not e.artifact_update.last_chunk]
+    streamed = [
+        e for e in events if e.HasField("artifact_update") and not e.artifact_update.last_chunk
+    ]
     assert len(streamed) < 12  # the tokens after the cut never arrived live
     expected = " ".join(f"slow{i}" for i in range(12))
     assert task.status.state == COMPLETED and final_text(task) == expected

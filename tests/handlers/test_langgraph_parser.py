@@ -111,7 +111,9 @@ def handler(http: httpx.AsyncClient, **settings: Any) -> LangGraphHandler:
     return LangGraphHandler(LangGraphSettings(**values), http)
 
 
-async def run_on(backend: LangGraphBackend, text: str = "hello langgraph", **fields: Any) -> list[Any]:
+async def run_on(
+    backend: LangGraphBackend, text: str = "hello langgraph", **fields: Any
+) -> list[Any]:
     settings = fields.pop("settings", {})
     async with backend.client() as http:
         return await collect(handler(http, **settings).run(handler_request(text, **fields)))
@@ -130,7 +132,11 @@ async def test_a_first_message_creates_a_thread_and_streams_the_answer() -> None
     deltas = of(TextDelta, events)
     final = events[-1]
     assert isinstance(final, Completed) and len(deltas) == 7
-    assert final.text == "".join(d.text for d in deltas) == "Hello from fakellm. You said: hello langgraph"
+    assert (
+        final.text
+        == "".join(d.text for d in deltas)
+        == "Hello from fakellm. You said: hello langgraph"
+    )
     assert final.metadata == {"langgraph_thread_id": CREATED, "langgraph_run_id": run_id,
                               "usage": {"input_tokens": 10, "output_tokens": 7, "total_tokens": 17}}
     (thread,) = backend.bodies("/threads")
@@ -145,9 +151,14 @@ async def test_a_first_message_creates_a_thread_and_streams_the_answer() -> None
 
 async def test_a_later_message_goes_to_the_context_thread() -> None:
     backend = LangGraphBackend(recorded("stream_plain.txt"))
-    events = await run_on(backend, session={"langgraph_thread_id": "thread-7"},
-                          settings={"langgraph_assistant_id": "support",
-                                    "langgraph_stream_mode": ["messages-tuple", "updates", "custom"]})
+    events = await run_on(
+        backend,
+        session={"langgraph_thread_id": "thread-7"},
+        settings={
+            "langgraph_assistant_id": "support",
+            "langgraph_stream_mode": ["messages-tuple", "updates", "custom"],
+        },
+    )
     assert not of(SessionUpdate, events) and not backend.calls("POST", "/threads")
     (stream,) = backend.calls("POST", "/runs/stream")
     assert stream.url.path == "/threads/thread-7/runs/stream"
@@ -255,13 +266,18 @@ async def test_reattach_replays_the_run_from_its_first_event() -> None:
                                join=lambda request: sse_response(fixture("join_replay.txt")))
     run_id = run_id_of("stream_plain.txt")
     async with backend.client() as http:
-        events = await collect(handler(http).reattach(handler_request(run_ref=f"{CREATED}:{run_id}")))
+        events = await collect(
+            handler(http).reattach(handler_request(run_ref=f"{CREATED}:{run_id}"))
+        )
     (join,) = backend.calls("GET", "/stream")
     assert join.url.path == f"/threads/{CREATED}/runs/{run_id}/stream"
     assert join.headers["last-event-id"] == "0"
     assert not of(RunStarted, events) and not backend.calls("POST")
     final = events[-1]
-    assert isinstance(final, Completed) and final.text == "Hello from fakellm. You said: hello langgraph"
+    assert (
+        isinstance(final, Completed)
+        and final.text == "Hello from fakellm. You said: hello langgraph"
+    )
     assert final.text == "".join(d.text for d in of(TextDelta, events))
 
 
@@ -310,7 +326,9 @@ async def test_a_thread_the_server_lost_is_replaced() -> None:
 
 
 async def test_an_answer_to_a_lost_thread_fails() -> None:
-    backend = LangGraphBackend(lambda: json_response(fixture("runs_stream_missing_thread.json"), 404))
+    backend = LangGraphBackend(
+        lambda: json_response(fixture("runs_stream_missing_thread.json"), 404)
+    )
 
     def answer(request: httpx.Request) -> httpx.Response:
         if request.method == "GET" and request.url.path == "/threads/gone":
@@ -321,7 +339,9 @@ async def test_an_answer_to_a_lost_thread_fails() -> None:
         events = await collect(handler(http).run(handler_request(
             "yes", session={"langgraph_thread_id": "gone"},
             pending_input={"interrupts": [{"id": "a", "value": "ok?"}]})))
-    assert events == [Failed("LangGraph no longer knows thread gone, so its question cannot be answered")]
+    assert events == [
+        Failed("LangGraph no longer knows thread gone, so its question cannot be answered")
+    ]
 
 
 async def test_an_unknown_assistant_fails_with_the_servers_detail() -> None:
@@ -402,7 +422,9 @@ async def test_message_mode_replies_with_the_answer_only() -> None:
     assert isinstance(asked[-1], Failed) and "response_mode message" in asked[-1].reason
 
 
-@pytest.mark.parametrize("modes", [["messages-tuple"], ["messages", "updates"], ["updates", "nope"]])
+@pytest.mark.parametrize(
+    "modes", [["messages-tuple"], ["messages", "updates"], ["updates", "nope"]]
+)
 def test_stream_modes_without_updates_or_unknown_are_refused(modes) -> None:
     with pytest.raises(ValidationError):
         LangGraphSettings(langgraph_stream_mode=modes)
@@ -416,7 +438,9 @@ def test_parser_ignores_tool_messages_and_the_whole_message_after_its_tokens() -
         return SSEFrame("messages", json.dumps([chunk, meta]))
 
     assert stream.feed(frame({"type": "tool", "content": "result", "id": "m0"})) == []
-    assert stream.feed(frame({"type": "AIMessageChunk", "content": "Hi", "id": "m1"})) == [TextDelta("Hi")]
+    assert stream.feed(frame({"type": "AIMessageChunk", "content": "Hi", "id": "m1"})) == [
+        TextDelta("Hi")
+    ]
     assert stream.feed(frame({"type": "ai", "content": "Hi", "id": "m1"})) == []
     assert stream.feed(frame({"type": "ai", "content": [{"type": "text", "text": "Yo"}],
                               "id": "m2"})) == [TextDelta("Yo")]

@@ -109,7 +109,9 @@ async def test_second_message_of_a_context_goes_to_the_same_thread(gw, endpoint)
     threads = []
     async with gw.client(endpoint, streaming=False) as client:
         for text in (f"first {mark}", f"second {mark}"):
-            (event,) = [e async for e in client.send_message(send_request(text, context_id=context_id))]
+            (event,) = [
+                e async for e in client.send_message(send_request(text, context_id=context_id))
+            ]
             assert event.task.status.state == COMPLETED
             threads.append(MessageToDict(event.task.artifacts[-1].metadata)["langgraph_thread_id"])
     assert threads[0] == threads[1]
@@ -134,7 +136,9 @@ async def test_another_context_gets_another_thread(gw, endpoint):
 async def ask_for_approval(gw, endpoint, mark: str) -> Any:
     async with gw.client(endpoint) as client:
         events = []
-        async for event in client.send_message(send_request(f"FAKE_TOOL_DANGER path=scratch/{mark}")):
+        async for event in client.send_message(
+            send_request(f"FAKE_TOOL_DANGER path=scratch/{mark}")
+        ):
             events.append(event)
     assert state_of(events[-1]) == INPUT_REQUIRED
     progress = [MessageToDict(e.status_update.metadata) for e in events
@@ -200,13 +204,19 @@ async def test_cancel_mid_stream_interrupts_the_langgraph_run(gw, endpoint, lang
 async def test_backend_error_fails_the_task_without_the_api_key(gw, langgraph_url, monkeypatch):
     secret = "lsv2-secret-" + uuid.uuid4().hex
     monkeypatch.setenv("A2A_TEST_LANGGRAPH_KEY", secret)
-    endpoint = await langgraph_endpoint(gw, langgraph_url, langgraph_api_key="env:A2A_TEST_LANGGRAPH_KEY")
+    endpoint = await langgraph_endpoint(
+        gw, langgraph_url, langgraph_api_key="env:A2A_TEST_LANGGRAPH_KEY"
+    )
     with structlog.testing.capture_logs() as logs:
         async with gw.client(endpoint, streaming=False) as client:
-            (event,) = [e async for e in client.send_message(send_request(f"FAKE_HTTP_400 {token()}"))]
+            (event,) = [
+                e async for e in client.send_message(send_request(f"FAKE_HTTP_400 {token()}"))
+            ]
     assert event.task.status.state == TaskState.TASK_STATE_FAILED
     reason = event.task.status.message.parts[0].text
-    assert reason == "the LangGraph run failed: OpenAIInvalidRequestError: An internal error occurred"
+    assert (
+        reason == "the LangGraph run failed: OpenAIInvalidRequestError: An internal error occurred"
+    )
     async with httpx.AsyncClient() as http:
         card = (await http.get(f"{gw.endpoint_url(endpoint)}/.well-known/agent-card.json")).text
     stored = await gw.store.get_task(Scope("default", endpoint, "anonymous"), event.task.id)
@@ -259,29 +269,48 @@ async def test_a_run_outlives_a_gateway_restart_and_completes_the_task(langgraph
     run = await langgraph_run(langgraph_url, stored.run_ref)
     assert run["status"] in ("pending", "running")
     async with running_gateway(store=store, lease_seconds=120, replica_id="replica-b"):
-        done = await eventually(lambda: store.get_task(scope, task_id),
-                                until=lambda s: s.task.status.state in (COMPLETED, TaskState.TASK_STATE_FAILED),
-                                timeout=30, what="the re-attached task ends")
+        done = await eventually(
+            lambda: store.get_task(scope, task_id),
+            until=lambda s: s.task.status.state in (COMPLETED, TaskState.TASK_STATE_FAILED),
+            timeout=30,
+            what="the re-attached task ends",
+        )
     assert done.task.status.state == COMPLETED
     assert final_text(done.task) == " ".join(f"slow{i}" for i in range(12))
     assert done.run_ref == stored.run_ref
     assert len(await llm_requests(mark)) == 1  # the same run finished it, none was started again
 
 
-async def test_a_context_whose_thread_was_deleted_goes_on_in_a_new_thread(gw, endpoint, langgraph_url):
+async def test_a_context_whose_thread_was_deleted_goes_on_in_a_new_thread(
+    gw, endpoint, langgraph_url
+):
     mark = token()
     context_id = f"ctx-{mark}"
     async with gw.client(endpoint, streaming=False) as client:
-        (first,) = [e async for e in client.send_message(send_request(f"first {mark}", context_id=context_id))]
+        (first,) = [
+            e
+            async for e in client.send_message(send_request(f"first {mark}", context_id=context_id))
+        ]
         thread_id = MessageToDict(first.task.artifacts[-1].metadata)["langgraph_thread_id"]
         async with httpx.AsyncClient() as http:
             (await http.delete(f"{langgraph_url}/threads/{thread_id}")).raise_for_status()
-        (second,) = [e async for e in client.send_message(send_request(f"second {mark}", context_id=context_id))]
-        (third,) = [e async for e in client.send_message(send_request(f"third {mark}", context_id=context_id))]
+        (second,) = [
+            e
+            async for e in client.send_message(
+                send_request(f"second {mark}", context_id=context_id)
+            )
+        ]
+        (third,) = [
+            e
+            async for e in client.send_message(send_request(f"third {mark}", context_id=context_id))
+        ]
     assert second.task.status.state == COMPLETED
     assert final_text(second.task) == f"Hello from fakellm. You said: second {mark}"
     new_thread = MessageToDict(second.task.artifacts[-1].metadata)["langgraph_thread_id"]
     assert new_thread != thread_id
     assert MessageToDict(third.task.artifacts[-1].metadata)["langgraph_thread_id"] == new_thread
     (last,) = [r for r in await llm_requests(mark) if r["text"] == f"third {mark}"]
-    assert [m["content"] for m in last["messages"] if m["role"] == "user"] == [f"second {mark}", f"third {mark}"]
+    assert [m["content"] for m in last["messages"] if m["role"] == "user"] == [
+        f"second {mark}",
+        f"third {mark}",
+    ]

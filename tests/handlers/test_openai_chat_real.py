@@ -160,13 +160,18 @@ async def test_gateway_stream_then_follow_up_in_the_same_context(backend, http) 
             "base_url": backend["base_url"], "api_key": backend["api_key"],
             "model": backend["model"]})
         async with gw.client(endpoint, timeout=60) as client:
-            events = [e async for e in client.send_message(send_request(f"FAKE_SLOW words=4 delay=0.2 {t}"))]
+            events = [
+                e
+                async for e in client.send_message(send_request(f"FAKE_SLOW words=4 delay=0.2 {t}"))
+            ]
             assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
             chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
             assert len(chunks) >= 3 and chunks[-1].last_chunk
             assert streamed_answer(events) == "slow0 slow1 slow2 slow3"
             context = events[0].task.context_id
-            follow = [e async for e in client.send_message(send_request(f"again {t}", context_id=context))]
+            follow = [
+                e async for e in client.send_message(send_request(f"again {t}", context_id=context))
+            ]
     assert follow[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
     seen = (await llm_requests(backend, http, f"again {t}"))[-1]
     everything = "\n".join(m["content"] for m in seen["messages"])

@@ -86,7 +86,10 @@ async def test_request_carries_only_accepted_keys_and_agent_selection() -> None:
     assert request.url == "http://openclaw.test/v1/responses"
     assert request.headers["authorization"] == f"Bearer {TOKEN}"
     assert request.headers["x-openclaw-model"] == "fakellm/other"
-    assert "x-openclaw-model" not in (await run_recorded("oc_responses_stream.txt"))[1].requests[0].headers
+    assert (
+        "x-openclaw-model"
+        not in (await run_recorded("oc_responses_stream.txt"))[1].requests[0].headers
+    )
 
 
 async def test_default_agent_and_url_with_v1_suffix() -> None:

@@ -81,7 +81,9 @@ async def ended_request(env: dict[str, str], http: httpx.AsyncClient, marker: st
                             timeout=15, what=f"the LLM request for {marker} ends")
 
 
-async def run_all(handler: OpenClawHandler, request: HandlerRequest) -> list[tuple[float, HandlerEvent]]:
+async def run_all(
+    handler: OpenClawHandler, request: HandlerRequest
+) -> list[tuple[float, HandlerEvent]]:
     start = time.monotonic()
     return [(time.monotonic() - start, e) async for e in handler.run(request)]
 
@@ -297,7 +299,9 @@ async def test_gateway_two_messages_in_one_context(gw, env, http) -> None:
         [first] = [e async for e in client.send_message(send_request(f"first {t}"))]
         assert first.task.status.state == TaskState.TASK_STATE_COMPLETED
         context = first.task.context_id
-        [second] = [e async for e in client.send_message(send_request(f"second {t}", context_id=context))]
+        [second] = [
+            e async for e in client.send_message(send_request(f"second {t}", context_id=context))
+        ]
     assert second.task.status.state == TaskState.TASK_STATE_COMPLETED
     assert second.task.context_id == context
     turn2 = (await llm_requests(env, http, f"second {t}"))[-1]

@@ -81,7 +81,11 @@ async def test_the_frames_are_those_httpx_sse_reads_however_the_body_is_cut() ->
     expected = await _httpx_sse_frames(TRICKY)
     assert len(expected) == 9 and expected[2] == SSEFrame("delta", "line one\nline two", "")
     rng = random.Random(13)
-    for cutting in [[TRICKY], [bytes([b]) for b in TRICKY], *(_cut(TRICKY, rng) for _ in range(300))]:
+    for cutting in [
+        [TRICKY],
+        [bytes([b]) for b in TRICKY],
+        *(_cut(TRICKY, rng) for _ in range(300)),
+    ]:
         reader = SSEReader()
         assert [f for chunk in cutting for f in reader.feed(chunk)] == expected, cutting
     with_bom = SSEReader()  # the format allows one; httpx-sse would read a field "\ufeffdata"
@@ -100,8 +104,14 @@ def _burst(deltas: int) -> list[bytes]:
     def frame(body: dict[str, Any]) -> bytes:
         return b"data: " + json.dumps(body).encode() + b"\n\n"
 
-    chunks = [frame({"choices": [{"index": 0, "delta": {"content": f" w{n}"}}]}) for n in range(deltas)]
-    return [*chunks, frame({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}), b"data: [DONE]\n\n"]
+    chunks = [
+        frame({"choices": [{"index": 0, "delta": {"content": f" w{n}"}}]}) for n in range(deltas)
+    ]
+    return [
+        *chunks,
+        frame({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        b"data: [DONE]\n\n",
+    ]
 
 
 class _Timers:
@@ -138,8 +148,17 @@ async def test_a_stream_keeps_the_run_deadline_with_one_timer_not_one_per_read()
 async def test_hermes_takes_the_events_a_read_brought_without_a_timer_each() -> None:
     fake = FakeHermes()
     run_id = fake.rec.run_id  # type: ignore[union-attr]
-    deltas = [json.dumps({"event": "message.delta", "run_id": run_id, "delta": f" w{n}"}) for n in range(300)]
-    end = json.dumps({"event": "run.completed", "run_id": run_id, "output": "".join(f" w{n}" for n in range(300))})
+    deltas = [
+        json.dumps({"event": "message.delta", "run_id": run_id, "delta": f" w{n}"})
+        for n in range(300)
+    ]
+    end = json.dumps(
+        {
+            "event": "run.completed",
+            "run_id": run_id,
+            "output": "".join(f" w{n}" for n in range(300)),
+        }
+    )
     body = "".join(f"data: {frame}\n\n" for frame in [*deltas, end])
     fake.queue("GET", f"/v1/runs/{run_id}/events", httpx.Response(
         200, headers={"content-type": "text/event-stream"}, content=body.encode()))

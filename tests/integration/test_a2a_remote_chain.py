@@ -61,7 +61,11 @@ async def test_streamed_reply_passes_tokens_through_before_completion():
     assert states[-1] == COMPLETED
     completed_at = next(i for i, e in enumerate(events) if e.HasField("status_update")
                         and e.status_update.status.state == COMPLETED)
-    appended = [i for i, e in enumerate(events) if e.HasField("artifact_update") and e.artifact_update.append]
+    appended = [
+        i
+        for i, e in enumerate(events)
+        if e.HasField("artifact_update") and e.artifact_update.append
+    ]
     assert len(appended) >= 3 and max(appended) < completed_at  # tokens came before the end
     assert list(reconstruct(chunks).values()) == ["echo: one two three four"]
     [remote] = await remote_tasks(gw_b, echo)
@@ -102,7 +106,9 @@ async def test_a_message_answer_completes_the_task_or_is_the_reply_in_message_mo
             [reply] = await collect(client.send_message(send_request("as a message")))
     assert task.task.status.state == COMPLETED
     assert [p.text for a in task.task.artifacts for p in a.parts] == ["echo: as a task"]
-    assert reply.HasField("message") and [p.text for p in reply.message.parts] == ["echo: as a message"]
+    assert reply.HasField("message") and [p.text for p in reply.message.parts] == [
+        "echo: as a message"
+    ]
 
 
 async def test_blocking_send_returns_the_completed_task_with_the_remote_artifact():
@@ -119,14 +125,19 @@ async def test_two_turns_in_one_context_are_one_remote_context():
         async with gw_a.client(front, streaming=False) as client:
             [first] = await collect(client.send_message(send_request("first")))
             context = first.task.context_id
-            [second] = await collect(client.send_message(send_request("second", context_id=context)))
+            [second] = await collect(
+                client.send_message(send_request("second", context_id=context))
+            )
             [other] = await collect(client.send_message(send_request("elsewhere")))
         assert second.task.context_id == context and second.task.status.state == COMPLETED
         remote = await remote_tasks(gw_b, echo)
     contexts = {}
     for task in remote:
         contexts.setdefault(task.context_id, []).append(task.history[0].parts[0].text)
-    assert sorted(sorted(texts) for texts in contexts.values()) == [["elsewhere"], ["first", "second"]]
+    assert sorted(sorted(texts) for texts in contexts.values()) == [
+        ["elsewhere"],
+        ["first", "second"],
+    ]
     assert context not in contexts  # the remote chose its own context ids
     assert other.task.context_id != context
 
@@ -275,7 +286,9 @@ async def test_oauth2_client_credentials_token_is_fetched_once_and_sent(secured_
     async def token(request: web.Request) -> web.Response:
         form = dict(await request.post())
         requests.append({"form": form, "auth": request.headers.get("Authorization", "")})
-        return web.json_response({"access_token": issued, "token_type": "Bearer", "expires_in": 3600})
+        return web.json_response(
+            {"access_token": issued, "token_type": "Bearer", "expires_in": 3600}
+        )
 
     app = web.Application()
     app.router.add_post("/token", token)
@@ -304,7 +317,12 @@ async def test_oauth2_client_credentials_token_is_fetched_once_and_sent(secured_
 
 
 async def test_the_run_time_bound_cancels_the_remote_task():
-    async with chain(delay=0.5, a_settings={"run_timeout_seconds": 1.0}) as (gw_a, front, gw_b, echo):
+    async with chain(delay=0.5, a_settings={"run_timeout_seconds": 1.0}) as (
+        gw_a,
+        front,
+        gw_b,
+        echo,
+    ):
         async with gw_a.client(front, streaming=False) as client:
             [event] = await collect(client.send_message(send_request("a b c d e f g h i j")))
         status = event.task.status
@@ -336,7 +354,9 @@ async def test_a_gateway_restart_reattaches_to_the_running_remote_task(tmp_path:
     async with running_gateway() as gw_b:
         echo = await gw_b.add_endpoint(settings={"delay": 0.15})
         async with running_gateway(store, lease_seconds=0.6, replica_id="replica-a") as gw_a:
-            front = await gw_a.add_endpoint(REMOTE, settings={"remote_card_url": card_url(gw_b, echo)})
+            front = await gw_a.add_endpoint(
+                REMOTE, settings={"remote_card_url": card_url(gw_b, echo)}
+            )
             async with gw_a.client(front) as client:
                 seen = []
                 async for event in client.send_message(send_request(words)):

@@ -112,16 +112,28 @@ async def v03_agent(*, streaming: bool = True,
     """The 0.3 agent on a free port: (its card URL, the methods it was called with)."""
     port = free_port()
     card = AgentCard(
-        name="words", description="a 0.3 agent that says your words", version="1.0.0",
+        name="words",
+        description="a 0.3 agent that says your words",
+        version="1.0.0",
         capabilities=AgentCapabilities(streaming=streaming),
-        default_input_modes=["text/plain"], default_output_modes=["text/plain"],
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
         skills=[AgentSkill(id="say", name="Say", description="says your words", tags=["say"])],
-        supported_interfaces=[AgentInterface(url=f"http://127.0.0.1:{port}/", protocol_binding="JSONRPC",
-                                             protocol_version="0.3")],
+        supported_interfaces=[
+            AgentInterface(
+                url=f"http://127.0.0.1:{port}/", protocol_binding="JSONRPC", protocol_version="0.3"
+            )
+        ],
     )
     handler = DefaultRequestHandler(WordsAgent(delay), InMemoryTaskStore(), card)
-    app = MethodLog(Starlette(routes=[*create_agent_card_routes(card),
-                                      *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True)]))
+    app = MethodLog(
+        Starlette(
+            routes=[
+                *create_agent_card_routes(card),
+                *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True),
+            ]
+        )
+    )
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            lifespan="off"))
     serving = asyncio.create_task(server.serve())
@@ -178,9 +190,13 @@ async def test_a_restarted_gateway_polls_the_task_of_a_remote_without_streaming(
     settings = {"poll_interval_seconds": 0.1}
     async with v03_agent(streaming=False, delay=0.1) as (card_url, calls):
         async with running_gateway(store, lease_seconds=0.6, replica_id="replica-a") as gw:
-            front = await gw.add_endpoint(REMOTE, settings={"remote_card_url": card_url, **settings})
+            front = await gw.add_endpoint(
+                REMOTE, settings={"remote_card_url": card_url, **settings}
+            )
             async with gw.client(front, streaming=False) as client:
-                [started] = await collect(client.send_message(send_request(words, immediately=True)))
+                [started] = await collect(
+                    client.send_message(send_request(words, immediately=True))
+                )
             await eventually(lambda: calls.methods.count("tasks/get") >= 2)
         async with running_gateway(store, lease_seconds=0.6, replica_id="replica-b") as gw2:
             async with gw2.client(front) as client:
@@ -208,7 +224,9 @@ async def test_a_v10_remote_reaches_a_v03_client_through_the_gateway():
             "remote_card_url": f"{gw_b.endpoint_url(echo)}/.well-known/agent-card.json"})
         async with gw_a.client(front, version="0.3") as client:
             events = await collect(client.send_message(send_request("from an old client")))
-            task_id = next(e.artifact_update.task_id for e in events if e.HasField("artifact_update"))
+            task_id = next(
+                e.artifact_update.task_id for e in events if e.HasField("artifact_update")
+            )
             task = await client.get_task(GetTaskRequest(id=task_id))
     assert list(reconstruct(events).values()) == ["echo: from an old client"]
     assert task.status.state == COMPLETED

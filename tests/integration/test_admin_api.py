@@ -38,8 +38,12 @@ async def gw():
 async def test_no_credential_is_401_a_callers_key_403_an_unknown_bearer_401(gw):
     endpoint_id = await gw.add_endpoint()
     key = await new_caller_key(gw, endpoint_id)
-    paths = [("GET", "/endpoints"), ("GET", "/tasks"), ("POST", f"/endpoints/{endpoint_id}/disable"),
-             ("POST", f"/endpoints/{endpoint_id}/keys")]
+    paths = [
+        ("GET", "/endpoints"),
+        ("GET", "/tasks"),
+        ("POST", f"/endpoints/{endpoint_id}/disable"),
+        ("POST", f"/endpoints/{endpoint_id}/keys"),
+    ]
     for method, path in paths:
         await assert_needs_an_operator(gw, method, path, key)
     assert (await gw.store.get_endpoint(endpoint_id)).enabled  # nothing refused changed anything
@@ -49,12 +53,23 @@ async def test_no_credential_is_401_a_callers_key_403_an_unknown_bearer_401(gw):
 async def test_endpoints_are_listed_without_settings_values(gw):
     endpoint_id = await gw.add_endpoint(
         handler="handlers.openai_chat:OpenAIChatHandler",
-        settings={"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key": "sk-literal-secret-value",
-                  "extra_headers": {"X-Token": "literal-header-token"}, "system_prompt": "env:SOME_TOKEN"},
-        name="llm")
+        settings={
+            "base_url": "http://127.0.0.1:9/v1",
+            "model": "m",
+            "api_key": "sk-literal-secret-value",
+            "extra_headers": {"X-Token": "literal-header-token"},
+            "system_prompt": "env:SOME_TOKEN",
+        },
+        name="llm",
+    )
     answer = await admin(gw, "GET", "/endpoints")
-    assert answer.status_code == 200 and answer.headers["content-type"].startswith("application/json")
-    assert answer.headers["Cache-Control"] == "no-store" and answer.headers["X-Content-Type-Options"] == "nosniff"
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith(
+        "application/json"
+    )
+    assert (
+        answer.headers["Cache-Control"] == "no-store"
+        and answer.headers["X-Content-Type-Options"] == "nosniff"
+    )
     for value in ("sk-literal-secret-value", "SOME_TOKEN", "literal-header-token"):
         assert value not in answer.text
     assert "127.0.0.1:9" not in answer.text
@@ -78,7 +93,9 @@ async def test_endpoints_of_the_endpoints_file_are_marked(tmp_path):
         other_id = await gw.add_endpoint()
         listed = {e["id"]: e for e in (await admin(gw, "GET", "/endpoints")).json()["endpoints"]}
         disabled = (await admin(gw, "POST", f"/endpoints/{declared_id}/disable")).json()
-    assert listed[declared_id]["endpointsFile"] is True and listed[other_id]["endpointsFile"] is False
+    assert (
+        listed[declared_id]["endpointsFile"] is True and listed[other_id]["endpointsFile"] is False
+    )
     assert disabled["endpointsFile"] is True and disabled["enabled"] is False
 
 
@@ -94,29 +111,52 @@ async def test_disable_makes_the_card_404_and_enable_brings_it_back(gw):
         async def card_status() -> int:
             return (await http.get(card_url)).status_code
 
-        await eventually(card_status, until=lambda status: status == 404, what="the disabled endpoint's card 404")
+        await eventually(
+            card_status, until=lambda status: status == 404, what="the disabled endpoint's card 404"
+        )
         enabled = await admin(gw, "POST", f"/endpoints/{endpoint_id}/enable")
         assert enabled.json()["enabled"] is True
-        await eventually(card_status, until=lambda status: status == 200, what="the enabled endpoint's card back")
+        await eventually(
+            card_status, until=lambda status: status == 200, what="the enabled endpoint's card back"
+        )
     assert (await admin(gw, "POST", f"/endpoints/{uuid.uuid4()}/disable")).status_code == 404
     assert (await admin(gw, "POST", "/endpoints/not-a-uuid/disable")).status_code == 404
 
 
 async def test_create_runs_the_checks_of_endpoints_add(gw):
-    bad = await admin(gw, "POST", "/endpoints", json={"name": "x", "handler": "handlers.echo:EchoHandler",
-                                                       "settings": {"no_such_setting": 1}})
+    bad = await admin(
+        gw,
+        "POST",
+        "/endpoints",
+        json={
+            "name": "x",
+            "handler": "handlers.echo:EchoHandler",
+            "settings": {"no_such_setting": 1},
+        },
+    )
     assert bad.status_code == 400
     assert any("unknown setting no_such_setting" in p for p in bad.json()["problems"])
     outside = await admin(gw, "POST", "/endpoints", json={"name": "x", "handler": "os:system"})
     assert outside.status_code == 400 and "allowlist" in " ".join(outside.json()["problems"])
-    shape = await admin(gw, "POST", "/endpoints", json={"name": 3, "handler": "handlers.echo:EchoHandler", "x": 1})
+    shape = await admin(
+        gw, "POST", "/endpoints", json={"name": 3, "handler": "handlers.echo:EchoHandler", "x": 1}
+    )
     assert shape.status_code == 400 and len(shape.json()["problems"]) == 2
     assert (await admin(gw, "POST", "/endpoints", content=b"[1]")).status_code == 400
     assert (await admin(gw, "POST", "/endpoints", content=b"{nope")).status_code == 400
     assert await gw.store.list_endpoints() == []
 
-    made = await admin(gw, "POST", "/endpoints", json={"name": "echo", "handler": "handlers.echo:EchoHandler",
-                                                        "settings": {"delay": 0}, "public": True})
+    made = await admin(
+        gw,
+        "POST",
+        "/endpoints",
+        json={
+            "name": "echo",
+            "handler": "handlers.echo:EchoHandler",
+            "settings": {"delay": 0},
+            "public": True,
+        },
+    )
     assert made.status_code == 201, made.text
     endpoint_id = made.json()["endpoint"]["id"]
     async with gw.client(endpoint_id, streaming=False) as client:
@@ -129,20 +169,30 @@ async def test_create_runs_the_checks_of_endpoints_add(gw):
 
 async def test_keys_are_shown_once_listed_without_secret_and_revoked(gw):
     endpoint_id = await gw.add_endpoint()
-    made = await admin(gw, "POST", f"/endpoints/{endpoint_id}/keys", json={"principal": "bob", "name": "ci"})
+    made = await admin(
+        gw, "POST", f"/endpoints/{endpoint_id}/keys", json={"principal": "bob", "name": "ci"}
+    )
     assert made.status_code == 201
     key, key_id = made.json()["key"], made.json()["id"]
     assert key.startswith(f"a2agw_{key_id}_") and made.json()["principal"] == "bob"
     listed = await admin(gw, "GET", f"/endpoints/{endpoint_id}/keys")
     assert [k["id"] for k in listed.json()["keys"]] == [key_id]
-    assert key not in listed.text and key.rsplit("_", 1)[1] not in listed.text and "hash" not in listed.text
+    assert (
+        key not in listed.text
+        and key.rsplit("_", 1)[1] not in listed.text
+        and "hash" not in listed.text
+    )
     assert listed.json()["keys"][0]["state"] == "active"
     async with running_gateway(store=gw.store, allow_unauthenticated_endpoints=False) as strict:
         async with strict.client(endpoint_id, streaming=False, api_key=key) as client:
             events = [e async for e in client.send_message(send_request("with the new key"))]
         assert events[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
-    assert (await admin(gw, "POST", f"/endpoints/{endpoint_id}/keys", json={"expiresDays": -1})).status_code == 400
-    assert (await admin(gw, "POST", f"/endpoints/{endpoint_id}/keys", json={"principal": 5})).status_code == 400
+    assert (
+        await admin(gw, "POST", f"/endpoints/{endpoint_id}/keys", json={"expiresDays": -1})
+    ).status_code == 400
+    assert (
+        await admin(gw, "POST", f"/endpoints/{endpoint_id}/keys", json={"principal": 5})
+    ).status_code == 400
     revoked = await admin(gw, "POST", f"/endpoints/{endpoint_id}/keys/{key_id}/revoke")
     assert revoked.status_code == 200 and revoked.json()["state"] == "revoked"
     other = await gw.add_endpoint()
@@ -151,11 +201,16 @@ async def test_keys_are_shown_once_listed_without_secret_and_revoked(gw):
 
 async def test_an_unknown_endpoint_or_key_with_a_line_break_in_its_id_is_404_naming_it(gw):
     endpoint_id = await gw.add_endpoint()
-    for method, path, named in [("GET", "/endpoints/not%0Aan-id", "no endpoint 'not\\nan-id'"),
-                                ("POST", "/endpoints/not%0D%0Aan-id/disable", "no endpoint 'not\\r\\nan-id'"),
-                                ("POST", f"/endpoints/{endpoint_id}/keys/k%0Ay/revoke", "no key 'k\\ny' of this")]:
+    for method, path, named in [
+        ("GET", "/endpoints/not%0Aan-id", "no endpoint 'not\\nan-id'"),
+        ("POST", "/endpoints/not%0D%0Aan-id/disable", "no endpoint 'not\\r\\nan-id'"),
+        ("POST", f"/endpoints/{endpoint_id}/keys/k%0Ay/revoke", "no key 'k\\ny' of this"),
+    ]:
         answer = await admin(gw, method, path)
-        assert answer.status_code == 404, (path, answer.text)  # an HTTP reason cannot hold a line break
+        assert answer.status_code == 404, (
+            path,
+            answer.text,
+        )  # an HTTP reason cannot hold a line break
         assert named in answer.json()["error"]["message"]
 
 
@@ -168,7 +223,10 @@ async def test_a_body_holding_a_nul_or_a_key_expiring_past_the_calendar_is_400_a
                (f"/endpoints/{endpoint_id}/keys", {"expiresDays": 1e300}, "expiresDays")]
     for path, body, named in refused:
         answer = await admin(gw, "POST", path, json=body)
-        assert answer.status_code == 400, (body, answer.text)  # before: 500 (PostgreSQL text, timedelta)
+        assert answer.status_code == 400, (
+            body,
+            answer.text,
+        )  # before: 500 (PostgreSQL text, timedelta)
         assert named in answer.json()["error"]["message"]
     deep = b"[" * 5000 + b"]" * 5000  # nesting orjson refuses
     assert (await admin(gw, "POST", "/endpoints", content=deep)).status_code == 400
@@ -177,7 +235,10 @@ async def test_a_body_holding_a_nul_or_a_key_expiring_past_the_calendar_is_400_a
 
 
 async def test_tasks_of_every_endpoint_and_principal_are_listed_read_and_canceled(gw):
-    first, second = await gw.add_endpoint(settings={"delay": 0}), await gw.add_endpoint(settings={"delay": 0})
+    first, second = (
+        await gw.add_endpoint(settings={"delay": 0}),
+        await gw.add_endpoint(settings={"delay": 0}),
+    )
     rows = []
     for endpoint_id, principal in ((first, "alice"), (second, "bob")):
         row, key = make_key(SECRET, endpoint_id=endpoint_id, tenant="default", principal=principal)
@@ -185,9 +246,13 @@ async def test_tasks_of_every_endpoint_and_principal_are_listed_read_and_cancele
         rows.append(key)
     async with running_gateway(store=gw.store, allow_unauthenticated_endpoints=False) as strict:
         asked = {}
-        for (endpoint_id, principal), key in zip(((first, "alice"), (second, "bob")), rows, strict=True):
+        for (endpoint_id, principal), key in zip(
+            ((first, "alice"), (second, "bob")), rows, strict=True
+        ):
             async with strict.client(endpoint_id, streaming=False, api_key=key) as client:
-                task = [e async for e in client.send_message(send_request(f"{principal} ?input"))][-1].task
+                task = [e async for e in client.send_message(send_request(f"{principal} ?input"))][
+                    -1
+                ].task
                 assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
                 asked[principal] = task
     listed = (await admin(gw, "GET", "/tasks")).json()
@@ -198,21 +263,31 @@ async def test_tasks_of_every_endpoint_and_principal_are_listed_read_and_cancele
     assert shown["alice"]["contextId"] == asked["alice"].context_id
     only = (await admin(gw, "GET", f"/tasks?endpointId={second}")).json()["tasks"]
     assert [t["principal"] for t in only] == ["bob"]
-    by_context = (await admin(gw, "GET", f"/tasks?contextId={asked['alice'].context_id}")).json()["tasks"]
+    by_context = (await admin(gw, "GET", f"/tasks?contextId={asked['alice'].context_id}")).json()[
+        "tasks"
+    ]
     assert [t["taskId"] for t in by_context] == [asked["alice"].id]
     assert (await admin(gw, "GET", "/tasks?state=completed")).json()["tasks"] == []
     assert (await admin(gw, "GET", "/tasks?state=bogus")).status_code == 400
 
     task_id = asked["alice"].id
     read = await admin(gw, "GET", f"/endpoints/{first}/tasks/{task_id}?principal=alice")
-    assert read.status_code == 200 and read.json()["task"]["history"][0]["parts"][0]["text"] == "alice ?input"
-    assert (await admin(gw, "GET", f"/endpoints/{first}/tasks/{task_id}?principal=bob")).status_code == 404
+    assert (
+        read.status_code == 200
+        and read.json()["task"]["history"][0]["parts"][0]["text"] == "alice ?input"
+    )
+    assert (
+        await admin(gw, "GET", f"/endpoints/{first}/tasks/{task_id}?principal=bob")
+    ).status_code == 404
     assert (await admin(gw, "GET", f"/endpoints/{first}/tasks/{task_id}")).status_code == 400
     canceled = await admin(gw, "POST", f"/endpoints/{first}/tasks/{task_id}/cancel?principal=alice")
     assert canceled.status_code == 200 and canceled.json()["state"] == "TASK_STATE_CANCELED"
     again = await admin(gw, "POST", f"/endpoints/{first}/tasks/{task_id}/cancel?principal=alice")
     assert again.status_code == 409 and again.json()["error"]["status"] == "FAILED_PRECONDITION"
-    assert [t["principal"] for t in (await admin(gw, "GET", "/tasks?state=input-required")).json()["tasks"]] == ["bob"]
+    assert [
+        t["principal"]
+        for t in (await admin(gw, "GET", "/tasks?state=input-required")).json()["tasks"]
+    ] == ["bob"]
 
 
 # the console's session ---------------------------------------------------------------------
@@ -228,41 +303,73 @@ async def test_console_is_off_by_default():
     async with running_gateway(operator_keys=[OPERATOR_KEY]) as gw:
         async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
             assert (await http.get("/console")).status_code == 404
-            assert (await http.post("/console/api/login", json={"key": OPERATOR_KEY})).status_code == 404
+            assert (
+                await http.post("/console/api/login", json={"key": OPERATOR_KEY})
+            ).status_code == 404
 
 
 async def test_a_console_session_reads_the_admin_api_and_the_feed_and_its_changes_need_the_csrf_token():
-    async with running_gateway(operator_keys=[OPERATOR_KEY], console=True, endpoint_cache_seconds=0.2) as gw:
+    async with running_gateway(
+        operator_keys=[OPERATOR_KEY], console=True, endpoint_cache_seconds=0.2
+    ) as gw:
         endpoint_id = await gw.add_endpoint()
         async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
-            assert (await http.post("/console/api/login", json={"key": "wrong-key-of-enough-length"})).status_code == 401
-            assert (await http.post("/console/api/login", json={"key": f"Bearer {OPERATOR_KEY}"})).status_code == 401
+            assert (
+                await http.post("/console/api/login", json={"key": "wrong-key-of-enough-length"})
+            ).status_code == 401
+            assert (
+                await http.post("/console/api/login", json={"key": f"Bearer {OPERATOR_KEY}"})
+            ).status_code == 401
             assert (await http.post("/console/api/login", content=b"[]")).status_code == 400
             assert (await http.get("/console/api/session")).status_code == 401
             logged_in = await http.post("/console/api/login", json={"key": OPERATOR_KEY})
             csrf = logged_in.json()["csrf"]
-            attributes = {a.strip().partition("=")[0].lower() for a in logged_in.headers["Set-Cookie"].split(";")}
-            assert {"httponly", "samesite", "path", "max-age"} <= attributes and "secure" not in attributes
+            attributes = {
+                a.strip().partition("=")[0].lower()
+                for a in logged_in.headers["Set-Cookie"].split(";")
+            }
+            assert {
+                "httponly",
+                "samesite",
+                "path",
+                "max-age",
+            } <= attributes and "secure" not in attributes
             assert "samesite=strict" in logged_in.headers["Set-Cookie"].lower()
             (set_cookie,) = [c for c in http.cookies.jar if c.name == "a2a_gateway_console"]
             assert OPERATOR_KEY not in set_cookie.value and csrf not in set_cookie.value
             assert (await http.get("/console/api/session")).json()["csrf"] == csrf
 
             listed = await http.get("/admin/api/endpoints")
-            assert listed.status_code == 200 and [e["id"] for e in listed.json()["endpoints"]] == [endpoint_id]
+            assert listed.status_code == 200 and [e["id"] for e in listed.json()["endpoints"]] == [
+                endpoint_id
+            ]
             async with http.stream("GET", "/events") as feed:
-                assert feed.status_code == 200 and feed.headers["content-type"].startswith("text/event-stream")
+                assert feed.status_code == 200 and feed.headers["content-type"].startswith(
+                    "text/event-stream"
+                )
 
             for sent in ({}, {"X-CSRF-Token": "not-the-token"}):
-                refused = await http.post(f"/admin/api/endpoints/{endpoint_id}/disable", headers=sent)
+                refused = await http.post(
+                    f"/admin/api/endpoints/{endpoint_id}/disable", headers=sent
+                )
                 assert refused.status_code == 403 and "CSRF" in refused.text
-                assert (await http.post(f"/admin/api/endpoints/{endpoint_id}/keys", headers=sent)).status_code == 403
+                assert (
+                    await http.post(f"/admin/api/endpoints/{endpoint_id}/keys", headers=sent)
+                ).status_code == 403
                 assert (await http.post("/console/api/logout", headers=sent)).status_code == 403
-            assert (await gw.store.get_endpoint(endpoint_id)).enabled and await gw.store.list_api_keys() == []
-            done = await http.post(f"/admin/api/endpoints/{endpoint_id}/disable", headers={"X-CSRF-Token": csrf})
-            assert done.status_code == 200 and not (await gw.store.get_endpoint(endpoint_id)).enabled
+            assert (
+                await gw.store.get_endpoint(endpoint_id)
+            ).enabled and await gw.store.list_api_keys() == []
+            done = await http.post(
+                f"/admin/api/endpoints/{endpoint_id}/disable", headers={"X-CSRF-Token": csrf}
+            )
+            assert (
+                done.status_code == 200 and not (await gw.store.get_endpoint(endpoint_id)).enabled
+            )
 
-            assert (await http.post("/console/api/logout", headers={"X-CSRF-Token": csrf})).status_code == 200
+            assert (
+                await http.post("/console/api/logout", headers={"X-CSRF-Token": csrf})
+            ).status_code == 200
             assert (await http.get("/admin/api/endpoints")).status_code == 401
 
         async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as forged:
@@ -274,17 +381,28 @@ async def test_a_console_session_reads_the_admin_api_and_the_feed_and_its_change
 async def test_a_session_cookie_with_non_ascii_characters_is_no_session():
     async with running_gateway(operator_keys=[OPERATOR_KEY], console=True) as gw:
         async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
-            for value in ('"x.\\303\\251"', '"\\303\\251.x"'):  # quoted octal escapes: "x.Ã©", "Ã©.x"
+            for value in (
+                '"x.\\303\\251"',
+                '"\\303\\251.x"',
+            ):  # quoted octal escapes: "x.Ã©", "Ã©.x"
                 sent = {"Cookie": f"a2a_gateway_console={value}"}
-                for method, path, status in [("GET", "/admin/api/endpoints", 401), ("GET", "/events", 401),
-                                             ("GET", "/console/api/session", 401), ("POST", "/console/api/logout", 200)]:
+                for method, path, status in [
+                    ("GET", "/admin/api/endpoints", 401),
+                    ("GET", "/events", 401),
+                    ("GET", "/console/api/session", 401),
+                    ("POST", "/console/api/logout", 200),
+                ]:
                     answer = await http.request(method, path, headers=sent)
                     assert answer.status_code == status, (path, value, answer.text)  # before: 500
 
 
 async def test_sessions_expire_and_another_gateways_secret_does_not_take_them():
-    async with running_gateway(operator_keys=[OPERATOR_KEY], console=True, console_session_seconds=1.0,
-                               console_session_secret="one-secret") as gw:
+    async with running_gateway(
+        operator_keys=[OPERATOR_KEY],
+        console=True,
+        console_session_seconds=1.0,
+        console_session_secret="one-secret",
+    ) as gw:
         async with httpx.AsyncClient(base_url=gw.base_url, timeout=30) as http:
             await login(http)
             value = http.cookies["a2a_gateway_console"]
@@ -294,8 +412,11 @@ async def test_sessions_expire_and_another_gateways_secret_does_not_take_them():
                 async with httpx.AsyncClient(base_url=other.base_url, timeout=30) as elsewhere:
                     elsewhere.cookies.set("a2a_gateway_console", value)
                     assert (await elsewhere.get("/admin/api/endpoints")).status_code == 401
-            await eventually(lambda: http.get("/admin/api/endpoints"), until=lambda r: r.status_code == 401,
-                             what="the expired session refused")
+            await eventually(
+                lambda: http.get("/admin/api/endpoints"),
+                until=lambda r: r.status_code == 401,
+                what="the expired session refused",
+            )
 
 
 async def test_the_console_page_is_served_with_a_strict_content_security_policy():
@@ -304,8 +425,15 @@ async def test_the_console_page_is_served_with_a_strict_content_security_policy(
             page = await http.get("/console")
             assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
             policy = page.headers["Content-Security-Policy"]
-            assert "default-src 'self'" in policy and "script-src 'self'" in policy and "unsafe" not in policy
-            assert "frame-ancestors 'none'" in policy and page.headers["X-Content-Type-Options"] == "nosniff"
+            assert (
+                "default-src 'self'" in policy
+                and "script-src 'self'" in policy
+                and "unsafe" not in policy
+            )
+            assert (
+                "frame-ancestors 'none'" in policy
+                and page.headers["X-Content-Type-Options"] == "nosniff"
+            )
             assert "<script>" not in page.text and "http" not in page.text.replace("http-equiv", "")
             for name, kind in (("console.js", "text/javascript"), ("console.css", "text/css")):
                 asset = await http.get(f"/console/static/{name}")
@@ -337,16 +465,24 @@ async def test_an_operator_follows_a_running_tasks_own_stream_text_chunks_includ
             url = f"{strict.base_url}/admin/api/endpoints/{endpoint_id}/tasks/{task_id}/stream?principal=carol"
             async with httpx.AsyncClient(timeout=60) as http:
                 assert (await http.get(url)).status_code == 401
-                assert (await http.get(url, headers={"Authorization": f"Bearer {key}"})).status_code == 403
-                assert (await http.get(url.replace("carol", "dave"), headers=AS_OPERATOR)).status_code == 404
+                assert (
+                    await http.get(url, headers={"Authorization": f"Bearer {key}"})
+                ).status_code == 403
+                assert (
+                    await http.get(url.replace("carol", "dave"), headers=AS_OPERATOR)
+                ).status_code == 404
                 async with aconnect_sse(http, "GET", url, headers=AS_OPERATOR) as source:
                     seen = [orjson.loads(sse.data) async for sse in source.aiter_sse() if sse.data]
             rest = [event async for event in caller]
-    assert "task" in seen[0] and seen[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert (
+        "task" in seen[0] and seen[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    )
     chunks = [e["artifactUpdate"] for e in seen if "artifactUpdate" in e]
     assert len(chunks) > 2 and any(c.get("append") for c in chunks)  # text as it arrived
     assert rest[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
-    ended = await admin(gw, "GET", f"/endpoints/{endpoint_id}/tasks/{task_id}/stream?principal=carol")
+    ended = await admin(
+        gw, "GET", f"/endpoints/{endpoint_id}/tasks/{task_id}/stream?principal=carol"
+    )
     assert ended.status_code == 409
 
 
@@ -370,15 +506,27 @@ async def test_a_replica_lists_follows_and_cancels_a_task_running_on_another():
                     async for sse in source.aiter_sse():
                         if sse.data:
                             seen.append(orjson.loads(sse.data))
-                        if canceled is None and len([e for e in seen if "artifactUpdate" in e]) == 2:
-                            canceled = await admin(b, "POST", f"/endpoints/{endpoint_id}/tasks/{task_id}/cancel"
-                                                              "?principal=anonymous")
+                        if (
+                            canceled is None
+                            and len([e for e in seen if "artifactUpdate" in e]) == 2
+                        ):
+                            canceled = await admin(
+                                b,
+                                "POST",
+                                f"/endpoints/{endpoint_id}/tasks/{task_id}/cancel"
+                                "?principal=anonymous",
+                            )
                             assert canceled.status_code == 200, canceled.text
             rest = [event async for event in caller]
     assert canceled.json()["state"] == "TASK_STATE_CANCELED"
     assert seen[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
     assert rest[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
-    text = "".join(p["text"] for e in seen if "artifactUpdate" in e for p in e["artifactUpdate"]["artifact"]["parts"])
+    text = "".join(
+        p["text"]
+        for e in seen
+        if "artifactUpdate" in e
+        for p in e["artifactUpdate"]["artifact"]["parts"]
+    )
     assert text.startswith("echo: w0") and len(text) < len(f"echo: {words}")
 
 

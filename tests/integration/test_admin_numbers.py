@@ -40,10 +40,17 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def gw(request, tmp_path):
     async with contextlib.AsyncExitStack() as stack:
-        store = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path}/gw.db"}.get(request.param) \
-            or await stack.enter_async_context(fresh_database())
-        yield await stack.enter_async_context(running_gateway(
-            store, operator_keys=[OPERATOR_KEY], endpoint_cache_seconds=0.2, stats_interval_seconds=0.2))
+        store = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path}/gw.db"}.get(
+            request.param
+        ) or await stack.enter_async_context(fresh_database())
+        yield await stack.enter_async_context(
+            running_gateway(
+                store,
+                operator_keys=[OPERATOR_KEY],
+                endpoint_cache_seconds=0.2,
+                stats_interval_seconds=0.2,
+            )
+        )
 
 
 async def admin_get(gw: RunningGateway, path: str) -> httpx.Response:
@@ -117,7 +124,11 @@ async def test_stats_count_the_requests_sent_their_errors_outcomes_latency_and_o
 
     def counted(series: dict) -> bool:
         shown = series["endpoints"].get(endpoint_id)
-        return bool(shown) and shown["total"]["requests"] >= 4 and shown["total"]["tasks"].get("completed") == 3
+        return (
+            bool(shown)
+            and shown["total"]["requests"] >= 4
+            and shown["total"]["tasks"].get("completed") == 3
+        )
 
     stats = await eventually(lambda: admin_get(gw, "/stats"), until=lambda r: counted(r.json()),
                              what="the requests in /admin/api/stats")
@@ -126,19 +137,30 @@ async def test_stats_count_the_requests_sent_their_errors_outcomes_latency_and_o
     shown = series["endpoints"][endpoint_id]
     # the client fetched the card (not an A2A call, not counted) and sent 3 messages; one wrong call
     assert shown["total"] == {"requests": 4, "errors": 1, "tasks": {"completed": 3}}
-    assert len(shown["requests"]) == len(series["at"]) == len(series["openStreams"]) == len(series["seconds"])
+    assert (
+        len(shown["requests"])
+        == len(series["at"])
+        == len(series["openStreams"])
+        == len(series["seconds"])
+    )
     assert series["intervalSeconds"] == 0.2 and series["windowSeconds"] == 3600
     assert series["replica"] == gw.gateway.settings.replica_id
     latency = series["latencySeconds"]
-    assert latency["window"]["requests"] >= 4 and 0 < latency["window"]["p50"] <= latency["window"]["p99"]
+    assert (
+        latency["window"]["requests"] >= 4
+        and 0 < latency["window"]["p50"] <= latency["window"]["p99"]
+    )
 
     # a stream held open shows in the open streams
     slow = await gw.add_endpoint(settings={"delay": 0.05})
     async with gw.client(slow) as client:
         stream = client.send_message(send_request(" ".join(f"w{i}" for i in range(200))))
         await anext(stream)
-        await eventually(lambda: admin_get(gw, "/stats"), until=lambda r: r.json()["openStreams"][-1] >= 1,
-                         what="the open stream in /admin/api/stats")
+        await eventually(
+            lambda: admin_get(gw, "/stats"),
+            until=lambda r: r.json()["openStreams"][-1] >= 1,
+            what="the open stream in /admin/api/stats",
+        )
         await stream.aclose()
 
 
@@ -161,7 +183,9 @@ class LeakyHandler(Handler):
     settings: LeakySettings
 
     async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        raise RuntimeError(f"backend refused the key {self.settings.api_key.get_secret_value()} (401)")
+        raise RuntimeError(
+            f"backend refused the key {self.settings.api_key.get_secret_value()} (401)"
+        )
         yield  # an async generator
 
 
@@ -170,18 +194,27 @@ async def test_a_handler_exception_holding_its_secret_setting_is_health_without_
 ) -> None:
     secret = "sk-live-4f9c2e7a1b8d"
     monkeypatch.setenv("LEAKY_TEST_API_KEY", secret)
-    async with running_gateway(f"sqlite:///{tmp_path}/gw.db", operator_keys=[OPERATOR_KEY],
-                               handler_allowlist=["handlers.", "tests.integration.test_admin_numbers"]) as gw:
-        endpoint_id = await gw.add_endpoint(f"{__name__}:LeakyHandler", settings={"api_key": "env:LEAKY_TEST_API_KEY"})
+    async with running_gateway(
+        f"sqlite:///{tmp_path}/gw.db",
+        operator_keys=[OPERATOR_KEY],
+        handler_allowlist=["handlers.", "tests.integration.test_admin_numbers"],
+    ) as gw:
+        endpoint_id = await gw.add_endpoint(
+            f"{__name__}:LeakyHandler", settings={"api_key": "env:LEAKY_TEST_API_KEY"}
+        )
         events = await send(gw, endpoint_id, "hi")
         assert events[-1].task.status.state == TaskState.TASK_STATE_FAILED
         health = await health_of(gw, endpoint_id)
         message = health["last_error"]["message"]
-        assert health["status"] == "failing" and message.startswith("RuntimeError: backend refused the key"), health
+        assert health["status"] == "failing" and message.startswith(
+            "RuntimeError: backend refused the key"
+        ), health
         assert secret not in str(health) and "***" in message, health
 
 
-def counts(stats: dict, endpoints: list[dict], task: dict, frames: list[dict]) -> list[tuple[str, object]]:
+def counts(
+    stats: dict, endpoints: list[dict], task: dict, frames: list[dict]
+) -> list[tuple[str, object]]:
     """Every number the admin API shows that counts something, with where it was."""
     found: list[tuple[str, object]] = []
     for endpoint_id, shown in stats["endpoints"].items():
@@ -190,7 +223,9 @@ def counts(stats: dict, endpoints: list[dict], task: dict, frames: list[dict]) -
             found.append((f"stats {endpoint_id} total {name}", shown["total"][name]))
         for state, series in shown["tasks"].items():
             found += [(f"stats {endpoint_id} tasks {state}", v) for v in series]
-            found.append((f"stats {endpoint_id} total tasks {state}", shown["total"]["tasks"][state]))
+            found.append(
+                (f"stats {endpoint_id} total tasks {state}", shown["total"]["tasks"][state])
+            )
     latency = stats["latencySeconds"]
     found += [("stats latency requests", v) for v in latency["requests"]]
     found += [("stats latency window requests", latency["window"]["requests"]),
@@ -202,7 +237,9 @@ def counts(stats: dict, endpoints: list[dict], task: dict, frames: list[dict]) -
     usages += [("task stream", f["artifactUpdate"]["artifact"]["metadata"]["usage"]) for f in frames
                if "usage" in f.get("artifactUpdate", {}).get("artifact", {}).get("metadata", {})]
     assert {where for where, _ in usages} == {"task", "task stream"}
-    found += [(f"{where} usage {name}", value) for where, usage in usages for name, value in usage.items()]
+    found += [
+        (f"{where} usage {name}", value) for where, usage in usages for name, value in usage.items()
+    ]
     return found
 
 
@@ -221,25 +258,39 @@ async def test_every_count_the_admin_api_shows_is_a_json_integer(gw):
             url = f"{gw.base_url}/admin/api/endpoints/{chat}/tasks/{running}/stream?principal=anonymous"
             async with httpx.AsyncClient(timeout=60) as http:
                 async with aconnect_sse(http, "GET", url, headers=AS_OPERATOR) as source:
-                    frames = [orjson.loads(sse.data) async for sse in source.aiter_sse() if sse.data]
+                    frames = [
+                        orjson.loads(sse.data) async for sse in source.aiter_sse() if sse.data
+                    ]
             [event async for event in caller]
     assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
     assert failed.task.status.state == TaskState.TASK_STATE_FAILED
 
     def all_counted(answer: httpx.Response) -> bool:
         totals = {e: shown["total"]["tasks"] for e, shown in answer.json()["endpoints"].items()}
-        return totals.get(chat, {}).get("completed") == 2 and totals.get(down, {}).get("failed") == 1
+        return (
+            totals.get(chat, {}).get("completed") == 2 and totals.get(down, {}).get("failed") == 1
+        )
 
     stats = (await eventually(lambda: admin_get(gw, "/stats"), until=all_counted,
                               what="both endpoints' tasks in /admin/api/stats")).json()
     endpoints = (await admin_get(gw, "/endpoints")).json()["endpoints"]
     endpoints.append((await admin_get(gw, f"/endpoints/{chat}")).json())
-    task = (await admin_get(gw, f"/endpoints/{chat}/tasks/{done.task.id}?principal=anonymous")).json()
+    task = (
+        await admin_get(gw, f"/endpoints/{chat}/tasks/{done.task.id}?principal=anonymous")
+    ).json()
     found = counts(stats, endpoints, task["task"], frames)
     assert [(where, value) for where, value in found if type(value) is not int] == []
     # the counts are the right ones, not only integers
     (usage,) = [a["metadata"]["usage"] for a in task["task"]["artifacts"]]
-    assert usage == {"prompt_tokens": 10, "completion_tokens": 7, "total_tokens": 17}  # 7 words answered
+    assert usage == {
+        "prompt_tokens": 10,
+        "completion_tokens": 7,
+        "total_tokens": 17,
+    }  # 7 words answered
     health = {e["name"]: (e["health"]["successes"], e["health"]["errors"]) for e in endpoints}
     assert health == {"chat": (2, 0), "down": (0, 1)}
-    assert stats["endpoints"][chat]["total"] == {"requests": 2, "errors": 0, "tasks": {"completed": 2}}
+    assert stats["endpoints"][chat]["total"] == {
+        "requests": 2,
+        "errors": 0,
+        "tasks": {"completed": 2},
+    }

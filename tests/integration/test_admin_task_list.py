@@ -26,14 +26,18 @@ from tests.support.messages import send_request
 
 @pytest.fixture
 async def gw():
-    async with running_gateway(operator_keys=[OPERATOR_KEY], admin_tasks_max_page_size=20) as running:
+    async with running_gateway(
+        operator_keys=[OPERATOR_KEY], admin_tasks_max_page_size=20
+    ) as running:
         yield running
 
 
 @pytest.fixture(params=STORE_KINDS)
 async def gw_on_each_store(request, tmp_path, monkeypatch):
-    async with fresh_store_url(request.param, tmp_path, monkeypatch) as url, \
-            running_gateway(url, operator_keys=[OPERATOR_KEY], admin_tasks_max_page_size=20) as running:
+    async with (
+        fresh_store_url(request.param, tmp_path, monkeypatch) as url,
+        running_gateway(url, operator_keys=[OPERATOR_KEY], admin_tasks_max_page_size=20) as running,
+    ):
         yield running
 
 
@@ -48,7 +52,10 @@ async def send(gw: RunningGateway, endpoint_id: str, text: str, **client) -> obj
 
 async def test_finished_tasks_of_every_caller_are_listed_and_filtered(gw_on_each_store):
     gw = gw_on_each_store
-    first, second = await gw.add_endpoint(settings={"delay": 0}), await gw.add_endpoint(settings={"delay": 0})
+    first, second = (
+        await gw.add_endpoint(settings={"delay": 0}),
+        await gw.add_endpoint(settings={"delay": 0}),
+    )
     done = await send(gw, first, "finished")
     waiting = await send(gw, first, "waiting ?input")
     other = await send(gw, second, "elsewhere")
@@ -59,9 +66,15 @@ async def test_finished_tasks_of_every_caller_are_listed_and_filtered(gw_on_each
     assert [t["taskId"] for t in listed["tasks"]] == [other.id, waiting.id, done.id]
     assert listed["nextPageToken"] == ""
     (entry,) = [t for t in listed["tasks"] if t["taskId"] == done.id]
-    assert entry == {"endpointId": first, "tenant": "default", "principal": "anonymous", "taskId": done.id,
-                     "contextId": done.context_id, "state": "TASK_STATE_COMPLETED",
-                     "timestamp": done.status.timestamp.ToJsonString()}
+    assert entry == {
+        "endpointId": first,
+        "tenant": "default",
+        "principal": "anonymous",
+        "taskId": done.id,
+        "contextId": done.context_id,
+        "state": "TASK_STATE_COMPLETED",
+        "timestamp": done.status.timestamp.ToJsonString(),
+    }
 
     def ids(answer: httpx.Response) -> list[str]:
         assert answer.status_code == 200, answer.text
@@ -69,8 +82,15 @@ async def test_finished_tasks_of_every_caller_are_listed_and_filtered(gw_on_each
 
     assert ids(await tasks(gw, f"?endpoint={first}")) == [waiting.id, done.id]
     assert ids(await tasks(gw, f"?endpointId={second}")) == [other.id]
-    assert ids(await tasks(gw, f"?endpoint={first},{second}&state=completed")) == [other.id, done.id]
-    assert ids(await tasks(gw, "?state=completed&state=input-required")) == [other.id, waiting.id, done.id]
+    assert ids(await tasks(gw, f"?endpoint={first},{second}&state=completed")) == [
+        other.id,
+        done.id,
+    ]
+    assert ids(await tasks(gw, "?state=completed&state=input-required")) == [
+        other.id,
+        waiting.id,
+        done.id,
+    ]
     assert ids(await tasks(gw, "?state=TASK_STATE_INPUT_REQUIRED")) == [waiting.id]
     assert ids(await tasks(gw, f"?context={done.context_id}")) == [done.id]
     assert ids(await tasks(gw, f"?contextId={done.context_id}&state=failed")) == []
@@ -83,7 +103,9 @@ async def test_pages_across_endpoints_and_callers_show_every_task_once(gw_on_eac
     async with running_gateway(store=gw.store, allow_unauthenticated_endpoints=False) as strict:
         for i in range(11):
             endpoint_id = endpoints[i % 3]
-            row, key = make_key(SECRET, endpoint_id=endpoint_id, tenant="default", principal=f"caller-{i % 2}")
+            row, key = make_key(
+                SECRET, endpoint_id=endpoint_id, tenant="default", principal=f"caller-{i % 2}"
+            )
             await gw.store.create_api_key(row)
             sent.append((await send(strict, endpoint_id, f"task {i}", api_key=key)).id)
     seen, token, pages = [], "", 0
@@ -97,7 +119,11 @@ async def test_pages_across_endpoints_and_callers_show_every_task_once(gw_on_eac
     assert sorted(seen) == sorted(sent) and len(seen) == len(set(seen)) and pages >= 4
     newest_first = [t["taskId"] for t in (await tasks(gw, "?page_size=20")).json()["tasks"]]
     assert seen == newest_first and set(newest_first) == set(sent)
-    only_alice = [t for t in (await tasks(gw, "?page_size=20")).json()["tasks"] if t["principal"] == "caller-0"]
+    only_alice = [
+        t
+        for t in (await tasks(gw, "?page_size=20")).json()["tasks"]
+        if t["principal"] == "caller-0"
+    ]
     assert len(only_alice) == 6
 
 

@@ -24,9 +24,13 @@ V10 = {"A2A-Version": "1.0"}
 
 
 @pytest.fixture(params=STORE_KINDS)
-async def gw(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[RunningGateway]:
+async def gw(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[RunningGateway]:
     async with fresh_store_url(request.param, tmp_path, monkeypatch) as url:
-        async with running_gateway(url, allow_unauthenticated_endpoints=False, api_key_cache_seconds=0) as running:
+        async with running_gateway(
+            url, allow_unauthenticated_endpoints=False, api_key_cache_seconds=0
+        ) as running:
             yield running
 
 
@@ -44,7 +48,9 @@ class Keys:
         return row.id, key
 
 
-async def call(http: httpx.AsyncClient, url: str, body: dict, key: str | None = None, *, bearer: bool = False) -> httpx.Response:
+async def call(
+    http: httpx.AsyncClient, url: str, body: dict, key: str | None = None, *, bearer: bool = False
+) -> httpx.Response:
     headers = dict(V10)
     if key is not None:
         headers.update({"Authorization": f"Bearer {key}"} if bearer else {"X-API-Key": key})
@@ -62,7 +68,9 @@ async def test_no_or_bad_key_is_401_on_every_route_and_creates_nothing(gw):
             headers = {**V10, **({"X-API-Key": key} if key is not None else {})}
             answers = [
                 await http.post(rpc_url, json=send_body(), headers=headers),
-                await http.post(rpc_url, json=stream, headers={**headers, "Accept": "text/event-stream"}),
+                await http.post(
+                    rpc_url, json=stream, headers={**headers, "Accept": "text/event-stream"}
+                ),
                 await http.post(f"{rest}/message:send", json=send_params(), headers=headers),
                 await http.get(f"{rest}/tasks", headers=headers),
                 await http.get(f"{rest}/tasks/some-id:subscribe", headers=headers),
@@ -71,7 +79,9 @@ async def test_no_or_bad_key_is_401_on_every_route_and_creates_nothing(gw):
                 assert response.status_code == 401, (key, response.text)
                 assert response.headers["WWW-Authenticate"].startswith("Bearer")
                 assert response.headers["Content-Type"].startswith("application/json")
-            assert answers[0].json()["id"] == "req-1" and answers[0].json()["error"]["code"] == -32600
+            assert (
+                answers[0].json()["id"] == "req-1" and answers[0].json()["error"]["code"] == -32600
+            )
             assert answers[2].json()["error"]["status"] == "UNAUTHENTICATED"
             if key:
                 assert key not in "".join(r.text for r in answers)
@@ -79,7 +89,10 @@ async def test_no_or_bad_key_is_401_on_every_route_and_creates_nothing(gw):
     assert card.status_code == 200
     schemes = card.json()["securitySchemes"]
     assert schemes["apiKey"]["apiKeySecurityScheme"] == {
-        "location": "header", "name": "X-API-Key", "description": "an API key from a2a-gateway keys create"}
+        "location": "header",
+        "name": "X-API-Key",
+        "description": "an API key from a2a-gateway keys create",
+    }
     assert schemes["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
     assert card.json()["security"] == [{"apiKey": []}, {"bearer": []}]  # the 0.3 form
     _, key = await Keys(gw).create(endpoint)
@@ -101,29 +114,50 @@ async def test_a_key_owns_its_tasks_and_another_principal_sees_none_of_them(gw):
         assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
         task_id, context_id = task["id"], task["contextId"]
         config = {"taskId": task_id, "id": "hook", "url": "http://127.0.0.1:9/hook"}
-        assert "result" in (await call(http, url, rpc("CreateTaskPushNotificationConfig", config), alice)).json()
+        assert (
+            "result"
+            in (
+                await call(http, url, rpc("CreateTaskPushNotificationConfig", config), alice)
+            ).json()
+        )
 
         # bob: every operation on alice's task answers as for a task that does not exist
         not_found = [
             await call(http, url, rpc("GetTask", {"id": task_id}), bob),
             await call(http, url, rpc("CancelTask", {"id": task_id}), bob),
             await call(http, url, rpc("SubscribeToTask", {"id": task_id}), bob),
-            await call(http, url, rpc("GetTaskPushNotificationConfig", {"taskId": task_id, "id": "hook"}), bob),
+            await call(
+                http,
+                url,
+                rpc("GetTaskPushNotificationConfig", {"taskId": task_id, "id": "hook"}),
+                bob,
+            ),
             await call(http, url, rpc("ListTaskPushNotificationConfigs", {"taskId": task_id}), bob),
-            await call(http, url, rpc("CreateTaskPushNotificationConfig", {**config, "id": "bobs"}), bob),
+            await call(
+                http, url, rpc("CreateTaskPushNotificationConfig", {**config, "id": "bobs"}), bob
+            ),
             await call(http, url, send_body("answer", taskId=task_id), bob),
         ]
         for response in not_found:
             assert response.json()["error"]["code"] == -32001, response.text
-        deleted = await call(http, url, rpc("DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "hook"}), bob)
+        deleted = await call(
+            http,
+            url,
+            rpc("DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "hook"}),
+            bob,
+        )
         assert deleted.json()["error"]["code"] == -32001
         bob_rest = await http.get(f"{rest}/tasks/{task_id}", headers={**V10, "X-API-Key": bob})
         assert bob_rest.status_code == 404
         listed = await call(http, url, rpc("ListTasks", {}), bob)
         assert listed.json()["result"]["tasks"] == []
         joined = (await call(http, url, send_body("join", contextId=context_id), bob)).json()
-        elsewhere = (await call(http, url, send_body("join", contextId="no-such-context"), bob)).json()
-        assert joined.keys() == elsewhere.keys()  # someone else's context is as one that does not exist
+        elsewhere = (
+            await call(http, url, send_body("join", contextId="no-such-context"), bob)
+        ).json()
+        assert (
+            joined.keys() == elsewhere.keys()
+        )  # someone else's context is as one that does not exist
         if "error" in joined:
             assert joined["error"]["code"] == elsewhere["error"]["code"]
         else:
@@ -132,7 +166,9 @@ async def test_a_key_owns_its_tasks_and_another_principal_sees_none_of_them(gw):
         # alice with her rotated key is the same caller: she sees and answers her task
         got = await call(http, url, rpc("GetTask", {"id": task_id}), alice_rotated)
         assert got.json()["result"]["id"] == task_id
-        hooks = await call(http, url, rpc("ListTaskPushNotificationConfigs", {"taskId": task_id}), alice_rotated)
+        hooks = await call(
+            http, url, rpc("ListTaskPushNotificationConfigs", {"taskId": task_id}), alice_rotated
+        )
         assert [c["id"] for c in hooks.json()["result"]["configs"]] == ["hook"]
         answered = await call(http, url, send_body("go on", taskId=task_id), alice_rotated)
         assert answered.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
@@ -172,8 +208,12 @@ async def test_public_endpoints_take_anonymous_calls_and_still_check_a_presented
     assert carols.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert bad.status_code == 401
     assert "securitySchemes" not in card.json()
-    assert [t["id"] for t in seen_by_anonymous.json()["result"]["tasks"]] == [anonymous.json()["result"]["task"]["id"]]
-    assert [t["id"] for t in seen_by_carol.json()["result"]["tasks"]] == [carols.json()["result"]["task"]["id"]]
+    assert [t["id"] for t in seen_by_anonymous.json()["result"]["tasks"]] == [
+        anonymous.json()["result"]["task"]["id"]
+    ]
+    assert [t["id"] for t in seen_by_carol.json()["result"]["tasks"]] == [
+        carols.json()["result"]["task"]["id"]
+    ]
 
 
 async def test_another_endpoint_sees_nothing_of_a_task_and_refuses_its_keys(gw):
@@ -186,14 +226,18 @@ async def test_another_endpoint_sees_nothing_of_a_task_and_refuses_its_keys(gw):
     async with httpx.AsyncClient(timeout=10) as http:
         sent = await call(http, gw.jsonrpc_url(first), send_body("first's ?input"), key_first)
         task_id = sent.json()["result"]["task"]["id"]
-        refused = await call(http, gw.jsonrpc_url(second), rpc("GetTask", {"id": task_id}), key_first)
+        refused = await call(
+            http, gw.jsonrpc_url(second), rpc("GetTask", {"id": task_id}), key_first
+        )
         answers = []
         for url, key in ((gw.jsonrpc_url(second), key_second), (gw.jsonrpc_url(public), None)):
             answers += [
                 await call(http, url, rpc("GetTask", {"id": task_id}), key),
                 await call(http, url, rpc("CancelTask", {"id": task_id}), key),
                 await call(http, url, rpc("SubscribeToTask", {"id": task_id}), key),
-                await call(http, url, rpc("ListTaskPushNotificationConfigs", {"taskId": task_id}), key),
+                await call(
+                    http, url, rpc("ListTaskPushNotificationConfigs", {"taskId": task_id}), key
+                ),
                 await call(http, url, send_body("answer", taskId=task_id), key),
             ]
             listed = await call(http, url, rpc("ListTasks", {}), key)
@@ -222,7 +266,10 @@ async def test_push_configs_per_task_and_messages_per_task_are_limited():
             past = await call(http, url, send_body("c", taskId=task["id"]))
             kept = await call(http, url, rpc("GetTask", {"id": task["id"]}))
     assert ["result" in c.json() for c in configs] == [True, True, False]
-    assert configs[2].json()["error"]["code"] == -32602 and "max_push_configs_per_task" in configs[2].text
+    assert (
+        configs[2].json()["error"]["code"] == -32602
+        and "max_push_configs_per_task" in configs[2].text
+    )
     assert "result" in replaced.json()
     assert past.json()["error"]["code"] == -32602 and "max_task_history" in past.text
     assert kept.json()["result"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
@@ -230,7 +277,9 @@ async def test_push_configs_per_task_and_messages_per_task_are_limited():
 
 
 async def test_each_caller_has_its_own_rate_limit_answered_with_429_and_retry_after(gw):
-    endpoint = await gw.add_endpoint(settings={"delay": 0, "rate_limit": {"per_second": 0.2, "burst": 2}})
+    endpoint = await gw.add_endpoint(
+        settings={"delay": 0, "rate_limit": {"per_second": 0.2, "burst": 2}}
+    )
     keys = Keys(gw)
     _, alice = await keys.create(endpoint)
     _, bob = await keys.create(endpoint)
@@ -242,8 +291,13 @@ async def test_each_caller_has_its_own_rate_limit_answered_with_429_and_retry_af
         for_bob = await call(http, url, rpc("ListTasks", {}), bob)
     assert [r.status_code for r in allowed] == [200, 200]
     assert limited.status_code == 429 and limited.headers["Retry-After"] == "5"
-    assert limited.json()["id"] == "req-1" and "rate limit of 0.2 requests per second" in limited.text
-    assert limited_rest.status_code == 429 and limited_rest.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+    assert (
+        limited.json()["id"] == "req-1" and "rate limit of 0.2 requests per second" in limited.text
+    )
+    assert (
+        limited_rest.status_code == 429
+        and limited_rest.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+    )
     assert for_bob.status_code == 200  # another caller's bucket is full
 
 

@@ -22,7 +22,11 @@ STREAMS = 150
 
 
 def chunk(text: str) -> bytes:
-    return b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": text}}]}).encode() + b"\n\n"
+    return (
+        b"data: "
+        + json.dumps({"choices": [{"index": 0, "delta": {"content": text}}]}).encode()
+        + b"\n\n"
+    )
 
 
 class HoldingBackend:

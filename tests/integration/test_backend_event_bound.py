@@ -54,7 +54,9 @@ async def test_an_event_over_max_event_bytes_fails_the_task_and_the_stream_is_dr
         ep = await gw.add_endpoint("handlers.openai_chat:OpenAIChatHandler",
                                    settings={"base_url": f"{backend_url}/v1", "timeout": 60,
                                              "max_event_bytes": bound, "retry_attempts": 0})
-        r = await http.post(gw.jsonrpc_url(ep), json=send_body("hi"), headers={"A2A-Version": "1.0"})
+        r = await http.post(
+            gw.jsonrpc_url(ep), json=send_body("hi"), headers={"A2A-Version": "1.0"}
+        )
         task = r.json()["result"]["task"]
         assert task["status"]["state"] == "TASK_STATE_FAILED", task
         reason = task["status"]["message"]["parts"][0]["text"]

@@ -38,7 +38,9 @@ def closed_port() -> int:
 
 async def health_on(rs: ReplicaSet, name: str, endpoint_id: str) -> dict:
     async with httpx.AsyncClient(timeout=30) as http:
-        answer = await http.get(f"{rs[name].base_url}/admin/api/endpoints/{endpoint_id}", headers=AS_OPERATOR)
+        answer = await http.get(
+            f"{rs[name].base_url}/admin/api/endpoints/{endpoint_id}", headers=AS_OPERATOR
+        )
     assert answer.status_code == 200, answer.text
     return answer.json()["health"]
 
@@ -52,9 +54,14 @@ async def send_on(rs: ReplicaSet, name: str, endpoint_id: str, text: str) -> int
 async def test_every_replica_shows_the_backend_health_of_the_runs_of_all(tmp_path):
     admin_dsn()  # skips without PostgreSQL (fails under CI)
     llm = require_env("A2A_TEST_LLM_URL").rstrip("/").removesuffix("/v1") + "/v1"
-    env = {"A2A_GATEWAY_OPERATOR_KEYS": OPERATOR_KEY, "A2A_GATEWAY_BACKEND_HEALTH_CACHE_SECONDS": "0.5",
-           "A2A_GATEWAY_ENDPOINT_CACHE_SECONDS": "3600"}  # the row's change reaches B by the database's notice
-    async with replica_set(tmp_path, ["a", "b"], lease_seconds=30, remote_poll_seconds=30, extra_env=env) as rs:
+    env = {
+        "A2A_GATEWAY_OPERATOR_KEYS": OPERATOR_KEY,
+        "A2A_GATEWAY_BACKEND_HEALTH_CACHE_SECONDS": "0.5",
+        "A2A_GATEWAY_ENDPOINT_CACHE_SECONDS": "3600",
+    }  # the row's change reaches B by the database's notice
+    async with replica_set(
+        tmp_path, ["a", "b"], lease_seconds=30, remote_poll_seconds=30, extra_env=env
+    ) as rs:
         down = f"http://ops:pw-in-url@127.0.0.1:{closed_port()}/v1"
         endpoint_id = await rs.add_endpoint("handlers.openai_chat:OpenAIChatHandler", name="llm",
                                             base_url=down, model="m")
@@ -63,8 +70,12 @@ async def test_every_replica_shows_the_backend_health_of_the_runs_of_all(tmp_pat
 
         assert await send_on(rs, "a", endpoint_id, "hello") == TaskState.TASK_STATE_FAILED
         started = time.monotonic()
-        on_b = await eventually(lambda: health_on(rs, "b", endpoint_id), until=lambda h: h["status"] == "failing",
-                                timeout=SEEN_WITHIN, what="A's failure in B's view")
+        on_b = await eventually(
+            lambda: health_on(rs, "b", endpoint_id),
+            until=lambda h: h["status"] == "failing",
+            timeout=SEEN_WITHIN,
+            what="A's failure in B's view",
+        )
         failing_seen_after = time.monotonic() - started
         assert on_b["last_error"]["message"].startswith("cannot reach the chat backend at http://127.0.0.1:")
         assert "pw-in-url" not in str(on_b) and (on_b["successes"], on_b["errors"]) == (0, 1)
@@ -81,8 +92,12 @@ async def test_every_replica_shows_the_backend_health_of_the_runs_of_all(tmp_pat
                                 until=lambda state: state == TaskState.TASK_STATE_COMPLETED,
                                 timeout=SEEN_WITHIN, what="a run on B reaching the LLM")
         started = time.monotonic()
-        on_a = await eventually(lambda: health_on(rs, "a", endpoint_id), until=lambda h: h["status"] == "ok",
-                                timeout=SEEN_WITHIN, what="B's success in A's view")
+        on_a = await eventually(
+            lambda: health_on(rs, "a", endpoint_id),
+            until=lambda h: h["status"] == "ok",
+            timeout=SEEN_WITHIN,
+            what="B's success in A's view",
+        )
         ok_seen_after = time.monotonic() - started
         assert on_a["last_error"] == on_b["last_error"]  # when it last failed stays shown
         assert on_a["successes"] >= 1 and on_a["errors"] >= 1
@@ -96,4 +111,6 @@ async def test_every_replica_shows_the_backend_health_of_the_runs_of_all(tmp_pat
 
 
 async def _views(rs: ReplicaSet, endpoint_id: str) -> list[str]:
-    return [repr(sorted((await health_on(rs, name, endpoint_id)).items())) for name in ("a", "b", "c")]
+    return [
+        repr(sorted((await health_on(rs, name, endpoint_id)).items())) for name in ("a", "b", "c")
+    ]

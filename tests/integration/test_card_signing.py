@@ -45,8 +45,13 @@ EXTENDED = {"capabilities": {"extendedAgentCard": True},
 
 def es256_pem(path: Path) -> str:
     key = ec.generate_private_key(ec.SECP256R1())
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     return str(path)
 
 
@@ -78,8 +83,10 @@ async def verify(card: AgentCard | dict[str, Any], jwks_url: str) -> None:
 def protected_header(card: dict[str, Any]) -> dict[str, Any]:
     """The protected header the card's signatures share (one over the 1.0 card, one over its
     0.3 reading)."""
-    headers = [json.loads(base64.urlsafe_b64decode(s["protected"] + "=" * (-len(s["protected"]) % 4)))
-               for s in card["signatures"]]
+    headers = [
+        json.loads(base64.urlsafe_b64decode(s["protected"] + "=" * (-len(s["protected"]) % 4)))
+        for s in card["signatures"]
+    ]
     assert len(headers) == 2 and headers[0] == headers[1]
     return headers[0]
 
@@ -148,8 +155,11 @@ async def test_a_card_with_one_field_changed_fails_verification(signing_key: str
 
 
 async def test_extended_cards_are_signed_on_every_binding(signing_key: str) -> None:
-    async with running_gateway(card_signing_keys=[signing_key],
-                               allow_unauthenticated_endpoints=False, api_key_cache_seconds=0) as gw:
+    async with running_gateway(
+        card_signing_keys=[signing_key],
+        allow_unauthenticated_endpoints=False,
+        api_key_cache_seconds=0,
+    ) as gw:
         endpoint_id = await gw.add_endpoint(card=EXTENDED)
         secret = gw.gateway.settings.api_key_secret.get_secret_value().encode()
         row, key = make_key(secret, endpoint_id=endpoint_id, tenant="default")
@@ -239,7 +249,9 @@ async def test_without_keys_cards_are_unsigned_and_there_is_no_jwks() -> None:
 
 
 @pytest.mark.parametrize("version", ["1.0", "0.3"])
-async def test_the_sdk_client_discovers_and_talks_to_a_signed_endpoint(tmp_path: Path, version: str) -> None:
+async def test_the_sdk_client_discovers_and_talks_to_a_signed_endpoint(
+    tmp_path: Path, version: str
+) -> None:
     async with running_gateway(card_signing_keys=[es256_pem(tmp_path / "k.pem")]) as gw:
         endpoint_id = await gw.add_endpoint(settings={"delay": 0.0})
         assert (await gw.card(endpoint_id)).signatures
@@ -248,7 +260,9 @@ async def test_the_sdk_client_discovers_and_talks_to_a_signed_endpoint(tmp_path:
     assert "hello signed" in "".join(reconstruct(events).values())
 
 
-async def test_the_card_is_signed_once_per_cached_body(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_card_is_signed_once_per_cached_body(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with running_gateway(card_signing_keys=[es256_pem(tmp_path / "k.pem")]) as gw:
         endpoint_id = await gw.add_endpoint()
         signed: list[str] = []
@@ -296,10 +310,14 @@ BAD_KEYS: dict[str, tuple[Callable[[Path], str], str]] = {
 
 
 @pytest.mark.parametrize("case", BAD_KEYS)
-def test_a_bad_signing_key_is_one_line_at_startup_without_the_key(tmp_path: Path, case: str) -> None:
+def test_a_bad_signing_key_is_one_line_at_startup_without_the_key(
+    tmp_path: Path, case: str
+) -> None:
     make, expected = BAD_KEYS[case]
     entry = make(tmp_path)
-    done = run_cli("serve", "--store", "memory://", A2A_GATEWAY_CARD_SIGNING_KEYS=json.dumps([entry]))
+    done = run_cli(
+        "serve", "--store", "memory://", A2A_GATEWAY_CARD_SIGNING_KEYS=json.dumps([entry])
+    )
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and done.stdout == ""
     assert done.stderr.startswith(f"a2a-gateway: card signing key 1 (file {entry})")
@@ -311,7 +329,9 @@ def test_a_bad_signing_key_is_one_line_at_startup_without_the_key(tmp_path: Path
 def test_key_material_in_place_of_a_file_name_is_refused_without_echo(tmp_path: Path) -> None:
     pem = Path(es256_pem(tmp_path / "k.pem")).read_text()
     for entry in (pem, Path(eddsa_jwk(tmp_path / "k.jwk")).read_text()):
-        done = run_cli("serve", "--store", "memory://", A2A_GATEWAY_CARD_SIGNING_KEYS=json.dumps([entry]))
+        done = run_cli(
+            "serve", "--store", "memory://", A2A_GATEWAY_CARD_SIGNING_KEYS=json.dumps([entry])
+        )
         assert done.returncode == 1 and done.stderr.count("\n") == 1
         assert "is not a file name or env:NAME" in done.stderr
         assert_no_key_material(entry, done.stderr)

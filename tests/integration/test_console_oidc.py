@@ -38,8 +38,9 @@ OPERATOR = "alice:a2a-operators,dev"
 
 @asynccontextmanager
 async def oidc_gateway(client: dict = CONFIDENTIAL, **settings) -> AsyncIterator[RunningGateway]:
-    async with running_gateway(**{**oidc_settings(issuer(), client), "console_session_secret": "s" * 32,
-                                  **settings}) as gw:
+    async with running_gateway(
+        **{**oidc_settings(issuer(), client), "console_session_secret": "s" * 32, **settings}
+    ) as gw:
         yield gw
 
 
@@ -64,8 +65,12 @@ async def start(browser: httpx.AsyncClient, gw: RunningGateway) -> str:
     return response.headers["Location"]
 
 
-async def callback_url(browser: httpx.AsyncClient, gw: RunningGateway, login: str = OPERATOR, **how) -> str:
-    return await sign_in_at_issuer(browser, await start(browser, gw), login, f"{gw.base_url}/console/oidc/", **how)
+async def callback_url(
+    browser: httpx.AsyncClient, gw: RunningGateway, login: str = OPERATOR, **how
+) -> str:
+    return await sign_in_at_issuer(
+        browser, await start(browser, gw), login, f"{gw.base_url}/console/oidc/", **how
+    )
 
 
 def assert_refusal_page(response: httpx.Response, status: int, *words: str) -> None:
@@ -79,18 +84,26 @@ def assert_refusal_page(response: httpx.Response, status: int, *words: str) -> N
     assert COOKIE not in [c.split("=")[0] for c in response.headers.get_list("Set-Cookie")]
 
 
-@pytest.mark.parametrize(("client", "auth"), [(CONFIDENTIAL, "auto"), (SECRET_POST, "client_secret_post"),
-                                            (PUBLIC, "auto")], ids=["client_secret_basic", "client_secret_post",
-                                                                    "public-pkce"])
-async def test_an_operator_signs_in_and_uses_the_admin_api_with_its_csrf_token(client, auth, browser, capsys):
+@pytest.mark.parametrize(
+    ("client", "auth"),
+    [(CONFIDENTIAL, "auto"), (SECRET_POST, "client_secret_post"), (PUBLIC, "auto")],
+    ids=["client_secret_basic", "client_secret_post", "public-pkce"],
+)
+async def test_an_operator_signs_in_and_uses_the_admin_api_with_its_csrf_token(
+    client, auth, browser, capsys
+):
     async with oidc_gateway(client, console_oidc_client_auth=auth) as gw:
         endpoint_id = await gw.add_endpoint(name="oidc target")
         authorization = await start(browser, gw)
         asked = parse_qs(urlsplit(authorization).query)
-        assert asked["code_challenge_method"] == ["S256"] and asked["client_id"] == [client["client_id"]]
+        assert asked["code_challenge_method"] == ["S256"] and asked["client_id"] == [
+            client["client_id"]
+        ]
         assert asked["redirect_uri"] == [f"{gw.base_url}/console/oidc/callback"]
         assert "groups" in asked["scope"][0].split() and asked["nonce"] and asked["state"]
-        back = await sign_in_at_issuer(browser, authorization, OPERATOR, f"{gw.base_url}/console/oidc/")
+        back = await sign_in_at_issuer(
+            browser, authorization, OPERATOR, f"{gw.base_url}/console/oidc/"
+        )
         done = await browser.get(back, follow_redirects=False)
         assert done.status_code == 303 and done.headers["Location"] == f"{gw.base_url}/console"
         assert browser.cookies.get(COOKIE) and not browser.cookies.get(FLOW_COOKIE)
@@ -112,7 +125,9 @@ async def test_an_operator_signs_in_and_uses_the_admin_api_with_its_csrf_token(c
         assert secret not in logged
 
 
-async def test_the_redirect_uri_is_under_the_public_base_url_and_the_flow_cookie_lax_and_secure(browser):
+async def test_the_redirect_uri_is_under_the_public_base_url_and_the_flow_cookie_lax_and_secure(
+    browser,
+):
     async with oidc_gateway(public_base_url="https://gw.example.test/") as gw:
         response = await browser.get(f"{gw.base_url}/console/oidc/login", follow_redirects=False)
     assert response.status_code == 303
@@ -133,7 +148,9 @@ async def test_a_wrong_client_secret_is_a_400_page_that_does_not_show_it(browser
 
 
 async def test_a_user_outside_the_operator_group_gets_403_and_no_session(gw, browser):
-    refused = await browser.get(await callback_url(browser, gw, "bob:developers"), follow_redirects=False)
+    refused = await browser.get(
+        await callback_url(browser, gw, "bob:developers"), follow_redirects=False
+    )
     assert_refusal_page(refused, 403, "bob", "not a gateway operator", "groups")
     assert "developers" not in refused.text  # the claim's values are not repeated
     assert not browser.cookies.get(COOKIE)
@@ -142,7 +159,9 @@ async def test_a_user_outside_the_operator_group_gets_403_and_no_session(gw, bro
 
 async def test_an_operator_claim_only_the_userinfo_endpoint_gives_is_read_there(browser):
     async with oidc_gateway(console_oidc_operator_claim="roles") as gw:
-        refused = await browser.get(await callback_url(browser, gw, "bob:developers"), follow_redirects=False)
+        refused = await browser.get(
+            await callback_url(browser, gw, "bob:developers"), follow_redirects=False
+        )
         assert_refusal_page(refused, 403, "bob", "roles claim holds none")
         browser.cookies.clear()  # bob's session at the issuer too
         signed_in = await browser.get(await callback_url(browser, gw), follow_redirects=False)
@@ -153,8 +172,10 @@ async def test_an_operator_claim_only_the_userinfo_endpoint_gives_is_read_there(
 async def test_a_tampered_state_is_refused(gw, browser):
     back = urlsplit(await callback_url(browser, gw))
     query = {k: v[0] for k, v in parse_qs(back.query).items()}
-    tampered = await browser.get(f"{gw.base_url}{back.path}?{urlencode({**query, 'state': 'x' + query['state']})}",
-                                 follow_redirects=False)
+    tampered = await browser.get(
+        f"{gw.base_url}{back.path}?{urlencode({**query, 'state': 'x' + query['state']})}",
+        follow_redirects=False,
+    )
     assert_refusal_page(tampered, 400, "state does not match")
     assert not browser.cookies.get(COOKIE)
 
@@ -180,10 +201,14 @@ async def test_a_sign_in_begun_on_one_replica_completes_on_another_with_the_same
             oidc_gateway(console_session_secret="t" * 32) as stranger:
         back = urlsplit(await callback_url(browser, first))
         flow = browser.cookies.get(FLOW_COOKIE)
-        refused = await browser.get(f"{stranger.base_url}{back.path}?{back.query}", follow_redirects=False)
+        refused = await browser.get(
+            f"{stranger.base_url}{back.path}?{back.query}", follow_redirects=False
+        )
         assert_refusal_page(refused, 400, "No sign-in is under way")
         browser.cookies.set(FLOW_COOKIE, flow)
-        done = await browser.get(f"{second.base_url}{back.path}?{back.query}", follow_redirects=False)
+        done = await browser.get(
+            f"{second.base_url}{back.path}?{back.query}", follow_redirects=False
+        )
         assert done.status_code == 303, done.text
         for replica in (first, second):
             assert (await browser.get(f"{replica.base_url}/admin/api/endpoints")).status_code == 200
@@ -194,7 +219,9 @@ async def test_an_id_token_of_another_sign_in_is_refused_by_its_nonce(gw, browse
     back = await callback_url(browser, gw)
     login = gw.app[OIDC_LOGIN]
     flow = login.open(browser.cookies.get(FLOW_COOKIE))
-    other = dataclasses.replace(flow, nonce=uuid.uuid4().hex)  # same state and verifier, another nonce
+    other = dataclasses.replace(
+        flow, nonce=uuid.uuid4().hex
+    )  # same state and verifier, another nonce
     browser.cookies.set(FLOW_COOKIE, login.seal(other))
     refused = await browser.get(back, follow_redirects=False)
     assert_refusal_page(refused, 400, "nonce differs")
@@ -209,12 +236,16 @@ async def test_a_sign_in_cancelled_at_the_issuer_is_refused_with_its_error(gw, b
 
 
 async def test_a_callback_without_the_flow_cookie_is_refused(gw, browser):
-    refused = await browser.get(f"{gw.base_url}/console/oidc/callback?code=abc&state=def", follow_redirects=False)
+    refused = await browser.get(
+        f"{gw.base_url}/console/oidc/callback?code=abc&state=def", follow_redirects=False
+    )
     assert_refusal_page(refused, 400, "No sign-in is under way")
 
 
 async def test_an_issuer_that_cannot_be_reached_is_a_502_page(browser):
-    async with running_gateway(**oidc_settings("http://127.0.0.1:9"), console_oidc_timeout_seconds=5) as gw:
+    async with running_gateway(
+        **oidc_settings("http://127.0.0.1:9"), console_oidc_timeout_seconds=5
+    ) as gw:
         options = (await browser.get(f"{gw.base_url}/console/api/oidc")).json()
         assert options == {"issuer": "http://127.0.0.1:9", "login": "/console/oidc/login"}
         refused = await browser.get(f"{gw.base_url}/console/oidc/login", follow_redirects=False)

@@ -56,7 +56,9 @@ class CountingEcho(EchoHandler):
 
     async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
         CountingEcho.runs[request.task_id] += 1
-        sent = tracing.backend_call("echo", "POST", "http://backend.invalid/", request.headers).headers
+        sent = tracing.backend_call(
+            "echo", "POST", "http://backend.invalid/", request.headers
+        ).headers
         CountingEcho.traces[request.task_id] = TraceParent.of(sent)
         async for event in super().run(request):
             yield event
@@ -87,8 +89,11 @@ class InvokeEndpoint:
             "payload": orjson.loads(payload),
         })
         if self.status != 202:
-            return web.json_response({"Type": "Service", "message": "invoke refused"}, status=self.status,
-                                     headers={"x-amzn-ErrorType": "ServiceException"})
+            return web.json_response(
+                {"Type": "Service", "message": "invoke refused"},
+                status=self.status,
+                headers={"x-amzn-ErrorType": "ServiceException"},
+            )
         if request.headers.get("X-Amz-Invocation-Type") != "Event":
             return web.json_response({"message": "only Event invocations here"}, status=400)
         delivery = asyncio.create_task(self._deliver(payload))
@@ -133,15 +138,26 @@ async def deployment(kind: str, directory: Path, monkeypatch: pytest.MonkeyPatch
     dynamo_support.use_moto_credentials(monkeypatch)  # boto3's Lambda client signs with these
     invoke = InvokeEndpoint()
     options = {**TIMINGS, "handler_allowlist": ["handlers.", "tests."], **settings}
-    async with serve_locally(invoke.app()) as invoke_url, fresh_store_url(kind, directory, monkeypatch) as url:
-        async with running_gateway(url, replica_id="gw-api", dispatch="lambda", dispatch_function=FUNCTION,
-                                   dispatch_endpoint_url=invoke_url, dispatch_region="us-east-1",
-                                   **options) as api:
+    async with (
+        serve_locally(invoke.app()) as invoke_url,
+        fresh_store_url(kind, directory, monkeypatch) as url,
+    ):
+        async with running_gateway(
+            url,
+            replica_id="gw-api",
+            dispatch="lambda",
+            dispatch_function=FUNCTION,
+            dispatch_endpoint_url=invoke_url,
+            dispatch_region="us-east-1",
+            **options,
+        ) as api:
             shared = api.store if kind == "memory" else None
             async with running_gateway(url, store=shared, replica_id="gw-worker", worker=True,
                                        **options) as worker:
                 invoke.worker_url = worker.base_url
-                endpoint_id = await api.add_endpoint(f"{__name__}:CountingEcho", settings={"delay": 0.05})
+                endpoint_id = await api.add_endpoint(
+                    f"{__name__}:CountingEcho", settings={"delay": 0.05}
+                )
                 try:
                     yield Deployment(api, worker, invoke, endpoint_id)
                 finally:
@@ -169,7 +185,9 @@ def replies(task: Task) -> list[str]:
     return ["".join(p.text for p in a.parts) for a in task.artifacts if a.name == "response"]
 
 
-async def test_blocking_send_is_run_by_the_worker(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+async def test_blocking_send_is_run_by_the_worker(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     async with deployment(kind, tmp_path, monkeypatch) as d:
         words = " ".join(f"w{i}" for i in range(30))  # 1.5 s: seen running
         sending = asyncio.create_task(blocking_send(d.api, d.endpoint_id, words))
@@ -197,7 +215,9 @@ async def test_the_worker_runs_the_task_in_the_callers_trace(kind: str, tmp_path
     caller = TraceParent("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")
     async with deployment(kind, tmp_path, monkeypatch) as d, httpx.AsyncClient(timeout=60) as http:
         url = f"{d.api.base_url}/{d.endpoint_id}/a2a"
-        traced = await http.post(url, json=send_body("traced"), headers={"A2A-Version": "1.0", **caller.headers()})
+        traced = await http.post(
+            url, json=send_body("traced"), headers={"A2A-Version": "1.0", **caller.headers()}
+        )
         untraced = await http.post(url, json=send_body("untraced"), headers={"A2A-Version": "1.0"})
         await d.invoke.settled()
     assert d.invoke.outcomes == [{"status": 200, "outcome": "ran"}] * 2
@@ -214,10 +234,21 @@ async def test_the_worker_runs_the_task_in_the_callers_trace(kind: str, tmp_path
 async def test_the_worker_route_refuses_what_is_no_gateway_event_and_exists_only_on_workers():
     async with running_gateway(worker=True) as worker, running_gateway() as api:
         async with httpx.AsyncClient(timeout=30) as http:
-            bad = await http.post(f"{worker.base_url}/events", content=b'{"a2a_gateway": "explode"}')
-            missing = await http.post(f"{worker.base_url}/events", content=orjson.dumps({
-                "a2a_gateway": "run_task", "tenant": "default", "endpoint_id": "ep", "principal": "anonymous",
-                "task_id": "no-such-task"}))
+            bad = await http.post(
+                f"{worker.base_url}/events", content=b'{"a2a_gateway": "explode"}'
+            )
+            missing = await http.post(
+                f"{worker.base_url}/events",
+                content=orjson.dumps(
+                    {
+                        "a2a_gateway": "run_task",
+                        "tenant": "default",
+                        "endpoint_id": "ep",
+                        "principal": "anonymous",
+                        "task_id": "no-such-task",
+                    }
+                ),
+            )
             swept = await http.post(f"{worker.base_url}/events", content=orjson.dumps(SWEEP_EVENT))
             absent = await http.post(f"{api.base_url}/events", content=orjson.dumps(SWEEP_EVENT))
     assert bad.status_code == 400
@@ -236,10 +267,14 @@ async def test_a_streaming_send_follows_the_worker_run_to_the_reply(kind: str, t
         async with d.api.client(d.endpoint_id, timeout=60) as client:
             events = await collect(client.send_message(send_request(text)))
         await d.invoke.settled()
-    assert events[0].HasField("task") and events[0].task.status.state == TaskState.TASK_STATE_SUBMITTED
+    assert (
+        events[0].HasField("task") and events[0].task.status.state == TaskState.TASK_STATE_SUBMITTED
+    )
     assert events[-1].status_update.status.state == COMPLETED
     assert list(reconstruct(events).values()) == [f"echo: {text}"]
-    chunks = [e for e in events if e.HasField("artifact_update") and not e.artifact_update.last_chunk]
+    chunks = [
+        e for e in events if e.HasField("artifact_update") and not e.artifact_update.last_chunk
+    ]
     if kind == "postgres":  # the hub spans instances: the worker's text arrives as it is written
         assert len(chunks) > 5
     else:  # the stream follows the store: the final artifact
@@ -282,8 +317,11 @@ async def test_a_failed_invoke_fails_the_task_and_tells_the_caller(kind: str, tm
     async with deployment(kind, tmp_path, monkeypatch) as d:
         d.invoke.status = 500
         async with httpx.AsyncClient(timeout=60) as http:
-            response = await http.post(d.api.jsonrpc_url(d.endpoint_id), json=send_body("never runs", rid=7),
-                                     headers={"A2A-Version": "1.0"})
+            response = await http.post(
+                d.api.jsonrpc_url(d.endpoint_id),
+                json=send_body("never runs", rid=7),
+                headers={"A2A-Version": "1.0"},
+            )
         task_id = d.invoke.invocations[0]["payload"]["task_id"]
         stored = await d.api.store.get_task(d.scope, task_id)
     assert response.status_code == 503 and response.headers["Retry-After"] == "1"
@@ -299,21 +337,35 @@ async def test_a_task_no_worker_claims_is_failed_by_the_sweep(kind: str, tmp_pat
                                                              monkeypatch: pytest.MonkeyPatch):
     # a long lease: no replica's lease loop runs during the test, only the sweep event; a claim
     # deadline of 3 s leaves the early sweep time to come first on a busy machine
-    async with deployment(kind, tmp_path, monkeypatch, dispatch_claim_seconds=3.0, lease_seconds=600) as d:
+    async with deployment(
+        kind, tmp_path, monkeypatch, dispatch_claim_seconds=3.0, lease_seconds=600
+    ) as d:
         d.invoke.copies = 0  # accepted, never delivered
         sending = asyncio.create_task(blocking_send(d.api, d.endpoint_id, "lost event"))
         invoked = await eventually(lambda: d.invoke.invocations, what="the worker was invoked")
         task_id = invoked[0]["payload"]["task_id"]
         waiting = await d.api.store.get_task(d.scope, task_id)
-        assert (waiting.owner, waiting.task.status.state) == ("dispatch", TaskState.TASK_STATE_SUBMITTED)
+        assert (waiting.owner, waiting.task.status.state) == (
+            "dispatch",
+            TaskState.TASK_STATE_SUBMITTED,
+        )
         async with httpx.AsyncClient(timeout=60) as http:
-            early = await http.post(f"{d.worker.base_url}/events", content=orjson.dumps(SWEEP_EVENT))
+            early = await http.post(
+                f"{d.worker.base_url}/events", content=orjson.dumps(SWEEP_EVENT)
+            )
             assert early.json() == {"outcome": "swept"}
             still = await d.api.store.get_task(d.scope, task_id)
-            assert still.task.status.state == TaskState.TASK_STATE_SUBMITTED  # its claim is still on
-            await eventually(lambda: d.api.store.get_task(d.scope, task_id),
-                             until=lambda s: (s.lease_until or 0) < time.time(), what="the claim ran out")
-            swept = await http.post(f"{d.worker.base_url}/events", content=orjson.dumps(SWEEP_EVENT))
+            assert (
+                still.task.status.state == TaskState.TASK_STATE_SUBMITTED
+            )  # its claim is still on
+            await eventually(
+                lambda: d.api.store.get_task(d.scope, task_id),
+                until=lambda s: (s.lease_until or 0) < time.time(),
+                what="the claim ran out",
+            )
+            swept = await http.post(
+                f"{d.worker.base_url}/events", content=orjson.dumps(SWEEP_EVENT)
+            )
         task = await asyncio.wait_for(sending, 60)
     assert swept.json() == {"outcome": "swept"}
     assert task.id == task_id and task.status.state == FAILED
@@ -334,8 +386,9 @@ async def test_a_failed_invoke_ends_a_streaming_send_with_the_error(kind: str, t
     assert stored.task.status.state == FAILED
 
 
-async def test_a_task_handed_over_at_once_is_followed_by_subscribe_and_get(kind: str, tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch):
+async def test_a_task_handed_over_at_once_is_followed_by_subscribe_and_get(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     async with deployment(kind, tmp_path, monkeypatch) as d:
         text = " ".join(["follow"] * 40)  # two seconds: still running when the subscription starts
         async with d.api.client(d.endpoint_id, streaming=False) as blocking, \
@@ -351,27 +404,36 @@ async def test_a_task_handed_over_at_once_is_followed_by_subscribe_and_get(kind:
     assert final.status.state == COMPLETED and replies(final) == [f"echo: {text}"]
 
 
-async def test_the_worker_sends_the_push_notifications_of_an_inline_config(kind: str, tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch):
+async def test_the_worker_sends_the_push_notifications_of_an_inline_config(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     async with deployment(kind, tmp_path, monkeypatch) as d, webhook_receiver() as hooks:
         push = {"url": hooks.url("/hook"), "token": "t-1"}
         async with httpx.AsyncClient(timeout=60) as http:
-            response = await http.post(d.api.jsonrpc_url(d.endpoint_id),
-                                       json=send_body("notify me", push=push), headers={"A2A-Version": "1.0"})
+            response = await http.post(
+                d.api.jsonrpc_url(d.endpoint_id),
+                json=send_body("notify me", push=push),
+                headers={"A2A-Version": "1.0"},
+            )
         task = response.json()["result"]["task"]
         await hooks.wait_for("/hook", count=2)
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     states = [body.get("task", body.get("statusUpdate", {})).get("status", {}).get("state")
               for _, body in hooks.posts_to("/hook")]
     assert states[0] == "TASK_STATE_SUBMITTED" and states[-1] == "TASK_STATE_COMPLETED"
-    assert all(headers["X-A2A-Notification-Token"] == "t-1" for headers, _ in hooks.posts_to("/hook"))
+    assert all(
+        headers["X-A2A-Notification-Token"] == "t-1" for headers, _ in hooks.posts_to("/hook")
+    )
 
 
-async def test_the_api_instance_shows_the_backend_health_of_the_worker_runs(kind: str, tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch):
+async def test_the_api_instance_shows_the_backend_health_of_the_worker_runs(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     operator = {"Authorization": "Bearer op-dispatch-0123456789"}
-    async with deployment(kind, tmp_path, monkeypatch, operator_keys=["op-dispatch-0123456789"]) as d, \
-            httpx.AsyncClient(base_url=d.api.base_url, headers=operator, timeout=60) as admin:
+    async with (
+        deployment(kind, tmp_path, monkeypatch, operator_keys=["op-dispatch-0123456789"]) as d,
+        httpx.AsyncClient(base_url=d.api.base_url, headers=operator, timeout=60) as admin,
+    ):
         with socket.socket() as probe:  # a port nothing listens on
             probe.bind(("127.0.0.1", 0))
             down = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
@@ -384,11 +446,19 @@ async def test_the_api_instance_shows_the_backend_health_of_the_worker_runs(kind
         stored = await d.api.store.list_backend_health()
         health = {endpoint: (await admin.get(f"/admin/api/endpoints/{endpoint}")).json()["health"]
                   for endpoint in (unreachable, d.endpoint_id)}
-        listed = {e["id"]: e["health"] for e in (await admin.get("/admin/api/endpoints")).json()["endpoints"]}
+        listed = {
+            e["id"]: e["health"]
+            for e in (await admin.get("/admin/api/endpoints")).json()["endpoints"]
+        }
     assert failed.status.state == FAILED and answered.status.state == COMPLETED
-    assert not d.api.gateway.engine.runs and d.invoke.outcomes == [{"status": 200, "outcome": "ran"}] * 2
+    assert (
+        not d.api.gateway.engine.runs
+        and d.invoke.outcomes == [{"status": 200, "outcome": "ran"}] * 2
+    )
     assert (stored[unreachable].errors, stored[d.endpoint_id].successes) == (1, 1)
     assert health[unreachable]["status"] == "failing" and health[unreachable]["errors"] == 1
-    assert health[unreachable]["last_error"]["message"].startswith("cannot reach the chat backend at http://127.0.0.1:")
+    assert health[unreachable]["last_error"]["message"].startswith(
+        "cannot reach the chat backend at http://127.0.0.1:"
+    )
     assert health[d.endpoint_id]["status"] == "ok" and health[d.endpoint_id]["successes"] == 1
     assert listed == health

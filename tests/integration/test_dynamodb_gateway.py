@@ -204,7 +204,9 @@ async def test_cancel_on_second_process_stops_the_run_on_the_first(operator_url,
     ep = cli_endpoint_id
     async with replica_a(operator_url) as a, replica_b(operator_url) as b, \
             a.client(ep) as on_a, b.client(ep, streaming=False) as on_b:
-        stream = on_a.send_message(send_request(" ".join(["word"] * 200)))  # ten seconds if not stopped
+        stream = on_a.send_message(
+            send_request(" ".join(["word"] * 200))
+        )  # ten seconds if not stopped
         first = await anext(stream)
         await anext(stream)
         canceled = await on_b.cancel_task(CancelTaskRequest(id=first.task.id))

@@ -37,7 +37,9 @@ async def answers(base: str) -> dict[str, httpx.Response]:
         ({}, {"delay": "fast"}, "invalid handler settings: delay"),
     ],
 )
-async def test_an_endpoint_that_fails_to_load_answers_its_problem_on_every_route(card, settings, problem):
+async def test_an_endpoint_that_fails_to_load_answers_its_problem_on_every_route(
+    card, settings, problem
+):
     async with running_gateway() as gw:
         endpoint_id = await gw.add_endpoint(card=card, settings=settings)
         got = await answers(gw.endpoint_url(endpoint_id))

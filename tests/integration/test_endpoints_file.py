@@ -51,7 +51,9 @@ async def sdk_answer(base: str, endpoint_id: str, text: str) -> tuple[int, str]:
 
 
 async def test_agents_from_the_file_answer_the_sdk_client_on_the_memory_store(tmp_path):
-    path = endpoints_file(tmp_path / "endpoints.yaml", echo_entry(FIRST, "first"), echo_entry(SECOND, "second"))
+    path = endpoints_file(
+        tmp_path / "endpoints.yaml", echo_entry(FIRST, "first"), echo_entry(SECOND, "second")
+    )
     async with serving("serve", "--store", "memory://", "--endpoints", str(path)) as listening:
         assert listening[3] == "2"
         answer = await sdk_answer(listening[1], SECOND, "hello file")
@@ -67,7 +69,9 @@ async def test_file_rows_and_cli_rows_share_a_sqlite_store_and_the_file_wins_for
     path = endpoints_file(tmp_path / "endpoints.toml", "")
     path.write_text(f'[[endpoints]]\nid = "{FIRST}"\nname = "from the file"\nhandler = "{ECHO}"\n'
                     "public = true\nsettings = { delay = 0 }\n")
-    async with serving("serve", "--store", store, A2A_GATEWAY_ENDPOINTS_FILE=str(path)) as listening:
+    async with serving(
+        "serve", "--store", store, A2A_GATEWAY_ENDPOINTS_FILE=str(path)
+    ) as listening:
         assert listening[3] == "2"
         names = [await card_name(listening[1], e) for e in (FIRST, BY_HAND)]
         answers = [await sdk_answer(listening[1], e, "hi") for e in (FIRST, BY_HAND)]
@@ -76,7 +80,9 @@ async def test_file_rows_and_cli_rows_share_a_sqlite_store_and_the_file_wins_for
 
 
 async def test_sighup_applies_the_changed_file_and_keeps_the_rows_when_it_is_bad(tmp_path):
-    path = endpoints_file(tmp_path / "endpoints.yaml", echo_entry(FIRST, "first"), echo_entry(SECOND, "second"))
+    path = endpoints_file(
+        tmp_path / "endpoints.yaml", echo_entry(FIRST, "first"), echo_entry(SECOND, "second")
+    )
     output: list[str] = []
     process: list[asyncio.subprocess.Process] = []
     async with serving("serve", "--store", "memory://", "--endpoints", str(path), output=output,
@@ -90,17 +96,24 @@ async def test_sighup_applies_the_changed_file_and_keeps_the_rows_when_it_is_bad
                          what="the added entry served")
         renamed = await card_name(base, FIRST)
         async with httpx.AsyncClient(timeout=10) as http:
-            as_message = (await http.post(f"{base}/{FIRST}/a2a", json=send_body("hi"), headers=V10)).json()
+            as_message = (
+                await http.post(f"{base}/{FIRST}/a2a", json=send_body("hi"), headers=V10)
+            ).json()
         dropped = await card_name(base, SECOND)
 
         endpoints_file(path, echo_entry(FIRST, "broken", dealy=0))
         gateway.send_signal(signal.SIGHUP)
-        await eventually(lambda: "endpoints_file_refused" in "".join(output), what="the refusal logged")
+        await eventually(
+            lambda: "endpoints_file_refused" in "".join(output), what="the refusal logged"
+        )
         after_bad = [await card_name(base, e) for e in (FIRST, BY_HAND)]
         still = await sdk_answer(base, BY_HAND, "still here")
         alive = gateway.returncode is None
     logged = "".join(output)
-    assert renamed == "first, renamed" and as_message["result"]["message"]["parts"][0]["text"] == "echo: hi"
+    assert (
+        renamed == "first, renamed"
+        and as_message["result"]["message"]["parts"][0]["text"] == "echo: hi"
+    )
     assert dropped == 404  # its entry is gone: disabled
     assert after_bad == ["first, renamed", "added"] and still[1] == "echo: still here" and alive
     assert "endpoints_file_refused" in logged and "entry 1 (id " + FIRST in logged
@@ -111,10 +124,22 @@ async def test_sighup_applies_the_changed_file_and_keeps_the_rows_when_it_is_bad
     ("entry", "reason"),
     [
         (echo_entry(SECOND, "x", dealy=0), "unknown setting dealy for handlers.echo:EchoHandler"),
-        (echo_entry(SECOND, "x").replace(ECHO, "os:path"), "handler module 'os' is not in the allowlist"),
-        (echo_entry(SECOND, "x") + "    card: {skills: [{id: a, name: A}]}\n", "skills[0] needs description"),
-        (echo_entry(SECOND, "x") + "    auth: {api_key: {header: 7}}\n", "invalid auth.api_key.header"),
-        (echo_entry(SECOND, "x") + "    rate_limit: {per_second: -1}\n", "invalid rate_limit: per_second"),
+        (
+            echo_entry(SECOND, "x").replace(ECHO, "os:path"),
+            "handler module 'os' is not in the allowlist",
+        ),
+        (
+            echo_entry(SECOND, "x") + "    card: {skills: [{id: a, name: A}]}\n",
+            "skills[0] needs description",
+        ),
+        (
+            echo_entry(SECOND, "x") + "    auth: {api_key: {header: 7}}\n",
+            "invalid auth.api_key.header",
+        ),
+        (
+            echo_entry(SECOND, "x") + "    rate_limit: {per_second: -1}\n",
+            "invalid rate_limit: per_second",
+        ),
     ],
 )
 def test_a_file_that_cannot_be_served_stops_startup_and_writes_nothing(tmp_path, entry, reason):
@@ -137,29 +162,50 @@ def test_an_unreadable_file_stops_startup(tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["yaml", "toml"])
-async def test_export_then_serve_the_exported_file_on_a_fresh_store_gives_the_same_rows(tmp_path, fmt):
+async def test_export_then_serve_the_exported_file_on_a_fresh_store_gives_the_same_rows(
+    tmp_path, fmt
+):
     first_store, second_store = f"sqlite:///{tmp_path}/a.db", f"sqlite:///{tmp_path}/b.db"
     added = [
         ["--name", "plain", "--set", "delay=0", "--public"],
-        ["--name", "carded", "--tenant", "team-a", "--description", "with a card",
-         "--card", '{"version": "2.0.0", "skills": [{"id": "s", "name": "S", "description": "d", "tags": ["t"]}]}',
-         "--set", "response_mode=message", "--set", 'rate_limit={"per_second": 5, "burst": 2}',
-         "--auth", '{"api_key": {"header": "X-Team-Key"}}'],
+        [
+            "--name",
+            "carded",
+            "--tenant",
+            "team-a",
+            "--description",
+            "with a card",
+            "--card",
+            '{"version": "2.0.0", "skills": [{"id": "s", "name": "S", "description": "d", "tags": ["t"]}]}',
+            "--set",
+            "response_mode=message",
+            "--set",
+            'rate_limit={"per_second": 5, "burst": 2}',
+            "--auth",
+            '{"api_key": {"header": "X-Team-Key"}}',
+        ],
     ]
     for extra in added:
         done = run_cli("endpoints", "add", "--store", first_store, "--handler", ECHO, *extra)
         assert done.returncode == 0, done.stderr
     plain = run_cli("endpoints", "list", "--store", first_store, check=True).stdout.split()[0]
     run_cli("endpoints", "disable", plain, "--store", first_store, check=True)
-    exported = run_cli("endpoints", "export", "--store", first_store, "--format", fmt, check=True).stdout
+    exported = run_cli(
+        "endpoints", "export", "--store", first_store, "--format", fmt, check=True
+    ).stdout
     path = tmp_path / f"endpoints.{fmt}"
     path.write_text(exported)
     async with serving("serve", "--store", second_store, "--endpoints", str(path)) as listening:
         assert listening[3] == "2"
-    again = run_cli("endpoints", "export", "--store", second_store, "--format", fmt, check=True).stdout
+    again = run_cli(
+        "endpoints", "export", "--store", second_store, "--format", fmt, check=True
+    ).stdout
     assert again == exported
     assert ("enabled = false" if fmt == "toml" else "enabled: false") in exported
-    assert '"enabled": false' in run_cli("endpoints", "show", plain, "--store", second_store, check=True).stdout
+    assert (
+        '"enabled": false'
+        in run_cli("endpoints", "show", plain, "--store", second_store, check=True).stdout
+    )
 
 
 async def test_an_env_secret_stays_a_reference_in_the_store_and_the_export(tmp_path):
@@ -167,10 +213,12 @@ async def test_an_env_secret_stays_a_reference_in_the_store_and_the_export(tmp_p
     key = require_env("A2A_TEST_HERMES_KEY")
     require_env("A2A_TEST_LLM_URL")
     path = tmp_path / "endpoints.yaml"
-    path.write_text(f"endpoints:\n  - id: {FIRST}\n    name: hermes\n"
-                    "    handler: handlers.hermes:HermesAgentHandler\n    public: true\n"
-                    f"    settings:\n      hermes_api_url: {hermes_url}\n"
-                    "      hermes_api_key: env:GATEWAY_HERMES_KEY\n      poll_interval_seconds: 0.2\n")
+    path.write_text(
+        f"endpoints:\n  - id: {FIRST}\n    name: hermes\n"
+        "    handler: handlers.hermes:HermesAgentHandler\n    public: true\n"
+        f"    settings:\n      hermes_api_url: {hermes_url}\n"
+        "      hermes_api_key: env:GATEWAY_HERMES_KEY\n      poll_interval_seconds: 0.2\n"
+    )
     store = f"sqlite:///{tmp_path}/gw.db"
     output: list[str] = []
     async with serving("serve", "--store", store, "--endpoints", str(path), output=output,
@@ -192,18 +240,37 @@ async def test_an_env_secret_stays_a_reference_in_the_store_and_the_export(tmp_p
 def test_export_refuses_a_row_holding_a_literal_secret(tmp_path):
     store = f"sqlite:///{tmp_path}/gw.db"
     literal = "sk-literal-" + uuid.uuid4().hex
-    run_cli("endpoints", "add", "--store", store, "--id", FIRST, "--name", "chat", "--public",
-            "--handler", "handlers.openai_chat:OpenAIChatHandler", "--set", f"api_key={literal}", check=True)
+    run_cli(
+        "endpoints",
+        "add",
+        "--store",
+        store,
+        "--id",
+        FIRST,
+        "--name",
+        "chat",
+        "--public",
+        "--handler",
+        "handlers.openai_chat:OpenAIChatHandler",
+        "--set",
+        f"api_key={literal}",
+        check=True,
+    )
     done = run_cli("endpoints", "export", "--store", store)
     assert done.returncode != 0 and done.stdout == "" and literal not in done.stderr
     assert f"{FIRST} settings.api_key" in done.stderr and "env:NAME" in done.stderr
 
 
 @pytest.mark.parametrize("kind", STORE_KINDS)
-async def test_the_file_applies_on_every_store_and_an_unchanged_file_writes_nothing(tmp_path, monkeypatch, kind):
+async def test_the_file_applies_on_every_store_and_an_unchanged_file_writes_nothing(
+    tmp_path, monkeypatch, kind
+):
     card = "    card: {version: '1.0.0', provider: {organization: Example, url: 'https://example.com'}}\n"
-    path = endpoints_file(tmp_path / "endpoints.yaml", echo_entry(FIRST, "first", delay=0.01) + card,
-                          echo_entry(SECOND, "second"))
+    path = endpoints_file(
+        tmp_path / "endpoints.yaml",
+        echo_entry(FIRST, "first", delay=0.01) + card,
+        echo_entry(SECOND, "second"),
+    )
     async with fresh_store_url(kind, tmp_path, monkeypatch) as url:
         async with running_gateway(url, endpoints_file=str(path), endpoint_cache_seconds=0) as gw:
             declared = gw.app[ENDPOINTS_FILE]
@@ -213,6 +280,8 @@ async def test_the_file_applies_on_every_store_and_an_unchanged_file_writes_noth
             changed = await declared.reload(gw.store)
             names = [await card_name(gw.base_url, e) for e in (FIRST, SECOND)]
     assert first_answer == (TaskState.TASK_STATE_COMPLETED, "echo: on every store")
-    assert unchanged is not None and unchanged.unchanged == [FIRST, SECOND] and not unchanged.updated
+    assert (
+        unchanged is not None and unchanged.unchanged == [FIRST, SECOND] and not unchanged.updated
+    )
     assert changed is not None and (changed.updated, changed.disabled) == ([FIRST], [SECOND])
     assert names == ["renamed", 404]

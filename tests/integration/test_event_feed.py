@@ -36,7 +36,12 @@ from tests.support.messages import send_body, send_request
 from tests.support.waiting import eventually
 
 OPERATOR_KEY = "op-" + uuid.uuid4().hex + uuid.uuid4().hex
-WORKING, INPUT, DONE, CANCELED = "TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_COMPLETED", "TASK_STATE_CANCELED"
+WORKING, INPUT, DONE, CANCELED = (
+    "TASK_STATE_WORKING",
+    "TASK_STATE_INPUT_REQUIRED",
+    "TASK_STATE_COMPLETED",
+    "TASK_STATE_CANCELED",
+)
 AS_OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}
 
 
@@ -52,7 +57,9 @@ class FeedReader:
 
     async def __aenter__(self) -> FeedReader:
         self._task = asyncio.create_task(self._read())
-        await eventually(lambda: self.status is not None or self._task.done(), what="the feed's response")
+        await eventually(
+            lambda: self.status is not None or self._task.done(), what="the feed's response"
+        )
         if self._task.done():
             self._task.result()
         return self
@@ -81,7 +88,11 @@ class FeedReader:
         return [e["state"] for e in self.of_task(task_id) if e["kind"] == "status"]
 
     async def until_state(self, task_id: str, state: str) -> list[dict[str, Any]]:
-        await eventually(lambda: state in self.states(task_id), timeout=60, what=f"{state} of {task_id} on the feed")
+        await eventually(
+            lambda: state in self.states(task_id),
+            timeout=60,
+            what=f"{state} of {task_id} on the feed",
+        )
         return self.of_task(task_id)
 
 
@@ -90,7 +101,9 @@ def feed_url(gw: RunningGateway, endpoint_id: str, query: str = "") -> str:
 
 
 @pytest.fixture(params=STORE_KINDS)
-async def gw(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[RunningGateway]:
+async def gw(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[RunningGateway]:
     async with fresh_store_url(request.param, tmp_path, monkeypatch) as url:
         async with running_gateway(url, operator_keys=[OPERATOR_KEY]) as running:
             yield running
@@ -127,7 +140,11 @@ async def test_feed_sees_every_lifecycle_event_of_tasks_run_by_the_a2a_sdk_clien
             assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
             await feed.until_state(asked.id, INPUT)
             await client.cancel_task(CancelTaskRequest(id=asked.id))
-        assert (await feed.until_state(asked.id, CANCELED)) and feed.states(asked.id) == [WORKING, INPUT, CANCELED]
+        assert (await feed.until_state(asked.id, CANCELED)) and feed.states(asked.id) == [
+            WORKING,
+            INPUT,
+            CANCELED,
+        ]
         ids = [e["id"] for e in feed.events]
         assert all(ids) and len(set(ids)) == len(ids)
 
@@ -140,10 +157,17 @@ async def test_filters_by_state_and_context_and_refuses_an_unknown_state():
             task_id = await streamed_task(gw, endpoint_id, "filtered")
             await feed.until_state(task_id, DONE)
             assert [e["kind"] for e in feed.of_task(task_id)] == ["status"]  # WORKING ones left out
-        async with FeedReader(feed_url(gw, endpoint_id, "?contextId=ctx-watched"), AS_OPERATOR) as feed:
+        async with FeedReader(
+            feed_url(gw, endpoint_id, "?contextId=ctx-watched"), AS_OPERATOR
+        ) as feed:
             other = await streamed_task(gw, endpoint_id, "elsewhere")
             async with gw.client(endpoint_id) as client:
-                watched = [e async for e in client.send_message(send_request("here", context_id="ctx-watched"))]
+                watched = [
+                    e
+                    async for e in client.send_message(
+                        send_request("here", context_id="ctx-watched")
+                    )
+                ]
             await feed.until_state(watched[0].task.id, DONE)
             assert {e.get("taskId") for e in feed.events[1:]} == {watched[0].task.id} != {other}
         async with httpx.AsyncClient() as http:
@@ -162,15 +186,25 @@ async def test_last_event_id_inside_the_log_replays_exactly_the_missed_events_ou
             last_seen = first.events[-1]["id"]
         missed = await streamed_task(gw, endpoint_id, "missed while away")
 
-        async with FeedReader(feed_url(gw, endpoint_id), {**AS_OPERATOR, "Last-Event-ID": last_seen}) as resumed:
+        async with FeedReader(
+            feed_url(gw, endpoint_id), {**AS_OPERATOR, "Last-Event-ID": last_seen}
+        ) as resumed:
             await resumed.until_state(missed, DONE)
             later = await streamed_task(gw, endpoint_id, "live after the resume")
             await resumed.until_state(later, DONE)
         kinds = [(e["taskId"], e["kind"], e["state"]) for e in resumed.events]
-        assert kinds == [(missed, "status", WORKING), (missed, "artifact", WORKING), (missed, "status", DONE),
-                         (later, "status", WORKING), (later, "artifact", WORKING), (later, "status", DONE)]
+        assert kinds == [
+            (missed, "status", WORKING),
+            (missed, "artifact", WORKING),
+            (missed, "status", DONE),
+            (later, "status", WORKING),
+            (later, "artifact", WORKING),
+            (later, "status", DONE),
+        ]
 
-        async with FeedReader(feed_url(gw, endpoint_id), {**AS_OPERATOR, "Last-Event-ID": "not-in-any-log.3"}) as fresh:
+        async with FeedReader(
+            feed_url(gw, endpoint_id), {**AS_OPERATOR, "Last-Event-ID": "not-in-any-log.3"}
+        ) as fresh:
             await eventually(lambda: fresh.events, what="the snapshot")
         snapshot = fresh.events[0]
         assert snapshot["kind"] == "snapshot" and snapshot["truncated"] is False
@@ -193,8 +227,14 @@ async def test_feed_of_a_second_replica_shows_tasks_run_on_the_first(postgres_ds
             events = await feed.until_state(task_id, DONE)
             assert [(e["kind"], e["state"]) for e in events] == [
                 ("status", WORKING), ("artifact", WORKING), ("status", DONE)]
-            assert [e["id"] for e in await everything.until_state(task_id, DONE)] != [e["id"] for e in events]
-            assert [e["kind"] for e in everything.of_task(task_id)] == ["status", "artifact", "status"]
+            assert [e["id"] for e in await everything.until_state(task_id, DONE)] != [
+                e["id"] for e in events
+            ]
+            assert [e["kind"] for e in everything.of_task(task_id)] == [
+                "status",
+                "artifact",
+                "status",
+            ]
             large = await streamed_task(a, endpoint_id, big)
             events = await feed.until_state(large, DONE)
         artifact = next(e for e in events if e["kind"] == "artifact")
@@ -218,30 +258,62 @@ def _es256() -> tuple[Any, str]:
 
 
 def _token(private: Any, sub: str, **claims: Any) -> str:
-    body = {"iss": "https://idp.example", "aud": "a2a", "sub": sub, "exp": int(time.time()) + 300, **claims}
+    body = {
+        "iss": "https://idp.example",
+        "aud": "a2a",
+        "sub": sub,
+        "exp": int(time.time()) + 300,
+        **claims,
+    }
     return jwt.encode(body, private, algorithm="ES256")
 
 
 async def test_only_operators_of_that_endpoint_may_watch_it():
     private, public = _es256()
-    jwt_decl = {"issuer": "https://idp.example", "audience": "a2a", "keys": [public], "algorithms": ["ES256"]}
-    async with running_gateway(operator_keys=[OPERATOR_KEY], allow_unauthenticated_endpoints=False) as gw:
-        x = await gw.add_endpoint(settings={"delay": 0, "auth": {
-            "api_key": {}, "jwt": jwt_decl,
-            "operators": {"principals": ["ops-x"], "jwt_claim": "groups", "jwt_values": ["a2a-operators"]}}})
+    jwt_decl = {
+        "issuer": "https://idp.example",
+        "audience": "a2a",
+        "keys": [public],
+        "algorithms": ["ES256"],
+    }
+    async with running_gateway(
+        operator_keys=[OPERATOR_KEY], allow_unauthenticated_endpoints=False
+    ) as gw:
+        x = await gw.add_endpoint(
+            settings={
+                "delay": 0,
+                "auth": {
+                    "api_key": {},
+                    "jwt": jwt_decl,
+                    "operators": {
+                        "principals": ["ops-x"],
+                        "jwt_claim": "groups",
+                        "jwt_values": ["a2a-operators"],
+                    },
+                },
+            }
+        )
         y = await gw.add_endpoint(settings={"delay": 0, "auth": {
             "api_key": {}, "jwt": jwt_decl, "operators": {"principals": ["ops-y"]}}})
         secret = gw.gateway.settings.api_key_secret.get_secret_value().encode()
         keys = {}
-        for name, endpoint_id, principal in [("caller", x, "caller-1"), ("ops_x", x, "ops-x"), ("ops_y", y, "ops-y")]:
-            row, keys[name] = make_key(secret, endpoint_id=endpoint_id, tenant="default", principal=principal)
+        for name, endpoint_id, principal in [
+            ("caller", x, "caller-1"),
+            ("ops_x", x, "ops-x"),
+            ("ops_y", y, "ops-y"),
+        ]:
+            row, keys[name] = make_key(
+                secret, endpoint_id=endpoint_id, tenant="default", principal=principal
+            )
             await gw.store.create_api_key(row)
         group_token = _token(private, "dana", groups=["staff", "a2a-operators"])
         plain_token = _token(private, "erin", groups=["staff"])
 
         async def status(endpoint_id: str, headers: dict[str, str]) -> httpx.Response:
             async with httpx.AsyncClient(timeout=30) as http:
-                async with http.stream("GET", feed_url(gw, endpoint_id), headers=headers) as response:
+                async with http.stream(
+                    "GET", feed_url(gw, endpoint_id), headers=headers
+                ) as response:
                     if response.status_code == 200:
                         async for line in response.aiter_lines():
                             if line.startswith("data:"):  # the snapshot: the feed is open
@@ -257,7 +329,9 @@ async def test_only_operators_of_that_endpoint_may_watch_it():
             assert (await status(x, {"Authorization": f"Bearer {plain_token}"})).status_code == 403
             assert (await status(x, {"X-API-Key": keys["ops_x"]})).status_code == 200
             assert (await status(x, {"Authorization": f"Bearer {group_token}"})).status_code == 200
-            assert (await status(y, {"X-API-Key": keys["ops_x"]})).status_code == 401  # X's key is nothing on Y
+            assert (
+                await status(y, {"X-API-Key": keys["ops_x"]})
+            ).status_code == 401  # X's key is nothing on Y
             assert (await status(y, {"Authorization": f"Bearer {group_token}"})).status_code == 403
             assert (await status(y, {"X-API-Key": keys["ops_y"]})).status_code == 200
             for endpoint_id in (x, y):
@@ -288,7 +362,9 @@ async def test_operator_keys_given_as_digests_work_and_a_short_key_stops_startup
 
 
 async def test_a_feed_client_that_stops_reading_is_dropped_and_the_others_go_on():
-    async with running_gateway(operator_keys=[OPERATOR_KEY], event_feed_client_max_bytes=1_000_000) as gw:
+    async with running_gateway(
+        operator_keys=[OPERATOR_KEY], event_feed_client_max_bytes=1_000_000
+    ) as gw:
         endpoint_id = await gw.add_endpoint(settings={"delay": 0})
         feed = gw.gateway.hub.feed
         host, port = gw.base_url.removeprefix("http://").split(":")
@@ -299,19 +375,33 @@ async def test_a_feed_client_that_stops_reading_is_dropped_and_the_others_go_on(
             silent.sendall(f"GET /{endpoint_id}/events HTTP/1.1\r\nHost: gw\r\n"
                            f"Authorization: Bearer {OPERATOR_KEY}\r\n\r\n".encode())
             async with FeedReader(feed_url(gw, endpoint_id), AS_OPERATOR) as reader:
-                await eventually(lambda: feed.subscriber_count(endpoint_id) == 2, what="both feed clients")
+                await eventually(
+                    lambda: feed.subscriber_count(endpoint_id) == 2, what="both feed clients"
+                )
                 done = []
-                for n in range(200):  # the silent client reads none: socket buffers fill, then its backlog
+                for n in range(
+                    200
+                ):  # the silent client reads none: socket buffers fill, then its backlog
                     done.append(await streamed_task(gw, endpoint_id, f"task {n} " + "y" * 100_000))
                     if feed.subscriber_count(endpoint_id) == 1:
                         break
-                assert feed.subscriber_count(endpoint_id) == 1, "the silent client was never dropped"
+                assert feed.subscriber_count(endpoint_id) == 1, (
+                    "the silent client was never dropped"
+                )
                 last = await streamed_task(gw, endpoint_id, "after the drop")
                 await reader.until_state(last, DONE)
                 assert all(DONE in reader.states(t) for t in done)
             silent.close()  # gone while a write of its response waits: that response ends quietly
-            await eventually(lambda: sum(log["event"] == "request" and log.get("path", "").endswith("/events")
-                                         for log in logs) >= 1, what="the silent client's request log line")
+            await eventually(
+                lambda: (
+                    sum(
+                        log["event"] == "request" and log.get("path", "").endswith("/events")
+                        for log in logs
+                    )
+                    >= 1
+                ),
+                what="the silent client's request log line",
+            )
         assert not [log for log in logs if log["event"] == "request_failed"]
 
 
@@ -328,7 +418,9 @@ async def test_an_open_feed_does_not_hold_up_a_graceful_shutdown():
         assert refused.status_code == 503
 
 
-async def test_a_replica_that_lost_its_listener_starts_its_feed_clients_over_from_a_snapshot(postgres_dsn):
+async def test_a_replica_that_lost_its_listener_starts_its_feed_clients_over_from_a_snapshot(
+    postgres_dsn,
+):
     async with fresh_database() as url, \
             running_gateway(url, replica_id="a", operator_keys=[OPERATOR_KEY]) as a, \
             running_gateway(url, replica_id="b", operator_keys=[OPERATOR_KEY]) as b:
@@ -340,14 +432,21 @@ async def test_a_replica_that_lost_its_listener_starts_its_feed_clients_over_fro
             connects = b.gateway.hub.stats["connects"]
             admin = await asyncpg.connect(postgres_dsn)
             try:  # every connection of the test database: both replicas' listeners among them
-                await admin.fetchval("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                                     " WHERE datname = $1 AND pid <> pg_backend_pid()", url.rsplit("/", 1)[-1])
+                await admin.fetchval(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    " WHERE datname = $1 AND pid <> pg_backend_pid()",
+                    url.rsplit("/", 1)[-1],
+                )
             finally:
                 await admin.close()
-            await eventually(lambda: b.gateway.hub.stats["connects"] > connects, what="B listening again")
+            await eventually(
+                lambda: b.gateway.hub.stats["connects"] > connects, what="B listening again"
+            )
             await eventually(feed._task.done, what="the feed's end on B")
             last = feed.events[-1]["id"]
-        async with FeedReader(feed_url(b, endpoint_id), {**AS_OPERATOR, "Last-Event-ID": last}) as again:
+        async with FeedReader(
+            feed_url(b, endpoint_id), {**AS_OPERATOR, "Last-Event-ID": last}
+        ) as again:
             await eventually(lambda: again.events, what="the new snapshot")
             assert again.events[0]["kind"] == "snapshot"
             assert [t["taskId"] for t in again.events[0]["tasks"]] == [waiting.id]
@@ -356,18 +455,35 @@ async def test_a_replica_that_lost_its_listener_starts_its_feed_clients_over_fro
 
 
 async def test_a_gateway_process_never_writes_an_operator_key_it_was_given_or_shown(tmp_path):
-    added = run_cli("endpoints", "add", "--name", "watched", "--handler", "handlers.echo:EchoHandler",
-                    "--set", "delay=0", "--public", cwd=tmp_path)
+    added = run_cli(
+        "endpoints",
+        "add",
+        "--name",
+        "watched",
+        "--handler",
+        "handlers.echo:EchoHandler",
+        "--set",
+        "delay=0",
+        "--public",
+        cwd=tmp_path,
+    )
     assert added.returncode == 0, added.stderr
     endpoint_id = added.stdout.strip().splitlines()[-1]
     output: list[str] = []
-    async with serving("serve", cwd=tmp_path, output=output, A2A_GATEWAY_OPERATOR_KEYS=f"{OPERATOR_KEY},{'z' * 20}",
-                       A2A_GATEWAY_LOG_LEVEL="debug") as listening:
+    async with serving(
+        "serve",
+        cwd=tmp_path,
+        output=output,
+        A2A_GATEWAY_OPERATOR_KEYS=f"{OPERATOR_KEY},{'z' * 20}",
+        A2A_GATEWAY_LOG_LEVEL="debug",
+    ) as listening:
         base = listening.group(1)
         async with FeedReader(f"{base}/{endpoint_id}/events", AS_OPERATOR) as feed:
             async with httpx.AsyncClient(timeout=30) as http:
                 v10 = {"A2A-Version": "1.0"}
-                sent = await http.post(f"{base}/{endpoint_id}/a2a", json=send_body("watched task"), headers=v10)
+                sent = await http.post(
+                    f"{base}/{endpoint_id}/a2a", json=send_body("watched task"), headers=v10
+                )
                 as_caller = await http.post(f"{base}/{endpoint_id}/a2a", json=send_body("x"),
                                             headers={**AS_OPERATOR, **v10})
                 wrong = await http.get(f"{base}/{endpoint_id}/events",
@@ -375,13 +491,17 @@ async def test_a_gateway_process_never_writes_an_operator_key_it_was_given_or_sh
             task_id = sent.json()["result"]["task"]["id"]
             await feed.until_state(task_id, DONE)
         assert as_caller.status_code == 401 and wrong.status_code == 401
-    shown = "".join(output) + as_caller.text + wrong.text + str(as_caller.headers) + str(wrong.headers)
+    shown = (
+        "".join(output) + as_caller.text + wrong.text + str(as_caller.headers) + str(wrong.headers)
+    )
     assert "request" in shown  # the debug log was written
     assert OPERATOR_KEY not in shown and OPERATOR_KEY[:-1] not in shown and "z" * 20 not in shown
 
 
 async def test_gateway_operators_watch_every_endpoint_at_once():
-    async with running_gateway(operator_keys=[OPERATOR_KEY], allow_unauthenticated_endpoints=False) as gw:
+    async with running_gateway(
+        operator_keys=[OPERATOR_KEY], allow_unauthenticated_endpoints=False
+    ) as gw:
         first = await gw.add_endpoint(settings={"delay": 0, "public": True})
         second = await gw.add_endpoint(settings={"delay": 0, "public": True})
         async with gw.client(second, streaming=False) as client:
@@ -391,7 +511,9 @@ async def test_gateway_operators_watch_every_endpoint_at_once():
             await eventually(lambda: everything.events and narrowed.events, what="the snapshots")
             snapshot = everything.events[0]
             assert snapshot["kind"] == "snapshot" and snapshot["endpointId"] is None
-            assert [(t["endpointId"], t["taskId"]) for t in snapshot["tasks"]] == [(second, waiting.id)]
+            assert [(t["endpointId"], t["taskId"]) for t in snapshot["tasks"]] == [
+                (second, waiting.id)
+            ]
             assert narrowed.events[0]["tasks"] == []
             on_first = await streamed_task(gw, first, "one")
             on_second = await streamed_task(gw, second, "two")
@@ -405,6 +527,10 @@ async def test_gateway_operators_watch_every_endpoint_at_once():
         row, caller_key = make_key(secret, endpoint_id=first, tenant="default", principal="someone")
         await gw.store.create_api_key(row)
         async with httpx.AsyncClient(timeout=30) as http:
-            for headers in ({}, {"X-API-Key": caller_key}, {"Authorization": f"Bearer {caller_key}"}):
+            for headers in (
+                {},
+                {"X-API-Key": caller_key},
+                {"Authorization": f"Bearer {caller_key}"},
+            ):
                 refused = await http.get(f"{gw.base_url}/events", headers=headers)
                 assert refused.status_code == 401 and "WWW-Authenticate" in refused.headers

@@ -72,7 +72,9 @@ async def listening(url: str) -> AsyncIterator[FeedNotifies]:
         await conn.close()
 
 
-async def test_no_notify_for_an_endpoint_nobody_watches_and_the_relaying_stops_after_the_last_watcher(postgres):
+async def test_no_notify_for_an_endpoint_nobody_watches_and_the_relaying_stops_after_the_last_watcher(
+    postgres,
+):
     keep = 0.5
     options = {"operator_keys": [OPERATOR_KEY], "event_feed_replay_keep_seconds": keep}
     async with fresh_database() as url, running_gateway(url, replica_id="a", **options) as a, \
@@ -81,7 +83,9 @@ async def test_no_notify_for_an_endpoint_nobody_watches_and_the_relaying_stops_a
             watched = await a.add_endpoint(settings={"delay": 0})
             unwatched = await a.add_endpoint(settings={"delay": 0})
             relay = a.gateway.hub.feed_relay
-            await eventually(lambda: relay.selective, timeout=60, what="A heard every replica's watches")
+            await eventually(
+                lambda: relay.selective, timeout=60, what="A heard every replica's watches"
+            )
             await streamed_task(a, watched, "nobody watches yet")
             await streamed_task(a, unwatched, "nobody watches")
             await asyncio.sleep(0.5)
@@ -111,9 +115,13 @@ async def test_no_notify_for_an_endpoint_nobody_watches_and_the_relaying_stops_a
             assert notifies.of(unwatched) == 0
 
 
-async def test_a_watcher_on_b_gets_every_lifecycle_event_of_tasks_run_on_a(postgres, tmp_path: Path):
+async def test_a_watcher_on_b_gets_every_lifecycle_event_of_tasks_run_on_a(
+    postgres, tmp_path: Path
+):
     env = {"A2A_GATEWAY_OPERATOR_KEYS": OPERATOR_KEY}
-    async with replica_set(tmp_path, ["a", "b"], lease_seconds=30, remote_poll_seconds=30, extra_env=env) as cluster:
+    async with replica_set(
+        tmp_path, ["a", "b"], lease_seconds=30, remote_poll_seconds=30, extra_env=env
+    ) as cluster:
         endpoint_id = await cluster.add_endpoint("handlers.echo:EchoHandler", delay=0)
         other = await cluster.add_endpoint("handlers.echo:EchoHandler", name="other", delay=0)
         a, b = cluster["a"], cluster["b"]
@@ -131,14 +139,20 @@ async def test_a_watcher_on_b_gets_every_lifecycle_event_of_tasks_run_on_a(postg
 
             async with FeedReader(f"{b.base_url}/{endpoint_id}/events", AS_OPERATOR) as feed, \
                     FeedReader(f"{b.base_url}/events", AS_OPERATOR) as everything:
-                await eventually(lambda: feed.events and everything.events, interval=0.005, what="the snapshots")
+                await eventually(
+                    lambda: feed.events and everything.events, interval=0.005, what="the snapshots"
+                )
                 asked = [e async for e in client.send_message(send_request("ask ?input"))][-1].task
                 streamed = []
                 for text in ("one", "two", "three"):
                     async with cluster.client("a", endpoint_id) as streaming:
-                        streamed.append([e async for e in streaming.send_message(send_request(text))][0].task.id)
+                        streamed.append(
+                            [e async for e in streaming.send_message(send_request(text))][0].task.id
+                        )
                 async with cluster.client("a", other) as streaming:
-                    elsewhere = [e async for e in streaming.send_message(send_request("other"))][0].task.id
+                    elsewhere = [e async for e in streaming.send_message(send_request("other"))][
+                        0
+                    ].task.id
                 for reader in (feed, everything):
                     await reader.until_state(asked.id, INPUT)
                     assert reader.states(asked.id) == [WORKING, INPUT]
@@ -147,6 +161,10 @@ async def test_a_watcher_on_b_gets_every_lifecycle_event_of_tasks_run_on_a(postg
                         assert [(e["kind"], e["state"]) for e in events] == [
                             ("status", WORKING), ("artifact", WORKING), ("status", DONE)]
                 await everything.until_state(elsewhere, DONE)
-                assert [e["kind"] for e in everything.of_task(elsewhere)] == ["status", "artifact", "status"]
+                assert [e["kind"] for e in everything.of_task(elsewhere)] == [
+                    "status",
+                    "artifact",
+                    "status",
+                ]
                 assert feed.of_task(elsewhere) == []
         assert a.proc.poll() is None and b.proc.poll() is None

@@ -82,7 +82,9 @@ class Operated:
     flow_cookie: str = ""
     flow_state: str = ""
     expired_flow_cookie: str = ""
-    created: dict[str, set[str]] = field(default_factory=lambda: {"endpoints": set(), "keys": set()})
+    created: dict[str, set[str]] = field(
+        default_factory=lambda: {"endpoints": set(), "keys": set()}
+    )
     """Ids named by 201 answers to valid calls."""
     initial: dict[str, frozenset[Any]] = field(default_factory=dict)
     """The store before the first generated request."""
@@ -90,12 +92,21 @@ class Operated:
     @property
     def secrets(self) -> list[str]:
         """What no reply may contain (but a login's or session's own CSRF token)."""
-        return [OPERATOR_KEY, SESSION_SECRET, CONFIDENTIAL["client_secret"], self.caller_key,
-                self.session_cookie, self.expired_cookie, self.flow_cookie, self.expired_flow_cookie]
+        return [
+            OPERATOR_KEY,
+            SESSION_SECRET,
+            CONFIDENTIAL["client_secret"],
+            self.caller_key,
+            self.session_cookie,
+            self.expired_cookie,
+            self.flow_cookie,
+            self.expired_flow_cookie,
+        ]
 
 
-async def _send_message(http: httpx.AsyncClient, base_url: str, endpoint_id: str, key: str, text: str,
-                        wait: bool = True) -> str:
+async def _send_message(
+    http: httpx.AsyncClient, base_url: str, endpoint_id: str, key: str, text: str, wait: bool = True
+) -> str:
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
         "messageId": f"m-{text}", "role": "ROLE_USER", "parts": [{"text": text}]},
         "configuration": {"returnImmediately": not wait}}}
@@ -112,27 +123,55 @@ async def operated(issuer_url: str | None) -> AsyncIterator[Operated]:
                "page_token_key": "fuzz-page-token-key"}
     console = oidc_settings(issuer_url) if issuer_url else {"console": True}
     async with (
-        running_gateway(store=store, operator_keys=[OPERATOR_KEY], console_session_secret=SESSION_SECRET,
-                        **console, **options) as gw,
+        running_gateway(
+            store=store,
+            operator_keys=[OPERATOR_KEY],
+            console_session_secret=SESSION_SECRET,
+            **console,
+            **options,
+        ) as gw,
         running_gateway(store=store, worker=True, replica_id="fuzz-worker", **options) as worker,
         httpx.AsyncClient(timeout=60) as http,
     ):
-        endpoints = [await gw.add_endpoint(settings={"delay": 0}), await gw.add_endpoint(settings={"delay": 3600})]
+        endpoints = [
+            await gw.add_endpoint(settings={"delay": 0}),
+            await gw.add_endpoint(settings={"delay": 3600}),
+        ]
         secret = gw.gateway.settings.api_key_secret.get_secret_value().encode()
-        row, caller_key = make_key(secret, endpoint_id=endpoints[0], tenant="default", principal=PRINCIPAL)
-        slow_row, slow_key = make_key(secret, endpoint_id=endpoints[1], tenant="default", principal=PRINCIPAL)
+        row, caller_key = make_key(
+            secret, endpoint_id=endpoints[0], tenant="default", principal=PRINCIPAL
+        )
+        slow_row, slow_key = make_key(
+            secret, endpoint_id=endpoints[1], tenant="default", principal=PRINCIPAL
+        )
         for key_row in (row, slow_row):
             await store.create_api_key(key_row)
-        tasks = [await _send_message(http, gw.base_url, endpoints[0], caller_key, text) for text in ("one", "two")]
-        tasks.append(await _send_message(http, gw.base_url, endpoints[1], slow_key, "running", wait=False))
+        tasks = [
+            await _send_message(http, gw.base_url, endpoints[0], caller_key, text)
+            for text in ("one", "two")
+        ]
+        tasks.append(
+            await _send_message(http, gw.base_url, endpoints[1], slow_key, "running", wait=False)
+        )
         operator = {"Authorization": f"Bearer {OPERATOR_KEY}"}
-        page = (await http.get(f"{gw.base_url}/admin/api/tasks?page_size=1", headers=operator)).json()
+        page = (
+            await http.get(f"{gw.base_url}/admin/api/tasks?page_size=1", headers=operator)
+        ).json()
         login = await http.post(f"{gw.base_url}/console/api/login", json={"key": OPERATOR_KEY})
         expired = ConsoleSessions(SESSION_SECRET, 60, clock=lambda: time.time() - 3600)
         _, expired_cookie = expired.issue(gw.gateway.operators.key_ref(OPERATOR_KEY))
         target = Operated(
-            gw.base_url, worker.base_url, store, endpoints, caller_key, row.id, tasks, page["nextPageToken"],
-            login.cookies[COOKIE], login.json()["csrf"], expired_cookie,
+            gw.base_url,
+            worker.base_url,
+            store,
+            endpoints,
+            caller_key,
+            row.id,
+            tasks,
+            page["nextPageToken"],
+            login.cookies[COOKIE],
+            login.json()["csrf"],
+            expired_cookie,
         )
         if issuer_url:
             start = await http.get(f"{gw.base_url}/console/oidc/login", follow_redirects=False)
@@ -158,7 +197,10 @@ async def _store_state(store: RecordingStore) -> dict[str, frozenset[Any]]:
     tasks = set()
     for endpoint in endpoints:
         page = await store.list_endpoint_tasks(endpoint.id, page_size=1000)
-        tasks |= {(scope.endpoint_id, scope.principal, task.id, task.status.state) for scope, task in page.tasks}
+        tasks |= {
+            (scope.endpoint_id, scope.principal, task.id, task.status.state)
+            for scope, task in page.tasks
+        }
     return {
         "endpoints": frozenset((e.id, e.enabled, e.updated_at) for e in endpoints),
         "keys": frozenset((k.id, k.endpoint_id, k.revoked_at) for k in await store.list_api_keys()),
@@ -183,14 +225,20 @@ class Request:
 
 
 def _tampered(value: str) -> st.SearchStrategy[str]:
-    return st.integers(0, len(value) - 1).map(lambda i: value[:i] + ("A" if value[i] != "A" else "B") + value[i + 1:])
+    return st.integers(0, len(value) - 1).map(
+        lambda i: value[:i] + ("A" if value[i] != "A" else "B") + value[i + 1 :]
+    )
 
 
 @st.composite
 def _credentials(draw: st.DrawFn, target: Operated) -> tuple[dict[str, Any], bool]:
     """Authorization, cookies and CSRF header, and whether they make a valid operator."""
     headers: dict[str, Any] = {}  # str, or bytes as sent (not UTF-8)
-    auth = draw(st.sampled_from(["operator"] * 3 + ["caller", "caller-header", "junk", "bytes", "none", "none"]))
+    auth = draw(
+        st.sampled_from(
+            ["operator"] * 3 + ["caller", "caller-header", "junk", "bytes", "none", "none"]
+        )
+    )
     if auth == "operator":
         headers["Authorization"] = f"Bearer {OPERATOR_KEY}"
     elif auth == "caller":
@@ -198,33 +246,74 @@ def _credentials(draw: st.DrawFn, target: Operated) -> tuple[dict[str, Any], boo
     elif auth == "caller-header":
         headers["X-API-Key"] = target.caller_key
     elif auth == "bytes":
-        headers["Authorization"] = draw(st.sampled_from([b"Bearer \xff", b"Bearer \xc3(", b"Bearer op-\xe9"]))
+        headers["Authorization"] = draw(
+            st.sampled_from([b"Bearer \xff", b"Bearer \xc3(", b"Bearer op-\xe9"])
+        )
     elif auth == "junk":
-        headers["Authorization"] = draw(st.one_of(
-            st.sampled_from(["Bearer", "Basic b3A6b3A=", f"Bearer {OPERATOR_KEY}x", f"bearer  {OPERATOR_KEY[:-1]}",
-                             "Bearer a2a_nope", f"Token {OPERATOR_KEY}"]),
-            st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=40)))
-    cookie = draw(st.sampled_from(["session", "session", "tampered", "expired", "junk", "other-name", "none"]))
+        headers["Authorization"] = draw(
+            st.one_of(
+                st.sampled_from(
+                    [
+                        "Bearer",
+                        "Basic b3A6b3A=",
+                        f"Bearer {OPERATOR_KEY}x",
+                        f"bearer  {OPERATOR_KEY[:-1]}",
+                        "Bearer a2a_nope",
+                        f"Token {OPERATOR_KEY}",
+                    ]
+                ),
+                st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=40),
+            )
+        )
+    cookie = draw(
+        st.sampled_from(["session", "session", "tampered", "expired", "junk", "other-name", "none"])
+    )
     session_valid = cookie == "session"
     if cookie != "none":
-        value = {"session": target.session_cookie, "tampered": draw(_tampered(target.session_cookie)),
-                 "expired": target.expired_cookie, "other-name": target.session_cookie,
-                 "junk": draw(st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=60))}[cookie]
+        value = {
+            "session": target.session_cookie,
+            "tampered": draw(_tampered(target.session_cookie)),
+            "expired": target.expired_cookie,
+            "other-name": target.session_cookie,
+            "junk": draw(st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=60)),
+        }[cookie]
         name = "other" if cookie == "other-name" else COOKIE
-        headers["Cookie"] = draw(st.sampled_from([f"{name}={value}", f'{name}="{value}"; x=1',
-                                                  f"a=b; {name}={value}", f"{name}={value}; {name}=junk"]))
+        headers["Cookie"] = draw(
+            st.sampled_from(
+                [
+                    f"{name}={value}",
+                    f'{name}="{value}"; x=1',
+                    f"a=b; {name}={value}",
+                    f"{name}={value}; {name}=junk",
+                ]
+            )
+        )
         if headers["Cookie"].endswith(f"{name}=junk"):
             session_valid = False
     csrf = draw(st.sampled_from(["right", "right", "wrong", "bytes", "none"]))
     if csrf == "bytes":
         headers[CSRF_HEADER] = target.csrf.encode() + b"\xff"
     elif csrf != "none":
-        headers[CSRF_HEADER] = target.csrf if csrf == "right" else draw(st.one_of(
-            _tampered(target.csrf), st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=40)))
+        headers[CSRF_HEADER] = (
+            target.csrf
+            if csrf == "right"
+            else draw(
+                st.one_of(
+                    _tampered(target.csrf),
+                    st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=40),
+                )
+            )
+        )
     if draw(st.integers(0, 15)) == 0:
-        headers["Host"] = draw(st.sampled_from([b"\xff", b"gw\xc3.example", "a b", "[::1", "x:99999", "@"]))
+        headers["Host"] = draw(
+            st.sampled_from([b"\xff", b"gw\xc3.example", "a b", "[::1", "x:99999", "@"])
+        )
     authorization = headers.get("Authorization", "")
-    bearer = bearer_token({"Authorization": authorization}) if isinstance(authorization, str) else "not UTF-8"
+    bearer = (
+        bearer_token({"Authorization": authorization})
+        if isinstance(authorization, str)
+        else "not UTF-8"
+    )
     # a session counts only without a bearer token (another Authorization, e.g. Basic, is no credential)
     return headers, bearer == OPERATOR_KEY or (bearer is None and session_valid and csrf == "right")
 
@@ -241,11 +330,25 @@ def _endpoint_id(draw: st.DrawFn, target: Operated) -> str:
 
 
 _query_values = st.one_of(
-    ints.map(str), texts, st.sampled_from(["", " ", "%", "%zz", "%ff%fe", "٣", "1e3", "+5", "-1", "0x10", "5 "]),
-    st.integers(100, 5000).map(lambda n: "9" * n), st.integers(300, 6000).map(lambda n: "x" * n),
+    ints.map(str),
+    texts,
+    st.sampled_from(["", " ", "%", "%zz", "%ff%fe", "٣", "1e3", "+5", "-1", "0x10", "5 "]),
+    st.integers(100, 5000).map(lambda n: "9" * n),
+    st.integers(300, 6000).map(lambda n: "x" * n),
 )
-STATES = ["working", "input-required", "TASK_STATE_COMPLETED", "completed", "canceled", "unspecified",
-          "TASK_STATE_UNSPECIFIED", "bogus", "working,completed", ",", "submitted ,failed"]
+STATES = [
+    "working",
+    "input-required",
+    "TASK_STATE_COMPLETED",
+    "completed",
+    "canceled",
+    "unspecified",
+    "TASK_STATE_UNSPECIFIED",
+    "bogus",
+    "working,completed",
+    ",",
+    "submitted ,failed",
+]
 
 
 @st.composite
@@ -261,7 +364,9 @@ def _query(draw: st.DrawFn, target: Operated, names: list[str]) -> str:
                              ",".join(target.endpoints), target.tasks[0]]),
             _tampered(target.page_token)))
         encode = draw(st.booleans())
-        pairs.append(f"{quote(name, safe='') if encode else name}={quote(value, safe='') if encode else value}")
+        pairs.append(
+            f"{quote(name, safe='') if encode else name}={quote(value, safe='') if encode else value}"
+        )
     return _query_string(pairs)
 
 
@@ -285,13 +390,36 @@ def _safe_raw(text: str) -> str:
 
 @st.composite
 def _body(draw: st.DrawFn, headers: dict[str, str]) -> bytes:
-    value = draw(st.one_of(json_values, deep_json, st.fixed_dictionaries({}, optional={
-        "principal": st.one_of(texts, ints, st.just("x" * 300)), "name": st.one_of(texts, ints),
-        "expiresDays": st.one_of(ints, st.floats(), texts, st.booleans()), "id": st.one_of(texts, st.uuids().map(str)),
-        "handler": texts, "key": st.one_of(texts, st.just(OPERATOR_KEY), st.just("x" * 5000))})))
+    value = draw(
+        st.one_of(
+            json_values,
+            deep_json,
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "principal": st.one_of(texts, ints, st.just("x" * 300)),
+                    "name": st.one_of(texts, ints),
+                    "expiresDays": st.one_of(ints, st.floats(), texts, st.booleans()),
+                    "id": st.one_of(texts, st.uuids().map(str)),
+                    "handler": texts,
+                    "key": st.one_of(texts, st.just(OPERATOR_KEY), st.just("x" * 5000)),
+                },
+            ),
+        )
+    )
     shape = draw(st.sampled_from(["encoded"] * 4 + ["bad-utf8", "huge", "none"]))
-    content_type = draw(st.sampled_from(["application/json", "text/plain", "application/x-www-form-urlencoded",
-                                         "multipart/form-data", "application/json; charset=latin-1", None]))
+    content_type = draw(
+        st.sampled_from(
+            [
+                "application/json",
+                "text/plain",
+                "application/x-www-form-urlencoded",
+                "multipart/form-data",
+                "application/json; charset=latin-1",
+                None,
+            ]
+        )
+    )
     if content_type:
         headers["Content-Type"] = content_type
     if shape == "bad-utf8":
@@ -305,13 +433,23 @@ def _body(draw: st.DrawFn, headers: dict[str, str]) -> bytes:
 
 
 ADMIN_ROUTES = [
-    ("GET", "/endpoints"), ("POST", "/endpoints"), ("GET", "/endpoints/{e}"), ("POST", "/endpoints/{e}/enable"),
-    ("POST", "/endpoints/{e}/disable"), ("GET", "/endpoints/{e}/keys"), ("POST", "/endpoints/{e}/keys"),
-    ("POST", "/endpoints/{e}/keys/{k}/revoke"), ("GET", "/tasks"), ("GET", "/tasks"),
+    ("GET", "/endpoints"),
+    ("POST", "/endpoints"),
+    ("GET", "/endpoints/{e}"),
+    ("POST", "/endpoints/{e}/enable"),
+    ("POST", "/endpoints/{e}/disable"),
+    ("GET", "/endpoints/{e}/keys"),
+    ("POST", "/endpoints/{e}/keys"),
+    ("POST", "/endpoints/{e}/keys/{k}/revoke"),
+    ("GET", "/tasks"),
+    ("GET", "/tasks"),
     ("GET", "/endpoints/{e}/tasks/{t}"),
-    ("POST", "/endpoints/{e}/tasks/{t}/cancel"), ("POST", "/endpoints/{e}/tasks/{t}/cancel"),
-    ("GET", "/endpoints/{e}/tasks/{t}/stream"), ("GET", "/stats"),
-    ("GET", "/{junk}"), ("POST", "/endpoints/{e}/{junk}"),
+    ("POST", "/endpoints/{e}/tasks/{t}/cancel"),
+    ("POST", "/endpoints/{e}/tasks/{t}/cancel"),
+    ("GET", "/endpoints/{e}/tasks/{t}/stream"),
+    ("GET", "/stats"),
+    ("GET", "/{junk}"),
+    ("POST", "/endpoints/{e}/{junk}"),
 ]
 """(method, path) of the admin API's routes, and some that are none."""
 
@@ -336,8 +474,17 @@ def _valid_body(draw: st.DrawFn, path: str) -> bytes | None:
         {"name": "made by fuzz", "handler": "handlers.echo:EchoHandler"})
 
 
-ADMIN_QUERY = ["endpoint", "endpointId", "state", "context", "contextId", "page_size", "page_token", "principal",
-               "tenant"]
+ADMIN_QUERY = [
+    "endpoint",
+    "endpointId",
+    "state",
+    "context",
+    "contextId",
+    "page_size",
+    "page_token",
+    "principal",
+    "tenant",
+]
 
 
 @st.composite
@@ -346,7 +493,9 @@ def admin_requests(draw: st.DrawFn, target: Operated) -> Request:
     routed, path = draw(st.sampled_from(ADMIN_ROUTES))
     path = path.replace("{e}", _endpoint_id(draw, target))
     key_id = target.key_id if draw(st.booleans()) else path_segment(draw)
-    task_id = draw(st.sampled_from([*target.tasks, target.tasks[2], "no-such-task", "%00", "a%0Ab"]))
+    task_id = draw(
+        st.sampled_from([*target.tasks, target.tasks[2], "no-such-task", "%00", "a%0Ab"])
+    )
     path = path.replace("{k}", key_id).replace("{t}", task_id).replace("{junk}", path_segment(draw))
     if draw(st.integers(0, 4)) == 0:
         headers["Last-Event-ID"] = _safe_raw(draw(st.one_of(texts, ints.map(str))))
@@ -361,13 +510,24 @@ def admin_requests(draw: st.DrawFn, target: Operated) -> Request:
 
 
 CONSOLE_ROUTES = [
-    ("GET", "/console"), ("GET", "/console/"), ("GET", "/console/static/console.js"), ("GET", "/console/static/{junk}"),
-    ("GET", "/console/static/..%2Fsession.py"), ("POST", "/console/api/login"), ("POST", "/console/api/login"),
-    ("GET", "/console/api/session"), ("POST", "/console/api/logout"), ("GET", "/console/{junk}"),
+    ("GET", "/console"),
+    ("GET", "/console/"),
+    ("GET", "/console/static/console.js"),
+    ("GET", "/console/static/{junk}"),
+    ("GET", "/console/static/..%2Fsession.py"),
+    ("POST", "/console/api/login"),
+    ("POST", "/console/api/login"),
+    ("GET", "/console/api/session"),
+    ("POST", "/console/api/logout"),
+    ("GET", "/console/{junk}"),
 ]
 OIDC_ROUTES = [
-    ("GET", "/console/api/oidc"), ("GET", "/console/oidc/login"), ("GET", "/console/oidc/callback"),
-    ("GET", "/console/oidc/callback"), ("GET", "/console/oidc/callback"), ("GET", "/console/{junk}"),
+    ("GET", "/console/api/oidc"),
+    ("GET", "/console/oidc/login"),
+    ("GET", "/console/oidc/callback"),
+    ("GET", "/console/oidc/callback"),
+    ("GET", "/console/oidc/callback"),
+    ("GET", "/console/{junk}"),
 ]
 """The OIDC sign-in's routes (and one that is none), fuzzed only with an OpenID Provider."""
 
@@ -384,17 +544,30 @@ def console_requests(draw: st.DrawFn, target: Operated,
         if flow != "none":
             value = {"valid": target.flow_cookie, "tampered": draw(_tampered(target.flow_cookie)),
                      "expired": target.expired_flow_cookie}[flow]
-            headers["Cookie"] = f"{headers['Cookie']}; {FLOW_COOKIE}={value}" if "Cookie" in headers \
+            headers["Cookie"] = (
+                f"{headers['Cookie']}; {FLOW_COOKIE}={value}"
+                if "Cookie" in headers
                 else f"{FLOW_COOKIE}={value}"
-        params = draw(st.dictionaries(st.sampled_from(["code", "state", "iss", "error", "error_description"]),
-                                      st.one_of(texts, _query_values, st.just(target.flow_state),
-                                                st.just(target.issuer), st.sampled_from(["access_denied", "x y"])),
-                                      max_size=5))
+            )
+        params = draw(
+            st.dictionaries(
+                st.sampled_from(["code", "state", "iss", "error", "error_description"]),
+                st.one_of(
+                    texts,
+                    _query_values,
+                    st.just(target.flow_state),
+                    st.just(target.issuer),
+                    st.sampled_from(["access_denied", "x y"]),
+                ),
+                max_size=5,
+            )
+        )
         if draw(st.booleans()):
             params["state"] = target.flow_state
         if draw(st.booleans()):
-            params["code"] = "fuzz-code-" + draw(st.text(st.characters(min_codepoint=48, max_codepoint=122),
-                                                         min_size=8, max_size=30))
+            params["code"] = "fuzz-code-" + draw(
+                st.text(st.characters(min_codepoint=48, max_codepoint=122), min_size=8, max_size=30)
+            )
         echoed = [v for k, v in params.items() if k == "code" and len(v) >= 8]
         path += _query_string([f"{k}={quote(v, safe='')}" for k, v in params.items()])
     elif draw(st.booleans()):
@@ -402,24 +575,53 @@ def console_requests(draw: st.DrawFn, target: Operated,
     method = _method(draw, routed)
     if path.startswith("/console/api/login") and draw(st.booleans()):
         method, headers["Content-Type"] = "POST", "application/json"
-        body = orjson.dumps({"key": draw(st.one_of(st.sampled_from([OPERATOR_KEY, target.caller_key, "", "x"]),
-                                                  json_values))})
+        body = orjson.dumps(
+            {
+                "key": draw(
+                    st.one_of(
+                        st.sampled_from([OPERATOR_KEY, target.caller_key, "", "x"]), json_values
+                    )
+                )
+            }
+        )
     else:
         body = draw(_body(headers)) if method != "GET" else b""
-    browser = path.startswith(("/console/oidc/", "/console/static/")) or path.split("?")[0] in ("/console", "/console/")
+    browser = path.startswith(("/console/oidc/", "/console/static/")) or path.split("?")[0] in (
+        "/console",
+        "/console/",
+    )
     # the console's calls change nothing in the store: a login opens a session, kept only in its cookie
-    return Request(method, target.base_url + path, headers, body, may_change, html_allowed=browser, echoed=echoed)
+    return Request(
+        method,
+        target.base_url + path,
+        headers,
+        body,
+        may_change,
+        html_allowed=browser,
+        echoed=echoed,
+    )
 
 
 @st.composite
 def feed_requests(draw: st.DrawFn, target: Operated) -> Request:
     headers, may_change = draw(_credentials(target))
-    path = draw(st.sampled_from(["/events"] * 3 + ["/{e}/events"] * 3 + ["/{e}/events/", "/{e}/events/{junk}"]))
+    path = draw(
+        st.sampled_from(
+            ["/events"] * 3 + ["/{e}/events"] * 3 + ["/{e}/events/", "/{e}/events/{junk}"]
+        )
+    )
     path = path.replace("{e}", _endpoint_id(draw, target)).replace("{junk}", path_segment(draw))
     if draw(st.booleans()):
-        headers["Last-Event-ID"] = _safe_raw(draw(st.one_of(
-            texts, ints.map(str), st.sampled_from(["0", "1-0", "0:0", "-1", "99999999999999999999"]),
-            st.integers(100, 6000).map(lambda n: "7" * n))))  # aiohttp refuses a header over 8190 bytes
+        headers["Last-Event-ID"] = _safe_raw(
+            draw(
+                st.one_of(
+                    texts,
+                    ints.map(str),
+                    st.sampled_from(["0", "1-0", "0:0", "-1", "99999999999999999999"]),
+                    st.integers(100, 6000).map(lambda n: "7" * n),
+                )
+            )
+        )  # aiohttp refuses a header over 8190 bytes
     method = _method(draw, "GET")
     body = draw(_body(headers)) if method in ("POST", "DELETE") else b""
     url = f"{target.base_url}{path}{_safe_raw(draw(_query(target, ['state', 'contextId', 'endpointId'])))}"
@@ -431,24 +633,50 @@ def worker_requests(draw: st.DrawFn, target: Operated) -> Request:
     headers: dict[str, str] = {}
     ref = {"tenant": "default", "endpoint_id": target.endpoints[0], "principal": PRINCIPAL,
            "task_id": target.tasks[0]}
-    event = draw(st.one_of(
-        st.just({EVENT_KEY: SWEEP}),
-        st.fixed_dictionaries({EVENT_KEY: st.just(RUN_TASK)}, optional={
-            name: st.one_of(st.just(value), texts, ints, json_values, st.sampled_from(target.endpoints + target.tasks))
-            for name, value in ref.items()}),
-        st.just({EVENT_KEY: RUN_TASK, **ref}),
-        st.dictionaries(st.one_of(st.just(EVENT_KEY), st.text(max_size=8)), st.one_of(
-            st.sampled_from([RUN_TASK, SWEEP, "RUN_TASK"]), json_values), max_size=4),
-        deep_json, json_values))
+    event = draw(
+        st.one_of(
+            st.just({EVENT_KEY: SWEEP}),
+            st.fixed_dictionaries(
+                {EVENT_KEY: st.just(RUN_TASK)},
+                optional={
+                    name: st.one_of(
+                        st.just(value),
+                        texts,
+                        ints,
+                        json_values,
+                        st.sampled_from(target.endpoints + target.tasks),
+                    )
+                    for name, value in ref.items()
+                },
+            ),
+            st.just({EVENT_KEY: RUN_TASK, **ref}),
+            st.dictionaries(
+                st.one_of(st.just(EVENT_KEY), st.text(max_size=8)),
+                st.one_of(st.sampled_from([RUN_TASK, SWEEP, "RUN_TASK"]), json_values),
+                max_size=4,
+            ),
+            deep_json,
+            json_values,
+        )
+    )
     shape = draw(st.sampled_from(["event"] * 6 + ["bad-utf8", "bytes", "huge"]))
-    body = {"event": json.dumps(event).encode(),  # orjson stops at 255 levels
-            "bad-utf8": b'{"a2a_gateway": "\xff\xfe"}', "bytes": draw(st.binary(max_size=40)),
-            "huge": b'{"a2a_gateway":"sweep","x":"' + b"x" * draw(st.sampled_from([300_000, 2_000_000])) + b'"}'}[shape]
+    body = {
+        "event": json.dumps(event).encode(),  # orjson stops at 255 levels
+        "bad-utf8": b'{"a2a_gateway": "\xff\xfe"}',
+        "bytes": draw(st.binary(max_size=40)),
+        "huge": b'{"a2a_gateway":"sweep","x":"'
+        + b"x" * draw(st.sampled_from([300_000, 2_000_000]))
+        + b'"}',
+    }[shape]
     if draw(st.booleans()):
-        headers["Content-Type"] = draw(st.sampled_from(["application/json", "text/plain", "application/octet-stream"]))
+        headers["Content-Type"] = draw(
+            st.sampled_from(["application/json", "text/plain", "application/octet-stream"])
+        )
     method = draw(st.sampled_from(["POST"] * 6 + ["GET", "PUT"]))
     path = draw(st.sampled_from(["/events", "/events", "/events/", "/events?x=1"]))
-    return Request(method, target.worker_url + path, headers, body, may_change=False)  # no task waits for it
+    return Request(
+        method, target.worker_url + path, headers, body, may_change=False
+    )  # no task waits for it
 
 
 # checking replies ----------------------------------------------------------------------------
@@ -464,12 +692,16 @@ def _first_event(response: httpx.Response) -> bytes:
     return read
 
 
-def _reply_problems(request: Request, response: httpx.Response, body: bytes, target: Operated) -> list[str]:
+def _reply_problems(
+    request: Request, response: httpx.Response, body: bytes, target: Operated
+) -> list[str]:
     text = body.decode(errors="replace")
     found = server_error_of(response, text, allowed=(502,) if request.html_allowed else (503,))
     if found:
         return [found]
-    shown_headers = "\n".join(f"{k}: {v}" for k, v in response.headers.items() if k.lower() != "set-cookie")
+    shown_headers = "\n".join(
+        f"{k}: {v}" for k, v in response.headers.items() if k.lower() != "set-cookie"
+    )
     secrets = [*target.secrets, *request.echoed]
     own_csrf = response.status_code == 200 and urlsplit(request.url).path in ("/console/api/login",
                                                                                "/console/api/session")
@@ -480,11 +712,17 @@ def _reply_problems(request: Request, response: httpx.Response, body: bytes, tar
         return [f"{response.status_code} echoes a secret ({echoed}): {text[:200]}"]
     content_type = response.headers.get("Content-Type", "")
     if response.status_code < 400 or request.method == "HEAD":
-        if content_type.startswith("text/event-stream") and not body.startswith((b"event:", b"id:", b"data:", b":")):
+        if content_type.startswith("text/event-stream") and not body.startswith(
+            (b"event:", b"id:", b"data:", b":")
+        ):
             return [f"an event stream starting {body[:80]!r}"]
         return []
     if content_type.startswith("text/html") and request.html_allowed:
-        return [] if "<html" in text else [f"{response.status_code} HTML without a page: {text[:100]!r}"]
+        return (
+            []
+            if "<html" in text
+            else [f"{response.status_code} HTML without a page: {text[:100]!r}"]
+        )
     if not content_type.startswith("application/json"):
         return [f"{response.status_code} {content_type!r} error: {text[:100]!r}"]
     try:
@@ -496,11 +734,15 @@ def _reply_problems(request: Request, response: httpx.Response, body: bytes, tar
         return []  # the admin API's and the console's own refusals: {"error": "...", "problems"?: [...]}
     if not isinstance(error, dict) or error.get("code") != response.status_code or not isinstance(
             error.get("message"), str):
-        return [f"{response.status_code} error is neither AIP-193 nor {{'error': str}}: {text[:200]}"]
+        return [
+            f"{response.status_code} error is neither AIP-193 nor {{'error': str}}: {text[:200]}"
+        ]
     return []
 
 
-def _note_created(request: Request, response: httpx.Response, body: bytes, target: Operated) -> None:
+def _note_created(
+    request: Request, response: httpx.Response, body: bytes, target: Operated
+) -> None:
     if response.status_code != 201:
         return
     reply = orjson.loads(body)
@@ -515,13 +757,21 @@ def check(served: Served[Operated], client: httpx.Client, request: Request) -> i
     target = served.value
     before = served.run(_store_state(target.store))
     try:
-        with client.stream(request.method, request.url, headers=request.headers, content=request.body) as response:
+        with client.stream(
+            request.method, request.url, headers=request.headers, content=request.body
+        ) as response:
             streaming = response.headers.get("Content-Type", "").startswith("text/event-stream")
             body = _first_event(response) if streaming else response.read()
     except httpx.TimeoutException:
         raise AssertionError(f"no answer to {request.method} {request.url[:200]}") from None
     found = _reply_problems(request, response, body, target)
-    assert found == [], (request.method, request.url[:300], request.headers, request.body[:200], found)
+    assert found == [], (
+        request.method,
+        request.url[:300],
+        request.headers,
+        request.body[:200],
+        found,
+    )
     after = served.run(_store_state(target.store))
     if not (request.may_change and response.status_code < 300):
         assert after == before, ("changed by", request.method, request.url[:300], request.headers,
@@ -534,9 +784,13 @@ def _each(strategy: Any, served: Served[Operated]) -> Counter[int]:
     """Checks generated requests of ``strategy``; how many replies had each status."""
     statuses: Counter[int] = Counter()
     with httpx.Client(timeout=httpx.Timeout(60, read=20)) as client:
-        for endpoint_id in served.value.endpoints:  # as the setup left them, whatever an earlier surface did
-            enabled = client.post(f"{served.value.base_url}/admin/api/endpoints/{endpoint_id}/enable",
-                                  headers={"Authorization": f"Bearer {OPERATOR_KEY}"})
+        for (
+            endpoint_id
+        ) in served.value.endpoints:  # as the setup left them, whatever an earlier surface did
+            enabled = client.post(
+                f"{served.value.base_url}/admin/api/endpoints/{endpoint_id}/enable",
+                headers={"Authorization": f"Bearer {OPERATOR_KEY}"},
+            )
             assert enabled.status_code == 200, enabled.text
 
         @HYPOTHESIS
@@ -563,7 +817,9 @@ def test_generated_console_requests(served: Served[Operated]) -> None:
 
 def test_generated_oidc_sign_in_requests(served: Served[Operated]) -> None:
     issuer()  # skips without the OpenID Provider (a failure in CI)
-    _seen(_each(lambda target: console_requests(target, OIDC_ROUTES), served), 200, 303, 400, 404, 405)
+    _seen(
+        _each(lambda target: console_requests(target, OIDC_ROUTES), served), 200, 303, 400, 404, 405
+    )
 
 
 def test_generated_event_feed_requests(served: Served[Operated]) -> None:
@@ -574,13 +830,17 @@ def test_generated_worker_events_change_nothing(served: Served[Operated]) -> Non
     _seen(_each(worker_requests, served), 200, 400, 405)
 
 
-def test_head_on_a_stream_route_is_405_and_the_connection_stays_usable(served: Served[Operated]) -> None:
+def test_head_on_a_stream_route_is_405_and_the_connection_stays_usable(
+    served: Served[Operated],
+) -> None:
     """Before: HEAD on the feed (or a task's stream) streamed its events after a bodiless
     answer, so the next answer on the connection began inside an event ("illegal status line")."""
     target, operator = served.value, {"Authorization": f"Bearer {OPERATOR_KEY}"}
     paths = ["/events", f"/{target.endpoints[0]}/events",
              f"/admin/api/endpoints/{target.endpoints[0]}/tasks/{target.tasks[0]}/stream?principal={PRINCIPAL}"]
-    with httpx.Client(base_url=target.base_url, timeout=httpx.Timeout(60, read=20), headers=operator) as client:
+    with httpx.Client(
+        base_url=target.base_url, timeout=httpx.Timeout(60, read=20), headers=operator
+    ) as client:
         for path in paths:
             assert client.head(path).status_code == 405, path
             assert client.get("/admin/api/stats").status_code == 200
@@ -594,12 +854,22 @@ def test_header_bytes_that_are_not_utf8_are_refused_not_a_500(served: Served[Ope
     session = {"Cookie": f"{COOKIE}={target.session_cookie}"}
     operator = {"Authorization": f"Bearer {OPERATOR_KEY}"}
     cases = [
-        ("POST", f"/admin/api/endpoints/{target.endpoints[0]}/enable", {**session, CSRF_HEADER: b"\xff\xfe"}, 403),
+        (
+            "POST",
+            f"/admin/api/endpoints/{target.endpoints[0]}/enable",
+            {**session, CSRF_HEADER: b"\xff\xfe"},
+            403,
+        ),
         ("POST", "/console/api/logout", {**session, CSRF_HEADER: b"\xff"}, 403),
         ("GET", "/admin/api/endpoints", {"Authorization": b"Bearer \xff"}, 401),
         ("GET", "/events", {"Authorization": b"Bearer \xc3"}, 401),
         ("GET", "/admin/api/endpoints", {**operator, "Host": b"\xff"}, 400),
-        ("GET", f"/{target.endpoints[0]}/.well-known/agent-card.json", {"Host": b"gw\xfe.example"}, 400),
+        (
+            "GET",
+            f"/{target.endpoints[0]}/.well-known/agent-card.json",
+            {"Host": b"gw\xfe.example"},
+            400,
+        ),
         *([("GET", "/console/oidc/login", {"Host": b"\xff"}, 400)] if target.issuer else []),
     ]
     with httpx.Client(base_url=target.base_url, timeout=60) as client:
@@ -610,7 +880,9 @@ def test_header_bytes_that_are_not_utf8_are_refused_not_a_500(served: Served[Ope
         # on the A2A binding too (every call names the gateway's URL): an envelope echoing the id, no task
         sent = {"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": {
             "messageId": "host", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}}
-        key = client.post(f"/admin/api/endpoints/{target.endpoints[0]}/keys", headers=operator, json={}).json()
+        key = client.post(
+            f"/admin/api/endpoints/{target.endpoints[0]}/keys", headers=operator, json={}
+        ).json()
         target.created["keys"].add(key["id"])  # the caller's key may be revoked by a generated call
         created = len(target.store.created)
         response = client.post(f"/{target.endpoints[0]}/a2a", json=sent, headers={
@@ -619,14 +891,18 @@ def test_header_bytes_that_are_not_utf8_are_refused_not_a_500(served: Served[Ope
         assert response.json()["error"]["code"] == -32600 and len(target.store.created) == created
 
 
-def test_a_change_with_a_host_that_is_not_utf8_is_refused_before_it_is_made(served: Served[Operated]) -> None:
+def test_a_change_with_a_host_that_is_not_utf8_is_refused_before_it_is_made(
+    served: Served[Operated],
+) -> None:
     """Before: disabling an endpoint or adding one was stored, then answered 400 (500 before
     the Host check) as the answer could not name the endpoint's card URL."""
     target = served.value
     headers = {"Authorization": f"Bearer {OPERATOR_KEY}", "Host": b"\xff"}
     before = served.run(_store_state(target.store))
     with httpx.Client(base_url=target.base_url, timeout=60) as client:
-        disabled = client.post(f"/admin/api/endpoints/{target.endpoints[1]}/disable", headers=headers)
+        disabled = client.post(
+            f"/admin/api/endpoints/{target.endpoints[1]}/disable", headers=headers
+        )
         added = client.post("/admin/api/endpoints", headers=headers,
                             json={"name": "not added", "handler": "handlers.echo:EchoHandler"})
     assert (disabled.status_code, added.status_code) == (400, 400), (disabled.text, added.text)
@@ -638,7 +914,9 @@ def test_the_store_holds_what_valid_calls_made(served: Served[Operated]) -> None
     valid calls' 201 answers named; no task was created but the setup's."""
     target = served.value
     now, initial = served.run(_store_state(target.store)), target.initial
-    assert {e[0] for e in now["endpoints"]} == {e[0] for e in initial["endpoints"]} | target.created["endpoints"]
+    assert {e[0] for e in now["endpoints"]} == {
+        e[0] for e in initial["endpoints"]
+    } | target.created["endpoints"]
     assert {k[0] for k in now["keys"]} == {k[0] for k in initial["keys"]} | target.created["keys"]
     assert {t[2] for t in now["tasks"]} == set(target.tasks)
     assert len(target.store.created) == len(target.tasks)

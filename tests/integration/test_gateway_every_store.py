@@ -100,7 +100,9 @@ async def test_input_required_then_the_answer_completes_the_same_task(gw, echo):
         waiting = await client.get_task(GetTaskRequest(id=task.id))
         listed = await client.list_tasks(ListTasksRequest(status=INPUT_REQUIRED))
         (answered,) = await collect(
-            client.send_message(send_request("the answer", task_id=task.id, context_id=task.context_id))
+            client.send_message(
+                send_request("the answer", task_id=task.id, context_id=task.context_id)
+            )
         )
         done = await client.get_task(GetTaskRequest(id=task.id))
         still_waiting = await client.list_tasks(ListTasksRequest(status=INPUT_REQUIRED))
@@ -119,7 +121,9 @@ async def test_input_required_round_trip_over_streams(gw, echo):
         asked = await collect(client.send_message(send_request("?input over a stream")))
         task = asked[0].task
         answered = await collect(
-            client.send_message(send_request("streamed answer", task_id=task.id, context_id=task.context_id))
+            client.send_message(
+                send_request("streamed answer", task_id=task.id, context_id=task.context_id)
+            )
         )
     assert asked[-1].status_update.status.state == INPUT_REQUIRED
     assert answered[0].task.id == task.id
@@ -129,7 +133,9 @@ async def test_input_required_round_trip_over_streams(gw, echo):
 
 async def test_cancel_stops_a_slow_stream_and_the_task_stays_canceled(gw, slow_echo):
     async with gw.client(slow_echo) as streaming, gw.client(slow_echo, streaming=False) as client:
-        stream = streaming.send_message(send_request(" ".join(["word"] * 100)))  # 5 s if not stopped
+        stream = streaming.send_message(
+            send_request(" ".join(["word"] * 100))
+        )  # 5 s if not stopped
         first = await anext(stream)
         await anext(stream)
         canceled = await client.cancel_task(CancelTaskRequest(id=first.task.id))

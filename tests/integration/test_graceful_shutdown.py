@@ -50,7 +50,9 @@ async def until_text(stream: Any, into: list[Any], words: int) -> None:
         into.append(await anext(stream))
 
 
-async def test_sigterm_answers_a_stream_and_a_blocking_call_then_exits_0_and_keeps_the_text(tmp_path):
+async def test_sigterm_answers_a_stream_and_a_blocking_call_then_exits_0_and_keeps_the_text(
+    tmp_path,
+):
     added = run_cli("endpoints", "add", "--name", "slow", "--handler", "handlers.echo:EchoHandler",
                     "--set", "delay=0.2", "--public", cwd=tmp_path)
     assert added.returncode == 0, added.stderr
@@ -60,8 +62,11 @@ async def test_sigterm_answers_a_stream_and_a_blocking_call_then_exits_0_and_kee
     procs: list[asyncio.subprocess.Process] = []
     async with serving("serve", cwd=tmp_path, process=procs, **env) as listening:
         gateway = RunningGateway(listening[1], None)  # type: ignore[arg-type]
-        async with gateway.client(ep) as streaming, gateway.client(ep, streaming=False) as blocking, \
-                httpx.AsyncClient(base_url=listening[1], timeout=10) as http:
+        async with (
+            gateway.client(ep) as streaming,
+            gateway.client(ep, streaming=False) as blocking,
+            httpx.AsyncClient(base_url=listening[1], timeout=10) as http,
+        ):
             stream = streaming.send_message(send_request(words))
             seen = [await anext(stream)]
             await until_text(stream, seen, 3)
@@ -69,8 +74,12 @@ async def test_sigterm_answers_a_stream_and_a_blocking_call_then_exits_0_and_kee
             await eventually(lambda: _running(http, 2), timeout=20, what="both runs under way")
             sigterm = time.monotonic()
             procs[0].send_signal(signal.SIGTERM)
-            ready = await eventually(lambda: _status(http, "/readyz", 503), timeout=10, what="not ready")
-            refused = await http.post(f"/{ep}/a2a", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask"})
+            ready = await eventually(
+                lambda: _status(http, "/readyz", 503), timeout=10, what="not ready"
+            )
+            refused = await http.post(
+                f"/{ep}/a2a", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask"}
+            )
             async with asyncio.timeout(GRACE + 20):
                 rest = [e async for e in stream]
                 answer = await waiting
@@ -80,7 +89,10 @@ async def test_sigterm_answers_a_stream_and_a_blocking_call_then_exits_0_and_kee
             exited = time.monotonic() - sigterm
     print(f"SIGTERM to answers {answered:.1f}s, to exit {exited:.1f}s")
     assert ready and refused.status_code == 503 and refused.headers["Retry-After"] == "1"
-    assert refused.json()["error"]["code"] == -32603 and "shutting down" in refused.json()["error"]["message"]
+    assert (
+        refused.json()["error"]["code"] == -32603
+        and "shutting down" in refused.json()["error"]["message"]
+    )
     assert stopping_note(rest[-1]) == STOPPING_NOTE and final_state(rest) == WORKING
     assert answer.task.status.state == WORKING and answer.task.id != seen[0].task.id
     assert code == 0
@@ -92,7 +104,9 @@ async def test_sigterm_answers_a_stream_and_a_blocking_call_then_exits_0_and_kee
         gateway = RunningGateway(listening[1], None)  # type: ignore[arg-type]
         async with gateway.client(ep, streaming=False) as client:
             lost = await client.get_task(GetTaskRequest(id=seen[0].task.id))
-    assert lost.status.state == FAILED and lost.status.message.parts[0].text == "gateway instance lost"
+    assert (
+        lost.status.state == FAILED and lost.status.message.parts[0].text == "gateway instance lost"
+    )
     (partial,) = lost.artifacts
     assert partial.metadata["partial"] is True
     assert partial.parts[0].text.startswith(streamed) and len(partial.parts[0].text.split()) > 3
@@ -106,15 +120,26 @@ async def test_a_second_sigterm_ends_the_grace_period_at_once_and_still_hands_ov
     grace = 120.0  # longer than the test may take: only the second signal can end it
     output: list[str] = []
     procs: list[asyncio.subprocess.Process] = []
-    async with serving("serve", cwd=tmp_path, process=procs, output=output,
-                       A2A_GATEWAY_SHUTDOWN_GRACE_SECONDS=str(grace), A2A_GATEWAY_LOG_LEVEL="info") as listening:
+    async with serving(
+        "serve",
+        cwd=tmp_path,
+        process=procs,
+        output=output,
+        A2A_GATEWAY_SHUTDOWN_GRACE_SECONDS=str(grace),
+        A2A_GATEWAY_LOG_LEVEL="info",
+    ) as listening:
         gateway = RunningGateway(listening[1], None)  # type: ignore[arg-type]
-        async with gateway.client(ep) as streaming, httpx.AsyncClient(base_url=listening[1], timeout=10) as http:
+        async with (
+            gateway.client(ep) as streaming,
+            httpx.AsyncClient(base_url=listening[1], timeout=10) as http,
+        ):
             stream = streaming.send_message(send_request(" ".join(f"w{i}" for i in range(2000))))
             seen = [await anext(stream)]
             await until_text(stream, seen, 3)
             procs[0].send_signal(signal.SIGTERM)
-            assert await eventually(lambda: _status(http, "/readyz", 503), timeout=10, what="draining")
+            assert await eventually(
+                lambda: _status(http, "/readyz", 503), timeout=10, what="draining"
+            )
             await asyncio.sleep(1.0)
             assert procs[0].returncode is None  # the first signal alone waits for the grace period
             procs[0].send_signal(signal.SIGTERM)
@@ -149,9 +174,14 @@ async def test_sigterm_on_one_replica_the_other_completes_the_run_at_once(tmp_pa
             on_b_stream = on_b.send_message(send_request(words))  # runs on B, followed from A
             run_on_b = (await anext(on_b_stream)).task.id
             from_a: list[Any] = []
-            following = asyncio.create_task(collect(on_a.subscribe(SubscribeToTaskRequest(id=run_on_b)), from_a))
-            await eventually(lambda: len(backend.runs) == 3 and artifact_updates(from_a), timeout=20,
-                             what="three backend runs, one followed from A")
+            following = asyncio.create_task(
+                collect(on_a.subscribe(SubscribeToTaskRequest(id=run_on_b)), from_a)
+            )
+            await eventually(
+                lambda: len(backend.runs) == 3 and artifact_updates(from_a),
+                timeout=20,
+                what="three backend runs, one followed from A",
+            )
             sigterm = time.monotonic()
             rs["a"].proc.send_signal(signal.SIGTERM)
             async with asyncio.timeout(GRACE + 20):
@@ -161,23 +191,33 @@ async def test_sigterm_on_one_replica_the_other_completes_the_run_at_once(tmp_pa
             answered = time.monotonic() - sigterm
             # the streaming client follows its task on B, as the last event suggests
             remote: list[Any] = []
-            resubscribed = asyncio.create_task(collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote))
+            resubscribed = asyncio.create_task(
+                collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote)
+            )
             code = await asyncio.to_thread(rs["a"].proc.wait, KUBERNETES_GRACE)
             exited = time.monotonic() - sigterm
             # B looks for expired leases when A says it released them (B may complete it at once)
-            await eventually(lambda: _owner(rs.store_url, task_id), until=lambda owner: owner != "a",
-                             timeout=30, what="A's task taken over")
+            await eventually(
+                lambda: _owner(rs.store_url, task_id),
+                until=lambda owner: owner != "a",
+                timeout=30,
+                what="A's task taken over",
+            )
             claimed = time.monotonic() - sigterm
             async with asyncio.timeout(60):
                 await resubscribed
             taken_over = time.monotonic() - sigterm
             blocked = await eventually(
-                lambda: _task_state(get_b, answer.task.id, COMPLETED), timeout=60, what="blocking task completed"
+                lambda: _task_state(get_b, answer.task.id, COMPLETED),
+                timeout=60,
+                what="blocking task completed",
             )
             async with asyncio.timeout(60):
                 on_b_events = [e async for e in on_b_stream]
-    print(f"SIGTERM to answers {answered:.1f}s, to exit {exited:.1f}s, to B's claim {claimed:.1f}s, "
-          f"to completion on B {taken_over:.1f}s")
+    print(
+        f"SIGTERM to answers {answered:.1f}s, to exit {exited:.1f}s, to B's claim {claimed:.1f}s, "
+        f"to completion on B {taken_over:.1f}s"
+    )
     assert stopping_note(rest[-1]) == STOPPING_NOTE and final_state(rest) == WORKING
     assert answer.task.status.state == WORKING
     assert stopping_note(from_a[-1]) == STOPPING_NOTE and final_state(from_a) == WORKING
@@ -186,7 +226,11 @@ async def test_sigterm_on_one_replica_the_other_completes_the_run_at_once(tmp_pa
     assert len(backend.runs) == 3, "a backend run was started again instead of re-attached"
     full = f"backend: {words}"
     assert all(run.output == full for run in backend.runs.values())
-    assert final_state(remote) == COMPLETED and artifact_updates(remote)[-1].last_chunk and rebuild(remote) == full
+    assert (
+        final_state(remote) == COMPLETED
+        and artifact_updates(remote)[-1].last_chunk
+        and rebuild(remote) == full
+    )
     assert blocked.artifacts[0].parts[0].text == full and not blocked.artifacts[0].metadata
 
 
@@ -212,7 +256,9 @@ async def _task_state(client: Any, task_id: str, state: int) -> Any:
     return task if task.status.state == state else None
 
 
-async def test_sigterm_during_a_real_hermes_run_the_other_replica_reattaches_and_completes(tmp_path):
+async def test_sigterm_during_a_real_hermes_run_the_other_replica_reattaches_and_completes(
+    tmp_path,
+):
     hermes_url = require_env("A2A_TEST_HERMES_URL")
     require_env("A2A_TEST_HERMES_KEY")
     require_env("A2A_TEST_LLM_URL")
@@ -221,17 +267,26 @@ async def test_sigterm_during_a_real_hermes_run_the_other_replica_reattaches_and
         tmp_path, ["a", "b"], lease_seconds=300, remote_poll_seconds=0.3,
         extra_env={"A2A_GATEWAY_SHUTDOWN_GRACE_SECONDS": str(GRACE)},
     ) as rs:
-        ep = await rs.add_endpoint("handlers.hermes:HermesAgentHandler", hermes_api_url=hermes_url,
-                                   hermes_api_key="env:A2A_TEST_HERMES_KEY", poll_interval_seconds=0.2)
+        ep = await rs.add_endpoint(
+            "handlers.hermes:HermesAgentHandler",
+            hermes_api_url=hermes_url,
+            hermes_api_key="env:A2A_TEST_HERMES_KEY",
+            poll_interval_seconds=0.2,
+        )
         async with rs.client("a", ep) as on_a, rs.client("b", ep, streaming=False) as on_b:
-            stream = on_a.send_message(send_request(f"FAKE_SLOW words=60 delay=0.2 {uuid.uuid4().hex[:10]}"))
+            stream = on_a.send_message(
+                send_request(f"FAKE_SLOW words=60 delay=0.2 {uuid.uuid4().hex[:10]}")
+            )
             seen = [await anext(stream)]
             await until_text(stream, seen, 3)
             rs["a"].proc.send_signal(signal.SIGTERM)
             async with asyncio.timeout(GRACE + 20):
                 rest = [e async for e in stream]
             code = await asyncio.to_thread(rs["a"].proc.wait, KUBERNETES_GRACE)
-            done = await eventually(lambda: _task_state(on_b, seen[0].task.id, COMPLETED), timeout=60,
-                                    what="the Hermes task completed on B")
+            done = await eventually(
+                lambda: _task_state(on_b, seen[0].task.id, COMPLETED),
+                timeout=60,
+                what="the Hermes task completed on B",
+            )
     assert stopping_note(rest[-1]) == STOPPING_NOTE and code == 0
     assert done.artifacts[0].parts[0].text == " ".join(f"slow{i}" for i in range(60))

@@ -71,7 +71,9 @@ class Case:
 
 
 @pytest.fixture(params=CASES, ids=lambda c: f"{c[0]}-{c[1]}")
-async def case(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Case]:
+async def case(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Case]:
     binding, store = request.param
     async with fresh_store_url(store, tmp_path, monkeypatch) as url:
         async with running_gateway(url, grpc=True) as gw:
@@ -98,7 +100,9 @@ async def test_send_returns_the_completed_task_and_get_reads_it_back(case):
     for task in (event.task, got):
         assert task.status.state == COMPLETED
         assert [p.text for p in task.artifacts[0].parts] == ["echo: hello binding"]
-        assert [m.parts[0].text for m in task.history if m.role == Role.ROLE_USER] == ["hello binding"]
+        assert [m.parts[0].text for m in task.history if m.role == Role.ROLE_USER] == [
+            "hello binding"
+        ]
 
 
 async def test_stream_rebuilds_the_text_the_store_keeps(case):
@@ -117,8 +121,12 @@ async def test_list_tasks_by_context_and_pages(case):
     ep = await echo(case.gw)
     context_id = str(uuid.uuid4())
     async with case.client(ep, streaming=False) as client:
-        ids = [(await collect(client.send_message(send_request(f"m{i}", context_id=context_id))))[0].task.id
-               for i in range(3)]
+        ids = [
+            (await collect(client.send_message(send_request(f"m{i}", context_id=context_id))))[
+                0
+            ].task.id
+            for i in range(3)
+        ]
         await collect(client.send_message(send_request("elsewhere")))
         first = await client.list_tasks(ListTasksRequest(context_id=context_id, page_size=2))
         second = await client.list_tasks(ListTasksRequest(context_id=context_id, page_size=2,
@@ -157,7 +165,10 @@ async def test_push_config_create_get_list_delete(case):
         (event,) = await collect(client.send_message(send_request("push me")))
         task_id = event.task.id
         created = await client.create_task_push_notification_config(
-            TaskPushNotificationConfig(task_id=task_id, id="cfg-1", url="http://127.0.0.1:9/hook", token="t1"))
+            TaskPushNotificationConfig(
+                task_id=task_id, id="cfg-1", url="http://127.0.0.1:9/hook", token="t1"
+            )
+        )
         got = await client.get_task_push_notification_config(
             GetTaskPushNotificationConfigRequest(task_id=task_id, id="cfg-1"))
         listed = await client.list_task_push_notification_configs(
@@ -262,36 +273,60 @@ async def test_without_a_grpc_port_the_card_lists_no_grpc(gw, echo_id):
 async def test_errors_are_status_codes_with_error_info(grpc_gw, stub):
     ep = await echo(grpc_gw)
     unknown_task = await failed(stub.GetTask(_get(ep), metadata=V10))
-    assert error_info(unknown_task) == (grpc.StatusCode.NOT_FOUND, "TASK_NOT_FOUND", "a2a-protocol.org")
+    assert error_info(unknown_task) == (
+        grpc.StatusCode.NOT_FOUND,
+        "TASK_NOT_FOUND",
+        "a2a-protocol.org",
+    )
     terminal = (await stub.SendMessage(_send(ep, "done"), metadata=V10)).task
     again = await failed(stub.SubscribeToTask(_subscribe(ep, terminal.id), metadata=V10))
-    assert error_info(again) == (grpc.StatusCode.FAILED_PRECONDITION, "UNSUPPORTED_OPERATION", "a2a-protocol.org")
+    assert error_info(again) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "UNSUPPORTED_OPERATION",
+        "a2a-protocol.org",
+    )
     missing_id = await failed(stub.GetTask(_get(ep, ""), metadata=V10))
     assert error_info(missing_id)[:2] == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PARAMS")
     old_version = await failed(stub.GetTask(_get(ep), metadata=(("a2a-version", "0.3"),)))
-    assert error_info(old_version)[:2] == (grpc.StatusCode.FAILED_PRECONDITION, "VERSION_NOT_SUPPORTED")
+    assert error_info(old_version)[:2] == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "VERSION_NOT_SUPPORTED",
+    )
     grpc_gw.gateway.settings.rest_error_statuses = "1.0.0"  # A2A v1.0.0's table
     old_table = await failed(stub.SubscribeToTask(_subscribe(ep, terminal.id), metadata=V10))
     assert error_info(old_table)[:2] == (grpc.StatusCode.UNIMPLEMENTED, "UNSUPPORTED_OPERATION")
 
 
 async def test_the_extended_card_for_a_key_on_grpc_and_http_lists_grpc_too(grpc_gw, stub):
-    card = {"capabilities": {"extendedAgentCard": True},
-            "extended": {"skills": [{"id": "admin", "name": "Admin", "description": "more", "tags": ["x"]}]}}
+    card = {
+        "capabilities": {"extendedAgentCard": True},
+        "extended": {
+            "skills": [{"id": "admin", "name": "Admin", "description": "more", "tags": ["x"]}]
+        },
+    }
     ep = await grpc_gw.add_endpoint(settings={"delay": 0}, card=card)
-    anonymous = await failed(stub.GetExtendedAgentCard(GetExtendedAgentCardRequest(tenant=ep), metadata=V10))
+    anonymous = await failed(
+        stub.GetExtendedAgentCard(GetExtendedAgentCardRequest(tenant=ep), metadata=V10)
+    )
     key = await _key(grpc_gw, ep, "alice")
     over_grpc = await stub.GetExtendedAgentCard(GetExtendedAgentCardRequest(tenant=ep),
                                                 metadata=V10 + (("x-api-key", key),))
     async with httpx.AsyncClient() as http:
         over_http = (await http.get(f"{grpc_gw.rest_url(ep)}/extendedAgentCard",
                                     headers={"X-API-Key": key})).json()
-    assert error_info(anonymous)[:2] == (grpc.StatusCode.FAILED_PRECONDITION, "EXTENDED_AGENT_CARD_NOT_CONFIGURED")
+    assert error_info(anonymous)[:2] == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+    )
     assert "admin" in [s.id for s in over_grpc.skills]
     assert [(i.protocol_binding, i.url, i.tenant) for i in over_grpc.supported_interfaces][-1] == (
         "GRPC", grpc_target(grpc_gw), ep)
     assert over_http["supportedInterfaces"][-1] == {
-        "url": grpc_target(grpc_gw), "protocolBinding": "GRPC", "tenant": ep, "protocolVersion": "1.0"}
+        "url": grpc_target(grpc_gw),
+        "protocolBinding": "GRPC",
+        "tenant": ep,
+        "protocolVersion": "1.0",
+    }
 
 
 async def test_a_required_extension_is_negotiated_in_metadata(grpc_gw, stub):
@@ -301,7 +336,10 @@ async def test_a_required_extension_is_negotiated_in_metadata(grpc_gw, stub):
     refused = await failed(stub.SendMessage(_send(ep, "hi"), metadata=V10))
     call = stub.SendMessage(_send(ep, "hi"), metadata=V10 + (("a2a-extensions", uri),))
     answer, sent_back = await call, dict(await call.initial_metadata())
-    assert error_info(refused)[:2] == (grpc.StatusCode.FAILED_PRECONDITION, "EXTENSION_SUPPORT_REQUIRED")
+    assert error_info(refused)[:2] == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "EXTENSION_SUPPORT_REQUIRED",
+    )
     assert answer.task.status.state == COMPLETED and sent_back["a2a-extensions"] == uri
 
 
@@ -311,7 +349,10 @@ async def test_calls_count_in_the_request_metrics(grpc_gw, stub):
     await failed(stub.GetTask(_get(ep), metadata=V10))
     async with httpx.AsyncClient() as http:
         metrics = (await http.get(f"{grpc_gw.base_url}/metrics")).text
-    assert f'a2a_gateway_request_outcomes_total{{a2a_method="SendMessage",endpoint="{ep}",outcome="ok"}} 1.0' in metrics
+    assert (
+        f'a2a_gateway_request_outcomes_total{{a2a_method="SendMessage",endpoint="{ep}",outcome="ok"}} 1.0'
+        in metrics
+    )
     assert (f'a2a_gateway_request_outcomes_total{{a2a_method="GetTask",endpoint="{ep}",'
             f'outcome="TaskNotFoundError"}} 1.0') in metrics
 
@@ -330,26 +371,38 @@ async def test_a_request_without_tenant_goes_to_the_default_endpoint():
     async with running_gateway(grpc=True, default_endpoint=default) as gw:
         await gw.add_endpoint(settings={"delay": 0}, endpoint_id=default)
         async with grpc.aio.insecure_channel(grpc_target(gw)) as channel:
-            answer = await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(_send("", "to the default"), metadata=V10)
+            answer = await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(
+                _send("", "to the default"), metadata=V10
+            )
     assert answer.task.artifacts[0].parts[0].text == "echo: to the default"
 
 
 async def test_credentials_come_from_metadata():
-    async with running_gateway(grpc=True, allow_unauthenticated_endpoints=False, api_key_cache_seconds=0) as gw:
+    async with running_gateway(
+        grpc=True, allow_unauthenticated_endpoints=False, api_key_cache_seconds=0
+    ) as gw:
         ep = await echo(gw)
         key = await _key(gw, ep, "alice")
         async with grpc.aio.insecure_channel(grpc_target(gw)) as channel:
             stub = a2a_pb2_grpc.A2AServiceStub(channel)
-            for metadata in ((), (("x-api-key", "nonsense"),), (("authorization", "Bearer nonsense"),)):
+            for metadata in (
+                (),
+                (("x-api-key", "nonsense"),),
+                (("authorization", "Bearer nonsense"),),
+            ):
                 for call in (stub.SendMessage(_send(ep, "hi"), metadata=V10 + metadata),
                              stub.SendStreamingMessage(_send(ep, "hi"), metadata=V10 + metadata)):
                     refused = await failed(call)
                     assert refused.code() == grpc.StatusCode.UNAUTHENTICATED, metadata
                     assert "nonsense" not in refused.details()
-            by_header = await stub.SendMessage(_send(ep, "hi"), metadata=V10 + (("x-api-key", key),))
+            by_header = await stub.SendMessage(
+                _send(ep, "hi"), metadata=V10 + (("x-api-key", key),)
+            )
             by_bearer = await stub.GetTask(_get(ep, by_header.task.id),
                                            metadata=V10 + (("authorization", f"Bearer {key}"),))
-            listed = await stub.ListTasks(ListTasksRequest(tenant=ep), metadata=V10 + (("x-api-key", key),))
+            listed = await stub.ListTasks(
+                ListTasksRequest(tenant=ep), metadata=V10 + (("x-api-key", key),)
+            )
     assert by_bearer.status.state == COMPLETED
     assert [t.id for t in listed.tasks] == [by_header.task.id]  # the refused calls created nothing
 
@@ -393,7 +446,9 @@ async def test_a_message_over_the_limit_is_refused_and_the_server_goes_on():
 
 async def test_message_limits_of_the_http_bindings_apply(grpc_gw, stub):
     grpc_gw.gateway.settings.max_text_chars = 10
-    error = await failed(stub.SendMessage(_send(await echo(grpc_gw), "longer than ten"), metadata=V10))
+    error = await failed(
+        stub.SendMessage(_send(await echo(grpc_gw), "longer than ten"), metadata=V10)
+    )
     assert error_info(error)[:2] == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PARAMS")
     assert "max_text_chars" in error.details()
 
@@ -404,7 +459,9 @@ async def test_health_is_serving_then_not_serving_while_stopping(grpc_gw):
         before = await health.Check(health_pb2.HealthCheckRequest())
         grpc_gw.gateway.engine.stopping = True
         during = await health.Check(health_pb2.HealthCheckRequest())
-        refused = await failed(a2a_pb2_grpc.A2AServiceStub(channel).GetTask(_get(str(uuid.uuid4())), metadata=V10))
+        refused = await failed(
+            a2a_pb2_grpc.A2AServiceStub(channel).GetTask(_get(str(uuid.uuid4())), metadata=V10)
+        )
         grpc_gw.gateway.engine.stopping = False
     assert before.status == health_pb2.HealthCheckResponse.SERVING
     assert during.status == health_pb2.HealthCheckResponse.NOT_SERVING
@@ -412,7 +469,9 @@ async def test_health_is_serving_then_not_serving_while_stopping(grpc_gw):
 
 
 async def test_a_stream_idle_for_longer_than_the_keepalive_interval_goes_on():
-    async with running_gateway(grpc=True, grpc_keepalive_seconds=0.5, grpc_keepalive_timeout_seconds=1.0) as gw:
+    async with running_gateway(
+        grpc=True, grpc_keepalive_seconds=0.5, grpc_keepalive_timeout_seconds=1.0
+    ) as gw:
         ep = await echo(gw, 1.5)  # 1.5 s without an event, three pings
         async with gw.client(ep, binding="GRPC") as client:
             events = await collect(client.send_message(send_request("slow idle words")))
@@ -424,17 +483,23 @@ async def test_reflection_lists_the_a2a_service_when_switched_on():
     async with running_gateway(grpc=True, grpc_reflection=True) as gw:
         async with grpc.aio.insecure_channel(grpc_target(gw)) as channel:
             reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
-            answers = reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+            answers = reflection.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+            )
             (answer,) = [a async for a in answers]
     names = [s.name for s in answer.list_services_response.service]
     assert "lf.a2a.v1.A2AService" in names and "grpc.health.v1.Health" in names
 
 
 async def test_shutdown_ends_a_grpc_stream_with_the_hand_over_event():
-    async with running_gateway(grpc=True, shutdown_grace_seconds=0.5, shutdown_close_seconds=2.0) as gw:
+    async with running_gateway(
+        grpc=True, shutdown_grace_seconds=0.5, shutdown_close_seconds=2.0
+    ) as gw:
         ep = await echo(gw, 0.2)
         async with grpc.aio.insecure_channel(grpc_target(gw)) as channel:
-            stream = a2a_pb2_grpc.A2AServiceStub(channel).SendStreamingMessage(_send(ep, WORDS), metadata=V10)
+            stream = a2a_pb2_grpc.A2AServiceStub(channel).SendStreamingMessage(
+                _send(ep, WORDS), metadata=V10
+            )
             seen = [await stream.read(), await stream.read()]
             async with asyncio.timeout(20):
                 drained = asyncio.create_task(drain(gw.app))
@@ -452,8 +517,12 @@ async def test_tls_when_a_certificate_is_configured(tmp_path):
                                grpc_tls_cert_file=str(cert), grpc_tls_key_file=str(key)) as gw:
         ep = await echo(gw)
         credentials = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
-        async with grpc.aio.secure_channel(f"localhost:{gw.gateway.grpc_port}", credentials) as channel:
-            answer = await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(_send(ep, "over tls"), metadata=V10)
+        async with grpc.aio.secure_channel(
+            f"localhost:{gw.gateway.grpc_port}", credentials
+        ) as channel:
+            answer = await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(
+                _send(ep, "over tls"), metadata=V10
+            )
         async with grpc.aio.insecure_channel(grpc_target(gw)) as channel:
             plaintext = await failed(a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(
                 _send(ep, "in the clear"), metadata=V10, timeout=5))
@@ -471,10 +540,14 @@ async def test_serve_grpc_port_serves_the_card_interface(tmp_path):
     added = run_cli("endpoints", "add", "--name", "echo", "--handler", "handlers.echo:EchoHandler",
                     "--set", "delay=0", "--public", cwd=tmp_path)
     ep = added.stdout.strip().splitlines()[-1]
-    async with serving("serve", "--grpc-port", "0", cwd=tmp_path, A2A_GATEWAY_GRPC_ALLOW_PLAINTEXT="true") as listening:
+    async with serving(
+        "serve", "--grpc-port", "0", cwd=tmp_path, A2A_GATEWAY_GRPC_ALLOW_PLAINTEXT="true"
+    ) as listening:
         async with httpx.AsyncClient() as http:
             card = (await http.get(f"{listening[1]}/{ep}/.well-known/agent-card.json")).json()
-        (grpc_interface,) = [i for i in card["supportedInterfaces"] if i["protocolBinding"] == "GRPC"]
+        (grpc_interface,) = [
+            i for i in card["supportedInterfaces"] if i["protocolBinding"] == "GRPC"
+        ]
         assert f"gRPC on {grpc_interface['url']}" in listening.string
         async with grpc.aio.insecure_channel(grpc_interface["url"]) as channel:
             answer = await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(
@@ -517,14 +590,23 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
     now = datetime.datetime.now(datetime.UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
         .sign(key, hashes.SHA256())
     )
     cert_path, key_path = directory / "cert.pem", directory / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     return cert_path, key_path

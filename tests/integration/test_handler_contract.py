@@ -38,17 +38,29 @@ def gw(every_store: RunningGateway) -> RunningGateway:
 
 
 def send(text: str, *parts: Part, **fields: str) -> SendMessageRequest:
-    message = Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text), *parts], **fields)
+    message = Message(
+        message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text), *parts], **fields
+    )
     return SendMessageRequest(message=message)
 
 
-async def test_named_artifacts_stream_and_are_stored_with_their_file_and_data_parts(gw: RunningGateway):
+async def test_named_artifacts_stream_and_are_stored_with_their_file_and_data_parts(
+    gw: RunningGateway,
+):
     echo = await gw.add_endpoint(settings={"delay": 0.0})
     async with gw.client(echo) as client:
         events = await collect(client.send_message(send("show ?artifacts")))
         updates = [e.artifact_update for e in events if e.HasField("artifact_update")]
-        named = [(u.artifact.artifact_id, u.append, u.last_chunk, [p.text for p in u.artifact.parts if p.text])
-                 for u in updates if u.artifact.artifact_id in ("notes", "file", "data")]
+        named = [
+            (
+                u.artifact.artifact_id,
+                u.append,
+                u.last_chunk,
+                [p.text for p in u.artifact.parts if p.text],
+            )
+            for u in updates
+            if u.artifact.artifact_id in ("notes", "file", "data")
+        ]
         # published faster than the client reads (delay 0): the two notes chunks wait, and
         # come, as one chunk of both their parts
         assert named == [("notes", False, True, ["first ", "second"]), ("file", False, True, []),
@@ -59,13 +71,19 @@ async def test_named_artifacts_stream_and_are_stored_with_their_file_and_data_pa
     by_id = {a.artifact_id: a for a in task.artifacts}
     assert [p.text for p in by_id["notes"].parts] == ["first ", "second"]
     [file] = by_id["file"].parts
-    assert (file.filename, file.media_type, file.raw) == ("echo.txt", "text/plain", b"show ?artifacts")
+    assert (file.filename, file.media_type, file.raw) == (
+        "echo.txt",
+        "text/plain",
+        b"show ?artifacts",
+    )
     assert MessageToDict(by_id["data"].parts[0].data) == {"echo": "show ?artifacts", "words": 2}
     response = [a for a in task.artifacts if a.name == "response"]
     assert response[0].parts[0].text == "echo: show ?artifacts"
 
 
-async def test_auth_required_waits_with_its_prompt_and_the_answer_completes_the_task(gw: RunningGateway):
+async def test_auth_required_waits_with_its_prompt_and_the_answer_completes_the_task(
+    gw: RunningGateway,
+):
     echo = await gw.add_endpoint(settings={"delay": 0.0})
     async with gw.client(echo, streaming=False) as client:
         [first] = await collect(client.send_message(send("book ?auth")))
@@ -74,13 +92,17 @@ async def test_auth_required_waits_with_its_prompt_and_the_answer_completes_the_
         status = task.status.message
         assert "authorize" in status.parts[0].text.lower()
         assert MessageToDict(status.parts[1].data) == {"auth_url": "https://example.com/echo/authorize"}
-        [second] = await collect(client.send_message(send("granted", task_id=task.id, context_id=task.context_id)))
+        [second] = await collect(
+            client.send_message(send("granted", task_id=task.id, context_id=task.context_id))
+        )
     assert second.task.id == task.id
     assert second.task.status.state == COMPLETED
     assert second.task.artifacts[0].parts[0].text == "echo: granted"
 
 
-async def test_a_file_part_the_agent_does_not_take_is_refused_before_any_task_exists(gw: RunningGateway):
+async def test_a_file_part_the_agent_does_not_take_is_refused_before_any_task_exists(
+    gw: RunningGateway,
+):
     echo = await gw.add_endpoint(settings={"delay": 0.0})
     pdf = Part(raw=b"%PDF-1.7", media_type="application/pdf", filename="a.pdf")
     async with gw.client(echo, streaming=False) as client:
@@ -93,7 +115,9 @@ async def test_a_file_part_the_agent_does_not_take_is_refused_before_any_task_ex
         "messageId": "m1", "role": "ROLE_USER",
         "parts": [{"text": "x"}, {"raw": "JVBERg==", "mediaType": "application/pdf"}]}}}
     async with httpx.AsyncClient() as http:
-        answer = (await http.post(gw.jsonrpc_url(echo), json=body, headers={"A2A-Version": "1.0"})).json()
+        answer = (
+            await http.post(gw.jsonrpc_url(echo), json=body, headers={"A2A-Version": "1.0"})
+        ).json()
     assert answer["id"] == "req-7"
     assert answer["error"]["code"] == -32005
 

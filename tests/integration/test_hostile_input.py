@@ -42,13 +42,19 @@ async def rpc_error(http: httpx.AsyncClient, url: str, body: dict, headers: dict
     return reply["error"]
 
 
-async def test_integers_out_of_their_field_range_are_invalid_params(gw: RunningGateway, echo_id, http):
+async def test_integers_out_of_their_field_range_are_invalid_params(
+    gw: RunningGateway, echo_id, http
+):
     url = gw.jsonrpc_url(echo_id)
     cases = [
         ("GetTask", {"id": "t", "historyLength": 2147483648}, "historyLength"),
         ("ListTasks", {"pageSize": 99999999999}, "pageSize"),
         ("ListTasks", {"historyLength": -2147483649}, "historyLength"),
-        ("SendMessage", {"message": wire_message(), "configuration": {"historyLength": 2**40}}, "historyLength"),
+        (
+            "SendMessage",
+            {"message": wire_message(), "configuration": {"historyLength": 2**40}},
+            "historyLength",
+        ),
     ]
     for method, params, field in cases:
         error = await rpc_error(http, url, rpc(method, params), V10)
@@ -58,14 +64,21 @@ async def test_integers_out_of_their_field_range_are_invalid_params(gw: RunningG
 async def test_integers_out_of_range_on_0_3_are_invalid_params(gw: RunningGateway, echo_id, http):
     url = gw.jsonrpc_url(echo_id)
     for length in (-1, 2147483648):
-        error = await rpc_error(http, url, rpc("tasks/get", {"id": "t", "historyLength": length}), {})
+        error = await rpc_error(
+            http, url, rpc("tasks/get", {"id": "t", "historyLength": length}), {}
+        )
         assert "historyLength" in error["message"]
-        params = {**params_0_3({"kind": "text", "text": "hi"}), "configuration": {"historyLength": length}}
+        params = {
+            **params_0_3({"kind": "text", "text": "hi"}),
+            "configuration": {"historyLength": length},
+        }
         error = await rpc_error(http, url, rpc("message/send", params), {})
         assert "configuration.historyLength" in error["message"]
 
 
-async def test_integers_out_of_range_in_rest_query_strings_are_400(gw: RunningGateway, echo_id, http):
+async def test_integers_out_of_range_in_rest_query_strings_are_400(
+    gw: RunningGateway, echo_id, http
+):
     base = gw.rest_url(echo_id)
     for path in ("/tasks?pageSize=99999999999", "/tasks?historyLength=-99999999999",
                  "/tasks/t?historyLength=2147483648"):
@@ -93,7 +106,9 @@ async def test_nesting_within_the_limit_is_served(gw: RunningGateway, echo_id, h
     """Deep but allowed metadata and data parts reach the agent and come back intact."""
     url = gw.jsonrpc_url(echo_id)
     deep = nested(26)
-    r = await http.post(url, json=rpc("SendMessage", {"message": wire_message(metadata=deep)}), headers=V10)
+    r = await http.post(
+        url, json=rpc("SendMessage", {"message": wire_message(metadata=deep)}), headers=V10
+    )
     assert "result" in r.json(), r.text
     body = rpc("message/send", params_0_3({"kind": "data", "data": nested(24)}))
     r = await http.post(url, json=body)
@@ -108,15 +123,21 @@ async def test_the_depth_limit_is_a_setting(http):
         assert "max_json_depth (8 levels)" in error["message"]
 
 
-async def test_invalid_base64_in_a_0_3_file_part_is_invalid_params(gw: RunningGateway, echo_id, http):
+async def test_invalid_base64_in_a_0_3_file_part_is_invalid_params(
+    gw: RunningGateway, echo_id, http
+):
     part = {"kind": "file", "file": {"bytes": "!!!not base64", "mimeType": "text/plain"}}
-    error = await rpc_error(http, gw.jsonrpc_url(echo_id), rpc("message/send", params_0_3(part)), {})
+    error = await rpc_error(
+        http, gw.jsonrpc_url(echo_id), rpc("message/send", params_0_3(part)), {}
+    )
     assert "parts.0.file.bytes" in error["message"]
 
 
 async def test_unknown_list_tasks_status_is_invalid_params(gw: RunningGateway, echo_id, http):
     for status in ("TASK_STATE_BOGUS", 99):
-        error = await rpc_error(http, gw.jsonrpc_url(echo_id), rpc("ListTasks", {"status": status}), V10)
+        error = await rpc_error(
+            http, gw.jsonrpc_url(echo_id), rpc("ListTasks", {"status": status}), V10
+        )
         assert "expected one of" in error["message"]
     r = await http.get(gw.rest_url(echo_id) + "/tasks?status=BOGUS", headers=V10)
     assert r.status_code == 400
@@ -128,8 +149,12 @@ async def test_content_encodings(gw: RunningGateway, echo_id, http):
     url = gw.jsonrpc_url(echo_id)
     raw = httpx.Request("POST", url, json=rpc("GetTask", {"id": "missing"})).content
     for encoding, data in (("gzip", gzip.compress(raw)), ("deflate", zlib.compress(raw))):
-        r = await http.post(url, content=data, headers={**JSON, **V10, "Content-Encoding": encoding})
-        assert r.status_code == 200 and r.json()["error"]["code"] == -32001, r.text  # task not found
+        r = await http.post(
+            url, content=data, headers={**JSON, **V10, "Content-Encoding": encoding}
+        )
+        assert r.status_code == 200 and r.json()["error"]["code"] == -32001, (
+            r.text
+        )  # task not found
         r = await http.post(url, content=raw, headers={**JSON, **V10, "Content-Encoding": encoding})
         assert r.status_code == 400, r.text
         assert r.json()["error"]["message"] == f"request body is not valid {encoding} data"
@@ -167,7 +192,12 @@ async def _open(gw: RunningGateway) -> tuple[asyncio.StreamReader, asyncio.Strea
 
 
 def _head(path: str, **headers: str) -> bytes:
-    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json", "A2A-Version: 1.0"]
+    lines = [
+        f"POST {path} HTTP/1.1",
+        "Host: 127.0.0.1",
+        "Content-Type: application/json",
+        "A2A-Version: 1.0",
+    ]
     lines += [f"{name.replace('_', '-')}: {value}" for name, value in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
@@ -197,7 +227,11 @@ async def test_a_stalled_upload_is_answered_408_and_closed(http):
         endpoint_id = await gw.add_endpoint(settings={"delay": 0})
         for framing in ({"Content_Length": "5000"}, {"Transfer_Encoding": "chunked"}):
             reader, writer = await _open(gw)
-            first = b'{"jsonrpc": "2.0", "id": 1' if "Content_Length" in framing else b"a\r\n{\"jsonrpc\"\r\n"
+            first = (
+                b'{"jsonrpc": "2.0", "id": 1'
+                if "Content_Length" in framing
+                else b'a\r\n{"jsonrpc"\r\n'
+            )
             writer.write(_head(f"/{endpoint_id}/a2a", **framing) + first)
             status, data = await _answer(reader)  # the client sends nothing more
             assert status == 408, data
@@ -220,12 +254,17 @@ async def test_many_stalled_uploads_stay_within_the_in_flight_budget(http):
         async def stalled() -> tuple[int | None, bytes]:
             nonlocal peak
             loop = asyncio.get_running_loop()
-            with socket.socket() as sock:  # closed however the test ends: no socket is left to the GC
+            with (
+                socket.socket() as sock
+            ):  # closed however the test ends: no socket is left to the GC
                 sock.setblocking(False)
                 await loop.sock_connect(sock, _address(gw))
-                with contextlib.suppress(ConnectionError):  # answered 503 and closed before all was sent
-                    await loop.sock_sendall(sock, _head(f"/{endpoint_id}/a2a", Content_Length="120000")
-                                            + b" " * 100_000)
+                with contextlib.suppress(
+                    ConnectionError
+                ):  # answered 503 and closed before all was sent
+                    await loop.sock_sendall(
+                        sock, _head(f"/{endpoint_id}/a2a", Content_Length="120000") + b" " * 100_000
+                    )
                 peak = max(peak, budget.held)
                 return await _answer_before_reset(sock)
 
@@ -235,8 +274,11 @@ async def test_many_stalled_uploads_stay_within_the_in_flight_budget(http):
         statuses = [status for status, _ in answers]
         assert set(statuses) <= {408, 503, None}, statuses
         assert statuses.count(503) >= 20 and statuses.count(408) >= 1, statuses
-        assert all(b"Retry-After: 1" in data and b"max_inflight_body_bytes" in data and b"-32603" in data
-                   for status, data in answers if status == 503)
+        assert all(
+            b"Retry-After: 1" in data and b"max_inflight_body_bytes" in data and b"-32603" in data
+            for status, data in answers
+            if status == 503
+        )
         assert peak <= budget_bytes and budget.held == 0
         r = await http.post(gw.jsonrpc_url(endpoint_id), headers=V10,
                             json=rpc("SendMessage", {"message": wire_message()}))
@@ -322,7 +364,9 @@ async def test_parser_rejections_are_one_info_line_each_without_the_bytes():
 
 
 async def test_parts_text_and_metadata_limits_are_settings_named_in_the_error(http):
-    async with running_gateway(max_message_parts=3, max_text_chars=50, max_metadata_bytes=100) as gw:
+    async with running_gateway(
+        max_message_parts=3, max_text_chars=50, max_metadata_bytes=100
+    ) as gw:
         endpoint_id = await gw.add_endpoint(settings={"delay": 0})
         url = gw.jsonrpc_url(endpoint_id)
         cases = [
@@ -335,12 +379,18 @@ async def test_parts_text_and_metadata_limits_are_settings_named_in_the_error(ht
             message = {**wire_message(), **change}
             error = await rpc_error(http, url, rpc("SendMessage", {"message": message}), V10)
             assert named in error["message"], error
-            r = await http.post(gw.rest_url(endpoint_id) + "/message:send", headers=V10, json={"message": message})
+            r = await http.post(
+                gw.rest_url(endpoint_id) + "/message:send", headers=V10, json={"message": message}
+            )
             assert r.status_code == 400 and named in r.json()["error"]["message"]
         params = params_0_3(*[{"kind": "text", "text": "a"}] * 4)
         error = await rpc_error(http, url, rpc("message/send", params), {})
         assert "max_message_parts is 3" in error["message"]
-        at_limit = {**wire_message(), "parts": [{"text": "a" * 50}] * 3, "metadata": {"k": "v" * 80}}
+        at_limit = {
+            **wire_message(),
+            "parts": [{"text": "a" * 50}] * 3,
+            "metadata": {"k": "v" * 80},
+        }
         r = await http.post(url, json=rpc("SendMessage", {"message": at_limit}), headers=V10)
         assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
@@ -364,7 +414,10 @@ async def test_bodies_aiohttp_decodes_itself_meet_the_same_limits(http):
         r = await http.post(url, content=gzip.compress(raw), headers=gzipped)
         assert r.json()["error"]["code"] == -32001, r.text
         r = await http.post(url, content=raw, headers=gzipped)
-        assert r.status_code == 400 and r.json()["error"]["message"] == "request body is not valid gzip data"
+        assert (
+            r.status_code == 400
+            and r.json()["error"]["message"] == "request body is not valid gzip data"
+        )
         r = await http.post(url, content=gzip.compress(b" " * (20 * 1024 * 1024)), headers=gzipped)
         assert r.status_code == 413
     finally:

@@ -29,7 +29,9 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @contextlib.asynccontextmanager
-async def _connection(gw: RunningGateway) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+async def _connection(
+    gw: RunningGateway,
+) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
     host, port = gw.base_url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
@@ -98,7 +100,9 @@ async def test_an_idle_keepalive_connection_is_closed_after_the_keepalive_timeou
     async with running_gateway(**TIMEOUTS) as gw, _connection(gw) as (reader, writer):
         writer.write(HEALTHZ)
         assert (await _response(reader))[0] == 200
-        await asyncio.sleep(HEADER + 0.5)  # past the header timeout: a keep-alive wait is not cut by it
+        await asyncio.sleep(
+            HEADER + 0.5
+        )  # past the header timeout: a keep-alive wait is not cut by it
         writer.write(HEALTHZ)
         assert (await _response(reader))[0] == 200
         answered = time.monotonic()
@@ -120,7 +124,11 @@ async def test_a_stream_silent_longer_than_both_timeouts_gets_its_events():
                     chunk = await reader.read(65536)
                     assert chunk, f"the stream was closed before its end: {received!r}"
                     now = time.monotonic()
-                    received, longest_silence, last = received + chunk, max(longest_silence, now - last), now
+                    received, longest_silence, last = (
+                        received + chunk,
+                        max(longest_silence, now - last),
+                        now,
+                    )
     assert received.startswith(b"HTTP/1.1 200") and b"text/event-stream" in received
     assert b'"text":" word"' in received
     assert longest_silence > KEEPALIVE

@@ -35,8 +35,16 @@ class _Clients:
 
     async def __aenter__(self) -> dict:
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(CLIENT), "client", "--url", self.base, "--streams", str(self.streams),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+            sys.executable,
+            str(CLIENT),
+            "client",
+            "--url",
+            self.base,
+            "--streams",
+            str(self.streams),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
         return json.loads(await asyncio.wait_for(self.proc.stdout.readline(), 200))  # type: ignore[union-attr]
 
     async def close(self) -> dict:
@@ -89,4 +97,6 @@ async def test_idle_streams_cost_bounded_memory_and_give_it_back_when_they_close
     assert tasks_open <= 3 * STREAMS + 5
     assert closed["errors"] == 0 and closed["cancel_errors"] == 0
     assert closed["pinged"] == STREAMS  # every idle stream got its keepalives
-    assert (after - before) / STREAMS <= KEPT_BOUND, f"{(after - before) / STREAMS:.0f} bytes kept per stream"
+    assert (after - before) / STREAMS <= KEPT_BOUND, (
+        f"{(after - before) / STREAMS:.0f} bytes kept per stream"
+    )

@@ -42,9 +42,13 @@ async def call_status(http: httpx.AsyncClient, base_url: str, endpoint_id: str) 
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
-async def test_one_gateway_serves_a_disabled_endpoint_no_more_from_the_next_request(kind, tmp_path, monkeypatch):
-    async with fresh_store_url(kind, tmp_path, monkeypatch) as url, \
-            running_gateway(url, operator_keys=[OPERATOR_KEY], endpoint_cache_seconds=AN_HOUR) as gw:
+async def test_one_gateway_serves_a_disabled_endpoint_no_more_from_the_next_request(
+    kind, tmp_path, monkeypatch
+):
+    async with (
+        fresh_store_url(kind, tmp_path, monkeypatch) as url,
+        running_gateway(url, operator_keys=[OPERATOR_KEY], endpoint_cache_seconds=AN_HOUR) as gw,
+    ):
         endpoint_id = await gw.add_endpoint(settings={"delay": 0})
         async with httpx.AsyncClient(timeout=30) as http:
             assert (await http.get(card(gw.base_url, endpoint_id))).status_code == 200
@@ -60,8 +64,13 @@ async def test_one_gateway_serves_a_disabled_endpoint_no_more_from_the_next_requ
 
 async def test_a_disable_on_one_replica_is_404_on_the_other_at_once(tmp_path):
     admin_dsn()  # skips without PostgreSQL (fails under CI)
-    env = {"A2A_GATEWAY_ENDPOINT_CACHE_SECONDS": str(AN_HOUR), "A2A_GATEWAY_OPERATOR_KEYS": OPERATOR_KEY}
-    async with replica_set(tmp_path, ["a", "b"], lease_seconds=30, remote_poll_seconds=30, extra_env=env) as rs:
+    env = {
+        "A2A_GATEWAY_ENDPOINT_CACHE_SECONDS": str(AN_HOUR),
+        "A2A_GATEWAY_OPERATOR_KEYS": OPERATOR_KEY,
+    }
+    async with replica_set(
+        tmp_path, ["a", "b"], lease_seconds=30, remote_poll_seconds=30, extra_env=env
+    ) as rs:
         endpoint_id = await rs.add_endpoint("handlers.echo:EchoHandler", delay=0)
         a, b = rs["a"].base_url, rs["b"].base_url
         async with httpx.AsyncClient(timeout=30) as http:
@@ -73,7 +82,9 @@ async def test_a_disable_on_one_replica_is_404_on_the_other_at_once(tmp_path):
                 assert await card_status(base_url) == 200
                 assert await call_status(http, base_url, endpoint_id) == 200
 
-            disabled = await http.post(f"{a}/admin/api/endpoints/{endpoint_id}/disable", headers=AS_OPERATOR)
+            disabled = await http.post(
+                f"{a}/admin/api/endpoints/{endpoint_id}/disable", headers=AS_OPERATOR
+            )
             assert disabled.status_code == 200 and disabled.json()["enabled"] is False
             assert await card_status(a) == 404
             started = time.monotonic()
@@ -82,7 +93,9 @@ async def test_a_disable_on_one_replica_is_404_on_the_other_at_once(tmp_path):
             seen_after = time.monotonic() - started
             assert await call_status(http, b, endpoint_id) == 404
 
-            enabled = await http.post(f"{b}/admin/api/endpoints/{endpoint_id}/enable", headers=AS_OPERATOR)
+            enabled = await http.post(
+                f"{b}/admin/api/endpoints/{endpoint_id}/enable", headers=AS_OPERATOR
+            )
             assert enabled.status_code == 200 and enabled.json()["enabled"] is True
             assert await card_status(b) == 200
             await eventually(lambda: card_status(a), until=lambda status: status == 200, timeout=10,
@@ -91,8 +104,12 @@ async def test_a_disable_on_one_replica_is_404_on_the_other_at_once(tmp_path):
 
             await cli("endpoints", "disable", endpoint_id, "--store", rs.store_url, env=rs.env)
             for base_url in (a, b):
-                await eventually(lambda base_url=base_url: card_status(base_url), until=lambda s: s == 404,
-                                 timeout=10, what="the card 404 after the CLI's disable")
+                await eventually(
+                    lambda base_url=base_url: card_status(base_url),
+                    until=lambda s: s == 404,
+                    timeout=10,
+                    what="the card 404 after the CLI's disable",
+                )
     print(f"card 404 on the other replica {seen_after * 1000:.0f} ms after the disable answered")
 
 

@@ -40,7 +40,10 @@ class SigningKey:
     def __init__(self, kid: str, kind: str = "RSA") -> None:
         self.kid = kid
         if kind == "RSA":
-            self.private, self.alg = rsa.generate_private_key(public_exponent=65537, key_size=2048), "RS256"
+            self.private, self.alg = (
+                rsa.generate_private_key(public_exponent=65537, key_size=2048),
+                "RS256",
+            )
             algorithm = jwt.algorithms.RSAAlgorithm
         elif kind == "EC":
             self.private, self.alg = ec.generate_private_key(ec.SECP256R1()), "ES256"
@@ -48,15 +51,39 @@ class SigningKey:
         else:
             self.private, self.alg = ed25519.Ed25519PrivateKey.generate(), "EdDSA"
             algorithm = jwt.algorithms.OKPAlgorithm
-        self.jwk = {**json.loads(algorithm.to_jwk(self.private.public_key())), "kid": kid, "use": "sig"}
-        self.pem = self.private.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode()
+        self.jwk = {
+            **json.loads(algorithm.to_jwk(self.private.public_key())),
+            "kid": kid,
+            "use": "sig",
+        }
+        self.pem = (
+            self.private.public_key()
+            .public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+            .decode()
+        )
 
-    def token(self, sub: str = "alice", *, kid: str | None = "same", headers: dict | None = None, **claims: Any) -> str:
+    def token(
+        self,
+        sub: str = "alice",
+        *,
+        kid: str | None = "same",
+        headers: dict | None = None,
+        **claims: Any,
+    ) -> str:
         now = int(time.time())
-        payload = {"iss": ISSUER, "aud": AUDIENCE, "sub": sub, "iat": now, "exp": now + 300, **claims}
+        payload = {
+            "iss": ISSUER,
+            "aud": AUDIENCE,
+            "sub": sub,
+            "iat": now,
+            "exp": now + 300,
+            **claims,
+        }
         payload = {k: v for k, v in payload.items() if v is not None}
         extra = {"kid": self.kid if kid == "same" else kid} if kid is not None else {}
-        return jwt.encode(payload, self.private, algorithm=self.alg, headers={**extra, **(headers or {})})
+        return jwt.encode(
+            payload, self.private, algorithm=self.alg, headers={**extra, **(headers or {})}
+        )
 
 
 def hs256_with(secret: bytes, payload: dict, kid: str) -> str:
@@ -66,7 +93,9 @@ def hs256_with(secret: bytes, payload: dict, kid: str) -> str:
 
     signing_input = f"{b64(json.dumps({'alg': 'HS256', 'typ': 'JWT', 'kid': kid}).encode())}." \
                     f"{b64(json.dumps(payload).encode())}"
-    return f"{signing_input}.{b64(hmac.new(secret, signing_input.encode(), hashlib.sha256).digest())}"
+    return (
+        f"{signing_input}.{b64(hmac.new(secret, signing_input.encode(), hashlib.sha256).digest())}"
+    )
 
 
 class JwksServer:
@@ -95,7 +124,9 @@ async def jwks() -> AsyncIterator[JwksServer]:
 @pytest.fixture
 async def gw() -> AsyncIterator[RunningGateway]:
     async with running_gateway(
-        allow_unauthenticated_endpoints=False, jwks_refresh_seconds=3.0, trusted_proxies=["127.0.0.1"],
+        allow_unauthenticated_endpoints=False,
+        jwks_refresh_seconds=3.0,
+        trusted_proxies=["127.0.0.1"],
         api_key_cache_seconds=0,
     ) as running:
         yield running
@@ -106,7 +137,9 @@ def jwt_auth(jwks_url: str | None = None, **options: Any) -> dict:
     return {"jwt": {"issuer": ISSUER, "audience": AUDIENCE, **source, **options}}
 
 
-async def post(url: str, body: dict, token: str | None = None, headers: dict | None = None) -> httpx.Response:
+async def post(
+    url: str, body: dict, token: str | None = None, headers: dict | None = None
+) -> httpx.Response:
     sent = {**V10, **({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
     async with httpx.AsyncClient(timeout=30) as http:
         return await http.post(url, json=body, headers=sent)
@@ -124,12 +157,22 @@ async def test_a_token_names_the_caller_and_two_subjects_do_not_see_each_others_
     bobs_get = await post(url, rpc("GetTask", {"id": task["id"]}), bob)
     assert bobs_get.json()["error"]["code"] == -32001
     assert (await post(url, rpc("ListTasks"), bob)).json()["result"]["tasks"] == []
-    assert (await post(url, send_body("answer", taskId=task["id"]), bob)).json()["error"]["code"] == -32001
+    assert (await post(url, send_body("answer", taskId=task["id"]), bob)).json()["error"][
+        "code"
+    ] == -32001
     async with httpx.AsyncClient(timeout=30) as http:
-        bobs_rest = await http.get(f"{rest}/tasks/{task['id']}", headers={**V10, "Authorization": f"Bearer {bob}"})
-        alices_rest = await http.get(f"{rest}/tasks/{task['id']}", headers={**V10, "Authorization": f"Bearer {alice}"})
-        async with http.stream("POST", url, json=send_body("streamed", method="SendStreamingMessage"),
-                               headers={**V10, "Authorization": f"Bearer {alice}"}) as stream:
+        bobs_rest = await http.get(
+            f"{rest}/tasks/{task['id']}", headers={**V10, "Authorization": f"Bearer {bob}"}
+        )
+        alices_rest = await http.get(
+            f"{rest}/tasks/{task['id']}", headers={**V10, "Authorization": f"Bearer {alice}"}
+        )
+        async with http.stream(
+            "POST",
+            url,
+            json=send_body("streamed", method="SendStreamingMessage"),
+            headers={**V10, "Authorization": f"Bearer {alice}"},
+        ) as stream:
             streamed = (await stream.aread()).decode()
     assert bobs_rest.status_code == 404 and alices_rest.status_code == 200
     assert "TASK_STATE_COMPLETED" in streamed
@@ -143,7 +186,9 @@ async def test_a_token_names_the_caller_and_two_subjects_do_not_see_each_others_
 async def test_refused_tokens_are_401_with_the_invalid_token_challenge_and_create_nothing(gw, jwks):
     key, stranger = SigningKey("k1"), SigningKey("k1")  # the stranger reuses the published kid
     jwks.keys = [key]
-    endpoint = await gw.add_endpoint(settings={"delay": 0, "auth": jwt_auth(jwks.url, algorithms=["RS256"])})
+    endpoint = await gw.add_endpoint(
+        settings={"delay": 0, "auth": jwt_auth(jwks.url, algorithms=["RS256"])}
+    )
     url, rest = gw.jsonrpc_url(endpoint), gw.rest_url(endpoint)
     now = int(time.time())
     public_pem = key.pem.encode()
@@ -155,11 +200,21 @@ async def test_refused_tokens_are_401_with_the_invalid_token_challenge_and_creat
         "wrong audience": (key.token(aud="someone-else"), "another audience"),
         "no exp": (key.token(exp=None), "required claim"),
         "no sub": (key.token(sub=None), "no sub claim"),
-        "alg none": (jwt.encode({"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "exp": now + 300}, None,
-                                algorithm="none", headers={"kid": "k1"}), "not accepted"),
-        "HS256 keyed with the public key": (hs256_with(public_pem, {"iss": ISSUER, "aud": AUDIENCE,
-                                                                    "sub": "alice", "exp": now + 300}, "k1"),
-                                            "not accepted"),
+        "alg none": (
+            jwt.encode(
+                {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "exp": now + 300},
+                None,
+                algorithm="none",
+                headers={"kid": "k1"},
+            ),
+            "not accepted",
+        ),
+        "HS256 keyed with the public key": (
+            hs256_with(
+                public_pem, {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "exp": now + 300}, "k1"
+            ),
+            "not accepted",
+        ),
         "signed by another key": (stranger.token(), "signature is not valid"),
         "ES256 where RS256 is configured": (SigningKey("k1", "EC").token(), "not accepted"),
         "not a JWT": ("not-a-jwt", "not a JWT"),
@@ -168,14 +223,27 @@ async def test_refused_tokens_are_401_with_the_invalid_token_challenge_and_creat
         answer = await post(url, send_body("should not exist"), token)
         assert answer.status_code == 401, (case, answer.text)
         challenge = answer.headers["WWW-Authenticate"]
-        assert challenge.startswith('Bearer realm="a2a-gateway", error="invalid_token"'), (case, challenge)
+        assert challenge.startswith('Bearer realm="a2a-gateway", error="invalid_token"'), (
+            case,
+            challenge,
+        )
         body = answer.json()
-        assert body["id"] == "req-1" and body["error"]["code"] == -32600 and reason in body["error"]["message"], (case, body)
+        assert (
+            body["id"] == "req-1"
+            and body["error"]["code"] == -32600
+            and reason in body["error"]["message"]
+        ), (case, body)
         assert token not in answer.text
     async with httpx.AsyncClient(timeout=30) as http:
-        rest_answer = await http.post(f"{rest}/message:send", json=send_params(),
-                                      headers={**V10, "Authorization": f"Bearer {key.token(exp=now - 120)}"})
-    assert rest_answer.status_code == 401 and rest_answer.json()["error"]["status"] == "UNAUTHENTICATED"
+        rest_answer = await http.post(
+            f"{rest}/message:send",
+            json=send_params(),
+            headers={**V10, "Authorization": f"Bearer {key.token(exp=now - 120)}"},
+        )
+    assert (
+        rest_answer.status_code == 401
+        and rest_answer.json()["error"]["status"] == "UNAUTHENTICATED"
+    )
     missing = await post(url, send_body())
     assert missing.status_code == 401 and "error=" not in missing.headers["WWW-Authenticate"]
     assert "a JWT from https://issuer.example" in missing.json()["error"]["message"]
@@ -183,7 +251,9 @@ async def test_refused_tokens_are_401_with_the_invalid_token_challenge_and_creat
     assert listed.json()["result"]["tasks"] == []
 
 
-async def test_a_rotated_key_is_fetched_and_an_unknown_kid_is_refused_after_a_rate_limited_refresh(gw, jwks):
+async def test_a_rotated_key_is_fetched_and_an_unknown_kid_is_refused_after_a_rate_limited_refresh(
+    gw, jwks
+):
     old, new = SigningKey("2026-01"), SigningKey("2026-02")
     jwks.keys = [old]
     endpoint = await gw.add_endpoint(settings={"delay": 0, "auth": jwt_auth(jwks.url)})
@@ -235,10 +305,17 @@ async def test_principal_and_tenant_come_from_the_configured_claims(gw, jwks):
     carol_b = key.token("y", email="carol@example.com", org="org-b")
     dave_a = key.token("z", email="dave@example.com", org="org-a")
     task = (await post(url, send_body(), carol_a)).json()["result"]["task"]
-    assert (await post(url, rpc("GetTask", {"id": task["id"]}), key.token("other-sub", email="carol@example.com",
-                                                                            org="org-a"))).status_code == 200
+    assert (
+        await post(
+            url,
+            rpc("GetTask", {"id": task["id"]}),
+            key.token("other-sub", email="carol@example.com", org="org-a"),
+        )
+    ).status_code == 200
     for stranger in (carol_b, dave_a):
-        assert (await post(url, rpc("GetTask", {"id": task["id"]}), stranger)).json()["error"]["code"] == -32001
+        assert (await post(url, rpc("GetTask", {"id": task["id"]}), stranger)).json()["error"][
+            "code"
+        ] == -32001
     stored = await gw.store.get_task(Scope("org-a", endpoint, "carol@example.com"), task["id"])
     assert stored is not None
     no_tenant = await post(url, rpc("ListTasks"), key.token("x", email="carol@example.com"))
@@ -267,17 +344,23 @@ async def test_credentials_of_another_endpoint_are_refused(gw, jwks):
 
 
 async def test_the_trusted_header_is_taken_only_from_a_configured_proxy_address(gw):
-    endpoint = await gw.add_endpoint(settings={"delay": 0, "auth": {"trusted_header": {"header": "X-Forwarded-Email"}}})
+    endpoint = await gw.add_endpoint(
+        settings={"delay": 0, "auth": {"trusted_header": {"header": "X-Forwarded-Email"}}}
+    )
     url = gw.jsonrpc_url(endpoint)
     proxy = httpx.AsyncClient(timeout=30)  # from 127.0.0.1, the configured proxy
-    elsewhere = httpx.AsyncClient(timeout=30, transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"))
+    elsewhere = httpx.AsyncClient(
+        timeout=30, transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+    )
     async with proxy, elsewhere:
         def as_user(client: httpx.AsyncClient, body: dict, user: str | None, **extra: str) -> Any:
             headers = {**V10, **({"X-Forwarded-Email": user} if user else {}), **extra}
             return client.post(url, json=body, headers=headers)
 
         task = (await as_user(proxy, send_body(), "erin@example.com")).json()["result"]["task"]
-        assert (await as_user(proxy, rpc("GetTask", {"id": task["id"]}), "erin@example.com")).status_code == 200
+        assert (
+            await as_user(proxy, rpc("GetTask", {"id": task["id"]}), "erin@example.com")
+        ).status_code == 200
         frank = await as_user(proxy, rpc("GetTask", {"id": task["id"]}), "frank@example.com")
         assert frank.json()["error"]["code"] == -32001
         assert (await as_user(proxy, rpc("ListTasks"), None)).status_code == 401
@@ -290,13 +373,24 @@ async def test_the_trusted_header_is_taken_only_from_a_configured_proxy_address(
         ]
     for answer in spoofed:
         assert answer.status_code == 401 and answer.json()["id"] == "req-1", answer.text
-    assert len((await gw.store.list_tasks(Scope("default", endpoint, "erin@example.com"), TaskQuery(page_size=50))).tasks) == 1
+    assert (
+        len(
+            (
+                await gw.store.list_tasks(
+                    Scope("default", endpoint, "erin@example.com"), TaskQuery(page_size=50)
+                )
+            ).tasks
+        )
+        == 1
+    )
 
 
 async def test_without_trusted_proxies_the_header_is_ignored():
     async with running_gateway(allow_unauthenticated_endpoints=False) as gw:
         endpoint = await gw.add_endpoint(settings={"delay": 0, "auth": {"trusted_header": {}}})
-        answer = await post(gw.jsonrpc_url(endpoint), rpc("ListTasks"), headers={"X-Forwarded-User": "erin"})
+        answer = await post(
+            gw.jsonrpc_url(endpoint), rpc("ListTasks"), headers={"X-Forwarded-User": "erin"}
+        )
     assert answer.status_code == 401
 
 
@@ -305,18 +399,33 @@ CARD_CASES = [
     (None, False, {"apiKey", "bearer"}, [["apiKey"], ["bearer"]]),
     (None, True, set(), []),
     ({"jwt": "…"}, False, {"jwt"}, [["jwt"]]),
-    ({"jwt": "…", "api_key": {"header": "X-Key"}}, False, {"apiKey", "bearer", "jwt"}, [["apiKey"], ["bearer"], ["jwt"]]),
+    (
+        {"jwt": "…", "api_key": {"header": "X-Key"}},
+        False,
+        {"apiKey", "bearer", "jwt"},
+        [["apiKey"], ["bearer"], ["jwt"]],
+    ),
     ({"trusted_header": {}}, False, {"proxy"}, [["proxy"]]),
-    ({"jwt": "…", "trusted_header": {"header": "x-amzn-oidc-identity"}}, False, {"jwt", "proxy"}, [["jwt"], ["proxy"]]),
+    (
+        {"jwt": "…", "trusted_header": {"header": "x-amzn-oidc-identity"}},
+        False,
+        {"jwt", "proxy"},
+        [["jwt"], ["proxy"]],
+    ),
     ({"jwt": "…"}, True, {"jwt"}, []),
 ]
 
 
 @pytest.mark.parametrize(("declaration", "public", "schemes", "requirements"), CARD_CASES)
-async def test_the_card_advertises_each_accepted_scheme_as_an_alternative(gw, declaration, public, schemes, requirements):
+async def test_the_card_advertises_each_accepted_scheme_as_an_alternative(
+    gw, declaration, public, schemes, requirements
+):
     settings: dict[str, Any] = {"delay": 0, "public": public}
     if declaration is not None:
-        settings["auth"] = {**declaration, **(jwt_auth("https://issuer.example/jwks") if "jwt" in declaration else {})}
+        settings["auth"] = {
+            **declaration,
+            **(jwt_auth("https://issuer.example/jwks") if "jwt" in declaration else {}),
+        }
     endpoint = await gw.add_endpoint(settings=settings)
     async with httpx.AsyncClient(timeout=30) as http:
         card = (await http.get(f"{gw.endpoint_url(endpoint)}/.well-known/agent-card.json")).json()
@@ -343,19 +452,31 @@ EXTENDED = {"capabilities": {"extendedAgentCard": True}, "extended": {"skills": 
 async def test_the_extended_card_is_served_only_to_authenticated_callers(gw, jwks):
     key = SigningKey("k1")
     jwks.keys = [key]
-    private = await gw.add_endpoint(settings={"delay": 0, "auth": jwt_auth(jwks.url)}, card=EXTENDED)
-    public = await gw.add_endpoint(settings={"delay": 0, "public": True, "auth": jwt_auth(jwks.url)}, card=EXTENDED)
+    private = await gw.add_endpoint(
+        settings={"delay": 0, "auth": jwt_auth(jwks.url)}, card=EXTENDED
+    )
+    public = await gw.add_endpoint(
+        settings={"delay": 0, "public": True, "auth": jwt_auth(jwks.url)}, card=EXTENDED
+    )
     token = key.token("alice")
 
     async def fetch_all(endpoint: str, token: str | None) -> list[httpx.Response]:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         async with httpx.AsyncClient(timeout=30) as http:
             return [
-                await http.post(gw.jsonrpc_url(endpoint), json=rpc("GetExtendedAgentCard", rid=7),
-                                headers={**V10, **headers}),
-                await http.get(f"{gw.rest_url(endpoint)}/extendedAgentCard", headers={**V10, **headers}),
-                await http.post(gw.jsonrpc_url(endpoint), json=rpc("agent/getAuthenticatedExtendedCard",
-                                                                   rid=7), headers=headers),
+                await http.post(
+                    gw.jsonrpc_url(endpoint),
+                    json=rpc("GetExtendedAgentCard", rid=7),
+                    headers={**V10, **headers},
+                ),
+                await http.get(
+                    f"{gw.rest_url(endpoint)}/extendedAgentCard", headers={**V10, **headers}
+                ),
+                await http.post(
+                    gw.jsonrpc_url(endpoint),
+                    json=rpc("agent/getAuthenticatedExtendedCard", rid=7),
+                    headers=headers,
+                ),
             ]
 
     for endpoint in (private, public):
@@ -368,11 +489,16 @@ async def test_the_extended_card_is_served_only_to_authenticated_callers(gw, jwk
     assert without[0].json()["id"] == 7
     anonymous = await fetch_all(public, None)
     assert anonymous[0].json()["id"] == 7 and anonymous[0].json()["error"]["code"] == -32007
-    assert anonymous[1].status_code == 400 and "EXTENDED_AGENT_CARD_NOT_CONFIGURED" in anonymous[1].text
+    assert (
+        anonymous[1].status_code == 400
+        and "EXTENDED_AGENT_CARD_NOT_CONFIGURED" in anonymous[1].text
+    )
     assert anonymous[2].json()["error"]["code"] == -32007
     assert all("vip" not in r.text for r in without + anonymous)
 
-    declared_only = await gw.add_endpoint(settings={"delay": 0}, card={"capabilities": {"extendedAgentCard": True}})
+    declared_only = await gw.add_endpoint(
+        settings={"delay": 0}, card={"capabilities": {"extendedAgentCard": True}}
+    )
     async with httpx.AsyncClient(timeout=30) as http:
         cards = {ep: (await http.get(f"{gw.endpoint_url(ep)}/.well-known/agent-card.json")).json()
                  for ep in (private, declared_only)}
@@ -385,7 +511,9 @@ async def test_the_extended_card_is_served_only_to_authenticated_callers(gw, jwk
 async def test_an_unreachable_or_broken_jwks_refuses_tokens_with_401_never_500(gw, jwks):
     key = SigningKey("k1")
     closed = await gw.add_endpoint(settings={"delay": 0, "auth": jwt_auth("http://127.0.0.1:9/jwks.json")})
-    broken = await gw.add_endpoint(settings={"delay": 0, "auth": jwt_auth(jwks.url.replace("jwks.json", "nothing"))})
+    broken = await gw.add_endpoint(
+        settings={"delay": 0, "auth": jwt_auth(jwks.url.replace("jwks.json", "nothing"))}
+    )
     for endpoint in (closed, broken):
         answer = await post(gw.jsonrpc_url(endpoint), rpc("ListTasks"), key.token())
         assert answer.status_code == 401 and answer.json()["id"] == "req-1"

@@ -50,9 +50,14 @@ async def deployment(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Deploymen
         # two execution environments: a duplicate may run beside the first delivery
         async with runtime_process(fake, store=url, worker="true"), \
                 runtime_process(fake, store=url, worker="true"):
-            async with running_gateway(url, dispatch="lambda", dispatch_function=WORKER,
-                                       dispatch_endpoint_url=fake.endpoint_url,
-                                       dispatch_region=support.REGION, remote_poll_seconds=0.1) as api:
+            async with running_gateway(
+                url,
+                dispatch="lambda",
+                dispatch_function=WORKER,
+                dispatch_endpoint_url=fake.endpoint_url,
+                dispatch_region=support.REGION,
+                remote_poll_seconds=0.1,
+            ) as api:
                 endpoint = Endpoint(id=str(uuid.uuid4()), name="Echo", metadata={
                     "module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0.02})
                 await api.store.create_endpoint(endpoint)
@@ -88,7 +93,9 @@ async def test_a_blocking_send_is_run_by_the_worker_lambda(deployment: Deploymen
         invocations = await finished(deployment.worker, deliveries)
         assert all(i.error is None for i in invocations), [i.error for i in invocations]
         events = [json.loads(i.payload) for i in invocations]
-        assert {e["task_id"] for e in events} == {task.id} and {e["a2a_gateway"] for e in events} == {"run_task"}
+        assert {e["task_id"] for e in events} == {task.id} and {
+            e["a2a_gateway"] for e in events
+        } == {"run_task"}
         expected = {1: ["ran"], 2: ["duplicate", "ran"]}[deliveries]
         assert sorted(i.result["outcome"] for i in invocations) == expected
         stored = await client.get_task(GetTaskRequest(id=task.id))
@@ -100,13 +107,19 @@ async def test_a_streaming_send_follows_the_worker_s_run(deployment: Deployment)
     async with deployment.api.client(deployment.endpoint_id, streaming=True, timeout=60) as client:
         events = await collect(client.send_message(send_request("stream me")))
     final = events[-1]
-    assert (final.status_update.status.state if final.HasField("status_update") else final.task.status.state) == COMPLETED
+    assert (
+        final.status_update.status.state
+        if final.HasField("status_update")
+        else final.task.status.state
+    ) == COMPLETED
     assert list(reconstruct(events).values()) == ["echo: stream me"]
     (invocation,) = await finished(deployment.worker, 1)
     assert invocation.result == {"outcome": "ran"}
 
 
-async def test_the_sweep_is_answered_and_a_refused_event_fails_its_invocation(deployment: Deployment):
+async def test_the_sweep_is_answered_and_a_refused_event_fails_its_invocation(
+    deployment: Deployment,
+):
     assert await asyncio.to_thread(async_invoke, deployment.worker, SWEEP_EVENT) == 202
     assert await asyncio.to_thread(async_invoke, deployment.worker, {"a2a_gateway": "bogus"}) == 202
     swept, refused = await finished(deployment.worker, 2)

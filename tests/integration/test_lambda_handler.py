@@ -55,8 +55,16 @@ async def add_echo(store_url: str) -> str:
     """A public echo endpoint."""
     store = await DynamoDBStore.open(store_url, **support.CREDENTIALS)
     try:
-        endpoint = Endpoint(id=str(uuid.uuid4()), name="Echo", metadata={
-            "module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0, "public": True})
+        endpoint = Endpoint(
+            id=str(uuid.uuid4()),
+            name="Echo",
+            metadata={
+                "module_name": "handlers.echo",
+                "class_name": "EchoHandler",
+                "delay": 0,
+                "public": True,
+            },
+        )
         await store.create_endpoint(endpoint)
         return endpoint.id
     finally:
@@ -93,7 +101,9 @@ async def invoke(fake: FakeLambda, event: dict[str, Any]) -> dict[str, Any]:
         client = boto3.client("lambda", endpoint_url=fake.endpoint_url, region_name=support.REGION,
                               config=ONCE, **support.CREDENTIALS)
         try:
-            answer = client.invoke(FunctionName="a2a-gateway-api", Payload=json.dumps(event).encode())
+            answer = client.invoke(
+                FunctionName="a2a-gateway-api", Payload=json.dumps(event).encode()
+            )
             return {**answer, "Payload": json.loads(answer["Payload"].read())}
         finally:
             client.close()
@@ -129,9 +139,17 @@ async def test_function_url_events_are_served_and_the_task_outlives_the_executio
             assert task["artifacts"][0]["parts"][0]["text"] == "echo: hello lambda"
 
             # buffered: a stream comes back whole, its events in order, the last one final
-            streamed = (await invoke(fake, function_url_event(
-                "POST", f"/{endpoint_id}/a2a", send_body("two words", method="SendStreamingMessage"),
-                headers={"a2a-version": "1.0", "accept": "text/event-stream"})))["Payload"]
+            streamed = (
+                await invoke(
+                    fake,
+                    function_url_event(
+                        "POST",
+                        f"/{endpoint_id}/a2a",
+                        send_body("two words", method="SendStreamingMessage"),
+                        headers={"a2a-version": "1.0", "accept": "text/event-stream"},
+                    ),
+                )
+            )["Payload"]
             assert streamed["statusCode"] == 200
             assert streamed["headers"]["content-type"].startswith("text/event-stream")
             frames = base64.b64decode(streamed["body"]).decode().split("\n\n")
@@ -150,7 +168,9 @@ async def test_function_url_events_are_served_and_the_task_outlives_the_executio
                 headers={"a2a-version": "1.0"})))["Payload"]
             assert got["statusCode"] == 200
             stored = proxy_body(got)["result"]
-            assert stored["id"] == task["id"] and stored["status"]["state"] == "TASK_STATE_COMPLETED"
+            assert (
+                stored["id"] == task["id"] and stored["status"]["state"] == "TASK_STATE_COMPLETED"
+            )
             assert stored["artifacts"] == task["artifacts"]
 
             listed = (await invoke(fake, function_url_event(
@@ -170,9 +190,13 @@ async def test_an_event_the_gateway_refuses_fails_the_invocation_and_the_runtime
         failed = await invoke(fake, {"a2a_gateway": "sweep"})
         assert failed["FunctionError"] == "Unhandled"
         assert failed["Payload"]["errorType"] == "InvocationFailedError"
-        assert failed["Payload"]["errorMessage"].startswith("/events answered 405")  # GET only: the feed
+        assert failed["Payload"]["errorMessage"].startswith(
+            "/events answered 405"
+        )  # GET only: the feed
         (invocation,) = fake.invocations
-        assert invocation.error["errorType"] == "InvocationFailedError" and invocation.result is None
+        assert (
+            invocation.error["errorType"] == "InvocationFailedError" and invocation.result is None
+        )
 
         healthy = await invoke(fake, function_url_event("GET", "/healthz"))
         assert healthy["Payload"]["statusCode"] == 200
@@ -182,7 +206,10 @@ async def test_an_event_the_gateway_refuses_fails_the_invocation_and_the_runtime
 async def test_a_key_made_with_the_settings_secret_opens_the_gateway(store_url: str):
     hmac_secret = uuid.uuid4().hex
     call = rpc("ListTasks", {}, "list-1")
-    async with settings_secret({"A2A_GATEWAY_API_KEY_SECRET": hmac_secret}) as arn, fake_lambda() as fake:
+    async with (
+        settings_secret({"A2A_GATEWAY_API_KEY_SECRET": hmac_secret}) as arn,
+        fake_lambda() as fake,
+    ):
         # as deploy/README.md step 5: the operator's commands read the same secret
         endpoint_id = await asyncio.to_thread(
             operator, "endpoints", "add", "--store", store_url, "--name", "Echo",
@@ -191,8 +218,15 @@ async def test_a_key_made_with_the_settings_secret_opens_the_gateway(store_url: 
             operator, "keys", "create", "--store", store_url, "--endpoint", endpoint_id,
             A2A_GATEWAY_SECRETS_MANAGER_ID=arn)
         async with runtime_process(fake, store=store_url, secrets_manager_id=arn):
-            with_key = (await invoke(fake, function_url_event(
-                "POST", f"/{endpoint_id}/a2a", call, headers={"a2a-version": "1.0", "x-api-key": key})))
+            with_key = await invoke(
+                fake,
+                function_url_event(
+                    "POST",
+                    f"/{endpoint_id}/a2a",
+                    call,
+                    headers={"a2a-version": "1.0", "x-api-key": key},
+                ),
+            )
             assert with_key["Payload"]["statusCode"] == 200, proxy_body(with_key["Payload"])
             assert proxy_body(with_key["Payload"])["result"]["tasks"] == []
             without = (await invoke(fake, function_url_event(
@@ -200,8 +234,15 @@ async def test_a_key_made_with_the_settings_secret_opens_the_gateway(store_url: 
             assert without["statusCode"] == 401 and "www-authenticate" in without["headers"]
         # the same key against the default HMAC secret: the secret above was what let it in
         async with runtime_process(fake, store=store_url):
-            refused = (await invoke(fake, function_url_event(
-                "POST", f"/{endpoint_id}/a2a", call, headers={"a2a-version": "1.0", "x-api-key": key})))
+            refused = await invoke(
+                fake,
+                function_url_event(
+                    "POST",
+                    f"/{endpoint_id}/a2a",
+                    call,
+                    headers={"a2a-version": "1.0", "x-api-key": key},
+                ),
+            )
             assert refused["Payload"]["statusCode"] == 401
 
 

@@ -67,8 +67,13 @@ def test_build_app_on_memory_loads_no_driver_sdk_server_grpc_jwt_or_yaml() -> No
 
 def test_card_signing_keys_load_pyjwt_and_cryptography(tmp_path) -> None:
     key = tmp_path / "card.pem"
-    key.write_bytes(ec.generate_private_key(ec.SECP256R1()).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    key.write_bytes(
+        ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     script = f"""
     from a2a_gateway.app import build_app
     from a2a_gateway.settings import GatewaySettings
@@ -158,6 +163,10 @@ def test_start_up_loads_the_sdk_server_package_and_the_first_requests_are_served
     asyncio.run(main())
 """
     loaded = _loaded_after(script)
-    assert {"a2a.server.request_handlers", "a2a.compat.v0_3.types", "a2a_gateway.tasks.request_handler",
-            "handlers.echo"} <= loaded
+    assert {
+        "a2a.server.request_handlers",
+        "a2a.compat.v0_3.types",
+        "a2a_gateway.tasks.request_handler",
+        "handlers.echo",
+    } <= loaded
     assert not loaded & {"asyncpg", "boto3", "botocore", "aiosqlite"}

@@ -39,7 +39,9 @@ async def test_requests_are_counted_by_method_endpoint_and_outcome():
         ep = await gw.add_endpoint(settings={"delay": 0})
         before = await scrape(gw, http)
         await http.post(gw.jsonrpc_url(ep), json=send_body("a"), headers=V10)
-        await http.post(gw.jsonrpc_url(ep), json=rpc("GetTask", {"id": "no-such-task"}), headers=V10)
+        await http.post(
+            gw.jsonrpc_url(ep), json=rpc("GetTask", {"id": "no-such-task"}), headers=V10
+        )
         await http.post(gw.jsonrpc_url("guessed-endpoint"), json=send_body("a"), headers=V10)
         after = await scrape(gw, http)
     ok = f'a2a_gateway_request_outcomes_total{{a2a_method="SendMessage",endpoint="{ep}",outcome="ok"}}'
@@ -84,21 +86,33 @@ async def test_push_deliveries_are_counted_by_outcome():
         push = {"id": "cfg", "url": f"{base_url}/webhook"}
         await http.post(gw.jsonrpc_url(ep), json=send_body("notify me", push=push), headers=V10)
         await asyncio.wait_for(arrived.wait(), 10)
-        await eventually(lambda: scrape(gw, http), until=lambda text: metric(text, delivered) > before,
-                         what="the delivery is counted")
+        await eventually(
+            lambda: scrape(gw, http),
+            until=lambda text: metric(text, delivered) > before,
+            what="the delivery is counted",
+        )
 
 
 async def test_log_lines_of_a_request_carry_its_trace_id():
-    with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+    with structlog.testing.capture_logs(
+        processors=[structlog.contextvars.merge_contextvars]
+    ) as logs:
         async with running_gateway() as gw, httpx.AsyncClient() as http:
             ep = await gw.add_endpoint(settings={"delay": 0})
             await http.post(gw.jsonrpc_url(ep), json=send_body("a"),
                             headers={**V10, "traceparent": TRACEPARENT, "X-Request-Id": "traced"})
-            await http.post(gw.jsonrpc_url(ep), json=send_body("a"),
-                            headers={**V10, "traceparent": "not-a-trace", "X-Request-Id": "untraced"})
+            await http.post(
+                gw.jsonrpc_url(ep),
+                json=send_body("a"),
+                headers={**V10, "traceparent": "not-a-trace", "X-Request-Id": "untraced"},
+            )
 
             def request_lines() -> list[dict]:
-                return [e for e in logs if e["event"] == "request" and e.get("a2a_method") == "SendMessage"]
+                return [
+                    e
+                    for e in logs
+                    if e["event"] == "request" and e.get("a2a_method") == "SendMessage"
+                ]
 
             lines = await eventually(request_lines, until=lambda found: len(found) == 2,
                                      what="both requests are logged")
@@ -131,5 +145,9 @@ async def test_backend_calls_are_timed_through_a_running_gateway():
         r = await http.post(gw.jsonrpc_url(ep), json=send_body(f"hello {uuid.uuid4().hex[:10]}"),
                             headers=V10)
         assert "error" not in r.json()
-        await eventually(lambda: scrape(gw, http), until=lambda text: metric(text, answered) == before + 1,
-                         timeout=60, what="the backend call is timed")
+        await eventually(
+            lambda: scrape(gw, http),
+            until=lambda text: metric(text, answered) == before + 1,
+            timeout=60,
+            what="the backend call is timed",
+        )

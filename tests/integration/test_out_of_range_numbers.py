@@ -27,7 +27,9 @@ async def task_count(http: httpx.AsyncClient, gw: RunningGateway, endpoint_id: s
     return r.json()["result"]["totalSize"]
 
 
-async def invalid_params(http: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]) -> str:
+async def invalid_params(
+    http: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> str:
     """The message of the -32602 error the request must get, its id echoed."""
     r = await http.post(url, json=body, headers=headers)
     assert r.status_code == 200, r.text
@@ -45,12 +47,18 @@ async def test_a_role_beyond_int32_is_invalid_params_on_json_rpc_and_400_on_rest
                 message = await invalid_params(http, gw.jsonrpc_url(echo_id), body, V10)
                 assert "message.role" in message and "ROLE_USER" in message, message
             for verb in ("send", "stream"):
-                r = await http.post(f"{gw.rest_url(echo_id)}/message:{verb}", json=params, headers=V10)
+                r = await http.post(
+                    f"{gw.rest_url(echo_id)}/message:{verb}", json=params, headers=V10
+                )
                 assert r.status_code == 400, (role, r.text)
                 error = r.json()["error"]
-                assert error["status"] == "INVALID_ARGUMENT" and "message.role" in error["message"], error
+                assert (
+                    error["status"] == "INVALID_ARGUMENT" and "message.role" in error["message"]
+                ), error
         # the same number in the other enum a request carries, and in its int32 fields
-        status = await invalid_params(http, gw.jsonrpc_url(echo_id), rpc("ListTasks", {"status": BEYOND_INT32}), V10)
+        status = await invalid_params(
+            http, gw.jsonrpc_url(echo_id), rpc("ListTasks", {"status": BEYOND_INT32}), V10
+        )
         assert "status" in status and "TASK_STATE_COMPLETED" in status
         for field in ("pageSize", "historyLength"):
             for number in (BEYOND_INT32, str(BEYOND_INT32), 1e300):
@@ -65,13 +73,23 @@ async def test_numbers_beyond_their_field_on_0_3_are_invalid_params(gw, echo_id,
     url = gw.jsonrpc_url(echo_id)  # no A2A-Version header: protocol 0.3, read by the SDK's models
     with capture_logs() as logs:
         for n, length in enumerate((BEYOND_INT32, str(BEYOND_INT32), 1e10, -1, 2**64)):
-            message = await invalid_params(http, url, rpc("tasks/get", {"id": "t", "historyLength": length}, rid=n), {})
+            message = await invalid_params(
+                http, url, rpc("tasks/get", {"id": "t", "historyLength": length}, rid=n), {}
+            )
             assert "params.historyLength" in message, message
-            params = {**params_0_3({"kind": "text", "text": "hi"}), "configuration": {"historyLength": length}}
+            params = {
+                **params_0_3({"kind": "text", "text": "hi"}),
+                "configuration": {"historyLength": length},
+            }
             for method in ("message/send", "message/stream"):
                 message = await invalid_params(http, url, rpc(method, params, rid=n), {})
                 assert "params.configuration.historyLength" in message, message
-        role = {"message": {**params_0_3({"kind": "text", "text": "hi"})["message"], "role": BEYOND_INT32}}
+        role = {
+            "message": {
+                **params_0_3({"kind": "text", "text": "hi"})["message"],
+                "role": BEYOND_INT32,
+            }
+        }
         message = await invalid_params(http, url, rpc("message/send", role, rid="role"), {})
         assert "params.message.role" in message, message
     assert await task_count(http, gw, echo_id) == 0

@@ -81,7 +81,9 @@ def artifact_updates(events: list[Any]) -> list[Any]:
 
 async def test_stream_on_a_subscribe_on_b_gets_live_chunks_and_final(postgres, tmp_path):
     # B polls the store every 30 s: within the 15 s bound only NOTIFY can deliver
-    async with replica_set(tmp_path, ["a", "b", "c"], lease_seconds=60, remote_poll_seconds=30) as rs:
+    async with replica_set(
+        tmp_path, ["a", "b", "c"], lease_seconds=60, remote_poll_seconds=30
+    ) as rs:
         ep = await rs.add_endpoint("handlers.echo:EchoHandler", delay=0.05)
         words = " ".join(f"w{i}" for i in range(40))
         async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b:
@@ -107,7 +109,9 @@ async def test_stream_on_a_subscribe_on_b_gets_live_chunks_and_final(postgres, t
 
 async def test_cancel_on_c_stops_the_run_on_a_at_once(postgres, tmp_path):
     # leases of 60 s: A's lease check (every 20 s) cannot be what stops the run
-    async with replica_set(tmp_path, ["a", "b", "c"], lease_seconds=60, remote_poll_seconds=30) as rs:
+    async with replica_set(
+        tmp_path, ["a", "b", "c"], lease_seconds=60, remote_poll_seconds=30
+    ) as rs:
         ep = await rs.add_endpoint("handlers.echo:EchoHandler", delay=0.1)
         async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b, \
                 rs.client("c", ep, streaming=False) as on_c:
@@ -116,9 +120,13 @@ async def test_cancel_on_c_stops_the_run_on_a_at_once(postgres, tmp_path):
             task_id = first.task.id
             await anext(stream)
             remote: list[Any] = []
-            follower = asyncio.create_task(collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote))
+            follower = asyncio.create_task(
+                collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote)
+            )
             try:
-                await eventually(lambda: len(artifact_updates(remote)) >= 2, timeout=10, what="live chunks on B")
+                await eventually(
+                    lambda: len(artifact_updates(remote)) >= 2, timeout=10, what="live chunks on B"
+                )
                 started = time.monotonic()
                 canceled = await on_c.cancel_task(CancelTaskRequest(id=task_id))
                 assert canceled.status.state == CANCELED
@@ -157,9 +165,13 @@ async def test_kill_9_of_the_owner_another_replica_completes_with_full_output(po
             while len(artifact_updates(seen_on_a)) < 3:
                 seen_on_a.append(await anext(stream))
             remote: list[Any] = []
-            follower = asyncio.create_task(collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote))
+            follower = asyncio.create_task(
+                collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote)
+            )
             try:
-                await eventually(lambda: len(artifact_updates(remote)) >= 1, timeout=10, what="live chunks on B")
+                await eventually(
+                    lambda: len(artifact_updates(remote)) >= 1, timeout=10, what="live chunks on B"
+                )
                 rs.kill("a")
                 with contextlib.suppress(Exception):
                     await stream.aclose()
@@ -209,18 +221,24 @@ async def test_postgres_stopped_during_a_run_503_then_recovery(postgres, tmp_pat
                     url = f"{rs[name].base_url}/readyz"
                     await _until_status(http, url, 503, 10)
                 t0 = time.monotonic()
-                reply = await http.post(f"{rs['a'].base_url}/{echo}/a2a", json=body, headers=headers)
+                reply = await http.post(
+                    f"{rs['a'].base_url}/{echo}/a2a", json=body, headers=headers
+                )
                 took = time.monotonic() - t0
                 assert reply.status_code == 503, reply.text
                 assert reply.headers.get("Retry-After")
                 error = reply.json()["error"]
                 assert "unavailable" in error["message"] and "Traceback" not in reply.text
                 assert took < 15
-                rest = await http.get(f"{rs['b'].base_url}/{ep}/a2a/rest/tasks/{task_id}", headers=headers)
+                rest = await http.get(
+                    f"{rs['b'].base_url}/{ep}/a2a/rest/tasks/{task_id}", headers=headers
+                )
                 assert rest.status_code == 503 and "unavailable" in rest.json()["error"]["message"]
                 # the backend finishes while the database is down: the owner cannot
                 # record it, and the task must not stay WORKING
-                await eventually(lambda: run.status == "completed", timeout=15, what="the backend run to finish")
+                await eventually(
+                    lambda: run.status == "completed", timeout=15, what="the backend run to finish"
+                )
         finally:
             pg.start()
         async with httpx.AsyncClient(timeout=20) as http:
@@ -281,7 +299,9 @@ async def test_oversized_deltas_are_split_and_oversized_final_is_fetched(postgre
     assert sum(len(u.artifact.parts) for u in chunks) > sizes["deltas"], "the deltas were not split"
     assert rebuild([e for e in remote if not e.artifact_update.last_chunk]) == streamed
     final = updates[-1]
-    assert final.last_chunk and final.artifact.parts[0].text == big_text(sizes["final_bytes"], seed=99)
+    assert final.last_chunk and final.artifact.parts[0].text == big_text(
+        sizes["final_bytes"], seed=99
+    )
     assert final_state(remote) == COMPLETED
 
 
@@ -299,7 +319,10 @@ async def test_a_task_nobody_follows_elsewhere_sends_no_notify(postgres):
         # which is written once, at its end (its artifact, its end)
         relays = (a.gateway.hub.feed_relay.stats, b.gateway.hub.feed_relay.stats)
         feed = tuple(r["sent"] for r in relays)
-        sent = tuple(hub.gateway.hub.stats["sent"] - r["sent"] - r["announced"] for hub, r in zip((a, b), relays))
+        sent = tuple(
+            hub.gateway.hub.stats["sent"] - r["sent"] - r["announced"]
+            for hub, r in zip((a, b), relays)
+        )
     assert final_state(streamed) == COMPLETED
     assert answered[-1].task.status.state == COMPLETED
     assert sent == (0, 0)
@@ -320,7 +343,9 @@ async def test_lost_listener_reconnects_and_the_follower_still_finishes(postgres
                 collect(on_b.subscribe(SubscribeToTaskRequest(id=first.task.id)), remote)
             )
             try:
-                await eventually(lambda: len(artifact_updates(remote)) >= 3, timeout=10, what="live chunks on B")
+                await eventually(
+                    lambda: len(artifact_updates(remote)) >= 3, timeout=10, what="live chunks on B"
+                )
                 name = url.rsplit("/", 1)[-1]
                 admin = await asyncpg.connect(admin_dsn())
                 try:
@@ -389,7 +414,9 @@ def test_every_payload_fits_the_notify_limit():
 
     wire = LiveWire()
     delta = TaskArtifactUpdateEvent(task_id="t", context_id="c", append=True)
-    delta.artifact.CopyFrom(Artifact(artifact_id="x", name="response", parts=[Part(text=big_text(100_000))]))
+    delta.artifact.CopyFrom(
+        Artifact(artifact_id="x", name="response", parts=[Part(text=big_text(100_000))])
+    )
     payloads = wire.event("t", delta)
     assert len(payloads) > 10 and all(len(p.encode()) < PAYLOAD_LIMIT for p in payloads)
     final = TaskArtifactUpdateEvent(task_id="t", context_id="c", last_chunk=True)

@@ -64,8 +64,12 @@ async def test_config_created_later_gets_the_next_update(receiver):
         task = r.json()["result"]["task"]
         assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
         create = rpc("CreateTaskPushNotificationConfig", {"taskId": task["id"], "url": url})
-        assert (await http.post(gw.jsonrpc_url(ep), json=create, headers=V10)).json()["result"]["id"] == task["id"]
-        await http.post(gw.jsonrpc_url(ep), json=send_body("answer", taskId=task["id"]), headers=V10)
+        assert (await http.post(gw.jsonrpc_url(ep), json=create, headers=V10)).json()["result"][
+            "id"
+        ] == task["id"]
+        await http.post(
+            gw.jsonrpc_url(ep), json=send_body("answer", taskId=task["id"]), headers=V10
+        )
         await asyncio.wait_for(arrived.wait(), 5)
     assert received[0][1]["statusUpdate"]["taskId"] == task["id"]
 
@@ -81,7 +85,9 @@ async def test_private_webhook_urls_are_refused_unless_allowed():
         task_id = r.json()["result"]["task"]["id"]
         for target in ("http://10.1.2.3/h", "http://localhost/h", "file:///etc/passwd"):
             create = rpc("CreateTaskPushNotificationConfig", {"taskId": task_id, "url": target})
-            assert (await http.post(gw.jsonrpc_url(ep), json=create, headers=V10)).json()["error"]["code"] == -32602
+            assert (await http.post(gw.jsonrpc_url(ep), json=create, headers=V10)).json()["error"][
+                "code"
+            ] == -32602
 
 
 @pytest.fixture
@@ -95,7 +101,9 @@ async def test_a_name_that_resolves_to_a_private_address_is_refused_at_config_ti
         gw.gateway.push.guard.resolver = fake_dns({"hooks.internal.test": "10.20.30.40"})
         ep = await gw.add_endpoint(settings={"delay": 0})
         inline = {"url": "http://hooks.internal.test/a2a"}
-        err = (await http.post(gw.jsonrpc_url(ep), json=send_body("x", push=inline), headers=V10)).json()
+        err = (
+            await http.post(gw.jsonrpc_url(ep), json=send_body("x", push=inline), headers=V10)
+        ).json()
         assert err["id"] == "req-1" and err["error"]["code"] == -32602
         assert err["error"]["message"] == (
             "push notification url is not allowed: hooks.internal.test resolves to a private address"
@@ -177,7 +185,9 @@ async def test_each_post_carries_authorization_token_and_an_id_kept_across_retri
         ep = await gw.add_endpoint(settings={"delay": 0})
         push = {"id": "cfg", "url": hooks.url("/flaky"), "token": "tok-1",
                 "authentication": {"scheme": "Basic", "credentials": "dXNlcjpwdw=="}}
-        r = await http.post(gw.jsonrpc_url(ep), json=send_body("wait ?input", push=push), headers=V10)
+        r = await http.post(
+            gw.jsonrpc_url(ep), json=send_body("wait ?input", push=push), headers=V10
+        )
         task_id = r.json()["result"]["task"]["id"]
         await http.post(gw.jsonrpc_url(ep), json=send_body("answer", taskId=task_id), headers=V10)
         await hooks.wait_for("/flaky", count=5)

@@ -210,7 +210,9 @@ async def test_every_notification_arrives_through_failures_and_a_restart(
                     if half == 0 else ENDPOINT
                 for i in range(tasks // 2):
                     push = {"id": "c", "url": hooks.url("/hook"), "authentication": AUTH}
-                    await http.post(gw.jsonrpc_url(ep), json=send_body(f"n{i}", push=push), headers=V10)
+                    await http.post(
+                        gw.jsonrpc_url(ep), json=send_body(f"n{i}", push=push), headers=V10
+                    )
                 if half == 1:
                     await eventually(lambda: len(set(hooks.delivered_ids())) >= 2 * tasks,
                                      what=f"{2 * tasks} notifications delivered")

@@ -100,7 +100,9 @@ async def test_live_replica_keeps_renewing_its_lease():
             request = send_request("go", immediately=True)
             async with a.client(ep, streaming=False) as client:
                 (event,) = [e async for e in client.send_message(request)]
-            await asyncio.sleep(1.5)  # several lease periods, in which no one may take the task over
+            await asyncio.sleep(
+                1.5
+            )  # several lease periods, in which no one may take the task over
             stored = await store.get_task(Scope("default", ep, "anonymous"), event.task.id)
             assert stored.owner == "replica-a"
             assert stored.task.status.state == TaskState.TASK_STATE_WORKING
@@ -117,4 +119,6 @@ async def test_a_replica_that_shuts_down_hands_its_runs_over_at_once():
     async with running_gateway(store=store, lease_seconds=120, replica_id="replica-b"):
         stored = await _wait_terminal(store, ep, event.task.id)
     assert stored.task.status.state == TaskState.TASK_STATE_COMPLETED
-    assert stored.task.artifacts[0].parts[0].text == f"finished by the backend for run-{event.task.id}"
+    assert (
+        stored.task.artifacts[0].parts[0].text == f"finished by the backend for run-{event.task.id}"
+    )

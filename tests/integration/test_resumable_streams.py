@@ -66,23 +66,50 @@ def _from_0_3(data: dict[str, Any]) -> dict[str, Any]:
 
 JSONRPC_1_0 = Binding(
     "jsonrpc-1.0",
-    lambda gw, ep, text: ("POST", gw.jsonrpc_url(ep), _jsonrpc("SendStreamingMessage", {"message": wire_message(text)}), V10),
+    lambda gw, ep, text: (
+        "POST",
+        gw.jsonrpc_url(ep),
+        _jsonrpc("SendStreamingMessage", {"message": wire_message(text)}),
+        V10,
+    ),
     lambda gw, ep, tid: ("POST", gw.jsonrpc_url(ep), _jsonrpc("SubscribeToTask", {"id": tid}), V10),
     lambda data: data["result"],
 )
 REST = Binding(
     "rest",
-    lambda gw, ep, text: ("POST", gw.rest_url(ep) + "/message:stream", {"message": wire_message(text)}, V10),
+    lambda gw, ep, text: (
+        "POST",
+        gw.rest_url(ep) + "/message:stream",
+        {"message": wire_message(text)},
+        V10,
+    ),
     lambda gw, ep, tid: ("GET", gw.rest_url(ep) + f"/tasks/{tid}:subscribe", {}, V10),
     lambda data: data,
 )
 JSONRPC_0_3 = Binding(
     "jsonrpc-0.3",
-    lambda gw, ep, text: ("POST", gw.jsonrpc_url(ep), _jsonrpc("message/stream", {"message": {
-        "kind": "message", "messageId": str(uuid.uuid4()), "role": "user",
-        "parts": [{"kind": "text", "text": text}],
-    }}), V03),
-    lambda gw, ep, tid: ("POST", gw.jsonrpc_url(ep), _jsonrpc("tasks/resubscribe", {"id": tid}), V03),
+    lambda gw, ep, text: (
+        "POST",
+        gw.jsonrpc_url(ep),
+        _jsonrpc(
+            "message/stream",
+            {
+                "message": {
+                    "kind": "message",
+                    "messageId": str(uuid.uuid4()),
+                    "role": "user",
+                    "parts": [{"kind": "text", "text": text}],
+                }
+            },
+        ),
+        V03,
+    ),
+    lambda gw, ep, tid: (
+        "POST",
+        gw.jsonrpc_url(ep),
+        _jsonrpc("tasks/resubscribe", {"id": tid}),
+        V03,
+    ),
     _from_0_3,
 )
 BINDINGS = [JSONRPC_1_0, REST, JSONRPC_0_3]
@@ -107,8 +134,12 @@ class Event:
 
 
 async def read(
-    http: httpx.AsyncClient, request: tuple[str, str, dict[str, Any], dict[str, str]], binding: Binding,
-    *, last_event_id: str | None = None, limit: int | None = None,
+    http: httpx.AsyncClient,
+    request: tuple[str, str, dict[str, Any], dict[str, str]],
+    binding: Binding,
+    *,
+    last_event_id: str | None = None,
+    limit: int | None = None,
 ) -> list[Event]:
     """The events of one SSE response (the first ``limit``, then the connection is dropped)."""
     method, url, body, headers = request
@@ -197,14 +228,22 @@ async def slow_echo(gw: RunningGateway) -> str:
 
 
 @pytest.mark.parametrize("binding", BINDINGS, ids=lambda b: b.name)
-async def test_a_dropped_stream_resumes_with_nothing_lost_and_nothing_twice(gw, slow_echo, http, binding):
+async def test_a_dropped_stream_resumes_with_nothing_lost_and_nothing_twice(
+    gw, slow_echo, http, binding
+):
     reference_stream = asyncio.create_task(read(http, binding.send(gw, slow_echo, WORDS), binding))
     head = await read(http, binding.send(gw, slow_echo, WORDS), binding, limit=READ_BEFORE_DROP)
     task_id = head[0].body["id"]
     last = position(head[-1].id)
-    await eventually(lambda: published(gw, task_id) >= last + MISS_AT_LEAST, interval=0.02, what="events missed while away")
+    await eventually(
+        lambda: published(gw, task_id) >= last + MISS_AT_LEAST,
+        interval=0.02,
+        what="events missed while away",
+    )
     missed = published(gw, task_id) - last
-    tail = await read(http, binding.subscribe(gw, slow_echo, task_id), binding, last_event_id=head[-1].id)
+    tail = await read(
+        http, binding.subscribe(gw, slow_echo, task_id), binding, last_event_id=head[-1].id
+    )
     resumed = head + tail
     reference = await reference_stream
 
@@ -225,7 +264,9 @@ async def test_a_stale_or_unknown_id_starts_from_the_task_snapshot(gw, slow_echo
     for stale in ("not-an-id", "0123456789ab.5"):  # the second well formed, another log's token
         head = await read(http, binding.send(gw, slow_echo, WORDS), binding, limit=READ_BEFORE_DROP)
         task_id = head[0].body["id"]
-        events = await read(http, binding.subscribe(gw, slow_echo, task_id), binding, last_event_id=stale)
+        events = await read(
+            http, binding.subscribe(gw, slow_echo, task_id), binding, last_event_id=stale
+        )
         assert events[0].kind == "task" and events[0].body["id"] == task_id
         assert rebuilt_text(events) == ANSWER
         assert is_completed(final_state(events))
@@ -233,19 +274,29 @@ async def test_a_stale_or_unknown_id_starts_from_the_task_snapshot(gw, slow_echo
 
 
 @pytest.mark.parametrize("binding", BINDINGS, ids=lambda b: b.name)
-async def test_a_reconnect_after_the_task_ended_gets_the_remaining_events(gw, slow_echo, http, binding):
+async def test_a_reconnect_after_the_task_ended_gets_the_remaining_events(
+    gw, slow_echo, http, binding
+):
     reference, head = await asyncio.gather(
         read(http, binding.send(gw, slow_echo, WORDS), binding),
         read(http, binding.send(gw, slow_echo, WORDS), binding, limit=READ_BEFORE_DROP),
     )
     task_id = head[0].body["id"]
     await eventually(lambda: ended(gw, task_id), interval=0.02, what="the task to end")
-    tail = await read(http, binding.subscribe(gw, slow_echo, task_id), binding, last_event_id=head[-1].id)
+    tail = await read(
+        http, binding.subscribe(gw, slow_echo, task_id), binding, last_event_id=head[-1].id
+    )
     resumed = head + tail
     assert shape(resumed) == shape(reference)
     assert tail[-2].body.get("lastChunk") and is_completed(final_state(tail))
     assert rebuilt_text(resumed) == ANSWER
-    report(f"{binding.name}, after the end", read_before_drop=len(head), replayed=len(tail), lost=0, duplicated=0)
+    report(
+        f"{binding.name}, after the end",
+        read_before_drop=len(head),
+        replayed=len(tail),
+        lost=0,
+        duplicated=0,
+    )
 
 
 async def test_after_the_keep_time_an_ended_task_answers_as_the_spec_says(http):
@@ -258,7 +309,9 @@ async def test_after_the_keep_time_an_ended_task_answers_as_the_spec_says(http):
         # within the keep time: the remainder (as logged, where the live stream, which came
         # faster than it was read, merged the text deltas into one chunk)
         assert rebuilt_text(replay) == rebuilt_text(events) == "echo: short"
-        assert [e for e in shape(replay) if e[0] != "artifact"] == [e for e in shape(events[1:]) if e[0] != "artifact"]
+        assert [e for e in shape(replay) if e[0] != "artifact"] == [
+            e for e in shape(events[1:]) if e[0] != "artifact"
+        ]
         answer = await eventually(
             lambda: http.post(url, json=body, headers={**headers, "Last-Event-ID": first_id}),
             until=lambda r: r.headers["content-type"].startswith("application/json"),
@@ -281,7 +334,9 @@ async def test_a_message_answer_has_no_event_id(http):
 async def test_replay_off_every_reconnect_starts_from_the_snapshot(http):
     async with running_gateway(stream_replay_events=0) as gw:
         ep = await gw.add_endpoint(settings={"delay": WORD_DELAY})
-        head = await read(http, JSONRPC_1_0.send(gw, ep, WORDS), JSONRPC_1_0, limit=READ_BEFORE_DROP)
+        head = await read(
+            http, JSONRPC_1_0.send(gw, ep, WORDS), JSONRPC_1_0, limit=READ_BEFORE_DROP
+        )
         assert all(e.id for e in head)
         events = await read(http, JSONRPC_1_0.subscribe(gw, ep, head[0].body["id"]), JSONRPC_1_0,
                             last_event_id=head[-1].id)
@@ -297,16 +352,27 @@ async def test_a_reconnect_to_another_replica_gets_the_snapshot_then_live_events
         ep = await a.add_endpoint(settings={"delay": WORD_DELAY})
         head = await read(http, JSONRPC_1_0.send(a, ep, WORDS), JSONRPC_1_0, limit=READ_BEFORE_DROP)
         task_id = head[0].body["id"]
-        on_b = await read(http, JSONRPC_1_0.subscribe(b, ep, task_id), JSONRPC_1_0, last_event_id=head[-1].id,
-                          limit=READ_BEFORE_DROP)
-        assert on_b[0].kind == "task" and on_b[0].body["id"] == task_id  # a miss there: the snapshot
+        on_b = await read(
+            http,
+            JSONRPC_1_0.subscribe(b, ep, task_id),
+            JSONRPC_1_0,
+            last_event_id=head[-1].id,
+            limit=READ_BEFORE_DROP,
+        )
+        assert (
+            on_b[0].kind == "task" and on_b[0].body["id"] == task_id
+        )  # a miss there: the snapshot
         assert all(e.id for e in on_b)
         # B's ids are its own and not replayable: back on B, the snapshot again, then live to the end
-        again = await read(http, JSONRPC_1_0.subscribe(b, ep, task_id), JSONRPC_1_0, last_event_id=on_b[-1].id)
+        again = await read(
+            http, JSONRPC_1_0.subscribe(b, ep, task_id), JSONRPC_1_0, last_event_id=on_b[-1].id
+        )
         assert again[0].kind == "task"
         assert is_completed(final_state(again)) and rebuilt_text(again) == ANSWER
         # A, which ran the task, still replays from its own id
-        tail = await read(http, JSONRPC_1_0.subscribe(a, ep, task_id), JSONRPC_1_0, last_event_id=head[-1].id)
+        tail = await read(
+            http, JSONRPC_1_0.subscribe(a, ep, task_id), JSONRPC_1_0, last_event_id=head[-1].id
+        )
     assert [e.kind for e in tail].count("task") == 0
     assert rebuilt_text(head + tail) == ANSWER and is_completed(final_state(tail))
     report("another replica", snapshot_first=True, replayed_on_owner=len(tail))
@@ -319,6 +385,8 @@ async def test_a_hostile_last_event_id_is_a_miss_never_a_server_error(http):
         token = events[0].id.rpartition(".")[0]
         method, url, body, headers = JSONRPC_1_0.subscribe(gw, ep, events[0].body["id"])
         for hostile in (f"{token}." + "9" * 5000, f"{token}.\u0661", "."):  # ١, an Arabic-Indic 1
-            answer = await http.post(url, json=body, headers={**headers, "Last-Event-ID": hostile.encode()})
+            answer = await http.post(
+                url, json=body, headers={**headers, "Last-Event-ID": hostile.encode()}
+            )
             assert answer.status_code == 200
             assert answer.json()["error"]["code"] == -32004  # ended, and nothing to replay

@@ -33,9 +33,17 @@ async def test_changed_row_rebuilds_the_handler_and_disabled_row_disappears():
 
 
 async def test_sse_keepalive_comments_keep_idle_streams_alive():
-    async with running_gateway(sse_keepalive_seconds=0.1) as gw, httpx.AsyncClient(timeout=10) as http:
+    async with (
+        running_gateway(sse_keepalive_seconds=0.1) as gw,
+        httpx.AsyncClient(timeout=10) as http,
+    ):
         ep = await gw.add_endpoint(settings={"delay": 0.35})
-        async with http.stream("POST", gw.jsonrpc_url(ep), json=send_body("one two three", method="SendStreamingMessage"), headers=V10) as r:
+        async with http.stream(
+            "POST",
+            gw.jsonrpc_url(ep),
+            json=send_body("one two three", method="SendStreamingMessage"),
+            headers=V10,
+        ) as r:
             body = (await r.aread()).decode()
     assert body.count(": ping") >= 2
     assert "TASK_STATE_COMPLETED" in body
@@ -44,10 +52,14 @@ async def test_sse_keepalive_comments_keep_idle_streams_alive():
 async def test_logs_bind_ids_and_drop_secret_values(monkeypatch):
     from a2a_gateway.observability.logs import drop_secrets
 
-    with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+    with structlog.testing.capture_logs(
+        processors=[structlog.contextvars.merge_contextvars]
+    ) as logs:
         async with running_gateway() as gw, httpx.AsyncClient() as http:
             ep = await gw.add_endpoint(settings={"delay": 0})
-            await http.post(gw.jsonrpc_url(ep), json=send_body("a"), headers={**V10, "X-Request-Id": "req-42"})
+            await http.post(
+                gw.jsonrpc_url(ep), json=send_body("a"), headers={**V10, "X-Request-Id": "req-42"}
+            )
 
             def request_line() -> dict | None:
                 return next((entry for entry in logs if entry["event"] == "request"
@@ -55,7 +67,9 @@ async def test_logs_bind_ids_and_drop_secret_values(monkeypatch):
 
             line = await eventually(request_line, what="the request is logged")
     assert line["request_id"] == "req-42" and line["endpoint_id"] == ep and line["status"] == 200
-    cleaned = drop_secrets(None, "info", {"event": "x", "api_key": "k", "Authorization": "Bearer t", "ok": 1})
+    cleaned = drop_secrets(
+        None, "info", {"event": "x", "api_key": "k", "Authorization": "Bearer t", "ok": 1}
+    )
     assert cleaned == {"event": "x", "api_key": "***", "Authorization": "***", "ok": 1}
 
 
@@ -69,7 +83,10 @@ async def _open_idle_subscription(gw, http, ep):
 async def test_a_vanished_subscriber_of_an_idle_task_is_let_go():
     from a2a_gateway.transport.sse import OPEN_STREAMS
 
-    async with running_gateway(sse_keepalive_seconds=0.1) as gw, httpx.AsyncClient(timeout=10) as http:
+    async with (
+        running_gateway(sse_keepalive_seconds=0.1) as gw,
+        httpx.AsyncClient(timeout=10) as http,
+    ):
         ep = await gw.add_endpoint(settings={"delay": 0})
         async with await _open_idle_subscription(gw, http, ep) as r:
             first = await anext(line async for line in r.aiter_lines() if line.startswith("data: "))
@@ -119,7 +136,9 @@ async def test_metrics_count_requests_and_task_outcomes():
         ep = await gw.add_endpoint(settings={"delay": 0})
         before = (await http.get(f"{gw.base_url}/metrics")).text
         await http.post(gw.jsonrpc_url(ep), json=send_body("a"), headers=V10)
-        await http.post(gw.jsonrpc_url(ep), json={"jsonrpc": "2.0", "id": 1, "method": "x" * 40}, headers=V10)
+        await http.post(
+            gw.jsonrpc_url(ep), json={"jsonrpc": "2.0", "id": 1, "method": "x" * 40}, headers=V10
+        )
         after = (await http.get(f"{gw.base_url}/metrics")).text
     done = f'a2a_gateway_tasks_ended_total{{endpoint="{ep}",state="completed"}}'
     sent = 'a2a_gateway_requests_total{a2a_method="SendMessage",status="200"}'

@@ -29,7 +29,9 @@ VERSIONS = ["1.0", "0.3"]
 
 @pytest.fixture
 async def slow_echo_id(gw: RunningGateway) -> str:
-    return await gw.add_endpoint("handlers.echo:EchoHandler", settings={"delay": 0.05}, name="slow echo")
+    return await gw.add_endpoint(
+        "handlers.echo:EchoHandler", settings={"delay": 0.05}, name="slow echo"
+    )
 
 
 async def test_card_discovery_through_sdk_resolver(gw: RunningGateway, echo_id: str):
@@ -71,9 +73,14 @@ async def test_stream_delivers_task_then_chunks_then_final(gw, slow_echo_id, ver
     chunks = [e for e in events if e.HasField("artifact_update")]
     assert len(chunks) >= 5  # one per word, then the final artifact
     assert not chunks[0].artifact_update.append and chunks[1].artifact_update.append
-    assert reconstruct(events) == {chunks[0].artifact_update.artifact.artifact_id: "echo: one two three four"}
+    assert reconstruct(events) == {
+        chunks[0].artifact_update.artifact.artifact_id: "echo: one two three four"
+    }
     last = events[-1]
-    assert last.HasField("status_update") and last.status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    assert (
+        last.HasField("status_update")
+        and last.status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    )
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -103,8 +110,12 @@ async def test_list_tasks_filters_by_context_and_pages(gw, echo_id):
             ids.append(ev.task.id)
         await collect(client.send_message(send_request("other context")))
         page1 = await client.list_tasks(ListTasksRequest(context_id=ctx, page_size=2))
-        page2 = await client.list_tasks(ListTasksRequest(context_id=ctx, page_size=2, page_token=page1.next_page_token))
-        page3 = await client.list_tasks(ListTasksRequest(context_id=ctx, page_size=2, page_token=page2.next_page_token))
+        page2 = await client.list_tasks(
+            ListTasksRequest(context_id=ctx, page_size=2, page_token=page1.next_page_token)
+        )
+        page3 = await client.list_tasks(
+            ListTasksRequest(context_id=ctx, page_size=2, page_token=page2.next_page_token)
+        )
         everything = await client.list_tasks(ListTasksRequest())
     listed = [t.id for p in (page1, page2, page3) for t in p.tasks]
     assert listed == list(reversed(ids))  # newest first
@@ -130,9 +141,14 @@ async def test_cancel_running_task(gw, version):
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-async def test_subscribe_mid_stream_gets_task_text_so_far_then_live_then_final(gw, slow_echo_id, version):
+async def test_subscribe_mid_stream_gets_task_text_so_far_then_live_then_final(
+    gw, slow_echo_id, version
+):
     words = " ".join(f"w{i}" for i in range(30))
-    async with gw.client(slow_echo_id, version=version) as first, gw.client(slow_echo_id, version=version) as second:
+    async with (
+        gw.client(slow_echo_id, version=version) as first,
+        gw.client(slow_echo_id, version=version) as second,
+    ):
         stream = first.send_message(send_request(words))
         head = [await anext(stream) for _ in range(6)]
         task_id = head[0].task.id
@@ -162,10 +178,17 @@ async def test_input_required_then_follow_up_completes(gw, echo_id, version):
         task = ev.task
         assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         assert task.status.message.parts[0].text.startswith("What should I echo")
-        (ev2,) = await collect(client.send_message(send_request("the answer", task_id=task.id, context_id=task.context_id)))
+        (ev2,) = await collect(
+            client.send_message(
+                send_request("the answer", task_id=task.id, context_id=task.context_id)
+            )
+        )
     assert ev2.task.status.state == TaskState.TASK_STATE_COMPLETED
     assert ev2.task.artifacts[-1].parts[0].text == "echo: the answer"
-    assert [m.parts[0].text for m in ev2.task.history if m.role == Role.ROLE_USER] == ["please ?input", "the answer"]
+    assert [m.parts[0].text for m in ev2.task.history if m.role == Role.ROLE_USER] == [
+        "please ?input",
+        "the answer",
+    ]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -174,7 +197,9 @@ async def test_push_config_crud(gw, echo_id, version):
         (ev,) = await collect(client.send_message(send_request("push me")))
         task_id = ev.task.id
         created = await client.create_task_push_notification_config(
-            TaskPushNotificationConfig(task_id=task_id, id="cfg-1", url="http://127.0.0.1:9/hook", token="t1")
+            TaskPushNotificationConfig(
+                task_id=task_id, id="cfg-1", url="http://127.0.0.1:9/hook", token="t1"
+            )
         )
         assert created.id == "cfg-1" and created.url == "http://127.0.0.1:9/hook"
         got = await client.get_task_push_notification_config(

@@ -60,14 +60,20 @@ class FakeChatBackend:
         if "fail" in body["messages"][-1]["content"]:
             key = authorization.removeprefix("Bearer ")
             message = f"unknown model for key {key}, headers {dict(request.headers)}"
-            return web.json_response({"error": {"message": message, "type": "invalid_request_error"}},
-                                     status=400)
+            return web.json_response(
+                {"error": {"message": message, "type": "invalid_request_error"}}, status=400
+            )
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        for chunk in ({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "hello"}}]},
-                      {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}):
-            await response.write(b"data: " + orjson.dumps({"id": "c1", "object": "chat.completion.chunk",
-                                                           **chunk}) + b"\n\n")
+        for chunk in (
+            {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "hello"}}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        ):
+            await response.write(
+                b"data: "
+                + orjson.dumps({"id": "c1", "object": "chat.completion.chunk", **chunk})
+                + b"\n\n"
+            )
         await response.write(b"data: [DONE]\n\n")
         return response
 
@@ -108,8 +114,13 @@ def test_a_logged_url_keeps_no_credential_of_its_query():
 def test_fields_named_like_a_header_credential_are_dropped():
     event = {"event": "x", "X-Api-Key": "k", "x-auth-token": "t", "Proxy-Authorization": "p",
              "X-Route": "blue"}
-    assert drop_secrets(None, "info", event) == {"event": "x", "X-Api-Key": "***", "x-auth-token": "***",
-                                                 "Proxy-Authorization": "***", "X-Route": "blue"}
+    assert drop_secrets(None, "info", event) == {
+        "event": "x",
+        "X-Api-Key": "***",
+        "x-auth-token": "***",
+        "Proxy-Authorization": "***",
+        "X-Route": "blue",
+    }
 
 
 class Secrets:
@@ -122,8 +133,14 @@ class Secrets:
                          "kid": "card-1"}
         self.chat_key, self.chat_header = secret("chat-key"), secret("chat-header")
         self.chat_url_password = secret("chat-url-password")
-        self.hermes_key, self.hermes_url_password = secret("hermes-key"), secret("hermes-url-password")
-        self.jwks_url_password, self.jwks_url_token = secret("jwks-url-password"), secret("jwks-url-token")
+        self.hermes_key, self.hermes_url_password = (
+            secret("hermes-key"),
+            secret("hermes-url-password"),
+        )
+        self.jwks_url_password, self.jwks_url_token = (
+            secret("jwks-url-password"),
+            secret("jwks-url-token"),
+        )
         self.hook_password, self.hook_query = secret("hook-password"), secret("hook-query")
         self.push_credentials, self.push_token = secret("push-credentials"), secret("push-token")
         now = int(time.time())
@@ -153,16 +170,25 @@ class Secrets:
 
     def values(self) -> dict[str, str]:
         return {
-            "API key secret setting": self.api_key_secret, "card-signing key": self.card_key["d"],
-            "caller's API key": self.api_key, "unknown API key": self.unknown_key,
+            "API key secret setting": self.api_key_secret,
+            "card-signing key": self.card_key["d"],
+            "caller's API key": self.api_key,
+            "unknown API key": self.unknown_key,
             "malformed API key": self.malformed_key,
-            "JWT": self.token, "JWT signature": self.token.rsplit(".", 1)[1], "forged JWT": self.forged,
-            "chat key setting": self.chat_key, "chat header setting": self.chat_header,
+            "JWT": self.token,
+            "JWT signature": self.token.rsplit(".", 1)[1],
+            "forged JWT": self.forged,
+            "chat key setting": self.chat_key,
+            "chat header setting": self.chat_header,
             "chat URL password": self.chat_url_password,
-            "Hermes key setting": self.hermes_key, "Hermes URL password": self.hermes_url_password,
-            "JWKS URL password": self.jwks_url_password, "JWKS URL token": self.jwks_url_token,
-            "webhook URL password": self.hook_password, "webhook URL token": self.hook_query,
-            "push credentials": self.push_credentials, "push token": self.push_token,
+            "Hermes key setting": self.hermes_key,
+            "Hermes URL password": self.hermes_url_password,
+            "JWKS URL password": self.jwks_url_password,
+            "JWKS URL token": self.jwks_url_token,
+            "webhook URL password": self.hook_password,
+            "webhook URL token": self.hook_query,
+            "push credentials": self.push_credentials,
+            "push token": self.push_token,
         }
 
 
@@ -203,22 +229,70 @@ def add_endpoints(cli: Cli, s: Secrets, chat_port: int) -> dict[str, str]:
     jwks_url = (f"http://jwks:{s.jwks_url_password}@127.0.0.1:{closed_port()}/jwks.json"
                 f"?token={s.jwks_url_token}")
     return {
-        "chat": cli("endpoints", "add", "--name", "chat", "--handler", chat,
-                    "--set", f"base_url=http://127.0.0.1:{chat_port}/v1", "--set", f"api_key={s.chat_key}",
-                    "--set", f"extra_headers={headers}",
-                    "--card", json.dumps({"capabilities": {"pushNotifications": True}})),
-        "unreachable chat": cli("endpoints", "add", "--name", "unreachable chat", "--public",
-                                "--handler", chat, "--set",
-                                f"base_url=http://chat:{s.chat_url_password}@127.0.0.1:{closed_port()}/v1"),
-        "hermes": cli("endpoints", "add", "--name", "hermes", "--public",
-                      "--handler", "handlers.hermes:HermesAgentHandler",
-                      "--set", f"hermes_api_url=http://hermes:{s.hermes_url_password}@127.0.0.1:"
-                      f"{closed_port()}",
-                      "--set", f"hermes_api_key={s.hermes_key}"),
-        "jwt": cli("endpoints", "add", "--name", "jwt", "--handler", "handlers.echo:EchoHandler",
-                   "--set", "delay=0", "--auth", jwt_auth(keys=["env:HYGIENE_JWT_PUBLIC_KEY"])),
-        "jwks": cli("endpoints", "add", "--name", "jwks", "--handler", "handlers.echo:EchoHandler",
-                    "--set", "delay=0", "--auth", jwt_auth(jwks_url=jwks_url)),
+        "chat": cli(
+            "endpoints",
+            "add",
+            "--name",
+            "chat",
+            "--handler",
+            chat,
+            "--set",
+            f"base_url=http://127.0.0.1:{chat_port}/v1",
+            "--set",
+            f"api_key={s.chat_key}",
+            "--set",
+            f"extra_headers={headers}",
+            "--card",
+            json.dumps({"capabilities": {"pushNotifications": True}}),
+        ),
+        "unreachable chat": cli(
+            "endpoints",
+            "add",
+            "--name",
+            "unreachable chat",
+            "--public",
+            "--handler",
+            chat,
+            "--set",
+            f"base_url=http://chat:{s.chat_url_password}@127.0.0.1:{closed_port()}/v1",
+        ),
+        "hermes": cli(
+            "endpoints",
+            "add",
+            "--name",
+            "hermes",
+            "--public",
+            "--handler",
+            "handlers.hermes:HermesAgentHandler",
+            "--set",
+            f"hermes_api_url=http://hermes:{s.hermes_url_password}@127.0.0.1:{closed_port()}",
+            "--set",
+            f"hermes_api_key={s.hermes_key}",
+        ),
+        "jwt": cli(
+            "endpoints",
+            "add",
+            "--name",
+            "jwt",
+            "--handler",
+            "handlers.echo:EchoHandler",
+            "--set",
+            "delay=0",
+            "--auth",
+            jwt_auth(keys=["env:HYGIENE_JWT_PUBLIC_KEY"]),
+        ),
+        "jwks": cli(
+            "endpoints",
+            "add",
+            "--name",
+            "jwks",
+            "--handler",
+            "handlers.echo:EchoHandler",
+            "--set",
+            "delay=0",
+            "--auth",
+            jwt_auth(jwks_url=jwks_url),
+        ),
     }
 
 
@@ -238,7 +312,12 @@ async def drive(http: httpx.AsyncClient, base: str, ids: dict[str, str], s: Secr
     # httpx turns a URL's user:password into Basic authentication, replacing configured
     # credentials: they go to a second webhook
     hook = s.hook_url(hook_port)
-    await call("pushed", "chat", send_body("hello with push", push={"url": hook, "token": s.push_token}), api_key=key)
+    await call(
+        "pushed",
+        "chat",
+        send_body("hello with push", push={"url": hook, "token": s.push_token}),
+        api_key=key,
+    )
     authenticated = {"url": f"http://127.0.0.1:{hook_port}/authenticated", "token": s.push_token,
                      "authentication": {"scheme": "Bearer", "credentials": s.push_credentials}}
     await call("backend error", "chat", send_body("please fail", push=authenticated), api_key=key)
@@ -251,11 +330,18 @@ async def drive(http: httpx.AsyncClient, base: str, ids: dict[str, str], s: Secr
     await call("signed in", "jwt", send_body("signed in"), f"Bearer {s.token}")
     await call("forged", "jwt", send_body("forged"), f"Bearer {s.forged}")
     await call("key for token", "jwt", send_body("a key where a token goes"), f"Bearer {key}")
-    await call("JWKS unreachable", "jwks", send_body("keys from an unreachable JWKS"), f"Bearer {s.token}")
+    await call(
+        "JWKS unreachable", "jwks", send_body("keys from an unreachable JWKS"), f"Bearer {s.token}"
+    )
     for name, url in (("ftp webhook", hook.replace("http://", "ftp://")),
                       ("private webhook", hook.replace("127.0.0.1", "10.0.0.1")),
                       ("closed webhook", hook.replace(f":{hook_port}/hook", ":1/closed"))):
-        await call(name, "chat", send_body("webhook", push={"url": url, "token": s.push_token}), api_key=key)
+        await call(
+            name,
+            "chat",
+            send_body("webhook", push={"url": url, "token": s.push_token}),
+            api_key=key,
+        )
     task_id = answers["pushed"].json()["result"]["task"]["id"]
     await call("GetTask", "chat", rpc("GetTask", {"id": task_id}), api_key=key)
     await call("ListTasks", "chat", rpc("ListTasks", {}), api_key=key)
@@ -265,7 +351,9 @@ async def drive(http: httpx.AsyncClient, base: str, ids: dict[str, str], s: Secr
     answers["REST ListTasks"] = await http.get(f"{base}/{ids['chat']}/a2a/rest/tasks",
                                                headers={**V10, "X-API-Key": key})
     for name, endpoint in ids.items():
-        answers[f"card of {name}"] = await http.get(f"{base}/{endpoint}/.well-known/agent-card.json")
+        answers[f"card of {name}"] = await http.get(
+            f"{base}/{endpoint}/.well-known/agent-card.json"
+        )
     answers["JWKS"] = await http.get(f"{base}/.well-known/jwks.json")
     return answers
 
@@ -281,8 +369,16 @@ async def test_no_secret_in_logs_answers_or_cli_output(tmp_path):
     async with chat_backend() as backend, webhook_receiver() as hooks:
         ids = add_endpoints(cli, s, backend.port)
         s.api_key = cli.create_key(ids["chat"])
-        async with serving("serve", cwd=tmp_path, output=process_output, A2A_GATEWAY_LOG_LEVEL="debug",
-                           **cli.env) as listening, httpx.AsyncClient(timeout=30) as http:
+        async with (
+            serving(
+                "serve",
+                cwd=tmp_path,
+                output=process_output,
+                A2A_GATEWAY_LOG_LEVEL="debug",
+                **cli.env,
+            ) as listening,
+            httpx.AsyncClient(timeout=30) as http,
+        ):
             answers = await drive(http, listening[1], ids, s, hooks.port)
             await hooks.wait_for("/hook", count=2)
             await hooks.wait_for("/authenticated", count=2)
@@ -301,8 +397,12 @@ async def test_no_secret_in_logs_answers_or_cli_output(tmp_path):
     refused = ("no key", "unknown key", "malformed key", "token for key", "forged", "key for token",
                "JWKS unreachable")
     assert [answers[n].status_code for n in refused] == [401] * len(refused)
-    assert [answers[n].json()["error"]["code"] for n in ("ftp webhook", "private webhook")] == [-32602] * 2
-    assert backend.authorizations[0] == f"Bearer {s.chat_key}" and backend.api_keys[0] == s.chat_header
+    assert [answers[n].json()["error"]["code"] for n in ("ftp webhook", "private webhook")] == [
+        -32602
+    ] * 2
+    assert (
+        backend.authorizations[0] == f"Bearer {s.chat_key}" and backend.api_keys[0] == s.chat_header
+    )
     headers, _ = hooks.posts_to("/authenticated")[0]
     assert headers["Authorization"] == f"Bearer {s.push_credentials}"
     assert headers["X-A2A-Notification-Token"] == s.push_token
@@ -315,7 +415,11 @@ async def test_no_secret_in_logs_answers_or_cli_output(tmp_path):
         "answers": "\n\n".join(f"{name}: {written(a)}" for name, a in answers.items()),
         "CLI output": "\n\n".join(cli.output),
     }
-    leaks = [f"{what} in {where}: …{text[max(0, text.index(value) - 160):text.index(value) + 40]}…"
-             for what, value in s.values().items() for where, text in places.items() if value in text]
+    leaks = [
+        f"{what} in {where}: …{text[max(0, text.index(value) - 160) : text.index(value) + 40]}…"
+        for what, value in s.values().items()
+        for where, text in places.items()
+        if value in text
+    ]
     assert leaks == []
     assert "HTTP Request" not in logs  # httpx's line per request (URLs with their query) is quiet

@@ -34,7 +34,9 @@ async def _slow_reader(stream, pause: float) -> list:
 
 async def test_a_client_that_pauses_behind_a_20000_word_burst_rebuilds_the_whole_text():
     async with running_gateway() as gw:
-        ep = await gw.add_endpoint(settings={"delay": 0}, card={"capabilities": {"streaming": True}})
+        ep = await gw.add_endpoint(
+            settings={"delay": 0}, card={"capabilities": {"streaming": True}}
+        )
         async with gw.client(ep, timeout=120) as client:
             events = await _slow_reader(client.send_message(send_request(WORDS)), pause=1.0)
     last = events[-1]
@@ -48,7 +50,9 @@ async def test_a_slow_client_within_a_small_byte_budget_still_rebuilds_the_text_
     subscriber starts over from a fresh starting point (the task and the text so far);
     the client still rebuilds the exact text and sees no error."""
     async with running_gateway(stream_subscriber_max_bytes=64 * 1024) as gw:
-        ep = await gw.add_endpoint(settings={"delay": 0}, card={"capabilities": {"streaming": True}})
+        ep = await gw.add_endpoint(
+            settings={"delay": 0}, card={"capabilities": {"streaming": True}}
+        )
         async with gw.client(ep, timeout=120) as client:
             events = await _slow_reader(client.send_message(send_request(WORDS)), pause=1.0)
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
@@ -58,7 +62,9 @@ async def test_a_slow_client_within_a_small_byte_budget_still_rebuilds_the_text_
 
 async def test_a_fast_client_of_the_same_burst_gets_the_same_text():
     async with running_gateway() as gw:
-        ep = await gw.add_endpoint(settings={"delay": 0}, card={"capabilities": {"streaming": True}})
+        ep = await gw.add_endpoint(
+            settings={"delay": 0}, card={"capabilities": {"streaming": True}}
+        )
         async with gw.client(ep, timeout=120) as client:
             events = await collect(client.send_message(send_request(WORDS)))
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
@@ -73,7 +79,9 @@ async def test_resuming_after_a_merged_chunk_neither_repeats_nor_loses_text():
     words = " ".join(f"v{i}" for i in range(1500))
     answer = f"echo: {words}"
     async with running_gateway() as gw:
-        ep = await gw.add_endpoint(settings={"delay": 0}, card={"capabilities": {"streaming": True}})
+        ep = await gw.add_endpoint(
+            settings={"delay": 0}, card={"capabilities": {"streaming": True}}
+        )
         url, headers = gw.jsonrpc_url(ep), {"A2A-Version": "1.0"}
         before: list[dict] = []
         async with httpx.AsyncClient(timeout=60) as http:
@@ -94,6 +102,10 @@ async def test_resuming_after_a_merged_chunk_neither_repeats_nor_loses_text():
     assert len(merged["artifact"]["parts"]) > 1, "the burst's deltas were not merged"
     assert "task" not in after[0], "the resume was a miss (a snapshot), not a replay"
     chunks = [e["artifactUpdate"] for e in before + after if "artifactUpdate" in e]
-    assert "".join(p["text"] for c in chunks for p in c["artifact"]["parts"]) == answer  # none twice, none lost
-    assert chunks[-1].get("lastChunk") and chunks[-1].get("append")  # the end appends, maybe merged with deltas
+    assert (
+        "".join(p["text"] for c in chunks for p in c["artifact"]["parts"]) == answer
+    )  # none twice, none lost
+    assert chunks[-1].get("lastChunk") and chunks[-1].get(
+        "append"
+    )  # the end appends, maybe merged with deltas
     assert after[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"

@@ -123,7 +123,9 @@ async def test_blocking_send_without_context_is_one_store_call(gw: RunningGatewa
     assert final_text(stored.task) == "echo: hi"
 
 
-async def test_blocking_send_in_a_new_context_costs_two_store_calls_and_remembers(gw: RunningGateway):
+async def test_blocking_send_in_a_new_context_costs_two_store_calls_and_remembers(
+    gw: RunningGateway,
+):
     ep = await gw.add_endpoint("handlers.echo:Remembering")
     await blocking_send(gw, ep)  # warm
     with counting(gw.store) as calls:
@@ -141,7 +143,9 @@ async def test_blocking_send_in_a_new_context_costs_two_store_calls_and_remember
     assert context.session == {"seen": 2}
 
 
-async def test_a_task_that_asks_a_question_is_written_before_its_caller_is_answered(gw: RunningGateway):
+async def test_a_task_that_asks_a_question_is_written_before_its_caller_is_answered(
+    gw: RunningGateway,
+):
     ep = await gw.add_endpoint("handlers.echo:EchoHandler", settings={"delay": 0})
     with counting(gw.store) as calls:
         async with gw.client(ep, streaming=False) as client:
@@ -161,7 +165,9 @@ async def test_streamed_reply_of_1000_deltas_costs_at_most_two_task_writes(gw: R
     assert sum(calls[n] for n in TASK_WRITES) <= 2, calls
 
 
-async def test_a_long_blocking_run_is_written_while_it_runs_so_list_tasks_sees_it(gw: RunningGateway):
+async def test_a_long_blocking_run_is_written_while_it_runs_so_list_tasks_sees_it(
+    gw: RunningGateway,
+):
     ep = await gw.add_endpoint("handlers.echo:EchoHandler", settings={"delay": 0.1})
     words = " ".join(f"w{i}" for i in range(40))  # about 4 s, past unseen_task_seconds (1 s)
     async with gw.client(ep, streaming=False) as blocked, gw.client(ep, streaming=False) as lister:

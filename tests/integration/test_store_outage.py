@@ -78,8 +78,11 @@ async def test_a_task_write_the_store_refuses_is_a_503_not_an_answer_get_task_ca
 ) -> None:
     """Any error of a task write (here one that is no outage: a value the database refuses)
     answers the blocking caller with the store error, never with the task as it stands in memory."""
-    async with fresh_store_url(store_kind, tmp_path, monkeypatch) as url, running_gateway(url) as gw, \
-            httpx.AsyncClient(timeout=30) as http:
+    async with (
+        fresh_store_url(store_kind, tmp_path, monkeypatch) as url,
+        running_gateway(url) as gw,
+        httpx.AsyncClient(timeout=30) as http,
+    ):
         ep = await gw.add_endpoint(settings={"delay": 0})
         store = gw.store
 
@@ -91,13 +94,17 @@ async def test_a_task_write_the_store_refuses_is_a_503_not_an_answer_get_task_ca
         for method, text in (("create_task", "a b c"), ("update_task", "a b c ?input")):
             with monkeypatch.context() as patch:
                 patch.setattr(store, method, refused)
-                r = await http.post(gw.jsonrpc_url(ep), json=send_body(text, rid=method), headers=V10)
+                r = await http.post(
+                    gw.jsonrpc_url(ep), json=send_body(text, rid=method), headers=V10
+                )
             assert r.status_code == 503, (method, r.text)
             assert r.json()["id"] == method and r.json()["error"]["code"] == -32603, r.text
             assert "unavailable" in r.json()["error"]["message"] and r.headers["Retry-After"]
         listed = await store.list_tasks(Scope("default", ep, "anonymous"), TaskQuery(page_size=10))
         # the refused creation left nothing; the refused update left the task WORKING, leased
-        assert [t.status.state for t in listed.tasks] == [TaskState.TASK_STATE_WORKING], listed.tasks
+        assert [t.status.state for t in listed.tasks] == [TaskState.TASK_STATE_WORKING], (
+            listed.tasks
+        )
         r = await http.post(gw.jsonrpc_url(ep), json=send_body("a b c"), headers=V10)
         assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
@@ -107,12 +114,19 @@ async def test_a_nul_context_id_unchecked_on_postgres_is_a_503_not_a_lost_task(
 ) -> None:
     """The real write failure behind the NUL id check: PostgreSQL text cannot hold NUL."""
     monkeypatch.setattr(request_handler, "check_ids", lambda request: None)
-    async with fresh_store_url("postgres", tmp_path, monkeypatch) as url, running_gateway(url) as gw, \
-            httpx.AsyncClient(timeout=30) as http:
+    async with (
+        fresh_store_url("postgres", tmp_path, monkeypatch) as url,
+        running_gateway(url) as gw,
+        httpx.AsyncClient(timeout=30) as http,
+    ):
         ep = await gw.add_endpoint(settings={"delay": 0})
-        r = await http.post(gw.jsonrpc_url(ep), json=send_body("hi", contextId="ctx\u0000x"), headers=V10)
+        r = await http.post(
+            gw.jsonrpc_url(ep), json=send_body("hi", contextId="ctx\u0000x"), headers=V10
+        )
         assert r.status_code == 503 and r.json()["error"]["code"] == -32603, r.text
-        listed = await gw.store.list_tasks(Scope("default", ep, "anonymous"), TaskQuery(page_size=10))
+        listed = await gw.store.list_tasks(
+            Scope("default", ep, "anonymous"), TaskQuery(page_size=10)
+        )
         assert list(listed.tasks) == []
 
 
@@ -122,7 +136,9 @@ class RaisingHandler(Handler):
         yield  # an async generator
 
 
-async def test_a_handler_error_whose_failed_task_cannot_be_written_is_a_503(monkeypatch: pytest.MonkeyPatch):
+async def test_a_handler_error_whose_failed_task_cannot_be_written_is_a_503(
+    monkeypatch: pytest.MonkeyPatch,
+):
     async with running_gateway(handler_allowlist=["handlers.", __name__]) as gw, \
             httpx.AsyncClient(timeout=30) as http:
         ep = await gw.add_endpoint(f"{__name__}:RaisingHandler")

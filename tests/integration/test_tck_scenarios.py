@@ -19,9 +19,19 @@ async def tck_id(gw: RunningGateway) -> str:
     return await gw.add_endpoint(
         "handlers.tck:TckHandler",
         settings={"stream_delay": 0.3, "delayed_complete_delay": 0.3},
-        card={"capabilities": {"extendedAgentCard": True}, "extended": {"skills": [
-            {"id": "secret", "name": "Extended skill", "description": "only in the extended card", "tags": ["x"]}
-        ]}},
+        card={
+            "capabilities": {"extendedAgentCard": True},
+            "extended": {
+                "skills": [
+                    {
+                        "id": "secret",
+                        "name": "Extended skill",
+                        "description": "only in the extended card",
+                        "tags": ["x"],
+                    }
+                ]
+            },
+        },
     )
 
 
@@ -63,7 +73,9 @@ async def test_input_required_task_can_be_canceled(gw, tck_id):
 
 
 async def test_return_immediately_vs_blocking(gw, tck_id):
-    quick = (await call(gw, tck_id, send("tck-delayed-complete-1", returnImmediately=True)))["result"]["task"]
+    quick = (await call(gw, tck_id, send("tck-delayed-complete-1", returnImmediately=True)))[
+        "result"
+    ]["task"]
     assert quick["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
     done = (await call(gw, tck_id, send("tck-delayed-complete-2")))["result"]["task"]
     assert done["status"]["state"] == "TASK_STATE_COMPLETED"
@@ -80,7 +92,9 @@ async def test_extended_card(gw, tck_id):
     row, key = make_key(secret, endpoint_id=tck_id, tenant="default")
     await gw.store.create_api_key(row)
     async with httpx.AsyncClient(timeout=10) as http:
-        answer = await http.post(gw.jsonrpc_url(tck_id), json=request, headers={**V10, "X-API-Key": key})
+        answer = await http.post(
+            gw.jsonrpc_url(tck_id), json=request, headers={**V10, "X-API-Key": key}
+        )
     card = answer.json()["result"]
     assert "secret" in [s["id"] for s in card["skills"]]
     plain = await gw.card(tck_id)
@@ -90,9 +104,16 @@ async def test_extended_card(gw, tck_id):
 
 async def test_chunked_stream_reconstructs(gw, tck_id):
     async with httpx.AsyncClient(timeout=10) as http:
-        async with http.stream("POST", gw.jsonrpc_url(tck_id), json=send("tck-stream-artifact-chunked-1", "SendStreamingMessage"), headers=V10) as r:
+        async with http.stream(
+            "POST",
+            gw.jsonrpc_url(tck_id),
+            json=send("tck-stream-artifact-chunked-1", "SendStreamingMessage"),
+            headers=V10,
+        ) as r:
             body = (await r.aread()).decode()
-    events = [orjson.loads(line[6:])["result"] for line in body.splitlines() if line.startswith("data: ")]
+    events = [
+        orjson.loads(line[6:])["result"] for line in body.splitlines() if line.startswith("data: ")
+    ]
     chunks = [e["artifactUpdate"] for e in events if "artifactUpdate" in e]
     assert len(events) >= 5
     assert "".join(p["text"] for c in chunks for p in c["artifact"]["parts"]) == "chunk-1 chunk-2"
@@ -104,7 +125,9 @@ async def test_follow_ups_keep_an_input_required_task_waiting_and_are_all_in_his
     task = (await call(gw, tck_id, send("tck-input-required-h1")))["result"]["task"]
     for i in (1, 2):
         body = send(f"tck-input-required-h1-{i}")
-        body["params"]["message"].update({"taskId": task["id"], "parts": [{"text": f"TCK history message {i}"}]})
+        body["params"]["message"].update(
+            {"taskId": task["id"], "parts": [{"text": f"TCK history message {i}"}]}
+        )
         task = (await call(gw, tck_id, body))["result"]["task"]
         assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     user_texts = [m["parts"][0]["text"] for m in task["history"] if m["role"] == "ROLE_USER"]

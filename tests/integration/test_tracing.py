@@ -57,10 +57,18 @@ class RecordingProxy:
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         self.calls.append((request.path, {k.lower(): v for k, v in request.headers.items()}))
-        sent = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
-        async with httpx.AsyncClient(timeout=60) as http, http.stream(
-            request.method, self.target + request.path_qs, headers=sent, content=await request.read()
-        ) as answer:
+        sent = {
+            k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")
+        }
+        async with (
+            httpx.AsyncClient(timeout=60) as http,
+            http.stream(
+                request.method,
+                self.target + request.path_qs,
+                headers=sent,
+                content=await request.read(),
+            ) as answer,
+        ):
             response = web.StreamResponse(status=answer.status_code, headers={
                 "Content-Type": answer.headers.get("content-type", "application/json")})
             await response.prepare(request)
@@ -79,7 +87,10 @@ async def backend_and_receiver(
     backend: str = "A2A_TEST_LLM_URL",
 ) -> AsyncIterator[tuple[RecordingProxy, str, OTLPReceiver, str]]:
     proxy, receiver = RecordingProxy(require_env(backend)), OTLPReceiver()
-    async with serve_locally(proxy.app()) as proxy_url, serve_locally(receiver.app()) as receiver_url:
+    async with (
+        serve_locally(proxy.app()) as proxy_url,
+        serve_locally(receiver.app()) as receiver_url,
+    ):
         yield proxy, proxy_url, receiver, receiver_url
 
 
@@ -111,8 +122,11 @@ async def test_a_request_is_one_exported_trace_continued_by_the_backend(tmp_path
         text = f"trace me {uuid.uuid4().hex}"
         async with serving("serve", cwd=tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=receiver_url,
                            **EXPORT_ENV) as listening, httpx.AsyncClient(timeout=60) as http:
-            answer = await http.post(f"{listening[1]}/{endpoint}/a2a", json=send_body(text), headers={
-                **V10, **CALLER.headers(), "Authorization": f"Bearer {key}"})
+            answer = await http.post(
+                f"{listening[1]}/{endpoint}/a2a",
+                json=send_body(text),
+                headers={**V10, **CALLER.headers(), "Authorization": f"Bearer {key}"},
+            )
             spans = await receiver.wait_for(
                 CALLER.trace_id, what="the request's server, store and backend spans",
                 until=lambda found: {s.name for s in found} >= {"SendMessage", "POST 127.0.0.1"}
@@ -122,8 +136,13 @@ async def test_a_request_is_one_exported_trace_continued_by_the_backend(tmp_path
     assert server.parent_id == CALLER.span_id  # the caller's span is the parent
     assert server.service == "gateway-under-test"
     assert server.attributes == {
-        "http.request.method": "POST", "http.route": "/{endpoint_id}/a2a", "a2a.method": "SendMessage",
-        "a2a.endpoint_id": endpoint, "a2a.outcome": "ok", "http.response.status_code": 200}
+        "http.request.method": "POST",
+        "http.route": "/{endpoint_id}/a2a",
+        "a2a.method": "SendMessage",
+        "a2a.endpoint_id": endpoint,
+        "a2a.outcome": "ok",
+        "http.response.status_code": 200,
+    }
     assert answer.headers["traceresponse"] == f"00-{CALLER.trace_id}-{server.span_id}-01"
     children = [s for s in spans if s is not server]
     assert children and all(s.parent_id == server.span_id and s.kind == CLIENT for s in children)
@@ -155,8 +174,15 @@ async def test_without_a_valid_traceparent_a_new_trace_is_logged_exported_and_se
                                                                method="SendStreamingMessage"),
                                    headers=auth) as streamed:
                 events = [line async for line in streamed.aiter_lines() if line.startswith("data:")]
-            invalid = await http.post(url, json=send_body("hello"), headers={
-                **auth, "traceparent": f"00-{'0' * 32}-00f067aa0ba902b7-01", "tracestate": "dropped=1"})
+            invalid = await http.post(
+                url,
+                json=send_body("hello"),
+                headers={
+                    **auth,
+                    "traceparent": f"00-{'0' * 32}-00f067aa0ba902b7-01",
+                    "tracestate": "dropped=1",
+                },
+            )
             traces = [TraceParent.of({"traceparent": r.headers["traceresponse"]})
                       for r in (streamed, invalid)]
             assert all(traces) and traces[0].trace_id != traces[1].trace_id
@@ -164,12 +190,17 @@ async def test_without_a_valid_traceparent_a_new_trace_is_logged_exported_and_se
                 t.trace_id, what="the server and backend spans of a new trace",
                 until=lambda found: {s.kind for s in found} == {SERVER, CLIENT}
                 and any(s.name == "POST 127.0.0.1" for s in found)) for t in traces]
-            logged = await eventually(lambda: request_log_lines(output), what="both requests logged",
-                                      until=lambda lines: len(lines) >= 2)
+            logged = await eventually(
+                lambda: request_log_lines(output),
+                what="both requests logged",
+                until=lambda lines: len(lines) >= 2,
+            )
     assert streamed.status_code == 200 and len(events) >= 4
     assert invalid.status_code == 200 and "error" not in invalid.json()
     assert CALLER.trace_id not in {t.trace_id for t in traces}
-    assert [line["trace_id"] for line in logged if line.get("a2a_method")] == [t.trace_id for t in traces]
+    assert [line["trace_id"] for line in logged if line.get("a2a_method")] == [
+        t.trace_id for t in traces
+    ]
     received = proxy.traceparents()
     for trace, spans, sent in zip(traces, exported, received, strict=True):
         [server] = [s for s in spans if s.kind == SERVER]
@@ -177,7 +208,9 @@ async def test_without_a_valid_traceparent_a_new_trace_is_logged_exported_and_se
         assert server.parent_id == "" and server.span_id == trace.span_id  # a root span
         assert backend.parent_id == server.span_id and backend.end_ns > 0  # ended and exported
         assert int(trace.flags, 16) & 1  # sampled (the SDK also sets W3C level 2's random flag)
-        assert sent == TraceParent(trace.trace_id, backend.span_id, trace.flags)  # no caller tracestate
+        assert sent == TraceParent(
+            trace.trace_id, backend.span_id, trace.flags
+        )  # no caller tracestate
 
 
 async def test_a_run_that_outlives_its_request_ends_its_backend_span_exported_at_shutdown(tmp_path):
@@ -210,17 +243,37 @@ async def test_a_run_that_outlives_its_request_ends_its_backend_span_exported_at
 @pytest.mark.hermes
 async def test_real_hermes_gets_the_span_of_each_call_in_the_callers_trace(tmp_path):
     require_env("A2A_TEST_HERMES_KEY")
-    async with backend_and_receiver("A2A_TEST_HERMES_URL") as (proxy, proxy_url, receiver, receiver_url):
-        added = run_cli("endpoints", "add", "--name", "traced hermes", "--handler",
-                        "handlers.hermes:HermesAgentHandler", "--set", f"hermes_api_url={proxy_url}",
-                        "--set", "hermes_api_key=env:A2A_TEST_HERMES_KEY", "--public", cwd=tmp_path)
+    async with backend_and_receiver("A2A_TEST_HERMES_URL") as (
+        proxy,
+        proxy_url,
+        receiver,
+        receiver_url,
+    ):
+        added = run_cli(
+            "endpoints",
+            "add",
+            "--name",
+            "traced hermes",
+            "--handler",
+            "handlers.hermes:HermesAgentHandler",
+            "--set",
+            f"hermes_api_url={proxy_url}",
+            "--set",
+            "hermes_api_key=env:A2A_TEST_HERMES_KEY",
+            "--public",
+            cwd=tmp_path,
+        )
         assert added.returncode == 0, added.stderr
         endpoint = added.stdout.strip().splitlines()[-1]
         text = f"hello hermes {uuid.uuid4().hex[:10]}"
         async with serving("serve", cwd=tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=receiver_url,
                            **EXPORT_ENV) as listening, httpx.AsyncClient(timeout=120) as http:
-            async with http.stream("POST", f"{listening[1]}/{endpoint}/a2a", headers={
-                    **V10, **CALLER.headers()}, json=send_body(text, method="SendStreamingMessage")) as streamed:
+            async with http.stream(
+                "POST",
+                f"{listening[1]}/{endpoint}/a2a",
+                headers={**V10, **CALLER.headers()},
+                json=send_body(text, method="SendStreamingMessage"),
+            ) as streamed:
                 events = [line async for line in streamed.aiter_lines() if line.startswith("data:")]
             called = [TraceParent.of(h) for path, h in proxy.calls if path.startswith("/v1/runs")]
             spans = await receiver.wait_for(
@@ -261,13 +314,17 @@ async def test_a_backend_call_outside_an_http_request_continues_the_trace_it_car
 
 
 @pytest.mark.parametrize("export", [False, True], ids=["no-export", "export"])
-async def test_a_grpc_call_has_a_trace_in_its_log_line_and_the_backend_continues_it(export, monkeypatch):
+async def test_a_grpc_call_has_a_trace_in_its_log_line_and_the_backend_continues_it(
+    export, monkeypatch
+):
     unknown = TraceParent("5c0ffee5c0ffee5c0ffee5c0ffee5c0f", "1111111111111111")
     async with backend_and_receiver() as (proxy, proxy_url, receiver, receiver_url):
         if export:
             for name, value in {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver_url, **EXPORT_ENV}.items():
                 monkeypatch.setenv(name, value)
-        with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        with structlog.testing.capture_logs(
+            processors=[structlog.contextvars.merge_contextvars]
+        ) as logs:
             async with running_gateway(grpc=True) as gw, grpc.aio.insecure_channel(
                     f"127.0.0.1:{gw.gateway.grpc_port}") as channel:
                 ep = await gw.add_endpoint("handlers.openai_chat:OpenAIChatHandler", settings={
@@ -277,9 +334,13 @@ async def test_a_grpc_call_has_a_trace_in_its_log_line_and_the_backend_continues
                     request = send_request("over grpc")
                     request.tenant = ep
                     await stub.SendMessage(request, metadata=(("a2a-version", "1.0"), *metadata))
-                request.tenant = str(uuid.uuid4())  # no such endpoint: NOT_FOUND, the caller's doing
+                request.tenant = str(
+                    uuid.uuid4()
+                )  # no such endpoint: NOT_FOUND, the caller's doing
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
-                    await stub.SendMessage(request, metadata=(("a2a-version", "1.0"), *unknown.headers().items()))
+                    await stub.SendMessage(
+                        request, metadata=(("a2a-version", "1.0"), *unknown.headers().items())
+                    )
                 assert refused.value.code() == grpc.StatusCode.NOT_FOUND
         # leaving the gateway exported its spans
     new, passed = proxy.traceparents()
@@ -294,20 +355,30 @@ async def test_a_grpc_call_has_a_trace_in_its_log_line_and_the_backend_continues
         [server] = [s for s in spans if s.kind == SERVER]
         assert server.name == "lf.a2a.v1.A2AService/SendMessage" and server.parent_id == parent
         assert server.attributes == {
-            "rpc.system": "grpc", "rpc.service": "lf.a2a.v1.A2AService", "rpc.method": "SendMessage",
-            "rpc.grpc.status_code": 0, "a2a.endpoint_id": ep, "a2a.outcome": "ok"}
+            "rpc.system": "grpc",
+            "rpc.service": "lf.a2a.v1.A2AService",
+            "rpc.method": "SendMessage",
+            "rpc.grpc.status_code": 0,
+            "a2a.endpoint_id": ep,
+            "a2a.outcome": "ok",
+        }
         [backend] = [s for s in spans if s.kind == CLIENT and not s.name.startswith("store ")]
         assert backend.span_id == sent.span_id and backend.parent_id == server.span_id
         assert all(s.parent_id == server.span_id for s in spans if s is not server)
     [refused_span] = [s for s in receiver.of_trace(unknown.trace_id) if s.kind == SERVER]
-    assert refused_span.parent_id == unknown.span_id and refused_span.attributes["rpc.grpc.status_code"] == 5
+    assert (
+        refused_span.parent_id == unknown.span_id
+        and refused_span.attributes["rpc.grpc.status_code"] == 5
+    )
     assert refused_span.attributes["a2a.outcome"] == "EndpointNotFoundError"
     assert refused_span.status != 2  # NOT_FOUND is not a server failure (2: STATUS_CODE_ERROR)
 
 
 async def test_without_export_the_backend_still_gets_the_request_trace():
     async with backend_and_receiver() as (proxy, proxy_url, _, _):
-        with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        with structlog.testing.capture_logs(
+            processors=[structlog.contextvars.merge_contextvars]
+        ) as logs:
             async with running_gateway() as gw, httpx.AsyncClient(timeout=60) as http:
                 ep = await gw.add_endpoint("handlers.openai_chat:OpenAIChatHandler", settings={
                     "base_url": f"{proxy_url}/v1", "api_key": BACKEND_KEY, "model": "fake-model"})
@@ -350,17 +421,23 @@ async def test_without_otlp_configuration_nothing_of_the_sdk_is_imported_or_sent
     async with backend_and_receiver() as (_, _, receiver, receiver_url):
         if env:
             env = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver_url}
-        child_env = {k: v for k, v in cli_env(**env, **EXPORT_ENV).items()
-                     if k not in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-                     or k in env}
+        child_env = {
+            k: v
+            for k, v in cli_env(**env, **EXPORT_ENV).items()
+            if k not in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            or k in env
+        }
         done = subprocess.run([sys.executable, "-c", NO_SDK_SCRIPT], capture_output=True, text=True,
                               timeout=120, cwd=ROOT, env=child_env)
         assert done.returncode == 0, done.stderr
         seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["status"] == 200 and TraceParent.of({"traceparent": seen["trace"]}) is not None
     # the a2a-sdk imports OpenTelemetry's API; the gateway adds nothing of the SDK or exporter
-    assert not [m for m in seen["loaded"] if m.startswith(("opentelemetry.sdk", "opentelemetry.exporter",
-                                                          "opentelemetry.proto"))]
+    assert not [
+        m
+        for m in seen["loaded"]
+        if m.startswith(("opentelemetry.sdk", "opentelemetry.exporter", "opentelemetry.proto"))
+    ]
     assert receiver.spans == []
 
 

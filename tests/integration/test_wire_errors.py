@@ -38,7 +38,9 @@ async def test_envelope_errors_echo_the_id(gw: RunningGateway, echo_id, http):
         assert r.json()["error"]["code"] == code, body
         assert r.json()["id"] == body["id"], body
     # an id that is not a string or number cannot be echoed
-    r = await http.post(url, json={"jsonrpc": "2.0", "id": {"x": 1}, "method": "GetTask"}, headers=V10)
+    r = await http.post(
+        url, json={"jsonrpc": "2.0", "id": {"x": 1}, "method": "GetTask"}, headers=V10
+    )
     assert r.json()["error"]["code"] == -32600 and r.json()["id"] is None
     r = await http.post(url, content=b"{nope", headers={"Content-Type": "application/json"})
     assert r.json()["error"]["code"] == -32700 and r.json()["id"] is None
@@ -47,7 +49,9 @@ async def test_envelope_errors_echo_the_id(gw: RunningGateway, echo_id, http):
 async def test_unknown_and_disabled_endpoints_are_method_not_found_with_the_id(gw, http):
     disabled = await gw.add_endpoint(enabled=False)
     for endpoint_id in (str(uuid.uuid4()), "not-a-uuid", disabled):
-        r = await http.post(gw.jsonrpc_url(endpoint_id), json=rpc("GetTask", {"id": "x"}), headers=V10)
+        r = await http.post(
+            gw.jsonrpc_url(endpoint_id), json=rpc("GetTask", {"id": "x"}), headers=V10
+        )
         assert r.status_code == 404
         body = r.json()
         assert body["id"] == "req-1" and body["jsonrpc"] == "2.0"
@@ -65,10 +69,14 @@ async def test_misconfigured_endpoint_is_503_with_its_reason_and_the_id(gw, http
         assert r.status_code == 503, method
         body = r.json()
         assert body["id"] == 9 and body["error"]["code"] == -32603
-        assert "misconfigured" in body["error"]["message"] and "allowlist" in body["error"]["message"]
+        assert (
+            "misconfigured" in body["error"]["message"] and "allowlist" in body["error"]["message"]
+        )
     r = await http.get(f"{gw.rest_url(ep)}/tasks/x", headers=V10)
     assert r.status_code == 503
-    assert r.json()["error"]["status"] == "UNAVAILABLE" and "allowlist" in r.json()["error"]["message"]
+    assert (
+        r.json()["error"]["status"] == "UNAVAILABLE" and "allowlist" in r.json()["error"]["message"]
+    )
 
 
 async def test_rest_error_statuses_are_google_rpc_names(gw, http):
@@ -87,7 +95,9 @@ async def test_body_over_limit_is_413_invalid_request(http):
         big = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x" * 5000}]}}
         r = await http.post(gw.jsonrpc_url(ep), json=rpc("SendMessage", big), headers=V10)
         assert r.status_code == 413
-        assert r.json()["error"]["code"] == -32600 and r.json()["id"] is None  # the body was not read
+        assert (
+            r.json()["error"]["code"] == -32600 and r.json()["id"] is None
+        )  # the body was not read
         r = await http.post(f"{gw.rest_url(ep)}/message:send", json=big, headers=V10)
         assert r.status_code == 413 and r.json()["error"]["status"] == "INVALID_ARGUMENT"
 
@@ -102,7 +112,9 @@ class DownStore(MemoryStore):
 async def test_store_outage_echoes_the_id(http):
     async with running_gateway(store=DownStore()) as gw:
         ep = await gw.add_endpoint(settings={"delay": 0})
-        r = await http.post(gw.jsonrpc_url(ep), json=rpc("GetTask", {"id": "x"}, rid="outage-1"), headers=V10)
+        r = await http.post(
+            gw.jsonrpc_url(ep), json=rpc("GetTask", {"id": "x"}, rid="outage-1"), headers=V10
+        )
         assert r.status_code == 503 and r.headers["Retry-After"]
         assert r.json()["id"] == "outage-1" and r.json()["error"]["code"] == -32603
         r = await http.get(f"{gw.rest_url(ep)}/tasks/x", headers=V10)
@@ -133,7 +145,10 @@ async def test_0_3_resubscribe_to_unknown_task_over_sse_is_an_sse_error(gw, echo
     assert name == "message" and data["id"] == "req-1" and data["error"]["code"] == -32001
     # a client that did not ask for SSE still gets the plain JSON-RPC error
     r = await http.post(gw.jsonrpc_url(echo_id), json=body)
-    assert r.headers["Content-Type"].startswith("application/json") and r.json()["error"]["code"] == -32001
+    assert (
+        r.headers["Content-Type"].startswith("application/json")
+        and r.json()["error"]["code"] == -32001
+    )
 
 
 async def test_1_0_subscribe_to_unknown_task_stays_a_plain_error(gw, echo_id, http):
@@ -152,5 +167,8 @@ async def test_0_3_part_without_kind_is_invalid_params(gw, echo_id, http):
         assert error["code"] == -32602 and "parts.1.kind" in error["message"], method
     listed = await http.post(gw.jsonrpc_url(echo_id), json=rpc("ListTasks"), headers=V10)
     assert listed.json()["result"]["totalSize"] == 0  # nothing was started
-    r = await http.post(gw.jsonrpc_url(echo_id), json=rpc("message/send", params_0_3({"kind": "text", "text": "ok"})))
+    r = await http.post(
+        gw.jsonrpc_url(echo_id),
+        json=rpc("message/send", params_0_3({"kind": "text", "text": "ok"})),
+    )
     assert r.json()["result"]["status"]["state"] == "completed"

@@ -89,8 +89,10 @@ async def run_client(client: Client, args: dict[str, Any], *, timeout: float = 6
     except TimeoutError:
         process.kill()
         stdout, stderr = await process.communicate()
-        pytest.fail(f"{client.name} did not finish within {timeout} s; it printed {stdout.decode()!r}; "
-                    f"stderr: {stderr.decode()[-2000:]}")
+        pytest.fail(
+            f"{client.name} did not finish within {timeout} s; it printed {stdout.decode()!r}; "
+            f"stderr: {stderr.decode()[-2000:]}"
+        )
     lines = [json.loads(line) for line in stdout.decode().splitlines() if line.startswith("{")]
     if process.returncode != 0 and not any("error" in line for line in lines):
         lines.append({"error": f"exit status {process.returncode}"})

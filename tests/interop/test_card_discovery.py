@@ -50,7 +50,9 @@ BASES = [
 
 
 @pytest.mark.parametrize(("client", "base", "tail"), BASES)
-async def test_a_pre_0_3_client_finds_the_card_at_agent_json(client: Client, base, tail: str) -> None:
+async def test_a_pre_0_3_client_finds_the_card_at_agent_json(
+    client: Client, base, tail: str
+) -> None:
     installed(client)
     async with running_gateway(default_endpoint=DEFAULT_ENDPOINT) as gw:
         await gw.add_endpoint(settings={"delay": 0.0}, endpoint_id=DEFAULT_ENDPOINT)

@@ -81,8 +81,14 @@ async def test_a_deployed_clients_concatenation_of_every_chunk_is_the_stored_art
     installed(client)
     async with running_gateway() as gw:
         endpoint_id = await echo(gw, word_delay)
-        run = await run_client(client, {"action": "stream", "base_url": gw.endpoint_url(endpoint_id),
-                                        "card_path": ".well-known/agent-card.json",
-                                        "message": message_0_3(text)})
+        run = await run_client(
+            client,
+            {
+                "action": "stream",
+                "base_url": gw.endpoint_url(endpoint_id),
+                "card_path": ".well-known/agent-card.json",
+                "message": message_0_3(text),
+            },
+        )
         run.assert_ended()
         await assert_concatenation_is_the_stored_artifact(gw, endpoint_id, run.events)

@@ -75,14 +75,23 @@ async def test_an_answer_stream_opens_with_the_answered_task(binding: Binding) -
 
 @pytest.mark.parametrize("client", [pytest.param(SDK03, id="a2a-sdk-0.3.22"),
                                     pytest.param(JS, id="a2a-js-sdk-0.3.1")])
-async def test_a_deployed_clients_answer_stream_opens_with_the_answered_task(client: Client) -> None:
+async def test_a_deployed_clients_answer_stream_opens_with_the_answered_task(
+    client: Client,
+) -> None:
     installed(client)
     async with running_gateway() as gw:
         endpoint_id = await gw.add_endpoint(settings={"delay": 0.0})
         asked = await question(gw, endpoint_id)
         answer = message_0_3(ANSWER, taskId=asked["id"], contextId=asked["contextId"])
-        run = await run_client(client, {"action": "stream", "base_url": gw.endpoint_url(endpoint_id),
-                                        "card_path": ".well-known/agent-card.json", "message": answer})
+        run = await run_client(
+            client,
+            {
+                "action": "stream",
+                "base_url": gw.endpoint_url(endpoint_id),
+                "card_path": ".well-known/agent-card.json",
+                "message": answer,
+            },
+        )
     run.assert_ended()
     assert_opens_with_the_answered_task(run.events, asked, answer["messageId"])
 

@@ -61,12 +61,21 @@ STREAMING_CLIENTS = [
 
 
 @pytest.mark.parametrize(("client", "card_args"), STREAMING_CLIENTS)
-async def test_a_deployed_client_reads_a_silent_stream_to_its_end(client: Client, card_args: dict) -> None:
+async def test_a_deployed_client_reads_a_silent_stream_to_its_end(
+    client: Client, card_args: dict
+) -> None:
     installed(client)
     async with running_gateway(sse_keepalive_seconds=KEEPALIVE_SECONDS) as gw:
         endpoint_id = await slow_echo(gw)
-        run = await run_client(client, {"action": "stream", "base_url": gw.endpoint_url(endpoint_id),
-                                        "message": message_0_3("hi"), **card_args})
+        run = await run_client(
+            client,
+            {
+                "action": "stream",
+                "base_url": gw.endpoint_url(endpoint_id),
+                "message": message_0_3("hi"),
+                **card_args,
+            },
+        )
     run.assert_ended()
     assert completed(run.events), run.events
     assert run.elapsed > 2 * WORD_DELAY  # the stream had its silences
@@ -74,13 +83,22 @@ async def test_a_deployed_client_reads_a_silent_stream_to_its_end(client: Client
 
 @pytest.mark.parametrize("client", [pytest.param(SDK03, id="a2a-sdk-0.3.22"),
                                     pytest.param(JS, id="a2a-js-sdk-0.3.1")])
-async def test_a_deployed_client_resubscribes_and_reads_a_silent_stream_to_its_end(client: Client) -> None:
+async def test_a_deployed_client_resubscribes_and_reads_a_silent_stream_to_its_end(
+    client: Client,
+) -> None:
     installed(client)
     async with running_gateway(sse_keepalive_seconds=KEEPALIVE_SECONDS) as gw:
         endpoint_id = await slow_echo(gw)
         task_id = await started_task(gw, endpoint_id, RESUBSCRIBED_TEXT)
-        run = await run_client(client, {"action": "resubscribe", "base_url": gw.endpoint_url(endpoint_id),
-                                        "task_id": task_id, "card_path": MODERN_CARD_PATH})
+        run = await run_client(
+            client,
+            {
+                "action": "resubscribe",
+                "base_url": gw.endpoint_url(endpoint_id),
+                "task_id": task_id,
+                "card_path": MODERN_CARD_PATH,
+            },
+        )
     run.assert_ended()
     assert kind(run.events[0]) == "task", run.events[0]
     assert completed(run.events), run.events
@@ -100,7 +118,9 @@ async def test_httpx_sse_dispatches_no_empty_event_on_a_silent_stream(binding: B
 
 
 @pytest.mark.parametrize("binding", BINDINGS, ids=lambda b: b.name)
-async def test_httpx_sse_dispatches_no_empty_event_on_a_silent_subscription(binding: Binding) -> None:
+async def test_httpx_sse_dispatches_no_empty_event_on_a_silent_subscription(
+    binding: Binding,
+) -> None:
     async with running_gateway(sse_keepalive_seconds=KEEPALIVE_SECONDS) as gw, \
             httpx.AsyncClient(timeout=30) as http:
         endpoint_id = await slow_echo(gw)

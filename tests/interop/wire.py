@@ -51,13 +51,17 @@ class Binding:
 
     def stream(self, gw: RunningGateway, endpoint_id: str, message: dict[str, Any]) -> Request:
         if self.rest:
-            return Request("POST", gw.rest_url(endpoint_id) + "/message:stream", {"message": message}, V10)
+            return Request(
+                "POST", gw.rest_url(endpoint_id) + "/message:stream", {"message": message}, V10
+            )
         method = "message/stream" if self.version == "0.3" else "SendStreamingMessage"
         return self._rpc(gw, endpoint_id, method, {"message": message})
 
     def subscribe(self, gw: RunningGateway, endpoint_id: str, task_id: str) -> Request:
         if self.rest:
-            return Request("GET", gw.rest_url(endpoint_id) + f"/tasks/{task_id}:subscribe", None, V10)
+            return Request(
+                "GET", gw.rest_url(endpoint_id) + f"/tasks/{task_id}:subscribe", None, V10
+            )
         method = "tasks/resubscribe" if self.version == "0.3" else "SubscribeToTask"
         return self._rpc(gw, endpoint_id, method, {"id": task_id})
 
@@ -68,9 +72,13 @@ class Binding:
         assert "result" in data, data
         return from_0_3(data["result"]) if self.version == "0.3" else data["result"]
 
-    def _rpc(self, gw: RunningGateway, endpoint_id: str, method: str, params: dict[str, Any]) -> Request:
+    def _rpc(
+        self, gw: RunningGateway, endpoint_id: str, method: str, params: dict[str, Any]
+    ) -> Request:
         headers = V03 if self.version == "0.3" else V10
-        return Request("POST", gw.jsonrpc_url(endpoint_id), rpc(method, params, str(uuid.uuid4())), headers)
+        return Request(
+            "POST", gw.jsonrpc_url(endpoint_id), rpc(method, params, str(uuid.uuid4())), headers
+        )
 
 
 JSONRPC_1_0 = Binding("jsonrpc-1.0", "1.0")
@@ -186,9 +194,13 @@ def text_of(holder: dict[str, Any]) -> str:
     return "".join(part["text"] for part in holder.get("parts", []) if "text" in part)
 
 
-async def get_task(http: httpx.AsyncClient, gw: RunningGateway, endpoint_id: str, task_id: str) -> dict[str, Any]:
+async def get_task(
+    http: httpx.AsyncClient, gw: RunningGateway, endpoint_id: str, task_id: str
+) -> dict[str, Any]:
     """The stored task (JSON-RPC 1.0 GetTask), in 1.0 JSON."""
-    response = await http.post(gw.jsonrpc_url(endpoint_id), json=rpc("GetTask", {"id": task_id}), headers=V10)
+    response = await http.post(
+        gw.jsonrpc_url(endpoint_id), json=rpc("GetTask", {"id": task_id}), headers=V10
+    )
     return response.json()["result"]
 
 

@@ -60,7 +60,9 @@ async def cli(*args: str, env: dict[str, str], timeout: float = 60.0) -> str:
         await proc.wait()
         raise AssertionError(f"a2a_gateway {args[0]} did not finish in {timeout}s") from None
     if proc.returncode != 0:
-        raise AssertionError(f"a2a_gateway {' '.join(args[:2])} failed ({proc.returncode}): {err.decode()[-2000:]}")
+        raise AssertionError(
+            f"a2a_gateway {' '.join(args[:2])} failed ({proc.returncode}): {err.decode()[-2000:]}"
+        )
     return out.decode()
 
 
@@ -93,7 +95,17 @@ class ReplicaSet:
         return self.replicas[name]
 
     async def add_endpoint(self, handler: str, *, name: str = "agent", **settings: Any) -> str:
-        args = ["endpoints", "add", "--store", self.store_url, "--name", name, "--handler", handler, "--public"]
+        args = [
+            "endpoints",
+            "add",
+            "--store",
+            self.store_url,
+            "--name",
+            name,
+            "--handler",
+            handler,
+            "--public",
+        ]
         for key, value in settings.items():
             args += ["--set", f"{key}={json.dumps(value)}"]
         out = await cli(*args, env=self.env)
@@ -105,8 +117,20 @@ class ReplicaSet:
         env = {**self.env, "A2A_GATEWAY_REPLICA_ID": name}
         with log_path.open("ab") as log_file:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "a2a_gateway", "serve", "--store", self.store_url, "--port", str(port)],
-                cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "a2a_gateway",
+                    "serve",
+                    "--store",
+                    self.store_url,
+                    "--port",
+                    str(port),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
             )
         replica = Replica(name, port, proc, log_path)
         self.replicas[name] = replica

@@ -93,7 +93,9 @@ class FakeBackend:
     async def _start(self, request: web.Request) -> web.Response:
         body = await request.json()
         run_id = f"run-{next(self._ids)}"
-        run = BackendRun(f"backend: {body.get('text', '')}".split(" "), float(body.get("delay", self.delay)))
+        run = BackendRun(
+            f"backend: {body.get('text', '')}".split(" "), float(body.get("delay", self.delay))
+        )
         run.task = asyncio.create_task(self._produce(run))
         self.runs[run_id] = run
         return web.json_response({"id": run_id})
@@ -128,7 +130,8 @@ class FakeBackendHandler(Handler):
 
     async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
         response = await self.http.post(
-            f"{self.settings.backend_url}/runs", json={"text": request.text, "delay": self.settings.delay}
+            f"{self.settings.backend_url}/runs",
+            json={"text": request.text, "delay": self.settings.delay},
         )
         response.raise_for_status()
         run_id = response.json()["id"]

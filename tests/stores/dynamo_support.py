@@ -34,8 +34,12 @@ class LocalMoto:
 
     def __init__(self) -> None:
         self._log = tempfile.TemporaryFile()
-        self._process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("moto_server.py"))],
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log)
+        self._process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("moto_server.py"))],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+        )
         assert self._process.stdout is not None
         port = self._process.stdout.readline().strip()  # printed once it accepts connections
         if not port.isdigit():

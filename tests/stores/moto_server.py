@@ -38,7 +38,9 @@ def serialized_moto() -> Callable[[dict[str, Any], Callable[..., Any]], Iterable
 
 
 def main() -> None:
-    server = make_server("127.0.0.1", 0, serialized_moto(), threaded=True, request_handler=MotoRequestHandler)
+    server = make_server(
+        "127.0.0.1", 0, serialized_moto(), threaded=True, request_handler=MotoRequestHandler
+    )
     print(server.server_port, flush=True)
     server.serve_forever()
 

@@ -51,7 +51,10 @@ async def test_postgres_reads_active_tasks_through_the_partial_index():
             await conn.execute("SET enable_seqscan = off")  # a tiny table would be scanned anyway
             plan = await conn.fetchval(
                 f"EXPLAIN (FORMAT JSON) SELECT tenant, principal, task FROM tasks WHERE endpoint_id = $1"
-                f" AND {NOT_TERMINAL_SQL} ORDER BY status_us DESC, id DESC LIMIT $2", "ep", 10)
+                f" AND {NOT_TERMINAL_SQL} ORDER BY status_us DESC, id DESC LIMIT $2",
+                "ep",
+                10,
+            )
         finally:
             await conn.close()
     assert "tasks_active_by_endpoint" in plan

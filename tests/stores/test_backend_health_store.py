@@ -14,31 +14,63 @@ T0 = 1_800_000_000.0
 
 async def test_a_change_adds_to_the_record_counts_adding_and_later_times_winning(store):
     assert await store.list_backend_health() == {}
-    await store.record_backend_health("ep-1", EndpointHealth(errors=1, last_error=T0 + 10,
-                                                             last_error_message="cannot reach the backend"))
+    await store.record_backend_health(
+        "ep-1",
+        EndpointHealth(errors=1, last_error=T0 + 10, last_error_message="cannot reach the backend"),
+    )
     assert await store.list_backend_health() == {
-        "ep-1": EndpointHealth(errors=1, last_error=T0 + 10, last_error_message="cannot reach the backend")}
+        "ep-1": EndpointHealth(
+            errors=1, last_error=T0 + 10, last_error_message="cannot reach the backend"
+        )
+    }
 
     await store.record_backend_health("ep-1", EndpointHealth(successes=2, last_success=T0 + 20))
     # an earlier error and success told late (another replica's slow write): counted, times kept
-    await store.record_backend_health("ep-1", EndpointHealth(successes=1, errors=1, last_success=T0 + 5,
-                                                             last_error=T0 + 1, last_error_message="stale"))
-    await store.record_backend_health("ep-2", EndpointHealth(successes=1, last_success=T0 + 0.123456))
+    await store.record_backend_health(
+        "ep-1",
+        EndpointHealth(
+            successes=1,
+            errors=1,
+            last_success=T0 + 5,
+            last_error=T0 + 1,
+            last_error_message="stale",
+        ),
+    )
+    await store.record_backend_health(
+        "ep-2", EndpointHealth(successes=1, last_success=T0 + 0.123456)
+    )
     stored = await store.list_backend_health()
-    assert stored["ep-1"] == EndpointHealth(successes=3, errors=2, last_success=T0 + 20, last_error=T0 + 10,
-                                            last_error_message="cannot reach the backend")
+    assert stored["ep-1"] == EndpointHealth(
+        successes=3,
+        errors=2,
+        last_success=T0 + 20,
+        last_error=T0 + 10,
+        last_error_message="cannot reach the backend",
+    )
     assert stored["ep-1"].status == "ok"
-    assert stored["ep-2"].last_success == T0 + 0.123456 and stored["ep-2"].last_error is None  # to the µs
+    assert (
+        stored["ep-2"].last_success == T0 + 0.123456 and stored["ep-2"].last_error is None
+    )  # to the µs
 
-    await store.record_backend_health("ep-1", EndpointHealth(errors=1, last_error=T0 + 30,
-                                                             last_error_message="the backend answered 502"))
+    await store.record_backend_health(
+        "ep-1",
+        EndpointHealth(errors=1, last_error=T0 + 30, last_error_message="the backend answered 502"),
+    )
     ep1 = (await store.list_backend_health())["ep-1"]
-    assert (ep1.status, ep1.errors, ep1.last_error_message) == ("failing", 3, "the backend answered 502")
+    assert (ep1.status, ep1.errors, ep1.last_error_message) == (
+        "failing",
+        3,
+        "the backend answered 502",
+    )
 
 
 async def test_replicas_recording_at_once_lose_nothing(store):
-    changes = [EndpointHealth(successes=1, last_success=T0 + n) if n % 3 else
-               EndpointHealth(errors=1, last_error=T0 + n, last_error_message=f"error {n}") for n in range(30)]
+    changes = [
+        EndpointHealth(successes=1, last_success=T0 + n)
+        if n % 3
+        else EndpointHealth(errors=1, last_error=T0 + n, last_error_message=f"error {n}")
+        for n in range(30)
+    ]
     await asyncio.gather(*(store.record_backend_health("ep-1", change) for change in changes))
     merged = EndpointHealth()
     for change in changes:

@@ -216,7 +216,9 @@ async def test_list_tasks_order_filters_and_pages(store):
     created = []
     for i in range(7):
         state = TaskState.TASK_STATE_COMPLETED if i % 2 else TaskState.TASK_STATE_WORKING
-        task = make_task(state=state, context_id="ctx-a" if i < 4 else "ctx-b", ts_s=1_700_000_000 + i)
+        task = make_task(
+            state=state, context_id="ctx-a" if i < 4 else "ctx-b", ts_s=1_700_000_000 + i
+        )
         await store.create_task(SCOPE, task)
         created.append(task)
     await store.create_task(OTHER_TENANT, make_task(ts_s=1_800_000_000))

@@ -28,7 +28,9 @@ def make_task(state: int, ts_s: int, context_id: str = "ctx", task_id: str | Non
 async def all_pages(store, endpoint_id: str, page_size: int, **filters) -> list[list[str]]:
     pages, token = [], ""
     while True:
-        page = await store.list_endpoint_tasks(endpoint_id, page_size=page_size, page_token=token, **filters)
+        page = await store.list_endpoint_tasks(
+            endpoint_id, page_size=page_size, page_token=token, **filters
+        )
         pages.append([task.id for _, task in page.tasks])
         token = page.next_page_token
         if not token:
@@ -45,7 +47,9 @@ async def test_every_callers_tasks_of_any_state_newest_first_with_their_scopes(s
     await store.create_task(alice, done)
     await store.create_task(bob, running)
     await store.create_task(alice, failed)
-    await store.create_task(Scope("t1", f"{endpoint}-other", "alice"), make_task(COMPLETED, 1_700_000_009))
+    await store.create_task(
+        Scope("t1", f"{endpoint}-other", "alice"), make_task(COMPLETED, 1_700_000_009)
+    )
     await store.put_push_config(alice, _push_config(done.id))  # other item kinds are not tasks
 
     page = await store.list_endpoint_tasks(endpoint)
@@ -61,7 +65,9 @@ async def test_every_callers_tasks_of_any_state_newest_first_with_their_scopes(s
     assert [task.id for _, task in by_context.tasks] == [done.id, failed.id]
     both = await store.list_endpoint_tasks(endpoint, states=frozenset({FAILED}), context_id="c1")
     assert [task.id for _, task in both.tasks] == [failed.id]
-    assert (await store.list_endpoint_tasks(endpoint, states=frozenset({WORKING}), context_id="c1")).tasks == []
+    assert (
+        await store.list_endpoint_tasks(endpoint, states=frozenset({WORKING}), context_id="c1")
+    ).tasks == []
 
     # a task that ends moves with its new status time and state
     stored = await store.get_task(bob, running.id)
@@ -78,7 +84,9 @@ async def test_pages_follow_the_keyset_ties_broken_by_task_id(store):
     expected = []
     for i in range(7):
         scope = Scope("t", endpoint, f"p{i % 3}")
-        task = make_task(COMPLETED if i % 2 else WORKING, 1_700_000_000 + i // 2, task_id=f"task-{i:02d}")
+        task = make_task(
+            COMPLETED if i % 2 else WORKING, 1_700_000_000 + i // 2, task_id=f"task-{i:02d}"
+        )
         await store.create_task(scope, task)
         expected.append((1_700_000_000 + i // 2, task.id))
     newest_first = [task_id for _, task_id in sorted(expected, reverse=True)]
@@ -86,8 +94,11 @@ async def test_pages_follow_the_keyset_ties_broken_by_task_id(store):
     pages = await all_pages(store, endpoint, 3)
     assert [task_id for page in pages for task_id in page] == newest_first
     assert all(len(page) <= 3 for page in pages) and len(pages) >= 3
-    assert [i for page in await all_pages(store, endpoint, 2, states=frozenset({COMPLETED})) for i in page] == \
-        [i for i in newest_first if int(i[-2:]) % 2]
+    assert [
+        i
+        for page in await all_pages(store, endpoint, 2, states=frozenset({COMPLETED}))
+        for i in page
+    ] == [i for i in newest_first if int(i[-2:]) % 2]
     one_page = await store.list_endpoint_tasks(endpoint, page_size=7)
     assert len(one_page.tasks) == 7 and one_page.next_page_token == ""
 
@@ -124,7 +135,12 @@ async def test_postgres_lists_an_endpoints_tasks_through_its_index():
             await conn.execute("SET enable_seqscan = off")  # a tiny table would be scanned anyway
             plan = await conn.fetchval(
                 "EXPLAIN (FORMAT JSON) SELECT tenant, principal, task FROM tasks WHERE endpoint_id = $1"
-                " AND (status_us, id) < ($2, $3) ORDER BY status_us DESC, id DESC LIMIT $4", "ep", 5, "x", 10)
+                " AND (status_us, id) < ($2, $3) ORDER BY status_us DESC, id DESC LIMIT $4",
+                "ep",
+                5,
+                "x",
+                10,
+            )
         finally:
             await conn.close()
     assert "tasks_by_endpoint" in plan and '"Sort"' not in plan
@@ -136,10 +152,14 @@ async def test_sqlite_lists_an_endpoints_tasks_through_its_index(tmp_path):
     await store.aclose()
     conn = sqlite3.connect(path)
     try:
-        plan = " ".join(str(row) for row in conn.execute(
-            "EXPLAIN QUERY PLAN SELECT tenant, principal, task FROM tasks WHERE endpoint_id = ?"
-            " AND (status_us < ? OR (status_us = ? AND id < ?)) ORDER BY status_us DESC, id DESC LIMIT ?",
-            ("ep", 5, 5, "x", 10)))
+        plan = " ".join(
+            str(row)
+            for row in conn.execute(
+                "EXPLAIN QUERY PLAN SELECT tenant, principal, task FROM tasks WHERE endpoint_id = ?"
+                " AND (status_us < ? OR (status_us = ? AND id < ?)) ORDER BY status_us DESC, id DESC LIMIT ?",
+                ("ep", 5, 5, "x", 10),
+            )
+        )
     finally:
         conn.close()
     assert "tasks_by_endpoint" in plan and "TEMP B-TREE" not in plan

@@ -46,7 +46,9 @@ async def pg():
 
 
 async def _transactions(conn: asyncpg.Pool, ids: list[str]) -> int:
-    return await conn.fetchval("SELECT count(DISTINCT xmin::text) FROM tasks WHERE id = ANY($1)", ids)
+    return await conn.fetchval(
+        "SELECT count(DISTINCT xmin::text) FROM tasks WHERE id = ANY($1)", ids
+    )
 
 
 async def test_concurrent_creations_share_statements_and_each_is_committed_when_answered(pg):
@@ -57,7 +59,9 @@ async def test_concurrent_creations_share_statements_and_each_is_committed_when_
     async def create(task: Task) -> None:
         assert await store.create_task(SCOPE, task, run_state={"n": 1}) == 1
         # another connection sees the row as soon as its caller is answered: it is committed
-        seen_when_answered.append(await conn.fetchval("SELECT 1 FROM tasks WHERE id = $1", task.id) == 1)
+        seen_when_answered.append(
+            await conn.fetchval("SELECT 1 FROM tasks WHERE id = $1", task.id) == 1
+        )
 
     await asyncio.gather(*(create(t) for t in tasks))
     ids = [t.id for t in tasks]
@@ -65,7 +69,12 @@ async def test_concurrent_creations_share_statements_and_each_is_committed_when_
     assert await conn.fetchval("SELECT count(*) FROM tasks WHERE id = ANY($1)", ids) == CREATIONS
     assert await _transactions(conn, ids) <= CREATIONS // 5
     stored = await store.get_task(SCOPE, tasks[7].id)
-    assert stored is not None and stored.task == tasks[7] and stored.version == 1 and stored.run_state == {"n": 1}
+    assert (
+        stored is not None
+        and stored.task == tasks[7]
+        and stored.version == 1
+        and stored.run_state == {"n": 1}
+    )
 
 
 async def test_an_existing_id_fails_only_its_own_caller(pg):
@@ -101,7 +110,12 @@ async def test_a_row_the_server_refuses_fails_only_its_own_caller(pg):
         *(store.create_task(SCOPE, t) for t in others[5:]),
         return_exceptions=True,
     )
-    assert isinstance(outcomes[5], StoreError) and not isinstance(outcomes[5], ConflictError), outcomes
+    assert isinstance(outcomes[5], StoreError) and not isinstance(outcomes[5], ConflictError), (
+        outcomes
+    )
     assert outcomes[:5] + outcomes[6:] == [1] * 10
-    assert await conn.fetchval("SELECT count(*) FROM tasks WHERE id = ANY($1)", [t.id for t in others]) == 10
+    assert (
+        await conn.fetchval("SELECT count(*) FROM tasks WHERE id = ANY($1)", [t.id for t in others])
+        == 10
+    )
     assert await store.get_task(SCOPE, refused.id) is None

@@ -74,9 +74,13 @@ async def test_concurrent_writes_are_committed_in_fewer_transactions_than_writes
     creates = wal_commits(path) - before
     assert 1 <= creates < WRITES / 5, creates
 
-    updated = [Task(id=t.id, context_id="ctx", status=TaskStatus(state=TaskState.TASK_STATE_WORKING))
-               for t in tasks]
-    versions = await asyncio.gather(*(store.update_task(SCOPE, t, expected_version=1) for t in updated))
+    updated = [
+        Task(id=t.id, context_id="ctx", status=TaskStatus(state=TaskState.TASK_STATE_WORKING))
+        for t in tasks
+    ]
+    versions = await asyncio.gather(
+        *(store.update_task(SCOPE, t, expected_version=1) for t in updated)
+    )
     assert versions == [2] * WRITES
     assert 1 <= wal_commits(path) - before - creates < WRITES / 5
     for task in tasks:  # read-your-writes
@@ -159,7 +163,9 @@ async def test_every_task_answered_before_a_kill_9_is_in_the_file(tmp_path: Path
         url = f"{listening.group(1)}/{ENDPOINT_ID}/a2a"
         async with httpx.AsyncClient(timeout=60, headers={"A2A-Version": "1.0"}) as client:
             replies = await asyncio.gather(*(client.post(url, json=send(n)) for n in range(64)))
-        process[0].send_signal(signal.SIGKILL)  # no shutdown, no checkpoint: only what was committed
+        process[0].send_signal(
+            signal.SIGKILL
+        )  # no shutdown, no checkpoint: only what was committed
         await process[0].wait()
         for reply in replies:
             assert reply.status_code == 200, reply.text

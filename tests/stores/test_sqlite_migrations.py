@@ -30,9 +30,13 @@ async def test_a_file_from_before_api_keys_is_upgraded_on_open_keeping_its_rows(
     _write_file_from_before_api_keys(path)
     store = await SQLiteStore.open(path)
     try:
-        assert store.applied_migrations == ["0002_api_keys.sql", "0003_push_deliveries.sql",
-                                            "0004_tasks_active_by_endpoint.sql", "0005_tasks_by_endpoint.sql",
-                                            "0006_backend_health.sql"]
+        assert store.applied_migrations == [
+            "0002_api_keys.sql",
+            "0003_push_deliveries.sql",
+            "0004_tasks_active_by_endpoint.sql",
+            "0005_tasks_by_endpoint.sql",
+            "0006_backend_health.sql",
+        ]
         assert (await store.get_endpoint("ep-old")).name == "written before the upgrade"
         key = ApiKey(
             id="0123456789abcdef", endpoint_id="ep-old", tenant="default", principal="ci",

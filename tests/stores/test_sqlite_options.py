@@ -36,8 +36,12 @@ async def test_the_url_query_sets_synchronous_and_the_checkpoint_size_of_that_fi
         assert db.execute("SELECT COUNT(*) FROM tasks").fetchone() == (0,)
 
 
-@pytest.mark.parametrize("query", ["synchronous=OFF", "wal_autocheckpoint=many", "journal_mode=DELETE"])
-async def test_an_unknown_or_unsafe_option_is_refused_with_a_clear_error(tmp_path: Path, query: str):
+@pytest.mark.parametrize(
+    "query", ["synchronous=OFF", "wal_autocheckpoint=many", "journal_mode=DELETE"]
+)
+async def test_an_unknown_or_unsafe_option_is_refused_with_a_clear_error(
+    tmp_path: Path, query: str
+):
     with pytest.raises(StoreError, match="synchronous|SQLite store option"):
         await open_store(f"sqlite:///{tmp_path / 'a.db'}?{query}")
     assert not list(tmp_path.iterdir())  # refused before anything was created

@@ -30,7 +30,9 @@ def cli_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def run_cli(*args: str, cwd: Path | None = None, check: bool = False, **env: str) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path | None = None, check: bool = False, **env: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "a2a_gateway", *args], capture_output=True, text=True, timeout=60,
         cwd=cwd or ROOT, env=cli_env(**env), check=check,

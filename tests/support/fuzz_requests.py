@@ -55,8 +55,22 @@ FIELDS = [
     "returnImmediately", "blocking", "extensions", "referenceTaskIds", "name", "token",
     "authentication", "scheme", "credentials", "tenant", "statusTimestampAfter", "state",
 ]
-ENUM_LIKE = ["ROLE_USER", "ROLE_AGENT", "user", "agent", "text", "file", "data", "TASK_STATE_WORKING",
-             "TASK_STATE_COMPLETED", "TASK_STATE_BOGUS", "2.0", "1.0", "0.3", ""]
+ENUM_LIKE = [
+    "ROLE_USER",
+    "ROLE_AGENT",
+    "user",
+    "agent",
+    "text",
+    "file",
+    "data",
+    "TASK_STATE_WORKING",
+    "TASK_STATE_COMPLETED",
+    "TASK_STATE_BOGUS",
+    "2.0",
+    "1.0",
+    "0.3",
+    "",
+]
 REST_PATHS = [
     "/message:send", "/message:stream", "/tasks", "/tasks/{t}", "/tasks/{t}:cancel",
     "/tasks/{t}:subscribe", "/tasks/{t}/pushNotificationConfigs",
@@ -67,11 +81,17 @@ QUERY_KEYS = ["pageSize", "historyLength", "status", "includeArtifacts", "contex
 
 ints = st.one_of(
     st.integers(-3, 200),
-    st.sampled_from([2**31 - 1, 2**31, -(2**31) - 1, 2**32, 2**53, 2**63 - 1, -(2**63), 99999999999]),
+    st.sampled_from(
+        [2**31 - 1, 2**31, -(2**31) - 1, 2**32, 2**53, 2**63 - 1, -(2**63), 99999999999]
+    ),
     st.integers(-(2**63), 2**64 - 1),
 )
-texts = st.one_of(st.sampled_from(ENUM_LIKE), st.text(max_size=20), st.sampled_from(["?input", "hi"]))
-_scalars = st.one_of(st.none(), st.booleans(), ints, st.floats(allow_nan=False, allow_infinity=False), texts)
+texts = st.one_of(
+    st.sampled_from(ENUM_LIKE), st.text(max_size=20), st.sampled_from(["?input", "hi"])
+)
+_scalars = st.one_of(
+    st.none(), st.booleans(), ints, st.floats(allow_nan=False, allow_infinity=False), texts
+)
 
 
 def _nested(levels: int) -> Any:
@@ -100,10 +120,17 @@ _part = st.one_of(
     json_values,
 )
 _message = st.fixed_dictionaries(
-    {"messageId": st.one_of(st.uuids().map(str), texts), "role": st.sampled_from(ENUM_LIKE),
-     "parts": st.lists(_part, max_size=3)},
-    optional={"kind": st.just("message"), "metadata": st.one_of(json_values, deep_json), "taskId": texts,
-              "contextId": texts},
+    {
+        "messageId": st.one_of(st.uuids().map(str), texts),
+        "role": st.sampled_from(ENUM_LIKE),
+        "parts": st.lists(_part, max_size=3),
+    },
+    optional={
+        "kind": st.just("message"),
+        "metadata": st.one_of(json_values, deep_json),
+        "taskId": texts,
+        "contextId": texts,
+    },
 )
 _params = st.one_of(
     st.fixed_dictionaries({"message": _message}, optional={"configuration": st.dictionaries(
@@ -114,20 +141,58 @@ _params = st.one_of(
 )
 _text_part = st.fixed_dictionaries({"text": texts})
 _valid_calls = st.one_of(
-    st.tuples(st.just("SendMessage"), st.fixed_dictionaries(
-        {"message": st.fixed_dictionaries(
-            {"messageId": st.uuids().map(str), "role": st.just("ROLE_USER"),
-             "parts": st.lists(_text_part, min_size=1, max_size=2)},
-            optional={"metadata": st.dictionaries(st.text(max_size=5), json_values, max_size=3)})},
-        optional={"configuration": st.fixed_dictionaries({"historyLength": ints})}), st.just("1.0")),
-    st.tuples(st.just("message/send"), st.fixed_dictionaries(
-        {"message": st.fixed_dictionaries(
-            {"kind": st.just("message"), "messageId": st.uuids().map(str), "role": st.just("user"),
-             "parts": st.lists(st.fixed_dictionaries({"kind": st.just("text"), "text": texts}),
-                               min_size=1, max_size=2)})}), st.just("0.3")),
-    st.tuples(st.sampled_from(["ListTasks", "GetTask"]), st.fixed_dictionaries(
-        {}, optional={"pageSize": ints, "historyLength": ints, "status": st.sampled_from(ENUM_LIKE),
-                      "id": texts}), st.just("1.0")),
+    st.tuples(
+        st.just("SendMessage"),
+        st.fixed_dictionaries(
+            {
+                "message": st.fixed_dictionaries(
+                    {
+                        "messageId": st.uuids().map(str),
+                        "role": st.just("ROLE_USER"),
+                        "parts": st.lists(_text_part, min_size=1, max_size=2),
+                    },
+                    optional={
+                        "metadata": st.dictionaries(st.text(max_size=5), json_values, max_size=3)
+                    },
+                )
+            },
+            optional={"configuration": st.fixed_dictionaries({"historyLength": ints})},
+        ),
+        st.just("1.0"),
+    ),
+    st.tuples(
+        st.just("message/send"),
+        st.fixed_dictionaries(
+            {
+                "message": st.fixed_dictionaries(
+                    {
+                        "kind": st.just("message"),
+                        "messageId": st.uuids().map(str),
+                        "role": st.just("user"),
+                        "parts": st.lists(
+                            st.fixed_dictionaries({"kind": st.just("text"), "text": texts}),
+                            min_size=1,
+                            max_size=2,
+                        ),
+                    }
+                )
+            }
+        ),
+        st.just("0.3"),
+    ),
+    st.tuples(
+        st.sampled_from(["ListTasks", "GetTask"]),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "pageSize": ints,
+                "historyLength": ints,
+                "status": st.sampled_from(ENUM_LIKE),
+                "id": texts,
+            },
+        ),
+        st.just("1.0"),
+    ),
 )
 """A call a client would send, but for its values: these reach the agent with a valid key."""
 _request_id = st.one_of(st.integers(-(2**63), 2**63 - 1), st.text(max_size=12), st.none(),
@@ -167,7 +232,9 @@ class Outcome:
         elif problems:
             self.malformed += 1
         if problems and len(self.examples) < 20:
-            self.examples.append(f"{case.method} {case.path} {problems[0]} body={case.body[:120]!r}")
+            self.examples.append(
+                f"{case.method} {case.path} {problems[0]} body={case.body[:120]!r}"
+            )
 
 
 @st.composite
@@ -176,16 +243,29 @@ def _headers(draw: st.DrawFn, key: str) -> tuple[dict[str, str], str]:
     version = draw(st.sampled_from(["1.0", "0.3", "1.0.1", "", "2.0", "x", None]))
     if version is not None:
         headers["A2A-Version"] = version
-    content_type = draw(st.sampled_from(
-        ["application/json", "application/a2a+json", "text/plain", "application/json; charset=latin-1", None]))
+    content_type = draw(
+        st.sampled_from(
+            [
+                "application/json",
+                "application/a2a+json",
+                "text/plain",
+                "application/json; charset=latin-1",
+                None,
+            ]
+        )
+    )
     if content_type is not None:
         headers["Content-Type"] = content_type
     if draw(st.booleans()):
         headers["Accept"] = draw(st.sampled_from(["text/event-stream", "*/*", "application/json"]))
     if draw(st.integers(0, 9)) == 0:
-        headers["A2A-Extensions"] = draw(st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=30))
+        headers["A2A-Extensions"] = draw(
+            st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=30)
+        )
     if draw(st.integers(0, 9)) == 0:
-        headers["X-Request-Id"] = draw(st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=70))
+        headers["X-Request-Id"] = draw(
+            st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=70)
+        )
     credential = draw(st.sampled_from(["valid", "valid", "wrong", "none"]))
     presented = key if credential == "valid" else draw(st.sampled_from(
         [key[:-1] + ("A" if key[-1] != "A" else "B"), "a2a_nope", "", "Bearer", key + "x"]))
@@ -194,15 +274,21 @@ def _headers(draw: st.DrawFn, key: str) -> tuple[dict[str, str], str]:
             headers["X-API-Key"] = presented
         else:
             headers["Authorization"] = f"Bearer {presented}"
-    return {name: value.strip() for name, value in headers.items()}, credential  # as HTTP sends them
+    return {
+        name: value.strip() for name, value in headers.items()
+    }, credential  # as HTTP sends them
 
 
 @st.composite
 def encoded_body(draw: st.DrawFn, value: Any, headers: dict[str, str]) -> tuple[bytes, bool]:
     """The encoded body and whether the gateway can read it as sent."""
     raw = json.dumps(value).encode() if value is not None else b""  # orjson stops at 255 levels
-    shape = draw(st.sampled_from(["plain"] * 6 + ["bytes", "truncated", "gzip", "deflate", "false-gzip",
-                                                  "bogus-encoding"]))
+    shape = draw(
+        st.sampled_from(
+            ["plain"] * 6
+            + ["bytes", "truncated", "gzip", "deflate", "false-gzip", "bogus-encoding"]
+        )
+    )
     if shape == "bytes":
         return draw(st.binary(max_size=64)), False
     if shape == "truncated" and raw:
@@ -214,7 +300,9 @@ def encoded_body(draw: st.DrawFn, value: Any, headers: dict[str, str]) -> tuple[
         headers["Content-Encoding"] = draw(st.sampled_from(["gzip", "deflate"]))
         return raw, False
     if shape == "bogus-encoding":
-        headers["Content-Encoding"] = draw(st.sampled_from(["compress", "gzip, gzip", "x-bogus", "br", "zstd"]))
+        headers["Content-Encoding"] = draw(
+            st.sampled_from(["compress", "gzip, gzip", "x-bogus", "br", "zstd"])
+        )
         return raw, False
     return raw, True
 
@@ -255,8 +343,14 @@ def cases(draw: st.DrawFn, endpoint_id: str, key: str) -> Case:
         return Case("POST", path, headers, body, True, credential, request_id, id_readable)
     if kind == "rest":
         template = draw(st.sampled_from(REST_PATHS))
-        path = f"/{endpoint_id}/a2a/rest" + template.replace("{t}", path_segment(draw)).replace("{c}", path_segment(draw))
-        query = draw(st.dictionaries(st.sampled_from(QUERY_KEYS), st.one_of(ints.map(str), texts), max_size=3))
+        path = f"/{endpoint_id}/a2a/rest" + template.replace("{t}", path_segment(draw)).replace(
+            "{c}", path_segment(draw)
+        )
+        query = draw(
+            st.dictionaries(
+                st.sampled_from(QUERY_KEYS), st.one_of(ints.map(str), texts), max_size=3
+            )
+        )
         if query:
             path += "?" + "&".join(f"{quote(k)}={quote(v, safe='')}" for k, v in query.items())
         method = draw(st.sampled_from(["GET", "POST", "DELETE", "PUT"]))
@@ -266,7 +360,14 @@ def cases(draw: st.DrawFn, endpoint_id: str, key: str) -> Case:
     path = draw(st.sampled_from([f"/{endpoint_id}/{junk}", f"/{junk}", f"/{junk}/a2a/rest/tasks"]))
     method = draw(st.sampled_from(["GET", "POST", "DELETE", "PATCH"]))
     body, _ = draw(encoded_body(draw(json_values) if method != "GET" else None, headers))
-    return Case(method, path, headers, body, method == "POST" and path.rstrip("/").endswith("/a2a"), credential)
+    return Case(
+        method,
+        path,
+        headers,
+        body,
+        method == "POST" and path.rstrip("/").endswith("/a2a"),
+        credential,
+    )
 
 
 # --- checking replies -------------------------------------------------------------------
@@ -312,7 +413,9 @@ def _sse_events(text: str) -> list[Any]:
     return events
 
 
-def server_error_of(response: httpx.Response, text: str, *, allowed: tuple[int, ...] = (503,)) -> str:
+def server_error_of(
+    response: httpx.Response, text: str, *, allowed: tuple[int, ...] = (503,)
+) -> str:
     """What is wrong with ``response`` (whose body is ``text``) as a server error ("" when it is
     none): a 5xx other than ``allowed`` ones, a 503 without Retry-After, or a traceback."""
     status = response.status_code
@@ -409,7 +512,9 @@ def served_in_thread(opened: Callable[[], AbstractAsyncContextManager[T]]) -> It
     thread.start()
     if not ready.wait(60) or len(box) != 2:
         thread.join(60)
-        if not thread.is_alive():  # else the loop's sockets are collected, and fail, in a later test
+        if (
+            not thread.is_alive()
+        ):  # else the loop's sockets are collected, and fail, in a later test
             loop.close()
         raise RuntimeError(f"it did not start: {box}")
     value, stop = box
@@ -434,7 +539,9 @@ def gateway_thread(**settings: Any) -> Iterator[Target]:
                 settings={"delay": 0}, card={"capabilities": {"pushNotifications": False}}
             )
             secret = gw.gateway.settings.api_key_secret.get_secret_value().encode()
-            row, key = make_key(secret, endpoint_id=endpoint_id, tenant="default", principal=PRINCIPAL)
+            row, key = make_key(
+                secret, endpoint_id=endpoint_id, tenant="default", principal=PRINCIPAL
+            )
             await store.create_api_key(row)
             yield Target(gw.base_url, endpoint_id, key, store)
 

@@ -115,11 +115,17 @@ class RunningGateway:
         del card.supported_interfaces[:]
         card.supported_interfaces.extend(chosen)
         http = httpx.AsyncClient(timeout=httpx.Timeout(timeout))
-        config = ClientConfig(streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding],
-                              grpc_channel_factory=grpc_channel if binding == "GRPC" else None)
+        config = ClientConfig(
+            streaming=streaming,
+            httpx_client=http,
+            supported_protocol_bindings=[binding],
+            grpc_channel_factory=grpc_channel if binding == "GRPC" else None,
+        )
         if version == "0.3":
             http.headers["A2A-Version"] = "0.3"
-        interceptors = [AuthInterceptor(ApiKeyCredentials(api_key))] if api_key is not None else None
+        interceptors = (
+            [AuthInterceptor(ApiKeyCredentials(api_key))] if api_key is not None else None
+        )
         client = ClientFactory(config).create(card, interceptors=interceptors)
         try:
             yield client

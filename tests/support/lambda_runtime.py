@@ -40,7 +40,9 @@ class Invocation:
     payload: bytes
     function: str
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    done: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
     result: Any = None
     error: dict[str, Any] | None = None
     error_type: str | None = None
@@ -119,7 +121,9 @@ class FakeLambda:
         invocation = self.deliver(payload, function)
         await asyncio.wait_for(asyncio.shield(invocation.done), self.timeout_seconds)
         if invocation.error is not None:
-            return web.json_response(invocation.error, headers={"X-Amz-Function-Error": "Unhandled"})
+            return web.json_response(
+                invocation.error, headers={"X-Amz-Function-Error": "Unhandled"}
+            )
         return web.json_response(invocation.result)
 
 
@@ -128,7 +132,9 @@ async def fake_lambda(**options: Any) -> AsyncIterator[FakeLambda]:
     """The fake on a free loopback port for the duration of the block."""
     fake = FakeLambda(**options)
     # a runtime killed while it polls must not take the next invocation with it
-    runner = web.AppRunner(fake.app(), access_log=None, shutdown_timeout=0.1, handler_cancellation=True)
+    runner = web.AppRunner(
+        fake.app(), access_log=None, shutdown_timeout=0.1, handler_cancellation=True
+    )
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -142,7 +148,9 @@ async def fake_lambda(**options: Any) -> AsyncIterator[FakeLambda]:
 
 
 @asynccontextmanager
-async def runtime_process(fake: FakeLambda, **settings: str) -> AsyncIterator[asyncio.subprocess.Process]:
+async def runtime_process(
+    fake: FakeLambda, **settings: str
+) -> AsyncIterator[asyncio.subprocess.Process]:
     """``python -m awslambdaric`` serving the gateway's handler against ``fake``, with
     ``settings`` as ``A2A_GATEWAY_*`` variables, moto's dummy AWS credentials and moto as
     Secrets Manager."""
@@ -163,7 +171,9 @@ async def runtime_process(fake: FakeLambda, **settings: str) -> AsyncIterator[as
                 process.kill()
             await process.wait()
             log.seek(0)
-            sys.stderr.write(log.read()[-4000:].decode(errors="replace"))  # shown if the test failed
+            sys.stderr.write(
+                log.read()[-4000:].decode(errors="replace")
+            )  # shown if the test failed
 
 
 def function_url_event(method: str, path: str, body: Any = None, *, query: str = "",
@@ -172,19 +182,36 @@ def function_url_event(method: str, path: str, body: Any = None, *, query: str =
     2.0); a JSON ``body`` is sent base64-encoded, as Function URLs do for any body."""
     raw = b"" if body is None else json.dumps(body).encode()
     return {
-        "version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": query,
-        "headers": {"host": FUNCTION_URL_HOST, "x-forwarded-proto": "https",
-                    "user-agent": "curl/8.5.0", **({"content-type": "application/json"} if raw else {}),
-                    **(headers or {})},
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": path,
+        "rawQueryString": query,
+        "headers": {
+            "host": FUNCTION_URL_HOST,
+            "x-forwarded-proto": "https",
+            "user-agent": "curl/8.5.0",
+            **({"content-type": "application/json"} if raw else {}),
+            **(headers or {}),
+        },
         "requestContext": {
-            "accountId": "anonymous", "apiId": FUNCTION_URL_HOST.split(".")[0],
-            "domainName": FUNCTION_URL_HOST, "domainPrefix": FUNCTION_URL_HOST.split(".")[0],
-            "http": {"method": method, "path": path, "protocol": "HTTP/1.1",
-                     "sourceIp": "203.0.113.7", "userAgent": "curl/8.5.0"},
-            "requestId": str(uuid.uuid4()), "routeKey": "$default", "stage": "$default",
+            "accountId": "anonymous",
+            "apiId": FUNCTION_URL_HOST.split(".")[0],
+            "domainName": FUNCTION_URL_HOST,
+            "domainPrefix": FUNCTION_URL_HOST.split(".")[0],
+            "http": {
+                "method": method,
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "203.0.113.7",
+                "userAgent": "curl/8.5.0",
+            },
+            "requestId": str(uuid.uuid4()),
+            "routeKey": "$default",
+            "stage": "$default",
             "timeEpoch": int(time.time() * 1000),
         },
-        "body": base64.b64encode(raw).decode(), "isBase64Encoded": True,
+        "body": base64.b64encode(raw).decode(),
+        "isBase64Encoded": True,
     }
 
 

@@ -81,6 +81,10 @@ class OTLPReceiver:
     def of_trace(self, trace_id: str) -> list[ReceivedSpan]:
         return [span for span in self.spans if span.trace_id == trace_id]
 
-    async def wait_for(self, trace_id: str, *, until: Any, what: str, timeout: float = 30) -> list[ReceivedSpan]:
+    async def wait_for(
+        self, trace_id: str, *, until: Any, what: str, timeout: float = 30
+    ) -> list[ReceivedSpan]:
         """The spans of ``trace_id`` once ``until(spans)`` holds."""
-        return await eventually(lambda: self.of_trace(trace_id), until=until, timeout=timeout, what=what)
+        return await eventually(
+            lambda: self.of_trace(trace_id), until=until, timeout=timeout, what=what
+        )

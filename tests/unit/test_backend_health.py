@@ -48,8 +48,13 @@ class CountingStore(MemoryStore):
 async def test_an_endpoint_is_unknown_then_failing_after_an_error_then_ok_after_a_success():
     clock = Clock()
     health = BackendHealth(MemoryStore(), clock=clock)
-    assert health_json(await health.of("e1")) == {"status": "unknown", "last_success": None, "last_error": None,
-                                                  "successes": 0, "errors": 0}
+    assert health_json(await health.of("e1")) == {
+        "status": "unknown",
+        "last_success": None,
+        "last_error": None,
+        "successes": 0,
+        "errors": 0,
+    }
     health.failed("e1", "cannot reach the chat backend at http://127.0.0.1:9/v1/chat/completions")
     shown = health_json(await health.of("e1"))
     assert shown["status"] == "failing" and shown["last_success"] is None
@@ -70,17 +75,26 @@ async def test_an_endpoint_is_unknown_then_failing_after_an_error_then_ok_after_
 
 
 def test_records_merge_counts_adding_and_the_latest_times_winning_in_any_order():
-    first = EndpointHealth(successes=3, errors=1, last_success=100.0, last_error=90.0, last_error_message="old")
-    second = EndpointHealth(successes=1, errors=2, last_success=95.0, last_error=120.0, last_error_message="new")
+    first = EndpointHealth(
+        successes=3, errors=1, last_success=100.0, last_error=90.0, last_error_message="old"
+    )
+    second = EndpointHealth(
+        successes=1, errors=2, last_success=95.0, last_error=120.0, last_error_message="new"
+    )
     third = EndpointHealth(successes=2, last_success=130.0)
-    expected = EndpointHealth(successes=6, errors=3, last_success=130.0, last_error=120.0, last_error_message="new")
+    expected = EndpointHealth(
+        successes=6, errors=3, last_success=130.0, last_error=120.0, last_error_message="new"
+    )
     for order in itertools.permutations([first, second, third]):
         merged = EndpointHealth()
         for change in order:
             merged = merged.add(change)
         assert merged == expected, order
     assert expected.status == "ok"
-    assert expected.add(EndpointHealth(errors=1, last_error=140.0, last_error_message="down")).status == "failing"
+    assert (
+        expected.add(EndpointHealth(errors=1, last_error=140.0, last_error_message="down")).status
+        == "failing"
+    )
     # an earlier error arriving late changes neither the time nor the message
     late = expected.add(EndpointHealth(errors=1, last_error=50.0, last_error_message="stale"))
     assert (late.last_error, late.last_error_message, late.errors) == (120.0, "new", 4)
@@ -112,7 +126,10 @@ async def test_an_endpoint_is_written_at_most_once_per_interval_and_its_outcomes
     health.failed("e1", "error 0")
     health.succeeded("e2")
     await health.settled()
-    assert [endpoint for endpoint, _ in store.writes] == ["e1", "e2"]  # the first outcome of each, at once
+    assert [endpoint for endpoint, _ in store.writes] == [
+        "e1",
+        "e2",
+    ]  # the first outcome of each, at once
     for n in range(1, 50):
         clock.now += 0.01
         health.succeeded("e1") if n % 2 else health.failed("e1", f"error {n}")
@@ -142,12 +159,18 @@ async def test_a_failing_store_fails_no_caller_and_loses_no_outcome():
     store.down = False
     await asyncio.sleep(0.5)  # the next interval's write takes what the failed one held
     stored = (await store.list_backend_health())["e1"]
-    assert (stored.successes, stored.errors, stored.last_error_message) == (1, 1, "the backend answered 502")
+    assert (stored.successes, stored.errors, stored.last_error_message) == (
+        1,
+        1,
+        "the backend answered 502",
+    )
     await health.aclose()
 
 
 async def test_settled_waits_for_the_writes_under_way_and_no_longer_than_flush_seconds():
-    store = CountingStore(delay=0.3)  # what a worker awaits before it answers (Lambda may freeze it then)
+    store = CountingStore(
+        delay=0.3
+    )  # what a worker awaits before it answers (Lambda may freeze it then)
     health = BackendHealth(store, flush_seconds=10)
     health.failed("e1", "down")
     await health.settled()
@@ -172,24 +195,46 @@ async def test_closing_writes_what_waits_for_its_interval():
     assert len(store.writes) == 1
     await health.aclose()
     stored = (await store.list_backend_health())["e1"]
-    assert (stored.successes, stored.errors, stored.last_error_message, len(store.writes)) == (1, 2, "down again", 2)
+    assert (stored.successes, stored.errors, stored.last_error_message, len(store.writes)) == (
+        1,
+        2,
+        "down again",
+        2,
+    )
 
 
 def test_messages_lose_url_credentials_queries_tokens_and_keys_and_stay_one_short_line():
-    text = ("cannot reach http://bob:hunter2@backend:8000/v1/chat?api_key=sk-123#frag\n"
-            "Authorization: Basic Zm9vOmJhcg== with Bearer eyJabc and token=tok-456, password: pw-789, "
-            "key a2agw_0123456789abcdef_s3cr3t")
+    text = (
+        "cannot reach http://bob:hunter2@backend:8000/v1/chat?api_key=sk-123#frag\n"
+        "Authorization: Basic Zm9vOmJhcg== with Bearer eyJabc and token=tok-456, password: pw-789, "
+        "key a2agw_0123456789abcdef_s3cr3t"
+    )
     shown = safe_message(text)
-    for secret in ("hunter2", "bob:", "sk-123", "frag", "Zm9vOmJhcg", "eyJabc", "tok-456", "pw-789", "s3cr3t", "\n"):
+    for secret in (
+        "hunter2",
+        "bob:",
+        "sk-123",
+        "frag",
+        "Zm9vOmJhcg",
+        "eyJabc",
+        "tok-456",
+        "pw-789",
+        "s3cr3t",
+        "\n",
+    ):
         assert secret not in shown, secret
     assert shown.startswith("cannot reach http://backend:8000/v1/chat ")
     assert len(safe_message("x" * 5000)) == MAX_MESSAGE_CHARS
-    assert safe_message("the model hit its token limit") == "the model hit its token limit"  # words stay
+    assert (
+        safe_message("the model hit its token limit") == "the model hit its token limit"
+    )  # words stay
 
 
 def test_credentials_in_a_json_error_body_and_under_compound_names_are_hidden():
-    text = ('backend said {"error": "denied", "api_key": "sk-live-123", "access_token":"eyJxyz"} '
-            "client_secret=shh-1 AWS_SECRET_ACCESS_KEY=aws-2 x-refresh-token: rt-3 Cookie: session=c-4")
+    text = (
+        'backend said {"error": "denied", "api_key": "sk-live-123", "access_token":"eyJxyz"} '
+        "client_secret=shh-1 AWS_SECRET_ACCESS_KEY=aws-2 x-refresh-token: rt-3 Cookie: session=c-4"
+    )
     shown = safe_message(text)
     for secret in ("sk-live-123", "eyJxyz", "shh-1", "aws-2", "rt-3", "c-4"):
         assert secret not in shown, (secret, shown)

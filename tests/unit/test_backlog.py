@@ -13,7 +13,9 @@ from a2a_gateway.live.hub import LiveHub, ReplayLimits, SubscriberBehind
 from tests.unit.test_live_hub import Runs
 
 
-def chunk(text: str, *, artifact: str = "a", append: bool = True, last: bool = False) -> TaskArtifactUpdateEvent:
+def chunk(
+    text: str, *, artifact: str = "a", append: bool = True, last: bool = False
+) -> TaskArtifactUpdateEvent:
     event = TaskArtifactUpdateEvent(task_id="t", context_id="c", append=append, last_chunk=last)
     event.artifact.artifact_id = artifact
     event.artifact.name = "response"
@@ -52,7 +54,10 @@ def test_appended_chunks_of_one_artifact_wait_as_one_chunk_of_their_parts_with_t
     event_id, merged = item
     assert event_id == "x.3"
     assert texts(merged) == ["Hello", ", ", "world"]  # what appending them one by one builds
-    assert (merged.append, merged.last_chunk) == (False, True)  # the first's append, the last's last_chunk
+    assert (merged.append, merged.last_chunk) == (
+        False,
+        True,
+    )  # the first's append, the last's last_chunk
     assert merged.artifact.artifact_id == "a" and merged.artifact.name == "response"
     assert texts(first) == ["Hello"]  # the published event (shared with the log) is untouched
     assert backlog.bytes == 0
@@ -63,18 +68,29 @@ def test_only_what_appends_to_the_waiting_chunk_merges_and_order_is_kept():
     with_metadata = chunk("m")
     with_metadata.metadata.update({"k": 1})
     sequence = [
-        ("1", chunk("a")), ("2", chunk("b")),          # merge
-        ("3", status(1)),                              # a status breaks the run
-        ("4", chunk("c")), ("5", chunk("d", artifact="other")),  # another artifact
-        ("6", chunk("e", artifact="other", append=False)),       # a replace never merges
-        ("7", chunk("f", artifact="other", last=True)), ("8", chunk("g", artifact="other")),  # after last_chunk
-        ("9", with_metadata),                          # not plain text
+        ("1", chunk("a")),
+        ("2", chunk("b")),  # merge
+        ("3", status(1)),  # a status breaks the run
+        ("4", chunk("c")),
+        ("5", chunk("d", artifact="other")),  # another artifact
+        ("6", chunk("e", artifact="other", append=False)),  # a replace never merges
+        ("7", chunk("f", artifact="other", last=True)),
+        ("8", chunk("g", artifact="other")),  # after last_chunk
+        ("9", with_metadata),  # not plain text
     ]
     for event_id, event in sequence:
         put(backlog, event_id, event)
     got = [(i, "".join(texts(e)) if isinstance(e, TaskArtifactUpdateEvent) else "status")
            for i, e in take_all(backlog)]
-    assert got == [("2", "ab"), ("3", "status"), ("4", "c"), ("5", "d"), ("7", "ef"), ("8", "g"), ("9", "m")]
+    assert got == [
+        ("2", "ab"),
+        ("3", "status"),
+        ("4", "c"),
+        ("5", "d"),
+        ("7", "ef"),
+        ("8", "g"),
+        ("9", "m"),
+    ]
     assert not mergeable(with_metadata) and not mergeable(status(1)) and mergeable(chunk("x"))
 
 
@@ -160,7 +176,9 @@ async def test_a_follower_that_falls_behind_goes_on_from_the_store():
     task = Task(id="t", context_id="c")
     task.status.state = TaskState.TASK_STATE_WORKING
     version = await store.create_task(scope, task)
-    followed = follow_task(store, hub, scope, task, version, interval=0.05, stop_when_interrupted=False)
+    followed = follow_task(
+        store, hub, scope, task, version, interval=0.05, stop_when_interrupted=False
+    )
     reader = asyncio.ensure_future(_all(followed))
     await asyncio.sleep(0.05)  # the follower subscribed and waits
     for n in range(200):

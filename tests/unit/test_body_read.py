@@ -18,7 +18,9 @@ from a2a_gateway.transport.body import BODY_BUDGET, BodyBudget, BodyTimeoutError
 def _request(payload: streams.StreamReader, length: int) -> web.Request:
     app = web.Application()
     app[BODY_BUDGET] = BodyBudget(1 << 20)
-    return make_mocked_request("POST", "/x/a2a", headers={"Content-Length": str(length)}, payload=payload, app=app)
+    return make_mocked_request(
+        "POST", "/x/a2a", headers={"Content-Length": str(length)}, payload=payload, app=app
+    )
 
 
 def _payload() -> streams.StreamReader:

@@ -71,13 +71,21 @@ def test_the_flow_cookie_opens_only_as_sealed_and_until_it_expires(login, sessio
     assert login.open(sealed) == flow
     payload, _, signature = sealed.partition(".")
     flip = {"A": "B"}.get(signature[0], "A")  # another first character of the signature
-    for forged in (f"{payload}.{flip}{signature[1:]}", f"{payload[:-2]}{payload[-1]}{payload[-2]}.{signature}",
-                   f"{payload}.", "", "garbage", f"{payload}.\u00e9{signature[1:]}", f"\udcff{payload}.{signature}"):
+    for forged in (
+        f"{payload}.{flip}{signature[1:]}",
+        f"{payload[:-2]}{payload[-1]}{payload[-2]}.{signature}",
+        f"{payload}.",
+        "",
+        "garbage",
+        f"{payload}.\u00e9{signature[1:]}",
+        f"\udcff{payload}.{signature}",
+    ):
         with pytest.raises(SignInError, match="No sign-in is under way") as refused:
             login.open(forged)
         assert refused.value.status == 400
-    other_secret = OidcLogin(settings(), login._http, ConsoleSessions("another-secret", 3600, clock=clock),
-                             clock=clock)
+    other_secret = OidcLogin(
+        settings(), login._http, ConsoleSessions("another-secret", 3600, clock=clock), clock=clock
+    )
     with pytest.raises(SignInError, match="No sign-in is under way"):
         other_secret.open(sealed)
     clock.now += 601
@@ -138,22 +146,41 @@ async def test_an_oidc_session_is_a_gateway_operator_while_its_issuer_is_configu
     _, cookie = sessions.issue(None, OidcUser(ISSUER, "u-1", "Alice"))
     headers = {"Cookie": f"{COOKIE}={cookie}"}
     found = sessions.read(headers)
-    assert found is not None and found.key_ref is None and found.oidc == OidcUser(ISSUER, "u-1", "Alice")
+    assert (
+        found is not None
+        and found.key_ref is None
+        and found.oidc == OidcUser(ISSUER, "u-1", "Alice")
+    )
     async with httpx.AsyncClient() as http:
         callers = build_authenticator(GatewaySettings(), MemoryStore(), http)
         keys = OperatorKeys([SecretStr(KEY)])
-        operator = OperatorAuth(keys, callers, sessions, oidc_issuer=ISSUER).gateway_operator(headers)
+        operator = OperatorAuth(keys, callers, sessions, oidc_issuer=ISSUER).gateway_operator(
+            headers
+        )
         assert operator is not None and operator.gateway and operator.name == "oidc:u-1"
-        assert OperatorAuth(keys, callers, sessions, oidc_issuer="").gateway_operator(headers) is None
-        assert OperatorAuth(keys, callers, sessions, oidc_issuer="https://other").gateway_operator(headers) is None
+        assert (
+            OperatorAuth(keys, callers, sessions, oidc_issuer="").gateway_operator(headers) is None
+        )
+        assert (
+            OperatorAuth(keys, callers, sessions, oidc_issuer="https://other").gateway_operator(
+                headers
+            )
+            is None
+        )
         _, key_cookie = sessions.issue(keys.ref_of(KEY))
         by_key = OperatorAuth(keys, callers, sessions, oidc_issuer=ISSUER).gateway_operator(
             {"Cookie": f"{COOKIE}={key_cookie}"})
-        assert by_key is not None and by_key.name == "console session" and by_key.session.oidc is None
+        assert (
+            by_key is not None and by_key.name == "console session" and by_key.session.oidc is None
+        )
 
 
-DISCOVERY = {"issuer": ISSUER, "authorization_endpoint": f"{ISSUER}/auth", "token_endpoint": f"{ISSUER}/token",
-             "jwks_uri": f"{ISSUER}/jwks"}
+DISCOVERY = {
+    "issuer": ISSUER,
+    "authorization_endpoint": f"{ISSUER}/auth",
+    "token_endpoint": f"{ISSUER}/token",
+    "jwks_uri": f"{ISSUER}/jwks",
+}
 
 
 def test_discovery_takes_asymmetric_algorithms_and_defaults_to_client_secret_basic():
@@ -175,11 +202,25 @@ def test_a_discovery_document_of_another_issuer_or_without_endpoints_is_refused(
         IssuerMetadata.parse(ISSUER, document)
 
 
-@pytest.mark.parametrize(("secret", "method", "sent_basic", "in_body"), [
-    ("s+e/c r:t", "auto", "console%3A1:s%2Be%2Fc+r%3At", {"client_id": None, "client_secret": None}),
-    ("s+e/c r:t", "client_secret_post", None, {"client_id": "console:1", "client_secret": "s+e/c r:t"}),
-    ("", "auto", None, {"client_id": "console:1", "client_secret": None}),
-], ids=["basic", "post", "public"])
+@pytest.mark.parametrize(
+    ("secret", "method", "sent_basic", "in_body"),
+    [
+        (
+            "s+e/c r:t",
+            "auto",
+            "console%3A1:s%2Be%2Fc+r%3At",
+            {"client_id": None, "client_secret": None},
+        ),
+        (
+            "s+e/c r:t",
+            "client_secret_post",
+            None,
+            {"client_id": "console:1", "client_secret": "s+e/c r:t"},
+        ),
+        ("", "auto", None, {"client_id": "console:1", "client_secret": None}),
+    ],
+    ids=["basic", "post", "public"],
+)
 async def test_the_code_is_exchanged_with_the_verifier_and_the_client_authenticated_as_set(
         sessions, clock, secret, method, sent_basic, in_body):
     sent: list[httpx.Request] = []
@@ -189,14 +230,20 @@ async def test_the_code_is_exchanged_with_the_verifier_and_the_client_authentica
             return httpx.Response(200, json={**DISCOVERY, "token_endpoint_auth_methods_supported": [
                 "client_secret_post", "client_secret_basic"]})
         sent.append(request)
-        return httpx.Response(400, json={"error": "invalid_grant", "error_description": "grant request is invalid"})
+        return httpx.Response(
+            400, json={"error": "invalid_grant", "error_description": "grant request is invalid"}
+        )
 
     configured = settings(console_oidc_client_id="console:1", console_oidc_client_secret=secret,
                           console_oidc_client_auth=method)
     async with httpx.AsyncClient(transport=httpx.MockTransport(issuer)) as http:
         login = OidcLogin(configured, http, sessions, clock=clock)
-        flow = LoginFlow("STATE", "nonce", "the-verifier", "https://gw/console/oidc/callback", clock.now + 600)
-        with pytest.raises(SignInError, match=r"refused to exchange the sign-in code \(invalid_grant\)"):
+        flow = LoginFlow(
+            "STATE", "nonce", "the-verifier", "https://gw/console/oidc/callback", clock.now + 600
+        )
+        with pytest.raises(
+            SignInError, match=r"refused to exchange the sign-in code \(invalid_grant\)"
+        ):
             await login.finish(flow, {"state": "STATE", "code": "the-code"})
     [request] = sent
     assert request.url == f"{ISSUER}/token"
@@ -206,18 +253,34 @@ async def test_the_code_is_exchanged_with_the_verifier_and_the_client_authentica
     for name, value in in_body.items():
         assert form.get(name) == value, name
     basic = request.headers.get("Authorization")
-    assert (base64.b64decode(basic.removeprefix("Basic ")).decode() if basic else None) == sent_basic
+    assert (
+        base64.b64decode(basic.removeprefix("Basic ")).decode() if basic else None
+    ) == sent_basic
 
 
-@pytest.mark.parametrize(("answer", "status", "message"), [
-    (httpx.Response(200, json={"sub": "u-1", "roles": ["admins"]}), None, None),
-    (httpx.Response(200, json={"sub": "someone-else", "roles": ["admins"]}), 400, "names another user"),
-    (httpx.Response(401, json={"error": "invalid_token"}), 400, r"no JSON claims \(HTTP 401\)"),
-    (httpx.Response(200, text="eyJhbGciOi.signed.userinfo", headers={"Content-Type": "application/jwt"}), 400,
-     "no JSON claims"),
-    (httpx.ConnectError("refused"), 502, "cannot be reached now"),
-])
-async def test_userinfo_claims_must_name_the_id_tokens_subject(sessions, clock, answer, status, message):
+@pytest.mark.parametrize(
+    ("answer", "status", "message"),
+    [
+        (httpx.Response(200, json={"sub": "u-1", "roles": ["admins"]}), None, None),
+        (
+            httpx.Response(200, json={"sub": "someone-else", "roles": ["admins"]}),
+            400,
+            "names another user",
+        ),
+        (httpx.Response(401, json={"error": "invalid_token"}), 400, r"no JSON claims \(HTTP 401\)"),
+        (
+            httpx.Response(
+                200, text="eyJhbGciOi.signed.userinfo", headers={"Content-Type": "application/jwt"}
+            ),
+            400,
+            "no JSON claims",
+        ),
+        (httpx.ConnectError("refused"), 502, "cannot be reached now"),
+    ],
+)
+async def test_userinfo_claims_must_name_the_id_tokens_subject(
+    sessions, clock, answer, status, message
+):
     seen: list[str] = []
 
     def issuer(request: httpx.Request) -> httpx.Response:
@@ -227,13 +290,19 @@ async def test_userinfo_claims_must_name_the_id_tokens_subject(sessions, clock, 
         return answer
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(issuer)) as http:
-        login = OidcLogin(settings(console_oidc_operator_claim="roles"), http, sessions, clock=clock)
+        login = OidcLogin(
+            settings(console_oidc_operator_claim="roles"), http, sessions, clock=clock
+        )
         if status is None:
-            assert (await login._userinfo(f"{ISSUER}/me", "the-access-token", "u-1"))["roles"] == ["admins"]
+            assert (await login._userinfo(f"{ISSUER}/me", "the-access-token", "u-1"))["roles"] == [
+                "admins"
+            ]
         else:
             with pytest.raises(SignInError, match=message) as refused:
                 await login._userinfo(f"{ISSUER}/me", "the-access-token", "u-1")
-            assert refused.value.status == status and "the-access-token" not in refused.value.message
+            assert (
+                refused.value.status == status and "the-access-token" not in refused.value.message
+            )
     assert seen == ["Bearer the-access-token"]
 
 
@@ -252,5 +321,8 @@ def test_settings_take_loopback_http_and_comma_separated_values(monkeypatch):
     assert settings(console_oidc_issuer="http://127.0.0.1:5556").console_oidc_issuer == "http://127.0.0.1:5556"
     monkeypatch.setenv("A2A_GATEWAY_CONSOLE_OIDC_OPERATOR_VALUES", "ops, admins")
     assert GatewaySettings().console_oidc_operator_values == ["ops", "admins"]
-    assert settings(console_oidc_client_secret="s3cret").console_oidc_client_secret.get_secret_value() not in repr(
-        settings(console_oidc_client_secret="s3cret"))
+    assert settings(
+        console_oidc_client_secret="s3cret"
+    ).console_oidc_client_secret.get_secret_value() not in repr(
+        settings(console_oidc_client_secret="s3cret")
+    )

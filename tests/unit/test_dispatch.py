@@ -45,17 +45,24 @@ def test_a_sweep_event_parses_as_no_reference():
     assert parse_event(b'{"a2a_gateway": "sweep"}') is None
 
 
-@pytest.mark.parametrize(("body", "reason"), [
-    (b"not json", "not JSON"),
-    (b"[1, 2]", "not a gateway event"),
-    (b'{"a2a_gateway": "explode"}', "not a gateway event"),
-    (b'{"version": "0", "detail-type": "Scheduled Event"}', "not a gateway event"),
-    (b'{"a2a_gateway": "run_task", "tenant": "acme", "endpoint_id": "ep-1", "principal": "alice"}',
-     "task_id"),
-    (b'{"a2a_gateway": "run_task", "tenant": "", "endpoint_id": 7, "principal": "a", "task_id": "t"}',
-     "tenant, endpoint_id"),
-    (b'{"a2a_gateway": "run_task", "task_id": "' + b"x" * 300_000 + b'"}', "too large"),
-])
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"not json", "not JSON"),
+        (b"[1, 2]", "not a gateway event"),
+        (b'{"a2a_gateway": "explode"}', "not a gateway event"),
+        (b'{"version": "0", "detail-type": "Scheduled Event"}', "not a gateway event"),
+        (
+            b'{"a2a_gateway": "run_task", "tenant": "acme", "endpoint_id": "ep-1", "principal": "alice"}',
+            "task_id",
+        ),
+        (
+            b'{"a2a_gateway": "run_task", "tenant": "", "endpoint_id": 7, "principal": "a", "task_id": "t"}',
+            "tenant, endpoint_id",
+        ),
+        (b'{"a2a_gateway": "run_task", "task_id": "' + b"x" * 300_000 + b'"}', "too large"),
+    ],
+)
 def test_other_events_are_refused_with_the_reason(body: bytes, reason: str):
     with pytest.raises(BadEventError, match=reason):
         parse_event(body)
@@ -64,7 +71,9 @@ def test_other_events_are_refused_with_the_reason(body: bytes, reason: str):
 def test_lambda_dispatch_needs_the_worker_function():
     with pytest.raises(ValidationError, match="dispatch_function"):
         GatewaySettings(dispatch="lambda")
-    assert GatewaySettings(dispatch="lambda", dispatch_function="worker").dispatch_function == "worker"
+    assert (
+        GatewaySettings(dispatch="lambda", dispatch_function="worker").dispatch_function == "worker"
+    )
 
 
 # the engine in dispatch mode, without HTTP ---------------------------------------------
@@ -108,10 +117,18 @@ async def test_deliveries_that_read_the_task_at_once_run_it_once():
     api, dispatcher = dispatching(store, "api")
     worker, _ = dispatching(store, "worker")
     handler = Scripted(lambda r: [TextDelta("one "), Completed()])
-    outcome = await api.send(runtime_of(handler), SCOPE, user_message("go"), streaming=False, subscribe=False)
-    assert outcome.run is None and outcome.follow_version == 1 and dispatcher.refs == [TaskRef.of(SCOPE, outcome.task.id)]
+    outcome = await api.send(
+        runtime_of(handler), SCOPE, user_message("go"), streaming=False, subscribe=False
+    )
+    assert (
+        outcome.run is None
+        and outcome.follow_version == 1
+        and dispatcher.refs == [TaskRef.of(SCOPE, outcome.task.id)]
+    )
     registry = OneRuntime(runtime_of(handler))
-    outcomes = await asyncio.gather(*(worker.run_dispatched(registry, dispatcher.refs[0]) for _ in range(2)))
+    outcomes = await asyncio.gather(
+        *(worker.run_dispatched(registry, dispatcher.refs[0]) for _ in range(2))
+    )
     assert sorted(outcomes) == ["duplicate", "ran"]
     assert len(handler.requests) == 1
     stored = await store.get_task(SCOPE, outcome.task.id)
@@ -123,14 +140,27 @@ async def test_an_answer_dispatched_while_the_asking_run_ends_is_not_overwritten
     store = MemoryStore()
     api, dispatcher = dispatching(store, "api")
     worker, _ = dispatching(store, "worker")
-    handler = Scripted(lambda r: [TextDelta("asked")] + (
-        [Completed(text="done")] if r.pending_input is not None else [InputRequired("which?", {}), "wait"]))
+    handler = Scripted(
+        lambda r: (
+            [TextDelta("asked")]
+            + (
+                [Completed(text="done")]
+                if r.pending_input is not None
+                else [InputRequired("which?", {}), "wait"]
+            )
+        )
+    )
     handler.gate.clear()  # the asking run's iterator ends only when the test says so
     registry = OneRuntime(runtime_of(handler))
-    first = await api.send(runtime_of(handler), SCOPE, user_message("go"), streaming=False, subscribe=False)
+    first = await api.send(
+        runtime_of(handler), SCOPE, user_message("go"), streaming=False, subscribe=False
+    )
     asking = asyncio.create_task(worker.run_dispatched(registry, dispatcher.refs[0]))
-    await eventually(lambda: store.get_task(SCOPE, first.task.id),
-                     until=lambda s: s.task.status.state == TASK_STATE_INPUT_REQUIRED, what="the question")
+    await eventually(
+        lambda: store.get_task(SCOPE, first.task.id),
+        until=lambda s: s.task.status.state == TASK_STATE_INPUT_REQUIRED,
+        what="the question",
+    )
     answer = user_message("that one", first.task.id, first.task.context_id)
     await api.send(runtime_of(handler), SCOPE, answer, streaming=False, subscribe=False)
     handler.gate.set()
@@ -150,17 +180,24 @@ async def test_a_sweep_drives_the_runs_it_reattached_to_their_end():
     task = Task(id="t-lost", context_id="c-1")
     task.status.state = TASK_STATE_WORKING
     task.history.append(user_message("go", "t-lost", "c-1"))
-    await store.create_task(SCOPE, task, run_ref="backend-run-1", owner="gone", lease_until=time.time() - 1)
+    await store.create_task(
+        SCOPE, task, run_ref="backend-run-1", owner="gone", lease_until=time.time() - 1
+    )
     sweeping = asyncio.create_task(worker.sweep(OneRuntime(runtime_of(handler))))
     await eventually(lambda: handler.requests, what="the run re-attached")
     assert not sweeping.done()  # a worker's invocation lasts as long as the run it took over
     handler.gate.set()
     await asyncio.wait_for(sweeping, 10)
     stored = await store.get_task(SCOPE, "t-lost")
-    assert stored.task.status.state == TASK_STATE_COMPLETED and handler.requests[0].run_ref == "backend-run-1"
+    assert (
+        stored.task.status.state == TASK_STATE_COMPLETED
+        and handler.requests[0].run_ref == "backend-run-1"
+    )
 
 
-def test_lambda_dispatch_without_a_region_stops_startup_with_the_setting_to_set(monkeypatch, tmp_path):
+def test_lambda_dispatch_without_a_region_stops_startup_with_the_setting_to_set(
+    monkeypatch, tmp_path
+):
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))

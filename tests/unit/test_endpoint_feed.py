@@ -56,10 +56,18 @@ def test_state_changes_become_events_progress_repeats_do_not():
         announce(feed, t, state)
     events = drain(sub)
     assert [e["state"] for _, e in events] == [
-        "TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
+        "TASK_STATE_WORKING",
+        "TASK_STATE_INPUT_REQUIRED",
+        "TASK_STATE_WORKING",
+        "TASK_STATE_COMPLETED",
+    ]
     first = events[0][1]
     assert first["kind"] == "status" and first["taskId"] == "t1" and first["contextId"] == "c1"
-    assert first["principal"] == "alice" and first["endpointId"] == "ep-1" and first["timestamp"].endswith("Z")
+    assert (
+        first["principal"] == "alice"
+        and first["endpointId"] == "ep-1"
+        and first["timestamp"].endswith("Z")
+    )
     assert first["statusUpdate"]["taskId"] == "t1"
     assert first["statusUpdate"]["status"]["state"] == "TASK_STATE_WORKING"
 

@@ -73,9 +73,14 @@ def test_yaml_and_toml_declare_the_same_rows(tmp_path):
     assert [(r.id, r.name, r.tenant, r.enabled, r.card, r.metadata) for r in from_yaml] == \
         [(r.id, r.name, r.tenant, r.enabled, r.card, r.metadata) for r in from_toml]
     echo, chat = from_yaml
-    assert echo.metadata == {"module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0,
-                             "public": True, "rate_limit": {"per_second": 5, "burst": 10},
-                             "endpoints_file": True}
+    assert echo.metadata == {
+        "module_name": "handlers.echo",
+        "class_name": "EchoHandler",
+        "delay": 0,
+        "public": True,
+        "rate_limit": {"per_second": 5, "burst": 10},
+        "endpoints_file": True,
+    }
     assert chat.metadata["api_key"] == "env:A2A_TEST_CHAT_KEY" and not chat.enabled
 
 
@@ -83,30 +88,56 @@ def test_yaml_and_toml_declare_the_same_rows(tmp_path):
     ("entry", "reason"),
     [
         ("name: x\n    handler: handlers.echo:EchoHandler", "id: Field required"),
-        ("id: nope\n    name: x\n    handler: handlers.echo:EchoHandler", "id: Input should be a valid UUID"),
-        (f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    setings: {{}}",
-         "setings: Extra inputs are not permitted"),
+        (
+            "id: nope\n    name: x\n    handler: handlers.echo:EchoHandler",
+            "id: Input should be a valid UUID",
+        ),
+        (
+            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    setings: {{}}",
+            "setings: Extra inputs are not permitted",
+        ),
         (f"id: {ECHO_ID}\n    name: x\n    handler: echo", "handler must be MODULE:CLASS"),
         (f"id: {ECHO_ID}\n    name: x\n    handler: os:path", "not in the allowlist"),
-        (f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    settings: {{dealy: 0}}",
-         "unknown setting dealy"),
-        (f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    settings: {{public: true}}",
-         "give public beside settings"),
-        (f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    enabled: yes please",
-         "enabled: Input should be a valid boolean"),
-        (f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n"
-         "    card: {capabilities: {streaming: maybe}}", "capabilities.streaming must be true or false"),
-        (f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    auth: {{jwt: {{issuer: x}}}}",
-         "invalid auth.jwt.audience"),
-        (f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    rate_limit: {{per_second: -1}}",
-         "invalid rate_limit: per_second"),
-        (f"id: {ECHO_ID}\n    name: x\n    handler: handlers.openai_chat:OpenAIChatHandler\n"
-         "    settings: {api_key: sk-literal-value}", "settings.api_key holds a secret: give it as env:NAME"),
-        (f"id: {ECHO_ID}\n    name: x\n    handler: handlers.openai_chat:OpenAIChatHandler\n"
-         "    settings: {base_url: 'http://user:pw@backend/v1'}", "settings.base_url holds a secret"),
+        (
+            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    settings: {{dealy: 0}}",
+            "unknown setting dealy",
+        ),
+        (
+            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    settings: {{public: true}}",
+            "give public beside settings",
+        ),
+        (
+            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    enabled: yes please",
+            "enabled: Input should be a valid boolean",
+        ),
+        (
+            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n"
+            "    card: {capabilities: {streaming: maybe}}",
+            "capabilities.streaming must be true or false",
+        ),
+        (
+            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    auth: {{jwt: {{issuer: x}}}}",
+            "invalid auth.jwt.audience",
+        ),
+        (
+            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    rate_limit: {{per_second: -1}}",
+            "invalid rate_limit: per_second",
+        ),
+        (
+            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.openai_chat:OpenAIChatHandler\n"
+            "    settings: {api_key: sk-literal-value}",
+            "settings.api_key holds a secret: give it as env:NAME",
+        ),
+        (
+            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.openai_chat:OpenAIChatHandler\n"
+            "    settings: {base_url: 'http://user:pw@backend/v1'}",
+            "settings.base_url holds a secret",
+        ),
     ],
 )
-def test_an_entry_that_cannot_be_served_is_refused_with_its_place_and_reason(tmp_path, entry, reason):
+def test_an_entry_that_cannot_be_served_is_refused_with_its_place_and_reason(
+    tmp_path, entry, reason
+):
     good = f"  - id: {CHAT_ID}\n    name: fine\n    handler: handlers.echo:EchoHandler\n"
     path = written(tmp_path, f"endpoints:\n{good}  - {entry}\n")
     with pytest.raises(EndpointsFileError) as refused:
@@ -126,8 +157,12 @@ def test_an_entry_that_cannot_be_served_is_refused_with_its_place_and_reason(tmp
         ("e.yaml", "endpoints: {}", "needs a list named endpoints"),
         ("e.yaml", "endpoints: []\nendpionts: []", "unknown top-level key endpionts"),
         ("e.json", "{}", "ends in .yaml, .yml or .toml"),
-        ("e.yaml", f"endpoints:\n  - {{id: {ECHO_ID}, name: a, handler: 'handlers.echo:EchoHandler'}}\n"
-         f"  - {{id: {ECHO_ID}, name: b, handler: 'handlers.echo:EchoHandler'}}", "declared twice"),
+        (
+            "e.yaml",
+            f"endpoints:\n  - {{id: {ECHO_ID}, name: a, handler: 'handlers.echo:EchoHandler'}}\n"
+            f"  - {{id: {ECHO_ID}, name: b, handler: 'handlers.echo:EchoHandler'}}",
+            "declared twice",
+        ),
     ],
 )
 def test_a_file_that_cannot_be_read_is_refused(tmp_path, name, text, reason):
@@ -139,7 +174,9 @@ def test_a_yaml_error_names_the_place_but_quotes_no_line(tmp_path):
     path = written(tmp_path, "endpoints:\n  - id: x\n    settings: {api_key: sk-literal-value\n")
     with pytest.raises(EndpointsFileError) as refused:
         load(path, SETTINGS)
-    assert "(line 4, column 1)" in str(refused.value) and "sk-literal-value" not in str(refused.value)
+    assert "(line 4, column 1)" in str(refused.value) and "sk-literal-value" not in str(
+        refused.value
+    )
 
 
 def test_a_missing_file_is_refused(tmp_path):
@@ -174,7 +211,9 @@ class RacedStore(MemoryStore):
     """Another replica creates each row between this one's read and its create."""
 
     async def create_endpoint(self, endpoint: Endpoint) -> None:
-        rival = Endpoint(id=endpoint.id, name="the other replica's older file", metadata=endpoint.metadata)
+        rival = Endpoint(
+            id=endpoint.id, name="the other replica's older file", metadata=endpoint.metadata
+        )
         await super().create_endpoint(rival)
         await super().create_endpoint(endpoint)  # ConflictError, as from a real store
 
@@ -225,12 +264,21 @@ def test_export_refuses_a_row_holding_a_secret_as_such(settings, where):
         "module_name": "handlers.openai_chat", "class_name": "OpenAIChatHandler", **settings})
     with pytest.raises(EndpointsFileError) as refused:
         export([row], SETTINGS, "yaml")
-    assert f"{CHAT_ID} {where}" in str(refused.value) and "sk-literal-value" not in str(refused.value)
+    assert f"{CHAT_ID} {where}" in str(refused.value) and "sk-literal-value" not in str(
+        refused.value
+    )
 
 
 def test_toml_export_of_a_null_setting_says_to_use_yaml():
-    row = Endpoint(id=CHAT_ID, name="chat", metadata={
-        "module_name": "handlers.openai_chat", "class_name": "OpenAIChatHandler", "system_prompt": None})
+    row = Endpoint(
+        id=CHAT_ID,
+        name="chat",
+        metadata={
+            "module_name": "handlers.openai_chat",
+            "class_name": "OpenAIChatHandler",
+            "system_prompt": None,
+        },
+    )
     with pytest.raises(EndpointsFileError, match="export as YAML"):
         export([row], SETTINGS, "toml")
     assert "system_prompt: null" in export([row], SETTINGS, "yaml")

@@ -27,7 +27,9 @@ class Channel:
 
     def join(self, name: str) -> tuple[EndpointFeed, PostgresFeedRelay]:
         feed = EndpointFeed()
-        relay = PostgresFeedRelay(feed, None, name, lambda c, p: self.notify(name, c, p), refresh_seconds=REFRESH)
+        relay = PostgresFeedRelay(
+            feed, None, name, lambda c, p: self.notify(name, c, p), refresh_seconds=REFRESH
+        )
         self.relays[name] = relay
         return feed, relay
 
@@ -51,7 +53,9 @@ async def test_a_replica_sends_everything_until_it_heard_every_watch_then_only_w
     channel = Channel()
     _, a = channel.join("a")
     a.connected()
-    assert not a.selective and a.wanted("nobody-watches")  # just connected: it may have missed lists
+    assert not a.selective and a.wanted(
+        "nobody-watches"
+    )  # just connected: it may have missed lists
     await asyncio.sleep(1.5 * REFRESH + 0.02)
     assert a.selective and not a.wanted("nobody-watches")
     a.refresh(listening=False)  # its listener was lost: it may miss lists again

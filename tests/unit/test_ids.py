@@ -14,7 +14,9 @@ from tests.support.messages import send_request
 def test_an_id_at_any_depth_holding_a_nul_is_named():
     request = send_request("hi")
     request.message.reference_task_ids.extend(["fine", "bad\0id"])
-    with pytest.raises(InvalidParamsError, match=r"message\.referenceTaskIds must not contain a NUL"):
+    with pytest.raises(
+        InvalidParamsError, match=r"message\.referenceTaskIds must not contain a NUL"
+    ):
         check_ids(request)
     request = send_request("hi")
     request.configuration.task_push_notification_config.id = "cfg\0"

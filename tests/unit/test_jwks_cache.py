@@ -43,7 +43,14 @@ class Clock:
 async def setup():
     issuer, clock = Issuer(), Clock()
     http = httpx.AsyncClient(transport=httpx.MockTransport(issuer.handle))
-    cache = JwksCache(http, cache_seconds=300, refresh_seconds=30, timeout_seconds=5, max_bytes=100_000, clock=clock)
+    cache = JwksCache(
+        http,
+        cache_seconds=300,
+        refresh_seconds=30,
+        timeout_seconds=5,
+        max_bytes=100_000,
+        clock=clock,
+    )
     yield issuer, clock, cache
     await http.aclose()
 
@@ -72,8 +79,12 @@ async def test_a_failed_fetch_keeps_the_known_keys_and_unusable_keys_are_skipped
     issuer.published = [public_jwk("a"), {"kty": "oct", "k": "c2VjcmV0", "kid": "hmac"},
                         {**public_jwk("enc"), "use": "enc"}, {"kty": "RSA", "kid": "broken"}]
     ec_private = ec.generate_private_key(ec.SECP256R1())
-    issuer.published.append({**json.loads(jwt.algorithms.ECAlgorithm.to_jwk(ec_private)), "kid": "private"})
-    assert [k.kid for k in await cache.keys(URL, "a")] == ["a"]  # no secret, encryption, broken or private key
+    issuer.published.append(
+        {**json.loads(jwt.algorithms.ECAlgorithm.to_jwk(ec_private)), "kid": "private"}
+    )
+    assert [k.kid for k in await cache.keys(URL, "a")] == [
+        "a"
+    ]  # no secret, encryption, broken or private key
     issuer.status = 500
     clock.now += 400
     assert [k.kid for k in await cache.keys(URL, "a")] == ["a"]

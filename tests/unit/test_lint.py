@@ -12,7 +12,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_ruff_finds_nothing() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "a2a_gateway", "handlers", "tests", "bench"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--no-cache",
+            "a2a_gateway",
+            "handlers",
+            "tests",
+            "bench",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr

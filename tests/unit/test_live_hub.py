@@ -106,8 +106,16 @@ def test_resume_after_the_last_event_waits_live_and_an_unknown_id_is_a_miss():
     assert texts(drain(resumed)) == ["two"]
     token = last_id.rpartition(".")[0]
     hostile = (f"{token}." + "9" * 5000, f"{token}.\u0661", f"{token}.1.1")
-    for stale in ("", "garbage", f"{token}.99", f"{token}.-1", f"{token}x.1", "0123456789ab.1", f"{token}",
-                  *hostile):
+    for stale in (
+        "",
+        "garbage",
+        f"{token}.99",
+        f"{token}.-1",
+        f"{token}x.1",
+        "0123456789ab.1",
+        f"{token}",
+        *hostile,
+    ):
         assert hub.resume("t", stale) is None, stale
     assert hub.resume("other-task", last_id) is None
 
@@ -239,7 +247,9 @@ async def test_the_postgres_hub_needs_only_local_runs_for_control_watchers_and_p
     hub._on_notify(None, 0, hub.channel, control_payload("b", "cancel", "t"))
     await asyncio.gather(*hub._side_tasks)
     assert runs.commands == [("cancel", "t")]
-    watch = orjson.dumps({"k": "w", "r": "b", "q": 1, "ids": ["t", "elsewhere"], "s": True}).decode()
+    watch = orjson.dumps(
+        {"k": "w", "r": "b", "q": 1, "ids": ["t", "elsewhere"], "s": True}
+    ).decode()
     hub._on_notify(None, 0, WATCH_CHANNEL, watch)
     assert list(hub._watchers) == ["t"]  # only the task that runs here
     (snapshot,) = [orjson.loads(p) for _, p in hub._outbox]
@@ -261,5 +271,10 @@ def test_live_imports_nothing_above_it():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
                 assert not node.module.startswith(
-                    ("a2a_gateway.tasks", "a2a_gateway.transport", "a2a_gateway.endpoints", "a2a_gateway.app")
+                    (
+                        "a2a_gateway.tasks",
+                        "a2a_gateway.transport",
+                        "a2a_gateway.endpoints",
+                        "a2a_gateway.app",
+                    )
                 ), f"{path.name} imports {node.module}"

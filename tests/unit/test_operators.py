@@ -34,8 +34,11 @@ def test_unusable_entries_are_refused_without_their_value(entry):
 
 
 def auth_of(operators: dict) -> object:
-    return endpoint_auth({"auth": {"api_key": {}, "operators": operators}}, default_header="X-API-Key",
-                         allow_anonymous=False).operators
+    return endpoint_auth(
+        {"auth": {"api_key": {}, "operators": operators}},
+        default_header="X-API-Key",
+        allow_anonymous=False,
+    ).operators
 
 
 def test_operators_by_principal_and_by_a_jwt_claim():

@@ -28,10 +28,16 @@ from hypothesis import strategies as st
 from a2a_gateway.protojson import message_to_dict, parse_dict
 
 MESSAGE = {
-    "messageId": "m1", "contextId": "c1", "taskId": "t1", "role": "ROLE_USER",
+    "messageId": "m1",
+    "contextId": "c1",
+    "taskId": "t1",
+    "role": "ROLE_USER",
     "parts": [
         {"text": "hello", "metadata": {"a": 1, "b": [True, None, "x", {"n": 2.5}]}},
-        {"data": {"choice": "once", "nested": {"list": [1, 2, {"k": None}]}}, "mediaType": "application/json"},
+        {
+            "data": {"choice": "once", "nested": {"list": [1, 2, {"k": None}]}},
+            "mediaType": "application/json",
+        },
         {"raw": "aGVsbG8=", "filename": "f.txt", "mediaType": "text/plain"},
         {"url": "https://example.com/x", "filename": "x"},
         {"data": [1, "two", None]},
@@ -43,24 +49,61 @@ MESSAGE = {
 }
 
 TASK = {
-    "id": "t1", "contextId": "c1",
-    "status": {"state": "TASK_STATE_WORKING", "timestamp": "2026-11-30T08:41:13.240547Z",
-               "message": {"messageId": "s", "role": "ROLE_AGENT", "parts": [{"text": "working"}]}},
-    "artifacts": [{"artifactId": "a1", "name": "response", "parts": [{"text": "hi"}], "metadata": {"usage": {"input_tokens": 3}}}],
+    "id": "t1",
+    "contextId": "c1",
+    "status": {
+        "state": "TASK_STATE_WORKING",
+        "timestamp": "2026-11-30T08:41:13.240547Z",
+        "message": {"messageId": "s", "role": "ROLE_AGENT", "parts": [{"text": "working"}]},
+    },
+    "artifacts": [
+        {
+            "artifactId": "a1",
+            "name": "response",
+            "parts": [{"text": "hi"}],
+            "metadata": {"usage": {"input_tokens": 3}},
+        }
+    ],
     "history": [MESSAGE],
     "metadata": {},
 }
 
 PARSE_CASES = [
     (SendMessageRequest, {"message": MESSAGE}),
-    (SendMessageRequest, {"message": MESSAGE, "configuration": {"historyLength": 3, "returnImmediately": True,
-                          "acceptedOutputModes": ["text/plain"],
-                          "taskPushNotificationConfig": {"url": "https://h", "authentication": {"scheme": "Bearer", "credentials": "c"}}}}),
-    (SendMessageRequest, {"message": {"message_id": "snake", "role": 1, "parts": [{"text": ""}]}, "unknownField": {"x": 1}}),
+    (
+        SendMessageRequest,
+        {
+            "message": MESSAGE,
+            "configuration": {
+                "historyLength": 3,
+                "returnImmediately": True,
+                "acceptedOutputModes": ["text/plain"],
+                "taskPushNotificationConfig": {
+                    "url": "https://h",
+                    "authentication": {"scheme": "Bearer", "credentials": "c"},
+                },
+            },
+        },
+    ),
+    (
+        SendMessageRequest,
+        {
+            "message": {"message_id": "snake", "role": 1, "parts": [{"text": ""}]},
+            "unknownField": {"x": 1},
+        },
+    ),
     (SendMessageRequest, {}),
     (SendMessageRequest, {"message": {}}),
-    (ListTasksRequest, {"contextId": "c", "status": "TASK_STATE_COMPLETED", "pageSize": 10,
-                        "statusTimestampAfter": "2026-01-01T00:00:00Z", "includeArtifacts": False}),
+    (
+        ListTasksRequest,
+        {
+            "contextId": "c",
+            "status": "TASK_STATE_COMPLETED",
+            "pageSize": 10,
+            "statusTimestampAfter": "2026-01-01T00:00:00Z",
+            "includeArtifacts": False,
+        },
+    ),
     (ListTasksRequest, {"pageSize": "10"}),
     (Task, TASK),
     (TaskPushNotificationConfig, {"taskId": "t", "id": "c", "url": "https://x", "token": "tok"}),
@@ -94,7 +137,9 @@ def outcome(parse, model, data):
 
 @pytest.mark.parametrize(("model", "data"), BAD_CASES)
 def test_odd_input_has_the_json_format_outcome(model, data):
-    expected = outcome(lambda d, m: json_format.ParseDict(d, m, ignore_unknown_fields=True), model, data)
+    expected = outcome(
+        lambda d, m: json_format.ParseDict(d, m, ignore_unknown_fields=True), model, data
+    )
     assert outcome(parse_dict, model, data) == expected
 
 
@@ -110,11 +155,22 @@ def test_odd_input_has_the_json_format_outcome(model, data):
 ])
 def test_unknown_enum_value_is_an_error_naming_the_valid_ones(data):
     # json_format (ignore_unknown_fields) would drop it, and the role would seem missing
-    with pytest.raises(json_format.ParseError, match=r"for message\.role: expected one of ROLE_USER, ROLE_AGENT"):
+    with pytest.raises(
+        json_format.ParseError, match=r"for message\.role: expected one of ROLE_USER, ROLE_AGENT"
+    ):
         parse_dict(copy.deepcopy(data), SendMessageRequest())
 
 
-@pytest.mark.parametrize(("model", "data"), [c for c in PARSE_CASES if c[0] is not ListTasksRequest or "pageSize" not in c[1] or isinstance(c[1]["pageSize"], int)])
+@pytest.mark.parametrize(
+    ("model", "data"),
+    [
+        c
+        for c in PARSE_CASES
+        if c[0] is not ListTasksRequest
+        or "pageSize" not in c[1]
+        or isinstance(c[1]["pageSize"], int)
+    ],
+)
 def test_print_matches_json_format(model, data):
     message = json_format.ParseDict(copy.deepcopy(data), model(), ignore_unknown_fields=True)
     assert message_to_dict(message) == json_format.MessageToDict(message)
@@ -125,15 +181,30 @@ def test_print_stream_responses_list_responses_and_cards():
     for message in (
         StreamResponse(task=task),
         StreamResponse(status_update={"task_id": "t", "context_id": "c", "status": task.status}),
-        StreamResponse(artifact_update={"task_id": "t", "artifact": task.artifacts[0], "append": True, "last_chunk": False}),
+        StreamResponse(
+            artifact_update={
+                "task_id": "t",
+                "artifact": task.artifacts[0],
+                "append": True,
+                "last_chunk": False,
+            }
+        ),
         ListTasksResponse(tasks=[task, task], next_page_token="n", page_size=2, total_size=9),
-        AgentCard(name="a", version="1", capabilities={"streaming": True, "extensions": [{"uri": "u", "required": True}]},
-                  supported_interfaces=[{"url": "http://x", "protocol_binding": "JSONRPC", "protocol_version": "1.0"}]),
+        AgentCard(
+            name="a",
+            version="1",
+            capabilities={"streaming": True, "extensions": [{"uri": "u", "required": True}]},
+            supported_interfaces=[
+                {"url": "http://x", "protocol_binding": "JSONRPC", "protocol_version": "1.0"}
+            ],
+        ),
     ):
         assert message_to_dict(message) == json_format.MessageToDict(message)
 
 
-@pytest.mark.parametrize("seconds", [-62135596800, -1, 0, 59, 86399, 951782400, 1796150847, 253402300799])
+@pytest.mark.parametrize(
+    "seconds", [-62135596800, -1, 0, 59, 86399, 951782400, 1796150847, 253402300799]
+)
 @pytest.mark.parametrize("nanos", [0, 1, 999, 1000, 120_000, 240_547_000, 5_000_000, 999_999_999])
 def test_timestamps_print_as_protobuf_prints_them(seconds, nanos):
     task = Task(id="t")
@@ -142,7 +213,9 @@ def test_timestamps_print_as_protobuf_prints_them(seconds, nanos):
     assert message_to_dict(task)["status"]["timestamp"] == task.status.timestamp.ToJsonString()
 
 
-@pytest.mark.parametrize(("seconds", "nanos"), [(-62135596801, 0), (253402300800, 0), (0, -1), (0, 1_000_000_000)])
+@pytest.mark.parametrize(
+    ("seconds", "nanos"), [(-62135596801, 0), (253402300800, 0), (0, -1), (0, 1_000_000_000)]
+)
 def test_a_timestamp_out_of_range_is_protobufs_error(seconds, nanos):
     task = Task(id="t")
     task.status.timestamp.seconds, task.status.timestamp.nanos = seconds, nanos
@@ -163,14 +236,20 @@ NUMERIC_KINDS = ("int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixe
 def message_with_every_numeric_kind() -> type:
     """A proto3 message with a field and a repeated field of each numeric kind: the A2A
     types have only int32, int64 and enums, the parser is written for all of them."""
-    file = descriptor_pb2.FileDescriptorProto(name="numbers_test.proto", package="numbers_test", syntax="proto3")
+    file = descriptor_pb2.FileDescriptorProto(
+        name="numbers_test.proto", package="numbers_test", syntax="proto3"
+    )
     color = file.enum_type.add(name="Color")
     for number, name in enumerate(("COLOR_UNSPECIFIED", "COLOR_RED", "COLOR_BLUE")):
         color.value.add(name=name, number=number)
     numbers = file.message_type.add(name="Numbers")
-    for number, (kind, repeated) in enumerate(itertools.product(NUMERIC_KINDS, (False, True)), start=1):
+    for number, (kind, repeated) in enumerate(
+        itertools.product(NUMERIC_KINDS, (False, True)), start=1
+    ):
         field = numbers.field.add(
-            name=f"many_{kind}" if repeated else kind, number=number, type=getattr(FDP, f"TYPE_{kind.upper()}"),
+            name=f"many_{kind}" if repeated else kind,
+            number=number,
+            type=getattr(FDP, f"TYPE_{kind.upper()}"),
             label=FDP.LABEL_REPEATED if repeated else FDP.LABEL_OPTIONAL,
         )
         if kind == "enum":
@@ -209,8 +288,10 @@ class Target:
         return f"{self.model.__name__}.{self.path}"
 
 
-TARGETS = [Target(Numbers, Numbers.DESCRIPTOR.fields_by_name[name].json_name)
-           for name in (f"{prefix}{kind}" for kind in NUMERIC_KINDS for prefix in ("", "many_"))] + [
+TARGETS = [
+    Target(Numbers, Numbers.DESCRIPTOR.fields_by_name[name].json_name)
+    for name in (f"{prefix}{kind}" for kind in NUMERIC_KINDS for prefix in ("", "many_"))
+] + [
     Target(SendMessageRequest, "message.role"),
     Target(SendMessageRequest, "configuration.historyLength"),
     Target(ListTasksRequest, "status"),
@@ -269,7 +350,9 @@ def fits(field: FieldDescriptor, value: int | float | str) -> bool:
         number = float(exact_number(value))  # a JSON number cannot be NaN or infinite
     except OverflowError:
         return False
-    return math.isfinite(number) and abs(number) <= (FLOAT32_MAX if field.type == T.TYPE_FLOAT else math.inf)
+    return math.isfinite(number) and abs(number) <= (
+        FLOAT32_MAX if field.type == T.TYPE_FLOAT else math.inf
+    )
 
 
 def near(bound: int) -> st.SearchStrategy[int]:
@@ -326,10 +409,32 @@ def check(target: Target, value: Any) -> bool:
 
 EDGES: list[Any] = [
     *(n for bound in (2**31, 2**32, 2**63, 2**64) for n in (bound - 1, bound, -bound, -bound - 1)),
-    -1, 0, 1, 2**53 + 1, 2**128, 2**1024, 1.0, 1.5, 1e19, 1e39, 1e300, FLOAT32_MAX, math.nan, math.inf,
+    -1,
+    0,
+    1,
+    2**53 + 1,
+    2**128,
+    2**1024,
+    1.0,
+    1.5,
+    1e19,
+    1e39,
+    1e300,
+    FLOAT32_MAX,
+    math.nan,
+    math.inf,
 ]
 EDGES += [str(n) for n in EDGES if isinstance(n, int)] + [
-    "1.5", "1e3", "1e39", "-1e39", "1e400", *PROTOJSON_WORDS, "COLOR_RED", "ROLE_USER", "TASK_STATE_WORKING"]
+    "1.5",
+    "1e3",
+    "1e39",
+    "-1e39",
+    "1e400",
+    *PROTOJSON_WORDS,
+    "COLOR_RED",
+    "ROLE_USER",
+    "TASK_STATE_WORKING",
+]
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=repr)
@@ -341,7 +446,9 @@ def test_the_edges_of_each_kind_as_numbers_and_strings(target):
 @pytest.mark.parametrize("target", TARGETS, ids=repr)
 @settings(max_examples=100, derandomize=True, database=None, deadline=None)
 @given(value=st.one_of(json_numbers, numeric_strings))
-def test_a_number_that_fits_is_json_formats_and_one_that_does_not_is_an_error_naming_the_field(target, value):
+def test_a_number_that_fits_is_json_formats_and_one_that_does_not_is_an_error_naming_the_field(
+    target, value
+):
     check(target, value)
 
 
@@ -354,6 +461,8 @@ def test_every_numeric_kind_is_a_target():
 @pytest.mark.parametrize("where", ["metadata", "parts"])
 def test_an_integer_beyond_a_double_in_a_struct_is_a_parse_error(where):
     # orjson reads no such number; a caller passing Python data may
-    message = {"metadata": {"n": 10**400}} if where == "metadata" else {"parts": [{"data": [10**400]}]}
+    message = (
+        {"metadata": {"n": 10**400}} if where == "metadata" else {"parts": [{"data": [10**400]}]}
+    )
     with pytest.raises(json_format.ParseError, match="out of range"):
         parse_dict({"message": message}, SendMessageRequest())

@@ -105,7 +105,9 @@ async def test_numeric_host_forms_are_judged_by_what_they_resolve_to():
 
 
 async def test_loopback_is_allowed_for_local_tests_but_nothing_else_is():
-    guard = WebhookGuard(allow_loopback=True, resolver=fake_dns({"localhost": ["127.0.0.1", "::1"]}))
+    guard = WebhookGuard(
+        allow_loopback=True, resolver=fake_dns({"localhost": ["127.0.0.1", "::1"]})
+    )
     assert (await guard.check("http://localhost:9999/h")).address == "127.0.0.1"
     assert (await guard.check("http://[::ffff:127.0.0.1]/h")).address == "::ffff:7f00:1"
     for address in ("10.0.0.1", "169.254.169.254", "0.0.0.0", "fd00:ec2::254"):
@@ -114,7 +116,14 @@ async def test_loopback_is_allowed_for_local_tests_but_nothing_else_is():
 
 
 @pytest.mark.parametrize(
-    "url", ["file:///etc/passwd", "ftp://hooks.example.com/", "gopher://x/", "http:///nohost", "not a url"]
+    "url",
+    [
+        "file:///etc/passwd",
+        "ftp://hooks.example.com/",
+        "gopher://x/",
+        "http:///nohost",
+        "not a url",
+    ],
 )
 async def test_only_http_urls_with_a_host(url):
     with pytest.raises(RefusedUrlError):

@@ -52,7 +52,9 @@ async def registry() -> AsyncIterator[tuple[EndpointRegistry, MemoryStore]]:
     OPENED.clear()
     CLOSED.clear()
     store = MemoryStore()
-    settings = GatewaySettings(store="memory://", handler_allowlist=["tests."], endpoint_cache_seconds=0)
+    settings = GatewaySettings(
+        store="memory://", handler_allowlist=["tests."], endpoint_cache_seconds=0
+    )
     async with httpx.AsyncClient() as http:
         reg = EndpointRegistry(store, settings, http)
         yield reg, store

@@ -23,10 +23,14 @@ CASES = [
     SendMessageRequest(),
     SendMessageRequest(message=Message()),
     SendMessageRequest(message=Message(message_id="m", role=Role.ROLE_USER)),
-    SendMessageRequest(message=Message(message_id="m", role=Role.ROLE_USER, parts=[Part(text="hi")])),
+    SendMessageRequest(
+        message=Message(message_id="m", role=Role.ROLE_USER, parts=[Part(text="hi")])
+    ),
     SendMessageRequest(
         message=Message(message_id="m", role=Role.ROLE_USER, parts=[Part(text="hi")]),
-        configuration=SendMessageConfiguration(task_push_notification_config=TaskPushNotificationConfig()),
+        configuration=SendMessageConfiguration(
+            task_push_notification_config=TaskPushNotificationConfig()
+        ),
     ),
     GetTaskRequest(),
     GetTaskRequest(id="t"),
@@ -46,4 +50,6 @@ def errors_of(check, msg) -> list[dict] | None:
 
 @pytest.mark.parametrize("msg", CASES, ids=lambda m: f"{type(m).__name__}")
 def test_same_verdict_as_the_sdk(msg):
-    assert errors_of(validate_required_fields, msg) == errors_of(validate_proto_required_fields, msg)
+    assert errors_of(validate_required_fields, msg) == errors_of(
+        validate_proto_required_fields, msg
+    )

@@ -30,7 +30,12 @@ def test_handler_settings_chain_metadata_over_gateway_over_defaults(monkeypatch)
         "handlers.demo": {"url": "http://from-module", "timeout": 5},
         "handlers.demo:Demo": {"url": "http://from-class"},
     })
-    metadata = {"module_name": "handlers.demo", "class_name": "Demo", "api_key": "env:DEMO_KEY", "timeout": 7}
+    metadata = {
+        "module_name": "handlers.demo",
+        "class_name": "Demo",
+        "api_key": "env:DEMO_KEY",
+        "timeout": 7,
+    }
     settings = resolve_handler_settings(DemoSettings, "handlers.demo:Demo", metadata, gateway)
     assert settings.url == "http://from-class"
     assert settings.timeout == 7
@@ -59,23 +64,49 @@ def test_settings_precedence_flags_env_file_defaults(monkeypatch, tmp_path):
 
 
 def test_handler_class_allowlist():
-    assert load_handler_class({"module_name": "handlers.echo", "class_name": "EchoHandler"}, ["handlers."]) is EchoHandler
+    assert (
+        load_handler_class(
+            {"module_name": "handlers.echo", "class_name": "EchoHandler"}, ["handlers."]
+        )
+        is EchoHandler
+    )
     with pytest.raises(EndpointMisconfiguredError, match="allowlist"):
         load_handler_class({"module_name": "os", "class_name": "system"}, ["handlers."])
     with pytest.raises(EndpointMisconfiguredError, match="allowlist"):
         load_handler_class({"module_name": "handlersx.evil", "class_name": "X"}, ["handlers."])
     with pytest.raises(EndpointMisconfiguredError, match="cannot be imported"):
-        load_handler_class({"module_name": "handlers.missing_mod", "class_name": "X"}, ["handlers."])
+        load_handler_class(
+            {"module_name": "handlers.missing_mod", "class_name": "X"}, ["handlers."]
+        )
     with pytest.raises(EndpointMisconfiguredError, match="not a handler class"):
         load_handler_class({"module_name": "handlers.base", "class_name": "Turn"}, ["handlers."])
 
 
 def test_handler_contract_exports_are_pinned():
     assert sorted(handlers.base.__all__) == [
-        "ArtifactDelta", "AuthRequired", "Canceled", "Completed", "Failed", "FileInput",
-        "Handler", "HandlerEvent", "HandlerRequest", "HandlerSettings", "InputRejectedError",
-        "InputRequired", "Progress", "Rejected", "Reply", "ResponseModeSettings", "RunStarted", "SessionUpdate",
-        "TextDelta", "Turn", "data_part", "file_part", "text_part",
+        "ArtifactDelta",
+        "AuthRequired",
+        "Canceled",
+        "Completed",
+        "Failed",
+        "FileInput",
+        "Handler",
+        "HandlerEvent",
+        "HandlerRequest",
+        "HandlerSettings",
+        "InputRejectedError",
+        "InputRequired",
+        "Progress",
+        "Rejected",
+        "Reply",
+        "ResponseModeSettings",
+        "RunStarted",
+        "SessionUpdate",
+        "TextDelta",
+        "Turn",
+        "data_part",
+        "file_part",
+        "text_part",
     ]
 
 

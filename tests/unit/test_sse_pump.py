@@ -57,7 +57,9 @@ async def test_an_event_is_written_one_loop_turn_after_it_is_published() -> None
     await asyncio.sleep(0)  # the pump waits for its first event
     for n in range(3):
         events.put(b"event %d" % n)
-        assert await _turns_until(lambda: len(response.chunks) == n + 1) <= 1  # was 3: a task and a wait per event
+        assert (
+            await _turns_until(lambda: len(response.chunks) == n + 1) <= 1
+        )  # was 3: a task and a wait per event
     assert response.chunks == [b"data: event %d\n\n" % n for n in range(3)]
     stream.end()
     await asyncio.wait_for(pump, 5)
@@ -102,7 +104,9 @@ async def test_a_client_gone_while_idle_is_noticed_by_the_keepalive_and_ends_the
     await stream.close()
 
 
-async def test_one_task_pings_every_idle_stream_and_none_stays_silent_longer_than_the_interval() -> None:
+async def test_one_task_pings_every_idle_stream_and_none_stays_silent_longer_than_the_interval() -> (
+    None
+):
     loop = asyncio.get_running_loop()
     before = len(asyncio.all_tasks())
     responses = [_Response() for _ in range(50)]

@@ -38,18 +38,28 @@ def sampler(readings: Readings, window: float = 3600) -> StatsSampler:
 
 def test_a_sample_holds_what_changed_since_the_reading_before():
     readings = Readings()
-    readings.set({("e1", True): 5, ("e1", False): 1}, {("e1", "completed"): 4}, {0.1: 3, 1.0: 6, INF: 6}, 2)
+    readings.set(
+        {("e1", True): 5, ("e1", False): 1}, {("e1", "completed"): 4}, {0.1: 3, 1.0: 6, INF: 6}, 2
+    )
     stats = sampler(readings)
-    readings.set({("e1", True): 8, ("e1", False): 1, ("e2", True): 1}, {("e1", "completed"): 6, ("e1", "failed"): 1},
-                 {0.1: 5, 1.0: 9, INF: 10}, 3)
+    readings.set(
+        {("e1", True): 8, ("e1", False): 1, ("e2", True): 1},
+        {("e1", "completed"): 6, ("e1", "failed"): 1},
+        {0.1: 5, 1.0: 9, INF: 10},
+        3,
+    )
     sample = stats.sample()
     assert sample.requests == {("e1", True): 3, ("e2", True): 1}  # unchanged series left out
     assert sample.tasks == {("e1", "completed"): 2, ("e1", "failed"): 1}
     assert sample.latency == {0.1: 2, 1.0: 3, INF: 4} and sample.open_streams == 3
     assert sample.seconds == 10
     series = stats.series()
-    assert series["endpoints"]["e1"] == {"requests": [3], "errors": [0], "tasks": {"completed": [2], "failed": [1]},
-                                         "total": {"requests": 3, "errors": 0, "tasks": {"completed": 2, "failed": 1}}}
+    assert series["endpoints"]["e1"] == {
+        "requests": [3],
+        "errors": [0],
+        "tasks": {"completed": [2], "failed": [1]},
+        "total": {"requests": 3, "errors": 0, "tasks": {"completed": 2, "failed": 1}},
+    }
     assert series["endpoints"]["e2"]["requests"] == [1]
     assert series["latencySeconds"]["requests"] == [4] and series["openStreams"] == [3]
     assert series["at"] == ["2027-01-15T08:00:20+00:00"] and series["seconds"] == [10]

@@ -19,8 +19,12 @@ from google.protobuf.json_format import MessageToDict
 from a2a_gateway.transport.stream_json import _text_chunk, stream_response_dict
 
 
-def _chunk(*parts: Part, append: bool = True, last_chunk: bool = False, **artifact: object) -> TaskArtifactUpdateEvent:
-    event = TaskArtifactUpdateEvent(task_id="t-1", context_id="c-1", append=append, last_chunk=last_chunk)
+def _chunk(
+    *parts: Part, append: bool = True, last_chunk: bool = False, **artifact: object
+) -> TaskArtifactUpdateEvent:
+    event = TaskArtifactUpdateEvent(
+        task_id="t-1", context_id="c-1", append=append, last_chunk=last_chunk
+    )
     event.artifact.CopyFrom(Artifact(artifact_id="a-1", name="response", **artifact))
     event.artifact.parts.extend(parts)
     return event
@@ -41,20 +45,31 @@ EVENTS = {
     "no parts": _chunk(),
     "no ids": TaskArtifactUpdateEvent(artifact=Artifact(parts=[Part(text="x")])),
     "no artifact": TaskArtifactUpdateEvent(task_id="t-1", context_id="c-1", append=True),
-    "empty artifact set": _with(TaskArtifactUpdateEvent(task_id="t-1"), lambda e: e.artifact.SetInParent()),
+    "empty artifact set": _with(
+        TaskArtifactUpdateEvent(task_id="t-1"), lambda e: e.artifact.SetInParent()
+    ),
     "empty part": _chunk(Part()),
     "part with media type": _chunk(Part(text="x", media_type="text/markdown")),
     "part with filename": _chunk(Part(text="x", filename="a.txt")),
-    "part with metadata": _with(_chunk(Part(text="x")), lambda e: e.artifact.parts[0].metadata.update({"k": 1})),
-    "data part": _with(_chunk(Part(text="x"), Part()), lambda e: e.artifact.parts[1].data.struct_value.update({"k": [1, "v"]})),
+    "part with metadata": _with(
+        _chunk(Part(text="x")), lambda e: e.artifact.parts[0].metadata.update({"k": 1})
+    ),
+    "data part": _with(
+        _chunk(Part(text="x"), Part()),
+        lambda e: e.artifact.parts[1].data.struct_value.update({"k": [1, "v"]}),
+    ),
     "raw part": _chunk(Part(raw=b"\x00\x01", media_type="application/octet-stream")),
     "url part": _chunk(Part(url="https://example.com/f")),
     "event metadata": _with(_chunk(Part(text="x")), lambda e: e.metadata.update({"k": "v"})),
-    "artifact metadata": _with(_chunk(Part(text="x")), lambda e: e.artifact.metadata.update({"k": "v"})),
+    "artifact metadata": _with(
+        _chunk(Part(text="x")), lambda e: e.artifact.metadata.update({"k": "v"})
+    ),
     "artifact description": _chunk(Part(text="x"), description="d"),
     "artifact extensions": _chunk(Part(text="x"), extensions=["urn:x"]),
-    "status event": _with(TaskStatusUpdateEvent(task_id="t-1", context_id="c-1"),
-                          lambda e: e.status.CopyFrom(TaskStatus(state=TASK_STATE_WORKING))),
+    "status event": _with(
+        TaskStatusUpdateEvent(task_id="t-1", context_id="c-1"),
+        lambda e: e.status.CopyFrom(TaskStatus(state=TASK_STATE_WORKING)),
+    ),
     "task": Task(id="t-1", context_id="c-1", status=TaskStatus(state=TASK_STATE_WORKING)),
     "message": Message(message_id="m-1", role=ROLE_AGENT, parts=[Part(text="hi")]),
 }
@@ -71,8 +86,18 @@ def test_equals_json_format_of_the_stream_response_byte_for_byte(name):
     assert orjson.dumps(got) == orjson.dumps(expected)  # same keys in the same order
 
 
-BUILT_DIRECTLY = {"one text part", "many text parts", "first chunk (replaces)", "last chunk", "empty text",
-                  "unicode and escapes", "no parts", "no ids", "no artifact", "empty artifact set"}
+BUILT_DIRECTLY = {
+    "one text part",
+    "many text parts",
+    "first chunk (replaces)",
+    "last chunk",
+    "empty text",
+    "unicode and escapes",
+    "no parts",
+    "no ids",
+    "no artifact",
+    "empty artifact set",
+}
 
 
 def test_text_chunks_are_built_directly_and_anything_else_is_not():

@@ -121,9 +121,20 @@ def user_message(text: str, task_id: str = "", context_id: str = "", *parts: Par
 def make_engine(store: MemoryStore | None = None, replica: str = "r1", lease: float = 30.0):
     store = store or CountingStore()
     hub, push = LiveHub(), RecordingPush()
-    services = RunServices(store, hub, push, Ownership(store, replica, lease), Conversation(store, 50),
-                           BackendHealth(store))
-    return TaskEngine(services, EngineLimits(cancel_wait_seconds=1.0, remote_poll_seconds=0.05)), store, hub, push
+    services = RunServices(
+        store,
+        hub,
+        push,
+        Ownership(store, replica, lease),
+        Conversation(store, 50),
+        BackendHealth(store),
+    )
+    return (
+        TaskEngine(services, EngineLimits(cancel_wait_seconds=1.0, remote_poll_seconds=0.05)),
+        store,
+        hub,
+        push,
+    )
 
 
 def runtime_of(handler: Handler) -> EndpointRuntime:
@@ -142,7 +153,9 @@ async def test_a_streamed_reply_costs_a_handful_of_writes_and_the_stream_rebuild
     words = [f"w{i} " for i in range(200)]
     engine, store, hub, push = make_engine()
     handler = Scripted(lambda r: [TextDelta(w) for w in words] + [Completed()])
-    outcome = await engine.send(runtime_of(handler), SCOPE, user_message("hi"), streaming=True, subscribe=True)
+    outcome = await engine.send(
+        runtime_of(handler), SCOPE, user_message("hi"), streaming=True, subscribe=True
+    )
     events = await asyncio.wait_for(drain(outcome.subscription), 10)
     stored = await store.get_task(SCOPE, outcome.run.task.id)
     assert stored.task.status.state == TASK_STATE_COMPLETED
@@ -158,14 +171,23 @@ async def test_a_streamed_reply_costs_a_handful_of_writes_and_the_stream_rebuild
 async def test_named_artifacts_with_file_and_data_parts_stream_and_are_stored():
     png = b"\x89PNG\r\n\x1a\n"
     engine, store, hub, _ = make_engine()
-    handler = Scripted(lambda r: [
-        ArtifactDelta("report", [text_part("part one, ")], name="report"),
-        ArtifactDelta("report", [text_part("part two")], append=True, last_chunk=True),
-        ArtifactDelta("chart", [file_part("image/png", data=png, name="chart.png")], name="chart", last_chunk=True),
-        ArtifactDelta("facts", [data_part({"n": 3})], name="facts", last_chunk=True),
-        Completed(text="done"),
-    ])
-    outcome = await engine.send(runtime_of(handler), SCOPE, user_message("go"), streaming=True, subscribe=True)
+    handler = Scripted(
+        lambda r: [
+            ArtifactDelta("report", [text_part("part one, ")], name="report"),
+            ArtifactDelta("report", [text_part("part two")], append=True, last_chunk=True),
+            ArtifactDelta(
+                "chart",
+                [file_part("image/png", data=png, name="chart.png")],
+                name="chart",
+                last_chunk=True,
+            ),
+            ArtifactDelta("facts", [data_part({"n": 3})], name="facts", last_chunk=True),
+            Completed(text="done"),
+        ]
+    )
+    outcome = await engine.send(
+        runtime_of(handler), SCOPE, user_message("go"), streaming=True, subscribe=True
+    )
     events = await asyncio.wait_for(drain(outcome.subscription), 10)
     chunks = [e for e in events if isinstance(e, TaskArtifactUpdateEvent)]
     # nobody read while they were published: the two report chunks wait, and come, as one
@@ -190,12 +212,16 @@ async def test_auth_required_waits_with_its_prompt_and_the_answer_resumes_the_ta
     engine, store, _, push = make_engine()
     handler = Scripted(script)
     runtime = runtime_of(handler)
-    first = await engine.send(runtime, SCOPE, user_message("book it"), streaming=False, subscribe=False)
+    first = await engine.send(
+        runtime, SCOPE, user_message("book it"), streaming=False, subscribe=False
+    )
     await asyncio.wait_for(first.run.settled.wait(), 10)
     task = (await store.get_task(SCOPE, first.run.task.id)).task
     assert task.status.state == TASK_STATE_AUTH_REQUIRED
     assert "consent" in task.status.message.parts[0].text
-    second = await engine.send(runtime, SCOPE, user_message("done", task.id), streaming=False, subscribe=False)
+    second = await engine.send(
+        runtime, SCOPE, user_message("done", task.id), streaming=False, subscribe=False
+    )
     await asyncio.wait_for(second.run.settled.wait(), 10)
     final = (await store.get_task(SCOPE, task.id)).task
     assert final.status.state == TASK_STATE_COMPLETED
@@ -208,14 +234,20 @@ async def test_file_parts_reach_the_handler_typed_and_unsupported_ones_are_refus
     handler = Scripted(lambda r: [Completed(text="ok")])
     runtime = runtime_of(handler)
     image = file_part("image/png", data=b"img", name="a.png")
-    outcome = await engine.send(runtime, SCOPE, user_message("look", "", "", image), streaming=False, subscribe=False)
+    outcome = await engine.send(
+        runtime, SCOPE, user_message("look", "", "", image), streaming=False, subscribe=False
+    )
     await asyncio.wait_for(outcome.run.settled.wait(), 10)
     [request] = handler.requests
-    assert [(f.media_type, f.name, f.data) for f in request.files] == [("image/png", "a.png", b"img")]
+    assert [(f.media_type, f.name, f.data) for f in request.files] == [
+        ("image/png", "a.png", b"img")
+    ]
     writes = store.writes
     pdf = file_part("application/pdf", uri="https://files.example/a.pdf")
     with pytest.raises(ContentTypeNotSupportedError, match="application/pdf"):
-        await engine.send(runtime, SCOPE, user_message("read", "", "", pdf), streaming=False, subscribe=False)
+        await engine.send(
+            runtime, SCOPE, user_message("read", "", "", pdf), streaming=False, subscribe=False
+        )
     assert store.writes == writes
     assert len((await store.list_tasks(SCOPE, _query())).tasks) == 1
 
@@ -231,7 +263,9 @@ async def test_cancel_of_a_running_task_goes_to_the_instance_that_started_it():
     handler = Scripted(lambda r: [RunStarted("run-7"), TextDelta("a"), "wait", Completed()])
     handler.gate.clear()
     runtime = runtime_of(handler)
-    outcome = await engine.send(runtime, SCOPE, user_message("slow"), streaming=False, subscribe=False)
+    outcome = await engine.send(
+        runtime, SCOPE, user_message("slow"), streaming=False, subscribe=False
+    )
     await asyncio.wait_for(outcome.run.created.wait(), 10)
     runtime.handler = Scripted(lambda r: [])  # the registry rebuilt the endpoint meanwhile
     task = await engine.cancel(runtime, SCOPE, outcome.run.task.id)
@@ -246,7 +280,9 @@ async def test_cancel_of_an_idle_task_is_written_by_a_run_and_reloads_on_a_concu
     engine, store, _, _ = make_engine()
     handler = Scripted(lambda r: [InputRequired("which one?")])
     runtime = runtime_of(handler)
-    outcome = await engine.send(runtime, SCOPE, user_message("pick"), streaming=False, subscribe=False)
+    outcome = await engine.send(
+        runtime, SCOPE, user_message("pick"), streaming=False, subscribe=False
+    )
     await asyncio.wait_for(outcome.run.settled.wait(), 10)
     task_id = outcome.run.task.id
     await eventually(lambda: task_id not in engine.runs, timeout=10, what="the run ended")
@@ -279,7 +315,9 @@ async def test_a_task_whose_owner_vanished_is_failed_as_lost_or_reattached():
     gone, _, _, _ = make_engine(store, replica="gone", lease=0.01)
     blocked = Scripted(lambda r: [RunStarted("ref-1"), TextDelta("x"), "wait"])
     blocked.gate.clear()
-    outcome = await gone.send(runtime_of(blocked), SCOPE, user_message("a"), streaming=False, subscribe=False)
+    outcome = await gone.send(
+        runtime_of(blocked), SCOPE, user_message("a"), streaming=False, subscribe=False
+    )
     await asyncio.wait_for(outcome.run.created.wait(), 10)
     await outcome.run.stop()  # the replica dies: nothing renews the lease
     await lease_over(store, outcome.run.task.id)
@@ -301,7 +339,9 @@ async def test_a_task_whose_owner_vanished_is_failed_as_lost_or_reattached():
     assert failed.status.message.parts[0].text == GATEWAY_LOST
     assert push.states == [TASK_STATE_FAILED]
 
-    second = await gone.send(runtime_of(blocked), SCOPE, user_message("b"), streaming=False, subscribe=False)
+    second = await gone.send(
+        runtime_of(blocked), SCOPE, user_message("b"), streaming=False, subscribe=False
+    )
     await asyncio.wait_for(second.run.created.wait(), 10)
     await second.run.stop()
     await lease_over(store, second.run.task.id)
@@ -317,7 +357,9 @@ async def test_the_follower_turns_store_changes_into_events_until_the_task_settl
     engine, store, hub, _ = make_engine()
     handler = Scripted(lambda r: [RunStarted("r"), "wait", Completed(text="the answer")])
     handler.gate.clear()
-    outcome = await engine.send(runtime_of(handler), SCOPE, user_message("q"), streaming=False, subscribe=False)
+    outcome = await engine.send(
+        runtime_of(handler), SCOPE, user_message("q"), streaming=False, subscribe=False
+    )
     await asyncio.wait_for(outcome.run.created.wait(), 10)
     stored = await store.get_task(SCOPE, outcome.run.task.id)
     follower = LiveHub()  # another replica's hub: it hears nothing, so the store is polled
@@ -331,8 +373,14 @@ async def test_the_follower_turns_store_changes_into_events_until_the_task_settl
     following = asyncio.create_task(follow())
     handler.gate.set()
     await asyncio.wait_for(following, 10)
-    assert isinstance(events[0], TaskArtifactUpdateEvent) and events[0].artifact.parts[0].text == "the answer"
-    assert isinstance(events[-1], TaskStatusUpdateEvent) and events[-1].status.state == TASK_STATE_COMPLETED
+    assert (
+        isinstance(events[0], TaskArtifactUpdateEvent)
+        and events[0].artifact.parts[0].text == "the answer"
+    )
+    assert (
+        isinstance(events[-1], TaskStatusUpdateEvent)
+        and events[-1].status.state == TASK_STATE_COMPLETED
+    )
 
 
 async def test_an_answer_to_a_live_run_goes_to_its_open_iterator():
@@ -342,19 +390,31 @@ async def test_an_answer_to_a_live_run_goes_to_its_open_iterator():
             self.gate.set()
             return True
 
-    handler = Approvals(lambda r: [RunStarted("h1"), InputRequired("approve?", {"choices": ["yes", "no"]}),
-                                   "wait", Completed(text="approved")])
+    handler = Approvals(
+        lambda r: [
+            RunStarted("h1"),
+            InputRequired("approve?", {"choices": ["yes", "no"]}),
+            "wait",
+            Completed(text="approved"),
+        ]
+    )
     handler.gate.clear()
     engine, store, _, _ = make_engine()
     runtime = runtime_of(handler)
-    first = await engine.send(runtime, SCOPE, user_message("deploy"), streaming=False, subscribe=False)
+    first = await engine.send(
+        runtime, SCOPE, user_message("deploy"), streaming=False, subscribe=False
+    )
     await asyncio.wait_for(first.run.settled.wait(), 10)
     assert first.run.task.status.state == TASK_STATE_INPUT_REQUIRED
-    second = await engine.send(runtime, SCOPE, user_message("yes", first.run.task.id), streaming=True, subscribe=True)
+    second = await engine.send(
+        runtime, SCOPE, user_message("yes", first.run.task.id), streaming=True, subscribe=True
+    )
     assert second.run is first.run
     events = await asyncio.wait_for(drain(second.subscription), 10)
     assert handler.answer == "yes"
-    assert [e.status.state for e in events if isinstance(e, TaskStatusUpdateEvent)][-1] == TASK_STATE_COMPLETED
+    assert [e.status.state for e in events if isinstance(e, TaskStatusUpdateEvent)][
+        -1
+    ] == TASK_STATE_COMPLETED
     assert len(handler.requests) == 1  # no second run
 
 
@@ -403,16 +463,24 @@ async def test_a_stopping_replica_hands_its_runs_over_with_the_text_so_far_and_c
     ghost, _, _, _ = make_engine(store, replica="ghost", lease=0.01)
     idle = Scripted(lambda r: [RunStarted("ref-ghost"), "wait"])
     idle.gate.clear()
-    orphan = await ghost.send(runtime_of(idle), SCOPE, user_message("x"), streaming=False, subscribe=False)
+    orphan = await ghost.send(
+        runtime_of(idle), SCOPE, user_message("x"), streaming=False, subscribe=False
+    )
     await asyncio.wait_for(orphan.run.created.wait(), 10)
     await orphan.run.stop()  # its lease runs out: any replica but a stopping one claims it
 
     stopping, _, _, _ = make_engine(store, replica="stopping", lease=30.0)
-    blocked = Scripted(lambda r: [RunStarted("ref-1"), TextDelta("partial "), TextDelta("text"), "wait"])
+    blocked = Scripted(
+        lambda r: [RunStarted("ref-1"), TextDelta("partial "), TextDelta("text"), "wait"]
+    )
     blocked.gate.clear()
-    outcome = await stopping.send(runtime_of(blocked), SCOPE, user_message("a"), streaming=True, subscribe=True)
+    outcome = await stopping.send(
+        runtime_of(blocked), SCOPE, user_message("a"), streaming=True, subscribe=True
+    )
     run = outcome.run
-    await eventually(lambda: run.text_so_far == "partial text", timeout=10, what="the text streamed")
+    await eventually(
+        lambda: run.text_so_far == "partial text", timeout=10, what="the text streamed"
+    )
     listening = asyncio.create_task(drain(outcome.subscription))
     await lease_over(store, orphan.run.task.id)
     await stopping.aclose()
@@ -423,8 +491,12 @@ async def test_a_stopping_replica_hands_its_runs_over_with_the_text_so_far_and_c
     assert isinstance(last, TaskStatusUpdateEvent) and last.status.state == TASK_STATE_WORKING
     assert dict(last.metadata) == {"kind": "gateway_stopping"}
     handed = await store.get_task(SCOPE, run.task.id)
-    assert handed.owner == "stopping" and handed.lease_until <= time.time()  # released: claimable now
-    assert (await store.get_task(SCOPE, orphan.run.task.id)).owner == "ghost"  # not claimed while stopping
+    assert (
+        handed.owner == "stopping" and handed.lease_until <= time.time()
+    )  # released: claimable now
+    assert (
+        await store.get_task(SCOPE, orphan.run.task.id)
+    ).owner == "ghost"  # not claimed while stopping
 
     class Registry:
         async def get(self, endpoint_id: str) -> EndpointRuntime:
@@ -482,8 +554,12 @@ async def test_a_handler_that_swallows_the_stop_is_still_handed_over_at_once():
 async def test_runs_of_handlers_that_never_wait_take_turns_on_the_loop():
     engine, _, _, _ = make_engine()
     busy = Scripted(lambda r: [TextDelta(f"w{i} ") for i in range(2000)] + [Completed()])
-    first = await engine.send(runtime_of(busy), SCOPE, user_message("a"), streaming=True, subscribe=True)
-    second = await engine.send(runtime_of(busy), SCOPE, user_message("b"), streaming=True, subscribe=True)
+    first = await engine.send(
+        runtime_of(busy), SCOPE, user_message("a"), streaming=True, subscribe=True
+    )
+    second = await engine.send(
+        runtime_of(busy), SCOPE, user_message("b"), streaming=True, subscribe=True
+    )
     listening = [asyncio.create_task(drain(o.subscription)) for o in (first, second)]
     await asyncio.wait_for(second.run.created.wait(), 10)
     assert not first.run.finished  # before: the first run held the loop to its end

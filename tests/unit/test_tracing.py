@@ -40,13 +40,25 @@ def test_a_new_trace_has_valid_random_ids():
     assert first.headers() == {"traceparent": first.traceparent}  # no tracestate of its own
 
 
-@pytest.mark.parametrize(("env", "exported"), [
-    ({}, False),
-    ({"OTEL_SERVICE_NAME": "gw"}, False),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, True),
-    ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, True),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_SDK_DISABLED": "TRUE"}, False),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_TRACES_EXPORTER": "none"}, False),
-])
+@pytest.mark.parametrize(
+    ("env", "exported"),
+    [
+        ({}, False),
+        ({"OTEL_SERVICE_NAME": "gw"}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, True),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_SDK_DISABLED": "TRUE"},
+            False,
+        ),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+                "OTEL_TRACES_EXPORTER": "none",
+            },
+            False,
+        ),
+    ],
+)
 def test_export_is_asked_for_by_the_standard_variables(env, exported):
     assert export_configured(env) is exported

@@ -23,13 +23,17 @@ async def stream(http: httpx.AsyncClient, path: str, form: dict[str, str], name:
     """The raw SSE body of one call, saved as ``name``; ``cancel_after``: cancel the run after
     that many RunContent frames and read the stream to its end."""
     raw = b""
-    async with http.stream("POST", path, data={"stream": "true", "background": "true", **form}) as r:
+    async with http.stream(
+        "POST", path, data={"stream": "true", "background": "true", **form}
+    ) as r:
         r.raise_for_status()
         async for chunk in r.aiter_bytes():
             raw += chunk
             if cancel_after is not None and raw.count(b"event: RunContent\n") > cancel_after:
                 run_id = json.loads(raw.split(b"data: ", 1)[1].split(b"\n", 1)[0])["run_id"]
-                await http.post(f"{RUNS}/{run_id}/cancel", params={"session_id": form["session_id"]})
+                await http.post(
+                    f"{RUNS}/{run_id}/cancel", params={"session_id": form["session_id"]}
+                )
                 cancel_after = None
     (OUT / name).write_bytes(raw)
     return raw

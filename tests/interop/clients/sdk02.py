@@ -21,7 +21,9 @@ async def run(args):
         card = await resolver.get_agent_card()
         client = A2AClient(http, agent_card=card)
         request = SendStreamingMessageRequest(
-            id=str(uuid.uuid4()), params=MessageSendParams(message=Message.model_validate(args["message"])))
+            id=str(uuid.uuid4()),
+            params=MessageSendParams(message=Message.model_validate(args["message"])),
+        )
         async for response in client.send_message_streaming(request):
             if getattr(response.root, "error", None) is not None:
                 raise RuntimeError(f"JSON-RPC error {dump(response.root.error)}")
