@@ -8,4 +8,4 @@ set -eu
 venv="$1"
 "${PYTHON:-python3}" -m venv "$venv"
 "$venv/bin/pip" install --no-cache-dir --disable-pip-version-check \
-    ".[postgres,dynamodb,speed]"
+    ".[postgres,dynamodb,redis,speed]"
