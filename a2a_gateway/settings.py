@@ -306,6 +306,13 @@ class GatewaySettings(BaseSettings):
     """The worker route: the AWS Lambda Web Adapter posts non-HTTP events here."""
     remote_poll_seconds: float = 1.0
     """How often a replica polls the store for a task that runs on another replica."""
+    redis_url: SecretStr = SecretStr("")
+    """Redis or Valkey shared by the replicas (``redis://[user:password@]host:port/db``,
+    ``rediss://`` for TLS, ``unix://``): it then carries the live path across replicas (any
+    store; with PostgreSQL too, instead of NOTIFY) and counts rate limits for the whole fleet.
+    Empty: each replica alone (PostgreSQL still links replicas through LISTEN/NOTIFY)."""
+    redis_prefix: str = "a2a:"
+    """Prefix of every Redis key and channel (several gateways may share one Redis)."""
     unseen_task_seconds: float = Field(1.0, ge=0)
     """A blocking SendMessage's task (no stream, no push config) is written once, in its final
     state, when its run ends within this time; a longer run is written when it passes it, so
