@@ -1,14 +1,20 @@
-"""Gateway replicas as separate processes on one PostgreSQL database.
+"""Gateway replicas as separate processes on one store: a PostgreSQL database or DynamoDB
+tables (on moto), optionally linked through Redis.
 
     async with replica_set(tmp_path, ["a", "b", "c"], lease_seconds=2) as replicas:
         ep = await replicas.add_endpoint("handlers.echo:EchoHandler", delay=0.05)
         async with replicas.client("a", ep) as on_a: ...
         replicas.kill("a")          # SIGKILL
 
+    async with replica_set(tmp_path, ["a", "b"], lease_seconds=60, remote_poll_seconds=30,
+                           store="dynamodb", redis_url=redis_url()) as replicas: ...
+
 Each replica is ``python -m a2a_gateway serve --store <url> --port <free port>`` with
 ``A2A_GATEWAY_REPLICA_ID`` set to its name, started from the repository root so the
-``tests.`` handlers import; the database is a new empty one migrated with
-``python -m a2a_gateway migrate``; endpoints are added with ``endpoints add``.
+``tests.`` handlers import; the store is a new empty one (a database, or tables under a prefix
+of their own) migrated with ``python -m a2a_gateway migrate``; endpoints are added with
+``endpoints add``. With ``redis_url`` every replica gets ``A2A_GATEWAY_REDIS_URL`` and a key
+prefix of the set's own (``A2A_GATEWAY_REDIS_PREFIX``), whose keys are deleted afterwards.
 ``PgControl`` stops and restarts the test cluster itself (for outage tests).
 """
 
@@ -34,6 +40,7 @@ import asyncpg
 import httpx
 from a2a.client import Client
 
+from tests.stores import dynamo_support
 from tests.stores.pg_support import admin_dsn, database_url
 from tests.support.harness import RunningGateway
 from tests.support.waiting import eventually
@@ -85,10 +92,14 @@ class Replica:
 
 
 class ReplicaSet:
-    def __init__(self, store_url: str, env: dict[str, str], workdir: Path) -> None:
+    def __init__(
+        self, store_url: str, env: dict[str, str], workdir: Path, redis_prefix: str | None = None
+    ) -> None:
         self.store_url = store_url
         self.env = env
         self.workdir = workdir
+        self.redis_prefix = redis_prefix
+        """The replicas' Redis key prefix; None without Redis."""
         self.replicas: dict[str, Replica] = {}
 
     def __getitem__(self, name: str) -> Replica:
@@ -202,6 +213,80 @@ async def empty_database() -> AsyncIterator[str]:
             await admin.close()
 
 
+STORES = ("postgres", "dynamodb")
+"""The stores ``replica_set`` makes a fresh one of."""
+
+
+@asynccontextmanager
+async def empty_tables() -> AsyncIterator[tuple[str, dict[str, str]]]:
+    """The URL of DynamoDB tables not made yet (under a new prefix, on moto) and the environment
+    a process needs to open them: moto's dummy credentials, never real ones. The tables are
+    deleted afterwards."""
+    url = dynamo_support.store_url(dynamo_support.moto_endpoint(), dynamo_support.unique_prefix())
+    env = {
+        "AWS_ACCESS_KEY_ID": dynamo_support.CREDENTIALS["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": dynamo_support.CREDENTIALS["aws_secret_access_key"],
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    try:
+        yield url, env
+    finally:
+        await dynamo_support.drop_tables(url)
+
+
+@asynccontextmanager
+async def empty_store(kind: str) -> AsyncIterator[tuple[str, dict[str, str]]]:
+    """A new empty store of ``kind`` (one of ``STORES``): its URL and the environment variables
+    a process needs besides (none for PostgreSQL)."""
+    if kind == "postgres":
+        async with empty_database() as url:
+            yield url, {}
+    elif kind == "dynamodb":
+        async with empty_tables() as (url, env):
+            yield url, env
+    else:
+        raise ValueError(f"unknown store {kind!r} (one of {', '.join(STORES)})")
+
+
+def base_env(
+    lease_seconds: float, remote_poll_seconds: float, store_env: dict[str, str],
+    redis: tuple[str, str] | None, extra_env: dict[str, str] | None,
+) -> dict[str, str]:
+    """The replicas' environment: this process's, without AWS credentials, a store or a Redis
+    of its own; then the store's and Redis's (URL, prefix) variables and ``extra_env``."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    for name in ("A2A_GATEWAY_STORE", "A2A_GATEWAY_REDIS_URL", "A2A_GATEWAY_REDIS_PREFIX"):
+        inherited.pop(name, None)
+    env = {
+        **inherited,
+        "A2A_GATEWAY_LEASE_SECONDS": str(lease_seconds),
+        "A2A_GATEWAY_REMOTE_POLL_SECONDS": str(remote_poll_seconds),
+        "A2A_GATEWAY_PUSH_ALLOW_PRIVATE_URLS": "true",
+        "A2A_GATEWAY_LOG_LEVEL": "warning",
+        "A2A_GATEWAY_HANDLER_ALLOWLIST": '["handlers.","tests."]',
+        **store_env,
+    }
+    if redis is not None:
+        env["A2A_GATEWAY_REDIS_URL"], env["A2A_GATEWAY_REDIS_PREFIX"] = redis
+    return {**env, **(extra_env or {})}
+
+
+async def drop_redis_keys(url: str, prefix: str) -> None:
+    """Deletes the keys under ``prefix``; a Redis that is gone (a fault test) is left alone."""
+    import redis.asyncio as aioredis
+    from redis.exceptions import RedisError
+
+    client = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+    try:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}*", count=500)]
+        if keys:
+            await client.delete(*keys)
+    except (RedisError, OSError):
+        pass
+    finally:
+        await client.aclose()
+
+
 @asynccontextmanager
 async def replica_set(
     workdir: Path,
@@ -210,21 +295,17 @@ async def replica_set(
     lease_seconds: float,
     remote_poll_seconds: float,
     extra_env: dict[str, str] | None = None,
+    store: str = "postgres",
+    redis_url: str | None = None,
 ) -> AsyncIterator[ReplicaSet]:
-    """A fresh migrated database and one gateway process per name, all ready."""
-    async with empty_database() as url:
-        env = {
-            **os.environ,
-            "A2A_GATEWAY_LEASE_SECONDS": str(lease_seconds),
-            "A2A_GATEWAY_REMOTE_POLL_SECONDS": str(remote_poll_seconds),
-            "A2A_GATEWAY_PUSH_ALLOW_PRIVATE_URLS": "true",
-            "A2A_GATEWAY_LOG_LEVEL": "warning",
-            "A2A_GATEWAY_HANDLER_ALLOWLIST": '["handlers.","tests."]',
-            **(extra_env or {}),
-        }
-        env.pop("A2A_GATEWAY_STORE", None)
+    """A fresh migrated store (``store``: a PostgreSQL database or DynamoDB tables) and one
+    gateway process per name, all ready; with ``redis_url``, linked through that Redis under
+    a key prefix of their own."""
+    redis = (redis_url, f"t{uuid.uuid4().hex[:12]}:") if redis_url else None
+    async with empty_store(store) as (url, store_env):
+        env = base_env(lease_seconds, remote_poll_seconds, store_env, redis, extra_env)
         await cli("migrate", "--store", url, env=env)
-        replicas = ReplicaSet(url, env, workdir)
+        replicas = ReplicaSet(url, env, workdir, redis[1] if redis else None)
         try:
             for name in names:
                 replicas.start(name)
@@ -235,6 +316,8 @@ async def replica_set(
             raise
         finally:
             replicas.stop_all()
+            if redis is not None:
+                await drop_redis_keys(*redis)
 
 
 class PgControl:
