@@ -28,6 +28,7 @@ from a2a_gateway.endpoints.registry import EndpointRegistry
 from a2a_gateway.live.feed import FeedLimits
 from a2a_gateway.live.hub import LiveHub, ReplayLimits
 from a2a_gateway.live.postgres import PostgresLiveHub, uses_postgres
+from a2a_gateway.live.redis import RedisLiveHub, open_redis
 from a2a_gateway.observability import tracing
 from a2a_gateway.observability.stats import STATS, StatsSampler
 from a2a_gateway.settings import GatewaySettings
@@ -153,7 +154,8 @@ def build_app(
         client = http or backend_client(settings.backend_max_connections,
                                         settings.backend_max_keepalive_connections,
                                         settings.backend_keepalive_seconds)
-        hub = PostgresLiveHub(opened, settings.replica_id) if uses_postgres(opened) else LiveHub()
+        redis = open_redis(settings.redis_url.get_secret_value())
+        hub = live_hub(settings, opened, redis)
         push = PushNotifier(
             opened,
             WebhookGuard(allow_loopback=settings.push_allow_private_urls,
@@ -196,7 +198,7 @@ def build_app(
         await hub.start()
         registry = EndpointRegistry(opened, settings, client)
         hub.endpoint_changed = registry.forget  # another replica's (or the CLI's) endpoint change
-        auth = build_authenticator(settings, opened, client)
+        auth = build_authenticator(settings, opened, client, redis)
         gateway = Gateway(
             settings,
             opened,
@@ -235,6 +237,8 @@ def build_app(
             await engine.aclose()
             await services.health.aclose()
             await hub.aclose()
+            if redis is not None:
+                await redis.aclose()
             await push.aclose()
             await registry.aclose()
             if http is None:
@@ -264,3 +268,13 @@ def build_app(
     app.cleanup_ctx.append(sample_stats)
     app.on_startup.append(_load_request_path)
     return app
+
+
+def live_hub(settings: GatewaySettings, store: Any, redis: Any) -> LiveHub:
+    """Redis links the replicas when configured (on any store); else PostgreSQL's
+    LISTEN/NOTIFY on that store; else the replica is alone."""
+    if redis is not None:
+        return RedisLiveHub(redis, settings.replica_id, prefix=settings.redis_prefix)
+    if uses_postgres(store):
+        return PostgresLiveHub(store, settings.replica_id)
+    return LiveHub()

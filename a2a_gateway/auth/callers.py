@@ -27,7 +27,7 @@ from a2a_gateway.auth.api_keys import KEY_PREFIX, ApiKeyVerifier
 from a2a_gateway.auth.config import EndpointAuth, EndpointAuthView
 from a2a_gateway.auth.jwks import JwksCache
 from a2a_gateway.auth.peer import PEER, IpNetwork, is_trusted, networks
-from a2a_gateway.auth.rate_limit import RateLimiter
+from a2a_gateway.auth.rate_limit import FleetRateLimiter, RateLimiter
 from a2a_gateway.auth.tokens import InvalidToken, JwtVerifier
 from a2a_gateway.errors import UnauthenticatedError
 from a2a_gateway.settings import GatewaySettings
@@ -72,7 +72,7 @@ class InvalidCredentialError(UnauthenticatedError):
 class Authenticator:
     def __init__(
         self, keys: ApiKeyVerifier, tokens: JwtVerifier, trusted_proxies: tuple[IpNetwork, ...],
-        limiter: RateLimiter | None = None,
+        limiter: RateLimiter | FleetRateLimiter | None = None,
     ) -> None:
         self._keys = keys
         self._tokens = tokens
@@ -84,7 +84,10 @@ class Authenticator:
         user = await self._authenticate(headers, endpoint)
         if endpoint.rate_limit is not None:
             who = user.user_name if user.is_authenticated else f"anonymous@{PEER.get()}"
-            self._limiter.admit(endpoint.endpoint_id, who, endpoint.rate_limit)
+            if isinstance(self._limiter, FleetRateLimiter):
+                await self._limiter.admit(endpoint.endpoint_id, who, endpoint.rate_limit)
+            else:
+                self._limiter.admit(endpoint.endpoint_id, who, endpoint.rate_limit)
         return user
 
     async def _authenticate(self, headers: Mapping[str, str], endpoint: EndpointAuthView) -> User:
@@ -147,8 +150,10 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
 
 
 def build_authenticator(
-    settings: GatewaySettings, store: Store, http: httpx.AsyncClient
+    settings: GatewaySettings, store: Store, http: httpx.AsyncClient, redis: Any = None
 ) -> Authenticator:
+    """The authenticator of ``settings``; its rate limits count for the fleet in ``redis``
+    when one is given, else in this process."""
     keys = ApiKeyVerifier(store, settings.api_key_secret.get_secret_value().encode(),
                           settings.api_key_cache_seconds)
     jwks = JwksCache(
@@ -158,6 +163,8 @@ def build_authenticator(
         timeout_seconds=settings.jwks_timeout_seconds,
         max_bytes=settings.jwks_max_bytes,
     )
+    limiter = FleetRateLimiter(redis, settings.redis_prefix) if redis is not None else None
     return Authenticator(
-        keys, JwtVerifier(jwks, settings.jwt_leeway_seconds), networks(settings.trusted_proxies)
+        keys, JwtVerifier(jwks, settings.jwt_leeway_seconds), networks(settings.trusted_proxies),
+        limiter,
     )

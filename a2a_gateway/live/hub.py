@@ -219,6 +219,11 @@ class LiveHub:
             self._touch(task_id, log)
         return sub
 
+    async def reconnect(self, task_id: str, last_event_id: str) -> Subscription | None:
+        """A client's reconnect with ``Last-Event-ID``: ``resume`` from this replica's log; a
+        hub spanning replicas also looks in the task's shared log."""
+        return self.resume(task_id, last_event_id)
+
     def _add(self, task_id: str, position: str) -> Subscription:
         sub = Subscription(self, task_id, self._subscriber_max_bytes, position)
         self._subscribers.setdefault(task_id, []).append(sub)
@@ -235,7 +240,8 @@ class LiveHub:
                     self._touch(sub.task_id, log)  # its keep time starts now
 
     # events -------------------------------------------------------------------------
-    def publish(self, task_id: str, event: LiveEvent) -> None:
+    def publish(self, task_id: str, event: LiveEvent) -> str:
+        """Hand ``event`` to the task's subscribers (and its log); the id it was given."""
         size = event.ByteSize()
         log = self._logs.get(task_id)
         if log is not None and not log.ended:
@@ -247,6 +253,7 @@ class LiveHub:
         else:
             event_id = self.unlogged_id()
         self._fan_out(task_id, event_id, event, size)
+        return event_id
 
     def _fan_out(
         self, task_id: str, event_id: str, event: LiveEvent, size: int | None = None

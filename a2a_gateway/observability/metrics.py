@@ -17,6 +17,10 @@ TASKS_ENDED = Counter(
     "Tasks this replica ended, by endpoint and final state",
     ["endpoint", "state"],
 )
+RATE_LIMIT_FALLBACKS = Counter(
+    "a2a_gateway_rate_limit_fallbacks_total",
+    "Rate-limit checks counted on this replica alone because Redis could not be reached",
+)
 MESSAGES = Counter("a2a_gateway_message_replies_total", "Message-mode answers (no task)")
 RUNNING = Gauge("a2a_gateway_running_tasks", "Task runs driven by this replica right now")
 OUTCOMES = Counter(

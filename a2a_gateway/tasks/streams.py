@@ -90,7 +90,7 @@ async def subscribe_stream(
     if stored is None:
         raise TaskNotFoundError(f"Task {task_id} not found")
     hub = engine.hub
-    sub = hub.resume(task_id, last_event_id) if last_event_id else None
+    sub = await hub.reconnect(task_id, last_event_id) if last_event_id else None
     if sub is None and stored.task.status.state in TERMINAL_STATES:
         raise UnsupportedOperationError(f"Task {task_id} is in a terminal state")
     run = engine.runs.get(task_id)

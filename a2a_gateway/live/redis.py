@@ -1,0 +1,543 @@
+"""The live path across replicas, on Redis (or Valkey): streams for events, pub/sub for control.
+
+``RedisLiveHub`` behaves like ``LiveHub`` inside a replica and adds, on any store:
+
+* **One stream per mirrored task.** The replica running a task appends its events to the
+  Redis stream ``<prefix>live:{<digest of the task id>}`` while anyone may want them there:
+  the task streams here (it has a replay log, so a client may reconnect on another replica)
+  or another replica watches it. Each entry holds the event, the event id this replica gave
+  it, and its kind: ``e`` an event, ``s`` a snapshot for one new follower, ``x`` the end.
+  A stream is capped at ``stream_replay_events`` entries and expires an hour after its last
+  write while the task runs, ``stream_replay_keep_seconds`` after the end.
+* **Followers** (``follow``: a task that runs on another replica) note the stream's last
+  entry, then ask on the shared channel for a snapshot (``watch`` with a nonce). The owner
+  appends the text so far as an ``s`` entry for that nonce, in order with the events, so
+  the follower takes nothing before its snapshot and everything after it: no gap, nothing
+  twice. Every replica reads all streams it follows with one blocking ``XREAD``; a new
+  follower wakes it through the replica's own wake stream. Watches are repeated every
+  ``refresh_seconds`` (an owner forgets a watcher after three missed refreshes).
+* **Event ids valid everywhere.** A follower hands out the owner's ids, so a client that
+  reconnects with ``Last-Event-ID`` on any replica gets exactly the events after it:
+  the owner from its own log, any other replica from the stream (``reconnect``). The stream
+  key is the task's, so an id never replays another task's events.
+* **Control** (``send_control``: e.g. ``cancel``) goes to the owner's channel
+  ``<prefix>control:<digest of its id>``; ``tell_all`` (``released``) to the shared one.
+* **Faults.** A failed write drops its batch (counted, one warning per 5 s); the reader
+  and the pub/sub listener reconnect with back-off. While Redis is away ``listening`` is
+  False and followers go on from the store, as on one replica; on return, every follower
+  asks for a new snapshot. The outbox is bounded (``max_pending``).
+
+Task ids and replica ids reach Redis keys only as digests; nothing a client sends is used
+in a key. Redis Cluster is not supported (one ``XREAD`` spans many keys); Sentinel is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import time
+import uuid
+from collections import deque
+from typing import Any
+
+import structlog
+from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
+
+from a2a_gateway.live.hub import LiveEvent, LiveHub, Subscription
+
+log = structlog.get_logger(__name__)
+
+_BATCH = 512
+_READ_COUNT = 1024
+RUNNING_STREAM_TTL_SECONDS = 3600
+"""A running task's stream outlives its last write this long (an owner that died)."""
+
+_EVENT_TYPES: dict[bytes, type[LiveEvent]] = {
+    b"T": Task,
+    b"S": TaskStatusUpdateEvent,
+    b"A": TaskArtifactUpdateEvent,
+}
+_TYPE_TAGS = {cls: tag for tag, cls in _EVENT_TYPES.items()}
+
+
+BLOCK_SECONDS = 5.0
+"""Longest wait of the stream reader's blocking read (a new follower wakes it at once)."""
+
+
+def open_redis(url: str) -> Any:
+    """A client of the Redis at ``url`` (None for an empty URL); it connects on first use,
+    so a Redis that is down does not stop startup. redis-py is imported only here."""
+    if not url:
+        return None
+    from redis.asyncio import BlockingConnectionPool, Redis
+
+    pool = BlockingConnectionPool.from_url(
+        url,
+        max_connections=64,
+        timeout=2.0,  # a request waits this long for a free connection
+        socket_connect_timeout=2.0,
+        socket_timeout=BLOCK_SECONDS + 5.0,  # longer than a blocking stream read
+        health_check_interval=30,
+    )
+    return Redis.from_pool(pool)  # closed with the client
+
+
+def digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def encode_event(event: LiveEvent) -> bytes:
+    return _TYPE_TAGS[type(event)] + event.SerializeToString()
+
+
+def decode_event(data: bytes) -> LiveEvent | None:
+    cls = _EVENT_TYPES.get(data[:1])
+    if cls is None:
+        return None
+    event = cls()
+    event.ParseFromString(data[1:])
+    return event
+
+
+def stream_id(entry_id: bytes | str) -> tuple[int, int]:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class RemoteSubscription(Subscription):
+    """A subscription fed from a task's Redis stream: it takes entries after ``cursor``,
+    and none at all while it waits for the snapshot answering ``nonce``."""
+
+    def __init__(self, hub: LiveHub, task_id: str, max_bytes: int, position: str,
+                 nonce: str | None, cursor: tuple[int, int] = (0, 0)) -> None:
+        super().__init__(hub, task_id, max_bytes, position)
+        self.nonce = nonce
+        self.cursor = cursor
+
+
+class RedisLiveHub(LiveHub):
+    """``LiveHub`` plus Redis between the replicas; ``serve(local)`` before ``start()``."""
+
+    def __init__(
+        self,
+        redis: Any,
+        replica_id: str,
+        *,
+        prefix: str = "a2a:",
+        refresh_seconds: float = 2.0,
+        block_seconds: float = BLOCK_SECONDS,
+        max_pending: int = 50_000,
+    ) -> None:
+        super().__init__()
+        self._redis = redis
+        self.replica_id = replica_id
+        self._prefix = prefix
+        self._refresh = refresh_seconds
+        self._block_ms = int(block_seconds * 1000)
+        self._max_pending = max_pending
+        self._shared_channel = f"{prefix}replicas"
+        self._own_channel = self._control_channel(replica_id)
+        self._wake_key = f"{prefix}wake:{digest(replica_id)}"
+        self._wake_cursor = "0-0"
+        # owner side: task id → {watching replica: monotonic expiry}
+        self._watchers: dict[str, dict[str, float]] = {}
+        # follower side: task id → the last stream entry read for it
+        self._interest: dict[str, tuple[int, int]] = {}
+        self._task_of_key: dict[bytes, str] = {}
+        self._outbox: deque[tuple[str, dict[bytes, bytes] | None, int]] = deque()
+        self._wake_sender = asyncio.Event()
+        self._reading = False
+        self._subscribed = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._side_tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
+        self._last_warning = 0.0
+        self.stats = {"sent": 0, "received": 0, "dropped": 0, "send_failures": 0, "connects": 0}
+
+    # keys ----------------------------------------------------------------------------
+    def stream_key(self, task_id: str) -> str:
+        return f"{self._prefix}live:{{{digest(task_id)}}}"
+
+    def _control_channel(self, replica_id: str) -> str:
+        return f"{self._prefix}control:{digest(replica_id)}"
+
+    # lifecycle -----------------------------------------------------------------------
+    @property
+    def listening(self) -> bool:
+        """True while both the stream reader and the control listener are connected."""
+        return self._reading and self._subscribed
+
+    async def start(self, wait_seconds: float = 5.0) -> None:
+        """Start reading, listening, sending and refreshing; waits (bounded) until
+        connected, and says in one line when Redis cannot be reached."""
+        self._tasks = [
+            asyncio.create_task(self._read_loop(), name="live-redis-read"),
+            asyncio.create_task(self._listen_loop(), name="live-redis-listen"),
+            asyncio.create_task(self._send_loop(), name="live-redis-send"),
+            asyncio.create_task(self._refresh_loop(), name="live-redis-refresh"),
+        ]
+        deadline = time.monotonic() + wait_seconds
+        while not self.listening and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if not self.listening:
+            log.warning("live_redis_unreachable",
+                        detail="followers poll the store until Redis answers")
+
+    async def aclose(self) -> None:
+        self._closing = True
+        if self._outbox:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(1.0):
+                    await self._flush()
+        for task in [*self._tasks, *self._side_tasks]:
+            task.cancel()
+        for task in [*self._tasks, *self._side_tasks]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+    # LiveHub: owner side -----------------------------------------------------------------
+    def _mirrored(self, task_id: str) -> bool:
+        log_ = self._logs.get(task_id)
+        return task_id in self._watchers or (log_ is not None and not log_.ended)
+
+    def has_listeners(self, task_id: str) -> bool:
+        return super().has_listeners(task_id) or task_id in self._watchers
+
+    def publish(self, task_id: str, event: LiveEvent) -> str:
+        event_id = super().publish(task_id, event)
+        if self._mirrored(task_id):
+            self._write_entry(task_id, {b"k": b"e", b"i": event_id.encode(),
+                                   b"e": encode_event(event)})
+        return event_id
+
+    def end(self, task_id: str) -> None:
+        mirrored = self._mirrored(task_id)
+        super().end(task_id)
+        self._watchers.pop(task_id, None)
+        if mirrored:
+            self._write_entry(task_id, {b"k": b"x"}, ttl=max(1, int(self._limits.keep_seconds)))
+
+    def _on_watch(self, replica: str, task_ids: list[str], nonce: str | None) -> None:
+        expiry = time.monotonic() + 3 * self._refresh
+        for task_id in task_ids:
+            if not isinstance(task_id, str) or self._run(task_id) is None:
+                continue
+            self._watchers.setdefault(task_id, {})[replica] = expiry
+            if nonce:
+                self._append_snapshot(task_id, nonce)
+
+    def _append_snapshot(self, task_id: str, nonce: str) -> None:
+        """The text so far for one new follower, in order with the events around it."""
+        fields = {b"k": b"s", b"n": nonce.encode(), b"i": self.position(task_id).encode()}
+        chunk = self._local.text_so_far(task_id) if self._local is not None else None
+        if chunk is not None:
+            fields[b"e"] = encode_event(chunk)
+        self._write_entry(task_id, fields)
+
+    def _on_unwatch(self, replica: str, task_ids: list[str]) -> None:
+        for task_id in task_ids:
+            watchers = self._watchers.get(task_id) if isinstance(task_id, str) else None
+            if watchers is not None:
+                watchers.pop(replica, None)
+                if not watchers:
+                    del self._watchers[task_id]
+
+    # LiveHub: follower side ------------------------------------------------------------
+    def _runs_elsewhere(self, task_id: str) -> bool:
+        return self._local is not None and self._run(task_id) is None
+
+    def follow(self, task_id: str) -> Subscription:
+        """Events of a task run on another replica: from a snapshot its owner appends to
+        the task's stream, then the events after it."""
+        if not self._runs_elsewhere(task_id):
+            return self.subscribe(task_id)
+        sub = RemoteSubscription(self, task_id, self._subscriber_max_bytes, self.unlogged_id(),
+                                 nonce=uuid.uuid4().hex)
+        self._subscribers.setdefault(task_id, []).append(sub)
+        if not self._closing:
+            self._spawn(self._start_following(task_id, [sub.nonce]))  # type: ignore[list-item]
+        return sub
+
+    async def _start_following(self, task_id: str, nonces: list[str]) -> None:
+        """Read the task's stream from its current end, then ask for the snapshots."""
+        try:
+            if task_id not in self._interest:
+                last = await self._redis.xrevrange(self.stream_key(task_id), count=1)
+                self._read_from(task_id, stream_id(last[0][0]) if last else (0, 0))
+            await self._wake_reader()
+            for nonce in nonces:
+                await self._broadcast({"k": "watch", "t": [task_id], "n": nonce})
+        except Exception as exc:
+            self._warn("live_redis_follow_failed", task_id=task_id, error=str(exc))
+
+    def _read_from(self, task_id: str, cursor: tuple[int, int]) -> None:
+        known = self._interest.get(task_id)
+        self._interest[task_id] = cursor if known is None else min(known, cursor)
+        self._task_of_key[self.stream_key(task_id).encode()] = task_id
+
+    async def reconnect(self, task_id: str, last_event_id: str) -> Subscription | None:
+        """This replica's log first; for a task run elsewhere, the task's stream."""
+        local = self.resume(task_id, last_event_id)
+        if local is not None or not self._runs_elsewhere(task_id) or self._closing:
+            return local
+        try:
+            entries = await self._redis.xrange(self.stream_key(task_id), "-", "+",
+                                               count=self._limits.events + 16)
+        except Exception as exc:
+            self._warn("live_redis_read_failed", task_id=task_id, error=str(exc))
+            return None
+        wanted = last_event_id.encode()
+        start = next((n for n, (_, f) in enumerate(entries) if f.get(b"i") == wanted), None)
+        if start is None:
+            return None
+        after = entries[start + 1:]
+        ended = any(f.get(b"k") == b"x" for _, f in after)
+        events = [(f[b"i"].decode(), e) for _, f in after if f.get(b"k") == b"e"
+                  for e in [decode_event(f.get(b"e", b""))] if e is not None]
+        if ended and not events:
+            return None
+        cursor = stream_id(entries[-1][0])
+        sub = RemoteSubscription(self, task_id, self._subscriber_max_bytes, last_event_id,
+                                 nonce=None, cursor=cursor)
+        for event_id, event in events:
+            sub._backlog.put(event_id, event, event.ByteSize(), merge=False)
+        if ended:
+            sub._end()
+            return sub
+        self._subscribers.setdefault(task_id, []).append(sub)
+        self._read_from(task_id, cursor)
+        self._spawn(self._start_following(task_id, []))
+        self._spawn(self._broadcast({"k": "watch", "t": [task_id]}))
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        super().unsubscribe(sub)
+        task_id = sub.task_id
+        if task_id in self._interest and not self._remote_subs(task_id):
+            self._stop_following(task_id)
+            self._spawn(self._broadcast({"k": "unwatch", "t": [task_id]}))
+
+    def _remote_subs(self, task_id: str) -> list[RemoteSubscription]:
+        return [s for s in self._subscribers.get(task_id, ())
+                if isinstance(s, RemoteSubscription)]
+
+    def _stop_following(self, task_id: str) -> None:
+        self._interest.pop(task_id, None)
+        self._task_of_key.pop(self.stream_key(task_id).encode(), None)
+
+    # reading the streams --------------------------------------------------------------
+    async def _read_loop(self) -> None:
+        backoff = 0.2
+        while not self._closing:
+            try:
+                await self._read_once()
+                backoff = 0.2
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._reading:
+                    self._lost_streams()
+                self._reading = False
+                self._warn("live_redis_reader_lost", error=str(exc) or type(exc).__name__)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    async def _read_once(self) -> None:
+        if not self._reading:
+            last = await self._redis.xrevrange(self._wake_key, count=1)
+            self._wake_cursor = last[0][0] if last else "0-0"
+            if self.stats["connects"]:
+                self._ask_again()
+            self.stats["connects"] += 1
+            self._reading = True
+        streams: dict[Any, Any] = {self._wake_key: self._wake_cursor}
+        for task_id, (ms, seq) in self._interest.items():
+            streams[self.stream_key(task_id)] = f"{ms}-{seq}"
+        result = await self._redis.xread(streams, count=_READ_COUNT, block=self._block_ms)
+        for key, entries in result or ():
+            if key == self._wake_key.encode():
+                self._wake_cursor = entries[-1][0]
+                continue
+            task_id = self._task_of_key.get(key)
+            if task_id is None:
+                continue
+            for entry_id, fields in entries:
+                self.stats["received"] += 1
+                self._on_entry(task_id, stream_id(entry_id), fields)
+            if task_id in self._interest:
+                self._interest[task_id] = stream_id(entries[-1][0])
+
+    def _on_entry(self, task_id: str, entry: tuple[int, int], fields: dict[bytes, bytes]) -> None:
+        kind = fields.get(b"k")
+        subs = self._remote_subs(task_id)
+        if kind == b"x":
+            for sub in subs:
+                self._subscribers[task_id].remove(sub)
+                sub._end()
+            if not self._subscribers.get(task_id):
+                self._subscribers.pop(task_id, None)
+            self._stop_following(task_id)
+            return
+        event = decode_event(fields[b"e"]) if b"e" in fields else None
+        event_id = fields.get(b"i", b"").decode() or self.unlogged_id()
+        for sub in subs:
+            if kind == b"s" and sub.nonce is not None and sub.nonce.encode() == fields.get(b"n"):
+                sub.nonce, sub.cursor = None, entry
+                if event is not None:
+                    sub._put(event_id, event, event.ByteSize())
+            elif kind == b"e" and sub.nonce is None and entry > sub.cursor and event is not None:
+                sub.cursor = entry
+                sub._put(event_id, event, event.ByteSize())
+
+    def _lost_streams(self) -> None:
+        """Entries may be gone (a restarted Redis): every follower asks for a new snapshot
+        once connected again; until then the store carries them."""
+        for task_id in self._interest:
+            for sub in self._remote_subs(task_id):
+                sub.nonce = uuid.uuid4().hex
+
+    def _ask_again(self) -> None:
+        for task_id in list(self._interest):
+            nonces = [s.nonce for s in self._remote_subs(task_id) if s.nonce]
+            self._spawn(self._start_following(task_id, nonces))
+
+    async def _wake_reader(self) -> None:
+        await self._redis.xadd(self._wake_key, {b"w": b"1"}, maxlen=16, approximate=True)
+
+    # control ----------------------------------------------------------------------------
+    async def send_control(self, replica_id: str, command: str, task_id: str) -> None:
+        """Publish to ``replica_id``'s channel; if that fails the owner still notices
+        through the store at its next lease check."""
+        message = json.dumps({"k": "control", "r": self.replica_id, "c": command, "t": task_id})
+        try:
+            await self._redis.publish(self._control_channel(replica_id), message)
+        except Exception as exc:
+            log.warning("live_control_not_sent", command=command, task_id=task_id,
+                        error=str(exc))
+
+    async def tell_all(self, command: str) -> None:
+        try:
+            await self._broadcast({"k": "control", "c": command, "t": ""})
+        except Exception as exc:
+            log.warning("live_control_not_sent", command=command, error=str(exc))
+
+    async def _broadcast(self, message: dict[str, Any]) -> None:
+        message["r"] = self.replica_id
+        await self._redis.publish(self._shared_channel, json.dumps(message))
+
+    async def _listen_loop(self) -> None:
+        backoff = 0.2
+        while not self._closing:
+            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self._own_channel, self._shared_channel)
+                self._subscribed = True
+                backoff = 0.2
+                async for message in pubsub.listen():
+                    self._on_message(message.get("data"))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._warn("live_redis_listener_lost", error=str(exc) or type(exc).__name__)
+            finally:
+                self._subscribed = False
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+            if not self._closing:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _on_message(self, data: Any) -> None:
+        try:
+            message = json.loads(data)
+        except (TypeError, ValueError):
+            return
+        if not isinstance(message, dict) or message.get("r") == self.replica_id:
+            return
+        kind, replica = message.get("k"), str(message.get("r"))
+        task_ids = message.get("t") if isinstance(message.get("t"), list) else []
+        if kind == "watch":
+            nonce = message.get("n")
+            self._on_watch(replica, task_ids, nonce if isinstance(nonce, str) else None)
+        elif kind == "unwatch":
+            self._on_unwatch(replica, task_ids)
+        elif kind == "control" and self._local is not None:
+            self._spawn(self._local.handle_control(str(message.get("c")), str(message.get("t"))))
+
+    # refreshing -------------------------------------------------------------------------
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._refresh)
+            try:
+                await self._refresh_once()
+            except Exception as exc:
+                self._warn("live_redis_refresh_failed", error=str(exc))
+
+    async def _refresh_once(self) -> None:
+        now = time.monotonic()
+        for task_id in list(self._watchers):
+            watchers = self._watchers[task_id]
+            for replica, expiry in list(watchers.items()):
+                if expiry < now or self._run(task_id) is None:
+                    del watchers[replica]
+            if not watchers:
+                del self._watchers[task_id]
+        remote = [t for t in self._interest if self._runs_elsewhere(t)]
+        if remote and self._subscribed:
+            await self._broadcast({"k": "watch", "t": remote})
+
+    # writing ------------------------------------------------------------------------------
+    def _write_entry(self, task_id: str, fields: dict[bytes, bytes],
+                ttl: int = RUNNING_STREAM_TTL_SECONDS) -> None:
+        if len(self._outbox) >= self._max_pending or self._closing:
+            self.stats["dropped"] += 1
+            self._warn("live_outbox_full", pending=len(self._outbox))
+            return
+        self._outbox.append((self.stream_key(task_id), fields, ttl))
+        self._wake_sender.set()
+
+    async def _send_loop(self) -> None:
+        while True:
+            await self._wake_sender.wait()
+            self._wake_sender.clear()
+            await self._flush()
+
+    async def _flush(self) -> None:
+        """Append the outbox in order, a batch per round trip, each key's expiry renewed."""
+        while self._outbox:
+            batch = [self._outbox.popleft() for _ in range(min(_BATCH, len(self._outbox)))]
+            expiry: dict[str, int] = {}
+            pipe = self._redis.pipeline(transaction=False)
+            for key, fields, ttl in batch:
+                pipe.xadd(key, fields, maxlen=max(self._limits.events, 16), approximate=True)
+                expiry[key] = ttl
+            for key, ttl in expiry.items():
+                pipe.expire(key, ttl)
+            try:
+                await pipe.execute()
+                self.stats["sent"] += len(batch)
+            except Exception as exc:
+                self.stats["send_failures"] += len(batch)
+                self._warn("live_redis_write_failed", error=str(exc) or type(exc).__name__,
+                           dropped=len(batch))
+
+    # helpers --------------------------------------------------------------------------------
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_done)
+
+    def _side_done(self, task: asyncio.Task[Any]) -> None:
+        self._side_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._warn("live_side_task_failed", error=repr(task.exception()))
+
+    def _warn(self, event: str, **fields: Any) -> None:
+        now = time.monotonic()
+        if now - self._last_warning >= 5.0:
+            self._last_warning = now
+            log.warning(event, **fields, stats=dict(self.stats))

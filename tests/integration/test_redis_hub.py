@@ -1,0 +1,197 @@
+"""Two ``RedisLiveHub`` replicas in one process, on a real Redis: followers on another replica,
+event ids valid on both, control commands, and hostile ids. The gateway-level flows (separate
+``serve`` processes on DynamoDB and PostgreSQL) are in test_redis_replicas.py.
+
+Needs ``A2A_TEST_REDIS_URL`` (.ci/services/08-redis.sh); skipped without it, except in CI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from a2a.types import TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
+
+from a2a_gateway.live.hub import ReplayLimits
+from a2a_gateway.live.redis import RedisLiveHub, open_redis
+from tests.support.harness import require_env
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.redis
+
+
+class Runs:
+    """``LocalRuns`` of one replica: the tasks it runs and the text each streamed so far."""
+
+    def __init__(self) -> None:
+        self.text: dict[str, str] = {}
+        self.runs: dict[str, object] = {}
+        self.controls: list[tuple[str, str]] = []
+
+    def run(self, task_id: str) -> Any:
+        return self.runs.setdefault(task_id, object()) if task_id in self.text else None
+
+    def text_so_far(self, task_id: str) -> TaskArtifactUpdateEvent | None:
+        text = self.text.get(task_id)
+        return delta(task_id, text, append=False) if text else None
+
+    async def handle_control(self, command: str, task_id: str) -> None:
+        self.controls.append((command, task_id))
+
+
+def delta(task_id: str, text: str, append: bool = True) -> TaskArtifactUpdateEvent:
+    event = TaskArtifactUpdateEvent(task_id=task_id, context_id="c", append=append)
+    event.artifact.artifact_id = "a"
+    event.artifact.parts.add(text=text)
+    return event
+
+
+def completed(task_id: str) -> TaskStatusUpdateEvent:
+    event = TaskStatusUpdateEvent(task_id=task_id, context_id="c")
+    event.status.state = TaskState.TASK_STATE_COMPLETED
+    return event
+
+
+def speak(hub: RedisLiveHub, runs: Runs, task_id: str, text: str) -> None:
+    """The owner's run streams ``text``: its run state and the hub see it together."""
+    runs.text[task_id] = runs.text.get(task_id, "") + text
+    hub.publish(task_id, delta(task_id, text))
+
+
+@pytest.fixture
+async def replicas() -> AsyncIterator[tuple[RedisLiveHub, Runs, RedisLiveHub, Runs]]:
+    url = require_env("A2A_TEST_REDIS_URL")
+    prefix = f"t{uuid.uuid4().hex[:8]}:"
+    made = []
+    for name in ("a", "b"):
+        redis = open_redis(url)
+        hub, runs = RedisLiveHub(redis, name, prefix=prefix, refresh_seconds=0.5), Runs()
+        hub.serve(runs, ReplayLimits(events=100, keep_seconds=30))
+        await hub.start()
+        assert hub.listening
+        made.append((hub, runs, redis))
+    try:
+        yield made[0][0], made[0][1], made[1][0], made[1][1]
+    finally:
+        for hub, _, redis in made:
+            await hub.aclose()
+            await redis.aclose()
+
+
+async def take(sub: Any, n: int, timeout: float = 5.0) -> list[tuple[str, Any]]:
+    items: list[tuple[str, Any]] = []
+    async with asyncio.timeout(timeout):
+        async for item in sub:
+            items.append(item)
+            if len(items) == n:
+                break
+    return items
+
+
+def text_of(items: list[tuple[str, Any]]) -> str:
+    text = ""
+    for _, event in items:
+        if isinstance(event, TaskArtifactUpdateEvent):
+            chunk = "".join(p.text for p in event.artifact.parts)
+            text = text + chunk if event.append else chunk
+    return text
+
+
+async def test_a_follower_on_another_replica_gets_the_text_so_far_then_every_delta(replicas):
+    a, runs_a, b, _ = replicas
+    own = a.subscribe("t1")  # streamed on A: mirrored to Redis from the start
+    speak(a, runs_a, "t1", "one ")
+    speak(a, runs_a, "t1", "two ")
+    follower = b.follow("t1")
+    first = await take(follower, 1)
+    assert text_of(first) == "one two " and not first[0][1].append  # the snapshot
+    speak(a, runs_a, "t1", "three")
+    a.publish("t1", completed("t1"))
+    a.end("t1")
+    rest = [item async for item in follower]  # ends with the owner's end
+    assert text_of(first + rest) == "one two three"
+    assert isinstance(rest[-1][1], TaskStatusUpdateEvent)
+    # the follower hands out the owner's ids: its last is the owner's subscriber's last
+    owned = [item async for item in own]
+    assert rest[-1][0] == owned[-1][0] == a.position("t1")
+
+
+async def test_a_task_nobody_watches_is_not_written_to_redis(replicas):
+    a, runs_a, b, _ = replicas
+    runs_a.text["quiet"] = ""
+    a.publish("quiet", delta("quiet", "x"))  # no subscriber, no log, no watcher
+    await asyncio.sleep(0.2)
+    assert a.stats["sent"] == 0
+    assert await a._redis.exists(a.stream_key("quiet")) == 0
+
+
+async def test_a_follower_of_a_blocking_task_starts_the_mirror(replicas):
+    a, runs_a, b, _ = replicas
+    runs_a.text["blk"] = "so far "  # runs on A, nobody streams it there
+    follower = b.follow("blk")
+    (snapshot,) = await take(follower, 1)
+    assert text_of([snapshot]) == "so far "
+
+    async def watched() -> bool:
+        return a.has_listeners("blk")
+
+    await eventually(watched, timeout=5, what="A knows B watches")
+    speak(a, runs_a, "blk", "and more")
+    (live,) = await take(follower, 1)
+    assert text_of([snapshot, live]) == "so far and more"
+
+
+async def test_last_event_id_resumes_on_the_other_replica_with_nothing_lost_or_twice(replicas):
+    a, runs_a, b, _ = replicas
+    own = a.subscribe("t2")
+    seen = []
+    for word in ("a ", "b ", "c "):
+        speak(a, runs_a, "t2", word)
+        seen += await take(own, 1)  # one by one: a lagging subscriber gets chunks merged
+    speak(a, runs_a, "t2", "d ")
+    await eventually(lambda: _flushed(a), timeout=5, what="A's outbox written")
+    resumed = await b.reconnect("t2", seen[1][0])  # the client saw "a b " and moves to B
+    assert resumed is not None
+    speak(a, runs_a, "t2", "e")
+    a.publish("t2", completed("t2"))
+    a.end("t2")
+    after = [item async for item in resumed]
+    assert text_of(seen[:2]) + "".join(
+        "".join(p.text for p in e.artifact.parts) for _, e in after
+        if isinstance(e, TaskArtifactUpdateEvent)) == "a b c d e"
+    ids = [event_id for event_id, _ in after]
+    assert len(ids) == len(set(ids)) and seen[1][0] not in ids
+
+
+async def _flushed(hub: RedisLiveHub) -> bool:
+    return not hub._outbox
+
+
+async def test_an_id_of_another_task_or_a_made_up_id_replays_nothing(replicas):
+    a, runs_a, b, _ = replicas
+    own = a.subscribe("t3")
+    speak(a, runs_a, "t3", "secret")
+    (item,) = await take(own, 1)
+    a.subscribe("t4")
+    speak(a, runs_a, "t4", "other")
+    await eventually(lambda: _flushed(a), timeout=5, what="A's outbox written")
+    assert await b.reconnect("t4", item[0]) is None  # t3's id on t4's stream
+    for hostile in ("", "*", "0-0", "-", "+", "\r\nFLUSHALL", "x" * 5000, item[0] + "0"):
+        assert await b.reconnect("t3", hostile) is None, hostile
+    # task ids reach Redis only as digests
+    assert "t3" not in a.stream_key("t3") and "\n" not in a.stream_key("a\nb")
+
+
+async def test_cancel_reaches_the_owner_and_released_reaches_every_replica(replicas):
+    a, runs_a, b, runs_b = replicas
+    await b.send_control("a", "cancel", "t5")
+    await a.tell_all("released")
+
+    async def delivered() -> bool:
+        return ("cancel", "t5") in runs_a.controls and ("released", "") in runs_b.controls
+
+    await eventually(delivered, timeout=5, what="control commands delivered")
+    assert ("released", "") not in runs_a.controls  # not to the sender itself
