@@ -30,6 +30,8 @@ from a2a_gateway.observability.metrics import RATE_LIMIT_FALLBACKS
 log = structlog.get_logger(__name__)
 
 MAX_BUCKETS = 100_000
+REDIS_RETRY_SECONDS = 1.0
+"""How long the fleet limiter counts alone after Redis failed before it asks Redis again."""
 
 
 class RateLimit(BaseModel):
@@ -115,6 +117,8 @@ class FleetRateLimiter:
         self._prefix = prefix
         self._fallback = fallback or RateLimiter()
         self._last_warning = 0.0
+        self._redis_retry_at = 0.0
+        """After a failure, requests count here alone until then (no connect wait each)."""
 
     def _key(self, endpoint_id: str, caller: str) -> str:
         # callers are names clients chose: only their digest reaches a key
@@ -123,11 +127,16 @@ class FleetRateLimiter:
 
     async def admit(self, endpoint_id: str, caller: str, limit: RateLimit) -> None:
         """Take one token from the caller's bucket, or raise ``RateLimitedError``."""
+        if time.monotonic() < self._redis_retry_at:
+            RATE_LIMIT_FALLBACKS.inc()
+            self._fallback.admit(endpoint_id, caller, limit)
+            return
         try:
             admitted, tokens = await self._take_token(
                 keys=[self._key(endpoint_id, caller)], args=[limit.per_second, limit.capacity]
             )
         except Exception as exc:
+            self._redis_retry_at = time.monotonic() + REDIS_RETRY_SECONDS
             self._warn(exc)
             self._fallback.admit(endpoint_id, caller, limit)
             return
