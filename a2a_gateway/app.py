@@ -274,7 +274,7 @@ def live_hub(settings: GatewaySettings, store: Any, redis: Any) -> LiveHub:
     """Redis links the replicas when configured (on any store); else PostgreSQL's
     LISTEN/NOTIFY on that store; else the replica is alone."""
     if redis is not None:
-        return RedisLiveHub(redis, settings.replica_id, prefix=settings.redis_prefix)
+        return RedisLiveHub(redis, store, settings.replica_id, prefix=settings.redis_prefix)
     if uses_postgres(store):
         return PostgresLiveHub(store, settings.replica_id)
     return LiveHub()

@@ -365,6 +365,10 @@ class LiveHub:
         """Tell replica ``replica_id`` about ``task_id`` (e.g. ``cancel``). In-process there is
         no other replica: the owner notices through the store at its next lease check."""
 
+    async def announce_endpoint_change(self, endpoint_id: str) -> None:
+        """This replica changed ``endpoint_id``'s row: tell the others (in-process there are
+        none; on PostgreSQL the database itself announces every change)."""
+
     async def tell_all(self, command: str) -> None:
         """Tell every other replica ``command`` (e.g. ``released``: look for tasks to take
         over now). In-process there is no other replica."""

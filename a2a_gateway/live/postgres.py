@@ -57,8 +57,8 @@ from typing import Any
 
 import structlog
 
+from a2a_gateway.live.feed_relay import FeedRelay
 from a2a_gateway.live.hub import LiveEvent, LiveHub, Subscription
-from a2a_gateway.live.postgres_feed import FEED_CHANNEL, PostgresFeedRelay
 from a2a_gateway.live.postgres_wire import (
     CONTROL,
     EVENT,
@@ -80,6 +80,8 @@ from a2a_gateway.stores.base import TERMINAL_STATES, StoreUnavailableError
 log = structlog.get_logger(__name__)
 
 _BATCH = 256
+FEED_CHANNEL = "a2a_live_feed"
+"""Where the replicas relay their operator feed events (``live.feed_relay``)."""
 ENDPOINT_CHANNEL = "a2a_endpoint_changed"
 """Where the database announces a changed endpoint row, its id as payload (migration 0009)."""
 
@@ -130,11 +132,11 @@ class PostgresLiveHub(LiveHub):
         self._closing = False
         self._last_warning = 0.0
         self.stats = {"sent": 0, "received": 0, "dropped": 0, "send_failures": 0, "connects": 0}
-        self.feed_relay = PostgresFeedRelay(
+        self.feed_relay = FeedRelay(
             self.feed,
             store,
             replica_id,
-            self._enqueue,
+            lambda payload: self._enqueue(FEED_CHANNEL, payload),
             fetch_wait_seconds=fetch_wait_seconds,
             refresh_seconds=refresh_seconds,
         )
@@ -377,7 +379,7 @@ class PostgresLiveHub(LiveHub):
         conn.add_termination_listener(lambda _conn: lost.set())
         await conn.add_listener(self.channel, self._on_notify)
         await conn.add_listener(WATCH_CHANNEL, self._on_notify)
-        await conn.add_listener(FEED_CHANNEL, self.feed_relay.on_notify)
+        await conn.add_listener(FEED_CHANNEL, self._on_feed_notify)
         await conn.add_listener(ENDPOINT_CHANNEL, self._on_endpoint_changed)
         self._listening.set()
         self.feed_relay.connected()
@@ -426,6 +428,9 @@ class PostgresLiveHub(LiveHub):
                 self._deliver(message)
         except Exception:
             log.exception("live_message_failed", kind=kind)
+
+    def _on_feed_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        self.feed_relay.on_message(payload)
 
     def _on_endpoint_changed(self, _conn: Any, _pid: int, _channel: str, endpoint_id: str) -> None:
         try:

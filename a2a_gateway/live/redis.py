@@ -22,6 +22,10 @@
   key is the task's, so an id never replays another task's events.
 * **Control** (``send_control``: e.g. ``cancel``) goes to the owner's channel
   ``<prefix>control:<digest of its id>``; ``tell_all`` (``released``) to the shared one.
+* **Operators' feed and endpoint changes.** The feed relay (``live.feed_relay``) speaks on
+  ``<prefix>feed``; a replica that changed an endpoint row says so on ``<prefix>endpoints``
+  (``announce_endpoint_change``) and every other replica re-reads that row at its next
+  request. After a lost connection, the feed starts over and every row is re-read.
 * **Faults.** A failed write drops its batch (counted, one warning per 5 s); the reader
   and the pub/sub listener reconnect with back-off. While Redis is away ``listening`` is
   False and followers go on from the store, as on one replica; on return, every follower
@@ -45,6 +49,7 @@ from typing import Any
 import structlog
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
+from a2a_gateway.live.feed_relay import FeedRelay
 from a2a_gateway.live.hub import LiveEvent, LiveHub, Subscription
 
 log = structlog.get_logger(__name__)
@@ -124,6 +129,7 @@ class RedisLiveHub(LiveHub):
     def __init__(
         self,
         redis: Any,
+        store: Any,
         replica_id: str,
         *,
         prefix: str = "a2a:",
@@ -139,6 +145,8 @@ class RedisLiveHub(LiveHub):
         self._block_ms = int(block_seconds * 1000)
         self._max_pending = max_pending
         self._shared_channel = f"{prefix}replicas"
+        self._feed_channel = f"{prefix}feed"
+        self._endpoint_channel = f"{prefix}endpoints"
         self._own_channel = self._control_channel(replica_id)
         self._wake_key = f"{prefix}wake:{digest(replica_id)}"
         self._wake_cursor = "0-0"
@@ -147,15 +155,21 @@ class RedisLiveHub(LiveHub):
         # follower side: task id → the last stream entry read for it
         self._interest: dict[str, tuple[int, int]] = {}
         self._task_of_key: dict[bytes, str] = {}
-        self._outbox: deque[tuple[str, dict[bytes, bytes] | None, int]] = deque()
+        self._outbox: deque[tuple[str, dict[bytes, bytes], int]] = deque()
+        self._publishes: deque[tuple[str, str]] = deque()  # (channel, message), in order
         self._wake_sender = asyncio.Event()
         self._reading = False
         self._subscribed = False
+        self._ever_subscribed = False
         self._tasks: list[asyncio.Task[None]] = []
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
         self._last_warning = 0.0
-        self.stats = {"sent": 0, "received": 0, "dropped": 0, "send_failures": 0, "connects": 0}
+        self.stats = {"sent": 0, "published": 0, "received": 0, "dropped": 0,
+                      "send_failures": 0, "connects": 0}
+        """``sent``: stream entries written; ``published``: feed messages."""
+        self.feed_relay = FeedRelay(self.feed, store, replica_id, self._publish_feed,
+                                    refresh_seconds=refresh_seconds)
 
     # keys ----------------------------------------------------------------------------
     def stream_key(self, task_id: str) -> str:
@@ -198,6 +212,7 @@ class RedisLiveHub(LiveHub):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        await self.feed_relay.aclose()
 
     # LiveHub: owner side -----------------------------------------------------------------
     def _mirrored(self, task_id: str) -> bool:
@@ -434,11 +449,12 @@ class RedisLiveHub(LiveHub):
         while not self._closing:
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(self._own_channel, self._shared_channel)
-                self._subscribed = True
+                await pubsub.subscribe(self._own_channel, self._shared_channel,
+                                       self._feed_channel, self._endpoint_channel)
+                self._on_subscribed()
                 backoff = 0.2
                 async for message in pubsub.listen():
-                    self._on_message(message.get("data"))
+                    self._on_pubsub(message.get("channel"), message.get("data"))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -450,6 +466,39 @@ class RedisLiveHub(LiveHub):
             if not self._closing:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+    def _on_subscribed(self) -> None:
+        if self._ever_subscribed:
+            self.feed.start_over()  # feed events may have been missed meanwhile
+            self.endpoint_changed(None)  # so may endpoint changes
+        self._ever_subscribed = self._subscribed = True
+        self.feed_relay.connected()
+
+    def _on_pubsub(self, channel: Any, data: Any) -> None:
+        channel = channel.decode() if isinstance(channel, bytes) else channel
+        try:
+            if channel == self._feed_channel:
+                self.feed_relay.on_message(data)
+            elif channel == self._endpoint_channel:
+                self._on_endpoint_changed(data)
+            else:
+                self._on_message(data)
+        except Exception:
+            log.exception("live_message_failed", channel=channel)
+
+    def _on_endpoint_changed(self, data: Any) -> None:
+        message = json.loads(data)
+        if message.get("r") != self.replica_id and isinstance(message.get("e"), str):
+            self.endpoint_changed(message["e"])
+
+    async def announce_endpoint_change(self, endpoint_id: str) -> None:
+        """Tell every other replica that this one changed ``endpoint_id``'s row."""
+        message = json.dumps({"r": self.replica_id, "e": endpoint_id})
+        try:
+            await self._redis.publish(self._endpoint_channel, message)
+        except Exception as exc:
+            log.warning("endpoint_change_not_announced", endpoint_id=endpoint_id,
+                        error=str(exc) or type(exc).__name__)
 
     def _on_message(self, data: Any) -> None:
         try:
@@ -478,6 +527,7 @@ class RedisLiveHub(LiveHub):
                 self._warn("live_redis_refresh_failed", error=str(exc))
 
     async def _refresh_once(self) -> None:
+        self.feed_relay.refresh(self._subscribed)
         now = time.monotonic()
         for task_id in list(self._watchers):
             watchers = self._watchers[task_id]
@@ -500,6 +550,14 @@ class RedisLiveHub(LiveHub):
         self._outbox.append((self.stream_key(task_id), fields, ttl))
         self._wake_sender.set()
 
+    def _publish_feed(self, payload: str) -> None:
+        if len(self._publishes) >= self._max_pending or self._closing:
+            self.stats["dropped"] += 1
+            self._warn("live_outbox_full", pending=len(self._publishes))
+            return
+        self._publishes.append((self._feed_channel, payload))
+        self._wake_sender.set()
+
     async def _send_loop(self) -> None:
         while True:
             await self._wake_sender.wait()
@@ -507,11 +565,16 @@ class RedisLiveHub(LiveHub):
             await self._flush()
 
     async def _flush(self) -> None:
-        """Append the outbox in order, a batch per round trip, each key's expiry renewed."""
-        while self._outbox:
+        """Append the outbox in order, a batch per round trip, each key's expiry renewed;
+        publish the feed's messages in order."""
+        while self._outbox or self._publishes:
             batch = [self._outbox.popleft() for _ in range(min(_BATCH, len(self._outbox)))]
+            published = [self._publishes.popleft()
+                         for _ in range(min(_BATCH, len(self._publishes)))]
             expiry: dict[str, int] = {}
             pipe = self._redis.pipeline(transaction=False)
+            for channel, message in published:
+                pipe.publish(channel, message)
             for key, fields, ttl in batch:
                 pipe.xadd(key, fields, maxlen=max(self._limits.events, 16), approximate=True)
                 expiry[key] = ttl
@@ -520,10 +583,11 @@ class RedisLiveHub(LiveHub):
             try:
                 await pipe.execute()
                 self.stats["sent"] += len(batch)
+                self.stats["published"] += len(published)
             except Exception as exc:
-                self.stats["send_failures"] += len(batch)
+                self.stats["send_failures"] += len(batch) + len(published)
                 self._warn("live_redis_write_failed", error=str(exc) or type(exc).__name__,
-                           dropped=len(batch))
+                           dropped=len(batch) + len(published))
 
     # helpers --------------------------------------------------------------------------------
     def _spawn(self, coroutine: Any) -> None:

@@ -282,9 +282,8 @@ def set_enabled(enabled: bool) -> View:
             endpoint.enabled = enabled
             endpoint.updated_at = datetime.now(UTC)
             await gateway.store.update_endpoint(endpoint)
-            gateway.registry.forget(
-                endpoint.id
-            )  # at once here; PostgreSQL tells the other replicas
+            gateway.registry.forget(endpoint.id)  # at once here
+            await gateway.hub.announce_endpoint_change(endpoint.id)  # and on the other replicas
             log.info("admin_endpoint_enabled" if enabled else "admin_endpoint_disabled",
                      endpoint_id=endpoint.id, by=operator.name)
         health = await gateway.engine.services.health.all()
@@ -420,7 +419,8 @@ async def list_tasks(request: web.Request) -> web.Response:
     """Recent tasks of every state and caller, newest status first, a page at a time:
     ``endpoint`` (ids, repeated or comma-separated; default: every endpoint), ``state``
     (repeated or comma-separated), ``context``, ``page_size`` (1 to
-    ``admin_tasks_max_page_size``, default 50 or that) and ``page_token`` (a page's ``nextPageToken``)."""
+    ``admin_tasks_max_page_size``, default 50 or that) and ``page_token`` (a page's
+    ``nextPageToken``)."""
     operator_of(request)
     gateway = request.app[GATEWAY]
     wanted = _task_list_query(request, gateway)
@@ -454,7 +454,8 @@ class TaskListQuery:
 
 
 def _task_list_query(request: web.Request, gateway: Gateway) -> TaskListQuery:
-    """The task list's parameters, 400 for a bad one (``endpointId``/``contextId``: the feed's names)."""
+    """The task list's parameters, 400 for a bad one (``endpointId``/``contextId``: the
+    feed's names)."""
     query = request.query
     filters = feed_filter(query)  # state
     endpoints = {
@@ -586,7 +587,8 @@ def _stream_frame(item: tuple[str | None, Any]) -> bytes:
 
 
 async def _runtime(gateway: Gateway, endpoint_id: str) -> EndpointRuntime:
-    """The endpoint's runtime, or a handlerless one (a disabled endpoint's tasks can still be ended)."""
+    """The endpoint's runtime, or a handlerless one (a disabled endpoint's tasks can still be
+    ended)."""
     try:
         return await gateway.registry.get(endpoint_id)
     except (EndpointNotFoundError, EndpointMisconfiguredError):

@@ -1,5 +1,5 @@
 """The endpoint event feed across replicas on PostgreSQL relays only what some replica
-watches (``live.postgres_feed``): NOTIFYs on ``a2a_live_feed`` counted by a listener of the
+watches (``live.feed_relay``): NOTIFYs on ``a2a_live_feed`` counted by a listener of the
 test's own; a watcher on B of tasks run on A (two real replica processes) gets every
 lifecycle event after its snapshot, per endpoint and for every endpoint; the relaying stops
 within a bound after the last watcher left."""
@@ -17,7 +17,7 @@ import orjson
 import pytest
 from a2a.types import CancelTaskRequest
 
-from a2a_gateway.live.postgres_feed import FEED_CHANNEL
+from a2a_gateway.live.postgres import FEED_CHANNEL
 from tests.integration.test_event_feed import (
     AS_OPERATOR,
     CANCELED,
@@ -72,7 +72,7 @@ async def listening(url: str) -> AsyncIterator[FeedNotifies]:
         await conn.close()
 
 
-async def test_no_notify_for_an_endpoint_nobody_watches_and_the_relaying_stops_after_the_last_watcher(
+async def test_no_notify_for_an_endpoint_nobody_watches_and_relaying_stops_after_the_last_watcher(
     postgres,
 ):
     keep = 0.5

@@ -68,7 +68,7 @@ async def replicas() -> AsyncIterator[tuple[RedisLiveHub, Runs, RedisLiveHub, Ru
     made = []
     for name in ("a", "b"):
         redis = open_redis(url)
-        hub, runs = RedisLiveHub(redis, name, prefix=prefix, refresh_seconds=0.5), Runs()
+        hub, runs = RedisLiveHub(redis, None, name, prefix=prefix, refresh_seconds=0.5), Runs()
         hub.serve(runs, ReplayLimits(events=100, keep_seconds=30))
         await hub.start()
         assert hub.listening
@@ -195,3 +195,13 @@ async def test_cancel_reaches_the_owner_and_released_reaches_every_replica(repli
 
     await eventually(delivered, timeout=5, what="control commands delivered")
     assert ("released", "") not in runs_a.controls  # not to the sender itself
+
+
+async def test_an_endpoint_change_reaches_the_other_replica(replicas):
+    a, _, b, _ = replicas
+    heard_a: list[str | None] = []
+    heard_b: list[str | None] = []
+    a.endpoint_changed, b.endpoint_changed = heard_a.append, heard_b.append
+    await a.announce_endpoint_change("ep-1")
+    await eventually(lambda: heard_b == ["ep-1"], timeout=5, what="B told of the change")
+    assert heard_a == []  # the replica that changed it forgot the row itself

@@ -1,4 +1,4 @@
-"""Feed watches between replicas (``live.postgres_feed``), the relays joined by an in-memory
+"""Feed watches between replicas (``live.feed_relay``), the relays joined by an in-memory
 channel instead of PostgreSQL (the real one: tests/integration/test_event_feed_relay.py):
 what a replica sends before and after it heard every replica's watches, the acknowledged
 watch a new feed client waits for, and what expires."""
@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from a2a_gateway.live.feed import EVERY_ENDPOINT, EndpointFeed
-from a2a_gateway.live.postgres_feed import PostgresFeedRelay
+from a2a_gateway.live.feed_relay import FeedRelay
 
 REFRESH = 0.1
 
@@ -21,14 +21,14 @@ class Channel:
     """Delivers every NOTIFY to every relay, each after its own delay (None: never)."""
 
     def __init__(self) -> None:
-        self.relays: dict[str, PostgresFeedRelay] = {}
+        self.relays: dict[str, FeedRelay] = {}
         self.delay: dict[str, float | None] = {}
         self.sent: list[tuple[str, dict[str, Any]]] = []
 
-    def join(self, name: str) -> tuple[EndpointFeed, PostgresFeedRelay]:
+    def join(self, name: str) -> tuple[EndpointFeed, FeedRelay]:
         feed = EndpointFeed()
-        relay = PostgresFeedRelay(
-            feed, None, name, lambda c, p: self.notify(name, c, p), refresh_seconds=REFRESH
+        relay = FeedRelay(
+            feed, None, name, lambda p: self.notify(name, "feed", p), refresh_seconds=REFRESH
         )
         self.relays[name] = relay
         return feed, relay
@@ -39,10 +39,10 @@ class Channel:
         for name, relay in self.relays.items():
             delay = self.delay.get(name, 0.0)
             if delay is not None:
-                loop.call_later(delay, relay.on_notify, None, 0, channel, payload)
+                loop.call_later(delay, relay.on_message, payload)
 
 
-async def settled(*relays: PostgresFeedRelay) -> None:
+async def settled(*relays: FeedRelay) -> None:
     for relay in relays:
         relay.connected()
     await asyncio.sleep(1.5 * REFRESH + 0.02)

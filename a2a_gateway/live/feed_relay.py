@@ -1,9 +1,10 @@
-"""The endpoint event feed across replicas, on PostgreSQL NOTIFY.
+"""The endpoint event feed across replicas, on a shared channel: PostgreSQL NOTIFY on
+``a2a_live_feed`` (``live.postgres``) or Redis pub/sub on ``<prefix>feed`` (``live.redis``).
 
 A replica sends the lifecycle events it announces (``live.feed``: a few per task, its state
-changes and final artifact, never its text chunks) on one shared channel, ``a2a_live_feed``,
-for the endpoints another replica watches. Every replica LISTENs on it (on the live hub's
-connection) and delivers the events of the endpoints it has subscribers or a replay log for.
+changes and final artifact, never its text chunks) on the channel, for the endpoints another
+replica watches. Every replica listens on it (through its live hub's connection) and delivers
+the events of the endpoints it has subscribers or a replay log for.
 
 **Watches.** Each replica announces on the same channel the feeds it watches (endpoint ids,
 ``""`` for every endpoint; ``{"r": <replica>, "w": [...]}``, the whole list each time, one
@@ -19,7 +20,7 @@ the snapshot covers what came before. A feed stops being relayed one refresh aft
 client left and its replay log expired.
 
 **Payload.** ``{"r": <replica>, "e": <the feed event's JSON>}`` when that fits PostgreSQL's
-8000-byte limit; otherwise a reference ``{"r", "sc": scope, "t": task id, "k": "status" |
+8000-byte limit (kept on Redis too: one wire format); otherwise a reference ``{"r", "sc": scope, "t": task id, "k": "status" |
 "artifact", "a": artifact id, "v": version}``: the receiver reads the task from the store
 once it holds that version (waiting up to ``fetch_wait_seconds``) and rebuilds the event
 from it. Received messages are handled one at a time in arrival order (a reference waits
@@ -58,10 +59,7 @@ from a2a_gateway.stores.base import TERMINAL_STATES, Scope
 
 log = structlog.get_logger(__name__)
 
-FEED_CHANNEL = "a2a_live_feed"
-
-
-class PostgresFeedRelay:
+class FeedRelay:
     """Sends this replica's feed events to the others and delivers theirs to ``feed``."""
 
     def __init__(
@@ -69,7 +67,7 @@ class PostgresFeedRelay:
         feed: EndpointFeed,
         store: Any,
         replica_id: str,
-        enqueue: Callable[[str, str], None],
+        send: Callable[[str], None],
         *,
         fetch_wait_seconds: float = 10.0,
         max_pending: int = 10_000,
@@ -78,7 +76,8 @@ class PostgresFeedRelay:
         self._feed = feed
         self._store = store
         self._replica_id = replica_id
-        self._enqueue = enqueue
+        self._send = send
+        """Puts a payload on the shared channel, in order (the hub's outbox)."""
         self._fetch_wait = fetch_wait_seconds
         self._max_pending = max_pending
         self._inbox: deque[dict[str, Any]] = deque()
@@ -172,7 +171,7 @@ class PostgresFeedRelay:
         if len(payload) > PAYLOAD_LIMIT:  # too many to list: ask for all of them
             payload = orjson.dumps({**message, "w": [EVERY_ENDPOINT]})
         self.stats["announced"] += 1
-        self._enqueue(FEED_CHANNEL, payload.decode())
+        self._send(payload.decode())
 
     def _on_watches(self, message: dict[str, Any]) -> None:
         replica, keys = str(message.get("r")), message.get("w")
@@ -220,10 +219,11 @@ class PostgresFeedRelay:
             )
             self.stats["references"] += 1
         self.stats["sent"] += 1
-        self._enqueue(FEED_CHANNEL, payload.decode())
+        self._send(payload.decode())
 
     # receiving ----------------------------------------------------------------------
-    def on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+    def on_message(self, payload: str | bytes) -> None:
+        """A payload that arrived on the shared channel (this replica's own among them)."""
         try:
             message = orjson.loads(payload)
         except orjson.JSONDecodeError:
