@@ -51,6 +51,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -246,9 +247,11 @@ def client_session(connections: int) -> Any:
     )
 
 
-def stamps(result: dict[str, Any], arrived: int, snapshot: list[int] | None = None) -> list[float]:
-    """Latencies in ms of the stamps of an ``append`` chunk; a snapshot (the text so far,
-    ``append: false``) is not timed, its stamps are counted in ``snapshot``."""
+def stamped(
+    result: dict[str, Any], arrived: int, snapshot: list[int] | None = None
+) -> list[tuple[int, float]]:
+    """(stamp ns, latency ms) of the stamps of an ``append`` chunk; a snapshot (the text so
+    far, ``append: false``) is not timed, its stamps are counted in ``snapshot``."""
     update = result.get("artifactUpdate")
     if not update or update.get("lastChunk"):
         return []
@@ -262,7 +265,8 @@ def stamps(result: dict[str, Any], arrived: int, snapshot: list[int] | None = No
     for part in update["artifact"].get("parts", []):
         for piece in part.get("text", "").split(">"):
             if piece.startswith("<"):
-                out.append((arrived - int(piece[1:])) / 1e6)
+                stamp = int(piece[1:])
+                out.append((stamp, (arrived - stamp) / 1e6))
     return out
 
 
@@ -473,24 +477,35 @@ def redis_counters(url: str) -> dict[str, float]:
     return out
 
 
-def redis_streams_sample(url: str, prefix: str, keys: int = 20) -> dict[str, float]:
-    """Sizes of the event entries in up to ``keys`` of this run's task streams: payload
-    bytes (field names and values) and the server's memory per entry."""
+STAMP = re.compile(rb"<(\d{19})>")
+
+
+def redis_streams_sample(url: str, prefix: str, keys: int = 50) -> dict[str, float]:
+    """From up to ``keys`` of this run's task streams: payload bytes of an event entry
+    (field names and values), the server's memory per entry, and how long a delta took
+    from its stamp to its ``XADD`` (an entry id is the server's clock in ms when it was
+    added): the owner's share of the follower's latency."""
     client = redis_client(url)
     payload: list[int] = []
     memory: list[float] = []
+    to_redis: list[float] = []
     try:
         for key in list(client.scan_iter(match=f"{prefix}live:*", count=1000))[:keys]:
             entries = client.xrange(key)
-            events = [f for _, f in entries if f.get(b"k") == b"e"]
-            payload += [sum(len(k) + len(v) for k, v in f.items()) for f in events]
+            for entry_id, fields in entries:
+                if fields.get(b"k") != b"e":
+                    continue
+                payload.append(sum(len(k) + len(v) for k, v in fields.items()))
+                added_ms = int(entry_id.split(b"-")[0])
+                to_redis += [added_ms - int(ns) / 1e6 for ns in STAMP.findall(fields[b"e"])]
             used = client.memory_usage(key)
             if entries and used:
                 memory.append(used / len(entries))
     finally:
         client.close()
     return {"entry_payload_bytes": statistics.mean(payload) if payload else float("nan"),
-            "memory_per_entry_bytes": statistics.mean(memory) if memory else float("nan")}
+            "memory_per_entry_bytes": statistics.mean(memory) if memory else float("nan"),
+            "to_redis_p50_ms": pct(to_redis, 50), "to_redis_p99_ms": pct(to_redis, 99)}
 
 
 def delete_redis_keys(url: str, prefix: str) -> int:
@@ -514,7 +529,7 @@ def pacing(streams: int, rate: float, seconds: float) -> tuple[int, float, float
     deltas per second in all for ``seconds``; the start delay lets the subscribers on
     the other replica arrive (longer for more streams)."""
     interval = streams / rate
-    return max(1, round(seconds / interval)), interval, 0.5 + streams / 500
+    return max(1, round(seconds / interval)), interval, 0.5 + streams / 200
 
 
 # part 3: cross-replica latency ---------------------------------------------------------------
@@ -544,10 +559,12 @@ async def latency_round(
     args: argparse.Namespace, url: str, env: dict[str, str], workdir: Path, mode: str,
     streams: int, endpoint: str, deltas: int, tag: str,
 ) -> dict[str, Any]:
-    """``streams`` tasks run on A, each streamed from A and followed on B."""
+    """``streams`` tasks run on A, each streamed from A and followed on B; deltas stamped
+    before every follower had its first event are not timed (they measure the start)."""
     local: list[float] = []
     remote: list[float] = []
     in_snapshot = 0
+    followed: list[int] = []
     env = {**env, **live_env(mode, args)}
     async with replicas((f"{tag}-a", f"{tag}-b"), url, env, workdir) as gateways:
         a, b = gateways
@@ -555,7 +572,7 @@ async def latency_round(
         cpu_before, started = cpu_of(gateways), time.monotonic()
         async with client_session(2 * streams) as http:
             got = await asyncio.wait_for(asyncio.gather(*(
-                _one_stream(http, a.base, b.base, endpoint) for _ in range(streams)
+                _one_stream(http, a.base, b.base, endpoint, followed) for _ in range(streams)
             )), timeout=args.round_seconds + 120)
         cpu_after, seconds = cpu_of(gateways), time.monotonic() - started
         redis = None
@@ -565,15 +582,18 @@ async def latency_round(
             redis.update(redis_streams_sample(args.redis_url, args.redis_prefix))
     if mode == "redis":
         delete_redis_keys(args.redis_url, args.redis_prefix)
+    settled = max(followed, default=0)
+    early = 0
     for local_ms, remote_ms, snapped in got:
-        local += local_ms
-        remote += remote_ms
+        local += [ms for stamp, ms in local_ms if stamp >= settled]
+        remote += [ms for stamp, ms in remote_ms if stamp >= settled]
+        early += sum(1 for stamp, _ in remote_ms if stamp < settled)
         in_snapshot += snapped
     published = streams * deltas
     return {
         "mode": mode, "streams": streams, "deltas": published, "seconds": seconds,
         "local": summary(local), "remote": summary(remote), "in_snapshot": in_snapshot,
-        "missing": max(0, published - len(remote) - in_snapshot),
+        "missing": max(0, published - len(remote) - early - in_snapshot), "early": early,
         "cpu_a": cpu_after[0] - cpu_before[0], "cpu_b": cpu_after[1] - cpu_before[1],
         "redis": redis,
     }
@@ -584,30 +604,36 @@ def print_latency_round(r: dict[str, Any], run: int, args: argparse.Namespace) -
         f"run {run + 1}/{args.latency_rounds} {r['streams']:>4} streams {r['mode']:<6}"
         f" owner p50 {r['local']['p50']:6.2f} p99 {r['local']['p99']:6.2f} ms"
         f" | follower p50 {r['remote']['p50']:6.2f} p99 {r['remote']['p99']:6.2f} ms"
-        f" | n={r['remote']['n']} snapshot {r['in_snapshot']} missing {r['missing']}"
+        f" | n={r['remote']['n']} early {r['early']} snapshot {r['in_snapshot']}"
+        f" missing {r['missing']}"
         f" | cpu A {r['cpu_a']:.2f}s B {r['cpu_b']:.2f}s load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
 
 
 async def _one_stream(
-    http: Any, a_base: str, b_base: str, endpoint: str
-) -> tuple[list[float], list[float], int]:
-    local: list[float] = []
-    remote: list[float] = []
+    http: Any, a_base: str, b_base: str, endpoint: str, followed: list[int]
+) -> tuple[list[tuple[int, float]], list[tuple[int, float]], int]:
+    """Stream a task from A and follow it on B: (stamp, ms) of every delta each got by
+    ``append``, and how many B got in its snapshot; appends to ``followed`` when B's
+    stream has its first event."""
+    local: list[tuple[int, float]] = []
+    remote: list[tuple[int, float]] = []
     snapshot = [0]
     subscribed: asyncio.Task[None] | None = None
 
     async def follow(task_id: str) -> None:
         body = rpc("SubscribeToTask", {"id": task_id})
         async for arrived, result in sse_events(http, f"{b_base}/{endpoint}/a2a", body):
-            remote.extend(stamps(result, arrived, snapshot))
+            if not remote and not snapshot[0]:
+                followed.append(arrived)
+            remote.extend(stamped(result, arrived, snapshot))
 
     body = rpc("SendStreamingMessage", user_message("stamp"))
     async for arrived, result in sse_events(http, f"{a_base}/{endpoint}/a2a", body):
         if subscribed is None and "task" in result:
             subscribed = asyncio.create_task(follow(result["task"]["id"]))
-        local.extend(stamps(result, arrived))
+        local.extend(stamped(result, arrived))
     if subscribed is not None:
         await asyncio.wait_for(subscribed, 30)
     return local, remote, snapshot[0]
@@ -678,7 +704,7 @@ async def _followed_task(http: Any, a_base: str, follower_base: str, endpoint: s
     appended = 0
     subscribe = rpc("SubscribeToTask", {"id": task_id})
     async for arrived, result in sse_events(http, f"{follower_base}/{endpoint}/a2a", subscribe):
-        appended += len(stamps(result, arrived, snapshot))
+        appended += len(stamped(result, arrived, snapshot))
     return appended + snapshot[0]
 
 
@@ -855,6 +881,7 @@ def spread(values: list[float], fmt: str = "{:.2f}") -> str:
 
 
 def report_latency(lat: dict[str, Any], args: argparse.Namespace) -> None:
+    nan = float("nan")
     print(f"\nDelta yielded on A → received by an SSE client, {args.rate:g} deltas/s in all"
           f" for {args.round_seconds:g} s, {args.latency_rounds} round(s) each on fresh"
           f" processes: median of the rounds (min–max), ms")
@@ -883,8 +910,9 @@ def report_latency(lat: dict[str, Any], args: argparse.Namespace) -> None:
         print("\nRedis per published delta (server-wide counters: other users of that Redis"
               " count too)")
         print("| streams | XADD | EXPIRE | XREAD | PUBLISH | bytes in | bytes out "
-              "| Redis CPU µs | entry payload B | memory per entry B |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+              "| Redis CPU µs | entry payload B | memory per entry B "
+              "| stamp → XADD p50 / p99 ms (owner's share, ±1 ms) |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for streams in args.streams:
             rs = [r for r in redis_rounds if r["streams"] == streams]
             if not rs:
@@ -897,7 +925,9 @@ def report_latency(lat: dict[str, Any], args: argparse.Namespace) -> None:
                   f"| {per('publish')} | {per('net_in', '{:.0f}')} | {per('net_out', '{:.0f}')} "
                   f"| {per('cpu', '{:.1f}', 1e6)} "
                   f"| {spread([r['redis']['entry_payload_bytes'] for r in rs], '{:.0f}')} "
-                  f"| {spread([r['redis']['memory_per_entry_bytes'] for r in rs], '{:.0f}')} |")
+                  f"| {spread([r['redis']['memory_per_entry_bytes'] for r in rs], '{:.0f}')} "
+                  f"| {spread([r['redis'].get('to_redis_p50_ms', nan) for r in rs], '{:.1f}')} / "
+                  f"{spread([r['redis'].get('to_redis_p99_ms', nan) for r in rs], '{:.1f}')} |")
 
 
 def report_crossrate(cross: dict[str, Any], args: argparse.Namespace) -> None:
