@@ -15,7 +15,9 @@
   the follower takes nothing before its snapshot and everything after it: no gap, nothing
   twice. Every replica reads all streams it follows with one blocking ``XREAD``; a new
   follower wakes it through the replica's own wake stream. Watches are repeated every
-  ``refresh_seconds`` (an owner forgets a watcher after three missed refreshes).
+  ``refresh_seconds`` (an owner forgets a watcher after three missed refreshes); a snapshot
+  that did not come (the task was queued for a worker, or between owners) is asked for again,
+  soon at first, then every refresh.
 * **Event ids valid everywhere.** A follower hands out the owner's ids, so a client that
   reconnects with ``Last-Event-ID`` on any replica gets exactly the events after it:
   the owner from its own log, any other replica from the stream (``reconnect``). The stream
@@ -55,6 +57,8 @@ from a2a_gateway.live.hub import LiveEvent, LiveHub, Subscription
 log = structlog.get_logger(__name__)
 
 _BATCH = 512
+_ASK_FIRST_SECONDS = 0.1
+"""A follower whose snapshot did not come asks again after this, then twice as long each time."""
 _READ_COUNT = 1024
 RUNNING_STREAM_TTL_SECONDS = 3600
 """A running task's stream outlives its last write this long (an owner that died)."""
@@ -155,6 +159,8 @@ class RedisLiveHub(LiveHub):
         # follower side: task id → the last stream entry read for it
         self._interest: dict[str, tuple[int, int]] = {}
         self._task_of_key: dict[bytes, str] = {}
+        # tasks with a follower still waiting for its snapshot → (next ask, interval)
+        self._unanswered: dict[str, tuple[float, float]] = {}
         self._outbox: deque[tuple[str, dict[bytes, bytes], int]] = deque()
         self._publishes: deque[tuple[str, str]] = deque()  # (channel, message), in order
         self._wake_sender = asyncio.Event()
@@ -275,6 +281,7 @@ class RedisLiveHub(LiveHub):
         self._subscribers.setdefault(task_id, []).append(sub)
         if not self._closing:
             self._spawn(self._start_following(task_id, [sub.nonce]))  # type: ignore[list-item]
+            self._unanswered[task_id] = (time.monotonic() + _ASK_FIRST_SECONDS, _ASK_FIRST_SECONDS)
         return sub
 
     async def _start_following(self, task_id: str, nonces: list[str]) -> None:
@@ -519,12 +526,30 @@ class RedisLiveHub(LiveHub):
 
     # refreshing -------------------------------------------------------------------------
     async def _refresh_loop(self) -> None:
+        refreshed = time.monotonic()
         while True:
-            await asyncio.sleep(self._refresh)
+            await asyncio.sleep(_ASK_FIRST_SECONDS)
             try:
-                await self._refresh_once()
+                await self._ask_unanswered()
+                if time.monotonic() - refreshed >= self._refresh:
+                    refreshed = time.monotonic()
+                    await self._refresh_once()
             except Exception as exc:
                 self._warn("live_redis_refresh_failed", error=str(exc))
+
+    async def _ask_unanswered(self) -> None:
+        """Ask again for the snapshots no owner answered yet (the task was not running when
+        asked: queued for a worker, or between owners), sooner at first, then each refresh."""
+        now = time.monotonic()
+        for task_id, (due, interval) in list(self._unanswered.items()):
+            nonces = [s.nonce for s in self._remote_subs(task_id) if s.nonce]
+            if not nonces:
+                del self._unanswered[task_id]
+            elif now >= due and self._subscribed:
+                interval = min(interval * 2, self._refresh)
+                self._unanswered[task_id] = (now + interval, interval)
+                for nonce in nonces:
+                    await self._broadcast({"k": "watch", "t": [task_id], "n": nonce})
 
     async def _refresh_once(self) -> None:
         self.feed_relay.refresh(self._subscribed)

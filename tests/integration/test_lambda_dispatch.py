@@ -7,13 +7,16 @@ two of them, as Lambda runs concurrent invocations in environments of their own.
 A blocking and a streaming SendMessage through the API complete through the async invoke,
 also when Lambda delivers the event twice (one delivery runs the task, the other finds it
 claimed; the reply is there once); the scheduled sweep event is answered; an event the worker
-refuses fails its invocation through the Runtime API's error route.
+refuses fails its invocation through the Runtime API's error route. With Redis (API and
+workers given ``redis_url``), the worker's text reaches the API's stream live, chunk by chunk.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -25,7 +28,13 @@ from a2a.types import GetTaskRequest, TaskState
 from a2a_gateway.stores.base import Endpoint
 from a2a_gateway.tasks.dispatch import SWEEP_EVENT
 from tests.stores import dynamo_support as support
-from tests.support.harness import RunningGateway, collect, reconstruct, running_gateway
+from tests.support.harness import (
+    RunningGateway,
+    collect,
+    reconstruct,
+    require_env,
+    running_gateway,
+)
 from tests.support.lambda_runtime import FakeLambda, Invocation, fake_lambda, runtime_process
 from tests.support.messages import send_request
 from tests.support.waiting import eventually
@@ -43,13 +52,13 @@ class Deployment:
     endpoint_id: str
 
 
-@pytest.fixture
-async def deployment(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Deployment]:
-    support.use_moto_credentials(monkeypatch)
+@contextlib.asynccontextmanager
+async def deployed(delay: float, **shared: str) -> AsyncIterator[Deployment]:
+    """An API gateway and two worker environments on fresh tables, all given ``shared``."""
     async with support.fresh_tables() as url, fake_lambda() as fake:
         # two execution environments: a duplicate may run beside the first delivery
-        async with runtime_process(fake, store=url, worker="true"), \
-                runtime_process(fake, store=url, worker="true"):
+        async with runtime_process(fake, store=url, worker="true", **shared), \
+                runtime_process(fake, store=url, worker="true", **shared):
             async with running_gateway(
                 url,
                 dispatch="lambda",
@@ -57,11 +66,19 @@ async def deployment(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Deploymen
                 dispatch_endpoint_url=fake.endpoint_url,
                 dispatch_region=support.REGION,
                 remote_poll_seconds=0.1,
+                **shared,
             ) as api:
                 endpoint = Endpoint(id=str(uuid.uuid4()), name="Echo", metadata={
-                    "module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0.02})
+                    "module_name": "handlers.echo", "class_name": "EchoHandler", "delay": delay})
                 await api.store.create_endpoint(endpoint)
                 yield Deployment(api, fake, endpoint.id)
+
+
+@pytest.fixture
+async def deployment(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Deployment]:
+    support.use_moto_credentials(monkeypatch)
+    async with deployed(0.02) as running:
+        yield running
 
 
 async def finished(fake: FakeLambda, count: int) -> list[Invocation]:
@@ -126,3 +143,22 @@ async def test_the_sweep_is_answered_and_a_refused_event_fails_its_invocation(
     assert swept.result == {"outcome": "swept"}
     assert refused.result is None and refused.error["errorType"] == "InvocationFailedError"
     assert refused.error["errorMessage"].startswith("/events answered 400")
+
+
+@pytest.mark.redis
+async def test_with_redis_the_worker_s_text_streams_live_to_the_api(monkeypatch):
+    redis_url = require_env("A2A_TEST_REDIS_URL")
+    support.use_moto_credentials(monkeypatch)
+    shared = {"redis_url": redis_url, "redis_prefix": f"t{uuid.uuid4().hex[:8]}:"}
+    words = [f"w{n}" for n in range(20)]
+    async with deployed(0.2, **shared) as running:
+        async with running.api.client(running.endpoint_id, streaming=True, timeout=60) as client:
+            seen = []
+            async for event in client.send_message(send_request(" ".join(words))):
+                seen.append((time.monotonic(), event))
+    events = [event for _, event in seen]
+    assert list(reconstruct(events).values()) == ["echo: " + " ".join(words)]
+    chunks = [t for t, e in seen if e.HasField("artifact_update") and e.artifact_update.append]
+    # from the store alone the answer comes as one artifact at the end; live, chunk by chunk
+    kinds = [(round(t - seen[0][0], 2), e.WhichOneof("payload")) for t, e in seen]
+    assert len(chunks) >= 4 and chunks[-1] - chunks[0] > 0.5, kinds
