@@ -85,6 +85,14 @@ def test_every_gateway_variable_is_a_setting_and_its_value_is_accepted():
     assert checked >= 10
 
 
+def test_pods_get_no_service_link_variables_that_would_read_as_settings():
+    """Kubernetes gives a pod ``<SERVICE>_PORT=tcp://…`` for each Service unless told not to;
+    for the Service ``a2a-gateway`` that is ``A2A_GATEWAY_PORT``, the gateway's port setting."""
+    service = k8s_resources()["Service"]["metadata"]["name"]
+    assert service.upper().replace("-", "_") == "A2A_GATEWAY"  # the clash exists...
+    assert pod()["enableServiceLinks"] is False  # ...and the pod turns the variables off
+
+
 def test_secrets_are_references_never_values():
     for where, name, value in every_env():
         if not looks_secret(name):
