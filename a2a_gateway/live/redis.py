@@ -41,8 +41,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
+import math
 import time
 import uuid
 from collections import deque
@@ -62,6 +64,8 @@ _ASK_FIRST_SECONDS = 0.1
 _READ_COUNT = 1024
 RUNNING_STREAM_TTL_SECONDS = 3600
 """A running task's stream outlives its last write this long (an owner that died)."""
+_RENEW_TTL_SECONDS = 60.0
+"""A running task's stream expiry is renewed at most this often (not with every entry)."""
 
 _EVENT_TYPES: dict[bytes, type[LiveEvent]] = {
     b"T": Task,
@@ -95,6 +99,11 @@ def open_redis(url: str) -> Any:
 
 def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+@functools.lru_cache(maxsize=65536)
+def _stream_key(prefix: str, task_id: str) -> str:
+    return f"{prefix}live:{{{digest(task_id)}}}"  # {…}: a cluster slot per task
 
 
 def encode_event(event: LiveEvent) -> bytes:
@@ -163,6 +172,7 @@ class RedisLiveHub(LiveHub):
         self._unanswered: dict[str, tuple[float, float]] = {}
         self._outbox: deque[tuple[str, dict[bytes, bytes], int]] = deque()
         self._publishes: deque[tuple[str, str]] = deque()  # (channel, message), in order
+        self._renewed: dict[str, float] = {}  # stream key → when its expiry was last set
         self._wake_sender = asyncio.Event()
         self._reading = False
         self._subscribed = False
@@ -179,7 +189,7 @@ class RedisLiveHub(LiveHub):
 
     # keys ----------------------------------------------------------------------------
     def stream_key(self, task_id: str) -> str:
-        return f"{self._prefix}live:{{{digest(task_id)}}}"
+        return _stream_key(self._prefix, task_id)
 
     def _control_channel(self, replica_id: str) -> str:
         return f"{self._prefix}control:{digest(replica_id)}"
@@ -596,14 +606,12 @@ class RedisLiveHub(LiveHub):
             batch = [self._outbox.popleft() for _ in range(min(_BATCH, len(self._outbox)))]
             published = [self._publishes.popleft()
                          for _ in range(min(_BATCH, len(self._publishes)))]
-            expiry: dict[str, int] = {}
             pipe = self._redis.pipeline(transaction=False)
             for channel, message in published:
                 pipe.publish(channel, message)
             for key, fields, ttl in batch:
                 pipe.xadd(key, fields, maxlen=max(self._limits.events, 16), approximate=True)
-                expiry[key] = ttl
-            for key, ttl in expiry.items():
+            for key, ttl in self._expiries_due(batch).items():
                 pipe.expire(key, ttl)
             try:
                 await pipe.execute()
@@ -613,6 +621,21 @@ class RedisLiveHub(LiveHub):
                 self.stats["send_failures"] += len(batch) + len(published)
                 self._warn("live_redis_write_failed", error=str(exc) or type(exc).__name__,
                            dropped=len(batch) + len(published))
+
+    def _expiries_due(self, batch: list[tuple[str, dict[bytes, bytes], int]]) -> dict[str, int]:
+        """The expiries to set for ``batch``: a stream's first entry and its end always, a
+        running one's renewal once a minute."""
+        now, due = time.monotonic(), {}
+        if len(self._renewed) > 100_000:
+            self._renewed.clear()  # bound: ends that never came (a handed-over task) renew again
+        for key, _, ttl in batch:
+            if ttl != RUNNING_STREAM_TTL_SECONDS:
+                due[key] = ttl
+                self._renewed.pop(key, None)
+            elif now - self._renewed.get(key, -math.inf) >= _RENEW_TTL_SECONDS:
+                due[key] = ttl
+                self._renewed[key] = now
+        return due
 
     # helpers --------------------------------------------------------------------------------
     def _spawn(self, coroutine: Any) -> None:

@@ -205,3 +205,17 @@ async def test_an_endpoint_change_reaches_the_other_replica(replicas):
     await a.announce_endpoint_change("ep-1")
     await eventually(lambda: heard_b == ["ep-1"], timeout=5, what="B told of the change")
     assert heard_a == []  # the replica that changed it forgot the row itself
+
+
+async def test_a_stream_is_capped_and_expires_its_keep_time_after_the_end(replicas):
+    a, runs_a, _, _ = replicas
+    a.subscribe("t6")
+    for n in range(300):  # the cap is 100 events (ReplayLimits above), trimmed approximately
+        speak(a, runs_a, "t6", f"{n} ")
+    await eventually(lambda: _flushed(a), timeout=5, what="A's outbox written")
+    key = a.stream_key("t6")
+    assert 100 <= await a._redis.xlen(key) < 300
+    assert 30 < await a._redis.ttl(key) <= 3600  # running: kept while its owner may be alive
+    a.end("t6")
+    await eventually(lambda: _flushed(a), timeout=5, what="the end written")
+    assert 0 < await a._redis.ttl(key) <= 30  # ended: the replay keep time
