@@ -175,7 +175,8 @@ async def _serve(
             banner(settings.public_base_url or http_url(host, port))
         print(
             f"a2a-gateway {version('a2a-gateway')} listening on {http_url(host, port)} "
-            f"(store {display_url(settings.store)}, {count} endpoint{'s' if count != 1 else ''}){grpc}"
+            f"(store {display_url(settings.store)}, "
+            f"{count} endpoint{'s' if count != 1 else ''}){grpc}"
             f", event loop {loop_name}",
             flush=True,
         )
@@ -226,7 +227,8 @@ def print_demo_banner(base: str, console_key: str | None) -> None:
     print(f"Agent card: {base}/{DEMO_ENDPOINT_ID}/.well-known/agent-card.json")
     print("Try:")
     print(
-        f"  curl -s {base}/{DEMO_ENDPOINT_ID}/a2a -H 'Content-Type: application/json' -H 'A2A-Version: 1.0' "
+        f"  curl -s {base}/{DEMO_ENDPOINT_ID}/a2a -H 'Content-Type: application/json' "
+        "-H 'A2A-Version: 1.0' "
         '-d \'{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":'
         '{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hello gateway"}]}}}\'',
         flush=True,

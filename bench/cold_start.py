@@ -289,7 +289,8 @@ def print_table(
         "no compiled modules (--no-bytecode)" if args.no_bytecode else "compiled modules cached"
     )
     print(
-        f"\ncold start — {args.runs} runs, medians (min–max); idle {args.idle} s before RSS; {bytecode}"
+        f"\ncold start — {args.runs} runs, medians (min–max); idle {args.idle} s before RSS;"
+        f" {bytecode}"
     )
     print(
         machine_note() + ("" if args.python == sys.executable else f"; interpreter {args.python}")
@@ -303,11 +304,13 @@ def print_table(
     for (source, kind), s in results.items():
         ratio = s.median("import_ms") / aiohttp.median("ms")
         print(
-            f"| {source} | {kind} | {s.median('import_ms'):.0f} ({s.spread('import_ms')}) | {ratio:.2f}× "
+            f"| {source} | {kind} | {s.median('import_ms'):.0f} ({s.spread('import_ms')}) "
+            f"| {ratio:.2f}× "
             f"| {s.median('build_ms'):.1f} | {s.median('ready_ms'):.0f} ({s.spread('ready_ms')}) "
             f"| {s.median('ready_cpu_ms'):.0f} ({s.spread('ready_cpu_ms')}) "
             f"| {s.median('rss_mb'):.1f} ({s.spread('rss_mb')}) "
-            f"| {s.median('first_ms'):.0f} ({s.spread('first_ms')}) | {s.median('first_cpu_ms'):.0f} "
+            f"| {s.median('first_ms'):.0f} ({s.spread('first_ms')}) "
+            f"| {s.median('first_cpu_ms'):.0f} "
             f"| {s.median('rss_after_first_mb'):.1f} | {s.median('modules'):.0f} |"
         )
     print(f"\nload average at the end: {loadavg():.2f}")
@@ -330,13 +333,15 @@ def main() -> None:
         "--source",
         type=Path,
         action="append",
-        help="checkout whose a2a_gateway/ and handlers/ to run; repeat to compare (default: this one)",
+        help="checkout whose a2a_gateway/ and handlers/ to run; repeat to compare"
+        " (default: this one)",
     )
     p.add_argument(
         "--ref",
         action="append",
         default=[],
-        help="also the gateway as committed at this git ref (a git archive snapshot), before the sources",
+        help="also the gateway as committed at this git ref (a git archive snapshot),"
+        " before the sources",
     )
     p.add_argument("--python", default=sys.executable,
                    help="interpreter (virtualenv) of the measured processes; default this one")

@@ -382,7 +382,8 @@ def print_table(
     print()
     width = max(20, *(len(n) for n in results))
     header = (
-        f"| {'server':<{width}} | {'req/s':>7} | {'p50 ms':>7} | {'p99 ms':>7} | {'runs (req/s)':<26} "
+        f"| {'server':<{width}} | {'req/s':>7} | {'p50 ms':>7} | {'p99 ms':>7} "
+        f"| {'runs (req/s)':<26} "
         f"| {'CPU µs/req':>10} | {'errors':>6} | uvloop |"
     )
     print(header)
@@ -394,7 +395,8 @@ def print_table(
             runs += f" ({r.failures} failed)"
         print(
             f"| {name:<{width}} | {r.median('rps'):>7.0f} | {r.median('p50_ms'):>7.2f} | "
-            f"{r.median('p99_ms'):>7.2f} | {runs:<26} | {r.median('cpu_us'):>10.0f} | {errors:>6} | {r.uvloop:<6} |"
+            f"{r.median('p99_ms'):>7.2f} | {runs:<26} | {r.median('cpu_us'):>10.0f} | "
+            f"{errors:>6} | {r.uvloop:<6} |"
         )
     print()
 
@@ -473,7 +475,8 @@ def main() -> None:
                     sample, uvloop = one_run(result.config, args, workdir, run, result.source)
                 except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
                     print(
-                        f"run {run + 1}/{args.runs} {row:<20} FAILED: {exc}\n{_log_tail(workdir, result, run)}",
+                        f"run {run + 1}/{args.runs} {row:<20} FAILED: {exc}\n"
+                        f"{_log_tail(workdir, result, run)}",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -482,8 +485,9 @@ def main() -> None:
                 result.samples.append(sample)
                 result.uvloop = uvloop
                 print(
-                    f"run {run + 1}/{args.runs} {row:<20} {sample.rps:8.0f} req/s  p50 {sample.p50_ms:7.2f} ms"
-                    f"  p99 {sample.p99_ms:7.2f} ms  cpu {sample.cpu_us:6.0f} µs/req  errors {sample.errors}"
+                    f"run {run + 1}/{args.runs} {row:<20} {sample.rps:8.0f} req/s"
+                    f"  p50 {sample.p50_ms:7.2f} ms  p99 {sample.p99_ms:7.2f} ms"
+                    f"  cpu {sample.cpu_us:6.0f} µs/req  errors {sample.errors}"
                     f"  load {sample.load_before:.2f}",
                     flush=True,
                 )

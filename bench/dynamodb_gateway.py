@@ -1,7 +1,7 @@
 """SendMessage through the gateway: DynamoDB-in-moto vs SQLite (relative cost only).
 
     python bench/dynamodb_gateway.py [--endpoint http://127.0.0.1:PORT] [--runs 3] [--duration 8]
-    python bench/dynamodb_gateway.py --ref HEAD~1     # also the gateway as committed there, side by side
+    python bench/dynamodb_gateway.py --ref HEAD~1  # also the gateway as of HEAD~1, side by side
 
 Blocking SendMessage (JSON-RPC, A2A 1.0) on an echo agent with no delay, from ``wrk``
 (``bench/wrk_send.lua``, a separate process) against the gateway launcher
@@ -12,10 +12,11 @@ medians. Without ``--endpoint`` (or ``A2A_TEST_DYNAMODB_ENDPOINT``) a moto serve
 The table gives the store calls per request (the gateway's own count, from ``/metrics``, by
 operation). ``--ref REF`` adds the rows of the gateway as committed at ``REF`` (a ``git archive``
 snapshot in a temporary directory; the working tree is not touched), interleaved with the
-others, so a change's before and after come from one run. moto is one Python process answering HTTP, so it is the bottleneck of the DynamoDB rows:
-the numbers say what the store's call pattern costs relative to SQLite on one machine, not what
-real DynamoDB would do (single-digit ms per call, any scale). The gateway's own CPU per request
-(botocore building, signing and parsing each call) is measured separately and does carry over.
+others, so a change's before and after come from one run. moto is one Python process
+answering HTTP, so it is the bottleneck of the DynamoDB rows: the numbers say what the store's
+call pattern costs relative to SQLite on one machine, not what real DynamoDB would do
+(single-digit ms per call, any scale). The gateway's own CPU per request (botocore building,
+signing and parsing each call) is measured separately and does carry over.
 """
 
 from __future__ import annotations
@@ -230,8 +231,10 @@ def print_table(rows: dict[str, Row], args: argparse.Namespace) -> None:
         if sqlite and dynamo and sqlite.samples and dynamo.samples:
             print()
             print(
-                f"dynamodb-moto / sqlite{suffix}: {dynamo.median('rps') / sqlite.median('rps'):.2f}x req/s, "
-                f"{dynamo.median('gateway_cpu_us') / sqlite.median('gateway_cpu_us'):.2f}x gateway CPU per request"
+                f"dynamodb-moto / sqlite{suffix}: "
+                f"{dynamo.median('rps') / sqlite.median('rps'):.2f}x req/s, "
+                f"{dynamo.median('gateway_cpu_us') / sqlite.median('gateway_cpu_us'):.2f}x"
+                " gateway CPU per request"
             )
 
 
@@ -292,7 +295,8 @@ def main() -> None:
                         f"run {run + 1}/{args.runs} {name:<22} {sample.rps:7.0f} req/s"
                         f"  p50 {sample.p50_ms:6.2f} ms  p99 {sample.p99_ms:7.2f} ms"
                         f"  gateway cpu {sample.gateway_cpu_us:5.0f} µs/req"
-                        f"  store calls {sum(sample.calls.values()):.2f}/req  errors {sample.errors}"
+                        f"  store calls {sum(sample.calls.values()):.2f}/req"
+                        f"  errors {sample.errors}"
                         f"  load {loadavg():.2f}",
                         flush=True,
                     )

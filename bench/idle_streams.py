@@ -144,7 +144,8 @@ def start_gateway(
     port = free_port()
     endpoints = workdir / "endpoints.yaml"
     endpoints.write_text(f"""endpoints:
-  - {{id: {ECHO}, name: echo, handler: "handlers.echo:EchoHandler", public: true, settings: {{delay: 3600}}}}
+  - {{id: {ECHO}, name: echo, handler: "handlers.echo:EchoHandler", public: true,
+     settings: {{delay: 3600}}}}
 """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
     env.update({"PYTHONPATH": str(source), "A2A_GATEWAY_LOG_LEVEL": "warning",

@@ -287,7 +287,8 @@ def summary(figures: Figures, skipped: dict[str, str], options: argparse.Namespa
     )
     lines = [
         f"Summary of `python bench/run_all.py{' --quick' if options.quick else ''}`, "
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit `{git_commit()}`. Machine: {machine or 'unknown'}.",
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit `{git_commit()}`."
+        f" Machine: {machine or 'unknown'}.",
         "",
         "| figure | measured | target | |",
         "|---|---:|---|---|",

@@ -115,7 +115,8 @@ async def measure(args: argparse.Namespace, port: int, pid: int) -> None:
     await asyncio.sleep(3)
     after = rss_mb(pid)
     print(
-        f"uploads          {args.uploads} x up to {args.bytes / 2**20:.1f} MiB, held {args.hold:g} s"
+        f"uploads          {args.uploads} x up to {args.bytes / 2**20:.1f} MiB,"
+        f" held {args.hold:g} s"
     )
     print(f"rss idle         {idle:.0f} MB")
     print(f"rss peak         {peak:.0f} MB")

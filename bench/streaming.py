@@ -81,7 +81,8 @@ HERMES = "00000000-0000-4000-8000-0000000be4e5"
 STAMP = re.compile(r"(\d+):(\d+)")
 HEADERS = {"A2A-Version": "1.0", "Accept": "text/event-stream", "Content-Type": "application/json"}
 ENDPOINTS_FILE = """endpoints:
-  - {{id: {echo}, name: echo, handler: "handlers.echo:EchoHandler", public: true, settings: {{delay: 0}}}}
+  - {{id: {echo}, name: echo, handler: "handlers.echo:EchoHandler", public: true,
+     settings: {{delay: 0}}}}
   - {{id: {chat}, name: chat, handler: "handlers.openai_chat:OpenAIChatHandler", public: true,
      settings: {{base_url: "{backend}/v1", timeout: 120, stream_usage: false}}}}
   - {{id: {hermes}, name: hermes, handler: "handlers.hermes:HermesAgentHandler", public: true,
@@ -520,7 +521,8 @@ def main() -> None:
         action="append",
         default=[],
         metavar="LABEL:NAME=VALUE",
-        help="also run the working tree with a setting, e.g. asyncio:A2A_GATEWAY_EVENT_LOOP=asyncio",
+        help="also run the working tree with a setting,"
+        " e.g. asyncio:A2A_GATEWAY_EVENT_LOOP=asyncio",
     )
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--server-cpu", type=int, default=0)

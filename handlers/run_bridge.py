@@ -20,10 +20,11 @@ this order:
    otherwise the mapper announces the run from its first frames.
 5. Following the run: every frame of the stream goes through ``run.feed(frame)``, which
    returns events and sets ``run.terminal`` once the run's outcome is known (the terminal
-   event may also be the last of the events it returns; it goes out once, last). When a stream ends or breaks off without a terminal event,
-   ``status(run, request, deadline)`` reads the run (events, and ``run.terminal`` once it
-   ended); while it goes on, after ``poll_interval``, ``join(run, request, deadline)`` joins
-   its stream again (None, the default: read ``status`` again). A stream that breaks
+   event may also be the last of the events it returns; it goes out once, last). When a
+   stream ends or breaks off without a terminal event, ``status(run, request, deadline)``
+   reads the run (events, and ``run.terminal`` once it ended); while it goes on, after
+   ``poll_interval``, ``join(run, request, deadline)`` joins its stream again (None, the
+   default: read ``status`` again). A stream that breaks
    before the run has an id fails the task, as does one that ends so (a bridge whose
    backend names no runs sets ``run_ids = False``: its stream is the whole run and
    ``status`` gives the outcome).

@@ -250,7 +250,8 @@ class OidcLogin:
             code = query["error"] if _ERROR_CODE.fullmatch(query["error"]) else "an error"
             raise SignInError(
                 403 if code == "access_denied" else 400,
-                f"The identity provider did not sign you in ({code}). Start again from the console.",
+                f"The identity provider did not sign you in ({code}). "
+                "Start again from the console.",
             )
         code = query.get("code", "")
         if not code:
@@ -456,7 +457,8 @@ def _page(status: int, title: str, message: str) -> web.Response:
         '<link rel="stylesheet" href="/console/static/console.css"></head><body>'
         "<header><h1>a2a-gateway</h1></header><main>"
         f'<h2 id="sign-in-title">{html.escape(title)}</h2><p id="sign-in-message" class="error">'
-        f'{html.escape(message)}</p><p><a href="/console">Back to the console</a></p></main></body></html>'
+        f'{html.escape(message)}</p><p><a href="/console">Back to the console</a></p>'
+        "</main></body></html>"
     )
     return web.Response(status=status, text=body, content_type="text/html",
                         headers={**SECURITY_HEADERS, "Cache-Control": "no-store"})

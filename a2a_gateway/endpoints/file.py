@@ -1,4 +1,5 @@
-"""Endpoints as code: a YAML or TOML file of endpoint entries, checked, applied to a store, exported.
+"""Endpoints as code: a YAML or TOML file of endpoint entries, checked, applied to a store,
+exported.
 
     endpoints:
       - id: 7d0c6c1e-6a57-4b8e-9d43-3f1c2a9e0b11

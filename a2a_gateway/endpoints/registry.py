@@ -3,9 +3,10 @@
 A runtime holds the endpoint row and its handler instance (settings resolved, opened
 once). Rows are re-read at most every ``endpoint_cache_seconds``, and at the next request
 after ``forget`` (an operator's change on this replica; on PostgreSQL, any replica's change of
-the row, announced by the database); a changed row builds a new runtime, and the old handler is closed once its last run has ended. A row that cannot be served (handler not allowed or missing,
-invalid settings or card) becomes a runtime with a ``problem``, which every route of the
-endpoint answers.
+the row, announced by the database); a changed row builds a new runtime, and the old handler
+is closed once its last run has ended. A row that cannot be served (handler not allowed or
+missing, invalid settings or card) becomes a runtime with a ``problem``, which every route of
+the endpoint answers.
 ``check_endpoint`` runs the same checks for the command line, before a row is written.
 """
 
@@ -163,7 +164,8 @@ def load_handler_class(metadata: dict[str, Any], allowlist: list[str]) -> type[H
 
 
 def _allowed_modules(allowlist: list[str]) -> list[str]:
-    """The modules of the allowlisted packages (``handlers.`` → ``handlers.echo``, …), unimported."""
+    """The modules of the allowlisted packages (``handlers.`` → ``handlers.echo``, …),
+    unimported."""
     names = []
     for package_name in {p.rstrip(".") for p in allowlist if p.endswith(".")}:
         try:

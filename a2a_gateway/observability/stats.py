@@ -5,8 +5,8 @@
 ring of ``window`` seconds: A2A requests and errors per endpoint, tasks ended per endpoint
 and final state, the latency histogram's buckets, and the open streams (SSE and gRPC server
 streams). A counter lower than at the last reading was reset: its whole value is the change
-(as Prometheus' ``rate`` takes it). ``series()`` is the JSON of ``GET /admin/api/stats`` (docs/console.md). Numbers are
-this replica's.
+(as Prometheus' ``rate`` takes it). ``series()`` is the JSON of ``GET /admin/api/stats``
+(docs/console.md). Numbers are this replica's.
 """
 
 from __future__ import annotations

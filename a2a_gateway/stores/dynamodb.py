@@ -481,7 +481,8 @@ class DynamoDBStore(Store):
         return EndpointTaskPage(await self._tasks_of(page), token)
 
     async def _tasks_of(self, keys: list[dict[str, Any]]) -> list[tuple[Scope, Task]]:
-        """The tasks of index items, in their order (``BatchGetItem``; items gone meanwhile are left out)."""
+        """The tasks of index items, in their order (``BatchGetItem``; items gone meanwhile are
+        left out)."""
         wanted = [{"pk": k["pk"], "sk": k["sk"]} for k in keys]
         e = Expr()
         projection = e.params(ProjectionExpression=f"{e.n('pk')}, {e.n('sk')}, {e.n('task')}")

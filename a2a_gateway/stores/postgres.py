@@ -412,7 +412,8 @@ class PostgresStore(Store):
     async def list_active_tasks(self, endpoint_id: str, limit: int) -> list[tuple[Scope, Task]]:
         async with self._conn() as conn:
             rows = await conn.fetch(
-                f"SELECT tenant, principal, task FROM tasks WHERE endpoint_id = $1 AND {NOT_TERMINAL_SQL}"
+                "SELECT tenant, principal, task FROM tasks WHERE endpoint_id = $1"
+                f" AND {NOT_TERMINAL_SQL}"
                 " ORDER BY status_us DESC, id DESC LIMIT $2",
                 endpoint_id,
                 limit,
@@ -446,7 +447,8 @@ class PostgresStore(Store):
         args.append(page_size + 1)
         async with self._conn() as conn:
             rows = await conn.fetch(
-                f"SELECT tenant, principal, id, status_us, task FROM tasks WHERE {' AND '.join(where)}"
+                "SELECT tenant, principal, id, status_us, task FROM tasks"
+                f" WHERE {' AND '.join(where)}"
                 f" ORDER BY status_us DESC, id DESC LIMIT ${len(args)}",
                 *args,
             )
@@ -611,12 +613,15 @@ class PostgresStore(Store):
     async def record_backend_health(self, endpoint_id: str, change: EndpointHealth) -> None:
         async with self._conn() as conn:
             await conn.execute(
-                "INSERT INTO backend_health AS h (endpoint_id, successes, errors, last_success, last_error,"
-                " last_error_message) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (endpoint_id) DO UPDATE SET"
-                " successes = h.successes + EXCLUDED.successes, errors = h.errors + EXCLUDED.errors,"
+                "INSERT INTO backend_health AS h (endpoint_id, successes, errors, last_success,"
+                " last_error, last_error_message) VALUES ($1, $2, $3, $4, $5, $6)"
+                " ON CONFLICT (endpoint_id) DO UPDATE SET"
+                " successes = h.successes + EXCLUDED.successes,"
+                " errors = h.errors + EXCLUDED.errors,"
                 " last_success = GREATEST(h.last_success, EXCLUDED.last_success),"
                 " last_error = GREATEST(h.last_error, EXCLUDED.last_error),"
-                " last_error_message = CASE WHEN EXCLUDED.last_error > COALESCE(h.last_error, '-infinity')"
+                " last_error_message = CASE"
+                " WHEN EXCLUDED.last_error > COALESCE(h.last_error, '-infinity')"
                 " THEN EXCLUDED.last_error_message ELSE h.last_error_message END",
                 endpoint_id,
                 change.successes,

@@ -57,7 +57,8 @@ INSERT_MANY = (
     " run_state, owner, lease_until)"
     " ON CONFLICT DO NOTHING RETURNING id"
 )
-"""Inserts every row it is given but those whose id (or scoped id) exists; returns the ids inserted."""
+"""Inserts every row it is given but those whose id (or scoped id) exists; returns the ids
+inserted."""
 
 
 def columns(rows: Sequence[NewTask]) -> list[list[Any]]:

@@ -1,4 +1,5 @@
-"""The PostgreSQL migration runner (``a2a-gateway migrate``) and the schema check ``serve`` relies on.
+"""The PostgreSQL migration runner (``a2a-gateway migrate``) and the schema check ``serve``
+relies on.
 
 ``migrations/postgres/NNNN_*.sql`` are applied in order under an advisory lock and
 recorded, with their checksums, in ``schema_migrations``.

@@ -301,7 +301,8 @@ class SQLiteStore(Store):
 
     async def list_active_tasks(self, endpoint_id: str, limit: int) -> list[tuple[Scope, Task]]:
         async with self._db.execute(
-            f"SELECT tenant, principal, task FROM tasks WHERE endpoint_id = ? AND {NOT_TERMINAL_SQL}"
+            "SELECT tenant, principal, task FROM tasks WHERE endpoint_id = ?"
+            f" AND {NOT_TERMINAL_SQL}"
             " ORDER BY status_us DESC, id DESC LIMIT ?",
             [endpoint_id, limit],
         ) as cur:
@@ -469,7 +470,8 @@ class SQLiteStore(Store):
             " coalesce(excluded.last_success, last_success)),"
             " last_error_message = CASE WHEN excluded.last_error > coalesce(last_error, -1)"
             " THEN excluded.last_error_message ELSE last_error_message END,"
-            " last_error = max(coalesce(last_error, excluded.last_error), coalesce(excluded.last_error, last_error))",
+            " last_error = max(coalesce(last_error, excluded.last_error),"
+            " coalesce(excluded.last_error, last_error))",
             (
                 endpoint_id,
                 change.successes,
@@ -499,7 +501,8 @@ class SQLiteStore(Store):
             return
         marks = ",".join("?" * len(task_ids))
         await self._batched.write(
-            f"UPDATE tasks SET lease_until = ? WHERE owner = ? AND id IN ({marks}) AND {NOT_TERMINAL_SQL}",
+            f"UPDATE tasks SET lease_until = ? WHERE owner = ? AND id IN ({marks})"
+            f" AND {NOT_TERMINAL_SQL}",
             (lease_until, owner, *task_ids),
         )
 

@@ -82,7 +82,8 @@ class EngineLimits:
     max_task_history: int = 1000
     remote_poll_seconds: float = 1.0
     unseen_task_seconds: float = 1.0
-    """How long a blocking task only its caller can know of may run unwritten (``TaskRun.unseen``)."""
+    """How long a blocking task only its caller can know of may run unwritten
+    (``TaskRun.unseen``)."""
     dispatch_claim_seconds: float = 300.0
     """How long a dispatched task waits for a worker's claim before recovery fails it."""
 

@@ -239,7 +239,8 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         endpoint_id = self._endpoint_id(request)
         if not endpoint_id:
             raise EndpointNotFoundError(
-                "name the endpoint in the request's tenant field (the tenant of the card's GRPC interface)"
+                "name the endpoint in the request's tenant field"
+                " (the tenant of the card's GRPC interface)"
             )
         runtime = await gateway.registry.get(endpoint_id)
         structlog.contextvars.bind_contextvars(endpoint_id=endpoint_id)

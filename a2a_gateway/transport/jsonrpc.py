@@ -288,7 +288,8 @@ def _check_0_3_params(params: Any) -> None:
             continue
         if "kind" not in part:
             raise InvalidParamsError(
-                f"invalid params: params.message.parts.{i}.kind: Field required (text, file or data)"
+                f"invalid params: params.message.parts.{i}.kind: Field required"
+                " (text, file or data)"
             )
         file = part.get("file")
         data = file.get("bytes") if isinstance(file, dict) else None
@@ -309,7 +310,8 @@ def _check_0_3_history_length(envelope: Any) -> None:
         length = getattr(holder, "history_length", None)
         if length is not None and not 0 <= length <= INT32_MAX:
             raise InvalidParamsError(
-                f"invalid params: {where}.historyLength must be between 0 and {INT32_MAX}, got {length}"
+                f"invalid params: {where}.historyLength must be between 0 and {INT32_MAX},"
+                f" got {length}"
             )
 
 

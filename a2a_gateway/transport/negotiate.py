@@ -36,12 +36,14 @@ def negotiate_extensions(request: web.Request, runtime: EndpointRuntime) -> list
 
 
 def activated_extensions(values: list[str], runtime: EndpointRuntime) -> list[str]:
-    """Of the extensions named in ``values`` (A2A-Extensions values), those the endpoint declares."""
+    """Of the extensions named in ``values`` (A2A-Extensions values), those the endpoint
+    declares."""
     requested = get_requested_extensions(values)
     declared = runtime.extensions
     missing = [e["uri"] for e in declared if e.get("required") and e.get("uri") not in requested]
     if missing:
         raise ExtensionSupportRequiredError(
-            f"this agent requires the extension(s) {', '.join(missing)}; activate them with A2A-Extensions"
+            f"this agent requires the extension(s) {', '.join(missing)};"
+            " activate them with A2A-Extensions"
         )
     return [e["uri"] for e in declared if e.get("uri") in requested]

@@ -39,7 +39,8 @@ async def jwks(request: web.Request) -> web.StreamResponse:
 
 
 def _endpoint_routes() -> list[tuple[str, str, View]]:
-    """(method, path below the endpoint, view), the busiest first: the router tries them in order."""
+    """(method, path below the endpoint, view), the busiest first: the router tries them in
+    order."""
     return [
         ("POST", "/a2a", handle_jsonrpc),
         ("POST", "/a2a/", handle_jsonrpc),

@@ -74,7 +74,8 @@ def main() -> None:
                 "A2A_GATEWAY_LOG_LEVEL": args.log_level,
                 "A2A_GATEWAY_EVENT_LOOP": "asyncio" if args.no_uvloop else "auto"})
     print(
-        f"bench-server gateway (a2a-gateway serve) store={args.store} log={args.log_level} source={SOURCE}",
+        f"bench-server gateway (a2a-gateway serve) store={args.store} log={args.log_level}"
+        f" source={SOURCE}",
         flush=True,
     )
     os.chdir(SOURCE)

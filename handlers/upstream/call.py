@@ -226,7 +226,8 @@ class UpstreamCall:
                 except EventTooLarge:
                     raise UpstreamError(
                         self.reason(
-                            f"{self.backend} sent an event larger than {reader.max_event_bytes} bytes"
+                            f"{self.backend} sent an event larger than"
+                            f" {reader.max_event_bytes} bytes"
                         )
                     ) from None
                 for frame in frames:

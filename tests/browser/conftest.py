@@ -1,7 +1,8 @@
 """Fixtures of the browser tests: the ``a2a-gateway demo`` command running as a child process
-(console on, a known operator key; ``support.demo_gateway``), a headless Chromium driven by Selenium through Debian's
-chromium-driver (its path given, so Selenium downloads nothing), and the a2a-sdk client as
-the other caller (``support.send``). Screenshots go to ``tests/output/browser/``."""
+(console on, a known operator key; ``support.demo_gateway``), a headless Chromium driven by
+Selenium through Debian's chromium-driver (its path given, so Selenium downloads nothing), and
+the a2a-sdk client as the other caller (``support.send``). Screenshots go to
+``tests/output/browser/``."""
 
 from __future__ import annotations
 

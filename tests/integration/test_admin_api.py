@@ -308,7 +308,7 @@ async def test_console_is_off_by_default():
             ).status_code == 404
 
 
-async def test_a_console_session_reads_the_admin_api_and_the_feed_and_its_changes_need_the_csrf_token():
+async def test_a_console_session_reads_the_admin_api_and_feed_and_its_changes_need_the_csrf_token():
     async with running_gateway(
         operator_keys=[OPERATOR_KEY], console=True, endpoint_cache_seconds=0.2
     ) as gw:
@@ -462,7 +462,10 @@ async def test_an_operator_follows_a_running_tasks_own_stream_text_chunks_includ
             caller = client.send_message(send_request(words))
             first = await anext(caller)
             task_id = first.task.id
-            url = f"{strict.base_url}/admin/api/endpoints/{endpoint_id}/tasks/{task_id}/stream?principal=carol"
+            url = (
+                f"{strict.base_url}/admin/api/endpoints/{endpoint_id}/tasks/{task_id}"
+                "/stream?principal=carol"
+            )
             async with httpx.AsyncClient(timeout=60) as http:
                 assert (await http.get(url)).status_code == 401
                 assert (
@@ -499,7 +502,10 @@ async def test_a_replica_lists_follows_and_cancels_a_task_running_on_another():
             task_id = (await anext(caller)).task.id
             listed = (await admin(b, "GET", f"/tasks?endpointId={endpoint_id}")).json()["tasks"]
             assert [(t["taskId"], t["state"]) for t in listed] == [(task_id, "TASK_STATE_WORKING")]
-            url_b = f"{b.base_url}/admin/api/endpoints/{endpoint_id}/tasks/{task_id}/stream?principal=anonymous"
+            url_b = (
+                f"{b.base_url}/admin/api/endpoints/{endpoint_id}/tasks/{task_id}"
+                "/stream?principal=anonymous"
+            )
             async with httpx.AsyncClient(timeout=60) as http:
                 async with aconnect_sse(http, "GET", url_b, headers=AS_OPERATOR) as source:
                     seen, canceled = [], None

@@ -1,8 +1,9 @@
 """Backend health and numbers at a glance in the admin API, with plain HTTP through a running
-gateway on memory, SQLite and PostgreSQL: a backend that cannot be reached makes its endpoint ``failing``
-with the reason, a success afterwards ``ok``; health is told once per task, not per chunk;
-``/admin/api/stats`` counts the requests sent, their errors, the tasks' outcomes, their
-latency and the open streams; both need an operator (401 without, 403 for a caller's key)."""
+gateway on memory, SQLite and PostgreSQL: a backend that cannot be reached makes its endpoint
+``failing`` with the reason, a success afterwards ``ok``; health is told once per task, not
+per chunk; ``/admin/api/stats`` counts the requests sent, their errors, the tasks' outcomes,
+their latency and the open streams; both need an operator (401 without, 403 for a caller's
+key)."""
 
 from __future__ import annotations
 
@@ -255,7 +256,10 @@ async def test_every_count_the_admin_api_shows_is_a_json_integer(gw):
         async with gw.client(chat) as client:  # the operator follows a running task's stream
             caller = client.send_message(send_request("FAKE_SLOW words=6 delay=0.2"))
             running = (await anext(caller)).task.id
-            url = f"{gw.base_url}/admin/api/endpoints/{chat}/tasks/{running}/stream?principal=anonymous"
+            url = (
+                f"{gw.base_url}/admin/api/endpoints/{chat}/tasks/{running}"
+                "/stream?principal=anonymous"
+            )
             async with httpx.AsyncClient(timeout=60) as http:
                 async with aconnect_sse(http, "GET", url, headers=AS_OPERATOR) as source:
                     frames = [

@@ -144,8 +144,10 @@ async def test_a_bad_filter_is_400_with_what_is_wrong(gw):
         f"?endpoint={uuid.uuid4()}": "endpoint: no endpoint",
         "?endpoint=not-an-id": "endpoint: no endpoint not-an-id",
         f"?context={'c' * 257}": "context is longer than 256 characters",
-        f"?page_size={'9' * 5000}": "page_size must be a whole number from 1 to 20",  # more digits than int() reads
-        "?endpoint=not%0Aan-id": "endpoint: no endpoint 'not\\nan-id'",  # a reason holds no line break
+        # more digits than int() reads
+        f"?page_size={'9' * 5000}": "page_size must be a whole number from 1 to 20",
+        # a reason holds no line break
+        "?endpoint=not%0Aan-id": "endpoint: no endpoint 'not\\nan-id'",
     }
     for query, message in bad.items():
         answer = await tasks(gw, query)

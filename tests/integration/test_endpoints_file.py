@@ -176,7 +176,8 @@ async def test_export_then_serve_the_exported_file_on_a_fresh_store_gives_the_sa
             "--description",
             "with a card",
             "--card",
-            '{"version": "2.0.0", "skills": [{"id": "s", "name": "S", "description": "d", "tags": ["t"]}]}',
+            '{"version": "2.0.0", "skills": '
+            '[{"id": "s", "name": "S", "description": "d", "tags": ["t"]}]}',
             "--set",
             "response_mode=message",
             "--set",

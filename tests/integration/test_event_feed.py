@@ -175,7 +175,7 @@ async def test_filters_by_state_and_context_and_refuses_an_unknown_state():
         assert bad.status_code == 400 and "sleepy" in bad.json()["error"]["message"]
 
 
-async def test_last_event_id_inside_the_log_replays_exactly_the_missed_events_outside_it_a_snapshot():
+async def test_last_event_id_inside_the_log_replays_just_the_missed_events_outside_it_a_snapshot():
     async with running_gateway(operator_keys=[OPERATOR_KEY]) as gw:
         endpoint_id = await gw.add_endpoint(settings={"delay": 0})
         async with gw.client(endpoint_id, streaming=False) as client:

@@ -314,7 +314,8 @@ def _credentials(draw: st.DrawFn, target: Operated) -> tuple[dict[str, Any], boo
         if isinstance(authorization, str)
         else "not UTF-8"
     )
-    # a session counts only without a bearer token (another Authorization, e.g. Basic, is no credential)
+    # a session counts only without a bearer token (another Authorization, e.g. Basic, is no
+    # credential)
     return headers, bearer == OPERATOR_KEY or (bearer is None and session_valid and csrf == "right")
 
 
@@ -365,7 +366,8 @@ def _query(draw: st.DrawFn, target: Operated, names: list[str]) -> str:
             _tampered(target.page_token)))
         encode = draw(st.booleans())
         pairs.append(
-            f"{quote(name, safe='') if encode else name}={quote(value, safe='') if encode else value}"
+            f"{quote(name, safe='') if encode else name}="
+            f"{quote(value, safe='') if encode else value}"
         )
     return _query_string(pairs)
 
@@ -590,7 +592,8 @@ def console_requests(draw: st.DrawFn, target: Operated,
         "/console",
         "/console/",
     )
-    # the console's calls change nothing in the store: a login opens a session, kept only in its cookie
+    # the console's calls change nothing in the store: a login opens a session, kept only in
+    # its cookie
     return Request(
         method,
         target.base_url + path,
@@ -624,7 +627,8 @@ def feed_requests(draw: st.DrawFn, target: Operated) -> Request:
         )  # aiohttp refuses a header over 8190 bytes
     method = _method(draw, "GET")
     body = draw(_body(headers)) if method in ("POST", "DELETE") else b""
-    url = f"{target.base_url}{path}{_safe_raw(draw(_query(target, ['state', 'contextId', 'endpointId'])))}"
+    query = draw(_query(target, ["state", "contextId", "endpointId"]))
+    url = f"{target.base_url}{path}{_safe_raw(query)}"
     return Request(method, url, headers, body, may_change)
 
 
@@ -731,7 +735,8 @@ def _reply_problems(
         return [f"{response.status_code} error body is not JSON: {text[:100]!r}"]
     error = reply.get("error") if isinstance(reply, dict) else None
     if isinstance(error, str):
-        return []  # the admin API's and the console's own refusals: {"error": "...", "problems"?: [...]}
+        # the admin API's and the console's own refusals: {"error": "...", "problems"?: [...]}
+        return []
     if not isinstance(error, dict) or error.get("code") != response.status_code or not isinstance(
             error.get("message"), str):
         return [
@@ -877,7 +882,8 @@ def test_header_bytes_that_are_not_utf8_are_refused_not_a_500(served: Served[Ope
             response = client.request(method, path, headers=headers)
             assert response.status_code == status, (path, headers, response.text)
             assert response.json()["error"], response.text  # the admin API's, or the console's own
-        # on the A2A binding too (every call names the gateway's URL): an envelope echoing the id, no task
+        # on the A2A binding too (every call names the gateway's URL): an envelope echoing the id,
+        # no task
         sent = {"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": {
             "messageId": "host", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}}
         key = client.post(

@@ -350,7 +350,8 @@ async def test_calls_count_in_the_request_metrics(grpc_gw, stub):
     async with httpx.AsyncClient() as http:
         metrics = (await http.get(f"{grpc_gw.base_url}/metrics")).text
     assert (
-        f'a2a_gateway_request_outcomes_total{{a2a_method="SendMessage",endpoint="{ep}",outcome="ok"}} 1.0'
+        f'a2a_gateway_request_outcomes_total{{a2a_method="SendMessage",endpoint="{ep}",'
+        'outcome="ok"} 1.0'
         in metrics
     )
     assert (f'a2a_gateway_request_outcomes_total{{a2a_method="GetTask",endpoint="{ep}",'

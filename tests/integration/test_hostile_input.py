@@ -325,11 +325,19 @@ async def test_idle_and_slow_header_connections_are_closed_after_the_keepalive_t
 # --- what such requests leave in the log ------------------------------------------------
 
 MALFORMED = {
-    "folded header": b"GET /healthz HTTP/1.1\r\nHost: a\r\nX-A: SECRETBYTES\r\n SECRETBYTES\r\n\r\n",
+    "folded header": (
+        b"GET /healthz HTTP/1.1\r\nHost: a\r\nX-A: SECRETBYTES\r\n SECRETBYTES\r\n\r\n"
+    ),
     "duplicate Host": b"GET /healthz HTTP/1.1\r\nHost: SECRETBYTES\r\nHost: b\r\n\r\n",
     "oversized line": b"GET /SECRETBYTES" + b"a" * 9000 + b" HTTP/1.1\r\nHost: a\r\n\r\n",
-    "bad chunk size": b"POST /x/a2a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nSECRETBYTES\r\n",
-    "Expect: bogus": b"POST /healthz HTTP/1.1\r\nHost: a\r\nExpect: SECRETBYTES\r\nContent-Length: 2\r\n\r\n{}",
+    "bad chunk size": (
+        b"POST /x/a2a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"zz\r\nSECRETBYTES\r\n"
+    ),
+    "Expect: bogus": (
+        b"POST /healthz HTTP/1.1\r\nHost: a\r\nExpect: SECRETBYTES\r\n"
+        b"Content-Length: 2\r\n\r\n{}"
+    ),
 }
 
 

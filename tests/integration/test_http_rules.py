@@ -84,12 +84,14 @@ async def test_error_codes_carry_error_info(gw, echo_id, http):
             -32601,
         ),
         (
-            b'{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {"parts": "x"}}}',
+            b'{"jsonrpc": "2.0", "id": 1, "method": "SendMessage",'
+            b' "params": {"message": {"parts": "x"}}}',
             {"Content-Type": "application/json", **V10},
             -32602,
         ),
         (
-            b'{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {"messageId": "m", "role": "ROLE_USER", "parts": []}}}',
+            b'{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message":'
+            b' {"messageId": "m", "role": "ROLE_USER", "parts": []}}}',
             {"Content-Type": "application/json", **V10},
             -32602,
         ),

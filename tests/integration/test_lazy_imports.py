@@ -87,8 +87,9 @@ def test_jwt_auth_with_static_keys_loads_cryptography() -> None:
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
     script = f"""
     from a2a_gateway.auth.config import endpoint_auth
-    auth = endpoint_auth({{"auth": {{"jwt": {{"issuer": "i", "audience": "a", "keys": [{pem!r}]}}}}}},
-                         default_header="X-API-Key", allow_anonymous=False)
+    auth = endpoint_auth(
+        {{"auth": {{"jwt": {{"issuer": "i", "audience": "a", "keys": [{pem!r}]}}}}}},
+        default_header="X-API-Key", allow_anonymous=False)
     assert auth.jwt.keys[0].fits("ES256") and not auth.jwt.keys[0].fits("RS256")
     """
     assert {"cryptography", "a2a_gateway.auth.public_keys"} <= _loaded_after(script)
@@ -150,12 +151,16 @@ def test_start_up_loads_the_sdk_server_package_and_the_first_requests_are_served
             assert "a2a_gateway.tasks.request_handler" in sys.modules
             endpoint_id = await gw.add_endpoint("handlers.echo:EchoHandler", settings={"delay": 0})
             card = await http.get(gw.endpoint_url(endpoint_id) + "/.well-known/agent-card.json")
-            assert card.status_code == 200 and {"url", "preferredTransport"} <= set(card.json()), card.text
+            assert card.status_code == 200, card.text
+            assert {"url", "preferredTransport"} <= set(card.json()), card.text
             url = gw.jsonrpc_url(endpoint_id)
-            r10 = await http.post(url, json=rpc("SendMessage", send_params()), headers={"A2A-Version": "1.0"})
-            assert r10.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", r10.text
+            r10 = await http.post(
+                url, json=rpc("SendMessage", send_params()), headers={"A2A-Version": "1.0"})
+            state = r10.json()["result"]["task"]["status"]["state"]
+            assert state == "TASK_STATE_COMPLETED", r10.text
             r03 = await http.post(url, json=rpc("message/send", {"message": {
-                "messageId": "m", "kind": "message", "role": "user", "parts": [{"kind": "text", "text": "hi"}]}}))
+                "messageId": "m", "kind": "message", "role": "user",
+                "parts": [{"kind": "text", "text": "hi"}]}}))
             assert r03.json()["result"]["status"]["state"] == "completed", r03.text
             bad = await http.post(url, json=rpc("tasks/get", {"id": 5}))
             assert bad.json()["error"]["code"] == -32602, bad.text

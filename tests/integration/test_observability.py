@@ -44,7 +44,8 @@ async def test_requests_are_counted_by_method_endpoint_and_outcome():
         )
         await http.post(gw.jsonrpc_url("guessed-endpoint"), json=send_body("a"), headers=V10)
         after = await scrape(gw, http)
-    ok = f'a2a_gateway_request_outcomes_total{{a2a_method="SendMessage",endpoint="{ep}",outcome="ok"}}'
+    ok = (f'a2a_gateway_request_outcomes_total{{a2a_method="SendMessage",endpoint="{ep}",'
+          'outcome="ok"}')
     missing = (f'a2a_gateway_request_outcomes_total{{a2a_method="GetTask",endpoint="{ep}",'
                'outcome="TaskNotFoundError"}')
     unknown = ('a2a_gateway_request_outcomes_total{a2a_method="other",endpoint="unknown",'

@@ -106,7 +106,8 @@ async def test_a_name_that_resolves_to_a_private_address_is_refused_at_config_ti
         ).json()
         assert err["id"] == "req-1" and err["error"]["code"] == -32602
         assert err["error"]["message"] == (
-            "push notification url is not allowed: hooks.internal.test resolves to a private address"
+            "push notification url is not allowed:"
+            " hooks.internal.test resolves to a private address"
         )
         r = await http.post(gw.jsonrpc_url(ep), json=send_body("wait ?input"), headers=V10)
         task_id = r.json()["result"]["task"]["id"]

@@ -43,7 +43,8 @@ class Binding:
     send: Callable[[RunningGateway, str, str], tuple[str, str, dict[str, Any], dict[str, str]]]
     subscribe: Callable[[RunningGateway, str, str], tuple[str, str, dict[str, Any], dict[str, str]]]
     result: Callable[[dict[str, Any]], dict[str, Any]]
-    """The stream response of a ``data:`` payload, as ``{"task"|"statusUpdate"|"artifactUpdate": …}``."""
+    """The stream response of a ``data:`` payload, as
+    ``{"task"|"statusUpdate"|"artifactUpdate": …}``."""
 
 
 def _jsonrpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -363,7 +364,8 @@ async def test_a_reconnect_to_another_replica_gets_the_snapshot_then_live_events
             on_b[0].kind == "task" and on_b[0].body["id"] == task_id
         )  # a miss there: the snapshot
         assert all(e.id for e in on_b)
-        # B's ids are its own and not replayable: back on B, the snapshot again, then live to the end
+        # B's ids are its own and not replayable: back on B, the snapshot again, then live to the
+        # end
         again = await read(
             http, JSONRPC_1_0.subscribe(b, ep, task_id), JSONRPC_1_0, last_event_id=on_b[-1].id
         )

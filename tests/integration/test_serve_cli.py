@@ -150,7 +150,8 @@ async def test_the_demo_operator_key_outlives_a_restart_once_set_as_operator_key
 
 
 async def test_a_slow_demo_task_can_be_followed_and_canceled_while_it_runs():
-    """The README's cancel and subscribe examples, typed by a person: ?slow answers a word a second."""
+    """The README's cancel and subscribe examples, typed by a person: ?slow answers a word a
+    second."""
     async with serving("demo", "--store", "memory://") as listening:
         a2a, version = f"{listening[1]}/{DEMO_ENDPOINT_ID}/a2a", {"A2A-Version": "1.0"}
         start = {**SEND, "params": {"configuration": {"returnImmediately": True}, "message": {
@@ -309,7 +310,8 @@ async def test_serve_applies_the_connection_limits():
     ) as listening:
         url = f"{listening[1]}/{DEMO_ENDPOINT_ID}/a2a"
         async with httpx.AsyncClient(timeout=10) as http:
-            # decoding is the gateway's (aiohttp's own would answer an unknown encoding in plain text)
+            # decoding is the gateway's (aiohttp's own would answer an unknown encoding in plain
+            # text)
             brotli = await http.post(url, content=b"\x0b\x02\x80{}\x03", headers={
                 "Content-Type": "application/json", "Content-Encoding": "br", "A2A-Version": "1.0"})
         host, port = listening[1].removeprefix("http://").split(":")

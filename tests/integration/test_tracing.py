@@ -409,8 +409,8 @@ NO_SDK_SCRIPT = textwrap.dedent("""
                 "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}}
             answer = await http.post(gw.jsonrpc_url(ep), json=body, headers={"A2A-Version": "1.0"})
         loaded = sorted(m for m in sys.modules if m.startswith("opentelemetry"))
-        print(json.dumps({"status": answer.status_code, "trace": answer.headers.get("traceresponse"),
-                          "loaded": loaded}))
+        print(json.dumps({"status": answer.status_code,
+                          "trace": answer.headers.get("traceresponse"), "loaded": loaded}))
 
     asyncio.run(main())
 """)

@@ -71,7 +71,8 @@ def installed(client: Client) -> str:
 
 
 async def run_client(client: Client, args: dict[str, Any], *, timeout: float = 60.0) -> ClientRun:
-    """Run ``client``'s script with ``args`` (as JSON) until it exits; killed after ``timeout`` s."""
+    """Run ``client``'s script with ``args`` (as JSON) until it exits; killed after
+    ``timeout`` s."""
     where = installed(client)
     script = str(CLIENTS / client.script)
     if client is JS:

@@ -44,7 +44,8 @@ class Binding:
     rest: bool = False
 
     def message(self, text: str, **fields: Any) -> dict[str, Any]:
-        """A user message of ``text`` in this version's JSON; ``fields``: taskId, contextId, messageId."""
+        """A user message of ``text`` in this version's JSON; ``fields``: taskId, contextId,
+        messageId."""
         if self.version == "0.3":
             return message_0_3(text, **fields)
         return wire_message(text, **fields)

@@ -2,8 +2,8 @@
 
 ``memory`` and ``sqlite`` need no service; ``postgres`` comes from ``pg_support`` and skips when
 its server is not configured (a failure in CI); ``dynamodb`` comes from ``dynamo_support``, on a
-moto server the run starts itself when none is given. Anything in the test may open the URL: the gateway with ``running_gateway(url)``, a
-store with ``open_store(url)``.
+moto server the run starts itself when none is given. Anything in the test may open the URL:
+the gateway with ``running_gateway(url)``, a store with ``open_store(url)``.
 """
 
 from __future__ import annotations

@@ -50,8 +50,9 @@ async def test_postgres_reads_active_tasks_through_the_partial_index():
         try:
             await conn.execute("SET enable_seqscan = off")  # a tiny table would be scanned anyway
             plan = await conn.fetchval(
-                f"EXPLAIN (FORMAT JSON) SELECT tenant, principal, task FROM tasks WHERE endpoint_id = $1"
-                f" AND {NOT_TERMINAL_SQL} ORDER BY status_us DESC, id DESC LIMIT $2",
+                "EXPLAIN (FORMAT JSON) SELECT tenant, principal, task FROM tasks"
+                f" WHERE endpoint_id = $1 AND {NOT_TERMINAL_SQL}"
+                " ORDER BY status_us DESC, id DESC LIMIT $2",
                 "ep",
                 10,
             )

@@ -134,8 +134,9 @@ async def test_postgres_lists_an_endpoints_tasks_through_its_index():
         try:
             await conn.execute("SET enable_seqscan = off")  # a tiny table would be scanned anyway
             plan = await conn.fetchval(
-                "EXPLAIN (FORMAT JSON) SELECT tenant, principal, task FROM tasks WHERE endpoint_id = $1"
-                " AND (status_us, id) < ($2, $3) ORDER BY status_us DESC, id DESC LIMIT $4",
+                "EXPLAIN (FORMAT JSON) SELECT tenant, principal, task FROM tasks"
+                " WHERE endpoint_id = $1 AND (status_us, id) < ($2, $3)"
+                " ORDER BY status_us DESC, id DESC LIMIT $4",
                 "ep",
                 5,
                 "x",
@@ -156,7 +157,8 @@ async def test_sqlite_lists_an_endpoints_tasks_through_its_index(tmp_path):
             str(row)
             for row in conn.execute(
                 "EXPLAIN QUERY PLAN SELECT tenant, principal, task FROM tasks WHERE endpoint_id = ?"
-                " AND (status_us < ? OR (status_us = ? AND id < ?)) ORDER BY status_us DESC, id DESC LIMIT ?",
+                " AND (status_us < ? OR (status_us = ? AND id < ?))"
+                " ORDER BY status_us DESC, id DESC LIMIT ?",
                 ("ep", 5, 5, "x", 10),
             )
         )

@@ -1,4 +1,5 @@
-"""The SQLite store's URL options: ``synchronous`` and ``wal_autocheckpoint``, and their defaults."""
+"""The SQLite store's URL options: ``synchronous`` and ``wal_autocheckpoint``, and their
+defaults."""
 
 from __future__ import annotations
 

@@ -64,8 +64,8 @@ async def sign_in_at_issuer(
     cancel: bool = False,
 ) -> str:
     """Follows the issuer's pages from ``authorization_url`` as a browser would, signing in as
-    ``login`` and consenting (``cancel``: pressing its Cancel link instead); returns the URL the issuer sends
-    the browser back to (under ``back_to``), not yet opened."""
+    ``login`` and consenting (``cancel``: pressing its Cancel link instead); returns the URL the
+    issuer sends the browser back to (under ``back_to``), not yet opened."""
     url, method, form = authorization_url, "GET", None
     for _ in range(10):
         response = await http.request(method, url, data=form, follow_redirects=False)

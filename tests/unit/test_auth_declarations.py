@@ -103,7 +103,8 @@ def test_valid_declarations_pass_and_unset_environment_keys_are_notes(monkeypatc
     check = check_endpoint(row(auth), GatewaySettings())
     assert check.problems == []
     assert (
-        "auth.jwt.keys.0 reads the environment variable A2A_TEST_UNSET_JWT_KEY, which is not set here"
+        "auth.jwt.keys.0 reads the environment variable A2A_TEST_UNSET_JWT_KEY,"
+        " which is not set here"
         in check.notes
     )
     assert any("A2A_GATEWAY_TRUSTED_PROXIES" in note for note in check.notes)

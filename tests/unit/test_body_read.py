@@ -1,5 +1,6 @@
 """``read_body``: a body that arrived whole with the headers is read without arming the read
-timeout (nothing is waited for); a body still arriving is bounded by ``body_read_timeout_seconds``."""
+timeout (nothing is waited for); a body still arriving is bounded by
+``body_read_timeout_seconds``."""
 
 from __future__ import annotations
 

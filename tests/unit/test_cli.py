@@ -1,4 +1,5 @@
-"""The command line: endpoints add/check/list/show/disable/enable, migrate, help, one-line errors."""
+"""The command line: endpoints add/check/list/show/disable/enable, migrate, help, one-line
+errors."""
 
 from __future__ import annotations
 
@@ -137,7 +138,8 @@ def test_endpoints_add_refuses_handlers_it_cannot_load(tmp_path, handler, expect
         ),
         (
             "handlers.hermes:HermesHandler",
-            "handlers.hermes.HermesHandler is not a handler class; did you mean HermesAgentHandler?",
+            "handlers.hermes.HermesHandler is not a handler class;"
+            " did you mean HermesAgentHandler?",
         ),
         (
             "handlers.ecko:EchoHandler",
@@ -189,7 +191,8 @@ def test_endpoints_check_fails_on_an_unset_environment_reference_until_it_is_exp
     unset = run_cli("endpoints", "check", "--store", store)
     assert unset.returncode == 1 and unset.stdout == ""  # before: "<id> ok", exit 0
     assert unset.stderr.splitlines() == [
-        f"{endpoint_id}: hermes_api_key reads the environment variable A2A_CLI_TEST_UNSET_KEY, which is not set here",
+        f"{endpoint_id}: hermes_api_key reads the environment variable A2A_CLI_TEST_UNSET_KEY,"
+        " which is not set here",
         "a2a-gateway: 1 endpoint cannot be served",
     ]
     exported = run_cli(

@@ -53,11 +53,13 @@ def test_a_sweep_event_parses_as_no_reference():
         (b'{"a2a_gateway": "explode"}', "not a gateway event"),
         (b'{"version": "0", "detail-type": "Scheduled Event"}', "not a gateway event"),
         (
-            b'{"a2a_gateway": "run_task", "tenant": "acme", "endpoint_id": "ep-1", "principal": "alice"}',
+            b'{"a2a_gateway": "run_task", "tenant": "acme", "endpoint_id": "ep-1",'
+            b' "principal": "alice"}',
             "task_id",
         ),
         (
-            b'{"a2a_gateway": "run_task", "tenant": "", "endpoint_id": 7, "principal": "a", "task_id": "t"}',
+            b'{"a2a_gateway": "run_task", "tenant": "", "endpoint_id": 7, "principal": "a",'
+            b' "task_id": "t"}',
             "tenant, endpoint_id",
         ),
         (b'{"a2a_gateway": "run_task", "task_id": "' + b"x" * 300_000 + b'"}', "too large"),

@@ -93,21 +93,25 @@ def test_yaml_and_toml_declare_the_same_rows(tmp_path):
             "id: Input should be a valid UUID",
         ),
         (
-            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    setings: {{}}",
+            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n"
+            "    setings: {}",
             "setings: Extra inputs are not permitted",
         ),
         (f"id: {ECHO_ID}\n    name: x\n    handler: echo", "handler must be MODULE:CLASS"),
         (f"id: {ECHO_ID}\n    name: x\n    handler: os:path", "not in the allowlist"),
         (
-            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    settings: {{dealy: 0}}",
+            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n"
+            "    settings: {dealy: 0}",
             "unknown setting dealy",
         ),
         (
-            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    settings: {{public: true}}",
+            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n"
+            "    settings: {public: true}",
             "give public beside settings",
         ),
         (
-            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    enabled: yes please",
+            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n"
+            "    enabled: yes please",
             "enabled: Input should be a valid boolean",
         ),
         (
@@ -116,11 +120,13 @@ def test_yaml_and_toml_declare_the_same_rows(tmp_path):
             "capabilities.streaming must be true or false",
         ),
         (
-            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    auth: {{jwt: {{issuer: x}}}}",
+            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n"
+            "    auth: {jwt: {issuer: x}}",
             "invalid auth.jwt.audience",
         ),
         (
-            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n    rate_limit: {{per_second: -1}}",
+            f"id: {ECHO_ID}\n    name: x\n    handler: handlers.echo:EchoHandler\n"
+            "    rate_limit: {per_second: -1}",
             "invalid rate_limit: per_second",
         ),
         (

@@ -104,9 +104,7 @@ async def test_a_client_gone_while_idle_is_noticed_by_the_keepalive_and_ends_the
     await stream.close()
 
 
-async def test_one_task_pings_every_idle_stream_and_none_stays_silent_longer_than_the_interval() -> (
-    None
-):
+async def test_one_task_pings_every_idle_stream_and_none_stays_silent_past_the_interval() -> None:
     loop = asyncio.get_running_loop()
     before = len(asyncio.all_tasks())
     responses = [_Response() for _ in range(50)]

@@ -149,7 +149,7 @@ async def drain(sub: Any) -> list[Any]:
     return out
 
 
-async def test_a_streamed_reply_costs_a_handful_of_writes_and_the_stream_rebuilds_the_stored_artifact():
+async def test_a_streamed_reply_costs_a_few_writes_and_the_stream_rebuilds_the_stored_artifact():
     words = [f"w{i} " for i in range(200)]
     engine, store, hub, push = make_engine()
     handler = Scripted(lambda r: [TextDelta(w) for w in words] + [Completed()])
@@ -229,7 +229,7 @@ async def test_auth_required_waits_with_its_prompt_and_the_answer_resumes_the_ta
     assert push.states == [TASK_STATE_AUTH_REQUIRED, TASK_STATE_COMPLETED]
 
 
-async def test_file_parts_reach_the_handler_typed_and_unsupported_ones_are_refused_before_any_write():
+async def test_file_parts_reach_the_handler_typed_and_unsupported_ones_are_refused_before_writing():
     engine, store, _, _ = make_engine()
     handler = Scripted(lambda r: [Completed(text="ok")])
     runtime = runtime_of(handler)
