@@ -73,7 +73,7 @@ class UnauthenticatedError(GatewayError):
 
 
 class GatewayStoppingError(GatewayError):
-    """This instance shuts down: new work goes to another one (``Retry-After``)."""
+    """The gateway instance shuts down: new work goes to another one (``Retry-After``)."""
 
     http_status = 503
     status = "UNAVAILABLE"

@@ -50,7 +50,7 @@ _INFINITY_WORDS = {"inf", "infinity"}
 
 
 class _Fallback(Exception):
-    """This message needs ``json_format``."""
+    """The fast path gives up: the message at hand needs ``json_format``."""
 
 
 # --- printing ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Added latency of the Hermes bridge per streamed token.
+r"""Added latency of the Hermes bridge per streamed token.
 
 Every token of a ``FAKE_SLOW`` reply is timestamped where the scripted LLM sends it
 (``GET /_requests`` → ``chunks``). The same reply is then read two ways:
@@ -10,7 +10,7 @@ Per token, latency = arrival time − LLM send time (one machine, one clock). Th
 added latency is the gateway figure minus the direct one. Needs the scripted LLM and
 Hermes from ``.ci/services`` (or the same variables set by hand):
 
-    A2A_TEST_LLM_URL=… A2A_TEST_HERMES_URL=… A2A_TEST_HERMES_KEY=… \\
+    A2A_TEST_LLM_URL=… A2A_TEST_HERMES_URL=… A2A_TEST_HERMES_KEY=… \
         python bench/hermes_bridge_latency.py --runs 5 --words 40 --delay 0.05
 """
 

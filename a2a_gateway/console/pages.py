@@ -34,7 +34,7 @@ SECURITY_HEADERS = {
 
 
 def _static_files() -> dict[str, tuple[bytes, str]]:
-    """name → (content, content type) of every file in ``static/``, read once."""
+    """File name → (content, content type) of every file in ``static/``, read once."""
     folder = resources.files(__package__) / "static"
     return {item.name: (item.read_bytes(), CONTENT_TYPES[suffix]) for item in folder.iterdir()
             if (suffix := "." + item.name.rpartition(".")[2]) in CONTENT_TYPES}

@@ -68,7 +68,7 @@ def error_message(error: BaseException | str, secrets: Iterable[str] = ()) -> st
 
 
 class BackendHealth:
-    """This replica's part of the endpoints' backend health (see the module's docstring).
+    """A replica's own part of the endpoints' backend health (see the module's docstring).
 
     ``succeeded`` and ``failed`` do no I/O; ``aclose`` writes what is pending (for at most
     ``flush_seconds``) and must run before the store closes."""

@@ -142,7 +142,7 @@ class EndpointHealth:
         )
 
     def add(self, change: EndpointHealth) -> EndpointHealth:
-        """This record with ``change`` added (a new record)."""
+        """A new record: this one with ``change`` added."""
         error_later = change.last_error is not None and (
             self.last_error is None or change.last_error > self.last_error
         )

@@ -144,8 +144,8 @@ async def test_unknown_list_tasks_status_is_invalid_params(gw: RunningGateway, e
 
 
 async def test_content_encodings(gw: RunningGateway, echo_id, http):
-    """gzip and deflate are decoded; a body that is not what it says is 400; any other
-    encoding is 415 naming the accepted ones."""
+    """Bodies in gzip and deflate are decoded; a body that is not what it says is 400; any
+    other encoding is 415 naming the accepted ones."""
     url = gw.jsonrpc_url(echo_id)
     raw = httpx.Request("POST", url, json=rpc("GetTask", {"id": "missing"})).content
     for encoding, data in (("gzip", gzip.compress(raw)), ("deflate", zlib.compress(raw))):

@@ -1,5 +1,5 @@
 """Disabling an endpoint takes effect at once, although every replica caches endpoint rows for
-``endpoint_cache_seconds`` (an hour here, so only the new path can pass):
+``endpoint_cache_seconds`` (an hour here, so only the new path can pass).
 
 * one gateway (memory, SQLite): the admin API's change drops the entry of its own registry,
   so the very next card request and call answer 404, and enabling brings them back;

@@ -1,7 +1,7 @@
 """A number its field cannot hold is invalid params naming the field, never a 500: a
 JSON-RPC error -32602 with the request's id, a 400 on REST; no task is started and
-nothing is logged as an error. (``"role": 9007199254740993`` in a SendMessage was a 500
-with a logged traceback: protobuf's enum lookup raised ``ValueError`` beyond int32.)"""
+nothing is logged as an error. Before, ``"role": 9007199254740993`` in a SendMessage was a
+500 with a logged traceback: protobuf's enum lookup raised ``ValueError`` beyond int32."""
 
 from __future__ import annotations
 

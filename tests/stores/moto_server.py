@@ -26,7 +26,7 @@ from werkzeug.serving import make_server
 
 
 def serialized_moto() -> Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]:
-    """moto's WSGI application, answering one request at a time."""
+    """The WSGI application of moto, answering one request at a time."""
     app = DomainDispatcherApplication(create_backend_app)
     lock = threading.Lock()
 

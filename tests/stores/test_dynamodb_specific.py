@@ -266,7 +266,8 @@ async def test_separator_in_scope_names_cannot_alias_another_scope(dynamo):
 
 
 async def expire(store: DynamoDBStore, scope: Scope, task_id: str, at: float) -> None:
-    """moto never deletes expired items: set the TTL attribute into the past directly."""
+    """Sets the task's TTL attribute into the past directly (moto never deletes expired
+    items)."""
     await asyncio.to_thread(
         store._client.update_item,
         TableName=store._settings.tasks_table,

@@ -1,5 +1,7 @@
 """The ``a2a-gateway`` command as an operator runs it: a child process, stdout and stderr kept.
 
+``run_cli`` runs a command to its end, ``serving`` runs one for the length of a block:
+
     done = run_cli("endpoints", "add", ..., cwd=tmp_path)          # finished command
     async with serving("demo", "--store", "memory://") as base:   # a running gateway
         httpx.get(f"{base}/.well-known/...")

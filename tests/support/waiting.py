@@ -1,5 +1,7 @@
 """Waiting for something in a test: poll it with a bound, never sleep a fixed time.
 
+``eventually`` calls a probe until its value passes, failing after a timeout:
+
     task = await eventually(lambda: client.get_task(request),
                             until=lambda t: t.status.state == COMPLETED, what="the task completed")
 """

@@ -1,5 +1,7 @@
 """A webhook receiver for push notification tests: an aiohttp app on 127.0.0.1, port 0.
 
+``webhook_receiver`` gives a ``Receiver``, which records every POST:
+
     async with webhook_receiver() as hooks:
         url = hooks.url("/a2a")       # POSTs to any path are recorded
         hooks.statuses["/a2a"] = [500, 503]   # the next answers there, then 204

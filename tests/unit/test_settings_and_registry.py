@@ -1,3 +1,7 @@
+"""Settings and handler loading: a handler's settings (endpoint metadata over gateway settings
+over the handler's defaults, ``env:NAME`` references), the gateway's own settings (flags over
+environment over file over defaults), the handler allowlist and the pinned handler contract."""
+
 from __future__ import annotations
 
 import httpx
