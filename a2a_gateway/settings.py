@@ -290,7 +290,8 @@ class GatewaySettings(BaseSettings):
     dispatch_function: str | None = Field(None, validate_default=True)
     """Name or ARN of the worker Lambda (needed with ``dispatch = "lambda"``)."""
     dispatch_endpoint_url: str | None = None
-    """Lambda API endpoint to invoke the worker at instead of AWS's (e.g. a local invoke endpoint)."""
+    """Lambda API endpoint to invoke the worker at instead of AWS's (e.g. a local invoke
+    endpoint)."""
     dispatch_region: str | None = None
     """AWS region of the worker Lambda (empty: the AWS SDK's default, e.g. ``AWS_REGION``)."""
     dispatch_timeout_seconds: float = 10.0
@@ -364,7 +365,8 @@ class GatewaySettings(BaseSettings):
     @field_validator("trusted_proxies", mode="before")
     @classmethod
     def _networks(cls, value: Any) -> Any:
-        """A list, or comma-separated text (``A2A_GATEWAY_TRUSTED_PROXIES=10.0.0.5,10.1.0.0/16``)."""
+        """A list, or comma-separated text
+        (``A2A_GATEWAY_TRUSTED_PROXIES=10.0.0.5,10.1.0.0/16``)."""
         items = value.split(",") if isinstance(value, str) else value
         if isinstance(items, list):
             items = [str(v).strip() for v in items if str(v).strip()]
@@ -375,7 +377,8 @@ class GatewaySettings(BaseSettings):
     @field_validator("operator_keys", mode="before")
     @classmethod
     def _key_list(cls, value: Any) -> Any:
-        """A list, or comma-separated text (``A2A_GATEWAY_OPERATOR_KEYS=sha256:ab12…,sha256:cd34…``)."""
+        """A list, or comma-separated text
+        (``A2A_GATEWAY_OPERATOR_KEYS=sha256:ab12…,sha256:cd34…``)."""
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value

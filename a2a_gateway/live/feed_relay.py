@@ -20,14 +20,15 @@ the snapshot covers what came before. A feed stops being relayed one refresh aft
 client left and its replay log expired.
 
 **Payload.** ``{"r": <replica>, "e": <the feed event's JSON>}`` when that fits PostgreSQL's
-8000-byte limit (kept on Redis too: one wire format); otherwise a reference ``{"r", "sc": scope, "t": task id, "k": "status" |
-"artifact", "a": artifact id, "v": version}``: the receiver reads the task from the store
-once it holds that version (waiting up to ``fetch_wait_seconds``) and rebuilds the event
-from it. Received messages are handled one at a time in arrival order (a reference waits
-for its read, the messages behind it wait too), in a bounded inbox (beyond ``max_pending``
-messages are dropped and counted, and the feed starts over: its clients reconnect to a
-snapshot). When the LISTEN connection was lost (events may have been missed meanwhile) the
-live hub makes the feed start over the same way once it listens again.
+8000-byte limit (kept on Redis too: one wire format); otherwise a reference ``{"r", "sc":
+scope, "t": task id, "k": "status" | "artifact", "a": artifact id, "v": version}``: the
+receiver reads the task from the store once it holds that version (waiting up to
+``fetch_wait_seconds``) and rebuilds the event from it. Received messages are handled one at
+a time in arrival order (a reference waits for its read, the messages behind it wait too),
+in a bounded inbox (beyond ``max_pending`` messages are dropped and counted, and the feed
+starts over: its clients reconnect to a snapshot). When the LISTEN connection was lost
+(events may have been missed meanwhile) the live hub makes the feed start over the same way
+once it listens again.
 """
 
 from __future__ import annotations

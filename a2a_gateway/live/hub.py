@@ -366,8 +366,8 @@ class LiveHub:
         no other replica: the owner notices through the store at its next lease check."""
 
     async def announce_endpoint_change(self, endpoint_id: str) -> None:
-        """This replica changed ``endpoint_id``'s row: tell the others (in-process there are
-        none; on PostgreSQL the database itself announces every change)."""
+        """Tell the other replicas that ``endpoint_id``'s row changed here (in-process there
+        are none; on PostgreSQL the database itself announces every change)."""
 
     async def tell_all(self, command: str) -> None:
         """Tell every other replica ``command`` (e.g. ``released``: look for tasks to take

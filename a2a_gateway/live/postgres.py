@@ -19,8 +19,8 @@
   commands (``send_control``: e.g. ``cancel`` → ``LocalRuns.handle_control``) arrive
   there; a command for every replica (``tell_all``: ``released`` by a replica that
   stops) goes on the shared channel. When the connection is lost it is re-opened
-  with back-off and every watch is announced again; meanwhile followers keep polling the store, so a lost
-  listener makes them slower, never stuck.
+  with back-off and every watch is announced again; meanwhile followers keep polling the
+  store, so a lost listener makes them slower, never stuck.
 * **Snapshot.** On a new watch (or a re-announcement after a reconnect) the owner
   first sends the text streamed so far (``append: false``), then the live deltas,
   in order — what a local ``SubscribeToTask`` gets.

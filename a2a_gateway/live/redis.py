@@ -2,13 +2,15 @@
 
 ``RedisLiveHub`` behaves like ``LiveHub`` inside a replica and adds, on any store:
 
-* **One stream per mirrored task.** The replica running a task appends its events to the
-  Redis stream ``<prefix>live:{<digest of the task id>}`` while anyone may want them there:
-  the task streams here (it has a replay log, so a client may reconnect on another replica)
-  or another replica watches it. Each entry holds the event, the event id this replica gave
-  it, and its kind: ``e`` an event, ``s`` a snapshot for one new follower, ``x`` the end.
-  A stream is capped at ``stream_replay_events`` entries and expires an hour after its last
-  write while the task runs, ``stream_replay_keep_seconds`` after the end.
+* **Interest, not broadcast.** A task's events go to Redis only while another replica
+  wants them: the replica running it appends them to the stream
+  ``<prefix>live:{<digest of the task id>}`` for as long as a follower elsewhere watches it.
+  A task followed nowhere else costs Redis nothing, however many clients stream it here.
+  Entries hold an event with the id this replica gave it and a kind: ``e`` an event, ``s``
+  a snapshot for one new follower, ``r`` a replayed event for one reconnect, ``m`` a miss,
+  ``x`` the end. A stream is capped at ``stream_replay_events`` entries and expires an hour
+  after its last expiry renewal while the task runs, ``stream_replay_keep_seconds`` after
+  the end.
 * **Followers** (``follow``: a task that runs on another replica) note the stream's last
   entry, then ask on the shared channel for a snapshot (``watch`` with a nonce). The owner
   appends the text so far as an ``s`` entry for that nonce, in order with the events, so
@@ -18,10 +20,14 @@
   ``refresh_seconds`` (an owner forgets a watcher after three missed refreshes); a snapshot
   that did not come (the task was queued for a worker, or between owners) is asked for again,
   soon at first, then every refresh.
-* **Event ids valid everywhere.** A follower hands out the owner's ids, so a client that
-  reconnects with ``Last-Event-ID`` on any replica gets exactly the events after it:
-  the owner from its own log, any other replica from the stream (``reconnect``). The stream
-  key is the task's, so an id never replays another task's events.
+* **Event ids valid everywhere.** A follower hands out the owner's ids. A client that
+  reconnects with ``Last-Event-ID`` on another replica (``reconnect``) is answered from the
+  log of the replica that gave the id: asked with a nonce (``replay``), that replica appends
+  the events after the id (``r``), then, while the task runs, an ``s`` from which the
+  reconnect follows live; the replica running the task says ``m`` when its log does not hold
+  the id, and without an answer within ``REPLAY_WAIT_SECONDS`` the client starts from a
+  snapshot (the log's replica stopped). The stream is the task's, so an id never replays
+  another task's events.
 * **Control** (``send_control``: e.g. ``cancel``) goes to the owner's channel
   ``<prefix>control:<digest of its id>``; ``tell_all`` (``released``) to the shared one.
 * **Operators' feed and endpoint changes.** The feed relay (``live.feed_relay``) speaks on
@@ -59,6 +65,8 @@ from a2a_gateway.live.hub import LiveEvent, LiveHub, Subscription
 log = structlog.get_logger(__name__)
 
 _BATCH = 512
+REPLAY_WAIT_SECONDS = 1.0
+"""How long a reconnect on another replica waits for the owner's replay; then a snapshot."""
 _ASK_FIRST_SECONDS = 0.1
 """A follower whose snapshot did not come asks again after this, then twice as long each time."""
 _READ_COUNT = 1024
@@ -127,13 +135,16 @@ def stream_id(entry_id: bytes | str) -> tuple[int, int]:
 
 class RemoteSubscription(Subscription):
     """A subscription fed from a task's Redis stream: it takes entries after ``cursor``,
-    and none at all while it waits for the snapshot answering ``nonce``."""
+    and while it waits for the owner's answer to ``nonce`` only that answer."""
 
     def __init__(self, hub: LiveHub, task_id: str, max_bytes: int, position: str,
-                 nonce: str | None, cursor: tuple[int, int] = (0, 0)) -> None:
+                 nonce: str | None, *, resumed: bool = False) -> None:
         super().__init__(hub, task_id, max_bytes, position)
         self.nonce = nonce
-        self.cursor = cursor
+        self.cursor = (0, 0)
+        self.resumed = resumed
+        """A reconnect after an event id: it takes the events replayed for its nonce, never
+        a snapshot (the client holds the text up to that id)."""
 
 
 class RedisLiveHub(LiveHub):
@@ -170,6 +181,8 @@ class RedisLiveHub(LiveHub):
         self._task_of_key: dict[bytes, str] = {}
         # tasks with a follower still waiting for its snapshot → (next ask, interval)
         self._unanswered: dict[str, tuple[float, float]] = {}
+        # reconnects waiting for the owner's replay: nonce → found (True) or a miss (False)
+        self._answers: dict[str, asyncio.Future[bool]] = {}
         self._outbox: deque[tuple[str, dict[bytes, bytes], int]] = deque()
         self._publishes: deque[tuple[str, str]] = deque()  # (channel, message), in order
         self._renewed: dict[str, float] = {}  # stream key → when its expiry was last set
@@ -232,8 +245,7 @@ class RedisLiveHub(LiveHub):
 
     # LiveHub: owner side -----------------------------------------------------------------
     def _mirrored(self, task_id: str) -> bool:
-        log_ = self._logs.get(task_id)
-        return task_id in self._watchers or (log_ is not None and not log_.ended)
+        return task_id in self._watchers
 
     def has_listeners(self, task_id: str) -> bool:
         return super().has_listeners(task_id) or task_id in self._watchers
@@ -268,6 +280,34 @@ class RedisLiveHub(LiveHub):
         if chunk is not None:
             fields[b"e"] = encode_event(chunk)
         self._write_entry(task_id, fields)
+
+    def _on_replay(self, replica: str, task_ids: list[str], nonce: str, after: str) -> None:
+        """Another replica's client reconnects with ``after``, an id of this replica's log:
+        append the events since (then, while the task runs here, mirror it for that
+        replica). The replica running the task says when its log does not hold ``after`` (an
+        id of an earlier run, or none at all); others say nothing then."""
+        for task_id in task_ids:
+            if not isinstance(task_id, str):
+                continue
+            log_, runs_here = self._logs.get(task_id), self._run(task_id) is not None
+            missed = log_.after(after) if log_ is not None else None
+            if missed is None or (log_ is not None and log_.ended and not missed):
+                if runs_here or missed is not None:
+                    self._write_entry(task_id, {b"k": b"m", b"n": nonce.encode()})
+                continue
+            assert log_ is not None
+            if not log_.ended:
+                self._watchers.setdefault(task_id, {})[replica] = (
+                    time.monotonic() + 3 * self._refresh)
+            for n, (event_id, event, _) in enumerate(missed, 1):
+                fields = {b"k": b"r", b"n": nonce.encode(), b"i": event_id.encode(),
+                          b"e": encode_event(event)}
+                if log_.ended and n == len(missed):
+                    fields[b"end"] = b"1"
+                self._write_entry(task_id, fields)
+            if not log_.ended:
+                self._write_entry(task_id, {b"k": b"s", b"n": nonce.encode(),
+                                            b"i": self.position(task_id).encode()})
 
     def _on_unwatch(self, replica: str, task_ids: list[str]) -> None:
         for task_id in task_ids:
@@ -312,38 +352,33 @@ class RedisLiveHub(LiveHub):
         self._task_of_key[self.stream_key(task_id).encode()] = task_id
 
     async def reconnect(self, task_id: str, last_event_id: str) -> Subscription | None:
-        """This replica's log first; for a task run elsewhere, the task's stream."""
+        """The events after ``last_event_id``: from this replica's log; for a task run
+        elsewhere, from the log of the replica that gave out the id, which appends what
+        followed it to the task's stream (then the live events); None when no replica
+        answers within ``REPLAY_WAIT_SECONDS``."""
         local = self.resume(task_id, last_event_id)
         if local is not None or not self._runs_elsewhere(task_id) or self._closing:
             return local
-        try:
-            entries = await self._redis.xrange(self.stream_key(task_id), "-", "+",
-                                               count=self._limits.events + 16)
-        except Exception as exc:
-            self._warn("live_redis_read_failed", task_id=task_id, error=str(exc))
-            return None
-        wanted = last_event_id.encode()
-        start = next((n for n, (_, f) in enumerate(entries) if f.get(b"i") == wanted), None)
-        if start is None:
-            return None
-        after = entries[start + 1:]
-        ended = any(f.get(b"k") == b"x" for _, f in after)
-        events = [(f[b"i"].decode(), e) for _, f in after if f.get(b"k") == b"e"
-                  for e in [decode_event(f.get(b"e", b""))] if e is not None]
-        if ended and not events:
-            return None
-        cursor = stream_id(entries[-1][0])
+        nonce = uuid.uuid4().hex
         sub = RemoteSubscription(self, task_id, self._subscriber_max_bytes, last_event_id,
-                                 nonce=None, cursor=cursor)
-        for event_id, event in events:
-            sub._backlog.put(event_id, event, event.ByteSize(), merge=False)
-        if ended:
-            sub._end()
-            return sub
+                                 nonce=nonce, resumed=True)
+        answered = self._answers[nonce] = asyncio.get_running_loop().create_future()
         self._subscribers.setdefault(task_id, []).append(sub)
-        self._read_from(task_id, cursor)
-        self._spawn(self._start_following(task_id, []))
-        self._spawn(self._broadcast({"k": "watch", "t": [task_id]}))
+        found = False
+        try:
+            await self._start_following(task_id, [])
+            await self._broadcast({"k": "replay", "t": [task_id], "n": nonce,
+                                   "a": last_event_id})
+            async with asyncio.timeout(REPLAY_WAIT_SECONDS):
+                found = await answered
+        except Exception as exc:
+            if not isinstance(exc, TimeoutError):
+                self._warn("live_redis_replay_failed", task_id=task_id, error=str(exc))
+        finally:
+            self._answers.pop(nonce, None)
+        if not found:
+            sub.close()
+            return None
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
@@ -404,38 +439,61 @@ class RedisLiveHub(LiveHub):
                 self._interest[task_id] = stream_id(entries[-1][0])
 
     def _on_entry(self, task_id: str, entry: tuple[int, int], fields: dict[bytes, bytes]) -> None:
-        kind = fields.get(b"k")
-        subs = self._remote_subs(task_id)
+        kind, nonce = fields.get(b"k"), fields.get(b"n")
         if kind == b"x":
-            for sub in subs:
-                self._subscribers[task_id].remove(sub)
-                sub._end()
-            if not self._subscribers.get(task_id):
-                self._subscribers.pop(task_id, None)
+            self._end_remote(task_id, self._remote_subs(task_id))
             self._stop_following(task_id)
             return
+        if nonce is not None:
+            self._answer(nonce.decode(), found=kind != b"m")
         event = decode_event(fields[b"e"]) if b"e" in fields else None
         event_id = fields.get(b"i", b"").decode() or self.unlogged_id()
-        for sub in subs:
-            if kind == b"s" and sub.nonce is not None and sub.nonce.encode() == fields.get(b"n"):
+        for sub in self._remote_subs(task_id):
+            waiting = sub.nonce is not None and sub.nonce.encode() == nonce
+            if kind == b"s" and waiting:  # the snapshot (or the end of a replay): live now
                 sub.nonce, sub.cursor = None, entry
-                if event is not None:
+                if event is not None and not sub.resumed:
                     sub._put(event_id, event, event.ByteSize())
+            elif kind == b"r" and waiting and event is not None:
+                sub._put(event_id, event, event.ByteSize())
+                if fields.get(b"end"):
+                    self._end_remote(task_id, [sub])
             elif kind == b"e" and sub.nonce is None and entry > sub.cursor and event is not None:
                 sub.cursor = entry
                 sub._put(event_id, event, event.ByteSize())
 
+    def _answer(self, nonce: str, *, found: bool) -> None:
+        answered = self._answers.get(nonce)
+        if answered is not None and not answered.done():
+            answered.set_result(found)
+
+    def _end_remote(self, task_id: str, subs: list[RemoteSubscription]) -> None:
+        remaining = self._subscribers.get(task_id, [])
+        for sub in subs:
+            if sub in remaining:
+                remaining.remove(sub)
+            sub._end()
+        if not remaining:
+            self._subscribers.pop(task_id, None)
+
     def _lost_streams(self) -> None:
         """Entries may be gone (a restarted Redis): every follower asks for a new snapshot
-        once connected again; until then the store carries them."""
-        for task_id in self._interest:
-            for sub in self._remote_subs(task_id):
-                sub.nonce = uuid.uuid4().hex
+        once connected again (until then the store carries it); a reconnected client's
+        stream ends, so that it reconnects again (the store has what it missed)."""
+        for task_id in list(self._interest):
+            subs = self._remote_subs(task_id)
+            self._end_remote(task_id, [s for s in subs if s.resumed])
+            for sub in subs:
+                if not sub.resumed:
+                    sub.nonce = uuid.uuid4().hex
 
     def _ask_again(self) -> None:
         for task_id in list(self._interest):
-            nonces = [s.nonce for s in self._remote_subs(task_id) if s.nonce]
-            self._spawn(self._start_following(task_id, nonces))
+            self._spawn(self._start_following(task_id, self._unanswered_nonces(task_id)))
+
+    def _unanswered_nonces(self, task_id: str) -> list[str]:
+        """The nonces of the task's followers still waiting for a snapshot."""
+        return [s.nonce for s in self._remote_subs(task_id) if s.nonce and not s.resumed]
 
     async def _wake_reader(self) -> None:
         await self._redis.xadd(self._wake_key, {b"w": b"1"}, maxlen=16, approximate=True)
@@ -531,6 +589,8 @@ class RedisLiveHub(LiveHub):
             self._on_watch(replica, task_ids, nonce if isinstance(nonce, str) else None)
         elif kind == "unwatch":
             self._on_unwatch(replica, task_ids)
+        elif kind == "replay" and isinstance(message.get("n"), str):
+            self._on_replay(replica, task_ids, message["n"], str(message.get("a")))
         elif kind == "control" and self._local is not None:
             self._spawn(self._local.handle_control(str(message.get("c")), str(message.get("t"))))
 
@@ -552,7 +612,7 @@ class RedisLiveHub(LiveHub):
         asked: queued for a worker, or between owners), sooner at first, then each refresh."""
         now = time.monotonic()
         for task_id, (due, interval) in list(self._unanswered.items()):
-            nonces = [s.nonce for s in self._remote_subs(task_id) if s.nonce]
+            nonces = self._unanswered_nonces(task_id)
             if not nonces:
                 del self._unanswered[task_id]
             elif now >= due and self._subscribed:

@@ -102,7 +102,7 @@ def text_of(items: list[tuple[str, Any]]) -> str:
 
 async def test_a_follower_on_another_replica_gets_the_text_so_far_then_every_delta(replicas):
     a, runs_a, b, _ = replicas
-    own = a.subscribe("t1")  # streamed on A: mirrored to Redis from the start
+    own = a.subscribe("t1")  # streamed on A
     speak(a, runs_a, "t1", "one ")
     speak(a, runs_a, "t1", "two ")
     follower = b.follow("t1")
@@ -119,13 +119,16 @@ async def test_a_follower_on_another_replica_gets_the_text_so_far_then_every_del
     assert rest[-1][0] == owned[-1][0] == a.position("t1")
 
 
-async def test_a_task_nobody_watches_is_not_written_to_redis(replicas):
+async def test_a_task_nobody_watches_elsewhere_is_not_written_to_redis(replicas):
     a, runs_a, b, _ = replicas
     runs_a.text["quiet"] = ""
     a.publish("quiet", delta("quiet", "x"))  # no subscriber, no log, no watcher
+    streamed = a.subscribe("streamed")  # streamed on A only: its reconnects are A's own log
+    speak(a, runs_a, "streamed", "y")
+    assert len(await take(streamed, 1)) == 1
     await asyncio.sleep(0.2)
     assert a.stats["sent"] == 0
-    assert await a._redis.exists(a.stream_key("quiet")) == 0
+    assert await a._redis.exists(a.stream_key("quiet"), a.stream_key("streamed")) == 0
 
 
 async def test_a_follower_of_a_blocking_task_starts_the_mirror(replicas):
@@ -208,8 +211,14 @@ async def test_an_endpoint_change_reaches_the_other_replica(replicas):
 
 
 async def test_a_stream_is_capped_and_expires_its_keep_time_after_the_end(replicas):
-    a, runs_a, _, _ = replicas
-    a.subscribe("t6")
+    a, runs_a, b, _ = replicas
+    runs_a.text["t6"] = ""
+    b.follow("t6")  # watched from B: mirrored
+
+    async def watched() -> bool:
+        return a.has_listeners("t6")
+
+    await eventually(watched, timeout=5, what="A knows B watches")
     for n in range(300):  # the cap is 100 events (ReplayLimits above), trimmed approximately
         speak(a, runs_a, "t6", f"{n} ")
     await eventually(lambda: _flushed(a), timeout=5, what="A's outbox written")
@@ -219,3 +228,19 @@ async def test_a_stream_is_capped_and_expires_its_keep_time_after_the_end(replic
     a.end("t6")
     await eventually(lambda: _flushed(a), timeout=5, what="the end written")
     assert 0 < await a._redis.ttl(key) <= 30  # ended: the replay keep time
+
+
+async def test_a_reconnect_after_the_end_gets_the_rest_then_the_stream_ends(replicas):
+    a, runs_a, b, _ = replicas
+    own = a.subscribe("t7")
+    speak(a, runs_a, "t7", "first ")
+    (first,) = await take(own, 1)
+    speak(a, runs_a, "t7", "last")
+    a.publish("t7", completed("t7"))
+    a.end("t7")  # the client lost its stream before these; its task ended meanwhile
+    resumed = await b.reconnect("t7", first[0])
+    assert resumed is not None
+    rest = [item async for item in resumed]
+    assert text_of([first, *rest]) == "first last"
+    assert isinstance(rest[-1][1], TaskStatusUpdateEvent)
+    assert await b.reconnect("t7", rest[-1][0]) is None  # nothing after the last event
