@@ -30,6 +30,7 @@ from a2a_gateway.live.hub import LiveHub, ReplayLimits
 from a2a_gateway.live.postgres import PostgresLiveHub, uses_postgres
 from a2a_gateway.live.redis import RedisLiveHub, open_redis
 from a2a_gateway.observability import tracing
+from a2a_gateway.observability.fleet_stats import FLEET_STATS, FleetStats
 from a2a_gateway.observability.stats import STATS, StatsSampler
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.shutdown import refuse_when_stopping
@@ -58,6 +59,9 @@ ENDPOINT_COUNT = web.AppKey("endpoint_count", int)
 
 ENDPOINTS_FILE = web.AppKey("endpoints_file", EndpointsFile)
 """The endpoints file the app applied at startup (set only when there is one)."""
+
+SHARED_REDIS = web.AppKey("shared_redis", object)
+"""The Redis client the replicas share (None without ``redis_url``)."""
 
 
 async def _load_request_path(app: web.Application) -> None:
@@ -154,7 +158,7 @@ def build_app(
         client = http or backend_client(settings.backend_max_connections,
                                         settings.backend_max_keepalive_connections,
                                         settings.backend_keepalive_seconds)
-        redis = open_redis(settings.redis_url.get_secret_value())
+        redis = app[SHARED_REDIS] = open_redis(settings.redis_url.get_secret_value())
         hub = live_hub(settings, opened, redis)
         push = PushNotifier(
             opened,
@@ -260,7 +264,14 @@ def build_app(
             settings.stats_window_seconds,
             open_streams=lambda: len(app[OPEN_STREAMS]),
         )
-        async with sampler.running():
+        if app[SHARED_REDIS] is None:
+            async with sampler.running():
+                yield
+            return
+        fleet = app[FLEET_STATS] = FleetStats(
+            app[SHARED_REDIS], settings.redis_prefix, settings.replica_id, sampler
+        )
+        async with sampler.running(), fleet.running():
             yield
 
     app.on_shutdown.append(end_streams)

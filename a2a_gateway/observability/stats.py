@@ -139,6 +139,8 @@ class StatsSampler:
         self._clock = clock
         self._last: Reading | None = None
         self._last_at = 0.0
+        self.sampled: list[Callable[[Sample], None]] = []
+        """Called with each new sample once it is in the ring (``FleetStats`` publishes then)."""
 
     def _reading(self) -> Reading:
         SSE_STREAMS.set(self._open_streams())  # /metrics sets it too, when scraped
@@ -165,6 +167,8 @@ class StatsSampler:
         )
         self._last, self._last_at = now, at
         self.samples.append(sample)
+        for listener in self.sampled:
+            listener(sample)
         return sample
 
     async def run(self) -> None:

@@ -18,7 +18,7 @@ the change), otherwise within ``endpoint_cache_seconds``.
 
 An endpoint's ``health`` is how its backend answered the runs of every replica sharing the
 store (``backend_health``); ``/admin/api/stats`` is the last hour of this replica's own
-metrics (``stats``).
+metrics (``stats``), or with ``?scope=fleet`` of every replica sharing the Redis.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from a2a_gateway.errors import (
     UnauthenticatedError,
 )
 from a2a_gateway.live.feed import state_name
+from a2a_gateway.observability.fleet_stats import FLEET_STATS, fleet_answer
 from a2a_gateway.observability.stats import STATS
 from a2a_gateway.protojson import message_to_dict
 from a2a_gateway.settings import RESERVED_METADATA_KEYS
@@ -600,11 +601,19 @@ async def _runtime(gateway: Gateway, endpoint_id: str) -> EndpointRuntime:
 
 async def stats(request: web.Request) -> web.Response:
     """The last ``stats_window_seconds`` of this replica's metrics, one point every
-    ``stats_interval_seconds`` (``a2a_gateway.observability.stats``; docs/console.md)."""
+    ``stats_interval_seconds`` (``a2a_gateway.observability.stats``; docs/console.md);
+    ``?scope=fleet``: every replica's that shares the Redis (``observability.fleet_stats``)."""
     operator_of(request)
-    return _json(
-        {"replica": request.app[GATEWAY].settings.replica_id, **request.app[STATS].series()}
-    )
+    scope = request.query.get("scope", "replica")
+    if scope not in ("replica", "fleet"):
+        raise web.HTTPBadRequest(reason=f"scope must be replica or fleet, not {_shown(scope)}")
+    fleet = request.app.get(FLEET_STATS)
+    if scope == "fleet" and fleet is not None:
+        return _json(await fleet.fleet())
+    own = {"replica": request.app[GATEWAY].settings.replica_id, **request.app[STATS].series()}
+    if scope == "fleet":  # no Redis: this replica alone
+        return _json(fleet_answer([own], available=False))
+    return _json({**own, "fleetAvailable": fleet is not None})
 
 
 def add_admin_routes(app: web.Application) -> None:
