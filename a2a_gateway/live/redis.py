@@ -270,6 +270,7 @@ class RedisLiveHub(LiveHub):
             if not isinstance(task_id, str) or self._run(task_id) is None:
                 continue
             self._watchers.setdefault(task_id, {})[replica] = expiry
+            self._open_log(task_id)  # the ids the follower hands out can then be resumed
             if nonce:
                 self._append_snapshot(task_id, nonce)
 

@@ -145,6 +145,12 @@ async def test_a_follower_of_a_blocking_task_starts_the_mirror(replicas):
     speak(a, runs_a, "blk", "and more")
     (live,) = await take(follower, 1)
     assert text_of([snapshot, live]) == "so far and more"
+    # the follower's ids are the owner's log's: a client that got the snapshot can resume
+    speak(a, runs_a, "blk", " and the rest")
+    resumed = await b.reconnect("blk", snapshot[0])
+    assert resumed is not None
+    again = await take(resumed, 2)
+    assert text_of([snapshot, *again]) == "so far and more and the rest"
 
 
 async def test_last_event_id_resumes_on_the_other_replica_with_nothing_lost_or_twice(replicas):
