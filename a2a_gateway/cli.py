@@ -400,6 +400,19 @@ def cmd_endpoints_export(args: argparse.Namespace) -> None:
     sys.stdout.write(export(rows, _settings(args), args.format))
 
 
+async def _announce_change(settings: GatewaySettings, endpoint_id: str) -> None:
+    """With a Redis shared by the replicas, tell them at once (PostgreSQL's trigger does it
+    there anyway; on other stores they would see the change within the endpoint cache time)."""
+    from a2a_gateway.live.redis import announce_endpoint_change, open_redis
+
+    redis = open_redis(settings.redis_url.get_secret_value())
+    if redis is not None:
+        try:
+            await announce_endpoint_change(redis, settings.redis_prefix, "cli", endpoint_id)
+        finally:
+            await redis.aclose()
+
+
 def _set_enabled(enabled: bool) -> Any:
     def command(args: argparse.Namespace) -> None:
         async def change(store: Any) -> None:
@@ -407,6 +420,7 @@ def _set_enabled(enabled: bool) -> Any:
             ep.enabled = enabled
             ep.updated_at = datetime.now(UTC)
             await store.update_endpoint(ep)
+            await _announce_change(_settings(args), ep.id)
 
         asyncio.run(_with_store(_row_store(args), change))
         print(f"{args.id} {'enabled' if enabled else 'disabled'}")

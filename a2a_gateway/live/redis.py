@@ -105,6 +105,18 @@ def open_redis(url: str) -> Any:
     return Redis.from_pool(pool)  # closed with the client
 
 
+async def announce_endpoint_change(redis: Any, prefix: str, sender: str,
+                                   endpoint_id: str) -> None:
+    """Tell the replicas on ``redis`` that ``sender`` (a replica, or the CLI) changed
+    ``endpoint_id``'s row: they re-read it at their next request. Never raises."""
+    message = json.dumps({"r": sender, "e": endpoint_id})
+    try:
+        await redis.publish(f"{prefix}endpoints", message)
+    except Exception as exc:
+        log.warning("endpoint_change_not_announced", endpoint_id=endpoint_id,
+                    error=str(exc) or type(exc).__name__)
+
+
 def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
@@ -170,7 +182,7 @@ class RedisLiveHub(LiveHub):
         self._max_pending = max_pending
         self._shared_channel = f"{prefix}replicas"
         self._feed_channel = f"{prefix}feed"
-        self._endpoint_channel = f"{prefix}endpoints"
+        self._endpoint_channel = f"{prefix}endpoints"  # as announce_endpoint_change
         self._own_channel = self._control_channel(replica_id)
         self._wake_key = f"{prefix}wake:{digest(replica_id)}"
         self._wake_cursor = "0-0"
@@ -569,12 +581,7 @@ class RedisLiveHub(LiveHub):
 
     async def announce_endpoint_change(self, endpoint_id: str) -> None:
         """Tell every other replica that this one changed ``endpoint_id``'s row."""
-        message = json.dumps({"r": self.replica_id, "e": endpoint_id})
-        try:
-            await self._redis.publish(self._endpoint_channel, message)
-        except Exception as exc:
-            log.warning("endpoint_change_not_announced", endpoint_id=endpoint_id,
-                        error=str(exc) or type(exc).__name__)
+        await announce_endpoint_change(self._redis, self._prefix, self.replica_id, endpoint_id)
 
     def _on_message(self, data: Any) -> None:
         try:

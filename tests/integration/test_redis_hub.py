@@ -8,6 +8,8 @@ Needs ``A2A_TEST_REDIS_URL`` (.ci/services/08-redis.sh); skipped without it, exc
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -250,3 +252,26 @@ async def test_a_reconnect_after_the_end_gets_the_rest_then_the_stream_ends(repl
     assert text_of([first, *rest]) == "first last"
     assert isinstance(rest[-1][1], TaskStatusUpdateEvent)
     assert await b.reconnect("t7", rest[-1][0]) is None  # nothing after the last event
+
+
+async def test_the_cli_announces_an_endpoint_it_disables(replicas, tmp_path):
+    _, _, b, _ = replicas
+    heard: list[str | None] = []
+    b.endpoint_changed = heard.append
+    store = f"sqlite:///{tmp_path}/gw.db"
+    env = {**os.environ, "A2A_GATEWAY_REDIS_URL": os.environ["A2A_TEST_REDIS_URL"],
+           "A2A_GATEWAY_REDIS_PREFIX": b._prefix}
+
+    async def cli(*args: str) -> str:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "a2a_gateway", *args, "--store", store, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()
+        return out.decode()
+
+    endpoint_id = (await cli("endpoints", "add", "--name", "e", "--handler",
+                             "handlers.echo:EchoHandler")).split()[-1]
+    await cli("endpoints", "disable", endpoint_id)
+    await eventually(lambda: heard == [endpoint_id], timeout=5, what="the CLI's change heard")
+    assert os.environ["A2A_TEST_REDIS_URL"] not in (await cli("endpoints", "list"))
