@@ -1,0 +1,418 @@
+"""Several gateway replicas linked through Redis, on DynamoDB and on PostgreSQL.
+
+Real gateway processes (``python -m a2a_gateway serve``, ``tests/replicas/cluster.py``) on a
+fresh store, every replica given ``A2A_GATEWAY_REDIS_URL`` and a key prefix of the test's own,
+talked to with the a2a-sdk client (raw SSE for ``Last-Event-ID``):
+
+* stream on A, subscribe on B: B gets the live chunks, rebuilds exactly the stored answer;
+* cancel on C stops the run on A at once;
+* a stream dropped on A resumes on B with ``Last-Event-ID``: nothing lost, nothing twice;
+* a task waiting for input on A is answered on B, and A follows the answer live;
+* a rate limit is the fleet's: three replicas together admit it once, not three times;
+* faults: Redis killed with SIGKILL mid-stream and started again; Redis unreachable at start.
+
+Stores poll for remote changes every 30 s and leases last 60 s, so within the tests' bounds
+only Redis can carry a live chunk or a cancel from one replica to another (the fault test
+that needs the store's path polls it faster). Needs ``A2A_TEST_REDIS_URL`` (and
+``A2A_TEST_REDIS_SERVER`` for the fault tests), ``A2A_TEST_POSTGRES_DSN`` for PostgreSQL;
+DynamoDB runs on ``A2A_TEST_DYNAMODB_ENDPOINT`` or on a moto server the run starts itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    TaskState,
+)
+from httpx_sse import aconnect_sse
+
+from tests.replicas.cluster import ReplicaSet, free_port, replica_set
+from tests.stores.pg_support import admin_dsn
+from tests.support.messages import rpc, send_body, send_request, wire_message
+from tests.support.redis_support import own_redis, redis_url
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.redis
+
+COMPLETED = TaskState.TASK_STATE_COMPLETED
+CANCELED = TaskState.TASK_STATE_CANCELED
+INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
+ECHO = "handlers.echo:EchoHandler"
+LEASE = 60.0
+"""Leases far beyond the tests' bounds: an owner's lease check cannot be what stops a run."""
+SLOW_POLL = 30.0
+"""Store polling far beyond the tests' bounds: only Redis delivers in time."""
+V10 = {"A2A-Version": "1.0"}
+
+STORES = [
+    pytest.param("dynamodb", id="dynamodb+redis", marks=pytest.mark.dynamodb),
+    pytest.param("postgres", id="postgres+redis", marks=pytest.mark.postgres),
+]
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest) -> str:
+    """The store kind of the replicas (PostgreSQL skips without its server)."""
+    if request.param == "postgres":
+        admin_dsn()
+    return request.param
+
+
+@pytest.fixture
+def redis() -> str:
+    return redis_url()
+
+
+def fleet(
+    tmp_path: Path, store: str, redis: str, names: list[str], *,
+    remote_poll_seconds: float = SLOW_POLL,
+) -> contextlib.AbstractAsyncContextManager[ReplicaSet]:
+    return replica_set(tmp_path, names, lease_seconds=LEASE,
+                       remote_poll_seconds=remote_poll_seconds, store=store, redis_url=redis)
+
+
+# what a client holds -----------------------------------------------------------------------
+
+
+def rebuild(events: list[StreamResponse]) -> str:
+    """The answer text a client rebuilds: the task's artifacts, then each update (append or
+    replace)."""
+    text = ""
+    for event in events:
+        if event.HasField("task"):
+            text = "".join(p.text for a in event.task.artifacts for p in a.parts)
+        elif event.HasField("artifact_update"):
+            update = event.artifact_update
+            chunk = "".join(p.text for p in update.artifact.parts)
+            text = text + chunk if update.append else chunk
+    return text
+
+
+def final_state(events: list[StreamResponse]) -> int | None:
+    states = [e.status_update.status.state for e in events if e.HasField("status_update")]
+    return states[-1] if states else None
+
+
+def artifact_updates(events: list[StreamResponse]) -> list[Any]:
+    return [e.artifact_update for e in events if e.HasField("artifact_update")]
+
+
+def is_live_chunk(event: StreamResponse) -> bool:
+    """An appended chunk before the last one: text that came while the run went on."""
+    update = event.artifact_update
+    return event.HasField("artifact_update") and update.append and not update.last_chunk
+
+
+def live_chunks(events: list[StreamResponse]) -> list[StreamResponse]:
+    return [e for e in events if is_live_chunk(e)]
+
+
+async def collect(stream: AsyncIterator[StreamResponse], into: list[StreamResponse],
+                  arrivals: list[float] | None = None) -> None:
+    async for event in stream:
+        into.append(event)
+        if arrivals is not None:
+            arrivals.append(time.monotonic())
+
+
+@contextlib.asynccontextmanager
+async def following(stream: AsyncIterator[StreamResponse], into: list[StreamResponse],
+                    arrivals: list[float] | None = None) -> AsyncIterator[asyncio.Task[None]]:
+    """``stream`` read into ``into`` in the background; stopped when the block ends."""
+    task = asyncio.create_task(collect(stream, into, arrivals))
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def stored_text(rs: ReplicaSet, name: str, endpoint_id: str, task_id: str) -> str:
+    async with rs.client(name, endpoint_id, streaming=False) as client:
+        task = await client.get_task(GetTaskRequest(id=task_id))
+    assert task.status.state == COMPLETED, task.status
+    return "".join(p.text for a in task.artifacts for p in a.parts)
+
+
+# raw SSE, for Last-Event-ID ----------------------------------------------------------------
+
+
+@dataclass
+class SseEvent:
+    id: str
+    result: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        (kind,) = self.result
+        return kind
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return self.result[self.kind]
+
+
+async def read_sse(http: httpx.AsyncClient, url: str, body: dict[str, Any], *,
+                   last_event_id: str | None = None, limit: int | None = None) -> list[SseEvent]:
+    """The events of one JSON-RPC 1.0 SSE response (the first ``limit``, then the connection is
+    dropped)."""
+    headers = dict(V10) if last_event_id is None else {**V10, "Last-Event-ID": last_event_id}
+    events: list[SseEvent] = []
+    async with aconnect_sse(http, "POST", url, json=body, headers=headers) as source:
+        assert source.response.status_code == 200, await source.response.aread()
+        async for sse in source.aiter_sse():
+            data = orjson.loads(sse.data)
+            assert "result" in data, data
+            events.append(SseEvent(sse.id, data["result"]))
+            if limit is not None and len(events) >= limit:
+                break
+    return events
+
+
+def sse_text(events: list[SseEvent]) -> str:
+    text = ""
+    for event in events:
+        if event.kind == "task":
+            text = "".join(p["text"] for a in event.body.get("artifacts", []) for p in a["parts"])
+        elif event.kind == "artifactUpdate":
+            chunk = "".join(p["text"] for p in event.body["artifact"]["parts"])
+            text = text + chunk if event.body.get("append") else chunk
+    return text
+
+
+def sse_final_state(events: list[SseEvent]) -> str:
+    return [e.body["status"]["state"] for e in events if e.kind == "statusUpdate"][-1]
+
+
+# live path across replicas -----------------------------------------------------------------
+
+
+async def test_stream_on_a_subscribe_on_b_gets_live_chunks_and_the_whole_answer(
+    store, redis, tmp_path
+):
+    async with fleet(tmp_path, store, redis, ["a", "b"]) as rs:
+        ep = await rs.add_endpoint(ECHO, delay=0.05)
+        words = " ".join(f"w{i}" for i in range(40))
+        async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b:
+            stream = on_a.send_message(send_request(words))
+            local = [await anext(stream) for _ in range(4)]
+            task_id = local[0].task.id
+            started = time.monotonic()
+            remote: list[StreamResponse] = []
+            arrivals: list[float] = []
+            async with asyncio.timeout(15):
+                await collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote, arrivals)
+            elapsed = time.monotonic() - started
+            local += [e async for e in stream]
+        stored = await stored_text(rs, "b", ep, task_id)
+    assert remote[0].HasField("task") and remote[0].task.id == task_id
+    chunks = [i for i, e in enumerate(remote) if is_live_chunk(e)]
+    assert len(chunks) >= 5, f"only {len(chunks)} live chunks reached B"
+    # the first live chunk came while the run went on, well before its end
+    assert arrivals[-1] - arrivals[chunks[0]] > 0.5, "B got the chunks only at the end"
+    assert stored == f"echo: {words}"
+    assert rebuild(remote) == stored, "B's text differs from the stored answer (lost or twice)"
+    assert rebuild(local) == stored
+    assert final_state(remote) == COMPLETED and final_state(local) == COMPLETED
+    assert elapsed < 10
+
+
+async def test_cancel_on_c_stops_the_run_on_a_at_once(store, redis, tmp_path):
+    async with fleet(tmp_path, store, redis, ["a", "b", "c"]) as rs:
+        ep = await rs.add_endpoint(ECHO, delay=0.1)
+        async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b, \
+                rs.client("c", ep, streaming=False) as on_c:
+            stream = on_a.send_message(send_request(" ".join(["word"] * 200)))
+            first = await anext(stream)
+            task_id = first.task.id
+            await anext(stream)
+            remote: list[StreamResponse] = []
+            async with following(on_b.subscribe(SubscribeToTaskRequest(id=task_id)),
+                                 remote) as follower:
+                await eventually(lambda: len(artifact_updates(remote)) >= 2, timeout=10,
+                                 what="live chunks on B")
+                started = time.monotonic()
+                canceled = await on_c.cancel_task(CancelTaskRequest(id=task_id))
+                assert canceled.status.state == CANCELED
+                async with asyncio.timeout(5):
+                    rest = [e async for e in stream]
+                a_stopped = time.monotonic() - started
+                async with asyncio.timeout(5):
+                    await follower
+            await asyncio.sleep(0.5)  # a short while in which the canceled run must not complete
+            final = await on_a.get_task(GetTaskRequest(id=task_id))
+    assert final_state(rest) == CANCELED
+    assert a_stopped < 3, f"A's stream ended {a_stopped:.1f}s after the cancel"
+    assert final_state(remote) == CANCELED
+    assert final.status.state == CANCELED
+    assert not final.artifacts  # the run never completed after the cancel
+
+
+async def test_last_event_id_resumes_on_another_replica_nothing_lost_nothing_twice(
+    store, redis, tmp_path
+):
+    words = " ".join(f"w{i}" for i in range(40))
+    async with fleet(tmp_path, store, redis, ["a", "b"]) as rs, \
+            httpx.AsyncClient(timeout=30) as http:
+        ep = await rs.add_endpoint(ECHO, delay=0.05)
+        send = rpc("SendStreamingMessage", {"message": wire_message(words)}, rid=str(uuid.uuid4()))
+        head = await read_sse(http, f"{rs['a'].base_url}/{ep}/a2a", send, limit=6)
+        task_id = head[0].body["id"]
+        # a follower on A shows the run going on while the client is away
+        async with rs.client("a", ep) as on_a:
+            watched: list[StreamResponse] = []
+            async with following(on_a.subscribe(SubscribeToTaskRequest(id=task_id)), watched):
+                await eventually(lambda: len(artifact_updates(watched)) >= 5, timeout=10,
+                                 what="chunks published while the client is away")
+        subscribe = rpc("SubscribeToTask", {"id": task_id}, rid=str(uuid.uuid4()))
+        tail = await read_sse(http, f"{rs['b'].base_url}/{ep}/a2a", subscribe,
+                              last_event_id=head[-1].id)
+        stored = await stored_text(rs, "b", ep, task_id)
+    ids = [e.id for e in head + tail]
+    assert all(ids) and len(set(ids)) == len(ids), f"an event id seen twice: {ids}"
+    assert tail[0].kind != "task", "B did not know A's event id: it answered with a snapshot"
+    assert len([e for e in tail if e.kind == "artifactUpdate"]) >= 5
+    assert stored == f"echo: {words}"
+    assert sse_text(head + tail) == stored, "events lost or repeated across the reconnect"
+    assert sse_final_state(tail) == "TASK_STATE_COMPLETED"
+
+
+async def test_a_task_asking_for_input_on_a_is_answered_on_b_and_followed_on_a(
+    store, redis, tmp_path
+):
+    answer = " ".join(f"a{i}" for i in range(30))
+    async with fleet(tmp_path, store, redis, ["a", "b"]) as rs:
+        ep = await rs.add_endpoint(ECHO, delay=0.05)
+        async with rs.client("a", ep, streaming=False) as blocking_a:
+            asked = [e async for e in blocking_a.send_message(send_request("please ?input"))]
+        question = asked[-1].task
+        assert question.status.state == INPUT_REQUIRED, question.status
+        async with rs.client("b", ep) as on_b, rs.client("a", ep) as on_a:
+            stream = on_b.send_message(
+                send_request(answer, task_id=question.id, context_id=question.context_id)
+            )
+            first = await anext(stream)
+            assert first.task.id == question.id
+            remote: list[StreamResponse] = []
+            async with following(on_a.subscribe(SubscribeToTaskRequest(id=question.id)),
+                                 remote) as follower:
+                local = [e async for e in stream]
+                async with asyncio.timeout(10):
+                    await follower
+        stored = await stored_text(rs, "a", ep, question.id)
+    assert stored == f"echo: {answer}"
+    assert final_state(local) == COMPLETED and rebuild(local) == stored
+    assert final_state(remote) == COMPLETED and rebuild(remote) == stored
+    assert len(live_chunks(remote)) >= 3, "A got the answer's chunks only at the end"
+
+
+# a rate limit of the fleet -----------------------------------------------------------------
+
+
+async def test_three_replicas_admit_the_rate_limit_once_not_three_times(store, redis, tmp_path):
+    per_second, burst = 5, 5
+    async with fleet(tmp_path, store, redis, ["a", "b", "c"]) as rs, \
+            httpx.AsyncClient(timeout=30) as http:
+        ep = await rs.add_endpoint(ECHO, delay=0,
+                                   rate_limit={"per_second": per_second, "burst": burst})
+        urls = [f"{rs[name].base_url}/{ep}/a2a" for name in ("a", "b", "c")] * burst
+        started = time.monotonic()
+        answers = await asyncio.gather(*(
+            http.post(url, json=send_body(f"call {i}", rid=i), headers=V10)
+            for i, url in enumerate(urls)
+        ))
+        took = time.monotonic() - started
+    admitted = [a for a in answers if a.status_code == 200]
+    limited = [a for a in answers if a.status_code != 200]
+    # the fleet's bucket: its burst, and what refilled while the calls came (about 0.2 s here);
+    # each replica counting alone admits its own burst: all 15
+    figures = f"{len(admitted)} of {len(urls)} admitted in {took:.2f}s"
+    assert burst <= len(admitted) <= burst + per_second * took + 1, figures
+    assert len(admitted) < len(urls), figures
+    assert all(a.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+               for a in admitted)
+    for answer in limited:
+        assert answer.status_code == 429, answer.text
+        assert int(answer.headers["Retry-After"]) >= 1
+        error = answer.json()["error"]
+        assert error["code"] == -32600 and "rate limit" in error["message"]
+
+
+# faults ------------------------------------------------------------------------------------
+
+
+@pytest.mark.dynamodb
+async def test_redis_killed_mid_stream_the_task_completes_and_a_follower_finishes(tmp_path):
+    redis_url()  # the fault tests run where the Redis service does
+    words = " ".join(f"part{i}" for i in range(40))  # about 4 s
+    async with own_redis(tmp_path) as server, replica_set(
+        tmp_path, ["a", "b"], lease_seconds=LEASE, remote_poll_seconds=0.3,
+        store="dynamodb", redis_url=server.url,
+    ) as rs:
+        ep = await rs.add_endpoint(ECHO, delay=0.1)
+        async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b:
+            stream = on_a.send_message(send_request(words))
+            first = await anext(stream)
+            task_id = first.task.id
+            local: list[StreamResponse] = [first]
+            remote: list[StreamResponse] = []
+            async with following(on_b.subscribe(SubscribeToTaskRequest(id=task_id)),
+                                 remote) as follower, following(stream, local) as owner:
+                await eventually(lambda: len(artifact_updates(remote)) >= 2, timeout=10,
+                                 what="live chunks on B")
+                server.kill()
+                await asyncio.sleep(0.5)  # Redis is down while the run goes on
+                await server.start()
+                try:
+                    async with asyncio.timeout(20):
+                        await follower
+                    async with asyncio.timeout(5):
+                        await owner
+                except TimeoutError:
+                    raise AssertionError(
+                        f"a stream did not end after Redis came back\n{rs.logs()}"
+                    ) from None
+        stored = await stored_text(rs, "b", ep, task_id)
+    assert stored == f"echo: {words}"
+    assert final_state(remote) == COMPLETED
+    assert rebuild(remote) == stored, "B's text differs from the stored answer"
+    assert final_state(local) == COMPLETED and rebuild(local) == stored
+
+
+@pytest.mark.postgres
+async def test_a_gateway_with_redis_unreachable_starts_says_so_once_and_serves(tmp_path):
+    redis_url()  # the fault tests run where the Redis service does
+    admin_dsn()
+    password = uuid.uuid4().hex
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    nowhere = f"redis://gateway:{password}@{address}/0"
+    async with replica_set(
+        tmp_path, ["a"], lease_seconds=LEASE, remote_poll_seconds=SLOW_POLL, redis_url=nowhere
+    ) as rs:
+        ep = await rs.add_endpoint(ECHO, delay=0)
+        async with rs.client("a", ep, streaming=False) as on_a:
+            for n in range(3):
+                answer = [e async for e in on_a.send_message(send_request(f"hello {n}"))]
+                assert answer[-1].task.status.state == COMPLETED
+                assert answer[-1].task.artifacts[0].parts[0].text == f"echo: hello {n}"
+        await asyncio.sleep(1.0)  # a while in which it must not go on saying so
+        log = rs["a"].log_tail(100_000)
+    said = [line for line in log.splitlines() if "redis" in line.lower() or address in line]
+    assert len(said) == 1, f"expected one line about Redis, got {len(said)}:\n{log[-3000:]}"
+    assert password not in log
