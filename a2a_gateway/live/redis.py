@@ -3,31 +3,29 @@
 ``RedisLiveHub`` behaves like ``LiveHub`` inside a replica and adds, on any store:
 
 * **Interest, not broadcast.** A task's events go to Redis only while another replica
-  wants them: the replica running it appends them to the stream
-  ``<prefix>live:{<digest of the task id>}`` for as long as a follower elsewhere watches it.
-  A task followed nowhere else costs Redis nothing, however many clients stream it here.
-  Entries hold an event with the id this replica gave it and a kind: ``e`` an event, ``s``
-  a snapshot for one new follower, ``r`` a replayed event for one reconnect, ``m`` a miss,
-  ``x`` the end. A stream is capped at ``stream_replay_events`` entries and expires an hour
-  after its last expiry renewal while the task runs, ``stream_replay_keep_seconds`` after
-  the end.
-* **Followers** (``follow``: a task that runs on another replica) note the stream's last
-  entry, then ask on the shared channel for a snapshot (``watch`` with a nonce). The owner
-  appends the text so far as an ``s`` entry for that nonce, in order with the events, so
-  the follower takes nothing before its snapshot and everything after it: no gap, nothing
-  twice. Every replica reads all streams it follows with one blocking ``XREAD``; a new
-  follower wakes it through the replica's own wake stream. Watches are repeated every
+  follows it: the replica running it appends them to the follower replica's inbox, a
+  stream ``<prefix>inbox:{<digest of the replica id>}`` that only that replica reads (one
+  blocking ``XREAD`` of one key, however many tasks it follows). A task followed nowhere
+  else costs Redis nothing, however many clients stream it here. Entries name their task
+  and hold an event with the id the owner gave it, and a kind: ``e`` an event, ``s`` a
+  snapshot for one new follower, ``r`` a replayed event for one reconnect, ``m`` a miss,
+  ``x`` the end. An inbox is capped at ``inbox_max_entries`` and expires an hour after its
+  last renewal (a replica that stopped).
+* **Followers** (``follow``: a task that runs on another replica) ask on the shared channel
+  for a snapshot (``watch`` with a nonce). The owner appends the text so far for that nonce
+  to the follower's inbox, in order with the events, so the follower takes nothing before
+  its snapshot and everything after it: no gap, nothing twice. Watches are repeated every
   ``refresh_seconds`` (an owner forgets a watcher after three missed refreshes); a snapshot
   that did not come (the task was queued for a worker, or between owners) is asked for again,
   soon at first, then every refresh.
-* **Event ids valid everywhere.** A follower hands out the owner's ids. A client that
-  reconnects with ``Last-Event-ID`` on another replica (``reconnect``) is answered from the
-  log of the replica that gave the id: asked with a nonce (``replay``), that replica appends
-  the events after the id (``r``), then, while the task runs, an ``s`` from which the
-  reconnect follows live; the replica running the task says ``m`` when its log does not hold
-  the id, and without an answer within ``REPLAY_WAIT_SECONDS`` the client starts from a
-  snapshot (the log's replica stopped). The stream is the task's, so an id never replays
-  another task's events.
+* **Event ids valid everywhere.** A follower hands out the owner's ids (a watched task has a
+  replay log on its owner). A client that reconnects with ``Last-Event-ID`` on another
+  replica (``reconnect``) is answered from the log that gave the id: asked with a nonce
+  (``replay``), its replica appends the events after the id (``r``), then, while the task
+  runs, an ``s`` from which the reconnect follows live; the replica running the task says
+  ``m`` when its log does not hold the id, and without an answer within
+  ``REPLAY_WAIT_SECONDS`` the client starts from a snapshot (the log's replica stopped). The
+  request names the task, so an id never replays another task's events.
 * **Control** (``send_control``: e.g. ``cancel``) goes to the owner's channel
   ``<prefix>control:<digest of its id>``; ``tell_all`` (``released``) to the shared one.
 * **Operators' feed and endpoint changes.** The feed relay (``live.feed_relay``) speaks on
@@ -39,8 +37,10 @@
   False and followers go on from the store, as on one replica; on return, every follower
   asks for a new snapshot. The outbox is bounded (``max_pending``).
 
-Task ids and replica ids reach Redis keys only as digests; nothing a client sends is used
-in a key. Redis Cluster is not supported (one ``XREAD`` spans many keys); Sentinel is.
+Replica ids reach Redis keys only as digests; nothing a client sends is used in a key.
+Every command names one key (a cluster could hold them), but the client is a plain one:
+connect to a primary (an ElastiCache replication group, a Sentinel-managed primary's
+address), not to a cluster.
 """
 
 from __future__ import annotations
@@ -70,10 +70,10 @@ REPLAY_WAIT_SECONDS = 1.0
 _ASK_FIRST_SECONDS = 0.1
 """A follower whose snapshot did not come asks again after this, then twice as long each time."""
 _READ_COUNT = 1024
-RUNNING_STREAM_TTL_SECONDS = 3600
-"""A running task's stream outlives its last write this long (an owner that died)."""
+INBOX_TTL_SECONDS = 3600
+"""An inbox outlives its last expiry renewal this long (its replica stopped)."""
 _RENEW_TTL_SECONDS = 60.0
-"""A running task's stream expiry is renewed at most this often (not with every entry)."""
+"""An inbox's expiry is renewed at most this often (not with every entry)."""
 
 _EVENT_TYPES: dict[bytes, type[LiveEvent]] = {
     b"T": Task,
@@ -121,9 +121,9 @@ def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-@functools.lru_cache(maxsize=65536)
-def _stream_key(prefix: str, task_id: str) -> str:
-    return f"{prefix}live:{{{digest(task_id)}}}"  # {…}: a cluster slot per task
+@functools.lru_cache(maxsize=1024)
+def inbox_key(prefix: str, replica_id: str) -> str:
+    return f"{prefix}inbox:{{{digest(replica_id)}}}"
 
 
 def encode_event(event: LiveEvent) -> bytes:
@@ -139,21 +139,14 @@ def decode_event(data: bytes) -> LiveEvent | None:
     return event
 
 
-def stream_id(entry_id: bytes | str) -> tuple[int, int]:
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    ms, _, seq = text.partition("-")
-    return int(ms), int(seq or 0)
-
-
 class RemoteSubscription(Subscription):
-    """A subscription fed from a task's Redis stream: it takes entries after ``cursor``,
-    and while it waits for the owner's answer to ``nonce`` only that answer."""
+    """A subscription fed from this replica's inbox: the task's events, and while it waits
+    for the owner's answer to ``nonce`` only that answer."""
 
     def __init__(self, hub: LiveHub, task_id: str, max_bytes: int, position: str,
                  nonce: str | None, *, resumed: bool = False) -> None:
         super().__init__(hub, task_id, max_bytes, position)
         self.nonce = nonce
-        self.cursor = (0, 0)
         self.resumed = resumed
         """A reconnect after an event id: it takes the events replayed for its nonce, never
         a snapshot (the client holds the text up to that id)."""
@@ -172,6 +165,7 @@ class RedisLiveHub(LiveHub):
         refresh_seconds: float = 2.0,
         block_seconds: float = BLOCK_SECONDS,
         max_pending: int = 50_000,
+        inbox_max_entries: int = 100_000,
     ) -> None:
         super().__init__()
         self._redis = redis
@@ -184,20 +178,20 @@ class RedisLiveHub(LiveHub):
         self._feed_channel = f"{prefix}feed"
         self._endpoint_channel = f"{prefix}endpoints"  # as announce_endpoint_change
         self._own_channel = self._control_channel(replica_id)
-        self._wake_key = f"{prefix}wake:{digest(replica_id)}"
-        self._wake_cursor = "0-0"
+        self._inbox = inbox_key(prefix, replica_id)
+        self._inbox_cursor: Any = "0-0"
+        self._inbox_max_entries = inbox_max_entries
         # owner side: task id → {watching replica: monotonic expiry}
         self._watchers: dict[str, dict[str, float]] = {}
-        # follower side: task id → the last stream entry read for it
-        self._interest: dict[str, tuple[int, int]] = {}
-        self._task_of_key: dict[bytes, str] = {}
+        # follower side: the tasks run elsewhere that this replica follows
+        self._interest: set[str] = set()
         # tasks with a follower still waiting for its snapshot → (next ask, interval)
         self._unanswered: dict[str, tuple[float, float]] = {}
         # reconnects waiting for the owner's replay: nonce → found (True) or a miss (False)
         self._answers: dict[str, asyncio.Future[bool]] = {}
-        self._outbox: deque[tuple[str, dict[bytes, bytes], int]] = deque()
+        self._outbox: deque[tuple[str, dict[bytes, bytes]]] = deque()
         self._publishes: deque[tuple[str, str]] = deque()  # (channel, message), in order
-        self._renewed: dict[str, float] = {}  # stream key → when its expiry was last set
+        self._renewed: dict[str, float] = {}  # inbox key → when its expiry was last set
         self._wake_sender = asyncio.Event()
         self._reading = False
         self._subscribed = False
@@ -208,14 +202,11 @@ class RedisLiveHub(LiveHub):
         self._last_warning = 0.0
         self.stats = {"sent": 0, "published": 0, "received": 0, "dropped": 0,
                       "send_failures": 0, "connects": 0}
-        """``sent``: stream entries written; ``published``: feed messages."""
+        """``sent``: inbox entries written; ``published``: feed messages."""
         self.feed_relay = FeedRelay(self.feed, store, replica_id, self._publish_feed,
                                     refresh_seconds=refresh_seconds)
 
     # keys ----------------------------------------------------------------------------
-    def stream_key(self, task_id: str) -> str:
-        return _stream_key(self._prefix, task_id)
-
     def _control_channel(self, replica_id: str) -> str:
         return f"{self._prefix}control:{digest(replica_id)}"
 
@@ -256,25 +247,22 @@ class RedisLiveHub(LiveHub):
         await self.feed_relay.aclose()
 
     # LiveHub: owner side -----------------------------------------------------------------
-    def _mirrored(self, task_id: str) -> bool:
-        return task_id in self._watchers
-
     def has_listeners(self, task_id: str) -> bool:
         return super().has_listeners(task_id) or task_id in self._watchers
 
     def publish(self, task_id: str, event: LiveEvent) -> str:
         event_id = super().publish(task_id, event)
-        if self._mirrored(task_id):
-            self._write_entry(task_id, {b"k": b"e", b"i": event_id.encode(),
-                                   b"e": encode_event(event)})
+        watchers = self._watchers.get(task_id)
+        if watchers:
+            fields = {b"k": b"e", b"i": event_id.encode(), b"e": encode_event(event)}
+            for replica in watchers:
+                self._send_to(replica, task_id, fields)
         return event_id
 
     def end(self, task_id: str) -> None:
-        mirrored = self._mirrored(task_id)
         super().end(task_id)
-        self._watchers.pop(task_id, None)
-        if mirrored:
-            self._write_entry(task_id, {b"k": b"x"}, ttl=max(1, int(self._limits.keep_seconds)))
+        for replica in self._watchers.pop(task_id, ()):
+            self._send_to(replica, task_id, {b"k": b"x"})
 
     def _on_watch(self, replica: str, task_ids: list[str], nonce: str | None) -> None:
         expiry = time.monotonic() + 3 * self._refresh
@@ -284,15 +272,15 @@ class RedisLiveHub(LiveHub):
             self._watchers.setdefault(task_id, {})[replica] = expiry
             self._open_log(task_id)  # the ids the follower hands out can then be resumed
             if nonce:
-                self._append_snapshot(task_id, nonce)
+                self._send_snapshot(replica, task_id, nonce)
 
-    def _append_snapshot(self, task_id: str, nonce: str) -> None:
+    def _send_snapshot(self, replica: str, task_id: str, nonce: str) -> None:
         """The text so far for one new follower, in order with the events around it."""
         fields = {b"k": b"s", b"n": nonce.encode(), b"i": self.position(task_id).encode()}
         chunk = self._local.text_so_far(task_id) if self._local is not None else None
         if chunk is not None:
             fields[b"e"] = encode_event(chunk)
-        self._write_entry(task_id, fields)
+        self._send_to(replica, task_id, fields)
 
     def _on_replay(self, replica: str, task_ids: list[str], nonce: str, after: str) -> None:
         """Another replica's client reconnects with ``after``, an id of this replica's log:
@@ -306,7 +294,7 @@ class RedisLiveHub(LiveHub):
             missed = log_.after(after) if log_ is not None else None
             if missed is None or (log_ is not None and log_.ended and not missed):
                 if runs_here or missed is not None:
-                    self._write_entry(task_id, {b"k": b"m", b"n": nonce.encode()})
+                    self._send_to(replica, task_id, {b"k": b"m", b"n": nonce.encode()})
                 continue
             assert log_ is not None
             if not log_.ended:
@@ -317,10 +305,10 @@ class RedisLiveHub(LiveHub):
                           b"e": encode_event(event)}
                 if log_.ended and n == len(missed):
                     fields[b"end"] = b"1"
-                self._write_entry(task_id, fields)
+                self._send_to(replica, task_id, fields)
             if not log_.ended:
-                self._write_entry(task_id, {b"k": b"s", b"n": nonce.encode(),
-                                            b"i": self.position(task_id).encode()})
+                self._send_to(replica, task_id, {b"k": b"s", b"n": nonce.encode(),
+                                                 b"i": self.position(task_id).encode()})
 
     def _on_unwatch(self, replica: str, task_ids: list[str]) -> None:
         for task_id in task_ids:
@@ -336,38 +324,30 @@ class RedisLiveHub(LiveHub):
 
     def follow(self, task_id: str) -> Subscription:
         """Events of a task run on another replica: from a snapshot its owner appends to
-        the task's stream, then the events after it."""
+        this replica's inbox, then the events after it."""
         if not self._runs_elsewhere(task_id):
             return self.subscribe(task_id)
         sub = RemoteSubscription(self, task_id, self._subscriber_max_bytes, self.unlogged_id(),
                                  nonce=uuid.uuid4().hex)
         self._subscribers.setdefault(task_id, []).append(sub)
+        self._interest.add(task_id)
         if not self._closing:
-            self._spawn(self._start_following(task_id, [sub.nonce]))  # type: ignore[list-item]
+            self._spawn(self._ask(task_id, [sub.nonce]))  # type: ignore[list-item]
             self._unanswered[task_id] = (time.monotonic() + _ASK_FIRST_SECONDS, _ASK_FIRST_SECONDS)
         return sub
 
-    async def _start_following(self, task_id: str, nonces: list[str]) -> None:
-        """Read the task's stream from its current end, then ask for the snapshots."""
+    async def _ask(self, task_id: str, nonces: list[str]) -> None:
+        """Ask the task's owner for a snapshot for each of ``nonces``."""
         try:
-            if task_id not in self._interest:
-                last = await self._redis.xrevrange(self.stream_key(task_id), count=1)
-                self._read_from(task_id, stream_id(last[0][0]) if last else (0, 0))
-            await self._wake_reader()
             for nonce in nonces:
                 await self._broadcast({"k": "watch", "t": [task_id], "n": nonce})
         except Exception as exc:
             self._warn("live_redis_follow_failed", task_id=task_id, error=str(exc))
 
-    def _read_from(self, task_id: str, cursor: tuple[int, int]) -> None:
-        known = self._interest.get(task_id)
-        self._interest[task_id] = cursor if known is None else min(known, cursor)
-        self._task_of_key[self.stream_key(task_id).encode()] = task_id
-
     async def reconnect(self, task_id: str, last_event_id: str) -> Subscription | None:
         """The events after ``last_event_id``: from this replica's log; for a task run
         elsewhere, from the log of the replica that gave out the id, which appends what
-        followed it to the task's stream (then the live events); None when no replica
+        followed it to this replica's inbox (then the live events); None when no replica
         answers within ``REPLAY_WAIT_SECONDS``."""
         local = self.resume(task_id, last_event_id)
         if local is not None or not self._runs_elsewhere(task_id) or self._closing:
@@ -377,9 +357,9 @@ class RedisLiveHub(LiveHub):
                                  nonce=nonce, resumed=True)
         answered = self._answers[nonce] = asyncio.get_running_loop().create_future()
         self._subscribers.setdefault(task_id, []).append(sub)
+        self._interest.add(task_id)
         found = False
         try:
-            await self._start_following(task_id, [])
             await self._broadcast({"k": "replay", "t": [task_id], "n": nonce,
                                    "a": last_event_id})
             async with asyncio.timeout(REPLAY_WAIT_SECONDS):
@@ -406,8 +386,7 @@ class RedisLiveHub(LiveHub):
                 if isinstance(s, RemoteSubscription)]
 
     def _stop_following(self, task_id: str) -> None:
-        self._interest.pop(task_id, None)
-        self._task_of_key.pop(self.stream_key(task_id).encode(), None)
+        self._interest.discard(task_id)
 
     # reading the streams --------------------------------------------------------------
     async def _read_loop(self) -> None:
@@ -428,30 +407,24 @@ class RedisLiveHub(LiveHub):
 
     async def _read_once(self) -> None:
         if not self._reading:
-            last = await self._redis.xrevrange(self._wake_key, count=1)
-            self._wake_cursor = last[0][0] if last else "0-0"
+            if self._inbox_cursor == "0-0":  # first connect: what is already there is old
+                last = await self._redis.xrevrange(self._inbox, count=1)
+                self._inbox_cursor = last[0][0] if last else "0-0"
             if self.stats["connects"]:
                 self._ask_again()
             self.stats["connects"] += 1
             self._reading = True
-        streams: dict[Any, Any] = {self._wake_key: self._wake_cursor}
-        for task_id, (ms, seq) in self._interest.items():
-            streams[self.stream_key(task_id)] = f"{ms}-{seq}"
-        result = await self._redis.xread(streams, count=_READ_COUNT, block=self._block_ms)
-        for key, entries in result or ():
-            if key == self._wake_key.encode():
-                self._wake_cursor = entries[-1][0]
-                continue
-            task_id = self._task_of_key.get(key)
-            if task_id is None:
-                continue
+        result = await self._redis.xread({self._inbox: self._inbox_cursor}, count=_READ_COUNT,
+                                         block=self._block_ms)
+        for _, entries in result or ():
             for entry_id, fields in entries:
                 self.stats["received"] += 1
-                self._on_entry(task_id, stream_id(entry_id), fields)
-            if task_id in self._interest:
-                self._interest[task_id] = stream_id(entries[-1][0])
+                task_id = fields.get(b"t", b"").decode()
+                if task_id in self._interest:
+                    self._on_entry(task_id, fields)
+            self._inbox_cursor = entries[-1][0]
 
-    def _on_entry(self, task_id: str, entry: tuple[int, int], fields: dict[bytes, bytes]) -> None:
+    def _on_entry(self, task_id: str, fields: dict[bytes, bytes]) -> None:
         kind, nonce = fields.get(b"k"), fields.get(b"n")
         if kind == b"x":
             self._end_remote(task_id, self._remote_subs(task_id))
@@ -464,15 +437,14 @@ class RedisLiveHub(LiveHub):
         for sub in self._remote_subs(task_id):
             waiting = sub.nonce is not None and sub.nonce.encode() == nonce
             if kind == b"s" and waiting:  # the snapshot (or the end of a replay): live now
-                sub.nonce, sub.cursor = None, entry
+                sub.nonce = None
                 if event is not None and not sub.resumed:
                     sub._put(event_id, event, event.ByteSize())
             elif kind == b"r" and waiting and event is not None:
                 sub._put(event_id, event, event.ByteSize())
                 if fields.get(b"end"):
                     self._end_remote(task_id, [sub])
-            elif kind == b"e" and sub.nonce is None and entry > sub.cursor and event is not None:
-                sub.cursor = entry
+            elif kind == b"e" and sub.nonce is None and event is not None:
                 sub._put(event_id, event, event.ByteSize())
 
     def _answer(self, nonce: str, *, found: bool) -> None:
@@ -502,14 +474,11 @@ class RedisLiveHub(LiveHub):
 
     def _ask_again(self) -> None:
         for task_id in list(self._interest):
-            self._spawn(self._start_following(task_id, self._unanswered_nonces(task_id)))
+            self._spawn(self._ask(task_id, self._unanswered_nonces(task_id)))
 
     def _unanswered_nonces(self, task_id: str) -> list[str]:
         """The nonces of the task's followers still waiting for a snapshot."""
         return [s.nonce for s in self._remote_subs(task_id) if s.nonce and not s.resumed]
-
-    async def _wake_reader(self) -> None:
-        await self._redis.xadd(self._wake_key, {b"w": b"1"}, maxlen=16, approximate=True)
 
     # control ----------------------------------------------------------------------------
     async def send_control(self, replica_id: str, command: str, task_id: str) -> None:
@@ -644,13 +613,13 @@ class RedisLiveHub(LiveHub):
             await self._broadcast({"k": "watch", "t": remote})
 
     # writing ------------------------------------------------------------------------------
-    def _write_entry(self, task_id: str, fields: dict[bytes, bytes],
-                ttl: int = RUNNING_STREAM_TTL_SECONDS) -> None:
+    def _send_to(self, replica: str, task_id: str, fields: dict[bytes, bytes]) -> None:
+        """Queue an entry about ``task_id`` for ``replica``'s inbox (sent in order)."""
         if len(self._outbox) >= self._max_pending or self._closing:
             self.stats["dropped"] += 1
             self._warn("live_outbox_full", pending=len(self._outbox))
             return
-        self._outbox.append((self.stream_key(task_id), fields, ttl))
+        self._outbox.append((inbox_key(self._prefix, replica), {b"t": task_id.encode(), **fields}))
         self._wake_sender.set()
 
     def _publish_feed(self, payload: str) -> None:
@@ -677,10 +646,10 @@ class RedisLiveHub(LiveHub):
             pipe = self._redis.pipeline(transaction=False)
             for channel, message in published:
                 pipe.publish(channel, message)
-            for key, fields, ttl in batch:
-                pipe.xadd(key, fields, maxlen=max(self._limits.events, 16), approximate=True)
-            for key, ttl in self._expiries_due(batch).items():
-                pipe.expire(key, ttl)
+            for key, fields in batch:
+                pipe.xadd(key, fields, maxlen=self._inbox_max_entries, approximate=True)
+            for key in self._expiries_due(batch):
+                pipe.expire(key, INBOX_TTL_SECONDS)
             try:
                 await pipe.execute()
                 self.stats["sent"] += len(batch)
@@ -690,18 +659,12 @@ class RedisLiveHub(LiveHub):
                 self._warn("live_redis_write_failed", error=str(exc) or type(exc).__name__,
                            dropped=len(batch) + len(published))
 
-    def _expiries_due(self, batch: list[tuple[str, dict[bytes, bytes], int]]) -> dict[str, int]:
-        """The expiries to set for ``batch``: a stream's first entry and its end always, a
-        running one's renewal once a minute."""
-        now, due = time.monotonic(), {}
-        if len(self._renewed) > 100_000:
-            self._renewed.clear()  # bound: ends that never came (a handed-over task) renew again
-        for key, _, ttl in batch:
-            if ttl != RUNNING_STREAM_TTL_SECONDS:
-                due[key] = ttl
-                self._renewed.pop(key, None)
-            elif now - self._renewed.get(key, -math.inf) >= _RENEW_TTL_SECONDS:
-                due[key] = ttl
+    def _expiries_due(self, batch: list[tuple[str, dict[bytes, bytes]]]) -> list[str]:
+        """The inboxes of ``batch`` whose expiry is to be renewed: at most once a minute."""
+        now, due = time.monotonic(), []
+        for key, _ in batch:
+            if now - self._renewed.get(key, -math.inf) >= _RENEW_TTL_SECONDS:
+                due.append(key)
                 self._renewed[key] = now
         return due
 

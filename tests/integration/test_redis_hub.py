@@ -18,7 +18,7 @@ import pytest
 from a2a.types import TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
 
 from a2a_gateway.live.hub import ReplayLimits
-from a2a_gateway.live.redis import RedisLiveHub, open_redis
+from a2a_gateway.live.redis import INBOX_TTL_SECONDS, RedisLiveHub, inbox_key, open_redis
 from tests.support.harness import require_env
 from tests.support.waiting import eventually
 
@@ -70,7 +70,9 @@ async def replicas() -> AsyncIterator[tuple[RedisLiveHub, Runs, RedisLiveHub, Ru
     made = []
     for name in ("a", "b"):
         redis = open_redis(url)
-        hub, runs = RedisLiveHub(redis, None, name, prefix=prefix, refresh_seconds=0.5), Runs()
+        hub = RedisLiveHub(redis, None, name, prefix=prefix, refresh_seconds=0.5,
+                           inbox_max_entries=200)
+        runs = Runs()
         hub.serve(runs, ReplayLimits(events=100, keep_seconds=30))
         await hub.start()
         assert hub.listening
@@ -130,7 +132,7 @@ async def test_a_task_nobody_watches_elsewhere_is_not_written_to_redis(replicas)
     assert len(await take(streamed, 1)) == 1
     await asyncio.sleep(0.2)
     assert a.stats["sent"] == 0
-    assert await a._redis.exists(a.stream_key("quiet"), a.stream_key("streamed")) == 0
+    assert await a._redis.exists(inbox_key(a._prefix, "b")) == 0  # nothing for B
 
 
 async def test_a_follower_of_a_blocking_task_starts_the_mirror(replicas):
@@ -193,7 +195,8 @@ async def test_an_id_of_another_task_or_a_made_up_id_replays_nothing(replicas):
     for hostile in ("", "*", "0-0", "-", "+", "\r\nFLUSHALL", "x" * 5000, item[0] + "0"):
         assert await b.reconnect("t3", hostile) is None, hostile
     # task ids reach Redis only as digests
-    assert "t3" not in a.stream_key("t3") and "\n" not in a.stream_key("a\nb")
+    # replica ids reach Redis only as digests
+    assert "\n" not in inbox_key(a._prefix, "a\nb") and "evil" not in inbox_key(a._prefix, "evil")
 
 
 async def test_cancel_reaches_the_owner_and_released_reaches_every_replica(replicas):
@@ -218,7 +221,7 @@ async def test_an_endpoint_change_reaches_the_other_replica(replicas):
     assert heard_a == []  # the replica that changed it forgot the row itself
 
 
-async def test_a_stream_is_capped_and_expires_its_keep_time_after_the_end(replicas):
+async def test_an_inbox_is_capped_and_expires_when_its_replica_stops_reading(replicas):
     a, runs_a, b, _ = replicas
     runs_a.text["t6"] = ""
     b.follow("t6")  # watched from B: mirrored
@@ -227,15 +230,12 @@ async def test_a_stream_is_capped_and_expires_its_keep_time_after_the_end(replic
         return a.has_listeners("t6")
 
     await eventually(watched, timeout=5, what="A knows B watches")
-    for n in range(300):  # the cap is 100 events (ReplayLimits above), trimmed approximately
+    for n in range(500):  # the cap is 200 entries (the fixture's), trimmed approximately
         speak(a, runs_a, "t6", f"{n} ")
     await eventually(lambda: _flushed(a), timeout=5, what="A's outbox written")
-    key = a.stream_key("t6")
-    assert 100 <= await a._redis.xlen(key) < 300
-    assert 30 < await a._redis.ttl(key) <= 3600  # running: kept while its owner may be alive
-    a.end("t6")
-    await eventually(lambda: _flushed(a), timeout=5, what="the end written")
-    assert 0 < await a._redis.ttl(key) <= 30  # ended: the replay keep time
+    key = inbox_key(a._prefix, "b")
+    assert 200 <= await a._redis.xlen(key) < 500
+    assert INBOX_TTL_SECONDS - 30 < await a._redis.ttl(key) <= INBOX_TTL_SECONDS
 
 
 async def test_a_reconnect_after_the_end_gets_the_rest_then_the_stream_ends(replicas):
