@@ -492,9 +492,10 @@ function healthCell(health) {
 }
 
 // numbers at a glance: charts of GET /admin/api/stats, drawn as inline SVG ---------------
+// "Whole fleet" (offered when the replicas share a Redis) sums the replicas' counts.
 
 const SVG_NS = "http://www.w3.org/2000/svg";
-const numbers = { timer: null, run: null };
+const numbers = { timer: null, run: null, scope: "replica" };
 
 function svgEl(tag, attrs = {}, title) {
   const node = document.createElementNS(SVG_NS, tag);
@@ -532,7 +533,7 @@ function lineChart(lines, { width = 360, height = 70, title = "" } = {}) {
   svg.append(svgEl("line", { x1: 0, y1: height - 0.5, x2: width, y2: height - 0.5, class: "axis" }));
   for (const line of lines) {
     const d = linePath(line.values, x, y);
-    if (d) svg.append(svgEl("path", { d, class: `line line-${line.name}` }, line.name));
+    if (d) svg.append(svgEl("path", { d, class: `line line-${line.name}` }, line.label || line.name));
   }
   return svg;
 }
@@ -561,7 +562,7 @@ function spanText(seconds) {
   return seconds < 120 ? `${Math.round(seconds)} s` : `${Math.round(seconds / 60)} min`;
 }
 
-function renderNumbers(stats, names) {
+function renderLatency(stats) {
   const latency = stats.latencySeconds;
   const overall = latency.window;
   $("latency-chart").querySelector(".chart").replaceChildren(lineChart(
@@ -569,6 +570,29 @@ function renderNumbers(stats, names) {
   $("latency-chart").querySelector(".legend").textContent =
     `last ${spanText(stats.seconds.reduce((a, b) => a + b, 0))}: p50 ${seconds3(overall.p50)}, p95 ${seconds3(overall.p95)}, ` +
     `p99 ${seconds3(overall.p99)} over ${overall.requests} requests`;
+}
+
+function renderFleetLatency(replicas) {
+  // quantiles do not add up: each replica's p95, its newest point on the right
+  const length = Math.max(...replicas.map((replica) => replica.seconds.length));
+  const padded = (values) => Array(length - values.length).fill(null).concat(values);
+  $("latency-chart").querySelector(".chart").replaceChildren(lineChart(
+    replicas.map((replica) => ({ name: "p95", label: `${replica.replica} p95`, values: padded(replica.latencySeconds.p95) })),
+    { title: "request latency p95 per replica" }));
+  $("latency-chart").querySelector(".legend").textContent = "p95 per replica: " + replicas.map((replica) => {
+    const overall = replica.latencySeconds.window;
+    return `${replica.replica} ${seconds3(overall.p95)} over ${overall.requests} requests`;
+  }).join("; ");
+}
+
+function fleetView(answer) {
+  // the longest ring's columns, with the fleet's summed counts
+  const longest = answer.replicas.reduce((a, b) => (b.seconds.length > a.seconds.length ? b : a));
+  return { ...longest, endpoints: answer.summed.endpoints, openStreams: answer.summed.openStreams, fleet: answer };
+}
+
+function renderNumbers(stats, names) {
+  if (stats.fleet) renderFleetLatency(stats.fleet.replicas); else renderLatency(stats);
   $("streams-chart").querySelector(".chart").replaceChildren(
     lineChart([{ name: "streams", values: stats.openStreams }], { title: "open streams" }));
   const streams = stats.openStreams;
@@ -594,8 +618,24 @@ function renderNumbers(stats, names) {
     row.append(el("td", "no A2A requests in the window", { colspan: 4 }));
     body.append(row);
   }
+  const shown = stats.fleet ? "whole fleet" : `replica ${stats.replica}`;
   $("numbers-status").textContent =
-    `replica ${stats.replica}, updated ${new Date().toLocaleTimeString()}, a point every ${stats.intervalSeconds} s`;
+    `${shown}, updated ${new Date().toLocaleTimeString()}, a point every ${stats.intervalSeconds} s`;
+  renderScope(stats);
+}
+
+function renderScope(stats) {
+  // the switch is offered when the replicas share a Redis (or the fleet is being shown)
+  $("numbers-scope").hidden = !(stats.fleetAvailable || stats.fleet);
+  const fleet = stats.fleet;
+  let answered = "";
+  if (fleet && fleet.fleetAvailable) {
+    const count = fleet.answered.length;
+    answered = `${count} ${count === 1 ? "replica" : "replicas"} answered: ${fleet.answered.join(", ")}`;
+  } else if (fleet) {
+    answered = `the fleet could not be read: replica ${fleet.answered.join(", ")} alone`;
+  }
+  $("numbers-answered").textContent = answered;
 }
 
 function startNumbers() {
@@ -606,9 +646,12 @@ function startNumbers() {
   const next = async () => {
     let wait = 10;
     try {
-      const [stats, listed] = await Promise.all([api("GET", "/admin/api/stats"), api("GET", "/admin/api/endpoints")]);
+      const fleet = numbers.scope === "fleet";
+      const [answer, listed] = await Promise.all([
+        api("GET", fleet ? "/admin/api/stats?scope=fleet" : "/admin/api/stats"), api("GET", "/admin/api/endpoints")]);
       if (numbers.run !== run) return;
       $("numbers-error").textContent = "";
+      const stats = fleet ? fleetView(answer) : answer;
       renderNumbers(stats, new Map(listed.endpoints.map((endpoint) => [endpoint.id, endpoint.name])));
       wait = Math.min(15, Math.max(1, stats.intervalSeconds));
     } catch (error) {
@@ -655,6 +698,7 @@ function init() {
   $("task-filters").addEventListener("submit", applyFilters);
   $("tasks-more").addEventListener("click", () => loadTaskPage(false));
   $("task-cancel").addEventListener("click", cancelTask);
+  $("numbers-scope").addEventListener("change", (event) => { numbers.scope = event.target.value; startNumbers(); });
   window.addEventListener("hashchange", route);
   setInterval(() => { if (!$("tasks-page").hidden) renderTasks(); }, 1000);
   offerOidcSignIn();
