@@ -216,7 +216,7 @@ class RedisLiveHub(LiveHub):
         """True while both the stream reader and the control listener are connected."""
         return self._reading and self._subscribed
 
-    async def start(self, wait_seconds: float = 5.0) -> None:
+    async def start(self, wait_seconds: float = 2.0) -> None:
         """Start reading, listening, sending and refreshing; waits (bounded) until
         connected, and says in one line when Redis cannot be reached."""
         self._tasks = [
@@ -342,7 +342,7 @@ class RedisLiveHub(LiveHub):
             for nonce in nonces:
                 await self._broadcast({"k": "watch", "t": [task_id], "n": nonce})
         except Exception as exc:
-            self._warn("live_redis_follow_failed", task_id=task_id, error=str(exc))
+            self._warn_connected("live_redis_follow_failed", task_id=task_id, error=str(exc))
 
     async def reconnect(self, task_id: str, last_event_id: str) -> Subscription | None:
         """The events after ``last_event_id``: from this replica's log; for a task run
@@ -366,7 +366,7 @@ class RedisLiveHub(LiveHub):
                 found = await answered
         except Exception as exc:
             if not isinstance(exc, TimeoutError):
-                self._warn("live_redis_replay_failed", task_id=task_id, error=str(exc))
+                self._warn_connected("live_redis_replay_failed", task_id=task_id, error=str(exc))
         finally:
             self._answers.pop(nonce, None)
         if not found:
@@ -398,10 +398,11 @@ class RedisLiveHub(LiveHub):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if self._reading:
+                if self._reading:  # one line per outage, none while never connected
                     self._lost_streams()
+                    log.warning("live_redis_lost", error=str(exc) or type(exc).__name__,
+                                detail="followers poll the store until Redis answers")
                 self._reading = False
-                self._warn("live_redis_reader_lost", error=str(exc) or type(exc).__name__)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
 
@@ -412,6 +413,7 @@ class RedisLiveHub(LiveHub):
                 self._inbox_cursor = last[0][0] if last else "0-0"
             if self.stats["connects"]:
                 self._ask_again()
+                log.info("live_redis_back")
             self.stats["connects"] += 1
             self._reading = True
         result = await self._redis.xread({self._inbox: self._inbox_cursor}, count=_READ_COUNT,
@@ -515,7 +517,8 @@ class RedisLiveHub(LiveHub):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._warn("live_redis_listener_lost", error=str(exc) or type(exc).__name__)
+                if self._subscribed and self._reading:  # the reader says it when both go
+                    log.warning("live_redis_listener_lost", error=str(exc) or type(exc).__name__)
             finally:
                 self._subscribed = False
                 with contextlib.suppress(Exception):
@@ -582,7 +585,7 @@ class RedisLiveHub(LiveHub):
                     refreshed = time.monotonic()
                     await self._refresh_once()
             except Exception as exc:
-                self._warn("live_redis_refresh_failed", error=str(exc))
+                self._warn_connected("live_redis_refresh_failed", error=str(exc))
 
     async def _ask_unanswered(self) -> None:
         """Ask again for the snapshots no owner answered yet (the task was not running when
@@ -656,8 +659,9 @@ class RedisLiveHub(LiveHub):
                 self.stats["published"] += len(published)
             except Exception as exc:
                 self.stats["send_failures"] += len(batch) + len(published)
-                self._warn("live_redis_write_failed", error=str(exc) or type(exc).__name__,
-                           dropped=len(batch) + len(published))
+                if self.listening:  # while Redis is away, its one line said so already
+                    self._warn("live_redis_write_failed", error=str(exc) or type(exc).__name__,
+                               dropped=len(batch) + len(published))
 
     def _expiries_due(self, batch: list[tuple[str, dict[bytes, bytes]]]) -> list[str]:
         """The inboxes of ``batch`` whose expiry is to be renewed: at most once a minute."""
@@ -678,6 +682,11 @@ class RedisLiveHub(LiveHub):
         self._side_tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self._warn("live_side_task_failed", error=repr(task.exception()))
+
+    def _warn_connected(self, event: str, **fields: Any) -> None:
+        """``_warn``, unless Redis is away: its outage has one line of its own."""
+        if self.listening:
+            self._warn(event, **fields)
 
     def _warn(self, event: str, **fields: Any) -> None:
         now = time.monotonic()

@@ -60,6 +60,8 @@ class FleetStats:
         self._due = asyncio.Event()
         self._due.set()  # the replica is in the fleet from its start, before its first sample
         self._last_warning = 0.0
+        self._publishing = False
+        """Whether the last write went through (a failure after one is worth a line)."""
         sampler.sampled.append(lambda _sample: self._due.set())
 
     @property
@@ -90,8 +92,11 @@ class FleetStats:
             self._due.clear()
             try:
                 await self.publish()
+                self._publishing = True
             except Exception as exc:
-                self._warn("fleet_stats_not_published", exc)
+                if self._publishing:  # one line per outage; the live hub says Redis is away
+                    self._publishing = False
+                    self._warn("fleet_stats_not_published", exc)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
