@@ -1,13 +1,16 @@
 """The fleet's numbers (``observability.fleet_stats``) without Redis: the replicas' rings
 summed newest point to newest point, the answer as JSON, the sampler's hook that publishes,
-and a Redis that cannot be read leaving this replica alone. On a real Redis and through
-running gateways: tests/integration/test_fleet_stats.py."""
+a Redis that cannot be read leaving this replica alone, and failed writes said once. On a
+real Redis and through running gateways: tests/integration/test_fleet_stats.py."""
 
 from __future__ import annotations
 
 import asyncio
 
 import orjson
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from structlog.testing import capture_logs
 
 from a2a_gateway.observability.fleet_stats import (
     FleetStats,
@@ -85,13 +88,38 @@ def test_the_sampler_tells_its_listeners_of_each_sample_once_it_is_in_the_ring()
     assert first.requests == {("ep1", True): 3} and second.requests == {("ep1", True): 2}
 
 
-class UnreachableRedis:
-    """A client whose every command fails as redis-py's does when the server is down."""
+class FakeRedis:
+    """A client whose pipelines and reads fail with ``error`` (None: they go through)."""
+
+    def __init__(self, error: Exception | None) -> None:
+        self.error = error
+        self.writes = 0
+
+    def pipeline(self, **options):
+        return self
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info):
+        return False
+
+    async def execute(self):
+        if self.error is not None:
+            raise self.error
+        self.writes += 1
+
+    async def zrangebyscore(self, *args):
+        if self.error is not None:
+            raise self.error
+        return []
 
     def __getattr__(self, name: str):
-        async def fail(*args, **kwargs):
-            raise ConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused.")
-        return fail
+        return lambda *args, **kwargs: None  # a command queued in the pipeline
+
+
+def unreachable_redis() -> FakeRedis:
+    return FakeRedis(RedisConnectionError("Error 111 connecting to 127.0.0.1:1."))
 
 
 async def test_a_redis_that_cannot_be_read_leaves_this_replica_alone_and_says_so():
@@ -99,7 +127,7 @@ async def test_a_redis_that_cannot_be_read_leaves_this_replica_alone_and_says_so
     sampler = StatsSampler(0.2, 60, read=lambda: fixed_reading(next(counts)))
     sampler.begin()
     sampler.sample()
-    fleet = FleetStats(UnreachableRedis(), "p:", "replica one", sampler)
+    fleet = FleetStats(unreachable_redis(), "p:", "replica one", sampler)
     answer = await asyncio.wait_for(fleet.fleet(), 5)
     assert answer["fleetAvailable"] is False
     assert answer["answered"] == ["replica one"]
@@ -110,3 +138,24 @@ def test_a_replica_id_reaches_keys_only_as_a_digest():
     digest = replica_digest("gw a/b")
     assert len(digest) == 32 and set(digest) <= set("0123456789abcdef")
     assert digest != replica_digest("gw a/c")
+
+
+async def test_a_write_that_fails_after_one_went_through_is_said_once():
+    """Failures from the start say nothing (the live path says Redis is away); the first
+    failure after a write went through is one warning, the next ones none."""
+    sampler = StatsSampler(0.01, 1, read=lambda: fixed_reading(0.0))
+    redis = unreachable_redis()
+    fleet = FleetStats(redis, "p:", "a", sampler)
+    with capture_logs() as logs:
+        async with sampler.running(), fleet.running():
+            await asyncio.sleep(0.1)
+            said_at_first = len(logs)
+            redis.error = None
+            await asyncio.sleep(0.1)
+            assert redis.writes >= 2
+            redis.error = ResponseError("NOPERM no permissions to run the 'set' command")
+            await asyncio.sleep(0.2)
+    assert said_at_first == 0
+    said = [entry for entry in logs if entry["event"] == "fleet_stats_not_published"]
+    assert [(e["log_level"], e["error"]) for e in said] == [
+        ("warning", "NOPERM no permissions to run the 'set' command")]
