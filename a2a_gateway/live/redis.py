@@ -6,11 +6,12 @@
   follows it: the replica running it appends them to the follower replica's inbox, a
   stream ``<prefix>inbox:{<digest of the replica id>}`` that only that replica reads (one
   blocking ``XREAD`` of one key, however many tasks it follows). A task followed nowhere
-  else costs Redis nothing, however many clients stream it here. Entries name their task
-  and hold an event with the id the owner gave it, and a kind: ``e`` an event, ``s`` a
-  snapshot for one new follower, ``r`` a replayed event for one reconnect, ``m`` a miss,
-  ``x`` the end. An inbox is capped at ``inbox_max_entries`` and expires an hour after its
-  last renewal (a replica that stopped).
+  else costs Redis nothing, however many clients stream it here. An entry holds the records
+  of one write for that replica (``pack_records``: one ``XADD`` carries every event of a
+  batch); a record names its task and holds an event with the id the owner gave it, and a
+  kind: ``e`` an event, ``s`` a snapshot for one new follower, ``r`` a replayed event for
+  one reconnect, ``m`` a miss, ``x`` the end. An inbox is capped at ``inbox_max_entries``
+  entries and expires an hour after its last renewal (a replica that stopped).
 * **Followers** (``follow``: a task that runs on another replica) ask on the shared channel
   for a snapshot (``watch`` with a nonce). The owner appends the text so far for that nonce
   to the follower's inbox, in order with the events, so the follower takes nothing before
@@ -51,6 +52,7 @@ import functools
 import hashlib
 import json
 import math
+import struct
 import time
 import uuid
 from collections import deque
@@ -65,6 +67,9 @@ from a2a_gateway.live.hub import LiveEvent, LiveHub, Subscription
 log = structlog.get_logger(__name__)
 
 _BATCH = 512
+_RECORDS_PER_ENTRY = 64
+"""An inbox entry holds the records of one write for one replica, at most this many (so the
+entry cap bounds an inbox's memory too)."""
 REPLAY_WAIT_SECONDS = 1.0
 """How long a reconnect on another replica waits for the owner's replay; then a snapshot."""
 _ASK_FIRST_SECONDS = 0.1
@@ -126,6 +131,39 @@ def inbox_key(prefix: str, replica_id: str) -> str:
     return f"{prefix}inbox:{{{digest(replica_id)}}}"
 
 
+_SLOTS = (b"t", b"k", b"n", b"i", b"e", b"end")
+_RECORD_HEADER = struct.Struct(f">{len(_SLOTS)}I")
+
+
+def pack_records(records: list[dict[bytes, bytes]]) -> bytes:
+    """Records (a task, a kind, a nonce, an event id, an event, an end mark) in one value:
+    the lengths of the slots, then the slots, record after record."""
+    parts = []
+    for record in records:
+        values = [record.get(slot, b"") for slot in _SLOTS]
+        parts.append(_RECORD_HEADER.pack(*map(len, values)))
+        parts.extend(values)
+    return b"".join(parts)
+
+
+def unpack_records(data: bytes) -> list[dict[bytes, bytes]]:
+    """The records of ``pack_records`` (empty slots left out); none of a malformed value."""
+    records, offset = [], 0
+    try:
+        while offset < len(data):
+            lengths = _RECORD_HEADER.unpack_from(data, offset)
+            offset += _RECORD_HEADER.size
+            record = {}
+            for slot, length in zip(_SLOTS, lengths, strict=True):
+                if length:
+                    record[slot] = data[offset:offset + length]
+                offset += length
+            records.append(record)
+    except struct.error:
+        return []
+    return records if offset == len(data) else []
+
+
 def encode_event(event: LiveEvent) -> bytes:
     return _TYPE_TAGS[type(event)] + event.SerializeToString()
 
@@ -165,7 +203,7 @@ class RedisLiveHub(LiveHub):
         refresh_seconds: float = 2.0,
         block_seconds: float = BLOCK_SECONDS,
         max_pending: int = 50_000,
-        inbox_max_entries: int = 100_000,
+        inbox_max_entries: int = 10_000,
     ) -> None:
         super().__init__()
         self._redis = redis
@@ -419,11 +457,12 @@ class RedisLiveHub(LiveHub):
         result = await self._redis.xread({self._inbox: self._inbox_cursor}, count=_READ_COUNT,
                                          block=self._block_ms)
         for _, entries in result or ():
-            for entry_id, fields in entries:
-                self.stats["received"] += 1
-                task_id = fields.get(b"t", b"").decode()
-                if task_id in self._interest:
-                    self._on_entry(task_id, fields)
+            for _, fields in entries:
+                for record in unpack_records(fields.get(b"r", b"")):
+                    self.stats["received"] += 1
+                    task_id = record.get(b"t", b"").decode()
+                    if task_id in self._interest:
+                        self._on_entry(task_id, record)
             self._inbox_cursor = entries[-1][0]
 
     def _on_entry(self, task_id: str, fields: dict[bytes, bytes]) -> None:
@@ -649,8 +688,14 @@ class RedisLiveHub(LiveHub):
             pipe = self._redis.pipeline(transaction=False)
             for channel, message in published:
                 pipe.publish(channel, message)
+            by_inbox: dict[str, list[dict[bytes, bytes]]] = {}
             for key, fields in batch:
-                pipe.xadd(key, fields, maxlen=self._inbox_max_entries, approximate=True)
+                by_inbox.setdefault(key, []).append(fields)
+            for key, records in by_inbox.items():
+                for start in range(0, len(records), _RECORDS_PER_ENTRY):
+                    packed = pack_records(records[start:start + _RECORDS_PER_ENTRY])
+                    pipe.xadd(key, {b"r": packed}, maxlen=self._inbox_max_entries,
+                              approximate=True)
             for key in self._expiries_due(batch):
                 pipe.expire(key, INBOX_TTL_SECONDS)
             try:

@@ -95,6 +95,18 @@ async def take(sub: Any, n: int, timeout: float = 5.0) -> list[tuple[str, Any]]:
     return items
 
 
+async def take_until(sub: Any, text: Any, wanted: str, timeout: float = 5.0) -> list[Any]:
+    """Items of ``sub`` until ``text(items)`` is ``wanted`` (chunks a reader has not taken
+    yet arrive merged, so how many items that takes varies)."""
+    items: list[tuple[str, Any]] = []
+    async with asyncio.timeout(timeout):
+        async for item in sub:
+            items.append(item)
+            if text(items) == wanted:
+                return items
+    raise AssertionError(f"the stream ended at {text(items)!r}")
+
+
 def text_of(items: list[tuple[str, Any]]) -> str:
     text = ""
     for _, event in items:
@@ -153,8 +165,9 @@ async def test_a_follower_of_a_blocking_task_starts_the_mirror(replicas):
     speak(a, runs_a, "blk", " and the rest")
     resumed = await b.reconnect("blk", snapshot[0])
     assert resumed is not None
-    again = await take(resumed, 2)
-    assert text_of([snapshot, *again]) == "so far and more and the rest"
+    again = await take_until(resumed, lambda got: text_of([snapshot, *got]),
+                             "so far and more and the rest")
+    assert len(again) <= 2  # the two chunks after the snapshot (merged when read late)
 
 
 async def test_last_event_id_resumes_on_the_other_replica_with_nothing_lost_or_twice(replicas):
@@ -230,11 +243,11 @@ async def test_an_inbox_is_capped_and_expires_when_its_replica_stops_reading(rep
         return a.has_listeners("t6")
 
     await eventually(watched, timeout=5, what="A knows B watches")
-    for n in range(500):  # the cap is 200 entries (the fixture's), trimmed approximately
-        speak(a, runs_a, "t6", f"{n} ")
-    await eventually(lambda: _flushed(a), timeout=5, what="A's outbox written")
+    for n in range(400):  # one write each: the cap is 200 entries (the fixture's), trimmed
+        speak(a, runs_a, "t6", f"{n} ")  # approximately
+        await a._flush()
     key = inbox_key(a._prefix, "b")
-    assert 200 <= await a._redis.xlen(key) < 500
+    assert 200 <= await a._redis.xlen(key) < 400
     assert INBOX_TTL_SECONDS - 30 < await a._redis.ttl(key) <= INBOX_TTL_SECONDS
 
 
