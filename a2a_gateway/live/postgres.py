@@ -57,6 +57,7 @@ from typing import Any
 
 import structlog
 
+from a2a_gateway.live.background import Background
 from a2a_gateway.live.feed_relay import FeedRelay
 from a2a_gateway.live.hub import LiveEvent, LiveHub, Subscription
 from a2a_gateway.live.postgres_wire import (
@@ -127,11 +128,9 @@ class PostgresLiveHub(LiveHub):
         self._wire = LiveWire()
         self._listening = asyncio.Event()
         self._listener: Any = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._side_tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
-        self._last_warning = 0.0
         self.stats = {"sent": 0, "received": 0, "dropped": 0, "send_failures": 0, "connects": 0}
+        self._background = Background(self.stats)
         self.feed_relay = FeedRelay(
             self.feed,
             store,
@@ -149,11 +148,9 @@ class PostgresLiveHub(LiveHub):
 
     async def start(self, wait_seconds: float = 5.0) -> None:
         """Start listening, sending and refreshing; waits (bounded) for the first LISTEN."""
-        self._tasks = [
-            asyncio.create_task(self._listen_loop(), name="live-listen"),
-            asyncio.create_task(self._send_loop(), name="live-send"),
-            asyncio.create_task(self._refresh_loop(), name="live-refresh"),
-        ]
+        self._background.start(**{"live-listen": self._listen_loop(),
+                                  "live-send": self._send_loop(),
+                                  "live-refresh": self._refresh_loop()})
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(wait_seconds):
                 await self._listening.wait()
@@ -168,12 +165,7 @@ class PostgresLiveHub(LiveHub):
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):
                     await self._flush()
-        for task in [*self._tasks, *self._side_tasks]:
-            task.cancel()
-        for task in [*self._tasks, *self._side_tasks]:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
+        await self._background.stop()
         await self._close_listener()
         await self.feed_relay.aclose()
 
@@ -250,7 +242,7 @@ class PostgresLiveHub(LiveHub):
     def _enqueue(self, channel: str, payload: str) -> None:
         if len(self._outbox) >= self._max_pending or self._closing:
             self.stats["dropped"] += 1
-            self._warn("live_outbox_full", pending=len(self._outbox))
+            self._background.warn("live_outbox_full", pending=len(self._outbox))
             return
         self._outbox.append((channel, payload))
         self._wake.set()
@@ -274,19 +266,13 @@ class PostgresLiveHub(LiveHub):
 
     def _send_failed(self, batch: list[tuple[str, str]], exc: Exception) -> None:
         self.stats["send_failures"] += len(batch)
-        self._warn("live_notify_failed", error=str(exc), dropped=len(batch))
+        self._background.warn("live_notify_failed", error=str(exc), dropped=len(batch))
 
     async def _send_loop(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
             await self._flush()
-
-    def _warn(self, event: str, **fields: Any) -> None:
-        now = time.monotonic()
-        if now - self._last_warning >= 5.0:
-            self._last_warning = now
-            log.warning(event, **fields, stats=dict(self.stats))
 
     # interest ------------------------------------------------------------------------
     def _runs_elsewhere(self, task_id: str) -> bool:
@@ -362,7 +348,7 @@ class PostgresLiveHub(LiveHub):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._warn("live_listener_lost", error=str(exc) or type(exc).__name__)
+                self._background.warn("live_listener_lost", error=str(exc) or type(exc).__name__)
             finally:
                 self._listening.clear()
                 await self._close_listener()
@@ -441,16 +427,9 @@ class PostgresLiveHub(LiveHub):
     def _on_control(self, message: dict[str, Any]) -> None:
         if self._local is None:
             return
-        task = asyncio.create_task(
+        self._background.spawn(
             self._local.handle_control(str(message.get("c")), str(message.get("t")))
         )
-        self._side_tasks.add(task)
-        task.add_done_callback(self._side_done)
-
-    def _side_done(self, task: asyncio.Task[Any]) -> None:
-        self._side_tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("live_side_task_failed", error=repr(task.exception()))
 
     def _deliver(self, message: dict[str, Any]) -> None:
         task_id = message["t"]
@@ -460,9 +439,7 @@ class PostgresLiveHub(LiveHub):
             return
         if is_pointer(message):
             self._held[task_id] = []
-            task = asyncio.create_task(self._resolve(task_id, message))
-            self._side_tasks.add(task)
-            task.add_done_callback(self._side_done)
+            self._background.spawn(self._resolve(task_id, message))
             return
         if message.get("k") == EVENT:
             event = decode_event(message)
@@ -477,7 +454,7 @@ class PostgresLiveHub(LiveHub):
             if found is not None:
                 event = found
         except Exception as exc:
-            self._warn("live_fetch_failed", task_id=task_id, error=str(exc))
+            self._background.warn("live_fetch_failed", task_id=task_id, error=str(exc))
         finally:
             held = self._held.pop(task_id, [])
             if event is not None:

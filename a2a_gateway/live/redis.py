@@ -61,6 +61,7 @@ from typing import Any
 import structlog
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
+from a2a_gateway.live.background import Background
 from a2a_gateway.live.feed_relay import FeedRelay
 from a2a_gateway.live.hub import LiveEvent, LiveHub, Subscription
 
@@ -234,13 +235,11 @@ class RedisLiveHub(LiveHub):
         self._reading = False
         self._subscribed = False
         self._ever_subscribed = False
-        self._tasks: list[asyncio.Task[None]] = []
-        self._side_tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
-        self._last_warning = 0.0
         self.stats = {"sent": 0, "published": 0, "received": 0, "dropped": 0,
                       "send_failures": 0, "connects": 0}
-        """``sent``: inbox entries written; ``published``: feed messages."""
+        """``sent``: inbox records written; ``published``: feed messages."""
+        self._background = Background(self.stats)
         self.feed_relay = FeedRelay(self.feed, store, replica_id, self._publish_feed,
                                     refresh_seconds=refresh_seconds)
 
@@ -257,12 +256,10 @@ class RedisLiveHub(LiveHub):
     async def start(self, wait_seconds: float = 2.0) -> None:
         """Start reading, listening, sending and refreshing; waits (bounded) until
         connected, and says in one line when Redis cannot be reached."""
-        self._tasks = [
-            asyncio.create_task(self._read_loop(), name="live-redis-read"),
-            asyncio.create_task(self._listen_loop(), name="live-redis-listen"),
-            asyncio.create_task(self._send_loop(), name="live-redis-send"),
-            asyncio.create_task(self._refresh_loop(), name="live-redis-refresh"),
-        ]
+        self._background.start(**{"live-redis-read": self._read_loop(),
+                                  "live-redis-listen": self._listen_loop(),
+                                  "live-redis-send": self._send_loop(),
+                                  "live-redis-refresh": self._refresh_loop()})
         deadline = time.monotonic() + wait_seconds
         while not self.listening and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -276,12 +273,7 @@ class RedisLiveHub(LiveHub):
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):
                     await self._flush()
-        for task in [*self._tasks, *self._side_tasks]:
-            task.cancel()
-        for task in [*self._tasks, *self._side_tasks]:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
+        await self._background.stop()
         await self.feed_relay.aclose()
 
     # LiveHub: owner side -----------------------------------------------------------------
@@ -370,7 +362,7 @@ class RedisLiveHub(LiveHub):
         self._subscribers.setdefault(task_id, []).append(sub)
         self._interest.add(task_id)
         if not self._closing:
-            self._spawn(self._ask(task_id, [sub.nonce]))  # type: ignore[list-item]
+            self._background.spawn(self._ask(task_id, [sub.nonce]))  # type: ignore[list-item]
             self._unanswered[task_id] = (time.monotonic() + _ASK_FIRST_SECONDS, _ASK_FIRST_SECONDS)
         return sub
 
@@ -417,7 +409,7 @@ class RedisLiveHub(LiveHub):
         task_id = sub.task_id
         if task_id in self._interest and not self._remote_subs(task_id):
             self._stop_following(task_id)
-            self._spawn(self._broadcast({"k": "unwatch", "t": [task_id]}))
+            self._background.spawn(self._broadcast({"k": "unwatch", "t": [task_id]}))
 
     def _remote_subs(self, task_id: str) -> list[RemoteSubscription]:
         return [s for s in self._subscribers.get(task_id, ())
@@ -515,7 +507,7 @@ class RedisLiveHub(LiveHub):
 
     def _ask_again(self) -> None:
         for task_id in list(self._interest):
-            self._spawn(self._ask(task_id, self._unanswered_nonces(task_id)))
+            self._background.spawn(self._ask(task_id, self._unanswered_nonces(task_id)))
 
     def _unanswered_nonces(self, task_id: str) -> list[str]:
         """The nonces of the task's followers still waiting for a snapshot."""
@@ -611,7 +603,8 @@ class RedisLiveHub(LiveHub):
         elif kind == "replay" and isinstance(message.get("n"), str):
             self._on_replay(replica, task_ids, message["n"], str(message.get("a")))
         elif kind == "control" and self._local is not None:
-            self._spawn(self._local.handle_control(str(message.get("c")), str(message.get("t"))))
+            command, task_id = str(message.get("c")), str(message.get("t"))
+            self._background.spawn(self._local.handle_control(command, task_id))
 
     # refreshing -------------------------------------------------------------------------
     async def _refresh_loop(self) -> None:
@@ -659,7 +652,7 @@ class RedisLiveHub(LiveHub):
         """Queue an entry about ``task_id`` for ``replica``'s inbox (sent in order)."""
         if len(self._outbox) >= self._max_pending or self._closing:
             self.stats["dropped"] += 1
-            self._warn("live_outbox_full", pending=len(self._outbox))
+            self._background.warn("live_outbox_full", pending=len(self._outbox))
             return
         self._outbox.append((inbox_key(self._prefix, replica), {b"t": task_id.encode(), **fields}))
         self._wake_sender.set()
@@ -667,7 +660,7 @@ class RedisLiveHub(LiveHub):
     def _publish_feed(self, payload: str) -> None:
         if len(self._publishes) >= self._max_pending or self._closing:
             self.stats["dropped"] += 1
-            self._warn("live_outbox_full", pending=len(self._publishes))
+            self._background.warn("live_outbox_full", pending=len(self._publishes))
             return
         self._publishes.append((self._feed_channel, payload))
         self._wake_sender.set()
@@ -705,8 +698,9 @@ class RedisLiveHub(LiveHub):
             except Exception as exc:
                 self.stats["send_failures"] += len(batch) + len(published)
                 if self.listening:  # while Redis is away, its one line said so already
-                    self._warn("live_redis_write_failed", error=str(exc) or type(exc).__name__,
-                               dropped=len(batch) + len(published))
+                    self._background.warn("live_redis_write_failed",
+                                          error=str(exc) or type(exc).__name__,
+                                          dropped=len(batch) + len(published))
 
     def _expiries_due(self, batch: list[tuple[str, dict[bytes, bytes]]]) -> list[str]:
         """The inboxes of ``batch`` whose expiry is to be renewed: at most once a minute."""
@@ -718,23 +712,7 @@ class RedisLiveHub(LiveHub):
         return due
 
     # helpers --------------------------------------------------------------------------------
-    def _spawn(self, coroutine: Any) -> None:
-        task = asyncio.ensure_future(coroutine)
-        self._side_tasks.add(task)
-        task.add_done_callback(self._side_done)
-
-    def _side_done(self, task: asyncio.Task[Any]) -> None:
-        self._side_tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self._warn("live_side_task_failed", error=repr(task.exception()))
-
     def _warn_connected(self, event: str, **fields: Any) -> None:
-        """``_warn``, unless Redis is away: its outage has one line of its own."""
+        """A warning, unless Redis is away: its outage has one line of its own."""
         if self.listening:
-            self._warn(event, **fields)
-
-    def _warn(self, event: str, **fields: Any) -> None:
-        now = time.monotonic()
-        if now - self._last_warning >= 5.0:
-            self._last_warning = now
-            log.warning(event, **fields, stats=dict(self.stats))
+            self._background.warn(event, **fields)

@@ -230,7 +230,6 @@ class RecordingRuns(Runs):
 
 
 async def test_the_postgres_hub_needs_only_local_runs_for_control_watchers_and_pointers():
-    import asyncio
 
     import orjson
 
@@ -245,7 +244,7 @@ async def test_the_postgres_hub_needs_only_local_runs_for_control_watchers_and_p
     hub.serve(runs)
     runs.runs["t"] = Run()
     hub._on_notify(None, 0, hub.channel, control_payload("b", "cancel", "t"))
-    await asyncio.gather(*hub._side_tasks)
+    await hub._background.side_tasks_done()
     assert runs.commands == [("cancel", "t")]
     watch = orjson.dumps(
         {"k": "w", "r": "b", "q": 1, "ids": ["t", "elsewhere"], "s": True}

@@ -1,0 +1,62 @@
+"""What a hub spanning replicas runs beside the requests: its loops (listening, sending,
+refreshing) and short side tasks (a control command, a store read), all stopped together;
+and its warnings, at most one every few seconds however often a fault repeats."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+WARN_EVERY_SECONDS = 5.0
+
+
+class Background:
+    """The loops and side tasks of one hub."""
+
+    def __init__(self, stats: dict[str, int]) -> None:
+        self._loops: list[asyncio.Task[None]] = []
+        self._side: set[asyncio.Task[Any]] = set()
+        self._stats = stats
+        self._last_warning = 0.0
+
+    def start(self, **loops: Coroutine[Any, Any, None]) -> None:
+        """Run each loop (named by its keyword) until ``stop``."""
+        self._loops += [asyncio.create_task(loop, name=name) for name, loop in loops.items()]
+
+    def spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run ``work`` beside the loops; a failure is logged, never raised."""
+        task = asyncio.ensure_future(work)
+        self._side.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._side.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("live_side_task_failed", error=repr(task.exception()))
+
+    async def side_tasks_done(self) -> None:
+        """Wait for the side tasks under way now."""
+        await asyncio.gather(*self._side, return_exceptions=True)
+
+    async def stop(self) -> None:
+        tasks = [*self._loops, *self._side]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._loops.clear()
+
+    def warn(self, event: str, **fields: Any) -> None:
+        """A warning with the hub's counters, unless one was logged in the last seconds."""
+        now = time.monotonic()
+        if now - self._last_warning >= WARN_EVERY_SECONDS:
+            self._last_warning = now
+            log.warning(event, **fields, stats=dict(self._stats))
