@@ -38,6 +38,7 @@ from tests.replicas.fake_backend import FakeBackend, big_text
 from tests.stores.pg_support import admin_dsn, fresh_database
 from tests.support.harness import running_gateway
 from tests.support.messages import send_body, send_request
+from tests.support.streams import final_state, rebuild
 from tests.support.waiting import eventually
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED
@@ -49,22 +50,6 @@ ALLOW_TESTS = ["handlers.", "tests."]
 def postgres() -> str:
     """The test cluster's DSN (skips without one, fails in CI)."""
     return admin_dsn()
-
-
-def rebuild(events: list[Any]) -> str:
-    """The response text a client reconstructs from artifact updates (append or replace)."""
-    text = ""
-    for event in events:
-        if event.HasField("artifact_update"):
-            update = event.artifact_update
-            chunk = "".join(p.text for p in update.artifact.parts)
-            text = text + chunk if update.append else chunk
-    return text
-
-
-def final_state(events: list[Any]) -> int | None:
-    states = [e.status_update.status.state for e in events if e.HasField("status_update")]
-    return states[-1] if states else None
 
 
 async def collect(stream: AsyncIterator[Any], into: list[Any]) -> None:

@@ -25,12 +25,10 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 from a2a.types import (
     CancelTaskRequest,
@@ -39,12 +37,12 @@ from a2a.types import (
     SubscribeToTaskRequest,
     TaskState,
 )
-from httpx_sse import aconnect_sse
 
 from tests.replicas.cluster import ReplicaSet, free_port, replica_set
 from tests.stores.pg_support import admin_dsn
 from tests.support.messages import rpc, send_body, send_request, wire_message
 from tests.support.redis_support import own_redis, redis_url
+from tests.support.streams import final_state, read_sse, rebuild, sse_final_state, sse_text
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.redis
@@ -87,25 +85,6 @@ def fleet(
 
 
 # what a client holds -----------------------------------------------------------------------
-
-
-def rebuild(events: list[StreamResponse]) -> str:
-    """The answer text a client rebuilds: the task's artifacts, then each update (append or
-    replace)."""
-    text = ""
-    for event in events:
-        if event.HasField("task"):
-            text = "".join(p.text for a in event.task.artifacts for p in a.parts)
-        elif event.HasField("artifact_update"):
-            update = event.artifact_update
-            chunk = "".join(p.text for p in update.artifact.parts)
-            text = text + chunk if update.append else chunk
-    return text
-
-
-def final_state(events: list[StreamResponse]) -> int | None:
-    states = [e.status_update.status.state for e in events if e.HasField("status_update")]
-    return states[-1] if states else None
 
 
 def artifact_updates(events: list[StreamResponse]) -> list[Any]:
@@ -151,53 +130,6 @@ async def stored_text(rs: ReplicaSet, name: str, endpoint_id: str, task_id: str)
 
 
 # raw SSE, for Last-Event-ID ----------------------------------------------------------------
-
-
-@dataclass
-class SseEvent:
-    id: str
-    result: dict[str, Any]
-
-    @property
-    def kind(self) -> str:
-        (kind,) = self.result
-        return kind
-
-    @property
-    def body(self) -> dict[str, Any]:
-        return self.result[self.kind]
-
-
-async def read_sse(http: httpx.AsyncClient, url: str, body: dict[str, Any], *,
-                   last_event_id: str | None = None, limit: int | None = None) -> list[SseEvent]:
-    """The events of one JSON-RPC 1.0 SSE response (the first ``limit``, then the connection is
-    dropped)."""
-    headers = dict(V10) if last_event_id is None else {**V10, "Last-Event-ID": last_event_id}
-    events: list[SseEvent] = []
-    async with aconnect_sse(http, "POST", url, json=body, headers=headers) as source:
-        assert source.response.status_code == 200, await source.response.aread()
-        async for sse in source.aiter_sse():
-            data = orjson.loads(sse.data)
-            assert "result" in data, data
-            events.append(SseEvent(sse.id, data["result"]))
-            if limit is not None and len(events) >= limit:
-                break
-    return events
-
-
-def sse_text(events: list[SseEvent]) -> str:
-    text = ""
-    for event in events:
-        if event.kind == "task":
-            text = "".join(p["text"] for a in event.body.get("artifacts", []) for p in a["parts"])
-        elif event.kind == "artifactUpdate":
-            chunk = "".join(p["text"] for p in event.body["artifact"]["parts"])
-            text = text + chunk if event.body.get("append") else chunk
-    return text
-
-
-def sse_final_state(events: list[SseEvent]) -> str:
-    return [e.body["status"]["state"] for e in events if e.kind == "statusUpdate"][-1]
 
 
 # live path across replicas -----------------------------------------------------------------
@@ -272,7 +204,7 @@ async def test_last_event_id_resumes_on_another_replica_nothing_lost_nothing_twi
             httpx.AsyncClient(timeout=30) as http:
         ep = await rs.add_endpoint(ECHO, delay=0.05)
         send = rpc("SendStreamingMessage", {"message": wire_message(words)}, rid=str(uuid.uuid4()))
-        head = await read_sse(http, f"{rs['a'].base_url}/{ep}/a2a", send, limit=6)
+        head = await read_sse(http, "POST", f"{rs['a'].base_url}/{ep}/a2a", send, V10, limit=6)
         task_id = head[0].body["id"]
         # a follower on A shows the run going on while the client is away
         async with rs.client("a", ep) as on_a:
@@ -281,7 +213,7 @@ async def test_last_event_id_resumes_on_another_replica_nothing_lost_nothing_twi
                 await eventually(lambda: len(artifact_updates(watched)) >= 5, timeout=10,
                                  what="chunks published while the client is away")
         subscribe = rpc("SubscribeToTask", {"id": task_id}, rid=str(uuid.uuid4()))
-        tail = await read_sse(http, f"{rs['b'].base_url}/{ep}/a2a", subscribe,
+        tail = await read_sse(http, "POST", f"{rs['b'].base_url}/{ep}/a2a", subscribe, V10,
                               last_event_id=head[-1].id)
         stored = await stored_text(rs, "b", ep, task_id)
     ids = [e.id for e in head + tail]

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import orjson
 import pytest
-from httpx_sse import ServerSentEvent, aconnect_sse
 
 from tests.stores.pg_support import fresh_database
 from tests.support.harness import RunningGateway, running_gateway
 from tests.support.messages import rpc, wire_message
+from tests.support.streams import SseEvent, read_sse, sse_final_state, sse_text
 from tests.support.waiting import eventually
 
 WORDS = " ".join(f"w{i}" for i in range(40))
@@ -119,21 +118,6 @@ BINDINGS = [JSONRPC_1_0, REST, JSONRPC_0_3]
 # reading streams ---------------------------------------------------------------------------
 
 
-@dataclass
-class Event:
-    id: str
-    result: dict[str, Any]
-
-    @property
-    def kind(self) -> str:
-        (kind,) = self.result
-        return kind
-
-    @property
-    def body(self) -> dict[str, Any]:
-        return self.result[self.kind]
-
-
 async def read(
     http: httpx.AsyncClient,
     request: tuple[str, str, dict[str, Any], dict[str, str]],
@@ -141,25 +125,15 @@ async def read(
     *,
     last_event_id: str | None = None,
     limit: int | None = None,
-) -> list[Event]:
-    """The events of one SSE response (the first ``limit``, then the connection is dropped)."""
+) -> list[SseEvent]:
+    """The events of one SSE response of ``binding`` (the first ``limit``, then the connection
+    is dropped)."""
     method, url, body, headers = request
-    if last_event_id is not None:
-        headers = {**headers, "Last-Event-ID": last_event_id}
-    events: list[Event] = []
-    kwargs: dict[str, Any] = {"json": body} if method == "POST" else {}
-    async with aconnect_sse(http, method, url, headers=headers, **kwargs) as source:
-        assert source.response.status_code == 200, await source.response.aread()
-        sse: ServerSentEvent
-        async for sse in source.aiter_sse():
-            assert sse.event == "message", sse.data
-            events.append(Event(sse.id, binding.result(orjson.loads(sse.data))))
-            if limit is not None and len(events) >= limit:
-                break
-    return events
+    return await read_sse(http, method, url, body, headers, result=binding.result,
+                          last_event_id=last_event_id, limit=limit)
 
 
-def shape(events: list[Event]) -> list[tuple[Any, ...]]:
+def shape(events: list[SseEvent]) -> list[tuple[Any, ...]]:
     """What a client sees, without ids and timestamps: kinds, states, chunk texts and flags."""
     out: list[tuple[Any, ...]] = []
     for event in events:
@@ -170,22 +144,6 @@ def shape(events: list[Event]) -> list[tuple[Any, ...]]:
         else:
             out.append((event.kind, body["status"]["state"]))
     return out
-
-
-def rebuilt_text(events: list[Event]) -> str:
-    """The response text a client rebuilds: a task's artifacts, then updates (append or replace)."""
-    text = ""
-    for event in events:
-        if event.kind == "task":
-            text = "".join(p["text"] for a in event.body.get("artifacts", []) for p in a["parts"])
-        elif event.kind == "artifactUpdate":
-            chunk = "".join(p["text"] for p in event.body["artifact"]["parts"])
-            text = text + chunk if event.body.get("append") else chunk
-    return text
-
-
-def final_state(events: list[Event]) -> str:
-    return [e.body["status"]["state"] for e in events if e.kind == "statusUpdate"][-1]
 
 
 def is_completed(state: str) -> bool:
@@ -252,8 +210,8 @@ async def test_a_dropped_stream_resumes_with_nothing_lost_and_nothing_twice(
     token = ids[0].rpartition(".")[0]
     assert ids == [f"{token}.{n}" for n in range(len(ids))], "an event lost or seen twice"
     assert shape(resumed) == shape(reference)
-    assert rebuilt_text(resumed) == ANSWER == rebuilt_text(reference)
-    assert is_completed(final_state(resumed))
+    assert sse_text(resumed) == ANSWER == sse_text(reference)
+    assert is_completed(sse_final_state(resumed))
     assert [e.kind for e in tail].count("task") == 0  # a hit: no snapshot, just the events
     assert missed < len(tail)  # the task was still running: replayed, then live
     report(binding.name, read_before_drop=len(head), missed_while_away=missed,
@@ -269,8 +227,8 @@ async def test_a_stale_or_unknown_id_starts_from_the_task_snapshot(gw, slow_echo
             http, binding.subscribe(gw, slow_echo, task_id), binding, last_event_id=stale
         )
         assert events[0].kind == "task" and events[0].body["id"] == task_id
-        assert rebuilt_text(events) == ANSWER
-        assert is_completed(final_state(events))
+        assert sse_text(events) == ANSWER
+        assert is_completed(sse_final_state(events))
         assert all(e.id for e in events)
 
 
@@ -289,8 +247,8 @@ async def test_a_reconnect_after_the_task_ended_gets_the_remaining_events(
     )
     resumed = head + tail
     assert shape(resumed) == shape(reference)
-    assert tail[-2].body.get("lastChunk") and is_completed(final_state(tail))
-    assert rebuilt_text(resumed) == ANSWER
+    assert tail[-2].body.get("lastChunk") and is_completed(sse_final_state(tail))
+    assert sse_text(resumed) == ANSWER
     report(
         f"{binding.name}, after the end",
         read_before_drop=len(head),
@@ -309,7 +267,7 @@ async def test_after_the_keep_time_an_ended_task_answers_as_the_spec_says(http):
         replay = await read(http, (method, url, body, headers), JSONRPC_1_0, last_event_id=first_id)
         # within the keep time: the remainder (as logged, where the live stream, which came
         # faster than it was read, merged the text deltas into one chunk)
-        assert rebuilt_text(replay) == rebuilt_text(events) == "echo: short"
+        assert sse_text(replay) == sse_text(events) == "echo: short"
         assert [e for e in shape(replay) if e[0] != "artifact"] == [
             e for e in shape(events[1:]) if e[0] != "artifact"
         ]
@@ -326,10 +284,8 @@ async def test_after_the_keep_time_an_ended_task_answers_as_the_spec_says(http):
 async def test_a_message_answer_has_no_event_id(http):
     async with running_gateway() as gw:
         ep = await gw.add_endpoint(settings={"delay": 0.0, "response_mode": "message"})
-        method, url, body, headers = JSONRPC_1_0.send(gw, ep, "hello")
-        async with aconnect_sse(http, method, url, json=body, headers=headers) as source:
-            (sse,) = [s async for s in source.aiter_sse()]
-        assert "message" in orjson.loads(sse.data)["result"] and sse.id == ""
+        (event,) = await read(http, JSONRPC_1_0.send(gw, ep, "hello"), JSONRPC_1_0)
+        assert event.kind == "message" and event.id == ""
 
 
 async def test_replay_off_every_reconnect_starts_from_the_snapshot(http):
@@ -341,7 +297,7 @@ async def test_replay_off_every_reconnect_starts_from_the_snapshot(http):
         assert all(e.id for e in head)
         events = await read(http, JSONRPC_1_0.subscribe(gw, ep, head[0].body["id"]), JSONRPC_1_0,
                             last_event_id=head[-1].id)
-        assert events[0].kind == "task" and rebuilt_text(events) == ANSWER
+        assert events[0].kind == "task" and sse_text(events) == ANSWER
 
 
 # reconnect to another replica --------------------------------------------------------------
@@ -370,13 +326,13 @@ async def test_a_reconnect_to_another_replica_gets_the_snapshot_then_live_events
             http, JSONRPC_1_0.subscribe(b, ep, task_id), JSONRPC_1_0, last_event_id=on_b[-1].id
         )
         assert again[0].kind == "task"
-        assert is_completed(final_state(again)) and rebuilt_text(again) == ANSWER
+        assert is_completed(sse_final_state(again)) and sse_text(again) == ANSWER
         # A, which ran the task, still replays from its own id
         tail = await read(
             http, JSONRPC_1_0.subscribe(a, ep, task_id), JSONRPC_1_0, last_event_id=head[-1].id
         )
     assert [e.kind for e in tail].count("task") == 0
-    assert rebuilt_text(head + tail) == ANSWER and is_completed(final_state(tail))
+    assert sse_text(head + tail) == ANSWER and is_completed(sse_final_state(tail))
     report("another replica", snapshot_first=True, replayed_on_owner=len(tail))
 
 
