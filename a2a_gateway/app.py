@@ -173,6 +173,7 @@ def build_app(
             poll_seconds=settings.push_poll_seconds,
             max_in_flight=settings.push_max_in_flight,
             stop_grace_seconds=settings.push_stop_grace_seconds,
+            schedule=hub,
         )
         services = RunServices(
             opened, hub, push,

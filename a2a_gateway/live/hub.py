@@ -33,6 +33,7 @@ fresh snapshot (``catch_up``), exactly as a late subscriber starts. It is never 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import time
@@ -364,6 +365,15 @@ class LiveHub:
     async def send_control(self, replica_id: str, command: str, task_id: str) -> None:
         """Tell replica ``replica_id`` about ``task_id`` (e.g. ``cancel``). In-process there is
         no other replica: the owner notices through the store at its next lease check."""
+
+    def push_due(self, when: float) -> None:
+        """A push delivery becomes due at ``when`` (epoch seconds), for whichever replica
+        claims it; a hub spanning replicas tells them (in-process each replica polls)."""
+
+    async def next_push_check(self, poll_seconds: float) -> None:
+        """Wait until this replica should look in the store for due push deliveries: every
+        ``poll_seconds`` here; a hub that knows when deliveries are due waits for that."""
+        await asyncio.sleep(poll_seconds)
 
     async def announce_endpoint_change(self, endpoint_id: str) -> None:
         """Tell the other replicas that ``endpoint_id``'s row changed here (in-process there

@@ -29,6 +29,10 @@
   request names the task, so an id never replays another task's events.
 * **Control** (``send_control``: e.g. ``cancel``) goes to the owner's channel
   ``<prefix>control:<digest of its id>``; ``tell_all`` (``released``) to the shared one.
+* **Push deliveries** (``push_due``, ``next_push_check``): the due times of deliveries (a
+  retry, a claim that a stopped replica would leave) go to ``<prefix>push:due``; each
+  replica's push loop sleeps until the earliest, woken on ``<prefix>push`` when one is
+  noted, instead of polling the store every ``push_poll_seconds``.
 * **Operators' feed and endpoint changes.** The feed relay (``live.feed_relay``) speaks on
   ``<prefix>feed``; a replica that changed an endpoint row says so on ``<prefix>endpoints``
   (``announce_endpoint_change``) and every other replica re-reads that row at its next
@@ -71,6 +75,9 @@ _BATCH = 512
 _RECORDS_PER_ENTRY = 64
 """An inbox entry holds the records of one write for one replica, at most this many (so the
 entry cap bounds an inbox's memory too)."""
+PUSH_SAFETY_POLL_SECONDS = 300
+"""With Redis a replica looks for due push deliveries when one falls due, and at least this
+often (a due time lost with a restarted Redis)."""
 REPLAY_WAIT_SECONDS = 1.0
 """How long a reconnect on another replica waits for the owner's replay; then a snapshot."""
 _ASK_FIRST_SECONDS = 0.1
@@ -216,6 +223,9 @@ class RedisLiveHub(LiveHub):
         self._shared_channel = f"{prefix}replicas"
         self._feed_channel = f"{prefix}feed"
         self._endpoint_channel = f"{prefix}endpoints"  # as announce_endpoint_change
+        self._push_channel = f"{prefix}push"
+        self._push_due_key = f"{prefix}push:due"
+        self._push_wake = asyncio.Event()
         self._own_channel = self._control_channel(replica_id)
         self._inbox = inbox_key(prefix, replica_id)
         self._inbox_cursor: Any = "0-0"
@@ -540,7 +550,8 @@ class RedisLiveHub(LiveHub):
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self._own_channel, self._shared_channel,
-                                       self._feed_channel, self._endpoint_channel)
+                                       self._feed_channel, self._endpoint_channel,
+                                       self._push_channel)
                 self._on_subscribed()
                 backoff = 0.2
                 async for message in pubsub.listen():
@@ -570,6 +581,8 @@ class RedisLiveHub(LiveHub):
         try:
             if channel == self._feed_channel:
                 self.feed_relay.on_message(data)
+            elif channel == self._push_channel:
+                self._push_wake.set()
             elif channel == self._endpoint_channel:
                 self._on_endpoint_changed(data)
             else:
@@ -605,6 +618,42 @@ class RedisLiveHub(LiveHub):
         elif kind == "control" and self._local is not None:
             command, task_id = str(message.get("c")), str(message.get("t"))
             self._background.spawn(self._local.handle_control(command, task_id))
+
+    # push deliveries --------------------------------------------------------------------
+    def push_due(self, when: float) -> None:
+        """Note ``when`` in the fleet's due times and wake the replicas waiting."""
+        self._background.spawn(self._note_push_due(when))
+
+    async def _note_push_due(self, when: float) -> None:
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.zadd(self._push_due_key, {f"{when:.3f}": when})
+            pipe.expire(self._push_due_key, PUSH_SAFETY_POLL_SECONDS * 2)
+            pipe.publish(self._push_channel, b"")
+            await pipe.execute()
+        except Exception as exc:
+            self._warn_connected("live_redis_push_due_failed", error=str(exc))
+
+    async def next_push_check(self, poll_seconds: float) -> None:
+        """Wait until the earliest due time the replicas noted (woken when one notes an
+        earlier one), at most ``PUSH_SAFETY_POLL_SECONDS``; poll every ``poll_seconds``
+        while Redis is away."""
+        if not self.listening:
+            await asyncio.sleep(poll_seconds)
+            return
+        self._push_wake.clear()
+        try:
+            first = await self._redis.zrange(self._push_due_key, 0, 0, withscores=True)
+            wait = first[0][1] - time.time() if first else PUSH_SAFETY_POLL_SECONDS
+            if wait <= 0:  # due now: this replica looks (all that are due, as room allows)
+                await self._redis.zremrangebyscore(self._push_due_key, "-inf", time.time())
+                return
+        except Exception:
+            await asyncio.sleep(poll_seconds)
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(min(wait, PUSH_SAFETY_POLL_SECONDS)):
+                await self._push_wake.wait()
 
     # refreshing -------------------------------------------------------------------------
     async def _refresh_loop(self) -> None:

@@ -5,7 +5,9 @@ the store right after the task write by the same writer, claimed by this replica
 at once. A failed attempt (connection error, timeout, 5xx, 408, 429) is released with a due
 time (exponential backoff with jitter); every replica's poll loop claims due deliveries, so
 retries — and the deliveries of a replica that stopped — are sent by whichever replica gets
-there first. After ``max_attempts`` a delivery is given up and logged. At least once: a
+there first. The loop looks every ``poll_seconds``, or, with replicas sharing Redis, when a
+delivery falls due (``PushSchedule``: the due times go to Redis), so idle replicas do not poll
+the store. After ``max_attempts`` a delivery is given up and logged. At least once: a
 receiver drops duplicates by ``X-A2A-Notification-Id``, the same on every attempt.
 
 Each POST carries the ``StreamResponse`` JSON body, ``Content-Type: application/a2a+json``,
@@ -20,6 +22,7 @@ import contextlib
 import random
 import time
 from enum import Enum
+from typing import Protocol
 
 import httpx
 import orjson
@@ -67,6 +70,25 @@ def webhook_headers(config: TaskPushNotificationConfig, delivery_id: str) -> dic
     return headers
 
 
+class PushSchedule(Protocol):
+    """When replicas look for due deliveries (``LiveHub``: a fixed poll, or the due times the
+    replicas share through Redis)."""
+
+    def push_due(self, when: float) -> None: ...
+
+    async def next_push_check(self, poll_seconds: float) -> None: ...
+
+
+class PollEvery:
+    """Look every ``poll_seconds``, whatever is due."""
+
+    def push_due(self, when: float) -> None:
+        pass
+
+    async def next_push_check(self, poll_seconds: float) -> None:
+        await asyncio.sleep(poll_seconds)
+
+
 class PushNotifier:
     def __init__(
         self,
@@ -83,8 +105,10 @@ class PushNotifier:
         max_in_flight: int = 64,
         stop_grace_seconds: float = 5.0,
         http: httpx.AsyncClient | None = None,
+        schedule: PushSchedule | None = None,
     ) -> None:
         self._store = store
+        self._schedule = schedule or PollEvery()
         self.guard = guard
         self._replica_id = replica_id
         # Its own client: no proxy from the environment (it would resolve the name itself),
@@ -146,6 +170,7 @@ class PushNotifier:
                 for config in configs
             ]
             await self._store.add_push_deliveries(deliveries)
+            self._schedule.push_due(claim_until)  # for the others, should this replica stop
         except StoreError as exc:
             log.error("push_not_recorded", task_id=task.id, error=str(exc))
             return
@@ -158,26 +183,32 @@ class PushNotifier:
         self._poller = asyncio.create_task(self._poll(), name="push-outbox-poller")
 
     async def _poll(self) -> None:
+        """Look at once (deliveries a stopped replica left), then whenever the schedule says."""
         while True:
-            await asyncio.sleep(self._poll_seconds)
             try:
                 await self.send_due()
             except StoreError as exc:
                 log.warning("push_poll_store_error", error=str(exc))
             except Exception:
                 log.exception("push_poll_failed")
+            await self._schedule.next_push_check(self._poll_seconds)
 
     async def send_due(self) -> int:
         """Claim the due deliveries this replica has room for and start them; how many."""
         room = self._max_in_flight - len(self._in_flight)
-        if room <= 0:
-            return 0
         now = time.time()
+        if room <= 0:
+            self._schedule.push_due(now + 1)  # look again once some are sent
+            return 0
         claimed = await self._store.claim_push_deliveries(
             self._replica_id, now, now + self._claim_seconds, room
         )
         for delivery in claimed:
             self._send_soon(delivery)
+        if claimed:  # due again for the others should this replica stop before sending
+            self._schedule.push_due(now + self._claim_seconds)
+        if len(claimed) == room:  # there may be more than there was room for
+            self._schedule.push_due(now + 1)
         return len(claimed)
 
     def _send_soon(self, delivery: PushDelivery) -> None:
@@ -211,6 +242,7 @@ class PushNotifier:
                 await self._store.retry_push_delivery(
                     delivery.id, self._replica_id, delivery.attempts, time.time() + wait
                 )
+                self._schedule.push_due(time.time() + wait)
                 return
             else:
                 log.warning("push_gave_up", reason=detail, **facts)
@@ -267,4 +299,5 @@ class PushNotifier:
                 await self._store.retry_push_delivery(
                     delivery.id, self._replica_id, delivery.attempts, time.time()
                 )
+                self._schedule.push_due(time.time())
         await self._http.aclose()

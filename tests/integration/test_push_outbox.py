@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from a2a_gateway.stores.base import PushDelivery, Scope, Store
 from tests.stores.store_urls import fresh_store_url
-from tests.support.harness import running_gateway
+from tests.support.harness import require_env, running_gateway
 from tests.support.messages import rpc, send_body
 from tests.support.waiting import eventually
 from tests.support.webhooks import DELIVERY_ID, webhook_receiver
@@ -272,3 +272,61 @@ async def test_two_replicas_send_a_dead_replicas_deliveries_once(
             assert await pending(a.store) == []
     ids = [h[DELIVERY_ID] for h, _ in hooks.posts_to("/hook")]
     assert sorted(ids) == sorted(f"d-{i}" for i in range(20))  # each once, none twice
+
+
+# with replicas sharing Redis: due times instead of polling ------------------------------------
+
+
+class CountingClaims:
+    """Counts the store's ``claim_push_deliveries`` calls (each a poll of the outbox)."""
+
+    def __init__(self, store: Store) -> None:
+        self.calls = 0
+        self._claim = store.claim_push_deliveries
+        store.claim_push_deliveries = self  # type: ignore[method-assign]
+
+    async def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return await self._claim(*args, **kwargs)
+
+
+@pytest.mark.redis
+async def test_with_redis_an_idle_replica_does_not_poll_and_a_retry_is_sent_when_due(hooks):
+    redis = {"redis_url": require_env("A2A_TEST_REDIS_URL"),
+             "redis_prefix": f"t{uuid.uuid4().hex[:8]}:"}
+    hooks.statuses["/hook"] = [503]
+    async with running_gateway(**FAST, **redis) as gw, httpx.AsyncClient() as http:
+        claims = CountingClaims(gw.store)
+        await asyncio.sleep(1.0)  # idle: without Redis, ten polls of 0.1 s
+        assert claims.calls <= 1
+        ep = await gw.add_endpoint(settings={"delay": 0})
+        push = {"id": "c1", "url": hooks.url("/hook"), "authentication": AUTH}
+        r = await http.post(gw.jsonrpc_url(ep), json=send_body("hi", push=push), headers=V10)
+        assert "result" in r.json()
+        await hooks.wait_for("/hook", count=3)  # WORKING failed once, then both delivered
+        await settle()
+        assert await pending(gw.store) == []
+        assert claims.calls <= 6  # looked when the retry fell due, not every 0.1 s
+    assert sorted(hooks.answered) == [204, 204, 503]
+
+
+@pytest.mark.redis
+async def test_with_redis_a_delivery_left_by_a_stopped_replica_is_sent_when_its_claim_ends(
+    hooks,
+):
+    redis = {"redis_url": require_env("A2A_TEST_REDIS_URL"),
+             "redis_prefix": f"t{uuid.uuid4().hex[:8]}:"}
+    async with running_gateway(**FAST, **redis) as gw:
+        scope = Scope("default", "ep-x", "anonymous")
+        config = TaskPushNotificationConfig(id="c1", task_id="task-1", url=hooks.url("/hook"))
+        await gw.store.put_push_config(scope, config)
+        # recorded and claimed by a replica that then died; it noted the claim's end in Redis
+        due = time.time() + 0.5
+        await gw.store.add_push_deliveries([PushDelivery(
+            "d-1", scope, "task-1", "c1", b'{"statusUpdate":{}}', due_at=due, attempts=1,
+            owner="gw-dead")])
+        gw.gateway.hub.push_due(due)
+        await hooks.wait_for("/hook")
+        assert time.time() - due < 2.0
+    (headers, _), = hooks.posts_to("/hook")
+    assert headers[DELIVERY_ID] == "d-1"
