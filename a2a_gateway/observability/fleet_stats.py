@@ -21,14 +21,14 @@ import contextlib
 import hashlib
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
 import structlog
 from aiohttp import web
 
-from a2a_gateway.observability.stats import StatsSampler
+from a2a_gateway.observability.stats import StatsSampler, running_task
 
 log = structlog.get_logger(__name__)
 
@@ -98,15 +98,8 @@ class FleetStats:
                     self._publishing = False
                     self._warn("fleet_stats_not_published", exc)
 
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        task = asyncio.create_task(self.run(), name="fleet-stats-writer")
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def running(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return running_task(self.run(), "fleet-stats-writer")
 
     async def fleet(self) -> dict[str, Any]:
         """Every replica seen lately, this one with its current series (``?scope=fleet``)."""

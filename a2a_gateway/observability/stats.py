@@ -16,7 +16,7 @@ import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -126,6 +126,18 @@ def quantile(q: float, buckets: Mapping[float, int]) -> float | None:
     return lower
 
 
+@contextlib.asynccontextmanager
+async def running_task(loop: Coroutine[Any, Any, None], name: str) -> AsyncIterator[None]:
+    """``loop`` runs as a task while the context is open; cancelled at its end."""
+    task = asyncio.create_task(loop, name=name)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 class StatsSampler:
     def __init__(
         self, interval: float, window: float, *, open_streams: Callable[[], int] = lambda: 0,
@@ -180,15 +192,8 @@ class StatsSampler:
             except Exception:
                 log.exception("stats_sample_failed")
 
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        task = asyncio.create_task(self.run(), name="stats-sampler")
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def running(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return running_task(self.run(), "stats-sampler")
 
     def series(self) -> dict[str, Any]:
         """The samples as columns, oldest first (``GET /admin/api/stats``)."""
