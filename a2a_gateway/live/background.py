@@ -1,6 +1,7 @@
 """What a hub spanning replicas runs beside the requests: its loops (listening, sending,
 refreshing) and short side tasks (a control command, a store read), all stopped together;
-and its warnings, at most one every few seconds however often a fault repeats."""
+its warnings, at most one every few seconds however often a fault repeats; and the wait for
+a task's stored version that an event too large for the wire points to."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from collections.abc import Coroutine
 from typing import Any
 
 import structlog
+
+from a2a_gateway.stores.base import TERMINAL_STATES, Scope, Store, StoredTask
 
 log = structlog.get_logger(__name__)
 
@@ -60,3 +63,20 @@ class Background:
         if now - self._last_warning >= WARN_EVERY_SECONDS:
             self._last_warning = now
             log.warning(event, **fields, stats=dict(self._stats))
+
+
+async def stored_at_least(store: Store, scope: Scope, task_id: str, version: int,
+                          wait_seconds: float) -> StoredTask | None:
+    """The stored task once it holds ``version`` (or has ended), read again for up to
+    ``wait_seconds`` (the owner's write may land after its notice); None after that, or when
+    there is no such task."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        stored = await store.get_task(scope, task_id)
+        if stored is None:
+            return None
+        if stored.version >= version or stored.task.status.state in TERMINAL_STATES:
+            return stored
+        if time.monotonic() >= deadline:
+            return None
+        await asyncio.sleep(0.02)

@@ -46,6 +46,7 @@ import structlog
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
 
 from a2a_gateway.events import artifact_event, status_event
+from a2a_gateway.live.background import stored_at_least
 from a2a_gateway.live.feed import (
     ARTIFACT,
     EVERY_ENDPOINT,
@@ -56,7 +57,7 @@ from a2a_gateway.live.feed import (
     envelope,
 )
 from a2a_gateway.live.postgres_wire import PAYLOAD_LIMIT
-from a2a_gateway.stores.base import TERMINAL_STATES, Scope
+from a2a_gateway.stores.base import Scope
 
 log = structlog.get_logger(__name__)
 
@@ -278,16 +279,9 @@ class FeedRelay:
         """The event a reference stands for, rebuilt from the stored task."""
         scope = Scope(*(str(part) for part in message["sc"]))
         task_id, version = str(message["t"]), int(message.get("v") or 0)
-        deadline = time.monotonic() + self._fetch_wait
-        while True:
-            stored = await self._store.get_task(scope, task_id)
-            if stored is None:
-                return None
-            if stored.version >= version or stored.task.status.state in TERMINAL_STATES:
-                break
-            if time.monotonic() >= deadline:
-                return None
-            await asyncio.sleep(0.02)
+        stored = await stored_at_least(self._store, scope, task_id, version, self._fetch_wait)
+        if stored is None:
+            return None
         task = stored.task
         if message.get("k") == STATUS:
             return envelope(scope, task, status_event(task))

@@ -57,7 +57,7 @@ from typing import Any
 
 import structlog
 
-from a2a_gateway.live.background import Background
+from a2a_gateway.live.background import Background, stored_at_least
 from a2a_gateway.live.feed_relay import FeedRelay
 from a2a_gateway.live.hub import LiveEvent, LiveHub, Subscription
 from a2a_gateway.live.postgres_wire import (
@@ -76,7 +76,7 @@ from a2a_gateway.live.postgres_wire import (
     replica_channel,
     stored_event,
 )
-from a2a_gateway.stores.base import TERMINAL_STATES, StoreUnavailableError
+from a2a_gateway.stores.base import StoreUnavailableError
 
 log = structlog.get_logger(__name__)
 
@@ -464,13 +464,6 @@ class PostgresLiveHub(LiveHub):
 
     async def _from_store(self, task_id: str, message: dict[str, Any]) -> LiveEvent | None:
         scope, version = pointer_target(message)
-        deadline = time.monotonic() + self._fetch_wait
-        while True:
-            stored = await self._store.get_task(scope, task_id)
-            if stored is None:
-                return None
-            if stored.version >= version or stored.task.status.state in TERMINAL_STATES:
-                return stored_event(message, stored.task)
-            if message["f"] == STATUS or time.monotonic() >= deadline:
-                return None
-            await asyncio.sleep(0.02)
+        wait = 0.0 if message["f"] == STATUS else self._fetch_wait  # a status never waits
+        stored = await stored_at_least(self._store, scope, task_id, version, wait)
+        return stored_event(message, stored.task) if stored is not None else None
