@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -48,7 +48,12 @@ class Background:
         """Wait for the side tasks under way now."""
         await asyncio.gather(*self._side, return_exceptions=True)
 
-    async def stop(self) -> None:
+    async def stop(self, last: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Give ``last`` (sending what is queued) a second, then cancel everything."""
+        if last is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(1.0):
+                    await last()
         tasks = [*self._loops, *self._side]
         for task in tasks:
             task.cancel()

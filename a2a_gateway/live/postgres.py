@@ -161,11 +161,7 @@ class PostgresLiveHub(LiveHub):
 
     async def aclose(self) -> None:
         self._closing = True
-        if self._outbox:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(1.0):
-                    await self._flush()
-        await self._background.stop()
+        await self._background.stop(last=self._flush)
         await self._close_listener()
         await self.feed_relay.aclose()
 
