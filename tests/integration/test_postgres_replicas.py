@@ -22,19 +22,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import httpx
 import orjson
 import pytest
-from a2a.types import CancelTaskRequest, GetTaskRequest, Part, SubscribeToTaskRequest, TaskState
+from a2a.types import GetTaskRequest, Part, SubscribeToTaskRequest, TaskState
 
 from a2a_gateway.live.postgres import PostgresLiveHub
 from a2a_gateway.live.postgres_wire import PAYLOAD_LIMIT, LiveWire, split_utf8
 from tests.replicas.cluster import PgControl, replica_set
 from tests.replicas.fake_backend import FakeBackend, big_text
+from tests.replicas.scenarios import (
+    artifact_updates,
+    cancel_on_c_stops_the_run_on_a_at_once,
+    collect,
+    subscribe_on_b_gets_live_chunks_and_the_whole_answer,
+)
 from tests.stores.pg_support import admin_dsn, fresh_database
 from tests.support.harness import running_gateway
 from tests.support.messages import send_body, send_request
@@ -52,44 +57,15 @@ def postgres() -> str:
     return admin_dsn()
 
 
-async def collect(stream: AsyncIterator[Any], into: list[Any]) -> None:
-    async for event in stream:
-        into.append(event)
-
-
-def artifact_updates(events: list[Any]) -> list[Any]:
-    return [e.artifact_update for e in events if e.HasField("artifact_update")]
-
-
 # three processes ---------------------------------------------------------------------
 
 
 async def test_stream_on_a_subscribe_on_b_gets_live_chunks_and_final(postgres, tmp_path):
-    # B polls the store every 30 s: within the 15 s bound only NOTIFY can deliver
+    # B polls the store every 30 s: within the bounds only NOTIFY can deliver
     async with replica_set(
-        tmp_path, ["a", "b", "c"], lease_seconds=60, remote_poll_seconds=30
+        tmp_path, ["a", "b"], lease_seconds=60, remote_poll_seconds=30
     ) as rs:
-        ep = await rs.add_endpoint("handlers.echo:EchoHandler", delay=0.05)
-        words = " ".join(f"w{i}" for i in range(40))
-        async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b:
-            stream = on_a.send_message(send_request(words))
-            first = await anext(stream)
-            for _ in range(3):
-                await anext(stream)
-            started = time.monotonic()
-            remote: list[Any] = []
-            async with asyncio.timeout(15):
-                await collect(on_b.subscribe(SubscribeToTaskRequest(id=first.task.id)), remote)
-            elapsed = time.monotonic() - started
-            local = [e async for e in stream]
-    assert remote[0].HasField("task") and remote[0].task.id == first.task.id
-    updates = artifact_updates(remote)
-    live_appends = [u for u in updates if u.append]
-    assert len(live_appends) >= 5, f"only {len(live_appends)} live chunks reached B"
-    assert updates[-1].last_chunk and updates[-1].append  # the answer was what was streamed
-    assert rebuild(remote) == f"echo: {words}"
-    assert final_state(remote) == COMPLETED and final_state(local) == COMPLETED
-    assert elapsed < 10
+        await subscribe_on_b_gets_live_chunks_and_the_whole_answer(rs)
 
 
 async def test_cancel_on_c_stops_the_run_on_a_at_once(postgres, tmp_path):
@@ -97,40 +73,7 @@ async def test_cancel_on_c_stops_the_run_on_a_at_once(postgres, tmp_path):
     async with replica_set(
         tmp_path, ["a", "b", "c"], lease_seconds=60, remote_poll_seconds=30
     ) as rs:
-        ep = await rs.add_endpoint("handlers.echo:EchoHandler", delay=0.1)
-        async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b, \
-                rs.client("c", ep, streaming=False) as on_c:
-            stream = on_a.send_message(send_request(" ".join(["word"] * 200)))
-            first = await anext(stream)
-            task_id = first.task.id
-            await anext(stream)
-            remote: list[Any] = []
-            follower = asyncio.create_task(
-                collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote)
-            )
-            try:
-                await eventually(
-                    lambda: len(artifact_updates(remote)) >= 2, timeout=10, what="live chunks on B"
-                )
-                started = time.monotonic()
-                canceled = await on_c.cancel_task(CancelTaskRequest(id=task_id))
-                assert canceled.status.state == CANCELED
-                async with asyncio.timeout(5):
-                    rest = [e async for e in stream]
-                a_stopped = time.monotonic() - started
-                async with asyncio.timeout(5):
-                    await follower
-            finally:
-                follower.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await follower
-            await asyncio.sleep(0.5)  # a short while in which the canceled run must not complete
-            final = await on_a.get_task(GetTaskRequest(id=task_id))
-    assert final_state(rest) == CANCELED
-    assert a_stopped < 3, f"A's stream ended {a_stopped:.1f}s after the cancel"
-    assert final_state(remote) == CANCELED
-    assert final.status.state == CANCELED
-    assert not final.artifacts  # the run never completed after the cancel
+        await cancel_on_c_stops_the_run_on_a_at_once(rs)
 
 
 async def test_kill_9_of_the_owner_another_replica_completes_with_full_output(postgres, tmp_path):

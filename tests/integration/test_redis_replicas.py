@@ -24,21 +24,26 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from a2a.types import (
-    CancelTaskRequest,
-    GetTaskRequest,
     StreamResponse,
     SubscribeToTaskRequest,
     TaskState,
 )
 
 from tests.replicas.cluster import ReplicaSet, free_port, replica_set
+from tests.replicas.scenarios import (
+    ECHO,
+    artifact_updates,
+    cancel_on_c_stops_the_run_on_a_at_once,
+    following,
+    is_live_chunk,
+    stored_text,
+    subscribe_on_b_gets_live_chunks_and_the_whole_answer,
+)
 from tests.stores.pg_support import admin_dsn
 from tests.support.messages import rpc, send_body, send_request, wire_message
 from tests.support.redis_support import own_redis, redis_url
@@ -50,7 +55,6 @@ pytestmark = pytest.mark.redis
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 CANCELED = TaskState.TASK_STATE_CANCELED
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
-ECHO = "handlers.echo:EchoHandler"
 LEASE = 60.0
 """Leases far beyond the tests' bounds: an owner's lease check cannot be what stops a run."""
 SLOW_POLL = 30.0
@@ -87,48 +91,6 @@ def fleet(
 # what a client holds -----------------------------------------------------------------------
 
 
-def artifact_updates(events: list[StreamResponse]) -> list[Any]:
-    return [e.artifact_update for e in events if e.HasField("artifact_update")]
-
-
-def is_live_chunk(event: StreamResponse) -> bool:
-    """An appended chunk before the last one: text that came while the run went on."""
-    update = event.artifact_update
-    return event.HasField("artifact_update") and update.append and not update.last_chunk
-
-
-def live_chunks(events: list[StreamResponse]) -> list[StreamResponse]:
-    return [e for e in events if is_live_chunk(e)]
-
-
-async def collect(stream: AsyncIterator[StreamResponse], into: list[StreamResponse],
-                  arrivals: list[float] | None = None) -> None:
-    async for event in stream:
-        into.append(event)
-        if arrivals is not None:
-            arrivals.append(time.monotonic())
-
-
-@contextlib.asynccontextmanager
-async def following(stream: AsyncIterator[StreamResponse], into: list[StreamResponse],
-                    arrivals: list[float] | None = None) -> AsyncIterator[asyncio.Task[None]]:
-    """``stream`` read into ``into`` in the background; stopped when the block ends."""
-    task = asyncio.create_task(collect(stream, into, arrivals))
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def stored_text(rs: ReplicaSet, name: str, endpoint_id: str, task_id: str) -> str:
-    async with rs.client(name, endpoint_id, streaming=False) as client:
-        task = await client.get_task(GetTaskRequest(id=task_id))
-    assert task.status.state == COMPLETED, task.status
-    return "".join(p.text for a in task.artifacts for p in a.parts)
-
-
 # raw SSE, for Last-Event-ID ----------------------------------------------------------------
 
 
@@ -139,61 +101,12 @@ async def test_stream_on_a_subscribe_on_b_gets_live_chunks_and_the_whole_answer(
     store, redis, tmp_path
 ):
     async with fleet(tmp_path, store, redis, ["a", "b"]) as rs:
-        ep = await rs.add_endpoint(ECHO, delay=0.05)
-        words = " ".join(f"w{i}" for i in range(40))
-        async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b:
-            stream = on_a.send_message(send_request(words))
-            local = [await anext(stream) for _ in range(4)]
-            task_id = local[0].task.id
-            started = time.monotonic()
-            remote: list[StreamResponse] = []
-            arrivals: list[float] = []
-            async with asyncio.timeout(15):
-                await collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote, arrivals)
-            elapsed = time.monotonic() - started
-            local += [e async for e in stream]
-        stored = await stored_text(rs, "b", ep, task_id)
-    assert remote[0].HasField("task") and remote[0].task.id == task_id
-    chunks = [i for i, e in enumerate(remote) if is_live_chunk(e)]
-    assert len(chunks) >= 5, f"only {len(chunks)} live chunks reached B"
-    # the first live chunk came while the run went on, well before its end
-    assert arrivals[-1] - arrivals[chunks[0]] > 0.5, "B got the chunks only at the end"
-    assert stored == f"echo: {words}"
-    assert rebuild(remote) == stored, "B's text differs from the stored answer (lost or twice)"
-    assert rebuild(local) == stored
-    assert final_state(remote) == COMPLETED and final_state(local) == COMPLETED
-    assert elapsed < 10
+        await subscribe_on_b_gets_live_chunks_and_the_whole_answer(rs)
 
 
 async def test_cancel_on_c_stops_the_run_on_a_at_once(store, redis, tmp_path):
     async with fleet(tmp_path, store, redis, ["a", "b", "c"]) as rs:
-        ep = await rs.add_endpoint(ECHO, delay=0.1)
-        async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b, \
-                rs.client("c", ep, streaming=False) as on_c:
-            stream = on_a.send_message(send_request(" ".join(["word"] * 200)))
-            first = await anext(stream)
-            task_id = first.task.id
-            await anext(stream)
-            remote: list[StreamResponse] = []
-            async with following(on_b.subscribe(SubscribeToTaskRequest(id=task_id)),
-                                 remote) as follower:
-                await eventually(lambda: len(artifact_updates(remote)) >= 2, timeout=10,
-                                 what="live chunks on B")
-                started = time.monotonic()
-                canceled = await on_c.cancel_task(CancelTaskRequest(id=task_id))
-                assert canceled.status.state == CANCELED
-                async with asyncio.timeout(5):
-                    rest = [e async for e in stream]
-                a_stopped = time.monotonic() - started
-                async with asyncio.timeout(5):
-                    await follower
-            await asyncio.sleep(0.5)  # a short while in which the canceled run must not complete
-            final = await on_a.get_task(GetTaskRequest(id=task_id))
-    assert final_state(rest) == CANCELED
-    assert a_stopped < 3, f"A's stream ended {a_stopped:.1f}s after the cancel"
-    assert final_state(remote) == CANCELED
-    assert final.status.state == CANCELED
-    assert not final.artifacts  # the run never completed after the cancel
+        await cancel_on_c_stops_the_run_on_a_at_once(rs)
 
 
 async def test_last_event_id_resumes_on_another_replica_nothing_lost_nothing_twice(
@@ -251,7 +164,8 @@ async def test_a_task_asking_for_input_on_a_is_answered_on_b_and_followed_on_a(
     assert stored == f"echo: {answer}"
     assert final_state(local) == COMPLETED and rebuild(local) == stored
     assert final_state(remote) == COMPLETED and rebuild(remote) == stored
-    assert len(live_chunks(remote)) >= 3, "A got the answer's chunks only at the end"
+    assert len([e for e in remote if is_live_chunk(e)]) >= 3, (
+        "A got the answer's chunks only at the end")
 
 
 # a rate limit of the fleet -----------------------------------------------------------------

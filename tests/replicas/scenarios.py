@@ -1,0 +1,127 @@
+"""Flows that must hold across replicas whatever links them (PostgreSQL NOTIFY, Redis), run on
+a ``ReplicaSet`` of two or three replicas named ``a``, ``b`` (and ``c``) through the a2a-sdk
+client. Stores must poll far less often than the flows' bounds: only the live path can carry
+a chunk or a cancel in time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    TaskState,
+)
+
+from tests.replicas.cluster import ReplicaSet
+from tests.support.messages import send_request
+from tests.support.streams import final_state, rebuild
+from tests.support.waiting import eventually
+
+COMPLETED = TaskState.TASK_STATE_COMPLETED
+CANCELED = TaskState.TASK_STATE_CANCELED
+ECHO = "handlers.echo:EchoHandler"
+
+
+def artifact_updates(events: list[StreamResponse]) -> list[StreamResponse]:
+    return [e.artifact_update for e in events if e.HasField("artifact_update")]
+
+
+def is_live_chunk(event: StreamResponse) -> bool:
+    """An appended chunk before the last one: text that came while the run went on."""
+    update = event.artifact_update
+    return event.HasField("artifact_update") and update.append and not update.last_chunk
+
+
+async def collect(stream: AsyncIterator[StreamResponse], into: list[StreamResponse],
+                  arrivals: list[float] | None = None) -> None:
+    async for event in stream:
+        into.append(event)
+        if arrivals is not None:
+            arrivals.append(time.monotonic())
+
+
+@contextlib.asynccontextmanager
+async def following(stream: AsyncIterator[StreamResponse], into: list[StreamResponse],
+                    arrivals: list[float] | None = None) -> AsyncIterator[asyncio.Task[None]]:
+    """``stream`` read into ``into`` in the background; stopped when the block ends."""
+    task = asyncio.create_task(collect(stream, into, arrivals))
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def stored_text(rs: ReplicaSet, name: str, endpoint_id: str, task_id: str) -> str:
+    async with rs.client(name, endpoint_id, streaming=False) as client:
+        task = await client.get_task(GetTaskRequest(id=task_id))
+    assert task.status.state == COMPLETED, task.status
+    return "".join(p.text for a in task.artifacts for p in a.parts)
+
+
+async def subscribe_on_b_gets_live_chunks_and_the_whole_answer(rs: ReplicaSet) -> None:
+    """A stream on A, a SubscribeToTask on B: B gets the text so far, live chunks while the
+    run goes on, and rebuilds exactly the stored answer."""
+    ep = await rs.add_endpoint(ECHO, delay=0.05)
+    words = " ".join(f"w{i}" for i in range(40))
+    async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b:
+        stream = on_a.send_message(send_request(words))
+        local = [await anext(stream) for _ in range(4)]
+        task_id = local[0].task.id
+        started = time.monotonic()
+        remote: list[StreamResponse] = []
+        arrivals: list[float] = []
+        async with asyncio.timeout(15):
+            await collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote, arrivals)
+        elapsed = time.monotonic() - started
+        local += [e async for e in stream]
+    stored = await stored_text(rs, "b", ep, task_id)
+    assert remote[0].HasField("task") and remote[0].task.id == task_id
+    chunks = [i for i, e in enumerate(remote) if is_live_chunk(e)]
+    assert len(chunks) >= 5, f"only {len(chunks)} live chunks reached B"
+    # the first live chunk came while the run went on, well before its end
+    assert arrivals[-1] - arrivals[chunks[0]] > 0.5, "B got the chunks only at the end"
+    assert stored == f"echo: {words}"
+    assert rebuild(remote) == stored, "B's text differs from the stored answer (lost or twice)"
+    assert rebuild(local) == stored
+    assert final_state(remote) == COMPLETED and final_state(local) == COMPLETED
+    assert elapsed < 10
+
+
+async def cancel_on_c_stops_the_run_on_a_at_once(rs: ReplicaSet) -> None:
+    """A CancelTask on C of a task streaming on A and followed on B: A's run stops at once
+    (not at its next lease check), both streams end CANCELED, nothing completes after."""
+    ep = await rs.add_endpoint(ECHO, delay=0.1)
+    async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b, \
+            rs.client("c", ep, streaming=False) as on_c:
+        stream = on_a.send_message(send_request(" ".join(["word"] * 200)))
+        first = await anext(stream)
+        task_id = first.task.id
+        await anext(stream)
+        remote: list[StreamResponse] = []
+        async with following(on_b.subscribe(SubscribeToTaskRequest(id=task_id)),
+                             remote) as follower:
+            await eventually(lambda: len(artifact_updates(remote)) >= 2, timeout=10,
+                             what="live chunks on B")
+            started = time.monotonic()
+            canceled = await on_c.cancel_task(CancelTaskRequest(id=task_id))
+            assert canceled.status.state == CANCELED
+            async with asyncio.timeout(5):
+                rest = [e async for e in stream]
+            a_stopped = time.monotonic() - started
+            async with asyncio.timeout(5):
+                await follower
+        await asyncio.sleep(0.5)  # a short while in which the canceled run must not complete
+        final = await on_a.get_task(GetTaskRequest(id=task_id))
+    assert final_state(rest) == CANCELED
+    assert a_stopped < 3, f"A's stream ended {a_stopped:.1f}s after the cancel"
+    assert final_state(remote) == CANCELED
+    assert final.status.state == CANCELED
+    assert not final.artifacts  # the run never completed after the cancel
