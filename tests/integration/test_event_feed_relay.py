@@ -1,8 +1,8 @@
-"""The endpoint event feed across replicas on PostgreSQL relays only what some replica
-watches (``live.feed_relay``): NOTIFYs on ``a2a_live_feed`` counted by a listener of the
-test's own; a watcher on B of tasks run on A (two real replica processes) gets every
-lifecycle event after its snapshot, per endpoint and for every endpoint; the relaying stops
-within a bound after the last watcher left."""
+"""The endpoint event feed across replicas relays only what some replica watches
+(``live.feed_relay``): on PostgreSQL, NOTIFYs on ``a2a_live_feed`` counted by a listener of the
+test's own; a watcher on B of tasks run on A (two real replica processes, linked by NOTIFY on
+PostgreSQL or by Redis on DynamoDB) gets every lifecycle event after its snapshot, per endpoint
+and for every endpoint; the relaying stops within a bound after the last watcher left."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from tests.replicas.cluster import replica_set
 from tests.stores.pg_support import admin_dsn, fresh_database
 from tests.support.harness import running_gateway
 from tests.support.messages import send_request
+from tests.support.redis_support import redis_url
 from tests.support.waiting import eventually
 
 REFRESH = 2.0  # the live hub's refresh_seconds (its default)
@@ -115,12 +116,23 @@ async def test_no_notify_for_an_endpoint_nobody_watches_and_relaying_stops_after
             assert notifies.of(unwatched) == 0
 
 
+LINKS = [
+    pytest.param("postgres", False, id="postgres-notify", marks=pytest.mark.postgres),
+    pytest.param("dynamodb", True, id="dynamodb-redis",
+                 marks=[pytest.mark.dynamodb, pytest.mark.redis]),
+]
+
+
+@pytest.mark.parametrize(("store", "through_redis"), LINKS)
 async def test_a_watcher_on_b_gets_every_lifecycle_event_of_tasks_run_on_a(
-    postgres, tmp_path: Path
+    store: str, through_redis: bool, tmp_path: Path
 ):
+    if store == "postgres":
+        admin_dsn()  # skips without PostgreSQL, fails in CI
     env = {"A2A_GATEWAY_OPERATOR_KEYS": OPERATOR_KEY}
     async with replica_set(
-        tmp_path, ["a", "b"], lease_seconds=30, remote_poll_seconds=30, extra_env=env
+        tmp_path, ["a", "b"], lease_seconds=30, remote_poll_seconds=30, extra_env=env,
+        store=store, redis_url=redis_url() if through_redis else None,
     ) as cluster:
         endpoint_id = await cluster.add_endpoint("handlers.echo:EchoHandler", delay=0)
         other = await cluster.add_endpoint("handlers.echo:EchoHandler", name="other", delay=0)
