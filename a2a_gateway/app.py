@@ -158,7 +158,9 @@ def build_app(
         client = http or backend_client(settings.backend_max_connections,
                                         settings.backend_max_keepalive_connections,
                                         settings.backend_keepalive_seconds)
-        redis = app[SHARED_REDIS] = open_redis(settings.redis_url.get_secret_value())
+        redis = app[SHARED_REDIS] = open_redis(
+            settings.redis_url.get_secret_value(), settings.redis_ca_file
+        )
         hub = live_hub(settings, opened, redis)
         push = PushNotifier(
             opened,

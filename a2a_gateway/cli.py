@@ -405,7 +405,7 @@ async def _announce_change(settings: GatewaySettings, endpoint_id: str) -> None:
     there anyway; on other stores they would see the change within the endpoint cache time)."""
     from a2a_gateway.live.redis import announce_endpoint_change, open_redis
 
-    redis = open_redis(settings.redis_url.get_secret_value())
+    redis = open_redis(settings.redis_url.get_secret_value(), settings.redis_ca_file)
     if redis is not None:
         try:
             await announce_endpoint_change(redis, settings.redis_prefix, "cli", endpoint_id)

@@ -31,7 +31,7 @@ from handlers.base import HandlerSettings
 
 RESERVED_METADATA_KEYS = frozenset(
     {"module_name", "class_name", "public", "strict_v1_card", "auth", "rate_limit",
-     "endpoints_file"}
+     "endpoints_file", "catalog"}
 )
 """Endpoint metadata keys the gateway itself reads (the rest are handler settings)."""
 
@@ -312,6 +312,9 @@ class GatewaySettings(BaseSettings):
     ``rediss://`` for TLS, ``unix://``): it then carries the live path across replicas (any
     store; with PostgreSQL too, instead of NOTIFY) and counts rate limits for the whole fleet.
     Empty: each replica alone (PostgreSQL still links replicas through LISTEN/NOTIFY)."""
+    redis_ca_file: str = ""
+    """PEM file of the CA that signs a ``rediss://`` server's certificate, when the system's
+    trusted CAs do not (a private CA); empty: the system's (ElastiCache's are public)."""
     redis_prefix: str = "a2a:"
     """Prefix of every Redis key and channel (several gateways may share one Redis)."""
     unseen_task_seconds: float = Field(1.0, ge=0)

@@ -100,15 +100,19 @@ BLOCK_SECONDS = 5.0
 """Longest wait of the stream reader's blocking read (a new follower wakes it at once)."""
 
 
-def open_redis(url: str) -> Any:
+def open_redis(url: str, ca_file: str = "") -> Any:
     """A client of the Redis at ``url`` (None for an empty URL); it connects on first use,
-    so a Redis that is down does not stop startup. redis-py is imported only here."""
+    so a Redis that is down does not stop startup. ``ca_file``: the PEM certificates that
+    sign a ``rediss://`` server's certificate when the system's do not (a private CA).
+    redis-py is imported only here."""
     if not url:
         return None
     from redis.asyncio import BlockingConnectionPool, Redis
 
+    tls = {"ssl_ca_certs": ca_file} if ca_file and url.startswith("rediss://") else {}
     pool = BlockingConnectionPool.from_url(
         url,
+        **tls,
         max_connections=64,
         timeout=2.0,  # a request waits this long for a free connection
         socket_connect_timeout=2.0,
