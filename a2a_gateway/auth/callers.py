@@ -90,6 +90,16 @@ class Authenticator:
                 self._limiter.admit(endpoint.endpoint_id, who, endpoint.rate_limit)
         return user
 
+    async def opens(self, headers: Mapping[str, str], endpoint: EndpointAuthView) -> bool:
+        """Whether the credential in ``headers`` authenticates a caller of ``endpoint``, as
+        ``caller`` would, without counting a request against its rate limit (the agent catalog
+        lists the endpoints a credential opens)."""
+        try:
+            user = await self._authenticate(headers, endpoint)
+        except UnauthenticatedError:
+            return False
+        return user.is_authenticated
+
     async def _authenticate(self, headers: Mapping[str, str], endpoint: EndpointAuthView) -> User:
         auth = endpoint.auth
         if auth.trusted_header and is_trusted(PEER.get(), self._trusted_proxies):

@@ -26,6 +26,8 @@ CARD_FIELDS = {
 gateway enforces."""
 CAPABILITY_FLAGS = {"streaming": True, "pushNotifications": True, "extendedAgentCard": False}
 """Capabilities an endpoint row may switch, with their defaults."""
+CATALOG_FLAG = "catalog"
+"""Metadata key: ``false`` keeps the endpoint out of the agent catalog (default true)."""
 SKILL_REQUIRED = ("id", "name", "description", "tags")
 """AgentSkill fields A2A 1.0 requires (a card without them fails strict clients)."""
 
@@ -133,11 +135,19 @@ def _advertise_auth(card: AgentCard, auth: EndpointAuth) -> None:
             card.security_requirements.add().schemes[name].SetInParent()
 
 
+def in_catalog(endpoint: Endpoint) -> bool:
+    """Whether the row lets the agent catalog list it (its ``catalog`` flag, default true)."""
+    return endpoint.metadata.get(CATALOG_FLAG, True) is not False
+
+
 def check_card(endpoint: Endpoint) -> None:
-    """Raise ``EndpointMisconfiguredError`` naming what is wrong with the row's card fields."""
+    """Raise ``EndpointMisconfiguredError`` naming what is wrong with the row's card fields
+    (and its ``catalog`` flag, which publishes the card)."""
     source = endpoint.card
     if not isinstance(source, dict):
         raise EndpointMisconfiguredError("card must be a JSON object")
+    if not isinstance(endpoint.metadata.get(CATALOG_FLAG, True), bool):
+        raise EndpointMisconfiguredError("catalog must be true or false")
     problems = _shape_problems(source)
     if problems:
         raise EndpointMisconfiguredError("invalid card: " + "; ".join(problems))

@@ -39,7 +39,7 @@ log = structlog.get_logger(__name__)
 FROM_FILE = "endpoints_file"
 """Metadata key marking a row the endpoints file wrote."""
 
-GATEWAY_KEYS = ("public", "auth", "rate_limit", "strict_v1_card")
+GATEWAY_KEYS = ("public", "auth", "rate_limit", "strict_v1_card", "catalog")
 """Entry keys the gateway reads; they sit beside ``settings`` in an entry, in the row's metadata."""
 
 FORMATS = {".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}
@@ -95,6 +95,7 @@ class Entry(BaseModel):
     public: StrictBool | None = None
     rate_limit: dict[str, Any] | None = None
     strict_v1_card: StrictBool | None = None
+    catalog: StrictBool | None = None
 
     def row(self) -> Endpoint:
         gateway = {key: getattr(self, key) for key in GATEWAY_KEYS}

@@ -330,6 +330,12 @@ class EndpointRegistry:
         cached = self._cache.get(endpoint_id)
         return cached is not None and cached[1] is not None
 
+    @property
+    def changes(self) -> int:
+        """Calls of ``forget`` so far: a view over many endpoints (the agent catalog) built
+        before the last one is stale."""
+        return self._forgotten
+
     def forget(self, endpoint_id: str | None = None) -> None:
         """The row of ``endpoint_id`` (None: of every endpoint) changed: re-read it at the
         next request, whatever the age of the cached copy."""
@@ -353,6 +359,32 @@ class EndpointRegistry:
         if runtime is None or not runtime.endpoint.enabled:
             raise EndpointNotFoundError(f"no endpoint {endpoint_id}")
         runtime.require_handler()
+        return runtime
+
+    async def runtime_of(self, row: Endpoint) -> EndpointRuntime:
+        """The runtime of ``row``, read from the store with the others (the agent catalog lists
+        them in one read): the cached one while the row is unchanged, else one built from it and
+        cached as ``get`` would. A misconfigured one is returned with its problem, not raised."""
+        lock = self._locks.setdefault(row.id, asyncio.Lock())
+        try:
+            async with lock:
+                return await self._install(row)
+        finally:
+            if not lock.locked():
+                self._locks.pop(row.id, None)
+
+    async def _install(self, row: Endpoint) -> EndpointRuntime:
+        cached = self._cache.get(row.id)
+        old = cached[1] if cached else None
+        if old is not None and old.endpoint.updated_at == row.updated_at:
+            return old
+        forgotten = self._forgotten
+        runtime = await self._open(self._build(row))
+        if old is not None:
+            self._retire(old)
+        self._cache[row.id] = (
+            time.monotonic() if forgotten == self._forgotten else -math.inf, runtime
+        )
         return runtime
 
     async def _refresh(self, endpoint_id: str) -> EndpointRuntime | None:

@@ -34,22 +34,29 @@ def card_document(
     return agent_card_to_dict(card)
 
 
-def card_response(
-    request: web.Request, runtime: EndpointRuntime, base_url: str, max_age: int, signer: CardSigner,
-    grpc_url: str = "",
-) -> web.Response:
+def card_body(
+    runtime: EndpointRuntime, base_url: str, signer: CardSigner, grpc_url: str = ""
+) -> tuple[bytes, str]:
+    """The served card's JSON and its ETag, built once per runtime and URLs."""
     # a changed row builds a new runtime, so the URLs are the only key needed here
     key = f"{base_url} {grpc_url}"
     cached = runtime.card_cache
     if cached is None or cached[0] != key:
         body = orjson.dumps(card_document(runtime, base_url, signer, grpc_url))
-        cached = runtime.card_cache = (key, body, _etag(body))
-    _, body, etag = cached
+        cached = runtime.card_cache = (key, body, etag_of(body))
+    return cached[1], cached[2]
+
+
+def card_response(
+    request: web.Request, runtime: EndpointRuntime, base_url: str, max_age: int, signer: CardSigner,
+    grpc_url: str = "",
+) -> web.Response:
+    body, etag = card_body(runtime, base_url, signer, grpc_url)
     headers = {
         "Last-Modified": format_datetime(runtime.endpoint.updated_at, usegmt=True),
         "Vary": "A2A-Version",
     }
-    return _cached_json(request, body, etag, max_age, headers)
+    return cached_json(request, body, etag, max_age, headers)
 
 
 def jwks_response(request: web.Request, signer: CardSigner, max_age: int) -> web.Response:
@@ -57,17 +64,19 @@ def jwks_response(request: web.Request, signer: CardSigner, max_age: int) -> web
     if not signer.enabled:
         raise web.HTTPNotFound()
     body = orjson.dumps(signer.jwks)
-    return _cached_json(request, body, _etag(body), max_age, {}, "application/jwk-set+json")
+    return cached_json(request, body, etag_of(body), max_age, {}, "application/jwk-set+json")
 
 
-def _etag(body: bytes) -> str:
+def etag_of(body: bytes) -> str:
     return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
 
 
-def _cached_json(
+def cached_json(
     request: web.Request, body: bytes, etag: str, max_age: int, headers: dict[str, str],
     content_type: str = "application/json",
 ) -> web.Response:
+    """``body`` with its ETag, or 304 when the request's ``If-None-Match`` holds it; ``headers``
+    may set another ``Cache-Control``."""
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={max_age}", **headers}
     if etag in [t.strip() for t in request.headers.get("If-None-Match", "").split(",")]:
         return web.Response(status=304, headers=headers)

@@ -17,6 +17,7 @@ from a2a_gateway.state import GATEWAY
 from a2a_gateway.transport import health, rest, worker
 from a2a_gateway.transport.admin import add_admin_routes
 from a2a_gateway.transport.card import card_response, jwks_response
+from a2a_gateway.transport.catalog import add_catalog_routes
 from a2a_gateway.transport.feed import endpoint_events, gateway_events
 from a2a_gateway.transport.jsonrpc import handle_jsonrpc
 
@@ -79,6 +80,7 @@ def add_routes(
     app.router.add_get("/readyz", health.readyz)
     app.router.add_get("/metrics", health.metrics)
     app.router.add_get(JWKS_PATH, jwks)
+    add_catalog_routes(app)
     add_admin_routes(app)
     if worker_events_path:
         app.router.add_post(worker_events_path, worker.worker_event)
