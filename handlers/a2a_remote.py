@@ -66,6 +66,7 @@ from handlers.upstream import (
     RunTimedOut,
     UpstreamError,
     clip,
+    correlation_headers,
     has_input,
     http_error_reason,
     make_timeout,
@@ -657,7 +658,9 @@ class A2ARemoteHandler(Handler):
 
     @staticmethod
     def _context(request: HandlerRequest) -> ClientCallContext:
-        """The caller's trace context goes on (the backend transport may replace it)."""
+        """The caller's trace context goes on (the backend transport may replace it), with
+        the task's ids (``X-A2A-Task-Id``, ...) for the remote's logs."""
         headers = {k: v for k, v in request.headers.items() if k.lower() in TRACE_HEADERS}
+        headers.update(correlation_headers(request))
         return ClientCallContext(service_parameters=headers or None)
 

@@ -6,13 +6,15 @@ its timeout and its retry policy (``call``). ``Upstream.call`` makes one request
 answer or server-sent events (``sse``), bounded by the run's ``Deadline`` (``deadline``),
 retried when the backend answers HTTP 429 or 503 as ``Retry-After`` asks (``retry``), with the
 caller's trace context passed on (``request``), or the one the gateway's tracing gives
-(``telemetry.trace_calls``). Every failure is an ``UpstreamError`` (``errors``) whose
-``reason`` is short, names the backend and never carries a secret (``redaction``).
+(``telemetry.trace_calls``), and the A2A task's ids as ``X-A2A-*`` headers (``correlation``).
+Every failure is an ``UpstreamError`` (``errors``) whose ``reason`` is short, names the
+backend and never carries a secret (``redaction``).
 ``BridgeSettings`` (``settings``) are what every bridge is configured with; ``transport``
 holds the shared client and the transport for libraries that bring their own client.
 """
 
 from handlers.upstream.call import Upstream, UpstreamCall, make_timeout
+from handlers.upstream.correlation import CORRELATION_HEADERS, correlation_headers
 from handlers.upstream.deadline import Deadline
 from handlers.upstream.errors import (
     RunTimedOut,
@@ -32,6 +34,7 @@ from handlers.upstream.telemetry import TRACE_HEADERS, CallTracer, TracedCall, t
 from handlers.upstream.transport import BackendTransport, backend_client
 
 __all__ = [
+    "CORRELATION_HEADERS",
     "DONE",
     "NO_RETRY",
     "TRACE_HEADERS",
@@ -51,6 +54,7 @@ __all__ = [
     "UpstreamError",
     "backend_client",
     "clip",
+    "correlation_headers",
     "error_detail",
     "has_input",
     "http_error_reason",

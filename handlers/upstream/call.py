@@ -16,6 +16,7 @@ import httpx
 from pydantic import SecretStr
 
 from handlers.base import HandlerRequest
+from handlers.upstream.correlation import correlation_headers
 from handlers.upstream.deadline import Deadline
 from handlers.upstream.errors import (
     RunTimedOut,
@@ -86,8 +87,10 @@ class Upstream:
              timeout: float | None = None, form: Mapping[str, str] | None = None) -> UpstreamCall:
         """One call to ``base_url + path``: ``async with upstream.call(...) as call``,
         then ``await call.json()`` or ``async for frame in call.frames()`` (``events``).
-        ``form`` sends the fields form-encoded instead of ``body`` as JSON."""
+        ``form`` sends the fields form-encoded instead of ``body`` as JSON. With ``request``,
+        the call carries its trace context and its task's ids (``correlation``)."""
         headers = httpx.Headers(passed_on(request))
+        headers.update(correlation_headers(request))  # the gateway's ids, not the caller's
         headers.update(self.headers)  # case-insensitive: the backend's own headers win
         if events:
             headers.update({"Accept": "text/event-stream", "Cache-Control": "no-store"})

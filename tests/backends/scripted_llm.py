@@ -25,7 +25,8 @@ anything else                          ``Hello from fakellm. You said: <text[:80
 =====================================  =============================================
 
 Test-control routes: ``GET /_requests`` (JSON list of the requests received:
-model, stream, messages, tools, trigger, outcome, content chunk timestamps) and
+model, stream, messages, tools, trigger, outcome, content chunk timestamps, and the
+request's headers, lower-cased, credentials left out) and
 ``POST /_reset`` (clears that list).
 """
 
@@ -169,6 +170,21 @@ def _plan(trigger: str, match: re.Match[str] | None, options: dict[str, str],
     return Plan("echo", split_words("Hello from fakellm. You said: " + text[:80]))
 
 
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key",
+                                "api-key"})
+
+
+def recorded_headers(request: web.Request) -> dict[str, str]:
+    """The request's headers as ``/_requests`` shows them: names lower-cased, repeated ones
+    joined with ``, ``, credentials left out."""
+    headers: dict[str, str] = {}
+    for name, value in request.headers.items():
+        name = name.lower()
+        if name not in CREDENTIAL_HEADERS:
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return headers
+
+
 class ScriptedLLM:
     """The scripted LLM as an aiohttp app; ``async with ScriptedLLM() as llm: llm.url``."""
 
@@ -226,7 +242,8 @@ class ScriptedLLM:
         self.requests.clear()
         return web.json_response({"ok": True})
 
-    def _record(self, body: dict[str, Any], plan: Plan, auth: bool) -> dict[str, Any]:
+    def _record(self, body: dict[str, Any], plan: Plan, auth: bool,
+                headers: dict[str, str]) -> dict[str, Any]:
         messages = [{"role": m.get("role"), "content": content_text(m.get("content")),
                      **({"tool_calls": m["tool_calls"]} if m.get("tool_calls") else {})}
                     for m in body.get("messages") or [] if isinstance(m, dict)]
@@ -237,7 +254,7 @@ class ScriptedLLM:
             "last_role": messages[-1]["role"] if messages else None,
             "last_text": messages[-1]["content"] if messages else None,
             "tools": offered_tools(body), "trigger": plan.trigger, "text": plan.text,
-            "outcome": "in_progress", "chunks": [],
+            "outcome": "in_progress", "chunks": [], "headers": headers,
         }
         self.requests.append(entry)
         return entry
@@ -255,7 +272,8 @@ class ScriptedLLM:
         except (json.JSONDecodeError, UnicodeDecodeError):
             return _error(400, "body is not JSON", "invalid_json")
         plan = plan_reply(body, self.danger_path)
-        entry = self._record(body, plan, "authorization" in request.headers)
+        entry = self._record(body, plan, "authorization" in request.headers,
+                             recorded_headers(request))
         if plan.status != 200:
             self._finish(entry, f"http_{plan.status}")
             return _error(plan.status, "fakellm scripted bad request"
