@@ -95,3 +95,17 @@ async def test_after_a_failure_redis_is_asked_again_a_second_later():
         assert await client.keys(f"{limiter._prefix}rate:*")  # counted in Redis again
     finally:
         await client.aclose()
+
+
+async def test_a_redis_that_lost_its_scripts_gets_the_script_again():
+    client = open_redis(require_env("A2A_TEST_REDIS_URL"))
+    try:
+        limiter = FleetRateLimiter(client, f"t{uuid.uuid4().hex[:8]}:")
+        assert await offer(limiter, "erin") is None
+        await client.script_flush()  # as after a restart or a failover
+        before = REGISTRY.get_sample_value("a2a_gateway_rate_limit_fallbacks_total") or 0.0
+        assert await offer(limiter, "erin") is None
+        # counted in Redis, not on this replica alone
+        assert REGISTRY.get_sample_value("a2a_gateway_rate_limit_fallbacks_total") == before
+    finally:
+        await client.aclose()
