@@ -63,6 +63,7 @@ def catalog_document(
             "identifier": f"urn:uuid:{runtime.endpoint.id}",
             "displayName": card.get("name", ""),
             "type": A2A_CARD_TYPE,
+            "mediaType": A2A_CARD_TYPE,  # the same field in earlier versions of the draft
             "url": f"{base_url.rstrip('/')}/{runtime.endpoint.id}/.well-known/agent-card.json",
             "description": card.get("description", ""),
             "tags": [s.get("name", "") for s in card.get("skills", [])],

@@ -136,7 +136,7 @@ async def test_anonymous_callers_see_only_public_enabled_listed_endpoints(fleet)
         assert document["specVersion"] == "1.0"
         assert document["host"]["identifier"] == fleet.gw.base_url
         entry = document["entries"][0]
-        assert entry["type"] == "application/a2a-agent-card+json"
+        assert entry["type"] == entry["mediaType"] == "application/a2a-agent-card+json"
         assert entry["displayName"] == "Public agent"
         assert entry["tags"] == ["Translate", "Summarize"]
         assert entry["identifier"] == f"urn:uuid:{fleet.ids['public']}"
