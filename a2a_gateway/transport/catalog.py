@@ -29,8 +29,9 @@ CATALOG_PATH = "/.well-known/ai-catalog.json"
 AGENTS_PATH = "/agents"
 SPEC_VERSION = "1.0"
 A2A_CARD_TYPE = "application/a2a-agent-card+json"
-BODIES_CACHED = 256
-"""Catalog bodies remembered at most (one per view, base URL and route)."""
+BODIES_CACHED_BYTES = 32 * 1024 * 1024
+"""Size of the catalog bodies remembered (one per view, base URL and route), the least recently
+served dropped first."""
 
 
 @dataclass(slots=True)
@@ -40,6 +41,7 @@ class CatalogState:
 
     catalog: EndpointCatalog | None = None
     bodies: OrderedDict[tuple[Any, ...], tuple[bytes, str]] = field(default_factory=OrderedDict)
+    cached_bytes: int = 0
 
     def of(self, gateway: Gateway) -> EndpointCatalog:
         if self.catalog is None:
@@ -94,8 +96,9 @@ async def _respond(request: web.Request, route: str) -> web.Response:
         body = (agents_body(view, gateway, base_url, grpc_url) if route == AGENTS_PATH
                 else orjson.dumps(catalog_document(view, gateway, base_url, grpc_url)))
         cached = state.bodies[key] = (body, etag_of(body))
-        while len(state.bodies) > BODIES_CACHED:
-            state.bodies.popitem(last=False)
+        state.cached_bytes += len(body)
+        while state.cached_bytes > BODIES_CACHED_BYTES and len(state.bodies) > 1:
+            state.cached_bytes -= len(state.bodies.popitem(last=False)[1][0])
     state.bodies.move_to_end(key)
     body, etag = cached
     max_age = math.ceil(gateway.settings.endpoint_cache_seconds)

@@ -4,8 +4,9 @@ on every store.
 The gateway takes no anonymous calls but on ``public`` rows. Its endpoints: a public one with
 skills, one public but kept out of the catalog, one public but disabled, one public whose
 handler cannot be loaded, one public whose ``catalog`` flag is not a boolean, one behind API
-keys (the caller holds a key), another behind API keys (the caller holds none) and one
-behind JWTs of an issuer whose public key is in the row.
+keys (the caller holds a key), another behind API keys (the caller holds none), one behind
+JWTs of an issuer whose public key is in the row and one behind the identity header of a
+trusted proxy (the test's own address).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ async def fleet(request, tmp_path, monkeypatch) -> AsyncIterator[Fleet]:
     async with (
         fresh_store_url(request.param, tmp_path, monkeypatch) as url,
         running_gateway(url, allow_unauthenticated_endpoints=False, operator_keys=[OPERATOR_KEY],
-                        endpoint_cache_seconds=AN_HOUR) as gw,
+                        endpoint_cache_seconds=AN_HOUR, trusted_proxies=["127.0.0.1/32"]) as gw,
     ):
         jwt_auth, token = _jwt_auth()
         ids = {
@@ -100,6 +101,8 @@ async def fleet(request, tmp_path, monkeypatch) -> AsyncIterator[Fleet]:
             "other_keyed": await _add(gw, "Other keyed agent"),
             "unlisted_keyed": await _add(gw, "Unlisted keyed agent", catalog=False),
             "jwt": await _add(gw, "JWT agent", auth=jwt_auth),
+            "proxied": await _add(gw, "Proxied agent",
+                                  auth={"trusted_header": {"header": "X-Forwarded-User"}}),
         }
         yield Fleet(gw, ids, await _key(gw, ids["keyed"]), await _key(gw, ids["unlisted_keyed"]),
                     token)
@@ -121,7 +124,8 @@ def _leaked(fleet: Fleet, responses: tuple[httpx.Response, ...], allowed: set[st
     """Roles of endpoints other than ``allowed`` whose id or name is anywhere in the bodies."""
     text = "".join(r.text for r in responses)
     names = {"keyed": "Keyed agent", "other_keyed": "Other keyed agent", "jwt": "JWT agent",
-             "unlisted": "Unlisted agent", "unlisted_keyed": "Unlisted keyed agent"}
+             "unlisted": "Unlisted agent", "unlisted_keyed": "Unlisted keyed agent",
+             "proxied": "Proxied agent"}
     return {role for role, endpoint_id in fleet.ids.items()
             if role not in allowed and (endpoint_id in text or names.get(role, "\0") in text)}
 
@@ -153,12 +157,13 @@ async def test_a_credential_adds_the_endpoints_it_opens_and_no_other(fleet):
             ({"X-API-Key": fleet.key}, "keyed"),
             ({"Authorization": f"Bearer {fleet.key}"}, "keyed"),
             ({"Authorization": f"Bearer {fleet.token}"}, "jwt"),
+            ({"X-Forwarded-User": "erin"}, "proxied"),
         ]:
             catalog, agents = await _both(http, fleet, headers)
             assert catalog.status_code == agents.status_code == 200, catalog.text
             assert sorted(_listed(catalog.json())) == sorted([ids["public"], ids[opened]])
-            assert sorted(c["name"] for c in agents.json()) == sorted(
-                ["Public agent", "Keyed agent" if opened == "keyed" else "JWT agent"])
+            names = {"keyed": "Keyed agent", "jwt": "JWT agent", "proxied": "Proxied agent"}
+            assert {c["name"] for c in agents.json()} == {"Public agent", names[opened]}
             assert _leaked(fleet, (catalog, agents), {"public", opened}) == set()
         # a valid key of an endpoint kept out of the catalog shows the public ones only
         catalog, agents = await _both(http, fleet, {"X-API-Key": fleet.other_key})
