@@ -362,7 +362,8 @@ def _query(draw: st.DrawFn, target: Operated, names: list[str]) -> str:
             _query_values, st.sampled_from(STATES),
             st.sampled_from([target.page_token, target.page_token[:-2], target.page_token + "x",
                              "eyJ0IjoxfQ", PRINCIPAL, target.endpoints[0], target.endpoints[1],
-                             ",".join(target.endpoints), target.tasks[0]]),
+                             ",".join(target.endpoints), target.tasks[0], "fleet",
+                             "replica"]),
             _tampered(target.page_token)))
         encode = draw(st.booleans())
         pairs.append(
@@ -486,6 +487,7 @@ ADMIN_QUERY = [
     "page_token",
     "principal",
     "tenant",
+    "scope",
 ]
 
 
