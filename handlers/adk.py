@@ -49,6 +49,7 @@ from handlers.upstream import (
     UpstreamCall,
     UpstreamError,
     clip,
+    correlation_metadata,
     request_text,
 )
 
@@ -296,7 +297,9 @@ class AdkHandler(RunBridge[RunEvents]):
                     deadline: Deadline) -> tuple[RunEvents, UpstreamCall]:
         user_id, session_id = conversation
         body = {"app_name": self.settings.adk_app_name, "user_id": user_id,
-                "session_id": session_id, "new_message": new_message(request), "streaming": True}
+                "session_id": session_id, "new_message": new_message(request), "streaming": True,
+                # the run's RunConfig.custom_metadata: on each of its events, seen by tools
+                "custom_metadata": correlation_metadata(request)}
         return RunEvents(session_id=session_id), self.upstream.call(
             "POST", "/run_sse", body, request=request, deadline=deadline, events=True)
 

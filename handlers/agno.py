@@ -50,6 +50,7 @@ from handlers.upstream import (
     UpstreamCall,
     UpstreamError,
     clip,
+    correlation_metadata,
     request_text,
 )
 
@@ -272,9 +273,12 @@ class AgnoHandler(RunBridge[AgnoRun]):
         form = {"stream": "true", "background": "true", "session_id": session_id,
                 "user_id": request.backend_user()}
         if not tools:
+            # the run's metadata (kept with the run), a JSON object as AgentOS reads it
+            metadata = json.dumps(correlation_metadata(request))
             return run, self.upstream.call("POST", self.runs_path, request=request,
                                            deadline=deadline, events=True,
-                                           form={"message": request_text(request), **form})
+                                           form={"message": request_text(request),
+                                                 "metadata": metadata, **form})
         decided = confirmations(request, tools) or {}
         answered = [{**t, "requires_confirmation": True,
                      "confirmed": decided.get(str(t.get("tool_call_id")), False)} for t in tools]

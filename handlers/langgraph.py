@@ -51,6 +51,7 @@ from handlers.upstream import (
     UpstreamCall,
     UpstreamError,
     clip,
+    correlation_metadata,
     has_input,
     request_text,
 )
@@ -332,6 +333,7 @@ class LangGraphHandler(RunBridge[RunStream]):
             "stream_mode": list(self.settings.langgraph_stream_mode),
             "stream_resumable": True,
             "on_disconnect": "continue",  # a gateway restart re-attaches; cancel is explicit
+            "metadata": correlation_metadata(request),  # the run's own, shown with the run
         }
         interrupts = (request.pending_input or {}).get("interrupts")
         if interrupts:

@@ -14,7 +14,11 @@ holds the shared client and the transport for libraries that bring their own cli
 """
 
 from handlers.upstream.call import Upstream, UpstreamCall, make_timeout
-from handlers.upstream.correlation import CORRELATION_HEADERS, correlation_headers
+from handlers.upstream.correlation import (
+    CORRELATION_HEADERS,
+    correlation_headers,
+    correlation_metadata,
+)
 from handlers.upstream.deadline import Deadline
 from handlers.upstream.errors import (
     RunTimedOut,
@@ -55,6 +59,7 @@ __all__ = [
     "backend_client",
     "clip",
     "correlation_headers",
+    "correlation_metadata",
     "error_detail",
     "has_input",
     "http_error_reason",

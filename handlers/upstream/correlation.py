@@ -6,7 +6,11 @@ A context id is the caller's choice, so every value is made safe for a header fi
 character outside a small set (letters, digits, ``-._~:@+=``) is percent-encoded as UTF-8
 (a UUID goes out unchanged; CR, LF, ``%`` and non-ASCII never go out raw), and the result is
 clipped to ``MAX_HEADER_CHARS``. A header can then neither break the request nor smuggle
-another header in."""
+another header in.
+
+A backend whose run takes metadata of its own in the body (LangGraph's run ``metadata``, ADK's
+``custom_metadata``, Agno's run ``metadata``) also gets the ids there (``correlation_metadata``),
+as they are (JSON carries any text), clipped to ``MAX_HEADER_CHARS``."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ TASK_HEADER = "X-A2A-Task-Id"
 CONTEXT_HEADER = "X-A2A-Context-Id"
 ENDPOINT_HEADER = "X-A2A-Endpoint-Id"
 CORRELATION_HEADERS = (TASK_HEADER, CONTEXT_HEADER, ENDPOINT_HEADER)
+METADATA_KEYS = ("a2a_task_id", "a2a_context_id", "a2a_endpoint_id")
 
 MAX_HEADER_CHARS = 200
 """The longest value sent; a longer (encoded) id is clipped."""
@@ -46,6 +51,15 @@ def correlation_headers(request: HandlerRequest | None) -> dict[str, str]:
     left out; no request, no headers)."""
     if request is None:
         return {}
-    ids = zip(CORRELATION_HEADERS,
-              (request.task_id, request.context_id, request.endpoint_id), strict=True)
-    return {name: header_value(value) for name, value in ids if value}
+    return {name: header_value(value) for name, value in _ids(CORRELATION_HEADERS, request)}
+
+
+def correlation_metadata(request: HandlerRequest) -> dict[str, str]:
+    """The same ids for a run's metadata in the body: ``a2a_task_id``, ``a2a_context_id``,
+    ``a2a_endpoint_id`` (an empty id is left out)."""
+    return {key: value[:MAX_HEADER_CHARS] for key, value in _ids(METADATA_KEYS, request)}
+
+
+def _ids(names: tuple[str, str, str], request: HandlerRequest) -> list[tuple[str, str]]:
+    ids = (request.task_id, request.context_id, request.endpoint_id)
+    return [(name, value) for name, value in zip(names, ids, strict=True) if value]

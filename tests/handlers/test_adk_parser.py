@@ -109,7 +109,9 @@ async def test_partial_events_stream_and_the_final_event_completes_once():
     (run,) = backend.bodies("/run_sse")
     assert run == {"app_name": "assistant", "user_id": "anonymous", "session_id": session_id,
                    "new_message": {"role": "user", "parts": [{"text": "hello there"}]},
-                   "streaming": True}
+                   "streaming": True, "custom_metadata": {"a2a_task_id": "task-1",
+                                                          "a2a_context_id": "ctx-1",
+                                                          "a2a_endpoint_id": "ep-1"}}
 
 
 async def test_a_known_session_is_reused_and_an_existing_one_taken():

@@ -141,6 +141,8 @@ async def test_a_first_message_starts_a_background_run_in_the_context_session() 
         "background": "true",
         "session_id": session,
         "user_id": handler_request(principal="alice").backend_user(),
+        "metadata": json.dumps({"a2a_task_id": "task-1", "a2a_context_id": "ctx-1",
+                                "a2a_endpoint_id": "ep-1"}),
     }
     assert "alice" not in session
     assert not backend.calls("GET")  # the stream said it all

@@ -342,3 +342,16 @@ async def test_cancel_while_waiting_for_confirmation_cancels_the_task(gw, endpoi
             send_request(f"after {mark}", context_id=task.context_id))]
     assert next_turn.task.status.state == COMPLETED  # a new run in the same session
     assert final_text(next_turn.task) == f"Hello from fakellm. You said: after {mark}"
+
+
+async def test_the_run_carries_the_a2a_ids_in_its_metadata(gw, endpoint, agno_url):
+    mark = token()
+    context_id = f"ctx-{mark}-żółw"
+    async with gw.client(endpoint, streaming=False) as client:
+        (event,) = [e async for e in client.send_message(
+            send_request(f"hello {mark}", context_id=context_id))]
+    assert event.task.status.state == COMPLETED
+    metadata = MessageToDict(event.task.artifacts[-1].metadata)
+    run = await agno_run(agno_url, metadata["agno_run_id"], metadata["agno_session_id"])
+    assert run["metadata"] == {"a2a_task_id": event.task.id, "a2a_context_id": context_id,
+                               "a2a_endpoint_id": endpoint}

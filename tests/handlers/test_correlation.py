@@ -19,6 +19,7 @@ from handlers.upstream.correlation import (
     MAX_HEADER_CHARS,
     TASK_HEADER,
     correlation_headers,
+    correlation_metadata,
     header_value,
 )
 from tests.support.messages import handler_request
@@ -150,3 +151,9 @@ async def test_the_backends_own_configured_header_wins(recorder) -> None:
         await backend.json("POST", "/runs", {}, request=handler_request())
     assert seen[0]["x-a2a-endpoint-id"] == ["set-by-the-operator"]
     assert seen[0]["x-a2a-task-id"] == ["task-1"]
+
+
+def test_the_ids_for_a_runs_metadata_are_sent_as_they_are_but_clipped() -> None:
+    request = handler_request(context_id="ctx\r\n-żółw", endpoint_id="", task_id="t" * 500)
+    assert correlation_metadata(request) == {"a2a_task_id": "t" * MAX_HEADER_CHARS,
+                                             "a2a_context_id": "ctx\r\n-żółw"}

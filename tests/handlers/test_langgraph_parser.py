@@ -145,6 +145,8 @@ async def test_a_first_message_creates_a_thread_and_streams_the_answer() -> None
     (body,) = backend.bodies("/runs/stream")
     assert body == {"assistant_id": "agent", "stream_mode": ["messages-tuple", "updates"],
                     "stream_resumable": True, "on_disconnect": "continue",
+                    "metadata": {"a2a_task_id": "task-1", "a2a_context_id": "ctx-1",
+                                 "a2a_endpoint_id": "ep-1"},
                     "input": {"messages": [{"role": "user", "content": "hello langgraph"}]}}
     assert backend.calls("GET", f"/runs/{run_id}")  # the outcome was read from the run's status
 

@@ -314,3 +314,16 @@ async def test_a_context_whose_thread_was_deleted_goes_on_in_a_new_thread(
         f"second {mark}",
         f"third {mark}",
     ]
+
+
+async def test_the_run_carries_the_a2a_ids_in_its_metadata(gw, endpoint, langgraph_url):
+    mark = token()
+    context_id = f"ctx-{mark}-żółw"
+    async with gw.client(endpoint, streaming=False) as client:
+        (event,) = [e async for e in client.send_message(
+            send_request(f"hello {mark}", context_id=context_id))]
+    assert event.task.status.state == COMPLETED
+    run = await langgraph_run(langgraph_url, await stored_run_ref(gw, endpoint, event.task.id))
+    ids = {"a2a_task_id": event.task.id, "a2a_context_id": context_id,
+           "a2a_endpoint_id": endpoint}
+    assert {k: run["metadata"].get(k) for k in ids} == ids  # next to the thread's a2a_owner
