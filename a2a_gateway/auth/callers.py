@@ -31,7 +31,7 @@ from a2a_gateway.auth.rate_limit import FleetRateLimiter, RateLimiter
 from a2a_gateway.auth.tokens import InvalidToken, JwtVerifier
 from a2a_gateway.errors import UnauthenticatedError
 from a2a_gateway.settings import GatewaySettings
-from a2a_gateway.stores.base import Store
+from a2a_gateway.stores.base import ApiKey, Store
 
 MAX_PRINCIPAL_LENGTH = 256
 """Longest identity a proxy header may carry."""
@@ -42,12 +42,15 @@ class Caller(User):
     ``tenant`` (from a token claim) narrows them further when set."""
 
     def __init__(
-        self, principal: str, tenant: str | None = None, claims: Mapping[str, Any] | None = None
+        self, principal: str, tenant: str | None = None, claims: Mapping[str, Any] | None = None,
+        key: ApiKey | None = None,
     ) -> None:
         self._principal = principal
         self.tenant = tenant
         self.claims = claims or {}
         """The claims of the caller's JWT (none for other credentials)."""
+        self.key = key
+        """The API key row the caller presented (None for other credentials)."""
 
     @property
     def is_authenticated(self) -> bool:
@@ -127,7 +130,7 @@ class Authenticator:
         row = await self._keys.verify(endpoint.endpoint_id, key)
         if row is None:
             raise InvalidCredentialError("the API key is not valid for this endpoint")
-        return Caller(row.principal)
+        return Caller(row.principal, key=row)
 
     async def _token_caller(self, auth: EndpointAuth, token: str) -> Caller:
         assert auth.jwt is not None
