@@ -4,6 +4,14 @@
 
 const TERMINAL = new Set(["TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"]);
 const PAGES = ["login-page", "endpoints-page", "tasks-page", "task-page", "numbers-page"];
+const MORE_PAGES = {};
+
+// A page kept in a script of its own: ``#/<name>/<args…>`` shows ``section`` and calls
+// ``open(args)``; its errors go to the element ``<section>-error``.
+function registerPage(name, section, open) {
+  MORE_PAGES[name] = { section, open };
+  PAGES.push(section);
+}
 const state = {
   csrf: "",
   feed: null, feedUrl: "", tasks: new Map(), filters: { endpoint: "", state: "", context: "" },
@@ -84,6 +92,10 @@ async function route() {
   } else if (parts[0] === "numbers") {
     show("numbers-page");
     startNumbers();
+  } else if (MORE_PAGES[parts[0]]) {
+    const page = MORE_PAGES[parts[0]];
+    show(page.section);
+    await act(() => page.open(parts.slice(1)), `${page.section}-error`);
   } else if (parts[0] === "task" && parts.length === 4) {
     show("task-page");
     await act(() => openTask(parts[1], parts[2], parts[3]), "task-error");
@@ -705,4 +717,5 @@ function init() {
   route();
 }
 
-init();
+// after every deferred script: the page scripts register their pages first
+document.addEventListener("DOMContentLoaded", init);
