@@ -113,13 +113,17 @@ class A2ARemoteSettings(BridgeSettings):
     remote_api_key: SecretStr | None = None
     """Sent in ``remote_api_key_header``; write ``env:NAME`` in endpoint rows."""
     remote_api_key_header: str = "X-API-Key"
+    """The header that carries ``remote_api_key``."""
     remote_bearer_token: SecretStr | None = None
     """Sent as ``Authorization: Bearer``."""
     oauth2_token_url: str | None = None
     """OAuth2 client credentials: the token endpoint; the token is cached until it expires."""
     oauth2_client_id: str | None = None
+    """OAuth2 client credentials: the client id."""
     oauth2_client_secret: SecretStr | None = None
+    """OAuth2 client credentials: the client secret; ``env:NAME`` in endpoint rows."""
     oauth2_scope: str | None = None
+    """OAuth2 client credentials: the scope asked for (none: the server's default)."""
 
     @model_validator(mode="after")
     def _oauth2_complete(self) -> A2ARemoteSettings:
@@ -383,6 +387,8 @@ class RemoteTaskMapper:
 
 
 class A2ARemoteHandler(Handler):
+    """Another A2A agent, named by the URL of its card."""
+
     Settings: ClassVar[type[HandlerSettings]] = A2ARemoteSettings
     supports_reattach: ClassVar[bool] = True
     accepted_file_types: ClassVar[tuple[str, ...]] = ("*/*",)

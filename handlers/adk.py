@@ -80,6 +80,7 @@ class AdkSettings(BridgeSettings):
     ``adk_api_key_header`` (as ``Bearer <key>`` when that is ``Authorization``); ``env:NAME``
     in endpoint rows."""
     adk_api_key_header: str = "Authorization"
+    """The header that carries ``adk_api_key``."""
     adk_timeout: float = Field(600.0, gt=0)
     """Seconds ADK may stay silent on a call: it sends nothing while a tool or the model
     works, so keep it generous."""
@@ -238,6 +239,8 @@ def confirmation_answer(request: HandlerRequest) -> bool | None:
 
 
 class AdkHandler(RunBridge[RunEvents]):
+    """Runs of one agent app of a Google ADK ``api_server``."""
+
     Settings: ClassVar[type[HandlerSettings]] = AdkSettings
     settings: AdkSettings
     run_name = RUN

@@ -231,6 +231,8 @@ def session_of(request: HandlerRequest) -> str:
 
 
 class AgnoHandler(RunBridge[AgnoRun]):
+    """Runs of one agent of an Agno AgentOS."""
+
     Settings: ClassVar[type[HandlerSettings]] = AgnoSettings
     supports_reattach: ClassVar[bool] = True
     settings: AgnoSettings

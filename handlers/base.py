@@ -85,7 +85,7 @@ __all__ = [
 class HandlerSettings(BaseModel):
     """Base of every handler's settings model; unknown keys are ignored."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, use_attribute_docstrings=True)
 
 
 class ResponseModeSettings(HandlerSettings):

@@ -43,9 +43,12 @@ SLOW_COUNT = 55
 
 class EchoSettings(ResponseModeSettings):
     delay: float = 0.05
+    """Seconds between two words of the answer (0 for benchmarks)."""
 
 
 class EchoHandler(Handler):
+    """Demo agent: echoes the message back word by word."""
+
     Settings = EchoSettings
     uses_context: ClassVar[bool] = False
     settings: EchoSettings

@@ -47,6 +47,7 @@ class HermesSettings(RunSettings):
     hermes_api_key: SecretStr | None = None
     """``API_SERVER_KEY`` of that server; write ``env:NAME`` in endpoint rows."""
     hermes_model: str = "hermes-agent"
+    """The model name sent to Hermes."""
     hermes_timeout: float = Field(30.0, gt=0)
     """Seconds Hermes may stay silent on a call that is not the event stream (connect: at
     most 10 s)."""
@@ -88,6 +89,8 @@ class HermesRun:
 
 
 class HermesAgentHandler(RunBridge[HermesRun]):
+    """Runs of a Hermes Agent API server (``/v1/runs``)."""
+
     Settings: ClassVar[type[HandlerSettings]] = HermesSettings
     supports_reattach: ClassVar[bool] = True
     accepted_file_types: ClassVar[tuple[str, ...]] = ("image/*",)

@@ -83,6 +83,7 @@ class LangGraphSettings(RunSettings):
     """Sent as ``langgraph_api_key_header`` (a deployment's LangSmith API key); ``env:NAME``
     in endpoint rows."""
     langgraph_api_key_header: str = "X-Api-Key"
+    """The header that carries ``langgraph_api_key``."""
     langgraph_stream_mode: tuple[str, ...] = ("messages-tuple", "updates")
     """Stream modes of each run: ``updates`` is needed (interrupts, the final answer),
     ``messages-tuple`` streams tokens, ``custom`` becomes progress; others are ignored."""
@@ -271,6 +272,8 @@ def resume_value(request: HandlerRequest, interrupts: list[dict[str, Any]]) -> A
 
 
 class LangGraphHandler(RunBridge[RunStream]):
+    """Runs of one assistant of a LangGraph Agent Server, one thread per context."""
+
     Settings: ClassVar[type[HandlerSettings]] = LangGraphSettings
     supports_reattach: ClassVar[bool] = True
     settings: LangGraphSettings

@@ -33,17 +33,21 @@ class OpenAIChatSettings(BridgeSettings):
     api_key: SecretStr | None = None
     """Sent as ``Authorization: Bearer``; ``env:NAME`` in endpoint rows."""
     model: str = "default"
+    """The ``model`` of every request."""
     timeout: float = Field(default=600.0, gt=0)
     """Seconds the backend may stay silent (connect: at most 10 s) before the task fails."""
     extra_headers: dict[str, str] = Field(default_factory=dict)
     """Added to every request (e.g. routing headers); ``env:NAME`` values are expanded."""
     system_prompt: str | None = None
+    """Sent first as the system message of every call (none: no system message)."""
     stream_usage: bool = True
     """Ask for a usage chunk (``stream_options.include_usage``); turn off for
     backends that reject the field."""
 
 
 class OpenAIChatHandler(StreamingBridge):
+    """Any OpenAI-compatible chat backend (``POST /v1/chat/completions``)."""
+
     Settings = OpenAIChatSettings
     settings: OpenAIChatSettings
     accepted_file_types: ClassVar[tuple[str, ...]] = ("image/*",)

@@ -259,6 +259,8 @@ def read_response(response: dict[str, Any]) -> HandlerEvent:
 
 
 class OpenClawHandler(StreamingBridge):
+    """An OpenClaw gateway over its OpenResponses HTTP API (``POST /v1/responses``)."""
+
     Settings = OpenClawSettings
     settings: OpenClawSettings
     accepted_file_types: ClassVar[tuple[str, ...]] = IMAGE_TYPES + FILE_TYPES

@@ -34,11 +34,16 @@ from handlers.base import (
 
 class TckSettings(HandlerSettings):
     stream_delay: float = 4.0
+    """Seconds of WORKING for the resubscribe and delayed scenarios."""
     delayed_complete_delay: float = 2.0
+    """Seconds before the delayed-complete scenario completes."""
     keep_unmatched_open: bool = False
+    """A message that matches no scenario leaves its task waiting for input."""
 
 
 class TckHandler(Handler):
+    """Acts out the A2A TCK scenarios keyed by ``messageId`` prefix."""
+
     Settings = TckSettings
     uses_context: ClassVar[bool] = False
     accepted_file_types: ClassVar[tuple[str, ...]] = ("*/*",)
