@@ -633,3 +633,5 @@ def add_admin_routes(app: web.Application) -> None:
         f"{endpoint}/tasks/{{task_id}}/stream", task_stream, allow_head=False
     )  # as the feed
     app.router.add_get(f"{PREFIX}/stats", stats)
+    from a2a_gateway.transport.admin_handlers import list_handlers  # it imports this module
+    app.router.add_get(f"{PREFIX}/handlers", list_handlers)

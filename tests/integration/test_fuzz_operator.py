@@ -451,6 +451,7 @@ ADMIN_ROUTES = [
     ("POST", "/endpoints/{e}/tasks/{t}/cancel"),
     ("GET", "/endpoints/{e}/tasks/{t}/stream"),
     ("GET", "/stats"),
+    ("GET", "/handlers"),
     ("GET", "/{junk}"),
     ("POST", "/endpoints/{e}/{junk}"),
 ]
