@@ -25,7 +25,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from a2a.types import Task, TaskPushNotificationConfig
@@ -113,6 +113,8 @@ class ApiKey:
     """Aware UTC; stores keep microseconds."""
     expires_at: datetime | None = None
     revoked_at: datetime | None = None
+    limits: dict[str, int | float] = field(default_factory=dict)
+    """The key's quota limits by name (``governance.limits``); empty: none."""
 
 
 @dataclass(slots=True)
@@ -202,6 +204,77 @@ class PushDelivery:
     """The replica whose claim it is (None between attempts)."""
 
 
+# usage ------------------------------------------------------------------------------
+USAGE_GROUPS = ("endpoint", "principal", "day")
+"""What ``UsageQuery.group_by`` may name."""
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """What one task used, written with the task's terminal write (``usage=`` of
+    ``create_task``/``update_task``): on the task's own row or item, so the ledger costs no
+    write of its own. Its outcome is the task's terminal state; tenant, endpoint, principal,
+    task and context are the task's."""
+
+    started_at: datetime
+    """Aware UTC: when the gateway took the task's first message."""
+    ended_at: datetime
+    """Aware UTC: the terminal write; the ledger's time filters and days use it."""
+    key_id: str = ""
+    """The API key of the request that started the task ("" for other credentials)."""
+    key_name: str = ""
+    requests: int = 1
+    """Messages the task received (the first one and each answer)."""
+    bytes_in: int = 0
+    """Serialized size of those messages."""
+    bytes_out: int = 0
+    """Serialized size of the task's artifacts and of the agent's messages."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_micros: int = 0
+    """Millionths of ``currency``; 0 without a price."""
+    currency: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UsageQuery:
+    """Filters of ``Store.usage_summary``; None matches everything."""
+
+    endpoint_id: str | None = None
+    principal: str | None = None
+    tenant: str | None = None
+    key_id: str | None = None
+    start: datetime | None = None
+    """Tasks that ended at or after this instant."""
+    end: datetime | None = None
+    """Tasks that ended before this instant."""
+    group_by: tuple[str, ...] = ()
+    """A subset of ``USAGE_GROUPS``: one ``UsageTotals`` per distinct combination."""
+
+
+@dataclass(slots=True)
+class UsageTotals:
+    """The sums over one group of ended tasks that carry a usage record."""
+
+    endpoint_id: str | None = None
+    """Set when grouped by endpoint (likewise ``principal`` and ``day``)."""
+    principal: str | None = None
+    day: str | None = None
+    """``YYYY-MM-DD`` (UTC) of the tasks' end."""
+    tasks: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    """Tasks by outcome: ``completed``, ``failed``, ``canceled``, ``rejected``."""
+    duration_seconds: float = 0.0
+    """Sum of the tasks' ``ended_at - started_at``."""
+    requests: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_micros: dict[str, int] = field(default_factory=dict)
+    """Cost by currency (tasks without a price add nothing)."""
+
+
 @dataclass(frozen=True, slots=True)
 class TaskQuery:
     context_id: str = ""
@@ -236,6 +309,57 @@ class Context:
     """``{"role": "user"|"agent", "text": ...}``, oldest first."""
     session: dict[str, Any] = field(default_factory=dict)
     """Handler memory (``SessionUpdate``)."""
+
+
+# audit ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One change an operator made, as ``governance.audit.record`` wrote it (secrets removed)."""
+
+    id: str
+    at: datetime
+    """Aware UTC; stores keep microseconds."""
+    actor: str
+    """Operator key id, ``oidc:<subject>``, ``os:<user>`` (the CLI) or ``gateway`` (itself)."""
+    action: str
+    """Stable dotted name, e.g. ``endpoint.disabled``."""
+    target: str
+    """The endpoint, key or task id the action was on ("" if none)."""
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditQuery:
+    """Filters of ``list_audit_entries``; each empty one matches every entry."""
+
+    action: str = ""
+    target: str = ""
+    actor: str = ""
+    since: datetime | None = None
+    """Entries at or after this instant."""
+    until: datetime | None = None
+    """Entries before this instant."""
+    page_size: int = 50
+    page_token: str = ""
+
+
+@dataclass(slots=True)
+class AuditPage:
+    entries: list[AuditEntry]
+    next_page_token: str
+    """Empty on the last page."""
+
+
+def audit_time_us(value: datetime) -> int:
+    """An audit time as epoch microseconds (the stores' order and page-token unit)."""
+    delta = as_utc(value) - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def audit_time(us: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
 
 
 def status_timestamp_us(task: Task) -> int:
@@ -353,8 +477,10 @@ class Store(ABC):
         run_state: dict[str, Any] | None = None,
         owner: str | None = None,
         lease_until: float | None = None,
+        usage: UsageRecord | None = None,
     ) -> int:
-        """Insert a new task at version 1; ``ConflictError`` if its id exists."""
+        """Insert a new task at version 1; ``ConflictError`` if its id exists. ``usage`` (a
+        terminal task's) is written with it, in the same write."""
 
     @abstractmethod
     async def update_task(
@@ -367,11 +493,13 @@ class Store(ABC):
         run_state: dict[str, Any] | None = None,
         owner: str | None = None,
         lease_until: float | None = None,
+        usage: UsageRecord | None = None,
     ) -> int:
         """Replace the task if its stored version is ``expected_version`` and it is not
         terminal; return the new version. ``ConflictError`` otherwise (also if missing).
         ``run_ref``/``run_state`` left as None keep their stored values; a terminal
-        ``task`` clears ``owner`` and ``lease_until``."""
+        ``task`` clears ``owner`` and ``lease_until``. ``usage`` (a terminal task's) is
+        written in the same write, so it lands exactly when the terminal state does."""
 
     @abstractmethod
     async def get_task(self, scope: Scope, task_id: str) -> StoredTask | None: ...
@@ -462,6 +590,69 @@ class Store(ABC):
     @abstractmethod
     async def list_backend_health(self) -> dict[str, EndpointHealth]:
         """The stored health of every endpoint that has one, by endpoint id."""
+
+    # audit ------------------------------------------------------------------------------
+    @abstractmethod
+    async def append_audit_entry(self, entry: AuditEntry) -> None:
+        """Insert; ``ConflictError`` if the id exists. Entries are never changed afterwards
+        (only ``prune_audit_entries`` removes them)."""
+
+    @abstractmethod
+    async def list_audit_entries(self, query: AuditQuery) -> AuditPage:
+        """Entries matching ``query``, newest first (ties: id, descending), keyset paginated;
+        ``InvalidPageTokenError`` for a token this store did not issue."""
+
+    @abstractmethod
+    async def prune_audit_entries(self, older_than: datetime) -> int:
+        """Remove the entries from before ``older_than``; return how many."""
+
+    # quotas ------------------------------------------------------------------
+    @abstractmethod
+    async def set_api_key_limits(self, key_id: str, limits: dict[str, int | float]) -> bool:
+        """Replace the key's limits (``{}`` clears them); False if there is no such key."""
+
+    @abstractmethod
+    async def count_quota(self, counter: str, limit: int, expires_at: float) -> bool:
+        """Add one to ``counter`` if it is below ``limit`` (a missing counter is at 0), as
+        one conditional write: replicas counting at once never pass the limit together.
+        True if counted. ``expires_at`` (epoch seconds, the window's end) lets the store
+        drop the counter afterwards."""
+
+    @abstractmethod
+    async def uncount_quota(self, counter: str) -> None:
+        """Take one back from ``counter`` (never below 0): a count whose task did not start."""
+
+    @abstractmethod
+    async def take_quota_slot(
+        self, subject: str, slot_id: str, limit: int, now: float, lease_until: float
+    ) -> bool:
+        """Hold ``slot_id`` for ``subject`` until ``lease_until`` if fewer than ``limit`` of its
+        slots are live (lease not ended before ``now``), atomically across replicas. True if
+        taken."""
+
+    @abstractmethod
+    async def renew_quota_slots(
+        self, subject: str, slot_ids: list[str], lease_until: float
+    ) -> None:
+        """Extend the leases of those of ``slot_ids`` that ``subject`` still holds."""
+
+    @abstractmethod
+    async def release_quota_slot(self, subject: str, slot_id: str) -> None:
+        """Free the slot. Idempotent."""
+
+    @abstractmethod
+    async def prune_quotas(self, now: float) -> None:
+        """Drop counters whose window ended and slots whose lease ended before ``now`` (a
+        store may leave that to its own expiry)."""
+
+    # usage ---------------------------------------------------------------------------------
+    @abstractmethod
+    async def usage_summary(self, query: UsageQuery) -> list[UsageTotals]:
+        """Sums of the usage records of ended tasks matching ``query``: one ``UsageTotals``
+        per group of ``query.group_by`` (one in all without groups), ordered by day, endpoint,
+        principal; no entry for a group without tasks. One aggregate query on SQL stores
+        (indexed by end time, endpoint and principal); on DynamoDB one ``Query`` per day of a
+        bounded range of up to 62 days, else a scan of the ledger's index."""
 
     # ownership leases --------------------------------------------------------
     @abstractmethod

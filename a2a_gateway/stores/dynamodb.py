@@ -22,15 +22,20 @@ import contextlib
 import functools
 import json
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
 from a2a.types import Task, TaskPushNotificationConfig
 
+from a2a_gateway.stores.audit_pages import audit_cursor, audit_matches, audit_page, time_bounds_us
 from a2a_gateway.stores.base import (
     TERMINAL_STATES,
     ApiKey,
+    AuditEntry,
+    AuditPage,
+    AuditQuery,
     ClaimedTask,
     ConflictError,
     Context,
@@ -45,6 +50,11 @@ from a2a_gateway.stores.base import (
     StoreUnavailableError,
     TaskPage,
     TaskQuery,
+    UsageQuery,
+    UsageRecord,
+    UsageTotals,
+    audit_time,
+    audit_time_us,
     status_timestamp_us,
     storable_key_id,
     utc_text,
@@ -52,6 +62,8 @@ from a2a_gateway.stores.base import (
 from a2a_gateway.stores.dynamodb_items import (
     HEALTH_PK,
     LEASE_SHARDS,
+    QUOTA_COUNTER_PK,
+    QUOTA_SLOTS_PK,
     Expr,
     N,
     S,
@@ -72,14 +84,17 @@ from a2a_gateway.stores.dynamodb_items import (
     task_sk,
 )
 from a2a_gateway.stores.dynamodb_schema import (
+    AUDIT_PK,
     DynamoDBSettings,
     MissingTableError,
+    audit_sort_key,
     call_mapped,
     client_credentials,
     create_tables,
     make_client,
     table_definitions,
 )
+from a2a_gateway.stores.dynamodb_usage import summarize_usage, usage_attrs
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
 
 __all__ = [
@@ -119,6 +134,22 @@ def _cursor_of(status_key_value: str) -> tuple[int, str]:
 
 def _start(key: dict[str, Any] | None) -> dict[str, Any]:
     return {"ExclusiveStartKey": key} if key else {}
+
+
+def _audit_entry(item: dict[str, Any]) -> AuditEntry:
+    def doc(name: str) -> dict[str, Any] | None:
+        return json.loads(item[name]["S"]) if name in item else None
+
+    return AuditEntry(
+        id=item["id"]["S"],
+        at=audit_time(int(item["at_us"]["N"])),
+        actor=item["actor"]["S"],
+        action=item["action"]["S"],
+        target=item["target"]["S"],
+        before=doc("before"),
+        after=doc("after"),
+        details=doc("details") or {},
+    )
 
 
 class DynamoDBStore(Store):
@@ -319,6 +350,7 @@ class DynamoDBStore(Store):
         run_state: dict[str, Any] | None = None,
         owner: str | None = None,
         lease_until: float | None = None,
+        usage: UsageRecord | None = None,
     ) -> int:
         spk, sk, now = scope_key(scope), task_sk(task.id), time.time()
         item: dict[str, Any] = {
@@ -331,6 +363,7 @@ class DynamoDBStore(Store):
             "run_state": S(json.dumps(run_state or {})),
             **task_index_attrs(spk, task),
             **self._expires_at(task, now),
+            **usage_attrs(usage),
         }
         if run_ref is not None:
             item["run_ref"] = S(run_ref)
@@ -363,10 +396,15 @@ class DynamoDBStore(Store):
         run_state: dict[str, Any] | None = None,
         owner: str | None = None,
         lease_until: float | None = None,
+        usage: UsageRecord | None = None,
     ) -> int:
         spk, sk = scope_key(scope), task_sk(task.id)
         terminal = task.status.state in TERMINAL_STATES
-        sets = {**task_index_attrs(spk, task), **self._expires_at(task, time.time())}
+        sets = {
+            **task_index_attrs(spk, task),
+            **self._expires_at(task, time.time()),
+            **usage_attrs(usage),
+        }
         if run_ref is not None:
             sets["run_ref"] = S(run_ref)
         if run_state is not None:
@@ -402,6 +440,10 @@ class DynamoDBStore(Store):
         except ConflictError as exc:
             raise ConflictError(f"task {task.id} changed, is terminal or is missing") from exc
         return expected_version + 1
+
+    # usage (the ledger on the task items: dynamodb_usage) -------------------------
+    async def usage_summary(self, query: UsageQuery) -> list[UsageTotals]:
+        return await summarize_usage(self._all_pages, self._tasks, query, time.time())
 
     async def get_task(self, scope: Scope, task_id: str) -> StoredTask | None:
         resp = await self._call(
@@ -811,6 +853,75 @@ class DynamoDBStore(Store):
         ))
         return {item["sk"]["S"]: health_from_item(item) for item in items}
 
+    # audit -------------------------------------------------------------------------------------
+    async def append_audit_entry(self, entry: AuditEntry) -> None:
+        at_us = audit_time_us(entry.at)
+        item = {
+            "pk": S(AUDIT_PK),
+            "sk": S(audit_sort_key(at_us, entry.id)),
+            "id": S(entry.id),
+            "at_us": N(at_us),
+            "actor": S(entry.actor),
+            "action": S(entry.action),
+            "target": S(entry.target),
+            "details": S(json.dumps(entry.details, sort_keys=True)),
+        }
+        for name, value in (("before", entry.before), ("after", entry.after)):
+            if value is not None:
+                item[name] = S(json.dumps(value, sort_keys=True))
+        e = Expr()
+        try:
+            await self._call("put_item", **e.params(
+                TableName=self._tasks, Item=item,
+                ConditionExpression=f"attribute_not_exists({e.n('pk')})",
+            ))
+        except ConflictError as exc:
+            raise ConflictError(f"audit entry {entry.id} exists") from exc
+
+    async def list_audit_entries(self, query: AuditQuery) -> AuditPage:
+        cursor = audit_cursor(query, self._token_key)
+        since, until = time_bounds_us(query)
+        if until is not None and until <= 0:
+            return AuditPage([], "")
+        high = audit_sort_key(cursor[0], cursor[1]) if cursor else "9" * 21
+        if until is not None:
+            high = min(high, audit_sort_key(until))
+        e = Expr()
+        key = (f"{e.n('pk')} = {e.v(S(AUDIT_PK))} AND {e.n('sk')} BETWEEN"
+               f" {e.v(S(audit_sort_key(since or 0)))} AND {e.v(S(high))}")
+        wanted = [f"{e.n(name)} = {e.v(S(value))}"
+                  for name, value in (("action", query.action), ("target", query.target),
+                                      ("actor", query.actor)) if value]
+        found: list[AuditEntry] = []
+        start = None
+        while len(found) <= query.page_size:
+            resp = await self._call("query", **e.params(
+                TableName=self._tasks, ConsistentRead=True, KeyConditionExpression=key,
+                FilterExpression=" AND ".join(wanted) or None, ScanIndexForward=False,
+                Limit=query.page_size + 1, **_start(start),
+            ))
+            found += [entry for entry in map(_audit_entry, resp.get("Items", []))
+                      if audit_matches(entry, query, cursor)]
+            start = resp.get("LastEvaluatedKey")
+            if not start:
+                break
+        return audit_page(found[: query.page_size + 1], query.page_size, self._token_key)
+
+    async def prune_audit_entries(self, older_than: datetime) -> int:
+        e = Expr()
+        items = await self._all_pages("query", **e.params(
+            TableName=self._tasks, ConsistentRead=True, ProjectionExpression="pk, sk",
+            KeyConditionExpression=f"{e.n('pk')} = {e.v(S(AUDIT_PK))} AND {e.n('sk')} <"
+            f" {e.v(S(audit_sort_key(audit_time_us(older_than))))}",
+        ))
+        for first in range(0, len(items), 25):  # BatchWriteItem's limit
+            requests = [{"DeleteRequest": {"Key": {"pk": i["pk"], "sk": i["sk"]}}}
+                        for i in items[first:first + 25]]
+            while requests:
+                resp = await self._call("batch_write_item", RequestItems={self._tasks: requests})
+                requests = resp.get("UnprocessedItems", {}).get(self._tasks, [])
+        return len(items)
+
     # leases ------------------------------------------------------------------------------------
     async def renew_leases(self, owner: str, task_ids: list[str], lease_until: float) -> None:
         if not owner or not task_ids:
@@ -887,3 +998,108 @@ class DynamoDBStore(Store):
         item = resp["Attributes"]
         scope = Scope(item["tenant"]["S"], item["endpoint_id"]["S"], item["principal"]["S"])
         return ClaimedTask(scope, stored_from_item(item))
+
+    # quotas ------------------------------------------------------------------------------------
+    async def set_api_key_limits(self, key_id: str, limits: dict[str, int | float]) -> bool:
+        if not storable_key_id(key_id):
+            return False
+        e = Expr()
+        try:
+            await self._call("update_item", **e.params(
+                TableName=self._api_keys, Key={"id": S(key_id)},
+                UpdateExpression=f"SET {e.n('limits')} = {e.v(S(json.dumps(limits)))}",
+                ConditionExpression=f"attribute_exists({e.n('id')})",
+            ))
+        except ConflictError:
+            return False
+        return True
+
+    async def count_quota(self, counter: str, limit: int, expires_at: float) -> bool:
+        e = Expr()
+        count = e.n("count")
+        try:  # the condition and the add are one conditional write
+            await self._call("update_item", **e.params(
+                TableName=self._tasks, Key=_quota_key(QUOTA_COUNTER_PK, counter),
+                UpdateExpression=f"ADD {count} {e.v(N(1))}"
+                f" SET {e.n('expires_at')} = {e.v(N(int(expires_at) + 1))}",
+                ConditionExpression=f"attribute_not_exists({count}) OR {count} < {e.v(N(limit))}",
+            ))
+        except ConflictError:
+            return False
+        return True
+
+    async def uncount_quota(self, counter: str) -> None:
+        e = Expr()
+        count = e.n("count")
+        with contextlib.suppress(ConflictError):  # at zero, or pruned with its window
+            await self._call("update_item", **e.params(
+                TableName=self._tasks, Key=_quota_key(QUOTA_COUNTER_PK, counter),
+                UpdateExpression=f"ADD {count} {e.v(N(-1))}",
+                ConditionExpression=f"{count} > {e.v(N(0))}",
+            ))
+
+    async def take_quota_slot(
+        self, subject: str, slot_id: str, limit: int, now: float, lease_until: float
+    ) -> bool:
+        def take(slots: dict[str, float]) -> dict[str, float] | None:
+            live = {slot: until for slot, until in slots.items() if until >= now}
+            return None if len(live) >= limit else {**live, slot_id: lease_until}
+
+        return await self._change_slots(subject, take)
+
+    async def renew_quota_slots(
+        self, subject: str, slot_ids: list[str], lease_until: float
+    ) -> None:
+        def renew(slots: dict[str, float]) -> dict[str, float] | None:
+            held = [slot for slot in slot_ids if slot in slots]
+            return {**slots, **dict.fromkeys(held, lease_until)} if held else None
+
+        await self._change_slots(subject, renew)
+
+    async def release_quota_slot(self, subject: str, slot_id: str) -> None:
+        def release(slots: dict[str, float]) -> dict[str, float] | None:
+            return {s: u for s, u in slots.items() if s != slot_id} if slot_id in slots else None
+
+        await self._change_slots(subject, release)
+
+    async def prune_quotas(self, now: float) -> None:
+        """Nothing to do: counters expire with the table's TTL, and a subject's expired slots
+        are dropped by its next ``take_quota_slot``."""
+
+    async def _change_slots(
+        self, subject: str, change: Callable[[dict[str, float]], dict[str, float] | None]
+    ) -> bool:
+        """Apply ``change`` to the subject's slots, written only if no one wrote them since
+        they were read (retried then); False when ``change`` wants no write."""
+        key = _quota_key(QUOTA_SLOTS_PK, subject)
+        for _ in range(_SLOT_ATTEMPTS):
+            resp = await self._call("get_item", TableName=self._tasks, Key=key, ConsistentRead=True)
+            item = resp.get("Item", {})
+            version = int(item["version"]["N"]) if "version" in item else 0
+            slots = {s: float(u["N"]) for s, u in item.get("slots", {}).get("M", {}).items()}
+            changed = change(slots)
+            if changed is None:
+                return False
+            e = Expr()
+            stored = e.n("version")
+            condition = (f"{stored} = {e.v(N(version))}" if version
+                         else f"attribute_not_exists({stored})")
+            try:
+                await self._call("update_item", **e.params(
+                    TableName=self._tasks, Key=key,
+                    UpdateExpression=f"SET {e.n('slots')} = "
+                    f"{e.v({'M': {s: N(u) for s, u in changed.items()}})},"
+                    f" {stored} = {e.v(N(version + 1))}",
+                    ConditionExpression=condition,
+                ))
+            except ConflictError:
+                continue
+            return True
+        raise StoreUnavailableError(f"the concurrency slots of {subject} stay contended")
+
+
+_SLOT_ATTEMPTS = 20
+
+
+def _quota_key(prefix: str, name: str) -> dict[str, Any]:
+    return {"pk": S(prefix + name), "sk": S("#")}

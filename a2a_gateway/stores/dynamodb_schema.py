@@ -1,7 +1,7 @@
 """DynamoDB store: settings, the boto3 client, error mapping, and the tables (``migrate``).
 
 ``DynamoDBSettings`` comes from the store URL (``dynamodb://?region=…&table_prefix=a2a-``).
-``table_definitions`` is the schema — four tables, seven sparse indexes — that ``create_tables``
+``table_definitions`` is the schema — four tables, eight sparse indexes — that ``create_tables``
 creates where missing and ``deploy/dynamodb/template.yaml`` mirrors as CloudFormation.
 """
 
@@ -34,6 +34,17 @@ RETRIABLE_CODES = frozenset(
 LIST_PROJECTION = ["task", "expires_at", "state"]
 ENDPOINT_PROJECTION = ["expires_at", "state", "context_id"]
 """``by_endpoint`` (operators' task list) carries no task: the page reads the tasks it shows."""
+
+# -- usage ---------------------------------------------------------------------------------------
+USAGE_INDEX = "by_usage_day"
+"""The usage ledger's sparse index (``dynamodb_usage``): ended tasks with a usage record, by
+the UTC day of their end and their end."""
+USAGE_PROJECTION = [
+    "tenant", "endpoint_id", "principal", "state", "expires_at", "usage_key_id",
+    "usage_key_name", "started_us", "requests", "bytes_in", "bytes_out", "input_tokens",
+    "output_tokens", "cost_micros", "currency",
+]
+"""What ``by_usage_day`` carries besides its keys: a summary reads the index alone."""
 
 
 class MissingTableError(StoreError):
@@ -129,6 +140,7 @@ def table_definitions(settings: DynamoDBSettings) -> list[dict[str, Any]]:
             "AttributeDefinitions": attrs(
                 pk="S", sk="S", status_key="S", ctx_pk="S", state_pk="S",
                 owner="S", lease_shard="S", lease_until="N", endpoint_id="S",
+                usage_day="S", usage_end="N",
             ),
             "KeySchema": [
                 {"AttributeName": "pk", "KeyType": "HASH"},
@@ -141,6 +153,7 @@ def table_definitions(settings: DynamoDBSettings) -> list[dict[str, Any]]:
                 _index("by_owner", "owner", "sk", None),
                 _index("by_lease", "lease_shard", "lease_until", None),
                 _index("by_endpoint", "endpoint_id", "status_key", ENDPOINT_PROJECTION),
+                _index(USAGE_INDEX, "usage_day", "usage_end", USAGE_PROJECTION),
             ],
         },
         {
@@ -157,6 +170,19 @@ def table_definitions(settings: DynamoDBSettings) -> list[dict[str, Any]]:
             "GlobalSecondaryIndexes": [_index("by_due", "due_shard", "due_at", None)],
         },
     ]
+
+
+# -- audit ---------------------------------------------------------------------------------------
+
+AUDIT_PK = "#audit"
+"""The tasks-table partition of the audit log (sort key: ``audit_sort_key``); no scope starts with
+``#``, and the items carry no index attribute. One partition: operators' changes are few, and a
+page is one ``Query`` newest first."""
+
+
+def audit_sort_key(at_us: int, entry_id: str = "") -> str:
+    """Time first, zero-padded, so key order is time order (ties: the entry id)."""
+    return f"{max(at_us, 0):020d}#{entry_id}" if entry_id else f"{max(at_us, 0):020d}"
 
 
 def make_client(settings: DynamoDBSettings, credentials: dict[str, str]) -> Any:

@@ -10,9 +10,13 @@ from typing import Any, TypeVar
 from a2a.types import Task, TaskPushNotificationConfig
 from google.protobuf.message import Message
 
+from a2a_gateway.stores.audit_pages import audit_cursor, audit_matches, audit_page
 from a2a_gateway.stores.base import (
     TERMINAL_STATES,
     ApiKey,
+    AuditEntry,
+    AuditPage,
+    AuditQuery,
     ClaimedTask,
     ConflictError,
     Context,
@@ -25,11 +29,16 @@ from a2a_gateway.stores.base import (
     StoredTask,
     TaskPage,
     TaskQuery,
+    UsageQuery,
+    UsageRecord,
+    UsageTotals,
     as_utc,
+    audit_time_us,
     status_timestamp_us,
     storable_key_id,
 )
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
+from a2a_gateway.stores.usage_rows import fold, matches, partial_of
 
 M = TypeVar("M", bound=Message)
 
@@ -51,6 +60,13 @@ class MemoryStore(Store):
         self._contexts: dict[tuple[Scope, str], Context] = {}
         self._deliveries: dict[str, PushDelivery] = {}
         self._health: dict[str, EndpointHealth] = {}
+        self._quota_counters: dict[str, tuple[int, float]] = {}
+        """counter → (count, expires_at)."""
+        self._quota_slots: dict[str, dict[str, float]] = {}
+        """subject → slot id → lease_until."""
+        self._usage: dict[tuple[Scope, str], tuple[int, UsageRecord]] = {}
+        """Per task: its terminal state and usage record."""
+        self._audit: list[AuditEntry] = []
 
     async def ping(self) -> None:
         return None
@@ -81,6 +97,7 @@ class MemoryStore(Store):
             raise ConflictError(f"API key {key.id} exists")
         self._api_keys[key.id] = replace(
             key,
+            limits=dict(key.limits),
             created_at=as_utc(key.created_at),
             expires_at=key.expires_at and as_utc(key.expires_at),
             revoked_at=key.revoked_at and as_utc(key.revoked_at),
@@ -90,7 +107,7 @@ class MemoryStore(Store):
         if not storable_key_id(key_id):
             return None
         found = self._api_keys.get(key_id)
-        return replace(found) if found else None
+        return replace(found, limits=dict(found.limits)) if found else None
 
     async def list_api_keys(self, endpoint_id: str | None = None) -> list[ApiKey]:
         keys = [
@@ -120,6 +137,7 @@ class MemoryStore(Store):
         run_state: dict[str, Any] | None = None,
         owner: str | None = None,
         lease_until: float | None = None,
+        usage: UsageRecord | None = None,
     ) -> int:
         key = (scope, task.id)
         if key in self._tasks:
@@ -127,6 +145,7 @@ class MemoryStore(Store):
         self._tasks[key] = StoredTask(
             _copy(task), 1, run_ref, dict(run_state or {}), owner, lease_until
         )
+        self._keep_usage(key, task, usage)
         return 1
 
     async def update_task(
@@ -139,6 +158,7 @@ class MemoryStore(Store):
         run_state: dict[str, Any] | None = None,
         owner: str | None = None,
         lease_until: float | None = None,
+        usage: UsageRecord | None = None,
     ) -> int:
         stored = self._tasks.get((scope, task.id))
         if stored is None or stored.version != expected_version:
@@ -154,6 +174,7 @@ class MemoryStore(Store):
             None if terminal else owner,
             None if terminal else lease_until,
         )
+        self._keep_usage((scope, task.id), task, usage)
         return stored.version + 1
 
     async def get_task(self, scope: Scope, task_id: str) -> StoredTask | None:
@@ -284,6 +305,24 @@ class MemoryStore(Store):
     async def list_backend_health(self) -> dict[str, EndpointHealth]:
         return {endpoint_id: replace(health) for endpoint_id, health in self._health.items()}
 
+    # audit ------------------------------------------------------------------------------
+    async def append_audit_entry(self, entry: AuditEntry) -> None:
+        if any(e.id == entry.id for e in self._audit):
+            raise ConflictError(f"audit entry {entry.id} exists")
+        self._audit.append(copy.deepcopy(entry))
+
+    async def list_audit_entries(self, query: AuditQuery) -> AuditPage:
+        cursor = audit_cursor(query, self._token_key)
+        newest_first = sorted(self._audit, key=lambda e: (audit_time_us(e.at), e.id), reverse=True)
+        found = [e for e in newest_first if audit_matches(e, query, cursor)]
+        return audit_page(copy.deepcopy(found[: query.page_size + 1]), query.page_size,
+                          self._token_key)
+
+    async def prune_audit_entries(self, older_than: datetime) -> int:
+        kept = [e for e in self._audit if as_utc(e.at) >= as_utc(older_than)]
+        pruned, self._audit = len(self._audit) - len(kept), kept
+        return pruned
+
     # leases
     async def renew_leases(self, owner: str, task_ids: list[str], lease_until: float) -> None:
         wanted = set(task_ids)
@@ -309,4 +348,67 @@ class MemoryStore(Store):
                 claimed.append(ClaimedTask(scope, replace(stored, task=_copy(stored.task))))
         return claimed
 
+    # usage ------------------------------------------------------------------------------
+    def _keep_usage(self, key: tuple[Scope, str], task: Task, usage: UsageRecord | None) -> None:
+        if usage is not None:
+            self._usage[key] = (int(task.status.state), usage)
 
+    async def usage_summary(self, query: UsageQuery) -> list[UsageTotals]:
+        return fold(
+            partial_of(query, scope.endpoint_id, scope.principal, state, usage)
+            for (scope, _), (state, usage) in self._usage.items()
+            if matches(query, scope.tenant, scope.endpoint_id, scope.principal, usage)
+        )
+
+    # quotas -----------------------------------------------------------------------------
+    async def set_api_key_limits(self, key_id: str, limits: dict[str, int | float]) -> bool:
+        found = self._api_keys.get(key_id) if storable_key_id(key_id) else None
+        if found is None:
+            return False
+        found.limits = dict(limits)
+        return True
+
+    async def count_quota(self, counter: str, limit: int, expires_at: float) -> bool:
+        count, _ = self._quota_counters.get(counter, (0, expires_at))
+        if count >= limit:
+            return False
+        self._quota_counters[counter] = (count + 1, expires_at)
+        return True
+
+    async def uncount_quota(self, counter: str) -> None:
+        count, expires_at = self._quota_counters.get(counter, (0, 0.0))
+        if count > 0:
+            self._quota_counters[counter] = (count - 1, expires_at)
+
+    async def take_quota_slot(
+        self, subject: str, slot_id: str, limit: int, now: float, lease_until: float
+    ) -> bool:
+        slots = self._quota_slots.setdefault(subject, {})
+        live = {slot: until for slot, until in slots.items() if until >= now}
+        if len(live) >= limit:
+            return False
+        live[slot_id] = lease_until
+        self._quota_slots[subject] = live
+        return True
+
+    async def renew_quota_slots(
+        self, subject: str, slot_ids: list[str], lease_until: float
+    ) -> None:
+        slots = self._quota_slots.get(subject, {})
+        for slot_id in slot_ids:
+            if slot_id in slots:
+                slots[slot_id] = lease_until
+
+    async def release_quota_slot(self, subject: str, slot_id: str) -> None:
+        self._quota_slots.get(subject, {}).pop(slot_id, None)
+
+    async def prune_quotas(self, now: float) -> None:
+        self._quota_counters = {
+            counter: value for counter, value in self._quota_counters.items() if value[1] >= now
+        }
+        for subject, slots in list(self._quota_slots.items()):
+            live = {slot: until for slot, until in slots.items() if until >= now}
+            if live:
+                self._quota_slots[subject] = live
+            else:
+                del self._quota_slots[subject]

@@ -20,10 +20,14 @@ import orjson
 from a2a.types import Task, TaskPushNotificationConfig
 from google.protobuf import json_format
 
+from a2a_gateway.stores.audit_pages import audit_cursor, audit_page
 from a2a_gateway.stores.base import (
     NOT_TERMINAL_SQL,
     TERMINAL_STATES,
     ApiKey,
+    AuditEntry,
+    AuditPage,
+    AuditQuery,
     ClaimedTask,
     ConflictError,
     Context,
@@ -37,6 +41,10 @@ from a2a_gateway.stores.base import (
     StoreError,
     TaskPage,
     TaskQuery,
+    UsageQuery,
+    UsageRecord,
+    UsageTotals,
+    audit_time,
     status_timestamp_us,
     storable_key_id,
 )
@@ -57,6 +65,13 @@ from a2a_gateway.stores.postgres_migrations import (
     migrate_postgres,
 )
 from a2a_gateway.stores.sql_rows import RowReader
+from a2a_gateway.stores.usage_rows import (
+    USAGE_COLUMNS,
+    fold,
+    partials_of_rows,
+    usage_sql,
+    usage_values,
+)
 
 __all__ = [
     "MigrationError",
@@ -67,6 +82,8 @@ __all__ = [
 ]
 
 _SCOPE = "tenant = $1 AND endpoint_id = $2 AND principal = $3"
+_SET_USAGE = ", ".join(f"{column} = ${n}" for n, column in enumerate(USAGE_COLUMNS, 14))
+"""A task update sets the ledger's columns ($14…): a record at the terminal write, NULLs before."""
 
 
 ROWS = RowReader(time=lambda value: value.astimezone(UTC), json=lambda value: value)
@@ -276,8 +293,8 @@ class PostgresStore(Store):
             try:
                 await conn.execute(
                     "INSERT INTO api_keys (id, endpoint_id, tenant, principal, name, key_hash,"
-                    " created_at, expires_at, revoked_at)"
-                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    " created_at, expires_at, revoked_at, limits)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                     key.id,
                     key.endpoint_id,
                     key.tenant,
@@ -287,6 +304,7 @@ class PostgresStore(Store):
                     _utc(key.created_at),
                     key.expires_at and _utc(key.expires_at),
                     key.revoked_at and _utc(key.revoked_at),
+                    key.limits,
                 )
             except asyncpg.UniqueViolationError as exc:
                 raise ConflictError(f"API key {key.id} exists") from exc
@@ -328,6 +346,7 @@ class PostgresStore(Store):
         run_state: dict[str, Any] | None = None,
         owner: str | None = None,
         lease_until: float | None = None,
+        usage: UsageRecord | None = None,
     ) -> int:
         await self._creations.create(
             NewTask(
@@ -341,6 +360,7 @@ class PostgresStore(Store):
                 run_state or {},
                 owner,
                 lease_until,
+                usage_values(usage),
             )
         )
         return 1
@@ -350,8 +370,9 @@ class PostgresStore(Store):
             try:
                 await conn.execute(
                     "INSERT INTO tasks (tenant, endpoint_id, principal, id, context_id, state,"
-                    " status_us, version, task, run_ref, run_state, owner, lease_until)"
-                    " VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $10, $11, $12)",
+                    " status_us, version, task, run_ref, run_state, owner, lease_until,"
+                    f" {', '.join(USAGE_COLUMNS)}) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8,"
+                    " $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)",
                     *row.values(),
                 )
             except asyncpg.UniqueViolationError as exc:
@@ -372,13 +393,15 @@ class PostgresStore(Store):
         run_state: dict[str, Any] | None = None,
         owner: str | None = None,
         lease_until: float | None = None,
+        usage: UsageRecord | None = None,
     ) -> int:
         terminal = task.status.state in TERMINAL_STATES
         async with self._conn() as conn:
             version = await conn.fetchval(
                 "UPDATE tasks SET context_id = $6, state = $7, status_us = $8,"
                 " version = version + 1, task = $9, run_ref = COALESCE($10, run_ref),"
-                " run_state = COALESCE($11, run_state), owner = $12, lease_until = $13"
+                " run_state = COALESCE($11, run_state), owner = $12, lease_until = $13,"
+                f" {_SET_USAGE}"
                 f" WHERE {_SCOPE} AND id = $4 AND version = $5 AND {NOT_TERMINAL_SQL}"
                 " RETURNING version",
                 *scope.as_tuple(),
@@ -392,6 +415,7 @@ class PostgresStore(Store):
                 run_state,
                 None if terminal else owner,
                 None if terminal else lease_until,
+                *usage_values(usage),
             )
         if version is None:
             raise ConflictError(f"task {task.id} changed, is terminal or is missing")
@@ -645,6 +669,60 @@ class PostgresStore(Store):
             for r in rows
         }
 
+    # audit ------------------------------------------------------------------------------
+    async def append_audit_entry(self, entry: AuditEntry) -> None:
+        async with self._conn() as conn:
+            try:
+                await conn.execute(
+                    "INSERT INTO audit_log (id, at, actor, action, target, before, after, details)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    entry.id,
+                    _utc(entry.at),
+                    entry.actor,
+                    entry.action,
+                    entry.target,
+                    entry.before,
+                    entry.after,
+                    entry.details,
+                )
+            except asyncpg.UniqueViolationError as exc:
+                raise ConflictError(f"audit entry {entry.id} exists") from exc
+
+    async def list_audit_entries(self, query: AuditQuery) -> AuditPage:
+        cursor = audit_cursor(query, self._token_key)
+        if _holds_nul(query.action, query.target, query.actor):
+            return AuditPage([], "")
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                "SELECT * FROM audit_log WHERE ($1 = '' OR action = $1)"
+                " AND ($2 = '' OR target = $2) AND ($3 = '' OR actor = $3)"
+                " AND ($4::timestamptz IS NULL OR at >= $4)"
+                " AND ($5::timestamptz IS NULL OR at < $5)"
+                " AND ($6::timestamptz IS NULL OR (at, id) < ($6, $7))"
+                " ORDER BY at DESC, id DESC LIMIT $8",
+                query.action,
+                query.target,
+                query.actor,
+                query.since and _utc(query.since),
+                query.until and _utc(query.until),
+                audit_time(cursor[0]) if cursor else None,
+                cursor[1] if cursor else "",
+                query.page_size + 1,
+            )
+        entries = [
+            AuditEntry(
+                id=r["id"], at=r["at"].astimezone(UTC), actor=r["actor"], action=r["action"],
+                target=r["target"], before=r["before"], after=r["after"], details=r["details"],
+            )
+            for r in rows
+        ]
+        return audit_page(entries, query.page_size, self._token_key)
+
+    async def prune_audit_entries(self, older_than: datetime) -> int:
+        async with self._conn() as conn:
+            status = await conn.execute("DELETE FROM audit_log WHERE at < $1", _utc(older_than))
+        return int(status.split()[-1])
+
     # leases ----------------------------------------------------------------------
     async def renew_leases(self, owner: str, task_ids: list[str], lease_until: float) -> None:
         if not task_ids:
@@ -683,3 +761,73 @@ class PostgresStore(Store):
             for r in rows
         ]
 
+    # quotas ------------------------------------------------------------------------
+    async def set_api_key_limits(self, key_id: str, limits: dict[str, int | float]) -> bool:
+        if not storable_key_id(key_id):
+            return False
+        async with self._conn() as conn:
+            status = await conn.execute(
+                "UPDATE api_keys SET limits = $2 WHERE id = $1", key_id, limits
+            )
+        return status == "UPDATE 1"
+
+    async def count_quota(self, counter: str, limit: int, expires_at: float) -> bool:
+        # the upsert's row lock makes the check and the add one step for every replica
+        async with self._conn() as conn:
+            row = await conn.fetchrow(
+                "INSERT INTO quota_counters AS q (counter, count, expires_at)"
+                " SELECT $1, 1, $3 WHERE $2::bigint > 0"
+                " ON CONFLICT (counter) DO UPDATE SET count = q.count + 1 WHERE q.count < $2"
+                " RETURNING q.count",
+                counter, limit, expires_at,
+            )
+        return row is not None
+
+    async def uncount_quota(self, counter: str) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                "UPDATE quota_counters SET count = count - 1 WHERE counter = $1 AND count > 0",
+                counter,
+            )
+
+    async def take_quota_slot(
+        self, subject: str, slot_id: str, limit: int, now: float, lease_until: float
+    ) -> bool:
+        # a transaction-scoped lock per subject: two replicas never count the same slots at once
+        async with self._conn() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", subject)
+            taken = await conn.fetchval(
+                "INSERT INTO quota_slots (subject, slot_id, lease_until) SELECT $1, $2, $3"
+                " WHERE (SELECT count(*) FROM quota_slots WHERE subject = $1"
+                " AND lease_until >= $4) < $5 RETURNING 1",
+                subject, slot_id, lease_until, now, limit,
+            )
+        return taken is not None
+
+    async def renew_quota_slots(
+        self, subject: str, slot_ids: list[str], lease_until: float
+    ) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                "UPDATE quota_slots SET lease_until = $3 WHERE subject = $1"
+                " AND slot_id = ANY($2::text[])",
+                subject, slot_ids, lease_until,
+            )
+
+    async def release_quota_slot(self, subject: str, slot_id: str) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                "DELETE FROM quota_slots WHERE subject = $1 AND slot_id = $2", subject, slot_id
+            )
+
+    async def prune_quotas(self, now: float) -> None:
+        async with self._conn() as conn:
+            await conn.execute("DELETE FROM quota_counters WHERE expires_at < $1", now)
+            await conn.execute("DELETE FROM quota_slots WHERE lease_until < $1", now)
+
+    # usage ------------------------------------------------------------------------------
+    async def usage_summary(self, query: UsageQuery) -> list[UsageTotals]:
+        sql, params = usage_sql(query, lambda n: f"${n}")
+        async with self._conn() as conn:
+            rows = await conn.fetch(sql, *params)
+        return fold(partials_of_rows(rows))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from a2a_gateway.stores.base import ConflictError
+from a2a_gateway.stores.usage_rows import USAGE_COLUMNS
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,20 +42,29 @@ class NewTask:
     run_state: Any
     owner: str | None
     lease_until: float | None
+    usage: tuple[Any, ...] = (None,) * len(USAGE_COLUMNS)
+    """The ledger's columns (``usage_values``): NULLs unless the task is created ended."""
 
     def values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in self.__slots__)
+        return (*(getattr(self, name) for name in self.__slots__[:-1]), *self.usage)
 
+
+_USAGE_ARRAYS = (
+    "$13::text[], $14::text[], $15::bigint[], $16::bigint[], $17::int[], $18::bigint[],"
+    " $19::bigint[], $20::bigint[], $21::bigint[], $22::bigint[], $23::text[]"
+)
+"""The ledger's columns (``USAGE_COLUMNS``) as arrays."""
 
 INSERT_MANY = (
     "INSERT INTO tasks (tenant, endpoint_id, principal, id, context_id, state, status_us, version,"
-    " task, run_ref, run_state, owner, lease_until)"
+    f" task, run_ref, run_state, owner, lease_until, {', '.join(USAGE_COLUMNS)})"
     " SELECT tenant, endpoint_id, principal, id, context_id, state, status_us, 1,"
-    " task, run_ref, run_state, owner, lease_until"
+    f" task, run_ref, run_state, owner, lease_until, {', '.join(USAGE_COLUMNS)}"
     " FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::smallint[],"
-    " $7::bigint[], $8::bytea[], $9::text[], $10::jsonb[], $11::text[], $12::float8[])"
+    f" $7::bigint[], $8::bytea[], $9::text[], $10::jsonb[], $11::text[], $12::float8[],"
+    f" {_USAGE_ARRAYS})"
     " AS t(tenant, endpoint_id, principal, id, context_id, state, status_us, task, run_ref,"
-    " run_state, owner, lease_until)"
+    f" run_state, owner, lease_until, {', '.join(USAGE_COLUMNS)})"
     " ON CONFLICT DO NOTHING RETURNING id"
 )
 """Inserts every row it is given but those whose id (or scoped id) exists; returns the ids
@@ -62,7 +72,7 @@ inserted."""
 
 
 def columns(rows: Sequence[NewTask]) -> list[list[Any]]:
-    """The rows as ``INSERT_MANY``'s twelve arrays."""
+    """The rows as ``INSERT_MANY``'s arrays (one per column)."""
     return [list(column) for column in zip(*(row.values() for row in rows), strict=True)]
 
 

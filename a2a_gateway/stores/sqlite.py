@@ -18,10 +18,14 @@ from urllib.parse import parse_qsl, urlsplit
 import aiosqlite
 from a2a.types import Task, TaskPushNotificationConfig
 
+from a2a_gateway.stores.audit_pages import audit_cursor, audit_page, json_or_none, time_bounds_us
 from a2a_gateway.stores.base import (
     NOT_TERMINAL_SQL,
     TERMINAL_STATES,
     ApiKey,
+    AuditEntry,
+    AuditPage,
+    AuditQuery,
     ClaimedTask,
     ConflictError,
     Context,
@@ -36,6 +40,11 @@ from a2a_gateway.stores.base import (
     StoreUnavailableError,
     TaskPage,
     TaskQuery,
+    UsageQuery,
+    UsageRecord,
+    UsageTotals,
+    audit_time,
+    audit_time_us,
     status_timestamp_us,
     storable_key_id,
     utc_text,
@@ -44,8 +53,17 @@ from a2a_gateway.stores.migrations import migration_files
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token, endpoint_task_page
 from a2a_gateway.stores.sql_rows import RowReader
 from a2a_gateway.stores.sqlite_batches import BatchedConnection
+from a2a_gateway.stores.usage_rows import (
+    USAGE_COLUMNS,
+    fold,
+    partials_of_rows,
+    usage_sql,
+    usage_values,
+)
 
 _SCOPE = "tenant = ? AND endpoint_id = ? AND principal = ?"
+_SET_USAGE = ", ".join(f"{column} = ?" for column in USAGE_COLUMNS)
+"""A task write sets the ledger's columns: a record at the terminal write, NULLs before."""
 WAL_AUTOCHECKPOINT_PAGES = 4000
 
 
@@ -66,6 +84,20 @@ def url_options(url: str) -> dict[str, Any]:
             raise StoreError(f"unknown SQLite store option {key}={value!r}"
                              " (synchronous=NORMAL|FULL, wal_autocheckpoint=<pages>)")
     return options
+
+
+def _audit_entry(row: sqlite3.Row) -> AuditEntry:
+    before, after = row["before"], row["after"]
+    return AuditEntry(
+        id=row["id"],
+        at=audit_time(row["at_us"]),
+        actor=row["actor"],
+        action=row["action"],
+        target=row["target"],
+        before=json.loads(before) if before is not None else None,
+        after=json.loads(after) if after is not None else None,
+        details=json.loads(row["details"]),
+    )
 
 
 class SQLiteStore(Store):
@@ -187,7 +219,8 @@ class SQLiteStore(Store):
         try:
             await self._db.execute(
                 "INSERT INTO api_keys (id, endpoint_id, tenant, principal, name, key_hash,"
-                " created_at, expires_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " created_at, expires_at, revoked_at, limits)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     key.id,
                     key.endpoint_id,
@@ -198,6 +231,7 @@ class SQLiteStore(Store):
                     utc_text(key.created_at),
                     utc_text(key.expires_at) if key.expires_at else None,
                     utc_text(key.revoked_at) if key.revoked_at else None,
+                    json.dumps(key.limits),
                 ),
             )
         except aiosqlite.IntegrityError as exc:
@@ -235,12 +269,15 @@ class SQLiteStore(Store):
         run_state: dict[str, Any] | None = None,
         owner: str | None = None,
         lease_until: float | None = None,
+        usage: UsageRecord | None = None,
     ) -> int:
         try:
             await self._batched.write(
                 "INSERT INTO tasks (tenant, endpoint_id, principal, id, context_id, state,"
-                " status_us, version, task, run_ref, run_state, owner, lease_until)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)",
+                " status_us, version, task, run_ref, run_state, owner, lease_until,"
+                f" {', '.join(USAGE_COLUMNS)})"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?"
+                f"{', ?' * len(USAGE_COLUMNS)})",
                 (
                     *scope.as_tuple(),
                     task.id,
@@ -252,6 +289,7 @@ class SQLiteStore(Store):
                     json.dumps(run_state or {}),
                     owner,
                     lease_until,
+                    *usage_values(usage),
                 ),
             )
         except aiosqlite.IntegrityError as exc:
@@ -268,13 +306,14 @@ class SQLiteStore(Store):
         run_state: dict[str, Any] | None = None,
         owner: str | None = None,
         lease_until: float | None = None,
+        usage: UsageRecord | None = None,
     ) -> int:
         terminal = task.status.state in TERMINAL_STATES
         written = await self._batched.write(
             "UPDATE tasks SET context_id = ?, state = ?, status_us = ?, version = version + 1,"
             " task = ?, run_ref = COALESCE(?, run_ref), run_state = COALESCE(?, run_state),"
-            f" owner = ?, lease_until = ? WHERE {_SCOPE} AND id = ? AND version = ?"
-            f" AND {NOT_TERMINAL_SQL}",
+            f" owner = ?, lease_until = ?, {_SET_USAGE} WHERE {_SCOPE} AND id = ?"
+            f" AND version = ? AND {NOT_TERMINAL_SQL}",
             (
                 task.context_id,
                 int(task.status.state),
@@ -284,6 +323,7 @@ class SQLiteStore(Store):
                 json.dumps(run_state) if run_state is not None else None,
                 None if terminal else owner,
                 None if terminal else lease_until,
+                *usage_values(usage),
                 *scope.as_tuple(),
                 task.id,
                 expected_version,
@@ -495,6 +535,57 @@ class SQLiteStore(Store):
             for r in rows
         }
 
+    # audit ------------------------------------------------------------------------------
+    async def append_audit_entry(self, entry: AuditEntry) -> None:
+        try:
+            await self._db.execute(
+                "INSERT INTO audit_log (id, at_us, actor, action, target, before, after, details)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    entry.id,
+                    audit_time_us(entry.at),
+                    entry.actor,
+                    entry.action,
+                    entry.target,
+                    json_or_none(entry.before),
+                    json_or_none(entry.after),
+                    json.dumps(entry.details, sort_keys=True),
+                ),
+            )
+        except aiosqlite.IntegrityError as exc:
+            raise ConflictError(f"audit entry {entry.id} exists") from exc
+
+    async def list_audit_entries(self, query: AuditQuery) -> AuditPage:
+        cursor = audit_cursor(query, self._token_key)
+        since, until = time_bounds_us(query)
+        where, params = ["1 = 1"], []
+        for column, value in (("action", query.action), ("target", query.target),
+                              ("actor", query.actor)):
+            if value:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if since is not None:
+            where.append("at_us >= ?")
+            params.append(since)
+        if until is not None:
+            where.append("at_us < ?")
+            params.append(until)
+        if cursor is not None:
+            where.append("(at_us < ? OR (at_us = ? AND id < ?))")
+            params += [cursor[0], cursor[0], cursor[1]]
+        rows = await self._batched.read(
+            f"SELECT * FROM audit_log WHERE {' AND '.join(where)}"
+            " ORDER BY at_us DESC, id DESC LIMIT ?",
+            (*params, query.page_size + 1),
+        )
+        return audit_page([_audit_entry(r) for r in rows], query.page_size, self._token_key)
+
+    async def prune_audit_entries(self, older_than: datetime) -> int:
+        written = await self._batched.write(
+            "DELETE FROM audit_log WHERE at_us < ? RETURNING id", (audit_time_us(older_than),)
+        )
+        return len(written.rows)
+
     # leases ----------------------------------------------------------------------
     async def renew_leases(self, owner: str, task_ids: list[str], lease_until: float) -> None:
         if not task_ids:
@@ -520,3 +611,60 @@ class SQLiteStore(Store):
             ClaimedTask(Scope(r["tenant"], r["endpoint_id"], r["principal"]), ROWS.stored_task(r))
             for r in written.rows
         ]
+
+    # usage ------------------------------------------------------------------------------
+    async def usage_summary(self, query: UsageQuery) -> list[UsageTotals]:
+        sql, params = usage_sql(query, lambda _: "?")
+        return fold(partials_of_rows(await self._batched.read(sql, params)))
+
+    # quotas ------------------------------------------------------------------------
+    async def set_api_key_limits(self, key_id: str, limits: dict[str, int | float]) -> bool:
+        if not storable_key_id(key_id):
+            return False
+        written = await self._batched.write(
+            "UPDATE api_keys SET limits = ? WHERE id = ?", (json.dumps(limits), key_id)
+        )
+        return written.rowcount == 1
+
+    async def count_quota(self, counter: str, limit: int, expires_at: float) -> bool:
+        # one statement: the writer is serialized, so the condition and the add are atomic
+        written = await self._batched.write(
+            "INSERT INTO quota_counters (counter, count, expires_at) SELECT ?, 1, ? WHERE ? > 0"
+            " ON CONFLICT (counter) DO UPDATE SET count = count + 1 WHERE count < ?",
+            (counter, expires_at, limit, limit),
+        )
+        return written.rowcount == 1
+
+    async def uncount_quota(self, counter: str) -> None:
+        await self._batched.write(
+            "UPDATE quota_counters SET count = count - 1 WHERE counter = ? AND count > 0",
+            (counter,),
+        )
+
+    async def take_quota_slot(
+        self, subject: str, slot_id: str, limit: int, now: float, lease_until: float
+    ) -> bool:
+        written = await self._batched.write(
+            "INSERT INTO quota_slots (subject, slot_id, lease_until) SELECT ?, ?, ?"
+            " WHERE (SELECT count(*) FROM quota_slots WHERE subject = ? AND lease_until >= ?) < ?",
+            (subject, slot_id, lease_until, subject, now, limit),
+        )
+        return written.rowcount == 1
+
+    async def renew_quota_slots(
+        self, subject: str, slot_ids: list[str], lease_until: float
+    ) -> None:
+        await self._batched.write_many(
+            "UPDATE quota_slots SET lease_until = ? WHERE subject = ? AND slot_id = ?",
+            [(lease_until, subject, slot_id) for slot_id in slot_ids],
+        )
+
+    async def release_quota_slot(self, subject: str, slot_id: str) -> None:
+        await self._batched.write(
+            "DELETE FROM quota_slots WHERE subject = ? AND slot_id = ?", (subject, slot_id)
+        )
+
+    async def prune_quotas(self, now: float) -> None:
+        await self._batched.write("DELETE FROM quota_counters WHERE expires_at < ?", (now,))
+        await self._batched.write("DELETE FROM quota_slots WHERE lease_until < ?", (now,))
+
