@@ -89,6 +89,7 @@ async function route() {
   if (parts[0] === "endpoints") {
     show("endpoints-page");
     await act(loadEndpoints, "endpoints-error");
+    await act(openEndpointForm, "endpoint-problems");
   } else if (parts[0] === "numbers") {
     show("numbers-page");
     startNumbers();
@@ -176,22 +177,20 @@ function endpointRow(endpoint) {
 
 async function createEndpoint(event) {
   event.preventDefault();
-  const problems = $("endpoint-problems");
-  problems.replaceChildren();
-  let settings;
-  try { settings = JSON.parse($("endpoint-settings").value || "{}"); } catch (error) {
-    problems.append(el("li", `settings: ${error.message}`));
+  showEndpointProblems([]);
+  let body;
+  try { body = endpointFormBody(); } catch (error) { // endpoint_form.js: refused before sending
+    showEndpointProblems(error.problems || [error.message]);
     return;
   }
-  const body = { name: $("endpoint-name").value, handler: $("endpoint-handler").value, settings };
+  body.name = $("endpoint-name").value;
   if ($("endpoint-public").checked) body.public = true;
   try {
     await api("POST", "/admin/api/endpoints", body);
-    $("endpoint-name").value = "";
+    resetEndpointForm();
     await loadEndpoints();
   } catch (error) {
-    const listed = error.data && Array.isArray(error.data.problems) ? error.data.problems : [error.message];
-    for (const problem of listed) problems.append(el("li", problem));
+    showEndpointProblems(error.data && Array.isArray(error.data.problems) ? error.data.problems : [error.message]);
   }
 }
 
