@@ -32,6 +32,13 @@ HEALTH_PK = "#health"
 """The tasks-table partition of the backend health items (sort key: the endpoint id); no scope
 starts with ``#``, and the items carry no index attribute."""
 
+QUOTA_COUNTER_PK = "#quota#"
+"""Tasks-table partitions of the quota window counters (``#quota#<counter>``, sort key ``#``);
+their ``expires_at`` is the window's end, so the table's TTL deletes them."""
+QUOTA_SLOTS_PK = "#slots#"
+"""Tasks-table partitions of the concurrency slots (``#slots#<subject>``, sort key ``#``): one
+item per subject holding ``slots`` (slot id → lease end) and a ``version``."""
+
 LEASE_SHARDS = 8
 """Fixed: the lease index partition of a task is ``crc32(key) % LEASE_SHARDS``."""
 
@@ -153,6 +160,8 @@ def api_key_item(key: ApiKey) -> dict[str, Any]:
         item["expires_at"] = S(utc_text(key.expires_at))
     if key.revoked_at is not None:
         item["revoked_at"] = S(utc_text(key.revoked_at))
+    if key.limits:
+        item["limits"] = S(json.dumps(key.limits))
     return item
 
 
@@ -170,6 +179,7 @@ def api_key_from_item(item: dict[str, Any]) -> ApiKey:
         created_at=datetime.fromisoformat(item["created_at"]["S"]),
         expires_at=utc_from_text(text("expires_at")),
         revoked_at=utc_from_text(text("revoked_at")),
+        limits=json.loads(item["limits"]["S"]) if "limits" in item else {},
     )
 
 

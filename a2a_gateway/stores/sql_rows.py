@@ -51,6 +51,7 @@ class RowReader:
             created_at=self.time(row["created_at"]),
             expires_at=self._optional_time(row["expires_at"]),
             revoked_at=self._optional_time(row["revoked_at"]),
+            limits=self.json(row["limits"]),
         )
 
     def stored_task(self, row: Mapping[str, Any]) -> StoredTask:

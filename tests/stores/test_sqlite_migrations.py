@@ -30,7 +30,9 @@ async def test_a_file_from_before_api_keys_is_upgraded_on_open_keeping_its_rows(
     _write_file_from_before_api_keys(path)
     store = await SQLiteStore.open(path)
     try:
-        assert store.applied_migrations == [
+        # every migration after the first, whichever later ones this code has
+        assert store.applied_migrations == [name for _, name, _ in migration_files("sqlite")[1:]]
+        assert store.applied_migrations[:5] == [
             "0002_api_keys.sql",
             "0003_push_deliveries.sql",
             "0004_tasks_active_by_endpoint.sql",
