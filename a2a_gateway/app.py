@@ -25,6 +25,7 @@ from a2a_gateway.endpoints.backend_health import BackendHealth
 from a2a_gateway.endpoints.card_signing import CardSigner
 from a2a_gateway.endpoints.file import EndpointsFile
 from a2a_gateway.endpoints.registry import EndpointRegistry
+from a2a_gateway.governance.quotas import Quotas
 from a2a_gateway.live.feed import FeedLimits
 from a2a_gateway.live.hub import LiveHub, ReplayLimits
 from a2a_gateway.live.postgres import PostgresLiveHub, uses_postgres
@@ -77,6 +78,8 @@ async def _lease_loop(gateway: Gateway) -> None:
         await gateway.engine.next_ownership_check(interval)
         try:
             await gateway.engine.keep_ownership(gateway.registry)
+            if gateway.quotas is not None:
+                await gateway.quotas.renew()
         except StoreUnavailableError:
             log.warning("lease_loop_store_unavailable")  # /readyz says so too; retried next tick
         except Exception:
@@ -222,6 +225,8 @@ def build_app(
                 sessions,
                 oidc_issuer=settings.console_oidc_issuer if sessions else "",
             ),
+            quotas=Quotas(opened, lease_seconds=settings.lease_seconds, redis=redis,
+                          prefix=settings.redis_prefix),
         )
         app[GATEWAY] = gateway
         if sessions is not None and settings.console_oidc_issuer:
@@ -242,6 +247,7 @@ def build_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await lease_task
             await engine.aclose()
+            await gateway.quotas.aclose()
             await services.health.aclose()
             await hub.aclose()
             if redis is not None:

@@ -5,9 +5,12 @@
     EndpointMisconfiguredError   503   UNAVAILABLE       -32603    INTERNAL_ERROR
     UnauthenticatedError         401   UNAUTHENTICATED   -32600    INVALID_REQUEST
     RateLimitedError             429   RESOURCE_EXHAUSTED -32600   INVALID_REQUEST
+    QuotaExceededError           429*  RESOURCE_EXHAUSTED -32600   INVALID_REQUEST
     StoreUnavailableError        503   UNAVAILABLE       -32603    INTERNAL_ERROR
     GatewayStoppingError         503   UNAVAILABLE       -32603    INTERNAL_ERROR
     request body over the limit  413   INVALID_ARGUMENT  -32600    INVALID_REQUEST
+
+(*) 403 for a limit no window resets (``concurrent_tasks``): waiting for a time does not help.
 
 An unknown or disabled endpoint is JSON-RPC's "method not found": nothing at this URL
 serves the method, which is what -32601 means (and the a2a-sdk maps it to HTTP 404,
@@ -97,3 +100,23 @@ class RateLimitedError(GatewayError):
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after)}
+
+
+class QuotaExceededError(GatewayError):
+    """A key's or an endpoint's quota (``governance.limits``) refuses a new task. With a
+    window that resets, ``Retry-After`` says when (HTTP 429); without one, HTTP 403."""
+
+    status = "RESOURCE_EXHAUSTED"
+    a2a_error = InvalidRequestError
+    message = "quota exceeded"
+
+    def __init__(self, message: str, *, limit: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.limit = limit
+        """The name of the limit that refused."""
+        self.retry_after = retry_after
+        self.http_status = 429 if retry_after is not None else 403
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+

@@ -31,7 +31,7 @@ from handlers.base import HandlerSettings
 
 RESERVED_METADATA_KEYS = frozenset(
     {"module_name", "class_name", "public", "strict_v1_card", "auth", "rate_limit",
-     "endpoints_file", "catalog"}
+     "endpoints_file", "catalog", "limits"}
 )
 """Endpoint metadata keys the gateway itself reads (the rest are handler settings)."""
 

@@ -16,6 +16,7 @@ from a2a_gateway.auth.callers import Authenticator
 from a2a_gateway.auth.operators import OperatorAuth
 from a2a_gateway.endpoints.card_signing import CardSigner
 from a2a_gateway.endpoints.registry import EndpointRegistry, EndpointRuntime
+from a2a_gateway.governance.quotas import Quotas
 from a2a_gateway.live.hub import LiveHub
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Store
@@ -44,6 +45,8 @@ class Gateway:
     """Who may watch an endpoint (its event feed)."""
     grpc_port: int | None = None
     """The port the gRPC binding listens on (None: no gRPC)."""
+    quotas: Quotas | None = None
+    """Admits new tasks against key and endpoint limits (None: no quotas, e.g. in tests)."""
 
     def request_handlers(
         self, runtime: EndpointRuntime
@@ -58,7 +61,7 @@ class Gateway:
 
             v10 = GatewayRequestHandler(
                 runtime, self.engine, self.push, self.card_signer,
-                max_push_configs=self.settings.max_push_configs_per_task,
+                max_push_configs=self.settings.max_push_configs_per_task, quotas=self.quotas,
             )
             runtime.request_handlers = (v10, RequestHandler03(v10))
         return runtime.request_handlers

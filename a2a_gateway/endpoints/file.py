@@ -39,7 +39,7 @@ log = structlog.get_logger(__name__)
 FROM_FILE = "endpoints_file"
 """Metadata key marking a row the endpoints file wrote."""
 
-GATEWAY_KEYS = ("public", "auth", "rate_limit", "strict_v1_card", "catalog")
+GATEWAY_KEYS = ("public", "auth", "rate_limit", "strict_v1_card", "catalog", "limits")
 """Entry keys the gateway reads; they sit beside ``settings`` in an entry, in the row's metadata."""
 
 FORMATS = {".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}
@@ -96,6 +96,8 @@ class Entry(BaseModel):
     rate_limit: dict[str, Any] | None = None
     strict_v1_card: StrictBool | None = None
     catalog: StrictBool | None = None
+    limits: dict[str, Any] | None = None
+    """Quota limits of the endpoint's callers together (``governance.limits``)."""
 
     def row(self) -> Endpoint:
         gateway = {key: getattr(self, key) for key in GATEWAY_KEYS}

@@ -33,6 +33,7 @@ from a2a_gateway.auth.config import EndpointAuth, EndpointAuthView, endpoint_aut
 from a2a_gateway.auth.rate_limit import RateLimit, endpoint_rate_limit
 from a2a_gateway.endpoints.card import capabilities, capability, check_card, with_handler_fields
 from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError
+from a2a_gateway.governance.limits import LimitsError, parse_limits
 from a2a_gateway.observability.logs import looks_secret
 from a2a_gateway.settings import (
     RESERVED_METADATA_KEYS,
@@ -62,6 +63,8 @@ class EndpointRuntime:
     """The schemes callers may authenticate with (the row's ``auth``, ``public``)."""
     rate_limit: RateLimit | None = None
     """Requests per caller (the row's ``rate_limit`` or the gateway's); None: unlimited."""
+    limits: dict[str, int | float] = field(default_factory=dict)
+    """The row's quota ``limits`` that are set (all callers together); empty: none."""
     request_handlers: tuple[RequestHandler, RequestHandler03] | None = None
     """The endpoint's 1.0 request handler and its 0.3 adapter (``state.Gateway`` builds them)."""
     card_cache: tuple[str, bytes, str] | None = None
@@ -222,6 +225,14 @@ def runtime_rate_limit(endpoint: Endpoint, settings: GatewaySettings) -> RateLim
         raise EndpointMisconfiguredError(f"invalid rate_limit: {problems}") from None
 
 
+def runtime_limits(endpoint: Endpoint) -> dict[str, int | float]:
+    """The row's quota ``limits`` that are set; ``EndpointMisconfiguredError`` if malformed."""
+    try:
+        return parse_limits(endpoint.metadata.get("limits")).set()
+    except LimitsError as exc:
+        raise EndpointMisconfiguredError(f"invalid {exc}") from None
+
+
 def check_endpoint(endpoint: Endpoint, settings: GatewaySettings) -> EndpointCheck:
     """The checks of ``_build`` without building: handler, settings, card, auth. Settings that
     name an unset ``env:`` variable are noted, not refused: the gateway may have it."""
@@ -233,6 +244,10 @@ def check_endpoint(endpoint: Endpoint, settings: GatewaySettings) -> EndpointChe
     _check_auth(endpoint, settings, check)
     try:
         runtime_rate_limit(endpoint, settings)
+    except EndpointMisconfiguredError as exc:
+        check.problems.append(exc.message)
+    try:
+        runtime_limits(endpoint)
     except EndpointMisconfiguredError as exc:
         check.problems.append(exc.message)
     try:
@@ -433,9 +448,10 @@ class EndpointRegistry:
             )
             auth = runtime_auth(endpoint, self._settings)
             rate_limit = runtime_rate_limit(endpoint, self._settings)
+            limits = runtime_limits(endpoint)
             handler = cls(settings, self._http)
             return EndpointRuntime(endpoint, handler, auth=auth, rate_limit=rate_limit,
-                                   secrets=secret_values(settings))
+                                   limits=limits, secrets=secret_values(settings))
         except (EndpointMisconfiguredError, HandlerSettingsError) as exc:
             log.warning("endpoint_misconfigured", endpoint_id=endpoint.id, problem=str(exc))
             return EndpointRuntime(endpoint, None, problem=str(exc))

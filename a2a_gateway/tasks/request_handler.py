@@ -47,6 +47,7 @@ from a2a_gateway.endpoints.card import build_card
 from a2a_gateway.endpoints.card_signing import CardSigner
 from a2a_gateway.endpoints.registry import EndpointRuntime
 from a2a_gateway.events import copy_task
+from a2a_gateway.governance.quotas import NOTHING_TAKEN, Quotas
 from a2a_gateway.stores.base import InvalidPageTokenError, Scope, TaskQuery
 from a2a_gateway.tasks.conversation import Caller
 from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
@@ -104,6 +105,7 @@ class GatewayRequestHandler(RequestHandler):
         push: PushNotifier,
         card_signer: CardSigner,
         max_push_configs: int = 10,
+        quotas: Quotas | None = None,
     ) -> None:
         self.runtime = runtime
         self.engine = engine
@@ -111,6 +113,7 @@ class GatewayRequestHandler(RequestHandler):
         self.push = push
         self.card_signer = card_signer
         self.max_push_configs = max_push_configs
+        self.quotas = quotas
 
     def _scope(self, context: ServerCallContext) -> Scope:
         endpoint = self.runtime.endpoint
@@ -137,12 +140,27 @@ class GatewayRequestHandler(RequestHandler):
         caller = Caller.of(
             scope.principal, context.requested_extensions, context.state.get("headers") or {}
         )
-        # the request's own message (parsed for this call): the engine fills in its ids
-        return await self.engine.send(
-            self.runtime, scope, params.message,
-            streaming=streaming, subscribe=streaming, push_config=push_config, caller=caller,
-            blocking=not streaming and not config.return_immediately,
-        )
+        # a new task is admitted by its key's and endpoint's quotas before any work starts; a
+        # follow-up message belongs to a task already admitted
+        admission = NOTHING_TAKEN
+        if not params.message.task_id and self.quotas is not None:
+            admission = await self.quotas.admit(
+                self.runtime.endpoint.id, self.runtime.limits, getattr(context.user, "key", None)
+            )
+        try:
+            # the request's own message (parsed for this call): the engine fills in its ids
+            outcome = await self.engine.send(
+                self.runtime, scope, params.message,
+                streaming=streaming, subscribe=streaming, push_config=push_config, caller=caller,
+                blocking=not streaming and not config.return_immediately,
+            )
+        except BaseException:
+            if admission is not NOTHING_TAKEN:
+                await self.quotas.give_back(admission)  # type: ignore[union-attr]
+            raise
+        if admission is not NOTHING_TAKEN:
+            self.quotas.hold_until(admission, outcome.run)  # type: ignore[union-attr]
+        return outcome
 
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext

@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("handlers",),  # the handler contract and one bridge per framework: nothing of the gateway
     FOUNDATIONS,
     ("a2a_gateway.stores",),
+    ("a2a_gateway.governance",),  # usage, quotas and the audit log, written to the store
     ("a2a_gateway.live", "a2a_gateway.auth"),
     ("a2a_gateway.endpoints",),
     ("a2a_gateway.tasks",),

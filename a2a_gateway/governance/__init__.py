@@ -1,0 +1,1 @@
+"""Governance of a shared gateway: usage, quotas and the audit of operators' changes."""

@@ -1,0 +1,185 @@
+"""Quotas through a running gateway, on every store, with the a2a-sdk client (raw HTTP where a
+status code or header is the point).
+
+One flow per store: a key's task window refuses the request over it (429, ``Retry-After``,
+the JSON-RPC id, the limit named, REST ``RESOURCE_EXHAUSTED``), creates no task, leaves other
+keys alone, and admits again once the window turned (the quotas' clock is moved); a key's
+concurrency slot refuses with 403 while its task runs and frees when it ends; an endpoint's
+limit binds its callers together; a token budget refuses once the usage ledger holds more
+than it; a follow-up message to an admitted task is not a new task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+from a2a.types import Task, TaskState
+
+from a2a_gateway.auth.api_keys import make_key
+from a2a_gateway.stores.base import Scope, TaskQuery, UsageRecord
+from tests.stores.store_urls import STORE_KINDS, fresh_store_url
+from tests.support.harness import RunningGateway, collect, running_gateway
+from tests.support.messages import send_body, send_params, send_request
+from tests.support.waiting import eventually
+
+V10 = {"A2A-Version": "1.0"}
+MINUTE_START = 1_800_000_000.0 - 1_800_000_000.0 % 86400 + 3600
+"""A whole hour of a day (so minute, hour and day windows all start there)."""
+
+
+@pytest.fixture(params=STORE_KINDS)
+async def gw(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[RunningGateway]:
+    async with fresh_store_url(request.param, tmp_path, monkeypatch) as url:
+        async with running_gateway(
+            url, allow_unauthenticated_endpoints=False, api_key_cache_seconds=0
+        ) as running:
+            yield running
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _key(gw: RunningGateway, endpoint_id: str, limits: dict) -> tuple[str, str]:
+    secret = gw.gateway.settings.api_key_secret.get_secret_value().encode()
+    row, key = make_key(secret, endpoint_id=endpoint_id, tenant="default")
+    row.limits = limits
+    await gw.store.create_api_key(row)
+    return row.id, key
+
+
+async def _tasks_of(gw: RunningGateway, endpoint_id: str, principal: str) -> int:
+    page = await gw.store.list_tasks(Scope("default", endpoint_id, principal), TaskQuery())
+    return len(page.tasks)
+
+
+async def _send(gw: RunningGateway, endpoint_id: str, key: str, text: str = "hi") -> Task:
+    async with gw.client(endpoint_id, streaming=False, api_key=key) as client:
+        (event,) = await collect(client.send_message(send_request(text)))
+    return event.task
+
+
+async def test_each_quota_kind_refuses_before_any_work_and_resets(gw):
+    clock = gw.gateway.quotas.clock = Clock(MINUTE_START + 10)
+    endpoint = await gw.add_endpoint(settings={"delay": 0})
+    limited_id, limited = await _key(gw, endpoint, {"tasks_per_minute": 2, "tasks_per_day": 50})
+    free_id, free = await _key(gw, endpoint, {})
+
+    # windows: two tasks in this minute, the third refused on every binding, nothing created
+    for text in ("one", "two"):
+        assert (await _send(gw, endpoint, limited, text)).status.state == (
+            TaskState.TASK_STATE_COMPLETED
+        )
+    async with gw.client(endpoint, streaming=False, api_key=limited) as client:
+        with pytest.raises(Exception, match="429"):  # the SDK client raises on the status
+            await collect(client.send_message(send_request("three")))
+    async with httpx.AsyncClient(timeout=10) as http:
+        headers = {**V10, "X-API-Key": limited}
+        rpc = await http.post(gw.jsonrpc_url(endpoint), json=send_body(rid="quota-7"),
+                              headers=headers)
+        rest = await http.post(f"{gw.rest_url(endpoint)}/message:send", json=send_params(),
+                               headers=headers)
+    assert rpc.status_code == 429 and rpc.headers["Retry-After"] == "50"
+    error = rpc.json()
+    assert error["id"] == "quota-7" and error["error"]["code"] == -32600
+    assert "tasks_per_minute of 2" in error["error"]["message"]
+    assert "resets at 2027-01-15T01:01:00Z (in 50 s)" in error["error"]["message"]
+    assert f"key {limited_id}" in error["error"]["message"]
+    assert rest.status_code == 429 and rest.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+    assert await _tasks_of(gw, endpoint, limited_id) == 2
+    # another key of the same endpoint is not bound by it
+    assert (await _send(gw, endpoint, free)).status.state == TaskState.TASK_STATE_COMPLETED
+
+    # the next minute admits again (the refusals gave back the day's counts they took)
+    clock.now = MINUTE_START + 60
+    assert (await _send(gw, endpoint, limited)).status.state == TaskState.TASK_STATE_COMPLETED
+    assert await _tasks_of(gw, endpoint, limited_id) == 3
+
+    # a follow-up message to an existing task is not a new task: not refused
+    slow = await gw.add_endpoint(settings={"delay": 0})
+    asking_id, asking = await _key(gw, slow, {"tasks_per_hour": 1})
+    first = await _send(gw, slow, asking, "?input")
+    assert first.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    async with gw.client(slow, streaming=False, api_key=asking) as client:
+        (answer,) = await collect(client.send_message(
+            send_request("yes", task_id=first.id, context_id=first.context_id)
+        ))
+    assert "tasks_per_hour of 1" in (await _refusal(gw, slow, asking)).json()["error"]["message"]
+    assert answer.task.id == first.id
+    assert await _tasks_of(gw, slow, asking_id) == 1
+
+
+async def test_concurrency_endpoint_limits_and_token_budgets(gw):
+    gw.gateway.quotas.clock = Clock(MINUTE_START + 10)
+    endpoint = await gw.add_endpoint(settings={"delay": 0.2})
+    busy_id, busy = await _key(gw, endpoint, {"concurrent_tasks": 1})
+
+    # one running task holds the key's only slot: 403 (no window resets it), then free again
+    async with gw.client(endpoint, streaming=False, api_key=busy) as client:
+        (running,) = await collect(client.send_message(send_request("a b c d", immediately=True)))
+        refused = await _refusal(gw, endpoint, busy, rid=9)
+        assert refused.status_code == 403 and "Retry-After" not in refused.headers
+        assert refused.json()["id"] == 9
+        assert "concurrent_tasks of 1" in refused.json()["error"]["message"]
+        await eventually(lambda: gw.store.get_task(Scope("default", endpoint, busy_id),
+                                                   running.task.id),
+                         until=lambda s: s is not None
+                         and s.task.status.state == TaskState.TASK_STATE_COMPLETED,
+                         what="the running task ended")
+        await eventually(lambda: _try(gw, endpoint, busy), what="the slot was released")
+    assert await _tasks_of(gw, endpoint, busy_id) == 2
+
+    # an endpoint's limit binds all its callers together
+    shared = await gw.add_endpoint(settings={"delay": 0, "limits": {"tasks_per_hour": 2}})
+    (_, one), (_, two) = await _key(gw, shared, {}), await _key(gw, shared, {})
+    await _send(gw, shared, one)
+    await _send(gw, shared, two)
+    refused = await _refusal(gw, shared, one)
+    assert refused.status_code == 429
+    assert f"tasks_per_hour of 2 for endpoint {shared}" in refused.json()["error"]["message"]
+
+    # a token budget: the ledger's sum since the day's start, checked at the start
+    budget_id, budget = await _key(gw, endpoint, {"tokens_per_day": 100})
+    assert (await _send(gw, endpoint, budget)).status.state == TaskState.TASK_STATE_COMPLETED
+    await _spent(gw, endpoint, budget_id, tokens=150)
+    gw.gateway.quotas.clock = Clock(MINUTE_START + 20)  # past the budget cache
+    refused = await _refusal(gw, endpoint, budget)
+    assert refused.status_code == 429
+    assert "tokens_per_day of 100" in refused.json()["error"]["message"]
+
+
+async def _refusal(
+    gw: RunningGateway, endpoint: str, key: str, rid: int | str = "req-1"
+) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=10) as http:
+        return await http.post(gw.jsonrpc_url(endpoint), json=send_body(rid=rid),
+                               headers={**V10, "X-API-Key": key})
+
+
+async def _try(gw: RunningGateway, endpoint: str, key: str) -> bool:
+    async with httpx.AsyncClient(timeout=10) as http:
+        answer = await http.post(gw.jsonrpc_url(endpoint), json=send_body(),
+                                 headers={**V10, "X-API-Key": key})
+    return answer.status_code == 200 and "result" in answer.json()
+
+
+async def _spent(gw: RunningGateway, endpoint: str, key_id: str, *, tokens: int) -> None:
+    """A task of the key that ended with ``tokens`` used, as the ledger records one."""
+    task = Task(id=f"spent-{key_id}", context_id="ctx-spent")
+    task.status.state = TaskState.TASK_STATE_COMPLETED
+    ended = datetime.fromtimestamp(MINUTE_START + 15, UTC)
+    await gw.store.create_task(
+        Scope("default", endpoint, key_id), task,
+        usage=UsageRecord(started_at=ended, ended_at=ended, key_id=key_id,
+                          input_tokens=tokens // 2, output_tokens=tokens - tokens // 2),
+    )
