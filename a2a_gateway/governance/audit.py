@@ -1,0 +1,127 @@
+"""The audit log: one entry per change an operator makes, written by ``record`` alone.
+
+Every caller — the admin API, the console's sign-in, the CLI, the endpoints file — hands
+``record`` who did what to which target and the fields before and after; ``record`` takes the
+secrets out, appends the entry to the store and emits one JSON log line (``audit_entry``).
+Secrets are: fields the caller names (an endpoint's secret settings), any field named like a
+credential (``looks_secret``: ``api_key``, ``token``, ``key_hash``, …) at any depth, and
+credentials inside URLs. An ``env:NAME`` reference is kept: it names the secret, not its value.
+
+Actors: a gateway operator key is ``key:<ref>`` (``OperatorKeys.ref_of``, not the key), an OIDC
+sign-in ``oidc:<subject>``, the CLI ``os:<user>``, the gateway itself (the endpoints file at
+start or on SIGHUP) ``gateway``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from a2a_gateway.observability.logs import looks_secret, mask_credentials
+from a2a_gateway.stores.base import AuditEntry, Endpoint, Store
+
+SECRET_SHOWN = "***"
+GATEWAY_ACTOR = "gateway"
+
+log = structlog.get_logger(__name__)
+
+
+async def record(
+    store: Store,
+    actor: str,
+    action: str,
+    target: str = "",
+    *,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+    details: dict[str, Any] | None = None,
+    secret_fields: Iterable[str] = (),
+) -> AuditEntry:
+    """Append an entry for ``action`` (a stable dotted name such as ``endpoint.disabled``) and
+    log it; return it as stored. ``secret_fields``: field names whose values are secrets
+    wherever they appear in ``before``, ``after`` or ``details``."""
+    secret = frozenset(secret_fields)
+    entry = AuditEntry(
+        id=uuid.uuid4().hex,
+        at=datetime.now(UTC),
+        actor=actor,
+        action=action,
+        target=target,
+        before=without_secrets(before, secret) if before is not None else None,
+        after=without_secrets(after, secret) if after is not None else None,
+        details=without_secrets(details or {}, secret),
+    )
+    await store.append_audit_entry(entry)
+    log.info("audit_entry", **entry_json(entry))
+    return entry
+
+
+def without_secrets(value: Any, secret_fields: frozenset[str] = frozenset()) -> Any:
+    """``value`` (JSON) with every secret replaced by ``***``."""
+    if isinstance(value, dict):
+        return {
+            str(k): SECRET_SHOWN
+            if (k in secret_fields or looks_secret(str(k))) and not _env_ref(v)
+            else without_secrets(v, secret_fields)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [without_secrets(v, secret_fields) for v in value]
+    if isinstance(value, str):
+        return mask_credentials(value)
+    return value
+
+
+def _env_ref(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("env:")
+
+
+def changed_fields(
+    before: dict[str, Any], after: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fields that differ, as ``(before, after)``; a field missing on one side is left out
+    of that side."""
+    keys = [k for k in {**before, **after} if before.get(k, _MISSING) != after.get(k, _MISSING)]
+    return ({k: before[k] for k in keys if k in before}, {k: after[k] for k in keys if k in after})
+
+
+_MISSING = object()
+
+
+def endpoint_fields(endpoint: Endpoint) -> dict[str, Any]:
+    """What an entry shows of an endpoint row (its metadata: settings, auth, handler); pass
+    its secret settings' names to ``record`` as ``secret_fields``."""
+    return {
+        "name": endpoint.name,
+        "tenant": endpoint.tenant,
+        "description": endpoint.description,
+        "enabled": endpoint.enabled,
+        "metadata": endpoint.metadata,
+    }
+
+
+def entry_json(entry: AuditEntry) -> dict[str, Any]:
+    """An entry as the admin API and the log line show it."""
+    return {
+        "id": entry.id,
+        "at": entry.at.isoformat(),
+        "actor": entry.actor,
+        "action": entry.action,
+        "target": entry.target,
+        "before": entry.before,
+        "after": entry.after,
+        "details": entry.details,
+    }
+
+
+def os_actor() -> str:
+    """The CLI's actor: the OS user running it (``os:alice``)."""
+    try:
+        return f"os:{getpass.getuser()}"
+    except (KeyError, OSError):  # no passwd entry and no USER variable (some containers)
+        return "os:unknown"

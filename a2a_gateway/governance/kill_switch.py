@@ -1,0 +1,75 @@
+"""The kill switch's store-side end of a task: for a process with no task engine (the CLI) or a
+task whose endpoint has no handler left here.
+
+The task is written CANCELED with the operator's reason, conditionally on the version read, as
+the ownership module writes a task no run of this replica drives. The replica running it sees
+the terminal state — at once when the live hub tells it (a cancel control message), otherwise
+at its next lease check (``lease_seconds / 3``) — and stops its run with the handler's cancel,
+which stops the backend run.
+"""
+
+from __future__ import annotations
+
+from a2a.types import Task
+from a2a.types.a2a_pb2 import TASK_STATE_CANCELED
+
+from a2a_gateway.events import agent_message, new_status
+from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, Store, StoredTask
+
+WRITE_ATTEMPTS = 5
+"""The run may write the task meanwhile (a status, its lease): read again and retry."""
+
+
+def operator_reason(actor: str, what: str) -> str:
+    """The status message of a task the kill switch ended, e.g. ``canceled by operator
+    os:alice: endpoint disabled``."""
+    return f"canceled by operator {actor}: {what}"
+
+
+async def cancel_in_store(
+    store: Store, scope: Scope, stored: StoredTask, reason: str
+) -> Task | None:
+    """End the task CANCELED with ``reason`` unless it ended already; the task as written, or
+    None if it was terminal (or gone) before this write could land."""
+    for _ in range(WRITE_ATTEMPTS):
+        if stored.task.status.state in TERMINAL_STATES:
+            return None
+        task = Task()
+        task.CopyFrom(stored.task)
+        task.status.CopyFrom(new_status(TASK_STATE_CANCELED, agent_message(task, reason)))
+        try:
+            await store.update_task(scope, task, expected_version=stored.version)
+        except ConflictError:
+            reread = await store.get_task(scope, task.id)
+            if reread is None:
+                return None
+            stored = reread
+            continue
+        return task
+    return None
+
+
+async def cancel_running_in_store(
+    store: Store, endpoint_id: str, reason: str, *, principal: Scope | None = None,
+    batch: int = 1000,
+) -> list[tuple[Scope, StoredTask]]:
+    """``cancel_in_store`` for every non-terminal task of the endpoint (of ``principal``'s
+    tenant and principal only, if given); the tasks ended, each as it was before (its
+    ``owner`` is the replica to tell)."""
+    ended: list[tuple[Scope, StoredTask]] = []
+    tried: set[str] = set()
+    while True:
+        running = [
+            (scope, task) for scope, task in await store.list_active_tasks(endpoint_id, batch)
+            if task.id not in tried and (
+                principal is None
+                or (scope.tenant, scope.principal) == (principal.tenant, principal.principal)
+            )
+        ]
+        if not running:
+            return ended
+        for scope, task in running:
+            tried.add(task.id)
+            stored = await store.get_task(scope, task.id)
+            if stored is not None and await cancel_in_store(store, scope, stored, reason):
+                ended.append((scope, stored))
