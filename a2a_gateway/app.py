@@ -25,6 +25,7 @@ from a2a_gateway.endpoints.backend_health import BackendHealth
 from a2a_gateway.endpoints.card_signing import CardSigner
 from a2a_gateway.endpoints.file import EndpointsFile
 from a2a_gateway.endpoints.registry import EndpointRegistry
+from a2a_gateway.governance.audit import prune_old_entries
 from a2a_gateway.governance.quotas import Quotas
 from a2a_gateway.live.feed import FeedLimits
 from a2a_gateway.live.hub import LiveHub, ReplayLimits
@@ -32,7 +33,7 @@ from a2a_gateway.live.postgres import PostgresLiveHub, uses_postgres
 from a2a_gateway.live.redis import RedisLiveHub, open_redis
 from a2a_gateway.observability import tracing
 from a2a_gateway.observability.fleet_stats import FLEET_STATS, FleetStats
-from a2a_gateway.observability.stats import STATS, StatsSampler
+from a2a_gateway.observability.stats import STATS, StatsSampler, running_task
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.shutdown import refuse_when_stopping
 from a2a_gateway.state import GATEWAY, Gateway
@@ -284,8 +285,17 @@ def build_app(
             yield
 
     app.on_shutdown.append(end_streams)
+    async def audit_retention(app: web.Application) -> AsyncIterator[None]:
+        if settings.audit_retention_days <= 0:
+            yield
+            return
+        pruning = prune_old_entries(app[GATEWAY].store, settings.audit_retention_days)
+        async with running_task(pruning, "audit_retention"):
+            yield
+
     app.cleanup_ctx.append(resources)
     app.cleanup_ctx.append(sample_stats)
+    app.cleanup_ctx.append(audit_retention)
     app.on_startup.append(_load_request_path)
     return app
 

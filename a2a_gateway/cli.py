@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
+import logging
 import os
 import secrets
 import signal
@@ -21,6 +23,7 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from typing import Any
 
+import structlog
 from aiohttp import web
 from pydantic import SecretStr, ValidationError
 
@@ -31,13 +34,24 @@ from a2a_gateway.endpoints.card_signing import CardSigningKeyError
 from a2a_gateway.endpoints.file import EndpointsFileError, endpoint_row, export
 from a2a_gateway.endpoints.registry import check_endpoint, runtime_auth, secret_settings
 from a2a_gateway.errors import EndpointMisconfiguredError
+from a2a_gateway.governance.audit import endpoint_fields, os_actor, record
+from a2a_gateway.governance.kill_switch import cancel_running_in_store, operator_reason
+from a2a_gateway.governance.limits import (
+    LIMIT_NAMES,
+    NO_LIMITS,
+    Limits,
+    LimitsError,
+    apply_assignments,
+    parse_limits,
+)
 from a2a_gateway.observability.logs import configure_logging, looks_secret, mask_credentials
 from a2a_gateway.settings import DEFAULT_STORE, GatewaySettings, SecretSettingsError, load_settings
 from a2a_gateway.shutdown import drain
 from a2a_gateway.state import GATEWAY
 from a2a_gateway.stores import UnknownStoreError, display_url, migrate_store, open_store
-from a2a_gateway.stores.base import Endpoint, StoreError
+from a2a_gateway.stores.base import Endpoint, Scope, StoreError
 from a2a_gateway.tasks.dispatch import DispatchSetupError
+from a2a_gateway.transport.admin import key_json
 
 DEMO_ENDPOINT_ID = "00000000-0000-4000-8000-00000000ec40"
 
@@ -342,7 +356,12 @@ def cmd_endpoints_add(args: argparse.Namespace) -> None:
     check = check_endpoint(endpoint, settings)
     if check.problems:
         raise _not_added(check.problems)
-    asyncio.run(_with_store(url, lambda s: s.create_endpoint(endpoint)))
+    async def create(store: Any) -> None:
+        await store.create_endpoint(endpoint)
+        await _audit(store, "endpoint.added", endpoint.id, after=endpoint_fields(endpoint),
+                     secret_fields=secret_settings(endpoint, settings))
+
+    asyncio.run(_with_store(url, create))
     _print_notes(endpoint, settings, check.notes)  # an unset env: variable: the gateway may have it
     print(endpoint.id)
 
@@ -415,17 +434,67 @@ async def _announce_change(settings: GatewaySettings, endpoint_id: str) -> None:
 
 def _set_enabled(enabled: bool) -> Any:
     def command(args: argparse.Namespace) -> None:
-        async def change(store: Any) -> None:
+        cancel_running = getattr(args, "cancel_running", False)
+
+        async def change(store: Any) -> list[str]:
             ep = await _existing(store, args.id)
+            before = ep.enabled
             ep.enabled = enabled
             ep.updated_at = datetime.now(UTC)
             await store.update_endpoint(ep)
             await _announce_change(_settings(args), ep.id)
+            canceled = await _kill(store, ep.id, "endpoint disabled") if cancel_running else []
+            if before != enabled or cancel_running:
+                await _audit(
+                    store, "endpoint.enabled" if enabled else "endpoint.disabled", ep.id,
+                    before={"enabled": before}, after={"enabled": enabled},
+                    details={"canceledTasks": canceled} if cancel_running else None,
+                )
+            return canceled
 
-        asyncio.run(_with_store(_row_store(args), change))
+        canceled = asyncio.run(_with_store(_row_store(args), change))
         print(f"{args.id} {'enabled' if enabled else 'disabled'}")
+        if cancel_running:
+            print(f"{len(canceled)} running task{'s' if len(canceled) != 1 else ''} canceled")
 
     return command
+
+
+# -- audit and kill switch ----------------------------------------------------------------------
+
+
+async def _audit(store: Any, action: str, target: str, **change: Any) -> None:
+    """``governance.audit.record`` with the OS user as actor; its log line goes to stderr, as
+    JSON, when ``log_level`` lets info through (stdout is the command's answer)."""
+    if not structlog.is_configured():
+        level = logging.getLevelNamesMapping().get(
+            load_settings().log_level.upper(), logging.INFO
+        )
+        structlog.configure(
+            processors=[structlog.processors.TimeStamper(fmt="iso", utc=True),
+                        structlog.processors.JSONRenderer()],
+            wrapper_class=structlog.make_filtering_bound_logger(level),
+            logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        )
+    await record(store, os_actor(), action, target, **change)
+
+
+async def _kill(store: Any, endpoint_id: str, what: str, principal: Any = None) -> list[str]:
+    """End the endpoint's running tasks (``principal``'s only, if given) CANCELED in the store,
+    then tell their replicas at once where the store can (PostgreSQL NOTIFY); the others see it
+    at their next lease check. Each replica stops its backend run with the handler's cancel."""
+    ended = await cancel_running_in_store(
+        store, endpoint_id, operator_reason(os_actor(), what), principal=principal
+    )
+    notify = getattr(store, "notify", None)
+    owned = [(stored.owner, stored.task.id) for _, stored in ended if stored.owner]
+    if notify is not None and owned:
+        from a2a_gateway.live.postgres_wire import control_payload, replica_channel
+
+        with contextlib.suppress(StoreError):  # the lease check still finds them
+            await notify([(replica_channel(owner), control_payload("cli", "cancel", task_id))
+                          for owner, task_id in owned])
+    return [stored.task.id for _, stored in ended]
 
 
 # -- keys -------------------------------------------------------------------------------------
@@ -435,6 +504,7 @@ def cmd_keys_create(args: argparse.Namespace) -> None:
     settings = _settings(args)
     if args.expires is not None and args.expires <= 0:
         raise CommandError("--expires must be a positive number of days")
+    limits = _limits(NO_LIMITS, args.limit)
 
     async def create(store: Any) -> tuple[Any, str]:
         endpoint = await _existing(store, args.endpoint)
@@ -443,7 +513,9 @@ def cmd_keys_create(args: argparse.Namespace) -> None:
             tenant=endpoint.tenant, principal=args.principal, name=args.name or "",
             expires_days=args.expires,
         )
+        row.limits = limits
         await store.create_api_key(row)
+        await _audit(store, "key.created", row.id, after=key_json(row))
         return row, key
 
     row, key = asyncio.run(_with_store(_row_store(args), create))
@@ -453,6 +525,32 @@ def cmd_keys_create(args: argparse.Namespace) -> None:
     )
     print("the key is shown only now:", file=sys.stderr)
     print(key)
+
+
+def _limits(current: Limits, assignments: Sequence[str]) -> dict[str, int | float]:
+    try:
+        return apply_assignments(current, assignments).set()
+    except LimitsError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _limits_text(limits: dict[str, int | float]) -> str:
+    return ",".join(f"{name}={value:g}" for name, value in limits.items()) or "none"
+
+
+def cmd_keys_limit(args: argparse.Namespace) -> None:
+    async def limit(store: Any) -> dict[str, int | float]:
+        row = await store.get_api_key(args.key_id)
+        if row is None:
+            raise CommandError(f"no key {args.key_id}")
+        limits = _limits(parse_limits(row.limits), args.assignments)
+        await store.set_api_key_limits(row.id, limits)
+        changed = await store.get_api_key(row.id) or row
+        await _audit(store, "key.limited", row.id, before=key_json(row), after=key_json(changed))
+        return limits
+
+    limits = asyncio.run(_with_store(_row_store(args), limit))
+    print(f"key {args.key_id} limits: {_limits_text(limits)}")
 
 
 def cmd_keys_list(args: argparse.Namespace) -> None:
@@ -467,16 +565,28 @@ def cmd_keys_list(args: argparse.Namespace) -> None:
             state = f"active, expires {row.expires_at.isoformat(timespec='seconds')}"
         else:
             state = "active, never expires"
-        print(f"{row.id}  {row.endpoint_id}  {row.principal}  {state}  {row.name}".rstrip())
+        line = f"{row.id}  {row.endpoint_id}  {row.principal}  {state}  {row.name}".rstrip()
+        print(f"{line}  limits {_limits_text(row.limits)}" if row.limits else line)
 
 
 def cmd_keys_revoke(args: argparse.Namespace) -> None:
-    revoked = asyncio.run(
-        _with_store(_row_store(args), lambda s: s.revoke_api_key(args.key_id, datetime.now(UTC)))
-    )
-    if not revoked:
-        raise CommandError(f"no key {args.key_id}")
+    async def revoke(store: Any) -> list[str]:
+        row = await store.get_api_key(args.key_id)
+        if row is None or not await store.revoke_api_key(args.key_id, datetime.now(UTC)):
+            raise CommandError(f"no key {args.key_id}")
+        canceled = []
+        if args.cancel_running:  # the tasks of the key's principal (keys sharing it share this)
+            canceled = await _kill(store, row.endpoint_id, "API key revoked",
+                                   Scope(row.tenant, row.endpoint_id, row.principal))
+        revoked = await store.get_api_key(args.key_id) or row
+        await _audit(store, "key.revoked", row.id, before=key_json(row), after=key_json(revoked),
+                     details={"canceledTasks": canceled} if args.cancel_running else None)
+        return canceled
+
+    canceled = asyncio.run(_with_store(_row_store(args), revoke))
     print(f"{args.key_id} revoked")
+    if args.cancel_running:
+        print(f"{len(canceled)} running task{'s' if len(canceled) != 1 else ''} canceled")
 
 
 def cmd_migrate(args: argparse.Namespace) -> None:
@@ -563,6 +673,9 @@ def _endpoint_commands(sub: Any) -> None:
         _store_args(p)
         if name != "list":
             p.add_argument("id", help="endpoint id")
+        if name == "disable":
+            p.add_argument("--cancel-running", action="store_true",
+                           help="kill switch: also cancel the endpoint's running tasks")
         p.set_defaults(func=func)
 
 
@@ -585,7 +698,20 @@ def _key_commands(sub: Any) -> None:
     create.add_argument(
         "--expires", type=float, metavar="DAYS", help="days until the key stops working"
     )
+    create.add_argument(
+        "--limit", action="append", default=[], metavar="NAME=VALUE",
+        help=f"a quota of the key (repeatable): {', '.join(LIMIT_NAMES)}",
+    )
     create.set_defaults(func=cmd_keys_create)
+    limit = keys.add_parser(
+        "limit", help="set or remove a key's quotas (running gateways apply them within "
+        "A2A_GATEWAY_API_KEY_CACHE_SECONDS)",
+    )
+    _store_args(limit)
+    limit.add_argument("key_id", help="key id, as keys list shows it")
+    limit.add_argument("assignments", nargs="+", metavar="NAME=VALUE",
+                       help="a limit to set, or NAME=none to remove it; others stay")
+    limit.set_defaults(func=cmd_keys_limit)
     listing = keys.add_parser("list", help="list keys: id, endpoint, principal, state (active "
                               "and when it expires, expired, revoked), label")
     _store_args(listing)
@@ -595,6 +721,8 @@ def _key_commands(sub: Any) -> None:
                              "A2A_GATEWAY_API_KEY_CACHE_SECONDS)")
     _store_args(revoke)
     revoke.add_argument("key_id", help="key id, as keys list shows it")
+    revoke.add_argument("--cancel-running", action="store_true",
+                        help="kill switch: also cancel the running tasks of the key's principal")
     revoke.set_defaults(func=cmd_keys_revoke)
 
 

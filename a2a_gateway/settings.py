@@ -31,7 +31,7 @@ from handlers.base import HandlerSettings
 
 RESERVED_METADATA_KEYS = frozenset(
     {"module_name", "class_name", "public", "strict_v1_card", "auth", "rate_limit",
-     "endpoints_file", "catalog", "limits"}
+     "endpoints_file", "catalog", "limits", "cost"}
 )
 """Endpoint metadata keys the gateway itself reads (the rest are handler settings)."""
 
@@ -167,6 +167,9 @@ class GatewaySettings(BaseSettings):
     backend_health_cache_seconds: float = Field(default=2.0, ge=0)
     """How long the admin API keeps the backend health it read from the store (the other
     replicas' outcomes show within this time of being written)."""
+    audit_retention_days: float = Field(default=365.0, ge=0)
+    """Audit log entries older than this many days are pruned (hourly, by every replica);
+    0 keeps them forever."""
     backend_health_flush_seconds: float = Field(default=2.0, gt=0)
     """How long a worker waits for its backend health writes under way before it answers an
     invocation (Lambda may freeze it then), and a stopping gateway for its last ones."""

@@ -14,10 +14,11 @@ start or on SIGHUP) ``gateway``.
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import uuid
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
@@ -26,6 +27,7 @@ from a2a_gateway.observability.logs import looks_secret, mask_credentials
 from a2a_gateway.stores.base import AuditEntry, Endpoint, Store
 
 SECRET_SHOWN = "***"
+PRUNE_INTERVAL_SECONDS = 3600.0
 GATEWAY_ACTOR = "gateway"
 
 log = structlog.get_logger(__name__)
@@ -117,6 +119,22 @@ def entry_json(entry: AuditEntry) -> dict[str, Any]:
         "after": entry.after,
         "details": entry.details,
     }
+
+
+async def prune_old_entries(store: Store, retention_days: float,
+                            interval: float = PRUNE_INTERVAL_SECONDS) -> None:
+    """Forever: remove the entries older than ``retention_days``, now and every ``interval``
+    seconds (a failed pass is logged and tried again at the next one)."""
+    while True:
+        try:
+            pruned = await store.prune_audit_entries(
+                datetime.now(UTC) - timedelta(days=retention_days)
+            )
+            if pruned:
+                log.info("audit_entries_pruned", count=pruned, retention_days=retention_days)
+        except Exception as exc:
+            log.warning("audit_prune_failed", error=str(exc) or type(exc).__name__)
+        await asyncio.sleep(interval)
 
 
 def os_actor() -> str:
