@@ -85,7 +85,7 @@ __all__ = [
 class HandlerSettings(BaseModel):
     """Base of every handler's settings model; unknown keys are ignored."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 class ResponseModeSettings(HandlerSettings):
@@ -140,6 +140,10 @@ class HandlerRequest:
     tenant: str = ""
     principal: str = "anonymous"
     """The caller; contexts (and so ``history``/``session``) belong to one caller."""
+    key_id: str = ""
+    """The id of the API key the caller presented ("" for other credentials)."""
+    key_name: str = ""
+    """That key's operator label."""
     extensions: frozenset[str] = frozenset()
     """The A2A extensions the caller activated (``A2A-Extensions``) that the agent declares."""
     headers: dict[str, str] = field(default_factory=dict)

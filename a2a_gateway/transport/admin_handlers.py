@@ -2,12 +2,16 @@
 package) and that its ``handler_allowlist`` admits, for the console's new-endpoint form.
 
 Each is ``{"handler": "MODULE:CLASS", "description", "settings", "secrets"}``: the first line
-of the class docstring, the JSON schema of its settings model (types, defaults, the fields'
-docstrings as descriptions) with ``"x-secret": true`` on each secret field, and the names of
-those fields. A secret is what the admin API hides in an endpoint's settings
-(``secret_settings``); a row should hold it as an ``env:NAME`` reference, expanded by the
-gateway that serves it. A handler module that does not import is left out (the gateway
-could not serve it either).
+of the class docstring, the JSON schema of its settings model (types, defaults, descriptions:
+a field's ``Field(description=…)``, else the docstring under it in the model or a base) with
+``"x-secret": true`` on each secret field, and the names of those fields. A secret is what
+the admin API hides in an endpoint's settings (``secret_settings``); a row should hold it as
+an ``env:NAME`` reference, expanded by the gateway that serves it. A handler module that does
+not import is left out (the gateway could not serve it either).
+
+The docstrings are read from the source here, at the first call, not by pydantic
+(``use_attribute_docstrings`` would parse each model's module whenever a handler is imported,
+tens of milliseconds more at every start).
 
 The answer is built once per allowlist and kept: neither the shipped handlers nor the
 allowlist change while the gateway runs.
@@ -15,14 +19,18 @@ allowlist change while the gateway runs.
 
 from __future__ import annotations
 
+import ast
+import asyncio
 import importlib
 import inspect
 import pkgutil
+import textwrap
 from typing import Any
 
 import orjson
 import structlog
 from aiohttp import web
+from pydantic import BaseModel
 
 from a2a_gateway.endpoints.registry import load_handler_class, secret_settings
 from a2a_gateway.errors import EndpointMisconfiguredError
@@ -45,14 +53,18 @@ async def list_handlers(request: web.Request) -> web.Response:
     operator_of(request)
     settings = request.app[GATEWAY].settings
     allowlist = tuple(settings.handler_allowlist)
-    if allowlist not in _ANSWERS:
-        found = [handler_json(path, cls, settings) for path, cls in allowed_handlers(allowlist)]
-        _ANSWERS[allowlist] = orjson.dumps({"handlers": found})
+    if allowlist not in _ANSWERS:  # imports and parses sources: off the event loop, once
+        _ANSWERS[allowlist] = await asyncio.to_thread(handlers_answer, allowlist, settings)
     return web.Response(
         body=_ANSWERS[allowlist],
         content_type="application/json",
         headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
     )
+
+
+def handlers_answer(allowlist: tuple[str, ...], settings: GatewaySettings) -> bytes:
+    found = [handler_json(path, cls, settings) for path, cls in allowed_handlers(allowlist)]
+    return orjson.dumps({"handlers": found})
 
 
 def allowed_handlers(allowlist: tuple[str, ...]) -> list[tuple[str, type[Handler]]]:
@@ -92,9 +104,11 @@ def handler_json(path: str, cls: type[Handler], settings: GatewaySettings) -> di
                                                "class_name": class_name})
     secrets = sorted(secret_settings(probe, settings))
     schema = cls.Settings.model_json_schema()
+    docstrings = attribute_docstrings(cls.Settings)
     for name, field in schema.get("properties", {}).items():
-        if "description" in field:  # a docstring's line breaks are not the text's
-            field["description"] = " ".join(field["description"].split())
+        description = field.get("description") or docstrings.get(name)
+        if description:  # a docstring's line breaks are not the text's
+            field["description"] = " ".join(description.split())
         if name in secrets:
             field["x-secret"] = True
     return {
@@ -103,6 +117,29 @@ def handler_json(path: str, cls: type[Handler], settings: GatewaySettings) -> di
         "settings": schema,
         "secrets": secrets,
     }
+
+
+def attribute_docstrings(model: type[BaseModel]) -> dict[str, str]:
+    """Field name → the string literal right under its annotated assignment in the class body
+    of ``model`` or of a base model (the nearest class wins); none where the source is not
+    available."""
+    found: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if not (issubclass(cls, BaseModel) and cls is not BaseModel):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        except (OSError, TypeError, SyntaxError):  # no source shipped: the schema as it is
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in zip(body, body[1:], strict=False):
+            if (
+                isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                found[node.target.id] = inspect.cleandoc(after.value.value)
+    return found
 
 
 def _first_line(doc: str | None) -> str:
