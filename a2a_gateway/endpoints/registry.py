@@ -34,6 +34,7 @@ from a2a_gateway.auth.rate_limit import RateLimit, endpoint_rate_limit
 from a2a_gateway.endpoints.card import capabilities, capability, check_card, with_handler_fields
 from a2a_gateway.errors import EndpointMisconfiguredError, EndpointNotFoundError
 from a2a_gateway.governance.limits import LimitsError, parse_limits
+from a2a_gateway.governance.usage import COST_KEY, check_cost
 from a2a_gateway.observability.logs import looks_secret
 from a2a_gateway.settings import (
     RESERVED_METADATA_KEYS,
@@ -250,6 +251,8 @@ def check_endpoint(endpoint: Endpoint, settings: GatewaySettings) -> EndpointChe
         runtime_limits(endpoint)
     except EndpointMisconfiguredError as exc:
         check.problems.append(exc.message)
+    if COST_KEY in endpoint.metadata and (problem := check_cost(endpoint.metadata[COST_KEY])):
+        check.problems.append(f"invalid {problem}")
     try:
         cls = load_handler_class(endpoint.metadata, settings.handler_allowlist)
     except EndpointMisconfiguredError as exc:

@@ -35,6 +35,12 @@ HANDED_OVER = Counter(
     "a2a_gateway_tasks_handed_over_total",
     "Runs this replica handed over on shutdown (leases released)",
 )
+TASK_TOKENS = Counter(
+    "a2a_gateway_task_tokens_total",
+    "Tokens the backends reported for the tasks this replica ended, by endpoint, final state"
+    " and direction (input or output); never by caller, to bound the labels",
+    ["endpoint", "state", "direction"],
+)
 PUSH_DELIVERIES = Counter(
     "a2a_gateway_push_deliveries_total", "Push notification attempts by outcome", ["outcome"]
 )
@@ -62,5 +68,10 @@ def _ended(endpoint_id: str, state: int) -> Counter:
     )
 
 
-def task_ended(endpoint_id: str, state: int) -> None:
+def task_ended(endpoint_id: str, state: int, tokens: tuple[int, int] = (0, 0)) -> None:
+    """Count an ended task, and the (input, output) tokens its backend reported."""
     _ended(endpoint_id, state).inc()
+    if tokens[0] or tokens[1]:
+        name = TaskState.Name(state).removeprefix("TASK_STATE_").lower()
+        TASK_TOKENS.labels(endpoint_id, name, "input").inc(tokens[0])
+        TASK_TOKENS.labels(endpoint_id, name, "output").inc(tokens[1])

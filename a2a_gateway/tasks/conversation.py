@@ -33,13 +33,18 @@ class Caller:
     principal: str = "anonymous"
     extensions: frozenset[str] = frozenset()
     headers: Mapping[str, str] = field(default_factory=dict)
+    key_id: str = ""
+    """The API key presented, for the usage ledger ("" for other credentials)."""
+    key_name: str = ""
 
     @classmethod
     def of(
-        cls, principal: str, extensions: set[str] | frozenset[str], headers: Mapping[str, str]
+        cls, principal: str, extensions: set[str] | frozenset[str], headers: Mapping[str, str],
+        key: tuple[str, str] = ("", ""),
     ) -> Caller:
+        """``key``: the API key's (id, name), if the caller presented one."""
         passed = {name: headers[name] for name in PASSED_HEADERS if name in headers}
-        return cls(principal, frozenset(extensions), passed)
+        return cls(principal, frozenset(extensions), passed, *key)
 
 
 def message_data(message: Message) -> list[dict[str, Any]]:
@@ -108,6 +113,8 @@ class Conversation:
             endpoint_id=scope.endpoint_id,
             tenant=scope.tenant,
             principal=scope.principal,
+            key_id=caller.key_id,
+            key_name=caller.key_name,
             extensions=caller.extensions,
             headers=dict(caller.headers),
             streaming=streaming,

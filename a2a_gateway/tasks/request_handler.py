@@ -137,8 +137,10 @@ class GatewayRequestHandler(RequestHandler):
             push_config = config.task_push_notification_config
             await self.push.check_url(push_config.url)
         scope = self._scope(context)
+        key = getattr(context.user, "key", None)
         caller = Caller.of(
-            scope.principal, context.requested_extensions, context.state.get("headers") or {}
+            scope.principal, context.requested_extensions, context.state.get("headers") or {},
+            ("", "") if key is None else (key.id, key.name),
         )
         # a new task is admitted by its key's and endpoint's quotas before any work starts; a
         # follow-up message belongs to a task already admitted

@@ -60,6 +60,13 @@ from a2a_gateway.events import (
     reply_message,
     status_event,
 )
+from a2a_gateway.governance.usage import (
+    RUN_STATE_KEY,
+    Price,
+    UsageStart,
+    token_counts,
+    usage_record,
+)
 from a2a_gateway.live.hub import LiveHub
 from a2a_gateway.observability.metrics import MESSAGES, TASKS_STARTED, task_ended
 from a2a_gateway.stores.base import (
@@ -69,6 +76,7 @@ from a2a_gateway.stores.base import (
     Store,
     StoredTask,
     StoreUnavailableError,
+    UsageRecord,
 )
 from a2a_gateway.tasks.conversation import Conversation
 from a2a_gateway.tasks.dispatch import DISPATCH_OWNER, DISPATCHED
@@ -202,6 +210,10 @@ class TaskRun:
         self.task = task
         self.version = version
         self.run_state = run_state if run_state is not None else {}
+        if version is None and RUN_STATE_KEY not in self.run_state:  # a new task: usage starts
+            self.run_state[RUN_STATE_KEY] = UsageStart(
+                time.time(), request.key_id, request.key_name
+            ).as_json()
         self.run_ref = request.run_ref
         self.initial_task = copy_task(task) if request.streaming else task
         """The task a stream of this run starts from: as it stood when the run took its
@@ -239,6 +251,8 @@ class TaskRun:
         self._artifact_id: str | None = None
         self._chunks: TextChunks | None = None
         self._session_updates: dict[str, Any] = {}
+        self._tokens = (0, 0)
+        """(input, output) tokens the backend reported with its answer."""
         if version is not None:
             self.created.set()
 
@@ -474,9 +488,10 @@ class TaskRun:
         self.settled.set()
         return copy_task(self.task)
 
-    async def cancel(self, wait_seconds: float) -> None:
+    async def cancel(self, wait_seconds: float, reason: str = "canceled") -> None:
         """Ask the handler to stop (waiting up to ``wait_seconds`` when it says its run
-        will end with ``Canceled``), then end the task CANCELED if it has not ended."""
+        will end with ``Canceled``), then end the task CANCELED with ``reason`` as its status
+        message if it has not ended."""
         waits = False
         if self.handler is not None and (self._driver is not None or self.run_ref):
             try:
@@ -487,7 +502,7 @@ class TaskRun:
             await self.wait_done(wait_seconds)
         await self.stop()
         if not self.finished:
-            await self._finish(TASK_STATE_CANCELED, "canceled")
+            await self._finish(TASK_STATE_CANCELED, reason)
 
     async def fail(self, reason: str) -> None:
         """End the task FAILED with ``reason`` (e.g. its replica was lost)."""
@@ -674,6 +689,7 @@ class TaskRun:
         self.settled.set()
 
     async def _on_completed(self, event: Completed) -> None:
+        self._tokens = token_counts(event.metadata.get("usage"))
         parts = list(event.parts) if event.parts else []
         final_text = event.text if event.text is not None else self.text_so_far
         if not parts and (final_text or self._artifact_id):
@@ -741,7 +757,8 @@ class TaskRun:
             self.finished = True
             try:
                 await self._write(
-                    on_conflict=OnConflict.RELOAD if self._driver is None else OnConflict.MINE
+                    on_conflict=OnConflict.RELOAD if self._driver is None else OnConflict.MINE,
+                    usage=self._usage(),
                 )
                 break
             except _Reloaded:
@@ -749,7 +766,7 @@ class TaskRun:
                     raise ConflictError(f"task {self.task.id} keeps changing") from None
         if created_now:
             TASKS_STARTED.inc()
-        task_ended(self.scope.endpoint_id, state)
+        task_ended(self.scope.endpoint_id, state, self._tokens)
         self._publish_status()
         await self._services.push.notify(
             self.runtime, self.scope, self.task, [] if created_now else None
@@ -758,6 +775,13 @@ class TaskRun:
         self.settled.set()
 
     # helpers -----------------------------------------------------------------
+    def _usage(self) -> UsageRecord:
+        """The usage record of the task ending now (written with its terminal write)."""
+        now = time.time()
+        start = UsageStart.of_json(self.run_state.get(RUN_STATE_KEY), now)
+        price = Price.of(self.runtime.endpoint.metadata)
+        return usage_record(self.task, start, now, self._tokens, price)
+
     def _keep_partial_text(self, state: int) -> None:
         """A task failed by a run that streamed nothing itself (e.g. "gateway instance
         lost") keeps the text its stopped run handed over, as a partial response."""
@@ -780,12 +804,13 @@ class TaskRun:
 
     async def _write(
         self, *, on_conflict: OnConflict = OnConflict.MINE, keep_lease: bool = False,
-        lease: tuple[str, float] | None = None,
+        lease: tuple[str, float] | None = None, usage: UsageRecord | None = None,
     ) -> None:
         """The one place the task is written (created, or updated at its version), under
         the run's write lock. The lease: ``lease`` (owner, until) when given (a dispatched
         task waits for a worker); else this replica's while the run drives an iterator, or
         with ``keep_lease`` while it has none (``hand_over``); none for an ended task.
+        ``usage``: the terminal write's usage record, written with the task.
         ``on_conflict`` says what a newer version in the store means (``OnConflict``); a task
         ended elsewhere stops this run (``SupersededError``). A task not written yet is
         created (``ConflictError`` if its id exists). A store error other than a conflict or
@@ -796,10 +821,10 @@ class TaskRun:
                 if self.version is None:
                     self.version = await self._store.create_task(
                         self.scope, self.task, run_ref=self.run_ref, run_state=self.run_state,
-                        owner=owner, lease_until=until,
+                        owner=owner, lease_until=until, usage=usage,
                     )
                     return
-                await self._update(owner, until, on_conflict)
+                await self._update(owner, until, on_conflict, usage)
         except (ConflictError, StoreUnavailableError, SupersededError, _Reloaded):
             raise
         except Exception as exc:
@@ -816,13 +841,14 @@ class TaskRun:
         return ownership.replica_id, ownership.lease_deadline()
 
     async def _update(
-        self, owner: str | None, until: float | None, on_conflict: OnConflict
+        self, owner: str | None, until: float | None, on_conflict: OnConflict,
+        usage: UsageRecord | None = None,
     ) -> None:
         for attempt in range(1, on_conflict.attempts + 1):
             try:
                 self.version = await self._store.update_task(
                     self.scope, self.task, expected_version=self.version or 0, run_ref=self.run_ref,
-                    run_state=self.run_state, owner=owner, lease_until=until,
+                    run_state=self.run_state, owner=owner, lease_until=until, usage=usage,
                 )
                 return
             except ConflictError:
