@@ -30,6 +30,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError
 
 from a2a_gateway.endpoints.registry import check_endpoint, secret_settings
+from a2a_gateway.governance.audit import GATEWAY_ACTOR, record
 from a2a_gateway.observability.logs import looks_secret, mask_credentials
 from a2a_gateway.settings import RESERVED_METADATA_KEYS, GatewaySettings
 from a2a_gateway.stores.base import ConflictError, Endpoint, Store
@@ -39,7 +40,7 @@ log = structlog.get_logger(__name__)
 FROM_FILE = "endpoints_file"
 """Metadata key marking a row the endpoints file wrote."""
 
-GATEWAY_KEYS = ("public", "auth", "rate_limit", "strict_v1_card", "catalog", "limits")
+GATEWAY_KEYS = ("public", "auth", "rate_limit", "strict_v1_card", "catalog", "limits", "cost")
 """Entry keys the gateway reads; they sit beside ``settings`` in an entry, in the row's metadata."""
 
 FORMATS = {".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}
@@ -98,6 +99,8 @@ class Entry(BaseModel):
     catalog: StrictBool | None = None
     limits: dict[str, Any] | None = None
     """Quota limits of the endpoint's callers together (``governance.limits``)."""
+    cost: dict[str, Any] | None = None
+    """The endpoint's price, for the usage ledger (``governance.usage.Price``)."""
 
     def row(self) -> Endpoint:
         gateway = {key: getattr(self, key) for key in GATEWAY_KEYS}
@@ -308,6 +311,10 @@ class EndpointsFile:
         async with self._lock:
             applied = await apply(store, self._rows)
         self._log(applied)
+        await record(store, GATEWAY_ACTOR, "endpoints_file.applied", str(self.path), details={
+            "created": applied.created, "updated": applied.updated,
+            "disabled": applied.disabled, "unchanged": len(applied.unchanged),
+        })
         return applied
 
     async def reload(self, store: Store) -> Applied | None:

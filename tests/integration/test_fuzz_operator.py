@@ -363,7 +363,8 @@ def _query(draw: st.DrawFn, target: Operated, names: list[str]) -> str:
             st.sampled_from([target.page_token, target.page_token[:-2], target.page_token + "x",
                              "eyJ0IjoxfQ", PRINCIPAL, target.endpoints[0], target.endpoints[1],
                              ",".join(target.endpoints), target.tasks[0], "fleet",
-                             "replica"]),
+                             "replica", "2026-12-01", "2026-12-01T10:00:00+14:00", "0001-01-01",
+                             "9999-12-31", "endpoint,principal,day", "day,day", "tenant"]),
             _tampered(target.page_token)))
         encode = draw(st.booleans())
         pairs.append(
@@ -452,6 +453,8 @@ ADMIN_ROUTES = [
     ("GET", "/endpoints/{e}/tasks/{t}/stream"),
     ("GET", "/stats"),
     ("GET", "/handlers"),
+    ("GET", "/usage"),
+    ("GET", "/usage"),
     ("GET", "/{junk}"),
     ("POST", "/endpoints/{e}/{junk}"),
 ]
@@ -489,6 +492,10 @@ ADMIN_QUERY = [
     "principal",
     "tenant",
     "scope",
+    "from",
+    "to",
+    "group_by",
+    "key",
 ]
 
 
@@ -510,6 +517,8 @@ def admin_requests(draw: st.DrawFn, target: Operated) -> Request:
     query = _safe_raw(draw(_query(target, ADMIN_QUERY)))
     if "/tasks/" in path and draw(st.booleans()):
         query = f"{query or '?'}&principal={PRINCIPAL}"
+    if path == "/usage" and draw(st.booleans()):
+        headers["Accept"] = "text/csv"
     url = f"{target.base_url}/admin/api{path}{query}"
     return Request(method, url, headers, body, may_change)
 
