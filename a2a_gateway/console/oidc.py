@@ -50,6 +50,7 @@ from a2a_gateway.auth.jwks import JwksCache
 from a2a_gateway.auth.sessions import ConsoleSessions, OidcUser, cookie_value
 from a2a_gateway.auth.tokens import InvalidToken, JwtVerifier
 from a2a_gateway.console.pages import SECURITY_HEADERS, set_session_cookie
+from a2a_gateway.governance.audit import record
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.state import GATEWAY
 
@@ -65,10 +66,12 @@ _ERROR_CODE = re.compile(r"[a-z_]{1,64}")
 class SignInError(Exception):
     """Why a sign-in failed, as the page says it."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, subject: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.subject = subject
+        """The ID token's ``sub`` when the failure came after it was verified ("" before)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +414,7 @@ class OidcLogin:
                 f"{name} signed in at {self.issuer}, but is not a gateway operator: the "
                 f"user's {self._claim} claim holds none of the operator values "
                 "(console_oidc_operator_values).",
+                subject=user.subject,
             )
         return user
 
@@ -496,10 +500,17 @@ async def callback(request: web.Request) -> web.StreamResponse:
         user = await login.finish(flow, request.query)
     except SignInError as exc:
         log.warning("console_oidc_sign_in_failed", status=exc.status, reason=exc.message)
+        await record(
+            gateway.store, f"oidc:{exc.subject}" if exc.subject else "unknown",
+            "console.sign_in_failed", details={"method": "oidc", "issuer": login.issuer,
+                                               "status": exc.status, "reason": exc.message},
+        )
         response = _page(exc.status, "Sign-in failed", exc.message)
     else:
         _, cookie = sessions.issue(None, user)
         log.info("console_oidc_signed_in", subject=user.subject, issuer=user.issuer)
+        await record(gateway.store, f"oidc:{user.subject}", "console.signed_in",
+                     details={"method": "oidc", "issuer": user.issuer, "name": user.name})
         response = web.Response(
             status=303, headers={"Location": base + "/console", "Cache-Control": "no-store"}
         )

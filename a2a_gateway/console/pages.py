@@ -12,6 +12,7 @@ import orjson
 from aiohttp import web
 
 from a2a_gateway.auth.sessions import COOKIE, ConsoleSessions, Session, csrf_ok
+from a2a_gateway.governance.audit import record
 from a2a_gateway.state import GATEWAY
 
 CONTENT_TYPES = {
@@ -57,8 +58,12 @@ async def login(request: web.Request) -> web.Response:
         raise web.HTTPBadRequest(reason='the body must be {"key": "<operator key>"}')
     ref = gateway.operators.key_ref(key)
     if sessions is None or ref is None:
+        await record(gateway.store, "unknown", "console.sign_in_failed",
+                     details={"method": "operator key"})  # the key tried is never recorded
         return _json({"error": "not a gateway operator key"}, status=401)
     session, cookie = sessions.issue(ref)
+    await record(gateway.store, f"key:{ref}", "console.signed_in",
+                 details={"method": "operator key"})
     response = _json(_session_body(session))
     set_session_cookie(response, sessions, cookie, secure=gateway.base_url(request).startswith("https://"))
     return response

@@ -22,6 +22,7 @@ import pytest
 
 from a2a_gateway.auth.sessions import COOKIE
 from a2a_gateway.console.oidc import FLOW_COOKIE, OIDC_LOGIN
+from a2a_gateway.stores.base import AuditQuery
 from tests.support.harness import RunningGateway, running_gateway
 from tests.support.oidc_support import (
     CONFIDENTIAL,
@@ -118,6 +119,10 @@ async def test_an_operator_signs_in_and_uses_the_admin_api_with_its_csrf_token(
         changed = await browser.post(disable, headers={"X-CSRF-Token": session["csrf"]})
         assert changed.status_code == 200, changed.text
         assert not (await gw.store.get_endpoint(endpoint_id)).enabled
+        audited = (await gw.store.list_audit_entries(AuditQuery())).entries
+        assert [(e.action, e.actor) for e in audited] == [
+            ("endpoint.disabled", f"oidc:{OPERATOR}"), ("console.signed_in", f"oidc:{OPERATOR}")
+        ]
     logged = capsys.readouterr().out
     assert "console_oidc_signed_in" in logged and "alice:a2a-operators,dev" in logged  # the subject
     code = parse_qs(urlsplit(back).query)["code"][0]
@@ -153,6 +158,10 @@ async def test_a_user_outside_the_operator_group_gets_403_and_no_session(gw, bro
     )
     assert_refusal_page(refused, 403, "bob", "not a gateway operator", "groups")
     assert "developers" not in refused.text  # the claim's values are not repeated
+    [failed] = (await gw.store.list_audit_entries(AuditQuery())).entries
+    assert (failed.action, failed.actor, failed.details["status"]) == (
+        "console.sign_in_failed", "oidc:bob:developers", 403
+    )
     assert not browser.cookies.get(COOKIE)
     assert (await browser.get(f"{gw.base_url}/admin/api/endpoints")).status_code == 401
 
