@@ -42,6 +42,7 @@ from a2a_gateway.events import (
     stamp,
     text_chunk,
 )
+from a2a_gateway.governance.kill_switch import cancel_in_store
 from a2a_gateway.live.hub import LiveHub, Subscription
 from a2a_gateway.observability import tracing
 from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, StoredTask
@@ -60,6 +61,9 @@ from a2a_gateway.tasks.run import RunServices, SupersededError, TaskRun
 from handlers.base import Handler, HandlerRequest, InputRejectedError
 
 log = structlog.get_logger(__name__)
+
+KILL_SWITCH_BATCH = 1000
+"""Running tasks ``cancel_running`` reads at a time."""
 
 
 @dataclass(slots=True)
@@ -397,23 +401,58 @@ class TaskEngine:
         return stored.task if stored is not None else copy_task(run.task)
 
     # cancel ---------------------------------------------------------------------------
-    async def cancel(self, runtime: EndpointRuntime, scope: Scope, task_id: str) -> Task:
+    async def cancel(
+        self, runtime: EndpointRuntime, scope: Scope, task_id: str, reason: str = "canceled"
+    ) -> Task:
+        """End the task CANCELED with ``reason`` as its status message, stopping its backend
+        run (the handler's cancel) here or, through the live hub, on the replica running it."""
         stored = await self.store.get_task(scope, task_id)
         if stored is None:
             raise TaskNotFoundError(f"Task {task_id} not found")
         if stored.task.status.state in TERMINAL_STATES:
             raise TaskNotCancelableError(f"Task {task_id} is already in a terminal state")
         run = self.runs.get(task_id)
-        if run is None:
-            # idle, or running on another replica: that owner notices the terminal
-            # state (hub message or its next lease check) and stops its run
-            run = self._idle_run(runtime, scope, self._stored_request(scope, stored), stored)
-        with contextlib.suppress(SupersededError):
-            await run.cancel(self.limits.cancel_wait_seconds)
+        if run is None and runtime.handler is None:
+            # a disabled or deleted endpoint: no handler here to end it through, so it is
+            # ended in the store; its owner stops the backend run with its own handler
+            await cancel_in_store(self.store, scope, stored, reason)
+        else:
+            if run is None:
+                # idle, or running on another replica: that owner notices the terminal
+                # state (hub message or its next lease check) and stops its run
+                run = self._idle_run(runtime, scope, self._stored_request(scope, stored), stored)
+            with contextlib.suppress(SupersededError):
+                await run.cancel(self.limits.cancel_wait_seconds, reason)
         if stored.owner and stored.owner != self.replica_id:
             await self.hub.send_control(stored.owner, "cancel", task_id)
         final = await self.store.get_task(scope, task_id)
         return final.task if final else stored.task
+
+    async def cancel_running(
+        self, runtime: EndpointRuntime, reason: str, *, principal: Scope | None = None
+    ) -> list[str]:
+        """The kill switch: cancel every non-terminal task of the runtime's endpoint (only the
+        tasks of ``principal``'s tenant and principal, if given) as ``cancel`` does, wherever
+        it runs; return the ids of the tasks this call ended."""
+        ended: list[str] = []
+        tried: set[str] = set()
+        while True:
+            running = [
+                (scope, task) for scope, task in await self.store.list_active_tasks(
+                    runtime.endpoint.id, KILL_SWITCH_BATCH
+                )
+                if task.id not in tried and (
+                    principal is None
+                    or (scope.tenant, scope.principal) == (principal.tenant, principal.principal)
+                )
+            ]
+            if not running:
+                return ended
+            for scope, task in running:
+                tried.add(task.id)
+                with contextlib.suppress(TaskNotFoundError, TaskNotCancelableError):
+                    await self.cancel(runtime, scope, task.id, reason)
+                    ended.append(task.id)
 
     @staticmethod
     def _stored_request(

@@ -54,6 +54,9 @@ from a2a_gateway.errors import (
     EndpointNotFoundError,
     UnauthenticatedError,
 )
+from a2a_gateway.governance.audit import endpoint_fields
+from a2a_gateway.governance.kill_switch import operator_reason
+from a2a_gateway.governance.limits import LimitsError, parse_limits
 from a2a_gateway.live.feed import state_name
 from a2a_gateway.observability.fleet_stats import FLEET_STATS, fleet_answer
 from a2a_gateway.observability.stats import STATS
@@ -72,6 +75,8 @@ from a2a_gateway.stores.base import (
 )
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
 from a2a_gateway.tasks.streams import LAST_EVENT_ID, subscribe_stream
+from a2a_gateway.transport.admin_audit import actor_of, audit_route, record_change
+from a2a_gateway.transport.admin_usage import usage_route
 from a2a_gateway.transport.feed import MAX_CONTEXT_ID, feed_filter
 from a2a_gateway.transport.sse import SSEStream
 
@@ -269,16 +274,27 @@ async def create_endpoint(request: web.Request) -> web.Response:
     except ConflictError:
         raise web.HTTPConflict(reason=f"endpoint {endpoint.id} exists") from None
     log.info("admin_endpoint_created", endpoint_id=endpoint.id, by=operator.name)
+    await record_change(
+        request, operator, "endpoint.added", endpoint.id, after=endpoint_fields(endpoint),
+        secret_fields=secret_settings(endpoint, gateway.settings),
+    )
     return _json({"endpoint": endpoint_json(endpoint, gateway, base, {}), "notes": check.notes},
                  status=201)
 
 
 def set_enabled(enabled: bool) -> View:
     async def change(request: web.Request) -> web.Response:
+        """Disabling takes ``{"cancelRunning": true}``: the kill switch, which also cancels
+        the endpoint's running tasks on every replica."""
         operator = operator_of(request)
         gateway = request.app[GATEWAY]
         base = gateway.base_url(request)  # before the change, as in create_endpoint
         endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
+        cancel_running = not enabled and await _cancel_running(request)
+        # the runtime before the change: its handler stops the runs the kill switch cancels
+        runtime = await _runtime(gateway, endpoint.id) if cancel_running else None
+        canceled: list[str] = []
+        before = endpoint.enabled
         if endpoint.enabled != enabled:
             endpoint.enabled = enabled
             endpoint.updated_at = datetime.now(UTC)
@@ -287,10 +303,28 @@ def set_enabled(enabled: bool) -> View:
             await gateway.hub.announce_endpoint_change(endpoint.id)  # and on the other replicas
             log.info("admin_endpoint_enabled" if enabled else "admin_endpoint_disabled",
                      endpoint_id=endpoint.id, by=operator.name)
+        if runtime is not None:
+            reason = operator_reason(actor_of(request, operator), "endpoint disabled")
+            canceled = await gateway.engine.cancel_running(runtime, reason)
+        if before != enabled or cancel_running:
+            await record_change(
+                request, operator, "endpoint.enabled" if enabled else "endpoint.disabled",
+                endpoint.id, before={"enabled": before}, after={"enabled": enabled},
+                details={"canceledTasks": canceled} if cancel_running else None,
+            )
         health = await gateway.engine.services.health.all()
-        return _json(endpoint_json(endpoint, gateway, base, health))
+        body = endpoint_json(endpoint, gateway, base, health)
+        return _json({**body, "canceledTasks": canceled} if cancel_running else body)
 
     return change
+
+
+async def _cancel_running(request: web.Request) -> bool:
+    """The body's ``cancelRunning`` (default false)."""
+    cancel = (await _body(request)).get("cancelRunning", False)
+    if not isinstance(cancel, bool):
+        raise web.HTTPBadRequest(reason="cancelRunning must be true or false")
+    return cancel
 
 
 # keys -----------------------------------------------------------------------------------
@@ -311,6 +345,7 @@ def key_json(row: ApiKey) -> dict[str, Any]:
         "createdAt": row.created_at.isoformat(),
         "expiresAt": row.expires_at.isoformat() if row.expires_at else None,
         "revokedAt": row.revoked_at.isoformat() if row.revoked_at else None,
+        "limits": dict(row.limits),
     }
 
 
@@ -324,7 +359,7 @@ async def list_keys(request: web.Request) -> web.Response:
 
 
 async def create_key(request: web.Request) -> web.Response:
-    """``{"principal"?, "name"?, "expiresDays"?}``; the answer holds the key, once."""
+    """``{"principal"?, "name"?, "expiresDays"?, "limits"?}``; the answer holds the key, once."""
     operator = operator_of(request)
     gateway = request.app[GATEWAY]
     endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
@@ -342,6 +377,7 @@ async def create_key(request: web.Request) -> web.Response:
         isinstance(expires, bool) or not isinstance(expires, int | float) or expires <= 0
     ):
         raise web.HTTPBadRequest(reason="expiresDays must be a positive number of days")
+    limits = _limits(body.get("limits"))
     try:
         row, key = make_key(
             gateway.settings.api_key_secret.get_secret_value().encode(),
@@ -355,6 +391,7 @@ async def create_key(request: web.Request) -> web.Response:
         raise web.HTTPBadRequest(
             reason="expiresDays is beyond the last date the gateway can write"
         ) from None
+    row.limits = limits
     await gateway.store.create_api_key(row)
     log.info(
         "admin_key_created",
@@ -363,6 +400,7 @@ async def create_key(request: web.Request) -> web.Response:
         principal=row.principal,
         by=operator.name,
     )
+    await record_change(request, operator, "key.created", row.id, after=key_json(row))
     return _json({"key": key, **key_json(row)}, status=201)
 
 
@@ -374,9 +412,53 @@ async def revoke_key(request: web.Request) -> web.Response:
     row = await gateway.store.get_api_key(key_id)
     if row is None or row.endpoint_id != endpoint.id:
         raise web.HTTPNotFound(reason=f"no key {_shown(key_id)} of this endpoint")
+    cancel_running = await _cancel_running(request)
     await gateway.store.revoke_api_key(key_id, datetime.now(UTC))
     log.info("admin_key_revoked", endpoint_id=endpoint.id, key_id=key_id, by=operator.name)
-    return _json(key_json(await gateway.store.get_api_key(key_id) or row))
+    canceled: list[str] = []
+    if cancel_running:  # the tasks of the key's principal: keys sharing it share this
+        reason = operator_reason(actor_of(request, operator), "API key revoked")
+        runtime = await _runtime(gateway, endpoint.id)
+        canceled = await gateway.engine.cancel_running(
+            runtime, reason, principal=Scope(row.tenant, endpoint.id, row.principal)
+        )
+    revoked = await gateway.store.get_api_key(key_id) or row
+    await record_change(
+        request, operator, "key.revoked", key_id, before=key_json(row), after=key_json(revoked),
+        details={"canceledTasks": canceled} if cancel_running else None,
+    )
+    body = key_json(revoked)
+    return _json({**body, "canceledTasks": canceled} if cancel_running else body)
+
+
+def _limits(value: Any) -> dict[str, int | float]:
+    """A key's limits from a request body (``governance.limits``); 400 naming the field."""
+    try:
+        return parse_limits(value).set()
+    except LimitsError as exc:
+        raise web.HTTPBadRequest(reason=str(exc)) from None
+
+
+async def set_key_limits(request: web.Request) -> web.Response:
+    """``{"limits": {NAME: VALUE, …}}`` replaces the key's limits (``{}`` clears them);
+    running gateways apply them within ``api_key_cache_seconds``."""
+    operator = operator_of(request)
+    gateway = request.app[GATEWAY]
+    endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
+    key_id = request.match_info["key_id"]
+    row = await gateway.store.get_api_key(key_id)
+    if row is None or row.endpoint_id != endpoint.id:
+        raise web.HTTPNotFound(reason=f"no key {_shown(key_id)} of this endpoint")
+    body = await _body(request)
+    if "limits" not in body:
+        raise web.HTTPBadRequest(reason="limits: required (an object of limit names to numbers)")
+    limits = _limits(body["limits"])
+    await gateway.store.set_api_key_limits(key_id, limits)
+    changed = await gateway.store.get_api_key(key_id) or row
+    log.info("admin_key_limited", endpoint_id=endpoint.id, key_id=key_id, by=operator.name)
+    await record_change(request, operator, "key.limited", key_id, before=key_json(row),
+                        after=key_json(changed))
+    return _json(key_json(changed))
 
 
 # tasks ----------------------------------------------------------------------------------
@@ -542,6 +624,11 @@ async def cancel_task(request: web.Request) -> web.Response:
     log.info(
         "admin_task_canceled", endpoint_id=scope.endpoint_id, task_id=task.id, by=operator.name
     )
+    await record_change(
+        request, operator, "task.canceled", task.id,
+        details={"endpointId": scope.endpoint_id, "tenant": scope.tenant,
+                 "principal": scope.principal},
+    )
     return _json({**task_entry(scope, task), "task": task_json(task)})
 
 
@@ -626,6 +713,7 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_get(f"{endpoint}/keys", list_keys)
     app.router.add_post(f"{endpoint}/keys", create_key)
     app.router.add_post(f"{endpoint}/keys/{{key_id}}/revoke", revoke_key)
+    app.router.add_put(f"{endpoint}/keys/{{key_id}}/limits", set_key_limits)
     app.router.add_get(f"{PREFIX}/tasks", list_tasks)
     app.router.add_get(f"{endpoint}/tasks/{{task_id}}", get_task)
     app.router.add_post(f"{endpoint}/tasks/{{task_id}}/cancel", cancel_task)
@@ -633,5 +721,7 @@ def add_admin_routes(app: web.Application) -> None:
         f"{endpoint}/tasks/{{task_id}}/stream", task_stream, allow_head=False
     )  # as the feed
     app.router.add_get(f"{PREFIX}/stats", stats)
+    app.router.add_get(f"{PREFIX}/audit", audit_route(operator_of))
+    app.router.add_get(f"{PREFIX}/usage", usage_route(operator_of))
     from a2a_gateway.transport.admin_handlers import list_handlers  # it imports this module
     app.router.add_get(f"{PREFIX}/handlers", list_handlers)
