@@ -22,6 +22,7 @@ from a2a.types import Task, TaskState
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.stores.base import Scope, TaskQuery, UsageRecord
 from tests.stores.store_urls import STORE_KINDS, fresh_store_url
+from tests.support.admin_support import OPERATOR_KEY, admin
 from tests.support.harness import RunningGateway, collect, running_gateway
 from tests.support.messages import send_body, send_params, send_request
 from tests.support.waiting import eventually
@@ -121,7 +122,7 @@ async def test_each_quota_kind_refuses_before_any_work_and_resets(gw):
 
 async def test_concurrency_endpoint_limits_and_token_budgets(gw):
     gw.gateway.quotas.clock = Clock(MINUTE_START + 10)
-    endpoint = await gw.add_endpoint(settings={"delay": 0.2})
+    endpoint = await gw.add_endpoint(settings={"delay": 0.1})
     busy_id, busy = await _key(gw, endpoint, {"concurrent_tasks": 1})
 
     # one running task holds the key's only slot: 403 (no window resets it), then free again
@@ -183,3 +184,62 @@ async def _spent(gw: RunningGateway, endpoint: str, key_id: str, *, tokens: int)
         usage=UsageRecord(started_at=ended, ended_at=ended, key_id=key_id,
                           input_tokens=tokens // 2, output_tokens=tokens - tokens // 2),
     )
+
+
+@pytest.fixture(params=["sqlite"])  # the store side of limits is the contract suite's
+async def admin_gw(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[RunningGateway]:
+    async with fresh_store_url(request.param, tmp_path, monkeypatch) as url:
+        async with running_gateway(
+            url, operator_keys=[OPERATOR_KEY], allow_unauthenticated_endpoints=False,
+            api_key_cache_seconds=0,
+        ) as running:
+            yield running
+
+
+async def test_the_admin_api_sets_limits_and_refuses_bad_ones_writing_nothing(admin_gw):
+    gw = admin_gw
+    gw.gateway.quotas.clock = Clock(MINUTE_START + 10)
+    endpoint = await gw.add_endpoint(settings={"delay": 0})
+    made = await admin(gw, "POST", f"/endpoints/{endpoint}/keys",
+                       json={"name": "ci", "limits": {"tasks_per_minute": 1}})
+    assert made.status_code == 201 and made.json()["limits"] == {"tasks_per_minute": 1}
+    key_id, key = made.json()["id"], made.json()["key"]
+    assert (await gw.store.get_api_key(key_id)).limits == {"tasks_per_minute": 1}
+    await _send(gw, endpoint, key)
+    assert (await _refusal(gw, endpoint, key)).status_code == 429
+
+    # raising the limit takes effect at once (no key cache here), clearing it too
+    path = f"/endpoints/{endpoint}/keys/{key_id}/limits"
+    raised = await admin(gw, "PUT", path, json={"limits": {"tasks_per_minute": 2,
+                                                           "cost_per_month": 12.5}})
+    assert raised.status_code == 200
+    assert raised.json()["limits"] == {"tasks_per_minute": 2, "cost_per_month": 12.5}
+    await _send(gw, endpoint, key)
+    assert (await _refusal(gw, endpoint, key)).status_code == 429
+    assert (await admin(gw, "PUT", path, json={"limits": {}})).json()["limits"] == {}
+    await _send(gw, endpoint, key)
+
+    bad = [
+        ({"limits": {"tasks_per_mnute": 1}}, "limits.tasks_per_mnute: unknown limit"),
+        ({"limits": {"concurrent_tasks": 0}}, "limits.concurrent_tasks: input should be greater"),
+        ({"limits": {"tasks_per_day": -1}}, "limits.tasks_per_day: input should be greater"),
+        ({"limits": {"tasks_per_day": True}}, "limits.tasks_per_day: input should be a valid"),
+        ({"limits": {"tasks_per_day": "5"}}, "limits.tasks_per_day: input should be a valid"),
+        ({"limits": {"tokens_per_day": 10**16}}, "limits.tokens_per_day: input should be less"),
+        ({"limits": [1, 2]}, "limits: must be an object"),
+        ({}, "limits: required"),
+    ]
+    before = await gw.store.list_api_keys(endpoint)
+    for body, expected in bad:
+        answer = await admin(gw, "PUT", path, json=body)
+        assert answer.status_code == 400 and expected in answer.text, (body, answer.text)
+        if "limits" in body:  # the same limits are refused for a new key
+            created = await admin(gw, "POST", f"/endpoints/{endpoint}/keys", json=body)
+            assert created.status_code == 400 and expected in created.text, (body, created.text)
+    assert await gw.store.list_api_keys(endpoint) == before
+    other = await gw.add_endpoint()
+    assert (await admin(gw, "PUT", f"/endpoints/{other}/keys/{key_id}/limits",
+                        json={"limits": {}})).status_code == 404
+    assert (await admin(gw, "PUT", path, json={"limits": {}}, headers={})).status_code == 401
