@@ -203,7 +203,8 @@ async def _store_state(store: RecordingStore) -> dict[str, frozenset[Any]]:
         }
     return {
         "endpoints": frozenset((e.id, e.enabled, e.updated_at) for e in endpoints),
-        "keys": frozenset((k.id, k.endpoint_id, k.revoked_at) for k in await store.list_api_keys()),
+        "keys": frozenset((k.id, k.endpoint_id, k.revoked_at, tuple(sorted(k.limits.items())))
+                          for k in await store.list_api_keys()),
         "tasks": frozenset(tasks),
     }
 
@@ -445,6 +446,8 @@ ADMIN_ROUTES = [
     ("GET", "/endpoints/{e}/keys"),
     ("POST", "/endpoints/{e}/keys"),
     ("POST", "/endpoints/{e}/keys/{k}/revoke"),
+    ("PUT", "/endpoints/{e}/keys/{k}/limits"),
+    ("PUT", "/endpoints/{e}/keys/{k}/limits"),
     ("GET", "/tasks"),
     ("GET", "/tasks"),
     ("GET", "/endpoints/{e}/tasks/{t}"),
@@ -476,9 +479,21 @@ def _valid_body(draw: st.DrawFn, path: str) -> bytes | None:
     if path.endswith("/keys"):
         return orjson.dumps(draw(st.fixed_dictionaries({}, optional={
             "name": st.text(max_size=10), "principal": st.text(min_size=1, max_size=10),
-            "expiresDays": st.integers(1, 400)})))
+            "expiresDays": st.integers(1, 400), "limits": _limits()})))
+    if path.endswith("/limits"):
+        return orjson.dumps({"limits": draw(_limits())})
     return b"" if not path.endswith("/endpoints") else orjson.dumps(
         {"name": "made by fuzz", "handler": "handlers.echo:EchoHandler"})
+
+
+def _limits() -> st.SearchStrategy[Any]:
+    """Quota limits, valid or not: known and unknown names, numbers in and out of range,
+    other JSON values."""
+    names = st.sampled_from(["concurrent_tasks", "tasks_per_minute", "tasks_per_day",
+                             "tokens_per_day", "cost_per_month", "tasks_per_mnute", ""])
+    values = st.one_of(st.integers(-5, 10**16), st.floats(allow_nan=True), st.booleans(),
+                       st.text(max_size=5), st.none())
+    return st.one_of(st.dictionaries(names, values, max_size=3), json_values)
 
 
 ADMIN_QUERY = [
@@ -512,7 +527,7 @@ def admin_requests(draw: st.DrawFn, target: Operated) -> Request:
     if draw(st.integers(0, 4)) == 0:
         headers["Last-Event-ID"] = _safe_raw(draw(st.one_of(texts, ints.map(str))))
     method = _method(draw, routed)
-    valid = _valid_body(draw, path) if method == "POST" else None
+    valid = _valid_body(draw, path) if method in ("POST", "PUT") else None
     body = valid if valid is not None else draw(_body(headers)) if method != "GET" else b""
     query = _safe_raw(draw(_query(target, ADMIN_QUERY)))
     if "/tasks/" in path and draw(st.booleans()):
