@@ -7,6 +7,8 @@ migrated database and talk to them with the a2a-sdk client:
   store polling set far beyond the test's bounds (only NOTIFY can deliver in time);
 * cancel on C: A's run stops at once (its lease check is 20 s away) and its stream
   ends CANCELED;
+* quotas: two replicas admit an endpoint's task window once (counted in the database) and a
+  concurrency slot held on A refuses on B until the task ends;
 * kill -9 of the replica running a task: another replica re-attaches to the backend
   run and completes the task with the full output;
 * PostgreSQL stopped during a run: ``/readyz`` and requests answer 503 with a JSON
@@ -38,6 +40,7 @@ from tests.replicas.scenarios import (
     artifact_updates,
     cancel_on_c_stops_the_run_on_a_at_once,
     collect,
+    quotas_are_counted_once_for_the_fleet,
     subscribe_on_b_gets_live_chunks_and_the_whole_answer,
 )
 from tests.stores.pg_support import admin_dsn, fresh_database
@@ -74,6 +77,13 @@ async def test_cancel_on_c_stops_the_run_on_a_at_once(postgres, tmp_path):
         tmp_path, ["a", "b", "c"], lease_seconds=60, remote_poll_seconds=30
     ) as rs:
         await cancel_on_c_stops_the_run_on_a_at_once(rs)
+
+
+async def test_quotas_are_counted_once_for_two_replicas(postgres, tmp_path):
+    async with replica_set(
+        tmp_path, ["a", "b"], lease_seconds=60, remote_poll_seconds=30
+    ) as rs:
+        await quotas_are_counted_once_for_the_fleet(rs)
 
 
 async def test_kill_9_of_the_owner_another_replica_completes_with_full_output(postgres, tmp_path):

@@ -9,6 +9,8 @@ talked to with the a2a-sdk client (raw SSE for ``Last-Event-ID``):
 * a stream dropped on A resumes on B with ``Last-Event-ID``: nothing lost, nothing twice;
 * a task waiting for input on A is answered on B, and A follows the answer live;
 * a rate limit is the fleet's: three replicas together admit it once, not three times;
+* so is a quota: two replicas admit an endpoint's task window once (counted in Redis) and a
+  concurrency slot held on A refuses on B;
 * faults: Redis killed with SIGKILL mid-stream and started again; Redis unreachable at start.
 
 Stores poll for remote changes every 30 s and leases last 60 s, so within the tests' bounds
@@ -41,6 +43,7 @@ from tests.replicas.scenarios import (
     cancel_on_c_stops_the_run_on_a_at_once,
     following,
     is_live_chunk,
+    quotas_are_counted_once_for_the_fleet,
     stored_text,
     subscribe_on_b_gets_live_chunks_and_the_whole_answer,
 )
@@ -198,6 +201,22 @@ async def test_three_replicas_admit_the_rate_limit_once_not_three_times(store, r
         assert int(answer.headers["Retry-After"]) >= 1
         error = answer.json()["error"]
         assert error["code"] == -32600 and "rate limit" in error["message"]
+
+
+@pytest.mark.parametrize(  # PostgreSQL's own counting is test_postgres_replicas'
+    "store", [pytest.param("dynamodb", id="dynamodb+redis", marks=pytest.mark.dynamodb)]
+)
+async def test_quotas_are_counted_once_for_two_replicas_in_redis(store, redis, tmp_path):
+    async with fleet(tmp_path, store, redis, ["a", "b"]) as rs:
+        await quotas_are_counted_once_for_the_fleet(rs)
+        # the windows were counted in Redis, under the fleet's prefix
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(redis)
+        try:
+            assert [key async for key in client.scan_iter(f"{rs.redis_prefix}quota:*")]
+        finally:
+            await client.aclose()
 
 
 # faults ------------------------------------------------------------------------------------

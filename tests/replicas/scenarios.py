@@ -10,6 +10,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
+import httpx
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
@@ -19,7 +20,7 @@ from a2a.types import (
 )
 
 from tests.replicas.cluster import ReplicaSet
-from tests.support.messages import send_request
+from tests.support.messages import rpc, send_body, send_request, wire_message
 from tests.support.streams import final_state, rebuild
 from tests.support.waiting import eventually
 
@@ -125,3 +126,43 @@ async def cancel_on_c_stops_the_run_on_a_at_once(rs: ReplicaSet) -> None:
     assert final_state(remote) == CANCELED
     assert final.status.state == CANCELED
     assert not final.artifacts  # the run never completed after the cancel
+
+
+async def quotas_are_counted_once_for_the_fleet(rs: ReplicaSet) -> None:
+    """An endpoint's task window admits its limit once across replicas A and B (not once per
+    replica), and the concurrency slot a task holds on A refuses a task on B until it ends."""
+    v10 = {"A2A-Version": "1.0"}
+    counted = await rs.add_endpoint(ECHO, delay=0, limits={"tasks_per_day": 3})
+    urls = [f"{rs[name].base_url}/{counted}/a2a" for name in ("a", "b")] * 4
+    async with httpx.AsyncClient(timeout=30) as http:
+        answers = await asyncio.gather(*(
+            http.post(url, json=send_body(f"call {i}", rid=i), headers=v10)
+            for i, url in enumerate(urls)
+        ))
+        assert sorted(a.status_code for a in answers) == [200] * 3 + [429] * 5
+        for rid, answer in enumerate(answers):
+            if answer.status_code == 429:
+                assert answer.json()["id"] == rid
+                assert "tasks_per_day of 3" in answer.json()["error"]["message"]
+
+        single = await rs.add_endpoint(ECHO, delay=0.2, limits={"concurrent_tasks": 1})
+        on_a, on_b = (f"{rs[name].base_url}/{single}/a2a" for name in ("a", "b"))
+        started = await http.post(on_a, json=rpc("SendMessage", {
+            "message": wire_message("one two three four five six"),
+            "configuration": {"returnImmediately": True},
+        }), headers=v10)
+        task_id = started.json()["result"]["task"]["id"]
+        refused = await http.post(on_b, json=send_body(rid="b-1"), headers=v10)
+        assert refused.status_code == 403, refused.text
+        assert "concurrent_tasks of 1" in refused.json()["error"]["message"]
+
+        async def state() -> str:
+            got = await http.post(on_b, json=rpc("GetTask", {"id": task_id}), headers=v10)
+            return got.json()["result"]["status"]["state"]
+
+        await eventually(state, until=lambda s: s == "TASK_STATE_COMPLETED", what="A's task ended")
+
+        async def admitted_on_b() -> int:
+            return (await http.post(on_b, json=send_body(), headers=v10)).status_code
+
+        await eventually(admitted_on_b, until=lambda s: s == 200, what="B admitted after it")
