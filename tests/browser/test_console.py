@@ -292,6 +292,53 @@ def test_create_a_key_and_see_it_listed_without_its_secret(gateway, browser, scr
     screenshot("keys")
 
 
+def test_a_keys_limits_are_set_at_creation_shown_and_changed(gateway, browser, screenshot):
+    open_page(browser, gateway, "endpoints")
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR,
+                                            f'tr[data-endpoint-id="{DEMO_ENDPOINT_ID}"]'),
+         "the demo endpoint's row")
+    endpoint_row(browser, DEMO_ENDPOINT_ID).find_element(By.CSS_SELECTOR, "button.keys").click()
+    wait(browser, lambda d: d.find_element(By.ID, "keys-panel").is_displayed(), "the keys panel")
+    browser.find_element(By.ID, "key-principal").send_keys("limited-dave")
+    browser.find_element(By.ID, "key-limits").send_keys("tasks_per_minute=5, cost_per_day=2.5")
+    browser.find_element(By.ID, "key-create").click()
+    key_id = wait(browser, lambda d: text_of(d, "new-key"), "the new key").split("_")[1]
+
+    def row() -> Any:
+        return wait(browser, lambda d: d.find_elements(
+            By.CSS_SELECTOR, f'#keys-table tr[data-key-id="{key_id}"]'), "the key's row")[0]
+
+    def limits_shown() -> str:
+        return row().find_element(By.CSS_SELECTOR, "td.limits").text
+
+    wait(browser, lambda d: limits_shown() == "tasks_per_minute=5 cost_per_day=2.5",
+         "the limits it was made with")
+
+    def stored() -> dict[str, Any]:
+        keys = httpx.get(f"{gateway}/admin/api/endpoints/{DEMO_ENDPOINT_ID}/keys",
+                         headers={"Authorization": f"Bearer {OPERATOR_KEY}"}).json()["keys"]
+        return next(k["limits"] for k in keys if k["id"] == key_id)
+
+    def save(text: str) -> None:
+        row().find_element(By.CSS_SELECTOR, "button.edit-limits").click()
+        field = row().find_element(By.CSS_SELECTOR, "input.limits-input")
+        field.clear()
+        field.send_keys(text)
+        row().find_element(By.CSS_SELECTOR, "button.save-limits").click()
+
+    save("concurrent_tasks=0")  # refused by the gateway, naming the field; nothing written
+    wait(browser, lambda d: "limits.concurrent_tasks" in text_of(d, "endpoints-error"),
+         "the refusal naming the limit")
+    assert stored() == {"tasks_per_minute": 5, "cost_per_day": 2.5}
+    screenshot("key-limits-refused")
+    save("concurrent_tasks=2 tasks_per_day=100")
+    wait(browser, lambda d: limits_shown() == "concurrent_tasks=2 tasks_per_day=100",
+         "the changed limits")
+    assert stored() == {"concurrent_tasks": 2, "tasks_per_day": 100}
+    assert text_of(browser, "endpoints-error") == ""
+    screenshot("key-limits")
+
+
 def test_an_xss_payload_in_a_message_stays_text(gateway, browser, screenshot):
     payload = (
         '<img src=x onerror="window.__xss=1;alert(1)"><script>window.__xss=2;alert(2)</script>'

@@ -219,10 +219,44 @@ async function loadKeys() {
       }, "endpoints-error"));
       actions.append(revoke);
     }
+    const limits = el("td", limitsText(key.limits), { class: "limits" });
+    const edit = el("button", "Limits", { type: "button", class: "edit-limits" });
+    edit.addEventListener("click", () => editLimits(endpoint, key, limits));
+    actions.append(edit);
     row.append(el("td", key.id), el("td", key.principal), el("td", key.name), el("td", key.state, { class: "state" }),
-      el("td", key.createdAt), el("td", key.expiresAt ?? "never", { class: "expires" }), actions);
+      el("td", key.createdAt), el("td", key.expiresAt ?? "never", { class: "expires" }), limits, actions);
     body.append(row);
   }
+}
+
+// a key's quotas, written as the CLI takes them: NAME=VALUE, separated by spaces or commas
+function limitsText(limits) {
+  const pairs = Object.entries(limits || {}).map(([name, value]) => `${name}=${value}`);
+  return pairs.length ? pairs.join(" ") : "none";
+}
+
+function parseLimits(text) {
+  const limits = {};
+  for (const pair of text.split(/[\s,]+/).filter(Boolean)) {
+    const [name, value, ...rest] = pair.split("=");
+    if (!name || value === undefined || rest.length) throw new Error(`limit ${pair}: expected NAME=VALUE`);
+    // numbers as numbers; anything else goes as typed, for the gateway to name what is wrong
+    limits[name] = value.trim() !== "" && Number.isFinite(Number(value)) ? Number(value) : value;
+  }
+  return limits;
+}
+
+function editLimits(endpoint, key, cell) {
+  const input = el("input", null, { class: "limits-input", "aria-label": `limits of ${key.id}` });
+  input.value = limitsText(key.limits) === "none" ? "" : limitsText(key.limits);
+  const save = el("button", "Save", { type: "button", class: "save-limits" });
+  save.addEventListener("click", () => act(async () => {
+    await api("PUT", `/admin/api/endpoints/${enc(endpoint.id)}/keys/${enc(key.id)}/limits`,
+      { limits: parseLimits(input.value) });
+    await loadKeys();
+  }, "endpoints-error"));
+  cell.replaceChildren(input, save);
+  input.focus();
 }
 
 async function createKey(event) {
@@ -232,7 +266,7 @@ async function createKey(event) {
     const days = $("key-expires-days").value;
     const made = await api("POST", `/admin/api/endpoints/${enc(endpoint.id)}/keys`,
       { principal: $("key-principal").value || null, name: $("key-name").value,
-        expiresDays: days === "" ? null : Number(days) });
+        expiresDays: days === "" ? null : Number(days), limits: parseLimits($("key-limits").value) });
     $("new-key").textContent = made.key;
     $("new-key-box").hidden = false;
     await loadKeys();
