@@ -35,6 +35,7 @@ from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.auth.callers import bearer_token
 from a2a_gateway.auth.sessions import COOKIE, CSRF_HEADER, ConsoleSessions
 from a2a_gateway.console.oidc import FLOW_COOKIE, OIDC_LOGIN, LoginFlow
+from a2a_gateway.stores.base import AuditQuery
 from a2a_gateway.tasks.dispatch import EVENT_KEY, RUN_TASK, SWEEP
 from tests.support.fuzz_requests import (
     RecordingStore,
@@ -201,7 +202,11 @@ async def _store_state(store: RecordingStore) -> dict[str, frozenset[Any]]:
             (scope.endpoint_id, scope.principal, task.id, task.status.state)
             for scope, task in page.tasks
         }
+    audit = (await store.list_audit_entries(AuditQuery(page_size=100_000))).entries
     return {
+        # a sign-in (or a failed one) is recorded, whoever tries: it changes nothing else
+        "audit": frozenset((e.id, e.action, e.actor, e.at) for e in audit
+                           if not e.action.startswith("console.sign")),
         "endpoints": frozenset((e.id, e.enabled, e.updated_at) for e in endpoints),
         "keys": frozenset((k.id, k.endpoint_id, k.revoked_at, tuple(sorted(k.limits.items())))
                           for k in await store.list_api_keys()),
@@ -365,7 +370,8 @@ def _query(draw: st.DrawFn, target: Operated, names: list[str]) -> str:
                              "eyJ0IjoxfQ", PRINCIPAL, target.endpoints[0], target.endpoints[1],
                              ",".join(target.endpoints), target.tasks[0], "fleet",
                              "replica", "2026-12-01", "2026-12-01T10:00:00+14:00", "0001-01-01",
-                             "9999-12-31", "endpoint,principal,day", "day,day", "tenant"]),
+                             "9999-12-31", "endpoint,principal,day", "day,day", "tenant",
+                             "endpoint.disabled", "key.created"]),
             _tampered(target.page_token)))
         encode = draw(st.booleans())
         pairs.append(
@@ -458,6 +464,10 @@ ADMIN_ROUTES = [
     ("GET", "/handlers"),
     ("GET", "/usage"),
     ("GET", "/usage"),
+    ("GET", "/audit"),
+    ("GET", "/audit"),
+    ("DELETE", "/audit"),
+    ("PUT", "/audit/{junk}"),
     ("GET", "/{junk}"),
     ("POST", "/endpoints/{e}/{junk}"),
 ]
@@ -482,6 +492,8 @@ def _valid_body(draw: st.DrawFn, path: str) -> bytes | None:
             "expiresDays": st.integers(1, 400), "limits": _limits()})))
     if path.endswith("/limits"):
         return orjson.dumps({"limits": draw(_limits())})
+    if path.endswith(("/disable", "/revoke")):  # the kill switch, or not
+        return orjson.dumps({"cancelRunning": draw(st.booleans())})
     return b"" if not path.endswith("/endpoints") else orjson.dumps(
         {"name": "made by fuzz", "handler": "handlers.echo:EchoHandler"})
 
@@ -511,6 +523,9 @@ ADMIN_QUERY = [
     "to",
     "group_by",
     "key",
+    "action",
+    "target",
+    "actor",
 ]
 
 
@@ -953,3 +968,5 @@ def test_the_store_holds_what_valid_calls_made(served: Served[Operated]) -> None
     assert {k[0] for k in now["keys"]} == {k[0] for k in initial["keys"]} | target.created["keys"]
     assert {t[2] for t in now["tasks"]} == set(target.tasks)
     assert len(target.store.created) == len(target.tasks)
+    assert initial["audit"] <= now["audit"]  # entries are only ever added
+    assert all(actor.startswith("key:") for _, _, actor, _ in now["audit"] - initial["audit"])
