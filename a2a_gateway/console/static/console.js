@@ -163,6 +163,15 @@ function endpointRow(endpoint) {
   const keys = el("button", "Keys", { type: "button", class: "keys" });
   keys.addEventListener("click", () => act(() => openKeys(endpoint), "endpoints-error"));
   actions.append(toggle, keys);
+  if (endpoint.enabled) { // the kill switch: disabled, and its running tasks canceled everywhere
+    const kill = el("button", "Kill", { type: "button", class: "kill",
+      title: "Disable and cancel its running tasks on every replica" });
+    kill.addEventListener("click", () => act(async () => {
+      await api("POST", `/admin/api/endpoints/${enc(endpoint.id)}/disable`, { cancelRunning: true });
+      await loadEndpoints();
+    }, "endpoints-error"));
+    actions.append(kill);
+  }
   const name = el("td", endpoint.name, { class: "name" });
   if (endpoint.endpointsFile) {
     const note = "Declared in the endpoints file: a change made here lasts until the file is applied again (SIGHUP or restart)";
@@ -217,7 +226,14 @@ async function loadKeys() {
         await api("POST", `/admin/api/endpoints/${enc(endpoint.id)}/keys/${enc(key.id)}/revoke`);
         await loadKeys();
       }, "endpoints-error"));
-      actions.append(revoke);
+      const kill = el("button", "Revoke and cancel", { type: "button", class: "revoke-kill",
+        title: "Revoke, and cancel the running tasks of its principal on every replica" });
+      kill.addEventListener("click", () => act(async () => {
+        await api("POST", `/admin/api/endpoints/${enc(endpoint.id)}/keys/${enc(key.id)}/revoke`,
+          { cancelRunning: true });
+        await loadKeys();
+      }, "endpoints-error"));
+      actions.append(revoke, kill);
     }
     const limits = el("td", limitsText(key.limits), { class: "limits" });
     const edit = el("button", "Limits", { type: "button", class: "edit-limits" });
