@@ -19,7 +19,6 @@ nothing and are not refused.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 import uuid
@@ -84,7 +83,8 @@ class Quotas:
         """Epoch seconds (tests move it to the next window)."""
         self._held: dict[str, set[str]] = {}
         """Slots of this replica's running tasks, by subject: renewed with the task leases."""
-        self._releases: set[asyncio.Task[None]] = set()
+        self._to_release: dict[str, list[str]] = {}
+        self._releasing: asyncio.Task[None] | None = None
 
     async def admit(
         self, endpoint_id: str, endpoint_limits: dict[str, int | float], key: ApiKey | None
@@ -115,21 +115,24 @@ class Quotas:
         for counter in admission.counters:
             await self._windows.uncount_quota(counter)
         for subject, slot_id in admission.slots:
-            await self._release(subject, slot_id)
+            self._held.get(subject, set()).discard(slot_id)
+            await self._store.release_quota_slots(subject, [slot_id])
         admission.counters.clear()
         admission.slots.clear()
 
     def hold_until(self, admission: Admission, run: Any) -> None:
-        """Keep the admission's slots until the task's ``run`` (``TaskRun``) ends; None: the
-        run is not on this replica (dispatch mode), so they are released now."""
+        """Keep the admission's slots until the task's ``run`` (``TaskRun``) stops driving its
+        handler; None: the run is not on this replica (dispatch mode), so they are released
+        now. Releases are written in batches, one store call per subject for those ready."""
         if not admission.slots:
             return
         for subject, slot_id in admission.slots:
             self._held.setdefault(subject, set()).add(slot_id)
-        ended = run.wait_done() if run is not None else None
-        release = asyncio.create_task(self._release_after(list(admission.slots), ended))
-        self._releases.add(release)
-        release.add_done_callback(self._releases.discard)
+        slots = list(admission.slots)
+        if run is None:
+            self._release(slots)
+        else:
+            run.add_done_callback(lambda _: self._release(slots))
 
     async def renew(self) -> None:
         """Extend the leases of this replica's slots and prune ended windows and slots (once
@@ -142,11 +145,10 @@ class Quotas:
         await self._store.prune_quotas(now)
 
     async def aclose(self) -> None:
-        """Stop waiting for runs; their slots lapse with their lease (the runs are handed
-        over to other replicas, which do not count them again)."""
-        for release in list(self._releases):
-            release.cancel()
-        await asyncio.gather(*self._releases, return_exceptions=True)
+        """Write the releases due; slots of runs still going lapse with their lease (the runs
+        are handed over to other replicas, which do not count them again)."""
+        if self._releasing is not None:
+            await asyncio.gather(self._releasing, return_exceptions=True)
 
     # steps ----------------------------------------------------------------------------------
     async def _count_windows(self, subject: Subject, now: float, admission: Admission) -> None:
@@ -197,22 +199,27 @@ class Quotas:
         self._budgets[(subject.name, name, start)] = (now, used)
         return used
 
-    async def _release_after(self, slots: list[tuple[str, str]], ended: Any) -> None:
-        try:
-            if ended is not None:
-                await ended
-        finally:
-            for subject, slot_id in slots:
-                with contextlib.suppress(Exception):  # a lapsed lease frees it anyway
-                    await self._release(subject, slot_id)
+    def _release(self, slots: list[tuple[str, str]]) -> None:
+        for subject, slot_id in slots:
+            self._to_release.setdefault(subject, []).append(slot_id)
+        if self._releasing is None:
+            self._releasing = asyncio.get_running_loop().create_task(self._write_releases())
 
-    async def _release(self, subject: str, slot_id: str) -> None:
-        held = self._held.get(subject)
-        if held is not None:
-            held.discard(slot_id)
-            if not held:
-                del self._held[subject]
-        await self._store.release_quota_slot(subject, slot_id)
+    async def _write_releases(self) -> None:
+        try:
+            while self._to_release:
+                due, self._to_release = self._to_release, {}
+                for subject, slot_ids in due.items():
+                    held = self._held.get(subject, set())
+                    held.difference_update(slot_ids)
+                    if not held:
+                        self._held.pop(subject, None)
+                    try:
+                        await self._store.release_quota_slots(subject, slot_ids)
+                    except Exception:  # a lapsed lease frees them anyway
+                        log.warning("quota_slots_not_released", slots=len(slot_ids))
+        finally:
+            self._releasing = None
 
 
 def _refused(

@@ -637,8 +637,8 @@ class Store(ABC):
         """Extend the leases of those of ``slot_ids`` that ``subject`` still holds."""
 
     @abstractmethod
-    async def release_quota_slot(self, subject: str, slot_id: str) -> None:
-        """Free the slot. Idempotent."""
+    async def release_quota_slots(self, subject: str, slot_ids: list[str]) -> None:
+        """Free those of ``slot_ids`` that ``subject`` holds. Idempotent."""
 
     @abstractmethod
     async def prune_quotas(self, now: float) -> None:

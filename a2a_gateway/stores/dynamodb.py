@@ -1056,9 +1056,12 @@ class DynamoDBStore(Store):
 
         await self._change_slots(subject, renew)
 
-    async def release_quota_slot(self, subject: str, slot_id: str) -> None:
+    async def release_quota_slots(self, subject: str, slot_ids: list[str]) -> None:
+        freed = set(slot_ids)
+
         def release(slots: dict[str, float]) -> dict[str, float] | None:
-            return {s: u for s, u in slots.items() if s != slot_id} if slot_id in slots else None
+            kept = {s: u for s, u in slots.items() if s not in freed}
+            return kept if len(kept) < len(slots) else None
 
         await self._change_slots(subject, release)
 

@@ -399,8 +399,10 @@ class MemoryStore(Store):
             if slot_id in slots:
                 slots[slot_id] = lease_until
 
-    async def release_quota_slot(self, subject: str, slot_id: str) -> None:
-        self._quota_slots.get(subject, {}).pop(slot_id, None)
+    async def release_quota_slots(self, subject: str, slot_ids: list[str]) -> None:
+        slots = self._quota_slots.get(subject, {})
+        for slot_id in slot_ids:
+            slots.pop(slot_id, None)
 
     async def prune_quotas(self, now: float) -> None:
         self._quota_counters = {

@@ -814,10 +814,11 @@ class PostgresStore(Store):
                 subject, slot_ids, lease_until,
             )
 
-    async def release_quota_slot(self, subject: str, slot_id: str) -> None:
+    async def release_quota_slots(self, subject: str, slot_ids: list[str]) -> None:
         async with self._conn() as conn:
             await conn.execute(
-                "DELETE FROM quota_slots WHERE subject = $1 AND slot_id = $2", subject, slot_id
+                "DELETE FROM quota_slots WHERE subject = $1 AND slot_id = ANY($2::text[])",
+                subject, slot_ids,
             )
 
     async def prune_quotas(self, now: float) -> None:

@@ -659,9 +659,10 @@ class SQLiteStore(Store):
             [(lease_until, subject, slot_id) for slot_id in slot_ids],
         )
 
-    async def release_quota_slot(self, subject: str, slot_id: str) -> None:
-        await self._batched.write(
-            "DELETE FROM quota_slots WHERE subject = ? AND slot_id = ?", (subject, slot_id)
+    async def release_quota_slots(self, subject: str, slot_ids: list[str]) -> None:
+        await self._batched.write_many(
+            "DELETE FROM quota_slots WHERE subject = ? AND slot_id = ?",
+            [(subject, slot_id) for slot_id in slot_ids],
         )
 
     async def prune_quotas(self, now: float) -> None:

@@ -300,6 +300,14 @@ class TaskRun:
     def artifact_id(self) -> str | None:
         return self._artifact_id
 
+    def add_done_callback(self, callback: Callable[[TaskRun], None]) -> None:
+        """Call ``callback(self)`` once the run stops driving its handler (at once if it
+        drives none)."""
+        if self._driver is None or self._driver.done():
+            callback(self)
+        else:
+            self._driver.add_done_callback(lambda _: callback(self))
+
     async def wait_done(self, timeout: float | None = None) -> bool:
         if self._driver is None:
             return True

@@ -70,8 +70,8 @@ async def test_slots_are_taken_while_fewer_live_ones_are_held(store):
     assert not await store.take_quota_slot(subject, "s3", 2, T0, T0 + 30)
     assert await store.take_quota_slot("key:other", "s1", 1, T0, T0 + 30)  # subjects apart
 
-    await store.release_quota_slot(subject, "s1")
-    await store.release_quota_slot(subject, "s1")  # idempotent
+    await store.release_quota_slots(subject, ["s1"])
+    await store.release_quota_slots(subject, ["s1", "never-taken"])  # idempotent
     assert await store.take_quota_slot(subject, "s3", 2, T0, T0 + 30)
     assert not await store.take_quota_slot(subject, "s4", 2, T0 + 10, T0 + 40)
 
