@@ -67,10 +67,12 @@ from a2a_gateway.stores.postgres_migrations import (
 from a2a_gateway.stores.sql_rows import RowReader
 from a2a_gateway.stores.usage_rows import (
     USAGE_COLUMNS,
+    daily_sql,
     fold,
     partials_of_rows,
     usage_sql,
     usage_values,
+    whole_days,
 )
 
 __all__ = [
@@ -82,6 +84,10 @@ __all__ = [
 ]
 
 _SCOPE = "tenant = $1 AND endpoint_id = $2 AND principal = $3"
+def _placeholder(n: int) -> str:
+    return f"${n}"
+
+
 _SET_USAGE = ", ".join(f"{column} = ${n}" for n, column in enumerate(USAGE_COLUMNS, 14))
 """A task update sets the ledger's columns ($14…): a record at the terminal write, NULLs before."""
 
@@ -828,7 +834,15 @@ class PostgresStore(Store):
 
     # usage ------------------------------------------------------------------------------
     async def usage_summary(self, query: UsageQuery) -> list[UsageTotals]:
-        sql, params = usage_sql(query, lambda n: f"${n}")
-        async with self._conn() as conn:
-            rows = await conn.fetch(sql, *params)
+        """Whole days from the daily sums (``usage_daily``), partial days from the tasks, in
+        one repeatable-read transaction so a task ending meanwhile is counted once or not."""
+        days, edges = whole_days(query)
+        statements = [usage_sql(edge, _placeholder) for edge in edges]
+        if days != (0, 0):
+            statements.append(daily_sql(query, days, _placeholder))
+        rows = []
+        async with self._conn() as conn, conn.transaction(isolation="repeatable_read",
+                                                          readonly=True):
+            for sql, params in statements:
+                rows += await conn.fetch(sql, *params)
         return fold(partials_of_rows(rows))

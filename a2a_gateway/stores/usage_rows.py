@@ -10,7 +10,7 @@ of a single aggregate query.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -169,8 +169,62 @@ def usage_sql(query: UsageQuery, placeholder: Callable[[int], str]) -> tuple[str
     return sql, params
 
 
+def whole_days(query: UsageQuery) -> tuple[tuple[int | None, int | None], list[UsageQuery]]:
+    """The query split for a store that keeps daily sums (PostgreSQL's ``usage_daily``): the
+    whole UTC days it covers, as [first, last) day numbers (None: unbounded), and the queries
+    of the partial days at its ends, to sum from the tasks. ((0, 0), [query]) when it covers
+    no whole day, or filters by key (the daily sums have no key)."""
+    start = None if query.start is None else epoch_us(query.start)
+    end = None if query.end is None else epoch_us(query.end)
+    if query.key_id is not None:
+        return (0, 0), [query]
+    first = None if start is None else -(-start // _US_PER_DAY)
+    last = None if end is None else end // _US_PER_DAY
+    if first is not None and last is not None and first >= last:
+        return (0, 0), [query]
+    edges = []
+    if first is not None and start is not None and start < first * _US_PER_DAY:
+        edges.append(replace(query, end=_at_day(first)))
+    if last is not None and end is not None and end > last * _US_PER_DAY:
+        edges.append(replace(query, start=_at_day(last)))
+    return (first, last), edges
+
+
+def _at_day(day: int) -> datetime:
+    return datetime.fromtimestamp(day * 86_400, UTC)
+
+
+def daily_sql(query: UsageQuery, days: tuple[int | None, int | None],
+              placeholder: Callable[[int], str]) -> tuple[str, list[Any]]:
+    """``usage_sql`` over ``usage_daily`` for the whole days [first, last)."""
+    where, params = ["TRUE"], []
+
+    def param(value: Any) -> str:
+        params.append(value)
+        return placeholder(len(params))
+
+    for column, value in (("endpoint_id", query.endpoint_id), ("principal", query.principal),
+                          ("tenant", query.tenant)):
+        if value is not None:
+            where.append(f"{column} = {param(value)}")
+    if days[0] is not None:
+        where.append(f"day >= {param(days[0])}")
+    if days[1] is not None:
+        where.append(f"day < {param(days[1])}")
+    groups = query.group_by
+    sql = (
+        f"SELECT {'endpoint_id' if 'endpoint' in groups else 'NULL'},"
+        f" {'principal' if 'principal' in groups else 'NULL'},"
+        f" {'day' if 'day' in groups else 'NULL'}, state, currency, sum(tasks),"
+        " sum(duration_us), sum(requests), sum(bytes_in), sum(bytes_out), sum(input_tokens),"
+        " sum(output_tokens), sum(cost_micros)"
+        f" FROM usage_daily WHERE {' AND '.join(where)} GROUP BY 1, 2, 3, 4, 5"
+    )
+    return sql, params
+
+
 def partials_of_rows(rows: Iterable[Any]) -> list[PartialSum]:
-    """The rows of ``usage_sql`` as partial sums."""
+    """The rows of ``usage_sql`` (or ``daily_sql``) as partial sums."""
     return [
         PartialSum(
             r[0], r[1], None if r[2] is None else day_text(int(r[2]) * _US_PER_DAY),

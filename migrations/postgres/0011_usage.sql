@@ -30,3 +30,52 @@ CREATE INDEX tasks_usage_by_principal ON tasks (principal, ended_us)
     INCLUDE (endpoint_id, state, currency, started_us, requests, bytes_in, bytes_out,
              input_tokens, output_tokens, cost_micros)
     WHERE ended_us IS NOT NULL;
+
+-- Daily sums of the ledger, kept by a trigger in the transaction of each task's terminal
+-- write: summaries over whole UTC days read these instead of every task (a fleet's month is a
+-- few thousand rows here, hundreds of thousands in tasks); the partial days at a range's ends
+-- and key filters read tasks. One row per day, scope, final state and currency.
+CREATE TABLE usage_daily (
+    day           integer NOT NULL,  -- days since 1970-01-01 (UTC) of the tasks' end
+    endpoint_id   text COLLATE "C" NOT NULL,
+    principal     text COLLATE "C" NOT NULL,
+    tenant        text COLLATE "C" NOT NULL,
+    state         smallint NOT NULL,
+    currency      text COLLATE "C" NOT NULL,
+    tasks         bigint NOT NULL,
+    duration_us   bigint NOT NULL,
+    requests      bigint NOT NULL,
+    bytes_in      bigint NOT NULL,
+    bytes_out     bigint NOT NULL,
+    input_tokens  bigint NOT NULL,
+    output_tokens bigint NOT NULL,
+    cost_micros   bigint NOT NULL,
+    PRIMARY KEY (day, endpoint_id, principal, tenant, state, currency)
+);
+CREATE INDEX usage_daily_by_endpoint ON usage_daily (endpoint_id, day);
+CREATE INDEX usage_daily_by_principal ON usage_daily (principal, day);
+
+CREATE FUNCTION usage_daily_add() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO usage_daily AS d VALUES (
+        NEW.ended_us / 86400000000, NEW.endpoint_id, NEW.principal, NEW.tenant, NEW.state,
+        COALESCE(NEW.currency, ''), 1, NEW.ended_us - NEW.started_us, NEW.requests,
+        NEW.bytes_in, NEW.bytes_out, NEW.input_tokens, NEW.output_tokens, NEW.cost_micros)
+    ON CONFLICT (day, endpoint_id, principal, tenant, state, currency) DO UPDATE SET
+        tasks = d.tasks + 1, duration_us = d.duration_us + EXCLUDED.duration_us,
+        requests = d.requests + EXCLUDED.requests, bytes_in = d.bytes_in + EXCLUDED.bytes_in,
+        bytes_out = d.bytes_out + EXCLUDED.bytes_out,
+        input_tokens = d.input_tokens + EXCLUDED.input_tokens,
+        output_tokens = d.output_tokens + EXCLUDED.output_tokens,
+        cost_micros = d.cost_micros + EXCLUDED.cost_micros;
+    RETURN NULL;
+END
+$$;
+
+-- A task gets its record once: created ended, or at the update that ends it (an ended task is
+-- never updated again).
+CREATE TRIGGER tasks_usage_created AFTER INSERT ON tasks
+    FOR EACH ROW WHEN (NEW.ended_us IS NOT NULL) EXECUTE FUNCTION usage_daily_add();
+CREATE TRIGGER tasks_usage_ended AFTER UPDATE OF ended_us ON tasks
+    FOR EACH ROW WHEN (OLD.ended_us IS NULL AND NEW.ended_us IS NOT NULL)
+    EXECUTE FUNCTION usage_daily_add();

@@ -79,6 +79,14 @@ async def test_usage_summary_totals_groups_and_filters(store):
     [at] = await store.usage_summary(UsageQuery(start=DAY2, end=DAY2 + timedelta(microseconds=1)))
     assert at.tasks == 2
     assert await store.usage_summary(UsageQuery(start=DAY2, end=DAY2)) == []
+    # a partial day, then a whole one (PostgreSQL sums the whole days apart)
+    [both] = await store.usage_summary(UsageQuery(
+        start=DAY1 - timedelta(hours=1), end=datetime(2026, 12, 2, tzinfo=UTC)))
+    assert (both.tasks, both.requests, both.cost_micros) == (5, 6, {"USD": 4000, "EUR": 7})
+    [whole] = await store.usage_summary(UsageQuery(
+        start=datetime(2026, 12, 1, tzinfo=UTC), end=datetime(2026, 12, 2, tzinfo=UTC),
+        group_by=("day",)))
+    assert (whole.day, whole.tasks, whole.duration_seconds) == ("2026-12-01", 3, 6.0)
     assert await store.usage_summary(UsageQuery(endpoint_id="nope")) == []
     [keyed] = await store.usage_summary(UsageQuery(key_id="k1", tenant="t1"))
     assert keyed.tasks == 4
