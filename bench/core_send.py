@@ -8,6 +8,8 @@ Servers (each its own process, started fresh for every run):
     bare-aiohttp         an aiohttp handler returning a fixed JSON-RPC reply
     gateway-sqlite       ``a2a-gateway serve`` on a fresh ``sqlite:///`` file, log level warning
     gateway-sqlite-key   gateway-sqlite with a private endpoint: every request carries an API key
+    gateway-sqlite-key-limits  gateway-sqlite-key whose key has two quotas (tasks_per_minute and
+                         concurrent_tasks, both far above the load): each request is admitted
     gateway-postgres     ``a2a-gateway serve`` on a fresh, migrated PostgreSQL database per run
                          (``--postgres-dsn``, default ``$A2A_TEST_POSTGRES_DSN``; one replica)
 
@@ -108,6 +110,14 @@ CONFIGS = {
         "gateway-sqlite-key",
         "gateway.py",
         ("--log-level", "warning", "--api-key", API_KEY),
+        sqlite=True,
+        api_key=True,
+    ),
+    "gateway-sqlite-key-limits": ServerConfig(
+        "gateway-sqlite-key-limits",
+        "gateway.py",
+        ("--log-level", "warning", "--api-key", API_KEY, "--limit", "tasks_per_minute=1000000000",
+         "--limit", "concurrent_tasks=1000000"),
         sqlite=True,
         api_key=True,
     ),

@@ -5,7 +5,8 @@
 Writes an endpoints file with the echo endpoint (public unless ``--api-key``) and replaces
 this process with ``python -m a2a_gateway serve --endpoints FILE`` (same pid, so a bench
 measures the served gateway's CPU). ``--api-key KEY`` makes the endpoint private and
-stores KEY for it first, so it needs a file store (``sqlite:///…``). ``--no-uvloop`` sets
+stores KEY for it first, so it needs a file store (``sqlite:///…``); ``--limit NAME=VALUE``
+(repeatable) gives that key quotas. ``--no-uvloop`` sets
 ``A2A_GATEWAY_EVENT_LOOP=asyncio``. ``A2A_BENCH_SOURCE`` (``core_send --ref``) serves a
 snapshot of the packages instead of the working tree.
 """
@@ -34,7 +35,7 @@ ENDPOINTS = """endpoints:
 """
 
 
-async def _store_key(store_url: str, key: str) -> None:
+async def _store_key(store_url: str, key: str, limits: list[str]) -> None:
     sys.path.insert(0, str(SOURCE))
     from a2a_gateway.auth.api_keys import hash_key, key_id_of, make_key
     from a2a_gateway.settings import GatewaySettings
@@ -45,6 +46,10 @@ async def _store_key(store_url: str, key: str) -> None:
     try:
         row, _ = make_key(secret, endpoint_id=BENCH_ENDPOINT_ID, tenant="default")
         row.id, row.key_hash = key_id_of(key), hash_key(secret, key)
+        if limits:
+            from a2a_gateway.governance.limits import NO_LIMITS, apply_assignments
+
+            row.limits = apply_assignments(NO_LIMITS, limits).set()
         await store.create_api_key(row)
     finally:
         await store.aclose()
@@ -60,11 +65,13 @@ def main() -> None:
     p.add_argument(
         "--api-key", help="make the endpoint private, callable with this key (file stores only)"
     )
+    p.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
+                   help="a quota of the --api-key key (repeatable)")
     args = p.parse_args()
     if args.api_key:
         if args.store.startswith("memory:"):
             sys.exit("--api-key needs a file store: the key is stored before the gateway starts")
-        asyncio.run(_store_key(args.store, args.api_key))
+        asyncio.run(_store_key(args.store, args.api_key, args.limit))
     endpoints = Path(tempfile.mkdtemp(prefix="a2a-bench-endpoints-")) / "endpoints.yaml"
     endpoints.write_text(
         ENDPOINTS.format(id=BENCH_ENDPOINT_ID, public=str(args.api_key is None).lower())
