@@ -243,3 +243,25 @@ async def test_the_admin_api_sets_limits_and_refuses_bad_ones_writing_nothing(ad
     assert (await admin(gw, "PUT", f"/endpoints/{other}/keys/{key_id}/limits",
                         json={"limits": {}})).status_code == 404
     assert (await admin(gw, "PUT", path, json={"limits": {}}, headers={})).status_code == 401
+
+    # each change is in the audit log, before and after
+    audit = (await admin(gw, "GET", f"/audit?action=key.limited&target={key_id}")).json()
+    changes = [(e["before"]["limits"], e["after"]["limits"]) for e in audit["entries"]]
+    assert changes == [({"tasks_per_minute": 2, "cost_per_month": 12.5}, {}),
+                       ({"tasks_per_minute": 1}, {"tasks_per_minute": 2, "cost_per_month": 12.5})]
+
+    # an endpoint's limits through the admin API: checked as its other settings are
+    made = await admin(gw, "POST", "/endpoints", json={
+        "name": "limited", "handler": "handlers.echo:EchoHandler", "public": True,
+        "limits": {"concurrent_tasks": 0}})
+    assert made.status_code == 400 and "limits.concurrent_tasks" in made.text, made.text
+    made = await admin(gw, "POST", "/endpoints", json={
+        "name": "limited", "handler": "handlers.echo:EchoHandler", "public": True,
+        "settings": {"delay": 0}, "limits": {"tasks_per_hour": 1}})
+    assert made.status_code == 201, made.text
+    limited = made.json()["endpoint"]["id"]
+    assert (await gw.store.get_endpoint(limited)).metadata["limits"] == {"tasks_per_hour": 1}
+    async with httpx.AsyncClient(timeout=10) as http:
+        answers = [await http.post(gw.jsonrpc_url(limited), json=send_body(), headers=V10)
+                   for _ in range(2)]
+    assert [a.status_code for a in answers] == [200, 429]
