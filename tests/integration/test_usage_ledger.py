@@ -134,6 +134,13 @@ async def test_usage_of_two_keys_through_the_chat_bridge_and_hermes(gw):
             assert refused.status_code == 400, (params, refused.text)
             assert named in refused.text
         assert (await http.get("/admin/api/usage")).status_code == 200
+        for cost, named in (({"currency": "usd"}, "cost.currency"),
+                            ({"currency": "USD", "per_task": -1}, "cost.per_task"),
+                            ({"currency": "USD", "per_call": 1}, "cost.per_call")):
+            refused = await http.post("/admin/api/endpoints", json={
+                "name": "badly priced", "handler": "handlers.echo:EchoHandler", "cost": cost})
+            assert refused.status_code == 400 and named in refused.text, refused.text
+        assert len(await gw.store.list_endpoints()) == 2
         anonymous = await http.get("/admin/api/usage", headers={"Authorization": ""})
         assert anonymous.status_code == 401
         as_caller = await http.get("/admin/api/usage", headers={"X-API-Key": alice,
