@@ -3,8 +3,8 @@
 Every caller — the admin API, the console's sign-in, the CLI, the endpoints file — hands
 ``record`` who did what to which target and the fields before and after; ``record`` takes the
 secrets out, appends the entry to the store and emits one JSON log line (``audit_entry``).
-Secrets are: fields the caller names (an endpoint's secret settings), any field named like a
-credential (``looks_secret``: ``api_key``, ``token``, ``key_hash``, …) at any depth, and
+Secrets are: fields the caller names (an endpoint's secret settings), ``key`` and ``key_hash``,
+any field named like a credential (``looks_secret``: ``api_key``, ``token``, …) at any depth, and
 credentials inside URLs. An ``env:NAME`` reference is kept: it names the secret, not its value.
 
 Actors: a gateway operator key is ``key:<ref>`` (``OperatorKeys.ref_of``, not the key), an OIDC
@@ -27,6 +27,8 @@ from a2a_gateway.observability.logs import looks_secret, mask_credentials
 from a2a_gateway.stores.base import AuditEntry, Endpoint, Store
 
 SECRET_SHOWN = "***"
+KEY_FIELDS = frozenset({"key", "key_hash"})
+"""An API key and its hash, whose names ``looks_secret`` does not catch."""
 PRUNE_INTERVAL_SECONDS = 3600.0
 GATEWAY_ACTOR = "gateway"
 
@@ -47,7 +49,7 @@ async def record(
     """Append an entry for ``action`` (a stable dotted name such as ``endpoint.disabled``) and
     log it; return it as stored. ``secret_fields``: field names whose values are secrets
     wherever they appear in ``before``, ``after`` or ``details``."""
-    secret = frozenset(secret_fields)
+    secret = KEY_FIELDS | frozenset(secret_fields)
     entry = AuditEntry(
         id=uuid.uuid4().hex,
         at=datetime.now(UTC),

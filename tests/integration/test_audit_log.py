@@ -108,11 +108,17 @@ async def test_operator_changes_through_the_admin_api_and_the_cli_are_audited(st
                       "handlers.openai_chat:OpenAIChatHandler", "--set", "model=m",
                       "--set", "base_url=http://127.0.0.1:9/v1",
                       "--set", f"api_key={LITERAL_SECRET}")
+            [carol] = [k for k in await gw.store.list_api_keys(echo) if k.principal == "carol"]
+            await cli("keys", "revoke", carol.id)
+            await cli("endpoints", "enable", echo)
             mine = await _entries(gw, f"?actor={ME}")
             assert [e["action"] for e in mine] == [
-                "endpoint.added", "key.created", "endpoint.disabled"
+                "endpoint.enabled", "key.revoked", "endpoint.added", "key.created",
+                "endpoint.disabled",
             ]
-            assert len(mine[2]["details"]["canceledTasks"]) == 1
+            assert mine[1]["target"] == carol.id and mine[1]["after"]["state"] == "revoked"
+            assert mine[2]["after"]["metadata"]["api_key"] == "***"
+            assert len(mine[4]["details"]["canceledTasks"]) == 1
             assert LITERAL_SECRET not in str(mine)
 
         # filters, pages and bad parameters
