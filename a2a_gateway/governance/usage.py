@@ -9,6 +9,7 @@ event (each bridge passes its backend's own counts, in its backend's names).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -63,9 +64,12 @@ class Price:
         """The price in an endpoint row's metadata (None without one, or an invalid one:
         the registry refuses those when the endpoint is written)."""
         value = metadata.get(COST_KEY)
-        if value is None or check_cost(value) is not None:
+        if value is None:
             return None
-        return cls(value["currency"], *(float(value.get(name, 0)) for name in _PRICE_FIELDS))
+        try:  # a run reads it at each task's end: the same few settings, checked once
+            return _price_of(tuple(sorted(value.items())))
+        except (AttributeError, TypeError):  # not an object, or unhashable values: invalid
+            return None
 
     def micros(self, input_tokens: int, output_tokens: int) -> int:
         """The cost of one task in millionths of ``currency``, rounded to the nearest."""
@@ -75,6 +79,14 @@ class Price:
             + self.per_1k_output_tokens * output_tokens / 1000
         )
         return round(total * 1_000_000)
+
+
+@functools.lru_cache(maxsize=256)
+def _price_of(items: tuple[tuple[str, Any], ...]) -> Price | None:
+    value = dict(items)
+    if check_cost(value) is not None:
+        return None
+    return Price(value["currency"], *(float(value.get(name, 0)) for name in _PRICE_FIELDS))
 
 
 def check_cost(value: Any) -> str | None:
