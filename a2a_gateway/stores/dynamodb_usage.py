@@ -69,11 +69,13 @@ def _at(us: int) -> datetime:
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
 
 
-def _days(query: UsageQuery) -> list[str] | None:
-    """The days to query, or None to scan (an open or long range)."""
-    if query.start is None or query.end is None:
+def _days(query: UsageQuery, now: float) -> list[str] | None:
+    """The days to query, or None to scan (no start, or a long range). A range without an
+    end ends now (a quota's "since the window's start")."""
+    if query.start is None:
         return None
-    first, last = epoch_us(query.start), epoch_us(query.end) - 1
+    end = epoch_us(query.end) if query.end is not None else int(now * 1_000_000) + 1
+    first, last = epoch_us(query.start), end - 1
     if last < first:
         return []
     day, count = _at(first).date(), (_at(last).date() - _at(first).date()).days + 1
@@ -86,7 +88,7 @@ async def summarize_usage(
     all_pages: AllPages, table: str, query: UsageQuery, now: float
 ) -> list[UsageTotals]:
     """``Store.usage_summary`` over the tasks table's ``by_usage_day`` index."""
-    days = _days(query)
+    days = _days(query, now)
     if days is None:
         pages = [all_pages("scan", TableName=table, IndexName=USAGE_INDEX)]
     else:
@@ -115,6 +117,8 @@ def _day(all_pages: AllPages, table: str, day: str, query: UsageQuery) -> Awaita
             f" AND {e.n('usage_end')} BETWEEN {e.v(N(epoch_us(query.start)))}"
             f" AND {e.v(N(epoch_us(query.end) - 1))}"
         )
+    elif query.start is not None:
+        condition += f" AND {e.n('usage_end')} >= {e.v(N(epoch_us(query.start)))}"
     filters = [
         f"{e.n(name)} = {e.v(S(value))}"
         for name, value in (("endpoint_id", query.endpoint_id), ("principal", query.principal))
