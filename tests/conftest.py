@@ -4,6 +4,11 @@ HTTP client for raw calls to it.
 Tests that need a service skip when it is not configured; under CI (``CI=true``, set by
 .ci/run, which starts every service) a skip is turned into a failure, so none can pass
 silently there.
+
+Property-based tests run half their examples without ``CI=true`` (a Hypothesis profile for
+those that take the default count, ``tests.support.examples.examples(n)`` for those that set
+their own): .ci/run runs the suite twice within one time budget, first without services or
+``CI``, then with both, and that second run still tries every example.
 """
 
 from __future__ import annotations
@@ -13,9 +18,15 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from hypothesis import settings
 
 from tests.stores.dynamo_support import stop_local_moto
+from tests.support.examples import examples, full_run
 from tests.support.harness import RunningGateway, running_gateway
+
+if not full_run():  # with CI=true Hypothesis loads its own "ci" profile, as before
+    settings.register_profile("half", max_examples=examples(settings.default.max_examples))
+    settings.load_profile("half")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -13,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.examples import examples
 from tests.support.fuzz_requests import Target, cases, gateway_thread, send, stray_tasks
 
-CASES = 3000
+CASES = examples(3000)
 
 
 @pytest.fixture(scope="module")

@@ -21,11 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from a2a_gateway.auth.api_keys import make_key
+from tests.support.examples import examples
 from tests.support.fuzz_requests import served_in_thread, server_error_of
 from tests.support.harness import RunningGateway, running_gateway
 
 pytestmark = pytest.mark.timeout(600)
-EXAMPLES = 1500
+EXAMPLES = examples(1500)
 CATALOG = "/.well-known/ai-catalog.json"
 AGENTS = "/agents"
 HEADER_TEXT = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=60)

@@ -26,6 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from a2a_gateway.protojson import message_to_dict, parse_dict
+from tests.support.examples import examples
 
 MESSAGE = {
     "messageId": "m1",
@@ -444,7 +445,7 @@ def test_the_edges_of_each_kind_as_numbers_and_strings(target):
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=repr)
-@settings(max_examples=100, derandomize=True, database=None, deadline=None)
+@settings(max_examples=examples(100), derandomize=True, database=None, deadline=None)
 @given(value=st.one_of(json_numbers, numeric_strings))
 def test_a_number_that_fits_is_json_formats_and_one_that_does_not_is_an_error_naming_the_field(
     target, value
