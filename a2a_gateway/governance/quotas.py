@@ -31,6 +31,7 @@ import structlog
 
 from a2a_gateway.errors import QuotaExceededError
 from a2a_gateway.governance.limits import WINDOW_SECONDS
+from a2a_gateway.observability.metrics import QUOTA_REFUSALS
 from a2a_gateway.stores.base import ApiKey, Store, UsageQuery
 
 log = structlog.get_logger(__name__)
@@ -225,6 +226,7 @@ class Quotas:
 def _refused(
     subject: Subject, name: str, limit: float, now: float, resets_at: float | None
 ) -> QuotaExceededError:
+    QUOTA_REFUSALS.labels(name, subject.kind).inc()
     who = f"key {subject.id}" if subject.kind == "key" else f"endpoint {subject.id}"
     text = f"quota {name} of {limit:g} for {who} reached"
     if resets_at is None:

@@ -21,6 +21,11 @@ RATE_LIMIT_FALLBACKS = Counter(
     "a2a_gateway_rate_limit_fallbacks_total",
     "Rate-limit checks counted on this replica alone because Redis could not be reached",
 )
+QUOTA_REFUSALS = Counter(
+    "a2a_gateway_quota_refusals_total",
+    "New tasks refused by a quota, by limit name and by whose limit it is (key or endpoint)",
+    ["limit", "subject"],
+)
 MESSAGES = Counter("a2a_gateway_message_replies_total", "Message-mode answers (no task)")
 RUNNING = Gauge("a2a_gateway_running_tasks", "Task runs driven by this replica right now")
 OUTCOMES = Counter(

@@ -98,6 +98,9 @@ async def test_each_quota_kind_refuses_before_any_work_and_resets(gw):
     assert f"key {limited_id}" in error["error"]["message"]
     assert rest.status_code == 429 and rest.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
     assert await _tasks_of(gw, endpoint, limited_id) == 2
+    async with httpx.AsyncClient(timeout=10) as http:
+        metrics = (await http.get(f"{gw.base_url}/metrics")).text
+    assert 'a2a_gateway_quota_refusals_total{limit="tasks_per_minute",subject="key"}' in metrics
     # another key of the same endpoint is not bound by it
     assert (await _send(gw, endpoint, free)).status.state == TaskState.TASK_STATE_COMPLETED
 
