@@ -5,14 +5,16 @@ One flow per store: a key's task window refuses the request over it (429, ``Retr
 the JSON-RPC id, the limit named, REST ``RESOURCE_EXHAUSTED``), creates no task, leaves other
 keys alone, and admits again once the window turned (the quotas' clock is moved); a key's
 concurrency slot refuses with 403 while its task runs and frees when it ends; an endpoint's
-limit binds its callers together; a token budget refuses once the usage ledger holds more
+limit binds its callers together; token and money budgets refuse once the usage ledger holds
+more (tasks through the chat bridge against the scripted LLM, priced by the endpoint's ``cost``)
 than it; a follow-up message to an admitted task is not a new task.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -20,14 +22,19 @@ import pytest
 from a2a.types import Task, TaskState
 
 from a2a_gateway.auth.api_keys import make_key
-from a2a_gateway.stores.base import Scope, TaskQuery, UsageRecord
+from a2a_gateway.governance.quotas import BUDGET_CACHE_SECONDS
+from a2a_gateway.stores.base import Scope, TaskQuery
 from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.support.admin_support import OPERATOR_KEY, admin
-from tests.support.harness import RunningGateway, collect, running_gateway
+from tests.support.harness import RunningGateway, collect, require_env, running_gateway
 from tests.support.messages import send_body, send_params, send_request
 from tests.support.waiting import eventually
 
 V10 = {"A2A-Version": "1.0"}
+PRICE = {"currency": "USD", "per_task": 0.001, "per_1k_input_tokens": 0.5,
+         "per_1k_output_tokens": 1.5}
+PROMPT = "FAKE_SLOW words=3 delay=0.01"
+"""The scripted LLM answers three words (3 completion tokens) to a 10-token prompt."""
 MINUTE_START = 1_800_000_000.0 - 1_800_000_000.0 % 86400 + 3600
 """A whole hour of a day (so minute, hour and day windows all start there)."""
 
@@ -123,7 +130,7 @@ async def test_each_quota_kind_refuses_before_any_work_and_resets(gw):
     assert await _tasks_of(gw, slow, asking_id) == 1
 
 
-async def test_concurrency_endpoint_limits_and_token_budgets(gw):
+async def test_concurrency_and_endpoint_limits(gw):
     gw.gateway.quotas.clock = Clock(MINUTE_START + 10)
     endpoint = await gw.add_endpoint(settings={"delay": 0.1})
     busy_id, busy = await _key(gw, endpoint, {"concurrent_tasks": 1})
@@ -152,14 +159,30 @@ async def test_concurrency_endpoint_limits_and_token_budgets(gw):
     assert refused.status_code == 429
     assert f"tasks_per_hour of 2 for endpoint {shared}" in refused.json()["error"]["message"]
 
-    # a token budget: the ledger's sum since the day's start, checked at the start
-    budget_id, budget = await _key(gw, endpoint, {"tokens_per_day": 100})
-    assert (await _send(gw, endpoint, budget)).status.state == TaskState.TASK_STATE_COMPLETED
-    await _spent(gw, endpoint, budget_id, tokens=150)
-    gw.gateway.quotas.clock = Clock(MINUTE_START + 20)  # past the budget cache
-    refused = await _refusal(gw, endpoint, budget)
-    assert refused.status_code == 429
-    assert "tokens_per_day of 100" in refused.json()["error"]["message"]
+
+
+async def test_token_and_money_budgets_count_what_the_ledger_recorded(gw):
+    """Through the chat bridge against the scripted LLM: each task uses 13 tokens and costs
+    0.0105 USD at the endpoint's price, recorded when it ends; a budget refuses the task after
+    the one that crossed it (the running one was not cut)."""
+    require_env("A2A_TEST_LLM_URL")
+    clock = gw.gateway.quotas.clock = Clock(time.time())  # the ledger's days are real ones
+    chat = await gw.add_endpoint("handlers.openai_chat:OpenAIChatHandler", settings={
+        "base_url": f"{os.environ['A2A_TEST_LLM_URL'].rstrip('/')}/v1", "api_key": "sk-scripted",
+        "model": "scripted", "cost": PRICE,
+    })
+    _, tokens = await _key(gw, chat, {"tokens_per_day": 20})
+    _, money = await _key(gw, chat, {"cost_per_month": 0.015})
+    for key, name in ((tokens, "tokens_per_day of 20"), (money, "cost_per_month of 0.015")):
+        for _ in range(2):  # 0, then 13 tokens (0.0105 USD) used: below the budget
+            clock.now += BUDGET_CACHE_SECONDS + 1  # each start reads the ledger afresh
+            assert (await _send(gw, chat, key, PROMPT)).status.state == (
+                TaskState.TASK_STATE_COMPLETED
+            )
+        clock.now += BUDGET_CACHE_SECONDS + 1
+        refused = await _refusal(gw, chat, key)  # 26 tokens, 0.021 USD: over
+        assert refused.status_code == 429 and name in refused.json()["error"]["message"]
+        assert int(refused.headers["Retry-After"]) > 0
 
 
 async def _refusal(
@@ -175,18 +198,6 @@ async def _try(gw: RunningGateway, endpoint: str, key: str) -> bool:
         answer = await http.post(gw.jsonrpc_url(endpoint), json=send_body(),
                                  headers={**V10, "X-API-Key": key})
     return answer.status_code == 200 and "result" in answer.json()
-
-
-async def _spent(gw: RunningGateway, endpoint: str, key_id: str, *, tokens: int) -> None:
-    """A task of the key that ended with ``tokens`` used, as the ledger records one."""
-    task = Task(id=f"spent-{key_id}", context_id="ctx-spent")
-    task.status.state = TaskState.TASK_STATE_COMPLETED
-    ended = datetime.fromtimestamp(MINUTE_START + 15, UTC)
-    await gw.store.create_task(
-        Scope("default", endpoint, key_id), task,
-        usage=UsageRecord(started_at=ended, ended_at=ended, key_id=key_id,
-                          input_tokens=tokens // 2, output_tokens=tokens - tokens // 2),
-    )
 
 
 @pytest.fixture(params=["sqlite"])  # the store side of limits is the contract suite's
