@@ -208,7 +208,11 @@ def build_app(
         )
         await hub.start()
         registry = EndpointRegistry(opened, settings, client)
-        hub.endpoint_changed = registry.forget  # another replica's (or the CLI's) endpoint change
+        def endpoint_changed(endpoint_id: str | None) -> None:  # another replica's or the CLI's
+            registry.forget(endpoint_id)
+            engine.endpoint_changed(endpoint_id)  # its runs whose tasks the CLI's kill ended
+
+        hub.endpoint_changed = endpoint_changed
         auth = build_authenticator(settings, opened, client, redis)
         gateway = Gateway(
             settings,

@@ -442,8 +442,8 @@ def _set_enabled(enabled: bool) -> Any:
             ep.enabled = enabled
             ep.updated_at = datetime.now(UTC)
             await store.update_endpoint(ep)
-            await _announce_change(_settings(args), ep.id)
             canceled = await _kill(store, ep.id, "endpoint disabled") if cancel_running else []
+            await _announce_change(_settings(args), ep.id)  # after the kill: its runs stop then
             if before != enabled or cancel_running:
                 await _audit(
                     store, "endpoint.enabled" if enabled else "endpoint.disabled", ep.id,
@@ -578,6 +578,7 @@ def cmd_keys_revoke(args: argparse.Namespace) -> None:
         if args.cancel_running:  # the tasks of the key's principal (keys sharing it share this)
             canceled = await _kill(store, row.endpoint_id, "API key revoked",
                                    Scope(row.tenant, row.endpoint_id, row.principal))
+            await _announce_change(_settings(args), row.endpoint_id)  # its runs stop at once
         revoked = await store.get_api_key(args.key_id) or row
         await _audit(store, "key.revoked", row.id, before=key_json(row), after=key_json(revoked),
                      details={"canceledTasks": canceled} if args.cancel_running else None)

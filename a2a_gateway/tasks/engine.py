@@ -116,6 +116,7 @@ class TaskEngine:
         """Set when the runs are handed over (``aclose``): waits on tasks run elsewhere end too."""
         self._released_elsewhere = asyncio.Event()
         self._task_locks: dict[str, asyncio.Lock] = {}
+        self._endpoint_checks: set[asyncio.Task[None]] = set()
 
     @property
     def replica_id(self) -> str:
@@ -505,14 +506,37 @@ class TaskEngine:
         await self.check_superseded()
         await self.recover_expired(registry)
 
-    async def check_superseded(self) -> None:
-        """Stop local runs whose task another replica ended (e.g. canceled there)."""
+    async def check_superseded(self, endpoint_id: str | None = None) -> None:
+        """Stop local runs whose task another replica ended (e.g. canceled there); only the
+        runs of ``endpoint_id``, if given."""
         for task_id, run in list(self.runs.items()):
-            if run.version is None or run.finished:
+            if run.version is None or run.finished or endpoint_id not in (
+                None, run.scope.endpoint_id
+            ):
                 continue
             stored = await self.store.get_task(run.scope, task_id)
             if stored is not None and stored.task.status.state in TERMINAL_STATES:
                 await run.superseded(stored.task)
+
+    def endpoint_changed(self, endpoint_id: str | None) -> None:
+        """Another replica or the CLI changed the endpoint's row (the live hub's notice). The
+        CLI's kill switch ends the endpoint's tasks in the store and then announces such a
+        change: this replica's runs of it whose task has ended stop now, not at the next lease
+        check."""
+        if endpoint_id is None or self.stopping or not any(
+            run.scope.endpoint_id == endpoint_id for run in self.runs.values()
+        ):
+            return
+        check = asyncio.create_task(self._check_endpoint_runs(endpoint_id))
+        self._endpoint_checks.add(check)
+        check.add_done_callback(self._endpoint_checks.discard)
+
+    async def _check_endpoint_runs(self, endpoint_id: str) -> None:
+        try:
+            await self.check_superseded(endpoint_id)
+        except Exception as exc:  # the lease check looks again
+            log.warning("endpoint_runs_check_failed", endpoint_id=endpoint_id,
+                        error=str(exc) or type(exc).__name__)
 
     async def recover_expired(self, registry: EndpointRegistry) -> list[TaskRun]:
         """Take over tasks whose owner stopped renewing its lease: re-attach to the backend
@@ -583,6 +607,8 @@ class TaskEngine:
         restarted) takes it over at once instead of after the lease time."""
         self.stopping = True
         self.closing.set()
+        for check in list(self._endpoint_checks):
+            check.cancel()
         runs = list(self.runs.values())
         for run in runs:
             await run.hand_over()

@@ -2,7 +2,8 @@
 chat bridge streaming from the scripted LLM) on replica A. Disabling its endpoint with
 ``cancelRunning`` on replica B — or revoking its caller's key with ``--cancel-running`` from the
 CLI, which has no engine — ends the task CANCELED with the operator's reason on both replicas,
-the caller's stream on A ends with it, and the backend run stops (the LLM sees its client go)."""
+the caller's stream on A ends with it, and the backend run stops (the LLM sees its client go).
+Without NOTIFY (DynamoDB), the CLI's kill reaches the replicas over their Redis at once."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from a2a.types import TaskState
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.cli import main as cli_main
 from tests.stores.pg_support import admin_dsn, fresh_database
+from tests.stores.store_urls import fresh_store_url
 from tests.support.admin_support import API_KEY_SECRET, OPERATOR_KEY, admin
 from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.messages import send_request
+from tests.support.redis_support import redis_url
 from tests.support.waiting import eventually
 
 WORDS = 300  # 0.1 s apart: 30 s unless the run is stopped
@@ -129,3 +132,33 @@ async def test_revoking_a_key_from_the_cli_stops_its_principals_run_on_a():
         await _assert_canceled_everywhere((a, b), endpoint_id, task_id, "carol", reason)
         assert stopped["outcome"] == "client_disconnected" and len(stopped["chunks"]) < WORDS
         print(f"kill switch (CLI, PostgreSQL NOTIFY): backend run stopped in {elapsed:.2f} s")
+
+
+async def test_the_clis_disable_reaches_replicas_over_redis_on_dynamodb_at_once(
+    tmp_path, monkeypatch
+):
+    """No NOTIFY here: the CLI announces the endpoint change over the replicas' Redis after
+    ending the tasks, and the owner stops its run then — not at its lease check (20 s here)."""
+    llm = require_env("A2A_TEST_LLM_URL").rstrip("/").removesuffix("/v1")
+    prefix = f"kill-{uuid.uuid4().hex[:8]}:"
+    shared = {"redis_url": redis_url(), "redis_prefix": prefix, "lease_seconds": 60.0}
+    async with fresh_store_url("dynamodb", tmp_path, monkeypatch) as url, \
+            running_gateway(url, replica_id="a", **shared) as a:
+        endpoint_id = await a.add_endpoint("handlers.openai_chat:OpenAIChatHandler",
+                                           settings=_chat_settings(llm))
+        marker = uuid.uuid4().hex[:10]
+        async with a.client(endpoint_id, timeout=60) as client:
+            events = client.send_message(send_request(_slow(marker)))
+            await _first_chunk(events)
+            monkeypatch.setenv("A2A_GATEWAY_REDIS_URL", redis_url())
+            monkeypatch.setenv("A2A_GATEWAY_REDIS_PREFIX", prefix)
+            started = time.monotonic()
+            await asyncio.to_thread(cli_main, ["endpoints", "disable", endpoint_id,
+                                               "--cancel-running", "--store", url])
+            rest = [e async for e in events]
+            stopped = await _stopped(llm, marker)
+            elapsed = time.monotonic() - started
+    assert rest[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
+    assert stopped["outcome"] == "client_disconnected"
+    assert elapsed < 5, elapsed  # the lease check would come after 20 s
+    print(f"kill switch (CLI, Redis on DynamoDB): backend run stopped in {elapsed:.2f} s")
