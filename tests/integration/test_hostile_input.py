@@ -223,7 +223,8 @@ async def _answer_before_reset(sock: socket.socket) -> tuple[int | None, bytes]:
 
 
 async def test_a_stalled_upload_is_answered_408_and_closed(http):
-    async with running_gateway(body_read_timeout_seconds=1) as gw:
+    # the close comes after aiohttp's lingering time (below): it drops what more arrives
+    async with running_gateway(body_read_timeout_seconds=1, lingering_seconds=0.5) as gw:
         endpoint_id = await gw.add_endpoint(settings={"delay": 0})
         for framing in ({"Content_Length": "5000"}, {"Transfer_Encoding": "chunked"}):
             reader, writer = await _open(gw)
@@ -246,7 +247,7 @@ async def test_many_stalled_uploads_stay_within_the_in_flight_budget(http):
     given back and the gateway serves as before."""
     budget_bytes = 256 * 1024
     async with running_gateway(max_body_bytes=128 * 1024, max_inflight_body_bytes=budget_bytes,
-                               body_read_timeout_seconds=3) as gw:
+                               body_read_timeout_seconds=3, lingering_seconds=0.5) as gw:
         endpoint_id = await gw.add_endpoint(settings={"delay": 0})
         budget = gw.app[BODY_BUDGET]
         peak = 0
@@ -286,7 +287,7 @@ async def test_many_stalled_uploads_stay_within_the_in_flight_budget(http):
 
 
 async def test_a_never_ending_chunked_upload_is_413(http):
-    async with running_gateway(max_body_bytes=64 * 1024) as gw:
+    async with running_gateway(max_body_bytes=64 * 1024, lingering_seconds=0.5) as gw:
         endpoint_id = await gw.add_endpoint(settings={"delay": 0})
         reader, writer = await _open(gw)
         writer.write(_head(f"/{endpoint_id}/a2a", Transfer_Encoding="chunked"))
