@@ -69,6 +69,7 @@ from a2a_gateway.stores.usage_rows import (
     USAGE_COLUMNS,
     daily_sql,
     fold,
+    partials_of_daily_rows,
     partials_of_rows,
     usage_sql,
     usage_values,
@@ -837,12 +838,13 @@ class PostgresStore(Store):
         """Whole days from the daily sums (``usage_daily``), partial days from the tasks, in
         one repeatable-read transaction so a task ending meanwhile is counted once or not."""
         days, edges = whole_days(query)
-        statements = [usage_sql(edge, _placeholder) for edge in edges]
-        if days != (0, 0):
-            statements.append(daily_sql(query, days, _placeholder))
-        rows = []
+        partials = []
         async with self._conn() as conn, conn.transaction(isolation="repeatable_read",
                                                           readonly=True):
-            for sql, params in statements:
-                rows += await conn.fetch(sql, *params)
-        return fold(partials_of_rows(rows))
+            for edge in edges:
+                sql, params = usage_sql(edge, _placeholder)
+                partials += partials_of_rows(await conn.fetch(sql, *params))
+            if days != (0, 0):
+                sql, params = daily_sql(query, days, _placeholder)
+                partials += partials_of_daily_rows(await conn.fetch(sql, *params))
+        return fold(partials)

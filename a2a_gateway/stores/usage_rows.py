@@ -92,9 +92,10 @@ def fold(partials: Iterable[PartialSum]) -> list[UsageTotals]:
         totals = groups.get(key)
         if totals is None:
             totals = groups[key] = UsageTotals(p.endpoint_id, p.principal, p.day)
-        outcome = OUTCOMES.get(p.state, "other")
-        totals.tasks += p.tasks
-        totals.outcomes[outcome] = totals.outcomes.get(outcome, 0) + p.tasks
+        if p.tasks:
+            outcome = OUTCOMES.get(p.state, "other")
+            totals.tasks += p.tasks
+            totals.outcomes[outcome] = totals.outcomes.get(outcome, 0) + p.tasks
         totals.duration_seconds += p.duration_us / 1_000_000
         totals.requests += p.requests
         totals.bytes_in += p.bytes_in
@@ -196,7 +197,8 @@ def _at_day(day: int) -> datetime:
 
 def daily_sql(query: UsageQuery, days: tuple[int | None, int | None],
               placeholder: Callable[[int], str]) -> tuple[str, list[Any]]:
-    """``usage_sql`` over ``usage_daily`` for the whole days [first, last)."""
+    """The sums of ``usage_daily`` over the whole days [first, last): per group and currency,
+    tasks per outcome then the sums (``partials_of_daily_rows``)."""
     where, params = ["TRUE"], []
 
     def param(value: Any) -> str:
@@ -215,12 +217,32 @@ def daily_sql(query: UsageQuery, days: tuple[int | None, int | None],
     sql = (
         f"SELECT {'endpoint_id' if 'endpoint' in groups else 'NULL'},"
         f" {'principal' if 'principal' in groups else 'NULL'},"
-        f" {'day' if 'day' in groups else 'NULL'}, state, currency, sum(tasks),"
-        " sum(duration_us), sum(requests), sum(bytes_in), sum(bytes_out), sum(input_tokens),"
-        " sum(output_tokens), sum(cost_micros)"
-        f" FROM usage_daily WHERE {' AND '.join(where)} GROUP BY 1, 2, 3, 4, 5"
+        f" {'day' if 'day' in groups else 'NULL'}, currency, sum(completed), sum(failed),"
+        " sum(canceled), sum(rejected), sum(duration_us), sum(requests), sum(bytes_in),"
+        " sum(bytes_out), sum(input_tokens), sum(output_tokens), sum(cost_micros)"
+        f" FROM usage_daily WHERE {' AND '.join(where)} GROUP BY 1, 2, 3, 4"
     )
     return sql, params
+
+
+_DAILY_OUTCOMES = (TASK_STATE_COMPLETED, TASK_STATE_FAILED, TASK_STATE_CANCELED,
+                   TASK_STATE_REJECTED)
+"""The order of ``daily_sql``'s task counts."""
+
+
+def partials_of_daily_rows(rows: Iterable[Any]) -> list[PartialSum]:
+    """The rows of ``daily_sql`` as partial sums: one of the sums with no task, and one per
+    outcome with its count of tasks and no sums."""
+    partials = []
+    for r in rows:
+        day = None if r[2] is None else day_text(int(r[2]) * _US_PER_DAY)
+        sums = [int(v or 0) for v in r[8:15]]
+        partials.append(PartialSum(r[0], r[1], day, 0, r[3] or "", 0, *sums))
+        for state, count in zip(_DAILY_OUTCOMES, r[4:8], strict=True):
+            if count:
+                partials.append(PartialSum(r[0], r[1], day, state, "", int(count),
+                                           *(0,) * len(sums)))
+    return partials
 
 
 def partials_of_rows(rows: Iterable[Any]) -> list[PartialSum]:
