@@ -133,9 +133,10 @@ async def test_each_quota_kind_refuses_before_any_work_and_resets(gw):
 async def test_concurrency_and_endpoint_limits(gw):
     gw.gateway.quotas.clock = Clock(MINUTE_START + 10)
     endpoint = await gw.add_endpoint(settings={"delay": 0.1})
-    busy_id, busy = await _key(gw, endpoint, {"concurrent_tasks": 1})
+    busy_id, busy = await _key(gw, endpoint, {"concurrent_tasks": 1, "tasks_per_minute": 2})
 
-    # one running task holds the key's only slot: 403 (no window resets it), then free again
+    # one running task holds the key's only slot: 403 (no window resets it), then free again;
+    # each refusal gave back the minute's count it had taken before the slot refused
     async with gw.client(endpoint, streaming=False, api_key=busy) as client:
         (running,) = await collect(client.send_message(send_request("a b c d", immediately=True)))
         refused = await _refusal(gw, endpoint, busy, rid=9)
@@ -149,6 +150,8 @@ async def test_concurrency_and_endpoint_limits(gw):
                          what="the running task ended")
         await eventually(lambda: _try(gw, endpoint, busy), what="the slot was released")
     assert await _tasks_of(gw, endpoint, busy_id) == 2
+    over = await _refusal(gw, endpoint, busy)  # the minute counted two tasks, not the refusals
+    assert over.status_code == 429 and "tasks_per_minute of 2" in over.json()["error"]["message"]
 
     # an endpoint's limit binds all its callers together
     shared = await gw.add_endpoint(settings={"delay": 0, "limits": {"tasks_per_hour": 2}})
