@@ -1,19 +1,26 @@
 """The kill switch's store-side end of a task: for a process with no task engine (the CLI) or a
 task whose endpoint has no handler left here.
 
-The task is written CANCELED with the operator's reason, conditionally on the version read, as
+The task is written CANCELED with the operator's reason and its usage record (tokens the backend
+had not reported yet are unknown here: none are counted), conditionally on the version read, as
 the ownership module writes a task no run of this replica drives. The replica running it sees
-the terminal state — at once when the live hub tells it (a cancel control message), otherwise
-at its next lease check (``lease_seconds / 3``) — and stops its run with the handler's cancel,
-which stops the backend run.
+the terminal state — at once when told (a cancel control message over PostgreSQL NOTIFY, or a
+change of the endpoint announced after the kill: ``TaskEngine.endpoint_changed``), otherwise at
+its next lease check (``lease_seconds / 3``) — and stops its run with the handler's cancel, which
+stops the backend run.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
 
 from a2a.types import Task
 from a2a.types.a2a_pb2 import TASK_STATE_CANCELED
 
 from a2a_gateway.events import agent_message, new_status
+from a2a_gateway.governance.usage import RUN_STATE_KEY, Price, UsageStart, usage_record
 from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, Store, StoredTask
 
 WRITE_ATTEMPTS = 5
@@ -27,18 +34,23 @@ def operator_reason(actor: str, what: str) -> str:
 
 
 async def cancel_in_store(
-    store: Store, scope: Scope, stored: StoredTask, reason: str
+    store: Store, scope: Scope, stored: StoredTask, reason: str,
+    endpoint_metadata: Mapping[str, Any] | None = None,
 ) -> Task | None:
-    """End the task CANCELED with ``reason`` unless it ended already; the task as written, or
-    None if it was terminal (or gone) before this write could land."""
+    """End the task CANCELED with ``reason`` unless it ended already, with its usage record
+    (priced by ``endpoint_metadata``'s ``cost``, if given); the task as written, or None if it
+    was terminal (or gone) before this write could land."""
     for _ in range(WRITE_ATTEMPTS):
         if stored.task.status.state in TERMINAL_STATES:
             return None
         task = Task()
         task.CopyFrom(stored.task)
         task.status.CopyFrom(new_status(TASK_STATE_CANCELED, agent_message(task, reason)))
+        now = time.time()
+        start = UsageStart.of_json(stored.run_state.get(RUN_STATE_KEY), now)
+        usage = usage_record(task, start, now, (0, 0), Price.of(endpoint_metadata or {}))
         try:
-            await store.update_task(scope, task, expected_version=stored.version)
+            await store.update_task(scope, task, expected_version=stored.version, usage=usage)
         except ConflictError:
             reread = await store.get_task(scope, task.id)
             if reread is None:
@@ -58,6 +70,8 @@ async def cancel_running_in_store(
     ``owner`` is the replica to tell)."""
     ended: list[tuple[Scope, StoredTask]] = []
     tried: set[str] = set()
+    endpoint = await store.get_endpoint(endpoint_id)
+    metadata = endpoint.metadata if endpoint is not None else {}
     while True:
         running = [
             (scope, task) for scope, task in await store.list_active_tasks(endpoint_id, batch)
@@ -71,5 +85,5 @@ async def cancel_running_in_store(
         for scope, task in running:
             tried.add(task.id)
             stored = await store.get_task(scope, task.id)
-            if stored is not None and await cancel_in_store(store, scope, stored, reason):
+            if stored is not None and await cancel_in_store(store, scope, stored, reason, metadata):
                 ended.append((scope, stored))

@@ -416,7 +416,7 @@ class TaskEngine:
         if run is None and runtime.handler is None:
             # a disabled or deleted endpoint: no handler here to end it through, so it is
             # ended in the store; its owner stops the backend run with its own handler
-            await cancel_in_store(self.store, scope, stored, reason)
+            await cancel_in_store(self.store, scope, stored, reason, runtime.endpoint.metadata)
         else:
             if run is None:
                 # idle, or running on another replica: that owner notices the terminal

@@ -132,6 +132,10 @@ async def test_revoking_a_key_from_the_cli_stops_its_principals_run_on_a():
         await _assert_canceled_everywhere((a, b), endpoint_id, task_id, "carol", reason)
         assert stopped["outcome"] == "client_disconnected" and len(stopped["chunks"]) < WORDS
         print(f"kill switch (CLI, PostgreSQL NOTIFY): backend run stopped in {elapsed:.2f} s")
+        usage = (await admin(b, "GET", f"/usage?endpoint={endpoint_id}")).json()["totals"]
+        assert [(t["tasks"], t["outcomes"]) for t in usage] == [
+            (1, {"canceled": 1})
+        ], usage  # the CLI wrote the task's usage record with its end
 
 
 async def test_the_clis_disable_reaches_replicas_over_redis_on_dynamodb_at_once(
