@@ -5,12 +5,15 @@ process (``cli.main``), except one real process that shows the error as the user
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 import structlog
 
 from a2a_gateway import cli
+from a2a_gateway.stores import open_store
+from a2a_gateway.stores.base import AuditEntry, AuditQuery
 from tests.support.cli_process import run_cli
 from tests.unit.test_cli import ECHO, assert_one_line_error
 
@@ -53,6 +56,18 @@ def test_keys_get_limits_at_creation_and_change_them(tmp_path, capsys):
     assert _run(capsys, "keys", "list", "--store", store).strip().endswith(
         "limits concurrent_tasks=2,cost_per_day=2.5"
     )
+    [entry] = asyncio.run(_audited(store, "key.limited"))
+    assert entry.target == key_id and entry.actor.startswith("os:")
+    assert entry.before["limits"] == {"tasks_per_minute": 5, "cost_per_day": 2.5}
+    assert entry.after["limits"] == {"concurrent_tasks": 2, "cost_per_day": 2.5}
+
+
+async def _audited(store_url: str, action: str) -> list[AuditEntry]:
+    store = await open_store(store_url)
+    try:
+        return (await store.list_audit_entries(AuditQuery(action=action))).entries
+    finally:
+        await store.aclose()
 
 
 def test_bad_limits_are_one_line_errors_naming_the_field_and_write_nothing(tmp_path, capsys):
