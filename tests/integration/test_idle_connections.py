@@ -20,7 +20,7 @@ from tests.support.harness import RunningGateway, running_gateway
 from tests.support.messages import rpc, wire_message
 from tests.support.waiting import eventually
 
-HEADER, KEEPALIVE = 1.0, 4.0
+HEADER, KEEPALIVE = 1.0, 3.0
 TIMEOUTS = {"header_timeout_seconds": HEADER, "keepalive_timeout_seconds": KEEPALIVE}
 EARLY = 0.1  # timers may fire this much before the second the client counts from
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
@@ -139,11 +139,11 @@ async def test_an_upload_slower_than_both_timeouts_is_answered():
         endpoint_id = await gw.add_endpoint(settings={"delay": 0})
         message = json.dumps(rpc("SendMessage", {"message": wire_message("slow upload")}))
         body = (message[:-1] + " " * 1000 + "}").encode()  # padded with JSON whitespace
-        pieces = [body[i:i + 100] for i in range(0, len(body), 100)]
+        pieces = [body[i:i + 150] for i in range(0, len(body), 150)]
         async with _connection(gw) as (reader, writer):
             writer.write(_post(f"/{endpoint_id}/a2a", body))
             started = time.monotonic()
-            for piece in pieces:  # one piece every 0.5 s: about 6 s in all
+            for piece in pieces:  # one piece every 0.5 s: about 4 s in all
                 writer.write(piece)
                 await writer.drain()
                 await asyncio.sleep(0.5)
