@@ -220,7 +220,7 @@ async def test_a_dropped_stream_resumes_with_nothing_lost_and_nothing_twice(
 
 @pytest.mark.parametrize("binding", BINDINGS, ids=lambda b: b.name)
 async def test_a_stale_or_unknown_id_starts_from_the_task_snapshot(gw, slow_echo, http, binding):
-    for stale in ("not-an-id", "0123456789ab.5"):  # the second well formed, another log's token
+    async def resumed_from(stale: str) -> None:
         head = await read(http, binding.send(gw, slow_echo, WORDS), binding, limit=READ_BEFORE_DROP)
         task_id = head[0].body["id"]
         events = await read(
@@ -230,6 +230,9 @@ async def test_a_stale_or_unknown_id_starts_from_the_task_snapshot(gw, slow_echo
         assert sse_text(events) == ANSWER
         assert is_completed(sse_final_state(events))
         assert all(e.id for e in events)
+
+    # two tasks at once, each on its own streams; the second id well formed, another log's token
+    await asyncio.gather(resumed_from("not-an-id"), resumed_from("0123456789ab.5"))
 
 
 @pytest.mark.parametrize("binding", BINDINGS, ids=lambda b: b.name)
