@@ -77,7 +77,15 @@ async def _send(gw: RunningGateway, endpoint_id: str, key: str, text: str = "hi"
     return event.task
 
 
-async def test_each_quota_kind_refuses_before_any_work_and_resets(gw):
+async def test_each_quota_kind_refuses_before_any_work(gw):
+    """One flow per store (a gateway's start costs more than the checks)."""
+    require_env("A2A_TEST_LLM_URL")
+    await _windows_refuse_and_reset(gw)
+    await _concurrency_and_endpoint_limits(gw)
+    await _token_and_money_budgets(gw)
+
+
+async def _windows_refuse_and_reset(gw: RunningGateway) -> None:
     clock = gw.gateway.quotas.clock = Clock(MINUTE_START + 10)
     endpoint = await gw.add_endpoint(settings={"delay": 0})
     limited_id, limited = await _key(gw, endpoint, {"tasks_per_minute": 2, "tasks_per_day": 50})
@@ -130,7 +138,7 @@ async def test_each_quota_kind_refuses_before_any_work_and_resets(gw):
     assert await _tasks_of(gw, slow, asking_id) == 1
 
 
-async def test_concurrency_and_endpoint_limits(gw):
+async def _concurrency_and_endpoint_limits(gw: RunningGateway) -> None:
     gw.gateway.quotas.clock = Clock(MINUTE_START + 10)
     endpoint = await gw.add_endpoint(settings={"delay": 0.1})
     busy_id, busy = await _key(gw, endpoint, {"concurrent_tasks": 1, "tasks_per_minute": 2})
@@ -164,11 +172,10 @@ async def test_concurrency_and_endpoint_limits(gw):
 
 
 
-async def test_token_and_money_budgets_count_what_the_ledger_recorded(gw):
+async def _token_and_money_budgets(gw: RunningGateway) -> None:
     """Through the chat bridge against the scripted LLM: each task uses 13 tokens and costs
     0.0105 USD at the endpoint's price, recorded when it ends; a budget refuses the task after
     the one that crossed it (the running one was not cut)."""
-    require_env("A2A_TEST_LLM_URL")
     clock = gw.gateway.quotas.clock = Clock(time.time())  # the ledger's days are real ones
     chat = await gw.add_endpoint("handlers.openai_chat:OpenAIChatHandler", settings={
         "base_url": f"{os.environ['A2A_TEST_LLM_URL'].rstrip('/')}/v1", "api_key": "sk-scripted",
