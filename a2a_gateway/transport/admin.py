@@ -197,12 +197,20 @@ def endpoint_json(endpoint: Endpoint, gateway: Gateway, base_url: str,
         "cardUrl": f"{base_url}/{endpoint.id}/.well-known/agent-card.json",
         "settings": settings,
         "health": health_json(health.get(endpoint.id) or EndpointHealth()),
+        "limits": _endpoint_limits(endpoint),
         "endpointsFile": bool(
             endpoint.metadata.get(FROM_FILE)
         ),  # a change here lasts until the file is applied
         "createdAt": endpoint.created_at.isoformat(),
         "updatedAt": endpoint.updated_at.isoformat(),
     }
+
+
+def _endpoint_limits(endpoint: Endpoint) -> dict[str, Any]:
+    """The row's quota limits as stored (a malformed value shows as none: the endpoint's
+    check names it)."""
+    limits = endpoint.metadata.get("limits")
+    return dict(limits) if isinstance(limits, dict) else {}
 
 
 def _auth_mode(endpoint: Endpoint, gateway: Gateway) -> dict[str, Any]:

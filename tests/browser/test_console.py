@@ -338,6 +338,23 @@ def test_a_keys_limits_are_set_at_creation_shown_and_changed(gateway, browser, s
     assert text_of(browser, "endpoints-error") == ""
     screenshot("key-limits")
 
+    # an endpoint's limits (all its callers together): set in the form's JSON box, shown in its row
+    browser.find_element(By.ID, "endpoint-name").send_keys("limited in the browser")
+    settings = browser.find_element(By.ID, "endpoint-settings")
+    settings.clear()
+    settings.send_keys('{"delay": 0, "limits": {"tasks_per_hour": 0}}')
+    browser.find_element(By.ID, "endpoint-create").click()
+    wait(browser, lambda d: "limits.tasks_per_hour" in text_of(d, "endpoint-problems"),
+         "the malformed limit named")
+    settings.clear()
+    settings.send_keys('{"delay": 0, "limits": {"tasks_per_hour": 30}}')
+    browser.find_element(By.ID, "endpoint-create").click()
+    wait(browser, lambda d: [r for r in d.find_elements(By.CSS_SELECTOR, "#endpoints-table tr")
+                             if "limited in the browser" in r.text
+                             and "tasks_per_hour=30" in r.text], "the endpoint's limits shown")
+    browser.execute_script("window.scrollTo(0, 0)")
+    screenshot("endpoint-limits")
+
 
 def test_an_xss_payload_in_a_message_stays_text(gateway, browser, screenshot):
     payload = (

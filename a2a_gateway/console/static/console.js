@@ -179,7 +179,7 @@ function endpointRow(endpoint) {
     toggle.title = note;
   }
   row.append(name, el("td", endpoint.handler), healthCell(endpoint.health),
-    el("td", authText(endpoint.auth)),
+    el("td", authText(endpoint.auth)), el("td", limitsText(endpoint.limits), { class: "limits" }),
     el("td", endpoint.enabled ? "yes" : "no", { class: "enabled" }), card, actions);
   return row;
 }
