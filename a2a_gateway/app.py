@@ -214,6 +214,8 @@ def build_app(
 
         hub.endpoint_changed = endpoint_changed
         auth = build_authenticator(settings, opened, client, redis)
+        quotas = Quotas(opened, lease_seconds=settings.lease_seconds, redis=redis,
+                        prefix=settings.redis_prefix)
         gateway = Gateway(
             settings,
             opened,
@@ -230,8 +232,7 @@ def build_app(
                 sessions,
                 oidc_issuer=settings.console_oidc_issuer if sessions else "",
             ),
-            quotas=Quotas(opened, lease_seconds=settings.lease_seconds, redis=redis,
-                          prefix=settings.redis_prefix),
+            quotas=quotas,
         )
         app[GATEWAY] = gateway
         if sessions is not None and settings.console_oidc_issuer:
@@ -252,7 +253,7 @@ def build_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await lease_task
             await engine.aclose()
-            await gateway.quotas.aclose()
+            await quotas.aclose()
             await services.health.aclose()
             await hub.aclose()
             if redis is not None:
