@@ -17,9 +17,10 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
-from a2a.types import Task, TaskState
+from a2a.types import Task, TaskState, a2a_pb2_grpc
 
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.governance.quotas import BUDGET_CACHE_SECONDS
@@ -217,7 +218,7 @@ async def admin_gw(
     async with fresh_store_url(request.param, tmp_path, monkeypatch) as url:
         async with running_gateway(
             url, operator_keys=[OPERATOR_KEY], allow_unauthenticated_endpoints=False,
-            api_key_cache_seconds=0,
+            api_key_cache_seconds=0, grpc=True,
         ) as running:
             yield running
 
@@ -289,3 +290,11 @@ async def test_the_admin_api_sets_limits_and_refuses_bad_ones_writing_nothing(ad
         answers = [await http.post(gw.jsonrpc_url(limited), json=send_body(), headers=V10)
                    for _ in range(2)]
     assert [a.status_code for a in answers] == [200, 429]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{gw.gateway.grpc_port}") as channel:
+        request = send_request("over gRPC")
+        request.tenant = limited
+        with pytest.raises(grpc.aio.AioRpcError) as refused_grpc:
+            await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(
+                request, metadata=(("a2a-version", "1.0"),))
+    assert refused_grpc.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "tasks_per_hour of 1" in refused_grpc.value.details()
