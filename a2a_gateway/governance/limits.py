@@ -49,9 +49,6 @@ class Limits(BaseModel):
         """The limits that are set, by name."""
         return self.model_dump(exclude_none=True)
 
-    def __bool__(self) -> bool:
-        return bool(self.set())
-
 
 LIMIT_NAMES = tuple(Limits.model_fields)
 NO_LIMITS = Limits()

@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 
 from a2a_gateway.errors import QuotaExceededError
-from a2a_gateway.governance.limits import WINDOW_SECONDS
+from a2a_gateway.governance.limits import BUDGETS, WINDOW_SECONDS
 from a2a_gateway.observability.metrics import QUOTA_REFUSALS
 from a2a_gateway.stores.base import ApiKey, Store, UsageQuery
 
@@ -175,7 +175,7 @@ class Quotas:
         admission.slots.append((subject.name, slot_id))
 
     async def _check_budgets(self, subject: Subject, now: float) -> None:
-        for name in ("tokens_per_day", "cost_per_day", "cost_per_month"):
+        for name in BUDGETS:
             limit = subject.limits.get(name)
             if limit is None:
                 continue
