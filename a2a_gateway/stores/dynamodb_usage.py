@@ -121,7 +121,8 @@ def _day(all_pages: AllPages, table: str, day: str, query: UsageQuery) -> Awaita
         condition += f" AND {e.n('usage_end')} >= {e.v(N(epoch_us(query.start)))}"
     filters = [
         f"{e.n(name)} = {e.v(S(value))}"
-        for name, value in (("endpoint_id", query.endpoint_id), ("principal", query.principal))
+        for name, value in (("endpoint_id", query.endpoint_id), ("principal", query.principal),
+                            ("usage_key_id", query.key_id))
         if value is not None
     ]
     return all_pages(

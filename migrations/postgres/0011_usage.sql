@@ -30,16 +30,21 @@ CREATE INDEX tasks_usage_by_principal ON tasks (principal, ended_us)
     INCLUDE (endpoint_id, state, currency, started_us, requests, bytes_in, bytes_out,
              input_tokens, output_tokens, cost_micros)
     WHERE ended_us IS NOT NULL;
+CREATE INDEX tasks_usage_by_key ON tasks (usage_key_id, ended_us)
+    INCLUDE (endpoint_id, principal, state, currency, started_us, requests, bytes_in,
+             bytes_out, input_tokens, output_tokens, cost_micros)
+    WHERE ended_us IS NOT NULL;
 
 -- Daily sums of the ledger, kept by a trigger in the transaction of each task's terminal
 -- write: summaries over whole UTC days read these instead of every task (a fleet's month is a
 -- few thousand rows here, hundreds of thousands in tasks); the partial days at a range's ends
--- and key filters read tasks. One row per day, scope and currency, tasks counted per outcome.
+-- read tasks. One row per day, scope, API key and currency, tasks counted per outcome.
 CREATE TABLE usage_daily (
     day           integer NOT NULL,  -- days since 1970-01-01 (UTC) of the tasks' end
     endpoint_id   text COLLATE "C" NOT NULL,
     principal     text COLLATE "C" NOT NULL,
     tenant        text COLLATE "C" NOT NULL,
+    key_id        text COLLATE "C" NOT NULL,  -- '' for callers without an API key
     currency      text COLLATE "C" NOT NULL,
     completed     bigint NOT NULL,
     failed        bigint NOT NULL,
@@ -52,21 +57,22 @@ CREATE TABLE usage_daily (
     input_tokens  bigint NOT NULL,
     output_tokens bigint NOT NULL,
     cost_micros   bigint NOT NULL,
-    PRIMARY KEY (day, endpoint_id, principal, tenant, currency)
+    PRIMARY KEY (day, endpoint_id, principal, tenant, key_id, currency)
 );
 CREATE INDEX usage_daily_by_endpoint ON usage_daily (endpoint_id, day);
 CREATE INDEX usage_daily_by_principal ON usage_daily (principal, day);
+CREATE INDEX usage_daily_by_key ON usage_daily (key_id, day);
 
 -- task states: 3 completed, 4 failed, 5 canceled, 7 rejected (a2a.proto's TaskState)
 CREATE FUNCTION usage_daily_add() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO usage_daily AS d VALUES (
         NEW.ended_us / 86400000000, NEW.endpoint_id, NEW.principal, NEW.tenant,
-        COALESCE(NEW.currency, ''), (NEW.state = 3)::int, (NEW.state = 4)::int,
+        COALESCE(NEW.usage_key_id, ''), COALESCE(NEW.currency, ''), (NEW.state = 3)::int, (NEW.state = 4)::int,
         (NEW.state = 5)::int, (NEW.state = 7)::int, NEW.ended_us - NEW.started_us,
         NEW.requests, NEW.bytes_in, NEW.bytes_out, NEW.input_tokens, NEW.output_tokens,
         NEW.cost_micros)
-    ON CONFLICT (day, endpoint_id, principal, tenant, currency) DO UPDATE SET
+    ON CONFLICT (day, endpoint_id, principal, tenant, key_id, currency) DO UPDATE SET
         completed = d.completed + EXCLUDED.completed, failed = d.failed + EXCLUDED.failed,
         canceled = d.canceled + EXCLUDED.canceled, rejected = d.rejected + EXCLUDED.rejected,
         duration_us = d.duration_us + EXCLUDED.duration_us,
