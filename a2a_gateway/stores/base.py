@@ -650,9 +650,10 @@ class Store(ABC):
     async def usage_summary(self, query: UsageQuery) -> list[UsageTotals]:
         """Sums of the usage records of ended tasks matching ``query``: one ``UsageTotals``
         per group of ``query.group_by`` (one in all without groups), ordered by day, endpoint,
-        principal; no entry for a group without tasks. One aggregate query on SQL stores
-        (indexed by end time, endpoint and principal); on DynamoDB one ``Query`` per day of a
-        bounded range of up to 62 days, else a scan of the ledger's index."""
+        principal; no entry for a group without tasks. SQLite: one aggregate query (indexed by
+        end time, endpoint and principal); PostgreSQL: the daily sums for the whole days of the
+        range and the tasks for its partial days; DynamoDB: one ``Query`` per day of a range
+        with a start of up to 62 days, else a scan of the ledger's index."""
 
     # ownership leases --------------------------------------------------------
     @abstractmethod
