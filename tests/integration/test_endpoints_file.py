@@ -161,11 +161,11 @@ def test_an_unreadable_file_stops_startup(tmp_path):
     assert missing.returncode != 0 and "cannot be read" in missing.stderr
 
 
-@pytest.mark.parametrize("fmt", ["yaml", "toml"])
-async def test_export_then_serve_the_exported_file_on_a_fresh_store_gives_the_same_rows(
-    tmp_path, fmt
-):
-    first_store, second_store = f"sqlite:///{tmp_path}/a.db", f"sqlite:///{tmp_path}/b.db"
+@pytest.fixture(scope="module")
+def exported_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A SQLite store made with the CLI (two endpoints, one disabled) and the disabled one's
+    id; the export tests only read it, so both formats share it."""
+    first_store = f"sqlite:///{tmp_path_factory.mktemp('exported')}/a.db"
     added = [
         ["--name", "plain", "--set", "delay=0", "--public"],
         [
@@ -191,6 +191,14 @@ async def test_export_then_serve_the_exported_file_on_a_fresh_store_gives_the_sa
         assert done.returncode == 0, done.stderr
     plain = run_cli("endpoints", "list", "--store", first_store, check=True).stdout.split()[0]
     run_cli("endpoints", "disable", plain, "--store", first_store, check=True)
+    return first_store, plain
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "toml"])
+async def test_export_then_serve_the_exported_file_on_a_fresh_store_gives_the_same_rows(
+    tmp_path, fmt, exported_store
+):
+    (first_store, plain), second_store = exported_store, f"sqlite:///{tmp_path}/b.db"
     exported = run_cli(
         "endpoints", "export", "--store", first_store, "--format", fmt, check=True
     ).stdout
