@@ -65,3 +65,35 @@ def test_the_kill_button_cancels_running_tasks_and_the_audit_page_shows_it(
          "only the endpoint.disabled entries")
     assert text_of(browser, "audit-page-error") == ""
     screenshot("audit")
+
+
+def test_revoke_and_cancel_ends_the_tasks_of_the_keys_principal(gateway, browser, screenshot):
+    operator = {"Authorization": f"Bearer {OPERATOR_KEY}"}
+    base = f"{gateway}/admin/api/endpoints/{DEMO_ENDPOINT_ID}"
+    assert httpx.post(f"{base}/enable", headers=operator, timeout=WAIT_SECONDS).status_code == 200
+    created = httpx.post(f"{base}/keys", headers=operator, json={"principal": "browser-dave"},
+                         timeout=WAIT_SECONDS).json()
+    sent = httpx.post(f"{gateway}/{DEMO_ENDPOINT_ID}/a2a", timeout=WAIT_SECONDS, json={
+        "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": "dave-1", "role": "ROLE_USER", "parts": [{"text": "dave ?input"}]}}},
+        headers={"Authorization": f"Bearer {created['key']}", "A2A-Version": "1.0"}).json()
+    task_id = sent["result"]["task"]["id"]
+
+    open_page(browser, gateway, "endpoints")
+    keys_button = f'tr[data-endpoint-id="{DEMO_ENDPOINT_ID}"] button.keys'
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, keys_button), "the Keys button")
+    endpoint_row(browser, DEMO_ENDPOINT_ID).find_element(By.CSS_SELECTOR, "button.keys").click()
+    selector = f'#keys-table tr[data-key-id="{created["id"]}"]'
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f"{selector} button.revoke-kill"),
+         "the key's Revoke and cancel button")
+    browser.find_element(By.CSS_SELECTOR, f"{selector} button.revoke-kill").click()
+    wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, f"{selector} td.state").text
+         == "revoked", "the key shown revoked")
+    screenshot("key-revoked-and-canceled")
+    task = httpx.get(f"{base}/tasks/{task_id}?principal=browser-dave", headers=operator,
+                     timeout=WAIT_SECONDS).json()["task"]
+    assert task["status"]["state"] == "TASK_STATE_CANCELED"
+    assert task["status"]["message"]["parts"][0]["text"].endswith(": API key revoked")
+    [entry] = httpx.get(f"{gateway}/admin/api/audit?action=key.revoked&target={created['id']}",
+                        headers=operator, timeout=WAIT_SECONDS).json()["entries"]
+    assert entry["details"] == {"canceledTasks": [task_id]}
