@@ -13,16 +13,27 @@ stops the backend run.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from a2a.types import Task
-from a2a.types.a2a_pb2 import TASK_STATE_CANCELED
+from a2a.types.a2a_pb2 import (  # plain ints
+    TASK_STATE_AUTH_REQUIRED,
+    TASK_STATE_CANCELED,
+    TASK_STATE_INPUT_REQUIRED,
+    TASK_STATE_SUBMITTED,
+    TASK_STATE_WORKING,
+)
 
 from a2a_gateway.events import agent_message, new_status
 from a2a_gateway.governance.usage import RUN_STATE_KEY, Price, UsageStart, usage_record
 from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, Store, StoredTask
 
+RUNNING_STATES = frozenset({TASK_STATE_SUBMITTED, TASK_STATE_WORKING, TASK_STATE_INPUT_REQUIRED,
+                            TASK_STATE_AUTH_REQUIRED})
+"""The states of a task that has not ended."""
+PAGE_SIZE = 200
+"""Tasks read at a time when the kill switch looks for running ones."""
 WRITE_ATTEMPTS = 5
 """The run may write the task meanwhile (a status, its lease): read again and retry."""
 
@@ -61,29 +72,38 @@ async def cancel_in_store(
     return None
 
 
+async def running_tasks(
+    store: Store, endpoint_id: str, principal: Scope | None = None
+) -> AsyncIterator[tuple[Scope, Task]]:
+    """Every non-terminal task of the endpoint (of ``principal``'s tenant and principal only, if
+    given), newest first, a page at a time: the caller may end each as it goes (an ended task
+    leaves the filter, and the pages go on below it)."""
+    token = ""
+    while True:
+        page = await store.list_endpoint_tasks(
+            endpoint_id, states=RUNNING_STATES, page_size=PAGE_SIZE, page_token=token
+        )
+        for scope, task in page.tasks:
+            if principal is None or (scope.tenant, scope.principal) == (
+                principal.tenant, principal.principal
+            ):
+                yield scope, task
+        if not page.next_page_token:
+            return
+        token = page.next_page_token
+
+
 async def cancel_running_in_store(
     store: Store, endpoint_id: str, reason: str, *, principal: Scope | None = None,
-    batch: int = 1000,
 ) -> list[tuple[Scope, StoredTask]]:
     """``cancel_in_store`` for every non-terminal task of the endpoint (of ``principal``'s
     tenant and principal only, if given); the tasks ended, each as it was before (its
     ``owner`` is the replica to tell)."""
-    ended: list[tuple[Scope, StoredTask]] = []
-    tried: set[str] = set()
     endpoint = await store.get_endpoint(endpoint_id)
     metadata = endpoint.metadata if endpoint is not None else {}
-    while True:
-        running = [
-            (scope, task) for scope, task in await store.list_active_tasks(endpoint_id, batch)
-            if task.id not in tried and (
-                principal is None
-                or (scope.tenant, scope.principal) == (principal.tenant, principal.principal)
-            )
-        ]
-        if not running:
-            return ended
-        for scope, task in running:
-            tried.add(task.id)
-            stored = await store.get_task(scope, task.id)
-            if stored is not None and await cancel_in_store(store, scope, stored, reason, metadata):
-                ended.append((scope, stored))
+    ended: list[tuple[Scope, StoredTask]] = []
+    async for scope, task in running_tasks(store, endpoint_id, principal):
+        stored = await store.get_task(scope, task.id)
+        if stored is not None and await cancel_in_store(store, scope, stored, reason, metadata):
+            ended.append((scope, stored))
+    return ended

@@ -42,7 +42,7 @@ from a2a_gateway.events import (
     stamp,
     text_chunk,
 )
-from a2a_gateway.governance.kill_switch import cancel_in_store
+from a2a_gateway.governance.kill_switch import cancel_in_store, running_tasks
 from a2a_gateway.live.hub import LiveHub, Subscription
 from a2a_gateway.observability import tracing
 from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, StoredTask
@@ -62,8 +62,6 @@ from handlers.base import Handler, HandlerRequest, InputRejectedError
 
 log = structlog.get_logger(__name__)
 
-KILL_SWITCH_BATCH = 1000
-"""Running tasks ``cancel_running`` reads at a time."""
 
 
 @dataclass(slots=True)
@@ -436,24 +434,11 @@ class TaskEngine:
         tasks of ``principal``'s tenant and principal, if given) as ``cancel`` does, wherever
         it runs; return the ids of the tasks this call ended."""
         ended: list[str] = []
-        tried: set[str] = set()
-        while True:
-            running = [
-                (scope, task) for scope, task in await self.store.list_active_tasks(
-                    runtime.endpoint.id, KILL_SWITCH_BATCH
-                )
-                if task.id not in tried and (
-                    principal is None
-                    or (scope.tenant, scope.principal) == (principal.tenant, principal.principal)
-                )
-            ]
-            if not running:
-                return ended
-            for scope, task in running:
-                tried.add(task.id)
-                with contextlib.suppress(TaskNotFoundError, TaskNotCancelableError):
-                    await self.cancel(runtime, scope, task.id, reason)
-                    ended.append(task.id)
+        async for scope, task in running_tasks(self.store, runtime.endpoint.id, principal):
+            with contextlib.suppress(TaskNotFoundError, TaskNotCancelableError):
+                await self.cancel(runtime, scope, task.id, reason)
+                ended.append(task.id)
+        return ended
 
     @staticmethod
     def _stored_request(

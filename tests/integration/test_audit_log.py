@@ -76,9 +76,12 @@ async def test_operator_changes_through_the_admin_api_and_the_cli_are_audited(st
             ": endpoint disabled"
         )
         assert (await admin(gw, "POST", f"/endpoints/{echo}/enable")).status_code == 200
+        someone_elses = await _input_required_task(gw, echo)
         revoked = await admin(gw, "POST", f"/endpoints/{echo}/keys/{key_id}/revoke",
                               json={"cancelRunning": True})
-        assert revoked.status_code == 200 and revoked.json()["canceledTasks"] == []
+        assert revoked.status_code == 200 and revoked.json()["canceledTasks"] == []  # bob's only
+        still = await gw.store.get_task(Scope("default", echo, "anonymous"), someone_elses)
+        assert still.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
 
         entries = await _entries(gw)
         assert [e["action"] for e in entries] == [
@@ -101,7 +104,6 @@ async def test_operator_changes_through_the_admin_api_and_the_cli_are_audited(st
             async def cli(*args: str) -> None:
                 await asyncio.to_thread(cli_main, [*args, "--store", store_url])
 
-            await _input_required_task(gw, echo, "?input again")
             await cli("endpoints", "disable", echo, "--cancel-running")
             await cli("keys", "create", "--endpoint", echo, "--principal", "carol")
             await cli("endpoints", "add", "--name", "cli-llm", "--handler",
