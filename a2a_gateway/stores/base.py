@@ -600,7 +600,9 @@ class Store(ABC):
     @abstractmethod
     async def list_audit_entries(self, query: AuditQuery) -> AuditPage:
         """Entries matching ``query``, newest first (ties: id, descending), keyset paginated;
-        ``InvalidPageTokenError`` for a token this store did not issue."""
+        ``InvalidPageTokenError`` for a token this store did not issue. A page may hold fewer
+        than ``page_size`` entries and still have a next token (DynamoDB bounds what one page
+        reads when filters leave most entries out)."""
 
     @abstractmethod
     async def prune_audit_entries(self, older_than: datetime) -> int:

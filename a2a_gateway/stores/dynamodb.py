@@ -894,17 +894,21 @@ class DynamoDBStore(Store):
                                       ("actor", query.actor)) if value]
         found: list[AuditEntry] = []
         start = None
-        while len(found) <= query.page_size:
+        for _ in range(_ENDPOINT_PAGE_QUERIES):
             resp = await self._call("query", **e.params(
                 TableName=self._tasks, ConsistentRead=True, KeyConditionExpression=key,
                 FilterExpression=" AND ".join(wanted) or None, ScanIndexForward=False,
-                Limit=query.page_size + 1, **_start(start),
+                Limit=query.page_size + 1 if not wanted else max(query.page_size + 1, 200),
+                **_start(start),
             ))
             found += [entry for entry in map(_audit_entry, resp.get("Items", []))
                       if audit_matches(entry, query, cursor)]
             start = resp.get("LastEvaluatedKey")
-            if not start:
+            if not start or len(found) > query.page_size:
                 break
+        if start and len(found) <= query.page_size:  # filters left most items out: end early,
+            at_us, _, entry_id = start["sk"]["S"].partition("#")  # going on below what was read
+            return AuditPage(found, encode_page_token(int(at_us), entry_id, key=self._token_key))
         return audit_page(found[: query.page_size + 1], query.page_size, self._token_key)
 
     async def prune_audit_entries(self, older_than: datetime) -> int:

@@ -82,3 +82,16 @@ async def test_a_page_token_no_store_issued_is_refused(store):
     await store.append_audit_entry(_entry(1))
     with pytest.raises(InvalidPageTokenError):
         await store.list_audit_entries(AuditQuery(page_token="not-a-token"))
+
+
+async def test_a_filter_matching_few_of_many_entries_pages_to_all_of_them(store, monkeypatch):
+    # DynamoDB reads at most this many queries a page (one here): a page may end early, empty,
+    # with a token that goes on below what it read; every store ends with the same entries
+    monkeypatch.setattr("a2a_gateway.stores.dynamodb._ENDPOINT_PAGE_QUERIES", 1)
+    for n in range(3):
+        await store.append_audit_entry(_entry(n, "key.revoked"))
+    for n in range(3, 260):
+        await store.append_audit_entry(_entry(n, "endpoint.enabled"))
+    assert await _all(store, AuditQuery(action="key.revoked", page_size=2)) == [
+        "e002", "e001", "e000"
+    ]
