@@ -76,6 +76,7 @@ from a2a_gateway.stores.base import (
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
 from a2a_gateway.tasks.streams import LAST_EVENT_ID, subscribe_stream
 from a2a_gateway.transport.admin_audit import actor_of, audit_route, record_change
+from a2a_gateway.transport.admin_handlers import handlers_route
 from a2a_gateway.transport.admin_usage import usage_route
 from a2a_gateway.transport.feed import MAX_CONTEXT_ID, feed_filter
 from a2a_gateway.transport.sse import SSEStream
@@ -731,5 +732,4 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_get(f"{PREFIX}/stats", stats)
     app.router.add_get(f"{PREFIX}/audit", audit_route(operator_of))
     app.router.add_get(f"{PREFIX}/usage", usage_route(operator_of))
-    from a2a_gateway.transport.admin_handlers import list_handlers  # it imports this module
-    app.router.add_get(f"{PREFIX}/handlers", list_handlers)
+    app.router.add_get(f"{PREFIX}/handlers", handlers_route(operator_of))

@@ -25,6 +25,7 @@ import importlib
 import inspect
 import pkgutil
 import textwrap
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -32,34 +33,41 @@ import structlog
 from aiohttp import web
 from pydantic import BaseModel
 
+from a2a_gateway.auth.operators import Operator
 from a2a_gateway.endpoints.registry import load_handler_class, secret_settings
 from a2a_gateway.errors import EndpointMisconfiguredError
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.state import GATEWAY
 from a2a_gateway.stores.base import Endpoint
-from a2a_gateway.transport.admin import operator_of
 from handlers.base import Handler
 
 SHIPPED_PACKAGE = "handlers"
 
 log = structlog.get_logger(__name__)
+View = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 _ANSWERS: dict[tuple[str, ...], bytes] = {}
 """The answer per allowlist (gateways of one process, as in tests, may have different ones)."""
 
 
-async def list_handlers(request: web.Request) -> web.Response:
-    operator_of(request)
-    settings = request.app[GATEWAY].settings
-    allowlist = tuple(settings.handler_allowlist)
-    if allowlist not in _ANSWERS:  # imports and parses sources: off the event loop, once
-        _ANSWERS[allowlist] = await asyncio.to_thread(handlers_answer, allowlist, settings)
-    return web.Response(
-        body=_ANSWERS[allowlist],
-        content_type="application/json",
-        headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
-    )
+def handlers_route(operator_of: Callable[[web.Request], Operator]) -> View:
+    """``GET /admin/api/handlers`` for the operators ``operator_of`` admits (the admin API's
+    check, handed in: that module registers this one)."""
+
+    async def list_handlers(request: web.Request) -> web.Response:
+        operator_of(request)
+        settings = request.app[GATEWAY].settings
+        allowlist = tuple(settings.handler_allowlist)
+        if allowlist not in _ANSWERS:  # imports and parses sources: off the event loop, once
+            _ANSWERS[allowlist] = await asyncio.to_thread(handlers_answer, allowlist, settings)
+        return web.Response(
+            body=_ANSWERS[allowlist],
+            content_type="application/json",
+            headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
+        )
+
+    return list_handlers
 
 
 def handlers_answer(allowlist: tuple[str, ...], settings: GatewaySettings) -> bytes:
