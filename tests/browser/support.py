@@ -37,6 +37,19 @@ def send(base_url: str, request: SendMessageRequest, *, streaming: bool,
     return asyncio.run(_with_client(base_url, endpoint_id, call, streaming=streaming))
 
 
+def send_each(base_url: str, requests: list[SendMessageRequest], *, streaming: bool,
+              endpoint_id: str = DEMO_ENDPOINT_ID) -> list[list[StreamResponse]]:
+    """Every event of each SendMessage, all sent at once by one a2a-sdk client."""
+
+    async def call(client: Client) -> list[list[StreamResponse]]:
+        async def events(request: SendMessageRequest) -> list[StreamResponse]:
+            return [event async for event in client.send_message(request)]
+
+        return list(await asyncio.gather(*map(events, requests)))
+
+    return asyncio.run(_with_client(base_url, endpoint_id, call, streaming=streaming))
+
+
 def get_task(base_url: str, task_id: str, *, endpoint_id: str = DEMO_ENDPOINT_ID) -> Task:
     """The task as GetTask by the a2a-sdk client answers it."""
 

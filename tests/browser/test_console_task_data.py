@@ -18,7 +18,7 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from tests.browser.support import send
+from tests.browser.support import send, send_each
 from tests.browser.test_console import open_page, open_raw_panel, task_row_state, text_of, wait
 from tests.support.messages import send_request
 
@@ -92,9 +92,8 @@ def test_finished_tasks_are_listed_filtered_by_state_and_context_and_paged(
     filter_tasks(browser, context=done.context_id)
     wait(browser, lambda d: listed(d) == [done.id], "only the task of that context")
 
-    more = [
-        send(gateway, send_request(f"task {i}"), streaming=False)[-1].task.id for i in range(50)
-    ]
+    answers = send_each(gateway, [send_request(f"task {i}") for i in range(50)], streaming=False)
+    more = [events[-1].task.id for events in answers]
     reopen_tasks(browser, gateway)
     # a first page of the 50 newest, and the waiting task: the feed's snapshot of active tasks
     wait(browser, lambda d: set(listed(d)) == {*more, asked.id}, "the first page")
