@@ -18,7 +18,13 @@ import pytest
 from a2a.types import TaskState
 from selenium.webdriver.common.by import By
 
-from tests.browser.support import DEMO_ENDPOINT_ID, OPERATOR_KEY, WAIT_SECONDS, send
+from tests.browser.support import (
+    DEMO_ENDPOINT_ID,
+    OPERATOR_KEY,
+    WAIT_SECONDS,
+    demo_gateway,
+    send,
+)
 from tests.browser.test_console import endpoint_row, open_page, wait
 from tests.support.messages import send_request
 
@@ -26,6 +32,19 @@ pytestmark = pytest.mark.timeout(300)
 
 AS_OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}
 HTML_ERROR = '<img src=x onerror="window.__xss=3"><b>bold</b>'
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[str]:
+    """The conftest's ``a2a-gateway demo``, reading its numbers every second instead of every
+    10 s (``stats_interval_seconds``), so the numbers page counts traffic without the test
+    waiting out a 10 s sample."""
+    with demo_gateway(
+        A2A_GATEWAY_OPERATOR_KEYS=OPERATOR_KEY,
+        A2A_GATEWAY_ENDPOINT_CACHE_SECONDS="0.5",
+        A2A_GATEWAY_STATS_INTERVAL_SECONDS="1",
+    ) as base:
+        yield base
 
 
 def closed_port() -> int:
