@@ -460,6 +460,23 @@ def _set_enabled(enabled: bool) -> Any:
     return command
 
 
+def cmd_endpoints_delete(args: argparse.Namespace) -> None:
+    settings = _settings(args)
+
+    async def delete(store: Any) -> None:
+        ep = await _existing(store, args.id)
+        if ep.enabled:
+            raise CommandError(f"endpoint {ep.id} is enabled: disable it first"
+                               f" (endpoints disable {ep.id} --cancel-running ends its tasks)")
+        if await store.delete_endpoint(ep.id):
+            await _announce_change(settings, ep.id)
+            await _audit(store, "endpoint.deleted", ep.id, before=endpoint_fields(ep),
+                         secret_fields=secret_settings(ep, settings))
+
+    asyncio.run(_with_store(_row_store(args), delete))
+    print(f"{args.id} deleted")
+
+
 # -- audit and kill switch ----------------------------------------------------------------------
 
 
@@ -669,6 +686,8 @@ def _endpoint_commands(sub: Any) -> None:
         ("show", cmd_endpoints_show, "print an endpoint row as JSON"),
         ("disable", _set_enabled(False), "stop serving an endpoint (it answers 404)"),
         ("enable", _set_enabled(True), "serve a disabled endpoint again"),
+        ("delete", cmd_endpoints_delete, "remove a disabled endpoint's row (its keys and tasks "
+         "stay, unreachable)"),
     ):
         p = endpoints.add_parser(name, help=help_)
         _store_args(p)

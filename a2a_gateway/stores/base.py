@@ -441,6 +441,10 @@ class Store(ABC):
         """Replace the row (sets ``updated_at``); ``KeyError`` if missing."""
 
     @abstractmethod
+    async def delete_endpoint(self, endpoint_id: str) -> bool:
+        """Remove the row; False if there is none. Its keys and tasks stay (unreachable)."""
+
+    @abstractmethod
     async def get_endpoint(self, endpoint_id: str) -> Endpoint | None: ...
 
     @abstractmethod

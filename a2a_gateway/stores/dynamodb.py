@@ -268,6 +268,13 @@ class DynamoDBStore(Store):
         except ConflictError:
             raise KeyError(endpoint.id) from None
 
+    async def delete_endpoint(self, endpoint_id: str) -> bool:
+        if not storable_key_id(endpoint_id):
+            return False
+        resp = await self._call("delete_item", TableName=self._endpoints,
+                                Key={"id": S(endpoint_id)}, ReturnValues="ALL_OLD")
+        return "Attributes" in resp
+
     async def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
         resp = await self._call(
             "get_item", TableName=self._endpoints, Key={"id": S(endpoint_id)}, ConsistentRead=True

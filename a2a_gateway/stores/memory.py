@@ -82,6 +82,9 @@ class MemoryStore(Store):
             raise KeyError(endpoint.id)
         self._endpoints[endpoint.id] = copy.deepcopy(endpoint)
 
+    async def delete_endpoint(self, endpoint_id: str) -> bool:
+        return self._endpoints.pop(endpoint_id, None) is not None
+
     async def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
         found = self._endpoints.get(endpoint_id)
         return copy.deepcopy(found) if found else None

@@ -284,6 +284,13 @@ class PostgresStore(Store):
         if status == "UPDATE 0":
             raise KeyError(endpoint.id)
 
+    async def delete_endpoint(self, endpoint_id: str) -> bool:
+        if _holds_nul(endpoint_id):
+            return False
+        async with self._conn() as conn:
+            status = await conn.execute("DELETE FROM endpoints WHERE id = $1", endpoint_id)
+        return status == "DELETE 1"
+
     async def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
         async with self._conn() as conn:
             row = await conn.fetchrow("SELECT * FROM endpoints WHERE id = $1", endpoint_id)

@@ -204,6 +204,10 @@ class SQLiteStore(Store):
         if cur.rowcount == 0:
             raise KeyError(endpoint.id)
 
+    async def delete_endpoint(self, endpoint_id: str) -> bool:
+        cur = await self._db.execute("DELETE FROM endpoints WHERE id = ?", (endpoint_id,))
+        return cur.rowcount > 0
+
     async def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
         rows = await self._db.execute_fetchall(
             "SELECT * FROM endpoints WHERE id = ?", (endpoint_id,)

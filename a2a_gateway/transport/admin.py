@@ -328,6 +328,28 @@ def set_enabled(enabled: bool) -> View:
     return change
 
 
+async def delete_endpoint(request: web.Request) -> web.Response:
+    """Remove a disabled endpoint's row (409 while it is enabled: disable it first, with
+    ``cancelRunning`` to end its running tasks). Its keys and stored tasks stay, unreachable;
+    a row of the endpoints file comes back when the file is applied again."""
+    operator = operator_of(request)
+    gateway = request.app[GATEWAY]
+    endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
+    if endpoint.enabled:
+        raise web.HTTPConflict(
+            reason="the endpoint is enabled: disable it first (cancelRunning ends its tasks)"
+        )
+    if await gateway.store.delete_endpoint(endpoint.id):
+        gateway.registry.forget(endpoint.id)
+        await gateway.hub.announce_endpoint_change(endpoint.id)
+        log.info("admin_endpoint_deleted", endpoint_id=endpoint.id, by=operator.name)
+        await record_change(
+            request, operator, "endpoint.deleted", endpoint.id, before=endpoint_fields(endpoint),
+            secret_fields=secret_settings(endpoint, gateway.settings),
+        )
+    return _json({"deleted": endpoint.id})
+
+
 async def _cancel_running(request: web.Request) -> bool:
     """The body's ``cancelRunning`` (default false)."""
     cancel = (await _body(request)).get("cancelRunning", False)
@@ -717,6 +739,7 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_get(f"{PREFIX}/endpoints", list_endpoints)
     app.router.add_post(f"{PREFIX}/endpoints", create_endpoint)
     app.router.add_get(endpoint, get_endpoint)
+    app.router.add_delete(endpoint, delete_endpoint)
     app.router.add_post(f"{endpoint}/enable", set_enabled(True))
     app.router.add_post(f"{endpoint}/disable", set_enabled(False))
     app.router.add_get(f"{endpoint}/keys", list_keys)

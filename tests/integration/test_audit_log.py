@@ -82,16 +82,21 @@ async def test_operator_changes_through_the_admin_api_and_the_cli_are_audited(st
         assert revoked.status_code == 200 and revoked.json()["canceledTasks"] == []  # bob's only
         still = await gw.store.get_task(Scope("default", echo, "anonymous"), someone_elses)
         assert still.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        assert (await admin(gw, "DELETE", f"/endpoints/{llm}")).status_code == 409  # enabled
+        assert (await admin(gw, "POST", f"/endpoints/{llm}/disable")).status_code == 200
+        assert (await admin(gw, "DELETE", f"/endpoints/{llm}")).status_code == 200
+        assert await gw.store.get_endpoint(llm) is None
 
         entries = await _entries(gw)
         assert [e["action"] for e in entries] == [
-            "key.revoked", "endpoint.enabled", "endpoint.disabled", "task.canceled",
-            "key.created", "endpoint.added",
+            "endpoint.deleted", "endpoint.disabled", "key.revoked", "endpoint.enabled",
+            "endpoint.disabled", "task.canceled", "key.created", "endpoint.added",
         ]
-        by_action = {e["action"]: e for e in entries}
+        by_action = {e["action"]: e for e in entries[2:]}
         assert all(e["actor"].startswith("key:") for e in entries)
         assert by_action["endpoint.added"]["target"] == llm
         assert by_action["endpoint.added"]["after"]["metadata"]["api_key"] == "***"
+        assert entries[0]["target"] == llm and entries[0]["before"]["metadata"]["api_key"] == "***"
         assert by_action["endpoint.disabled"]["details"] == {"canceledTasks": [running]}
         assert by_action["endpoint.disabled"]["before"] == {"enabled": True}
         assert by_action["task.canceled"]["target"] == alone
@@ -113,7 +118,16 @@ async def test_operator_changes_through_the_admin_api_and_the_cli_are_audited(st
             [carol] = [k for k in await gw.store.list_api_keys(echo) if k.principal == "carol"]
             await cli("keys", "revoke", carol.id)
             await cli("endpoints", "enable", echo)
+            with pytest.raises(SystemExit, match="is enabled: disable it first"):
+                await cli("endpoints", "delete", echo)  # one line, nothing deleted or recorded
+            [cli_llm] = [e for e in await gw.store.list_endpoints() if e.name == "cli-llm"]
+            await cli("endpoints", "disable", cli_llm.id)
+            await cli("endpoints", "delete", cli_llm.id)
+            assert await gw.store.get_endpoint(cli_llm.id) is None
             mine = await _entries(gw, f"?actor={ME}")
+            assert [e["action"] for e in mine[:2]] == ["endpoint.deleted", "endpoint.disabled"]
+            assert mine[0]["before"]["metadata"]["api_key"] == "***"
+            mine = mine[2:]
             assert [e["action"] for e in mine] == [
                 "endpoint.enabled", "key.revoked", "endpoint.added", "key.created",
                 "endpoint.disabled",

@@ -447,6 +447,7 @@ ADMIN_ROUTES = [
     ("GET", "/endpoints"),
     ("POST", "/endpoints"),
     ("GET", "/endpoints/{e}"),
+    ("DELETE", "/endpoints/{u}"),
     ("POST", "/endpoints/{e}/enable"),
     ("POST", "/endpoints/{e}/disable"),
     ("GET", "/endpoints/{e}/keys"),
@@ -539,6 +540,9 @@ def admin_requests(draw: st.DrawFn, target: Operated) -> Request:
         st.sampled_from([*target.tasks, target.tasks[2], "no-such-task", "%00", "a%0Ab"])
     )
     path = path.replace("{k}", key_id).replace("{t}", task_id).replace("{junk}", path_segment(draw))
+    # deleting: an unknown id or junk (the test's endpoints must stay; deletion is tested in
+    # test_audit_log)
+    path = path.replace("{u}", draw(st.sampled_from([str(draw(st.uuids())), path_segment(draw)])))
     if draw(st.integers(0, 4)) == 0:
         headers["Last-Event-ID"] = _safe_raw(draw(st.one_of(texts, ints.map(str))))
     method = _method(draw, routed)
