@@ -9,7 +9,7 @@ credentials inside URLs. An ``env:NAME`` reference is kept: it names the secret,
 
 Actors: a gateway operator key is ``key:<ref>`` (``OperatorKeys.ref_of``, not the key), an OIDC
 sign-in ``oidc:<subject>``, the CLI ``os:<user>``, the gateway itself (the endpoints file at
-start or on SIGHUP) ``gateway``.
+start or on SIGHUP) ``gateway``, a refused sign-in before any identity was known ``unknown``.
 """
 
 from __future__ import annotations
@@ -83,18 +83,6 @@ def without_secrets(value: Any, secret_fields: frozenset[str] = frozenset()) -> 
 
 def _env_ref(value: Any) -> bool:
     return isinstance(value, str) and value.startswith("env:")
-
-
-def changed_fields(
-    before: dict[str, Any], after: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The fields that differ, as ``(before, after)``; a field missing on one side is left out
-    of that side."""
-    keys = [k for k in {**before, **after} if before.get(k, _MISSING) != after.get(k, _MISSING)]
-    return ({k: before[k] for k in keys if k in before}, {k: after[k] for k in keys if k in after})
-
-
-_MISSING = object()
 
 
 def endpoint_fields(endpoint: Endpoint) -> dict[str, Any]:

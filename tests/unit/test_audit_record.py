@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
-from a2a_gateway.governance.audit import changed_fields, entry_json, record
+from a2a_gateway.governance.audit import entry_json, record
 from a2a_gateway.stores.base import AuditQuery
 from a2a_gateway.stores.memory import MemoryStore
 
@@ -34,9 +34,3 @@ async def test_secrets_never_reach_the_entry_or_its_log_line():
     metadata = stored.after["metadata"]
     assert metadata["bearer"] == metadata["api_key"] == "***"
     assert metadata["token"] == "env:BACKEND_TOKEN" and metadata["model"] == "m"
-
-
-def test_changed_fields_keeps_only_what_differs():
-    assert changed_fields({"a": 1, "b": 2, "c": 3}, {"a": 1, "b": 5, "d": 4}) == (
-        {"b": 2, "c": 3}, {"b": 5, "d": 4}
-    )
