@@ -49,7 +49,7 @@ from a2a_gateway.auth.config import ASYMMETRIC_ALGORITHMS, JwtConfig
 from a2a_gateway.auth.jwks import JwksCache
 from a2a_gateway.auth.sessions import ConsoleSessions, OidcUser, cookie_value
 from a2a_gateway.auth.tokens import InvalidToken, JwtVerifier
-from a2a_gateway.console.pages import SECURITY_HEADERS, set_session_cookie
+from a2a_gateway.console.pages import REFUSED_SIGN_INS, SECURITY_HEADERS, set_session_cookie
 from a2a_gateway.governance.audit import record
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.state import GATEWAY
@@ -500,10 +500,10 @@ async def callback(request: web.Request) -> web.StreamResponse:
         user = await login.finish(flow, request.query)
     except SignInError as exc:
         log.warning("console_oidc_sign_in_failed", status=exc.status, reason=exc.message)
-        await record(
+        await request.app[REFUSED_SIGN_INS].record(
             gateway.store, f"oidc:{exc.subject}" if exc.subject else "unknown",
-            "console.sign_in_failed", details={"method": "oidc", "issuer": login.issuer,
-                                               "status": exc.status, "reason": exc.message},
+            {"method": "oidc", "issuer": login.issuer, "status": exc.status,
+             "reason": exc.message},
         )
         response = _page(exc.status, "Sign-in failed", exc.message)
     else:

@@ -12,7 +12,7 @@ import orjson
 from aiohttp import web
 
 from a2a_gateway.auth.sessions import COOKIE, ConsoleSessions, Session, csrf_ok
-from a2a_gateway.governance.audit import record
+from a2a_gateway.governance.audit import RefusedSignIns, record
 from a2a_gateway.state import GATEWAY
 
 CONTENT_TYPES = {
@@ -58,8 +58,9 @@ async def login(request: web.Request) -> web.Response:
         raise web.HTTPBadRequest(reason='the body must be {"key": "<operator key>"}')
     ref = gateway.operators.key_ref(key)
     if sessions is None or ref is None:
-        await record(gateway.store, "unknown", "console.sign_in_failed",
-                     details={"method": "operator key"})  # the key tried is never recorded
+        await request.app[REFUSED_SIGN_INS].record(  # the key tried is never recorded
+            gateway.store, "unknown", {"method": "operator key"}
+        )
         return _json({"error": "not a gateway operator key"}, status=401)
     session, cookie = sessions.issue(ref)
     await record(gateway.store, f"key:{ref}", "console.signed_in",
@@ -112,6 +113,9 @@ async def logout(request: web.Request) -> web.Response:
     return response
 
 
+REFUSED_SIGN_INS = web.AppKey("console_refused_sign_ins", RefusedSignIns)
+
+
 def add_console_routes(app: web.Application) -> None:
     files = _static_files()
 
@@ -128,6 +132,7 @@ def add_console_routes(app: web.Application) -> None:
             raise web.HTTPNotFound(reason="no such console file")
         return serve(name)
 
+    app[REFUSED_SIGN_INS] = RefusedSignIns()
     app.router.add_get("/console", page)
     app.router.add_get("/console/", page)
     app.router.add_get("/console/static/{name}", asset)

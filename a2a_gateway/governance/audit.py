@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -65,12 +66,39 @@ async def record(
     return entry
 
 
+class RefusedSignIns:
+    """Records refused console sign-ins (``console.sign_in_failed``), at most ``per_minute`` a
+    minute on this replica: a refusal needs no credential, so a flood of them must not become a
+    flood of store writes. The refusals left out are counted in the next entry written
+    (``details.unrecorded_before``)."""
+
+    def __init__(self, per_minute: int = 30, clock: Callable[[], float] = time.monotonic) -> None:
+        self._per_minute = per_minute
+        self._clock = clock
+        self._minute = -1
+        self._written = 0
+        self._unrecorded = 0
+
+    async def record(self, store: Store, actor: str, details: dict[str, Any]) -> None:
+        minute = int(self._clock() // 60)
+        if minute != self._minute:
+            self._minute, self._written = minute, 0
+        if self._written >= self._per_minute:
+            self._unrecorded += 1
+            return
+        self._written += 1
+        if self._unrecorded:
+            details = {**details, "unrecorded_before": self._unrecorded}
+            self._unrecorded = 0
+        await record(store, actor, "console.sign_in_failed", details=details)
+
+
 def without_secrets(value: Any, secret_fields: frozenset[str] = frozenset()) -> Any:
     """``value`` (JSON) with every secret replaced by ``***``."""
     if isinstance(value, dict):
         return {
             str(k): SECRET_SHOWN
-            if (k in secret_fields or looks_secret(str(k))) and not _env_ref(v)
+            if (k in secret_fields or looks_secret(str(k))) and _may_be_secret(v)
             else without_secrets(v, secret_fields)
             for k, v in value.items()
         }
@@ -81,8 +109,12 @@ def without_secrets(value: Any, secret_fields: frozenset[str] = frozenset()) -> 
     return value
 
 
-def _env_ref(value: Any) -> bool:
-    return isinstance(value, str) and value.startswith("env:")
+def _may_be_secret(value: Any) -> bool:
+    """A number, a truth value or nothing is never a credential (``per_1k_input_tokens`` of a
+    price is not a token), nor is an ``env:NAME`` reference."""
+    if value is None or isinstance(value, bool | int | float):
+        return False
+    return not (isinstance(value, str) and value.startswith("env:"))
 
 
 def endpoint_fields(endpoint: Endpoint) -> dict[str, Any]:
