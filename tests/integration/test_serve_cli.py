@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -279,13 +278,9 @@ async def test_keys_through_the_cli_against_a_running_gateway(tmp_path):
     assert created.returncode == 0, created.stderr
     key = created.stdout.strip().splitlines()[-1]
     key_id = key.split("_")[1]
-    with ThreadPoolExecutor(2) as pool:  # commands that only read: side by side
-        listing = pool.submit(run_cli, "keys", "list", "--endpoint", endpoint, cwd=tmp_path,
-                              check=True)
-        shown = pool.submit(run_cli, "endpoints", "show", endpoint, cwd=tmp_path)
-    listed = listing.result().stdout
+    listed = run_cli("keys", "list", "--endpoint", endpoint, cwd=tmp_path, check=True).stdout
     assert key_id in listed and "active" in listed and key not in listed
-    assert key not in shown.result().stdout
+    assert key not in run_cli("endpoints", "show", endpoint, cwd=tmp_path).stdout
     async with serving("serve", cwd=tmp_path, A2A_GATEWAY_API_KEY_CACHE_SECONDS="0") as listening:
         url = f"{listening[1]}/{endpoint}/a2a"
         async with httpx.AsyncClient(timeout=10) as http:
@@ -300,18 +295,13 @@ async def test_keys_through_the_cli_against_a_running_gateway(tmp_path):
     assert anonymous.status_code == 401
     assert with_key.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert revoked.returncode == 0 and after.status_code == 401
-    with ThreadPoolExecutor(3) as pool:  # a listing and two refused commands: side by side
-        listing = pool.submit(run_cli, "keys", "list", cwd=tmp_path, check=True)
-        creating = pool.submit(
-            run_cli, "keys", "create", "--endpoint", "22222222-2222-4222-8222-222222222222",
-            cwd=tmp_path,
-        )
-        revoking = pool.submit(run_cli, "keys", "revoke", "0123456789abcdef", cwd=tmp_path)
-    assert "revoked" in listing.result().stdout
-    unknown = creating.result()
+    assert "revoked" in run_cli("keys", "list", cwd=tmp_path, check=True).stdout
+    unknown = run_cli(
+        "keys", "create", "--endpoint", "22222222-2222-4222-8222-222222222222", cwd=tmp_path
+    )
     assert unknown.returncode != 0 and unknown.stderr.strip() == \
         "a2a-gateway: no endpoint 22222222-2222-4222-8222-222222222222"
-    assert revoking.result().returncode != 0
+    assert run_cli("keys", "revoke", "0123456789abcdef", cwd=tmp_path).returncode != 0
 
 
 async def test_serve_applies_the_connection_limits():
