@@ -7,7 +7,8 @@ the ownership module writes a task no run of this replica drives. The replica ru
 the terminal state — at once when told (a cancel control message over PostgreSQL NOTIFY, or a
 change of the endpoint announced after the kill: ``TaskEngine.endpoint_changed``), otherwise at
 its next lease check (``lease_seconds / 3``) — and stops its run with the handler's cancel, which
-stops the backend run.
+stops the backend run. The task's webhooks get its end through the push outbox: queued unclaimed
+and due at once, so a serving replica's outbox loop sends it (within ``push_poll_seconds``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from a2a.types import Task
+import orjson
+from a2a.types import StreamResponse, Task
 from a2a.types.a2a_pb2 import (  # plain ints
     TASK_STATE_AUTH_REQUIRED,
     TASK_STATE_CANCELED,
@@ -25,9 +27,17 @@ from a2a.types.a2a_pb2 import (  # plain ints
     TASK_STATE_WORKING,
 )
 
-from a2a_gateway.events import agent_message, new_status
+from a2a_gateway.events import agent_message, new_id, new_status, status_event
 from a2a_gateway.governance.usage import RUN_STATE_KEY, Price, UsageStart, usage_record
-from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, Store, StoredTask
+from a2a_gateway.protojson import message_to_dict
+from a2a_gateway.stores.base import (
+    TERMINAL_STATES,
+    ConflictError,
+    PushDelivery,
+    Scope,
+    Store,
+    StoredTask,
+)
 
 RUNNING_STATES = frozenset({TASK_STATE_SUBMITTED, TASK_STATE_WORKING, TASK_STATE_INPUT_REQUIRED,
                             TASK_STATE_AUTH_REQUIRED})
@@ -68,8 +78,20 @@ async def cancel_in_store(
                 return None
             stored = reread
             continue
+        await _queue_push(store, scope, task)
         return task
     return None
+
+
+async def _queue_push(store: Store, scope: Scope, task: Task) -> None:
+    """The task's end for each of its webhooks, in the outbox for any replica to send."""
+    configs = await store.list_push_configs(scope, task.id)
+    if configs:
+        body = orjson.dumps(message_to_dict(StreamResponse(status_update=status_event(task))))
+        await store.add_push_deliveries([
+            PushDelivery(new_id(), scope, task.id, config.id, body, due_at=time.time())
+            for config in configs
+        ])
 
 
 async def running_tasks(

@@ -2,7 +2,8 @@
 chat bridge streaming from the scripted LLM) on replica A. Disabling its endpoint with
 ``cancelRunning`` on replica B — or revoking its caller's key with ``--cancel-running`` from the
 CLI, which has no engine — ends the task CANCELED with the operator's reason on both replicas,
-the caller's stream on A ends with it, and the backend run stops (the LLM sees its client go).
+the caller's stream on A ends with it, the backend run stops (the LLM sees its client go) and the
+task's webhook is told.
 Without NOTIFY (DynamoDB), the CLI's kill reaches the replicas over their Redis at once."""
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
-from a2a.types import TaskState
+from a2a.types import TaskPushNotificationConfig, TaskState
 
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.cli import main as cli_main
+from a2a_gateway.stores.base import Scope
 from tests.stores.pg_support import admin_dsn, fresh_database
 from tests.stores.store_urls import fresh_store_url
 from tests.support.admin_support import API_KEY_SECRET, OPERATOR_KEY, admin
@@ -26,6 +28,7 @@ from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.messages import send_request
 from tests.support.redis_support import redis_url
 from tests.support.waiting import eventually
+from tests.support.webhooks import webhook_receiver
 
 WORDS = 300  # 0.1 s apart: 30 s unless the run is stopped
 
@@ -110,7 +113,9 @@ async def test_disabling_with_cancel_running_on_b_stops_the_run_on_a():
 
 
 async def test_revoking_a_key_from_the_cli_stops_its_principals_run_on_a():
-    async with two_replicas(allow_unauthenticated_endpoints=False) as (url, a, b, llm):
+    async with webhook_receiver() as hooks, two_replicas(
+        allow_unauthenticated_endpoints=False, push_poll_seconds=0.2
+    ) as (url, a, b, llm):
         endpoint_id = await a.add_endpoint("handlers.openai_chat:OpenAIChatHandler",
                                            settings=_chat_settings(llm))
         row, key = make_key(API_KEY_SECRET, endpoint_id=endpoint_id, tenant="default",
@@ -120,6 +125,10 @@ async def test_revoking_a_key_from_the_cli_stops_its_principals_run_on_a():
         async with a.client(endpoint_id, timeout=60, api_key=key) as client:
             events = client.send_message(send_request(_slow(marker)))
             task_id = await _first_chunk(events)
+            await a.store.put_push_config(  # a webhook of the task: told of its end too
+                Scope("default", endpoint_id, "carol"),
+                TaskPushNotificationConfig(id="c1", task_id=task_id, url=hooks.url("/hook")),
+            )
             started = time.monotonic()
             await asyncio.to_thread(cli_main, ["keys", "revoke", row.id, "--cancel-running",
                                                "--store", url])
@@ -136,6 +145,10 @@ async def test_revoking_a_key_from_the_cli_stops_its_principals_run_on_a():
         assert [(t["tasks"], t["outcomes"]) for t in usage] == [
             (1, {"canceled": 1})
         ], usage  # the CLI wrote the task's usage record with its end
+        await hooks.wait_for("/hook", timeout=10)  # sent from the outbox by a replica
+    [(_, pushed)] = hooks.posts_to("/hook")
+    assert pushed["statusUpdate"]["taskId"] == task_id
+    assert pushed["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
 
 
 async def test_the_clis_disable_reaches_replicas_over_redis_on_dynamodb_at_once(
