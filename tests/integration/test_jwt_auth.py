@@ -121,14 +121,23 @@ async def jwks() -> AsyncIterator[JwksServer]:
         yield server
 
 
+GATEWAY = {
+    "allow_unauthenticated_endpoints": False,
+    "trusted_proxies": ["127.0.0.1"],
+    "api_key_cache_seconds": 0,
+}
+
+
 @pytest.fixture
 async def gw() -> AsyncIterator[RunningGateway]:
-    async with running_gateway(
-        allow_unauthenticated_endpoints=False,
-        jwks_refresh_seconds=3.0,
-        trusted_proxies=["127.0.0.1"],
-        api_key_cache_seconds=0,
-    ) as running:
+    async with running_gateway(**GATEWAY, jwks_refresh_seconds=3.0) as running:
+        yield running
+
+
+@pytest.fixture
+async def quick_refresh_gw() -> AsyncIterator[RunningGateway]:
+    """``gw`` fetching a JWKS again after 1 s instead of 3 s, for a test that waits that out."""
+    async with running_gateway(**GATEWAY, jwks_refresh_seconds=1.0) as running:
         yield running
 
 
@@ -252,8 +261,9 @@ async def test_refused_tokens_are_401_with_the_invalid_token_challenge_and_creat
 
 
 async def test_a_rotated_key_is_fetched_and_an_unknown_kid_is_refused_after_a_rate_limited_refresh(
-    gw, jwks
+    quick_refresh_gw, jwks
 ):
+    gw = quick_refresh_gw
     old, new = SigningKey("2026-01"), SigningKey("2026-02")
     jwks.keys = [old]
     endpoint = await gw.add_endpoint(settings={"delay": 0, "auth": jwt_auth(jwks.url)})
