@@ -62,7 +62,7 @@ async def _settled(gw) -> int:
     """Traced bytes once every run ended and the replay logs were dropped."""
     while gw.gateway.engine.runs:
         await asyncio.sleep(0.1)
-    await asyncio.sleep(1.0)  # past stream_replay_keep_seconds
+    await asyncio.sleep(0.5)  # past stream_replay_keep_seconds
     gw.gateway.hub._sweep(gw.gateway.hub.clock())
     gc.collect()
     return tracemalloc.get_traced_memory()[0]
@@ -71,7 +71,8 @@ async def _settled(gw) -> int:
 async def test_idle_streams_cost_bounded_memory_and_give_it_back_when_they_close() -> None:
     tracemalloc.start()
     try:
-        async with running_gateway(sse_keepalive_seconds=1.0, stream_replay_keep_seconds=0.5) as gw:
+        async with running_gateway(sse_keepalive_seconds=0.5,
+                                   stream_replay_keep_seconds=0.25) as gw:
             await gw.add_endpoint(settings={"delay": 3600}, endpoint_id=ECHO,
                                   card={"capabilities": {"streaming": True}})
             warm = _Clients(gw.base_url, 20)  # first use: imports, pools, caches
@@ -82,7 +83,7 @@ async def test_idle_streams_cost_bounded_memory_and_give_it_back_when_they_close
             held = _Clients(gw.base_url, STREAMS)
             async with held as opened:
                 assert opened == {"open": STREAMS, "errors": 0}
-                await asyncio.sleep(2.5)  # idle: keepalives only
+                await asyncio.sleep(1.25)  # idle: keepalives only
                 gc.collect()
                 open_bytes = tracemalloc.get_traced_memory()[0]
                 tasks_open = len(asyncio.all_tasks()) - tasks_before
