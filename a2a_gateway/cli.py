@@ -35,7 +35,6 @@ from a2a_gateway.endpoints.file import EndpointsFileError, endpoint_row, export
 from a2a_gateway.endpoints.registry import check_endpoint, runtime_auth, secret_settings
 from a2a_gateway.errors import EndpointMisconfiguredError
 from a2a_gateway.governance.audit import endpoint_fields, os_actor, record
-from a2a_gateway.governance.kill_switch import cancel_running_in_store, operator_reason
 from a2a_gateway.governance.limits import (
     LIMIT_NAMES,
     NO_LIMITS,
@@ -51,6 +50,7 @@ from a2a_gateway.state import GATEWAY
 from a2a_gateway.stores import UnknownStoreError, display_url, migrate_store, open_store
 from a2a_gateway.stores.base import Endpoint, Scope, StoreError
 from a2a_gateway.tasks.dispatch import DispatchSetupError
+from a2a_gateway.tasks.kill_switch import cancel_running_in_store, operator_reason
 from a2a_gateway.transport.admin import key_json
 
 DEMO_ENDPOINT_ID = "00000000-0000-4000-8000-00000000ec40"

@@ -42,7 +42,6 @@ from a2a_gateway.events import (
     stamp,
     text_chunk,
 )
-from a2a_gateway.governance.kill_switch import cancel_in_store, running_tasks
 from a2a_gateway.live.hub import LiveHub, Subscription
 from a2a_gateway.observability import tracing
 from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, StoredTask
@@ -56,6 +55,7 @@ from a2a_gateway.tasks.dispatch import (
     DispatchError,
     TaskRef,
 )
+from a2a_gateway.tasks.kill_switch import cancel_in_store, running_tasks
 from a2a_gateway.tasks.ownership import Ownership
 from a2a_gateway.tasks.run import RunServices, SupersededError, TaskRun
 from handlers.base import Handler, HandlerRequest, InputRejectedError

@@ -1,4 +1,4 @@
-"""One run (``TaskRun``): the only writer of its task.
+"""One run (``TaskRun``): the only writer of its task while a run of it is on this replica.
 
 A run maps one handler iterator's events to A2A task states and artifacts (through
 ``a2a_gateway.events``), and carries out what the engine asks of the task: take an
@@ -19,6 +19,9 @@ Every change is applied to the task in memory, then split in two paths:
 
 A run gets its collaborators (``RunServices``) and an ``on_done`` callback, never the
 engine. It belongs to no request: closing a client stream never cancels it.
+
+The one other writer of a task is ``tasks.kill_switch.cancel_in_store``, for a task no run of
+this process can drive (the CLI's kill switch, an endpoint with no handler left here).
 """
 
 from __future__ import annotations
@@ -814,7 +817,7 @@ class TaskRun:
         self, *, on_conflict: OnConflict = OnConflict.MINE, keep_lease: bool = False,
         lease: tuple[str, float] | None = None, usage: UsageRecord | None = None,
     ) -> None:
-        """The one place the task is written (created, or updated at its version), under
+        """The one place a run writes its task (created, or updated at its version), under
         the run's write lock. The lease: ``lease`` (owner, until) when given (a dispatched
         task waits for a worker); else this replica's while the run drives an iterator, or
         with ``keep_lease`` while it has none (``hand_over``); none for an ended task.

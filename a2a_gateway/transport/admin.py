@@ -55,7 +55,6 @@ from a2a_gateway.errors import (
     UnauthenticatedError,
 )
 from a2a_gateway.governance.audit import endpoint_fields
-from a2a_gateway.governance.kill_switch import operator_reason
 from a2a_gateway.governance.limits import LimitsError, parse_limits
 from a2a_gateway.live.feed import state_name
 from a2a_gateway.observability.fleet_stats import FLEET_STATS, fleet_answer
@@ -74,6 +73,7 @@ from a2a_gateway.stores.base import (
     status_timestamp_us,
 )
 from a2a_gateway.stores.page_token import decode_page_token, encode_page_token
+from a2a_gateway.tasks.kill_switch import operator_reason
 from a2a_gateway.tasks.streams import LAST_EVENT_ID, subscribe_stream
 from a2a_gateway.transport.admin_audit import actor_of, audit_route, record_change
 from a2a_gateway.transport.admin_handlers import handlers_route

@@ -1,5 +1,6 @@
 """The kill switch's store-side end of a task: for a process with no task engine (the CLI) or a
-task whose endpoint has no handler left here.
+task whose endpoint has no handler left here. ``cancel_in_store`` is the one writer of a task
+besides its run (``TaskRun._write``).
 
 The task is written CANCELED with the operator's reason and its usage record (tokens the backend
 had not reported yet are unknown here: none are counted), conditionally on the version read, as
