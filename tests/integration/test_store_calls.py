@@ -169,7 +169,7 @@ async def test_a_long_blocking_run_is_written_while_it_runs_so_list_tasks_sees_i
     gw: RunningGateway,
 ):
     ep = await gw.add_endpoint("handlers.echo:EchoHandler", settings={"delay": 0.1})
-    words = " ".join(f"w{i}" for i in range(40))  # about 4 s, past unseen_task_seconds (1 s)
+    words = " ".join(f"w{i}" for i in range(30))  # about 3 s, past unseen_task_seconds (1 s)
     async with gw.client(ep, streaming=False) as blocked, gw.client(ep, streaming=False) as lister:
         reply = asyncio.create_task(anext(blocked.send_message(send_request(words))))
 
