@@ -435,14 +435,21 @@ async def create_key(request: web.Request) -> web.Response:
     return _json({"key": key, **key_json(row)}, status=201)
 
 
-async def revoke_key(request: web.Request) -> web.Response:
-    operator = operator_of(request)
-    gateway = request.app[GATEWAY]
+async def _endpoint_key(request: web.Request, gateway: Gateway) -> tuple[Endpoint, ApiKey]:
+    """The endpoint and key the path names; 404 unless the key is that endpoint's."""
     endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
     key_id = request.match_info["key_id"]
     row = await gateway.store.get_api_key(key_id)
     if row is None or row.endpoint_id != endpoint.id:
         raise web.HTTPNotFound(reason=f"no key {_shown(key_id)} of this endpoint")
+    return endpoint, row
+
+
+async def revoke_key(request: web.Request) -> web.Response:
+    operator = operator_of(request)
+    gateway = request.app[GATEWAY]
+    endpoint, row = await _endpoint_key(request, gateway)
+    key_id = row.id
     cancel_running = await _cancel_running(request)
     await gateway.store.revoke_api_key(key_id, datetime.now(UTC))
     log.info("admin_key_revoked", endpoint_id=endpoint.id, key_id=key_id, by=operator.name)
@@ -475,11 +482,8 @@ async def set_key_limits(request: web.Request) -> web.Response:
     running gateways apply them within ``api_key_cache_seconds``."""
     operator = operator_of(request)
     gateway = request.app[GATEWAY]
-    endpoint = await _endpoint(gateway, request.match_info["endpoint_id"])
-    key_id = request.match_info["key_id"]
-    row = await gateway.store.get_api_key(key_id)
-    if row is None or row.endpoint_id != endpoint.id:
-        raise web.HTTPNotFound(reason=f"no key {_shown(key_id)} of this endpoint")
+    endpoint, row = await _endpoint_key(request, gateway)
+    key_id = row.id
     body = await _body(request)
     if "limits" not in body:
         raise web.HTTPBadRequest(reason="limits: required (an object of limit names to numbers)")
