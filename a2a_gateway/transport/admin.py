@@ -68,7 +68,6 @@ from a2a_gateway.stores.base import (
     Endpoint,
     EndpointHealth,
     EndpointTaskPage,
-    InvalidPageTokenError,
     Scope,
     status_timestamp_us,
 )
@@ -77,6 +76,7 @@ from a2a_gateway.tasks.kill_switch import operator_reason
 from a2a_gateway.tasks.streams import LAST_EVENT_ID, subscribe_stream
 from a2a_gateway.transport.admin_audit import actor_of, audit_route, record_change
 from a2a_gateway.transport.admin_handlers import handlers_route
+from a2a_gateway.transport.admin_query import page_size, page_token
 from a2a_gateway.transport.admin_usage import usage_route
 from a2a_gateway.transport.feed import MAX_CONTEXT_ID, feed_filter
 from a2a_gateway.transport.sse import SSEStream
@@ -586,21 +586,10 @@ def _task_list_query(request: web.Request, gateway: Gateway) -> TaskListQuery:
     context = query.get("context", "") or filters.context_id
     if len(context) > MAX_CONTEXT_ID:
         raise web.HTTPBadRequest(reason=f"context is longer than {MAX_CONTEXT_ID} characters")
-    most = gateway.settings.admin_tasks_max_page_size
-    size = query.get("page_size", str(min(50, most))).strip()
-    digits = size.lstrip("0")  # int() refuses more than 4300 digits: a long one is too large
-    if not (size.isdecimal() and len(digits) <= len(str(most)) and 1 <= int(size) <= most):
-        raise web.HTTPBadRequest(reason=f"page_size must be a whole number from 1 to {most}")
+    size = page_size(query, gateway.settings.admin_tasks_max_page_size)
     key = gateway.settings.page_token_key.get_secret_value().encode()
-    token = query.get("page_token", "").strip()
-    if token:
-        try:
-            decode_page_token(token, key=key)
-        except InvalidPageTokenError:
-            raise web.HTTPBadRequest(
-                reason="page_token is not a nextPageToken of this gateway"
-            ) from None
-    return TaskListQuery(frozenset(endpoints), filters.states, context, int(size), token, key)
+    return TaskListQuery(frozenset(endpoints), filters.states, context, size,
+                         page_token(query, key), key)
 
 
 def _merged(

@@ -7,7 +7,6 @@ Entries are append-only here: no route changes or deletes one (``audit_retention
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -17,8 +16,8 @@ from a2a_gateway.auth.callers import bearer_token
 from a2a_gateway.auth.operators import Operator
 from a2a_gateway.governance.audit import entry_json, record
 from a2a_gateway.state import GATEWAY
-from a2a_gateway.stores.base import AuditEntry, AuditQuery, InvalidPageTokenError
-from a2a_gateway.stores.page_token import decode_page_token
+from a2a_gateway.stores.base import AuditEntry, AuditQuery
+from a2a_gateway.transport.admin_query import page_size, page_token, query_time
 
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_PAGE_SIZE = 500
@@ -56,7 +55,8 @@ def audit_route(operator_of: Callable[[web.Request], Operator]) -> View:
 
     async def list_audit(request: web.Request) -> web.Response:
         """Entries newest first: ``action``, ``target``, ``actor`` (exact), ``from``
-        (inclusive) and ``to`` (exclusive) as ISO 8601 times, ``page_size`` (1 to 500,
+        (inclusive) and ``to`` (exclusive) as ISO 8601 times or dates (a date ``to``: the end
+        of that day), ``page_size`` (1 to 500,
         default 50) and ``page_token`` (a page's ``nextPageToken``); 400 naming a bad
         parameter."""
         operator_of(request)
@@ -87,38 +87,12 @@ def _audit_query(request: web.Request, token_key: bytes) -> AuditQuery:
                 reason=f"{name} must be at most {MAX_FILTER} characters, without NUL"
             )
         filters[name] = value
-    since, until = _time(params, "from"), _time(params, "to")
+    since, until = query_time(params, "from"), query_time(params, "to", end=True)
     if since is not None and until is not None and since >= until:
         raise web.HTTPBadRequest(reason="from must be before to")
-    size = params.get("page_size", "50").strip()
-    if not (size.isdecimal() and len(size) <= 4 and 1 <= int(size) <= MAX_PAGE_SIZE):
-        raise web.HTTPBadRequest(
-            reason=f"page_size must be a whole number from 1 to {MAX_PAGE_SIZE}"
-        )
-    token = params.get("page_token", "").strip()
-    if token:
-        try:
-            decode_page_token(token, key=token_key)
-        except InvalidPageTokenError:
-            raise web.HTTPBadRequest(
-                reason="page_token is not a nextPageToken of this gateway"
-            ) from None
-    return AuditQuery(**filters, since=since, until=until, page_size=int(size), page_token=token)
-
-
-def _time(params: Any, name: str) -> datetime | None:
-    raw = params.get(name, "").strip()
-    if not raw:
-        return None
-    try:
-        value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        value = None
-    if value is None or not 1970 <= value.year <= 9998:
-        raise web.HTTPBadRequest(
-            reason=f"{name} must be an ISO 8601 time from 1970 on, e.g. 2026-12-01T00:00:00Z"
-        )
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return AuditQuery(**filters, since=since, until=until,
+                      page_size=page_size(params, MAX_PAGE_SIZE),
+                      page_token=page_token(params, token_key))
 
 
 def _shown(value: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Awaitable, Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -16,6 +16,7 @@ from aiohttp import web
 from a2a_gateway.auth.operators import Operator
 from a2a_gateway.state import GATEWAY
 from a2a_gateway.stores.base import USAGE_GROUPS, UsageQuery, UsageTotals
+from a2a_gateway.transport.admin_query import query_time
 
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -74,8 +75,8 @@ def usage_query(params: Any, now: datetime) -> UsageQuery:
                 reason=f"{name} must be at most {MAX_FILTER} characters, without NUL"
             )
         filters[field] = value
-    end = _time(params, "to", end=True) or now
-    start = _time(params, "from", end=False) or end - timedelta(days=DEFAULT_DAYS)
+    end = query_time(params, "to", end=True) or now
+    start = query_time(params, "from") or end - timedelta(days=DEFAULT_DAYS)
     if start > end:
         raise web.HTTPBadRequest(reason="from must not be after to")
     if end - start > timedelta(days=MAX_RANGE_DAYS):
@@ -92,29 +93,6 @@ def _groups(raw: str) -> tuple[str, ...]:
                 reason=f"group_by: {_shown(name)} is not one of {', '.join(USAGE_GROUPS)}"
             )
     return tuple(dict.fromkeys(names))
-
-
-def _time(params: Any, name: str, *, end: bool) -> datetime | None:
-    """An ISO 8601 time (UTC unless it names a zone) or date: a date ``from`` is its day's
-    start, a date ``to`` its day's end (so ``to=2026-12-01`` includes that day)."""
-    raw = params.get(name, "").strip()
-    if not raw:
-        return None
-    value: datetime | None
-    try:
-        if len(raw) == 10:
-            day = date.fromisoformat(raw)
-            value = datetime(day.year, day.month, day.day, tzinfo=UTC)
-            value += timedelta(days=1) if end and day < date.max else timedelta()
-        else:
-            value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except (ValueError, OverflowError):
-        value = None
-    if value is None or not 1970 <= value.year <= 9998:
-        raise web.HTTPBadRequest(
-            reason=f"{name} must be an ISO 8601 date or time from 1970 on, e.g. 2026-12-01"
-        )
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def money(micros: int) -> str:
