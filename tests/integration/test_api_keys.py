@@ -7,15 +7,12 @@ principal the owner of the tasks it creates, and another principal sees them as 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import httpx
 import pytest
 
 from a2a_gateway.auth.api_keys import make_key
-from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.support.harness import RunningGateway, running_gateway
 from tests.support.messages import rpc, send_body, send_params
 from tests.support.waiting import eventually
@@ -23,15 +20,9 @@ from tests.support.waiting import eventually
 V10 = {"A2A-Version": "1.0"}
 
 
-@pytest.fixture(params=STORE_KINDS)
-async def gw(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[RunningGateway]:
-    async with fresh_store_url(request.param, tmp_path, monkeypatch) as url:
-        async with running_gateway(
-            url, allow_unauthenticated_endpoints=False, api_key_cache_seconds=0
-        ) as running:
-            yield running
+@pytest.fixture
+def gw(keyed_every_store: RunningGateway) -> RunningGateway:
+    return keyed_every_store
 
 
 class Keys:

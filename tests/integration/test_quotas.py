@@ -25,7 +25,7 @@ from a2a.types import Task, TaskState, a2a_pb2_grpc
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.governance.quotas import BUDGET_CACHE_SECONDS
 from a2a_gateway.stores.base import Scope, TaskQuery
-from tests.stores.store_urls import STORE_KINDS, fresh_store_url
+from tests.stores.store_urls import fresh_store_url
 from tests.support.admin_support import OPERATOR_KEY, admin
 from tests.support.harness import RunningGateway, collect, require_env, running_gateway
 from tests.support.messages import send_body, send_params, send_request
@@ -40,15 +40,9 @@ MINUTE_START = 1_800_000_000.0 - 1_800_000_000.0 % 86400 + 3600
 """A whole hour of a day (so minute, hour and day windows all start there)."""
 
 
-@pytest.fixture(params=STORE_KINDS)
-async def gw(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[RunningGateway]:
-    async with fresh_store_url(request.param, tmp_path, monkeypatch) as url:
-        async with running_gateway(
-            url, allow_unauthenticated_endpoints=False, api_key_cache_seconds=0
-        ) as running:
-            yield running
+@pytest.fixture
+def gw(keyed_every_store: RunningGateway) -> RunningGateway:
+    return keyed_every_store
 
 
 class Clock:
