@@ -16,7 +16,7 @@ from a2a.types import TaskState
 
 from a2a_gateway.app import ENDPOINTS_FILE
 from tests.stores.store_urls import STORE_KINDS, fresh_store_url
-from tests.support.cli_process import run_cli, serving
+from tests.support.cli_process import run_cli, serving, stored_endpoints
 from tests.support.harness import RunningGateway, collect, require_env, running_gateway
 from tests.support.messages import send_body, send_request
 from tests.support.waiting import eventually
@@ -149,7 +149,7 @@ def test_a_file_that_cannot_be_served_stops_startup_and_writes_nothing(tmp_path,
     assert done.returncode != 0 and "Traceback" not in done.stderr and done.stdout == ""
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"a2a-gateway: {path}: entry 2 (id {SECOND}): ") and reason in line
-    assert run_cli("endpoints", "list", "--store", store, check=True).stdout == ""
+    assert stored_endpoints(store) == []
 
 
 def test_an_unreadable_file_stops_startup(tmp_path):

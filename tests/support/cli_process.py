@@ -20,6 +20,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from a2a_gateway.stores import open_store
+from a2a_gateway.stores.base import Endpoint
+
 ROOT = Path(__file__).resolve().parents[2]
 LISTENING = re.compile(r"listening on (http://\S+) \(store (\S+), (\d+) endpoints?\)")
 
@@ -39,6 +42,20 @@ def run_cli(
         [sys.executable, "-m", "a2a_gateway", *args], capture_output=True, text=True, timeout=60,
         cwd=cwd or ROOT, env=cli_env(**env), check=check,
     )
+
+
+def stored_endpoints(store_url: str) -> list[Endpoint]:
+    """The endpoint rows of a store, read in this process: what ``endpoints list`` prints,
+    without the second its process takes to start (to show a refused command wrote nothing)."""
+
+    async def rows() -> list[Endpoint]:
+        store = await open_store(store_url)
+        try:
+            return await store.list_endpoints()
+        finally:
+            await store.aclose()
+
+    return asyncio.run(rows())
 
 
 @asynccontextmanager

@@ -19,7 +19,7 @@ from a2a_gateway.endpoints.registry import check_endpoint
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores import open_store
 from a2a_gateway.stores.base import Endpoint
-from tests.support.cli_process import run_cli
+from tests.support.cli_process import run_cli, stored_endpoints
 
 ECHO = ["--handler", "handlers.echo:EchoHandler"]
 JWKS = "https://issuer.example/jwks.json"
@@ -138,15 +138,7 @@ def test_endpoints_add_takes_auth_and_refuses_a_bad_one_in_one_line(tmp_path):
         assert refused.returncode != 0 and "Traceback" not in refused.stderr
         assert fragment in refused.stderr
         assert refused.stderr.strip().splitlines()[-1].startswith("a2a-gateway: ")
-    assert [ep.id for ep in asyncio.run(_stored_endpoints(store))] == [endpoint_id]
-
-
-async def _stored_endpoints(store: str) -> list[Endpoint]:
-    opened = await open_store(store)
-    try:
-        return await opened.list_endpoints()
-    finally:
-        await opened.aclose()
+    assert [ep.id for ep in stored_endpoints(store)] == [endpoint_id]
 
 
 def test_endpoints_check_reports_a_stored_bad_declaration(tmp_path):

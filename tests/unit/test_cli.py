@@ -13,7 +13,7 @@ import pytest
 from a2a_gateway import cli
 from a2a_gateway.stores import open_store
 from a2a_gateway.stores.base import Endpoint
-from tests.support.cli_process import ROOT, run_cli
+from tests.support.cli_process import ROOT, run_cli, stored_endpoints
 
 ECHO = "handlers.echo:EchoHandler"
 
@@ -21,20 +21,6 @@ ECHO = "handlers.echo:EchoHandler"
 def added_id(done) -> str:
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().splitlines()[-1]
-
-
-def stored_endpoints(store: str) -> list[Endpoint]:
-    """The endpoint rows of ``store``, read in this process (what ``endpoints list`` prints,
-    without the second a CLI process takes to start)."""
-
-    async def rows() -> list[Endpoint]:
-        opened = await open_store(store)
-        try:
-            return await opened.list_endpoints()
-        finally:
-            await opened.aclose()
-
-    return asyncio.run(rows())
 
 
 def assert_one_line_error(done, *fragments: str) -> None:
