@@ -35,7 +35,7 @@ from tests.support.waiting import eventually
 WORKING = TaskState.TASK_STATE_WORKING
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 FAILED = TaskState.TASK_STATE_FAILED
-GRACE = 3.0
+GRACE = 2.0
 KUBERNETES_GRACE = 30.0
 STOPPING_NOTE = {"kind": "gateway_stopping"}
 
