@@ -14,8 +14,6 @@ import pytest
 from a2a.types import TaskState
 from aiohttp import web
 
-from a2a_gateway.app import build_app, gateway_runner
-from a2a_gateway.settings import GatewaySettings
 from tests.backends.scripted_llm import ScriptedLLM
 from tests.support.harness import RunningGateway, collect, running_gateway
 from tests.support.messages import send_request
@@ -72,19 +70,8 @@ async def recording_gateway(seen: list[dict[str, str]]) -> AsyncIterator[Running
             seen.append(dict(request.headers))
         return await handler(request)
 
-    settings = GatewaySettings(store="memory://", log_level="warning",
-                               allow_unauthenticated_endpoints=True)
-    app = build_app(settings)
-    app.middlewares.append(record)
-    runner = gateway_runner(app, settings)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield RunningGateway(f"http://127.0.0.1:{port}", app)
-    finally:
-        await runner.cleanup()
+    async with running_gateway(middlewares=(record,)) as gateway:
+        yield gateway
 
 
 @pytest.mark.parametrize("streaming", [True, False])

@@ -155,13 +155,14 @@ class ApiKeyCredentials(CredentialService):
 async def running_gateway(
     store_url: str = "memory://", *, store: Store | None = None,
     http: httpx.AsyncClient | None = None, grpc: bool = False,
-    lingering_seconds: float | None = None, **settings: Any
+    lingering_seconds: float | None = None, middlewares: tuple[Any, ...] = (), **settings: Any
 ) -> AsyncIterator[RunningGateway]:
     """Serve the gateway app on 127.0.0.1 with a free port for the duration of the block;
     ``grpc``: the gRPC binding too, plaintext, on a free port. ``lingering_seconds`` replaces
     aiohttp's ``lingering_time`` (10 s): how long a connection answered before its whole body
     arrived still reads and drops the rest before it is closed (tests of such answers wait
-    for that close)."""
+    for that close). ``middlewares`` run after the gateway's own (e.g. to record what it
+    was sent)."""
     defaults: dict[str, Any] = {
         "push_allow_private_urls": True, "log_level": "warning", "lease_seconds": 30.0,
         "allow_unauthenticated_endpoints": True,
@@ -169,6 +170,7 @@ async def running_gateway(
     }
     gateway_settings = GatewaySettings(store=store_url, **{**defaults, **settings})
     app = build_app(gateway_settings, store=store, http=http)
+    app.middlewares.extend(middlewares)
     lingering = {} if lingering_seconds is None else {"lingering_time": lingering_seconds}
     runner = gateway_runner(app, gateway_settings, **lingering)
     await runner.setup()
