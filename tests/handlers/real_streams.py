@@ -1,5 +1,6 @@
 """What the real-backend tests of every bridge share: a unique token for a prompt, the state
-an event carries, and the streamed-reply check each bridge must pass."""
+an event carries, the streamed-reply check each bridge must pass, and the task whose A2A ids a
+backend must get back."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 import uuid
 from typing import Any
 
-from a2a.types import StreamResponse, TaskArtifactUpdateEvent, TaskState
+from a2a.types import StreamResponse, Task, TaskArtifactUpdateEvent, TaskState
 
 from tests.support.messages import send_request
 
@@ -68,3 +69,17 @@ async def six_streamed_tokens(client: Any) -> TaskArtifactUpdateEvent:
         chunks[-1][0] - chunks[0][0] > 0.6
     )  # the first token came well before the end (5 gaps of 0.25 s)
     return final
+
+
+async def completed_with_ids(gw: Any, endpoint: str) -> tuple[Task, dict[str, str]]:
+    """A blocking message in a context whose id is not ASCII, completed; the task and the A2A
+    ids the bridge passes to its backend's run (``a2a_task_id``, ``a2a_context_id``,
+    ``a2a_endpoint_id``)."""
+    context_id = f"ctx-{token()}-żółw"
+    async with gw.client(endpoint, streaming=False) as client:
+        (event,) = [e async for e in client.send_message(
+            send_request(f"hello {token()}", context_id=context_id))]
+    assert event.task.status.state == COMPLETED
+    ids = {"a2a_task_id": event.task.id, "a2a_context_id": context_id,
+           "a2a_endpoint_id": endpoint}
+    return event.task, ids

@@ -19,7 +19,13 @@ from a2a.types import CancelTaskRequest, GetTaskRequest, Role, StreamResponse, T
 from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
-from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
+from tests.handlers.real_streams import (
+    completed_with_ids,
+    six_streamed_tokens,
+    state_of,
+    streamed_answer,
+    token,
+)
 from tests.handlers.test_hermes_real import socket_closed_port
 from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.messages import handler_request, send_request
@@ -282,15 +288,8 @@ async def test_the_user_id_setting_names_the_adk_user(gw, adk_url):
 
 
 async def test_each_event_of_the_run_carries_the_a2a_ids(gw, endpoint, adk_url):
-    mark = token()
-    context_id = f"ctx-{mark}-żółw"
-    async with gw.client(endpoint, streaming=False) as client:
-        (event,) = [e async for e in client.send_message(
-            send_request(f"hello {mark}", context_id=context_id))]
-    assert event.task.status.state == COMPLETED
-    session_id = MessageToDict(event.task.artifacts[-1].metadata)["adk_session_id"]
+    task, ids = await completed_with_ids(gw, endpoint)
+    session_id = MessageToDict(task.artifacts[-1].metadata)["adk_session_id"]
     session = await adk_session(adk_url, "anonymous", session_id)
-    ids = {"a2a_task_id": event.task.id, "a2a_context_id": context_id,
-           "a2a_endpoint_id": endpoint}
     # ADK puts the run's custom_metadata on every event the run adds (the user's message too)
     assert [e.get("customMetadata") for e in session["events"]] == [ids, ids]

@@ -29,7 +29,13 @@ from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.stores.memory import MemoryStore
-from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
+from tests.handlers.real_streams import (
+    completed_with_ids,
+    six_streamed_tokens,
+    state_of,
+    streamed_answer,
+    token,
+)
 from tests.handlers.test_hermes_real import socket_closed_port
 from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.messages import handler_request, send_request
@@ -345,13 +351,7 @@ async def test_cancel_while_waiting_for_confirmation_cancels_the_task(gw, endpoi
 
 
 async def test_the_run_carries_the_a2a_ids_in_its_metadata(gw, endpoint, agno_url):
-    mark = token()
-    context_id = f"ctx-{mark}-żółw"
-    async with gw.client(endpoint, streaming=False) as client:
-        (event,) = [e async for e in client.send_message(
-            send_request(f"hello {mark}", context_id=context_id))]
-    assert event.task.status.state == COMPLETED
-    metadata = MessageToDict(event.task.artifacts[-1].metadata)
+    task, ids = await completed_with_ids(gw, endpoint)
+    metadata = MessageToDict(task.artifacts[-1].metadata)
     run = await agno_run(agno_url, metadata["agno_run_id"], metadata["agno_session_id"])
-    assert run["metadata"] == {"a2a_task_id": event.task.id, "a2a_context_id": context_id,
-                               "a2a_endpoint_id": endpoint}
+    assert run["metadata"] == ids

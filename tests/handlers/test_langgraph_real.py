@@ -22,7 +22,13 @@ from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.stores.memory import MemoryStore
-from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
+from tests.handlers.real_streams import (
+    completed_with_ids,
+    six_streamed_tokens,
+    state_of,
+    streamed_answer,
+    token,
+)
 from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.messages import send_request
 from tests.support.waiting import eventually
@@ -317,13 +323,6 @@ async def test_a_context_whose_thread_was_deleted_goes_on_in_a_new_thread(
 
 
 async def test_the_run_carries_the_a2a_ids_in_its_metadata(gw, endpoint, langgraph_url):
-    mark = token()
-    context_id = f"ctx-{mark}-żółw"
-    async with gw.client(endpoint, streaming=False) as client:
-        (event,) = [e async for e in client.send_message(
-            send_request(f"hello {mark}", context_id=context_id))]
-    assert event.task.status.state == COMPLETED
-    run = await langgraph_run(langgraph_url, await stored_run_ref(gw, endpoint, event.task.id))
-    ids = {"a2a_task_id": event.task.id, "a2a_context_id": context_id,
-           "a2a_endpoint_id": endpoint}
+    task, ids = await completed_with_ids(gw, endpoint)
+    run = await langgraph_run(langgraph_url, await stored_run_ref(gw, endpoint, task.id))
     assert {k: run["metadata"].get(k) for k in ids} == ids  # next to the thread's a2a_owner
