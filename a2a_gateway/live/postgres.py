@@ -26,13 +26,12 @@
   there is none) with that nonce, in order with the live deltas, and the receiving
   replica gives it to that follower alone — what a local ``SubscribeToTask`` gets — so a
   client that adds up every chunk never sees the text twice. Until its snapshot comes a
-  follower holds what it receives (the snapshot holds that text) and then drops it. When
-  the watching replica is new to the owner (a takeover, or a watch that lapsed) the
-  snapshot is marked for every follower there already following too. A snapshot without
-  a nonce (after a lost listener, or from an owner of an older version, which ignores
-  nonces) goes to every follower; a follower still without an answer
-  ``2 * refresh_seconds`` after it asked takes what it held at the next refresh, and every
-  event from then on, as before.
+  follower holds what it receives (the snapshot holds that text) and then drops it. A
+  watcher new to the owner (a takeover) has the snapshot marked for every follower there
+  already following. A snapshot without a nonce (after a lost listener, or from an owner
+  of an older version, which ignores nonces) goes to every follower; a follower still
+  without an answer ``2 * refresh_seconds`` after it asked takes what it held at the next
+  refresh, and every event from then on, as before.
 * **Payloads** (``live.postgres_wire``) stay under PostgreSQL's 8000-byte limit: a
   larger text delta is split, a larger final artifact or status update becomes a
   pointer. The receiving replica reads the task from the store once the owner's
