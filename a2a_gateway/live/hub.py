@@ -140,27 +140,6 @@ class Subscription:
         self._hub.unsubscribe(self)
 
 
-class RemoteSubscription(Subscription):
-    """A subscription to a task run on another replica that asked the owner, with ``nonce``,
-    for an answer of its own (its snapshot, or a replay): until that answer comes, no live
-    event reaches it."""
-
-    def __init__(self, hub: LiveHub, task_id: str, max_bytes: int, position: str,
-                 nonce: str | None, *, resumed: bool = False) -> None:
-        super().__init__(hub, task_id, max_bytes, position)
-        self.nonce = nonce
-        self.resumed = resumed
-        """A reconnect after an event id: it takes the events replayed for its nonce, never
-        a snapshot (the client holds the text up to that id)."""
-
-    def take_snapshot(self, event_id: str, event: LiveEvent | None) -> None:
-        """The owner's answer to its nonce (the text so far, or None when there is none yet):
-        put it, unless a reconnect; from now on it takes the task's live events."""
-        self.nonce = None
-        if event is not None and not self.resumed:
-            self._put(event_id, event, event.ByteSize())
-
-
 class _Log(ReplayLog[LiveEvent]):
     """The recent events of one run of one task."""
 

@@ -21,17 +21,9 @@
   stops) goes on the shared channel. When the connection is lost it is re-opened
   with back-off and every watch is announced again; meanwhile followers keep polling the
   store, so a lost listener makes them slower, never stuck.
-* **Snapshot.** Each new follower asks for its own snapshot (``watch`` with a nonce).
-  The owner sends the text streamed so far (``append: false``; an empty snapshot when
-  there is none) with that nonce, in order with the live deltas, and the receiving
-  replica gives it to that follower alone — what a local ``SubscribeToTask`` gets — so a
-  client that adds up every chunk never sees the text twice. Until its snapshot comes a
-  follower holds what it receives (the snapshot holds that text) and then drops it. A
-  watcher new to the owner (a takeover) has the snapshot marked for every follower there
-  already following. A snapshot without a nonce (after a lost listener, or from an owner
-  of an older version, which ignores nonces) goes to every follower; a follower still
-  without an answer ``2 * refresh_seconds`` after it asked takes what it held at the next
-  refresh, and every event from then on, as before.
+* **Snapshot.** On a new watch (or a re-announcement after a reconnect) the owner
+  first sends the text streamed so far (``append: false``), then the live deltas,
+  in order — what a local ``SubscribeToTask`` gets.
 * **Payloads** (``live.postgres_wire``) stay under PostgreSQL's 8000-byte limit: a
   larger text delta is split, a larger final artifact or status update becomes a
   pointer. The receiving replica reads the task from the store once the owner's
@@ -60,7 +52,6 @@ import asyncio
 import contextlib
 import sys
 import time
-import uuid
 from collections import deque
 from typing import Any
 
@@ -68,24 +59,21 @@ import structlog
 
 from a2a_gateway.live.background import Background, stored_at_least
 from a2a_gateway.live.feed_relay import FeedRelay
-from a2a_gateway.live.hub import LiveEvent, LiveHub, RemoteSubscription, Subscription
+from a2a_gateway.live.hub import LiveEvent, LiveHub, Subscription
 from a2a_gateway.live.postgres_wire import (
     CONTROL,
-    EMPTY_SNAPSHOT,
     EVENT,
     STATUS,
     UNWATCH,
     WATCH,
     WATCH_CHANNEL,
     LiveWire,
-    answered_nonce,
     control_payload,
     decode_event,
     is_pointer,
     parse,
     pointer_target,
     replica_channel,
-    snapshot_answer,
     stored_event,
 )
 from a2a_gateway.stores.base import StoreUnavailableError
@@ -103,41 +91,6 @@ def uses_postgres(store: Any) -> bool:
     """True when ``store`` is a ``PostgresStore`` (without importing asyncpg for other stores)."""
     module = sys.modules.get("a2a_gateway.stores.postgres")
     return module is not None and isinstance(store, module.PostgresStore)
-
-
-class Follower(RemoteSubscription):
-    """A follower of a task run on another replica. Until its snapshot comes it holds the
-    events it receives (its snapshot, sent after them, holds their text); it keeps the
-    nonce it was answered with, for the rest of a snapshot split in pieces."""
-
-    def __init__(self, hub: LiveHub, task_id: str, max_bytes: int, position: str,
-                 nonce: str, asked: float) -> None:
-        super().__init__(hub, task_id, max_bytes, position, nonce)
-        self.asked = asked
-        self.answer: str | None = None
-        self._held: list[tuple[str, LiveEvent]] = []
-
-    def is_answered_by(self, nonce: str) -> bool:
-        return nonce in (self.nonce, self.answer)
-
-    def take(self, event_id: str, event: LiveEvent) -> None:
-        """An event for every follower: held while the snapshot is awaited."""
-        if self.nonce is not None:
-            self._held.append((event_id, event))
-        else:
-            self._put(event_id, event, event.ByteSize())
-
-    def take_snapshot(self, event_id: str, event: LiveEvent | None) -> None:
-        if self.nonce is not None:
-            self.answer, self._held = self.nonce, []
-        super().take_snapshot(event_id, event)
-
-    def stop_waiting(self) -> None:
-        """No answer came (an owner of an older version sends snapshots to every
-        follower, without a nonce): take what was held, then every event."""
-        self.nonce, held, self._held = None, self._held, []
-        for event_id, event in held:
-            self._put(event_id, event, event.ByteSize())
 
 
 class PostgresLiveHub(LiveHub):
@@ -218,17 +171,12 @@ class PostgresLiveHub(LiveHub):
         to forward its events here, starting with a snapshot."""
         if not self._runs_elsewhere(task_id):
             return self.subscribe(task_id)
-        # forwarded events are not logged here
-        sub = Follower(self, task_id, self._subscriber_max_bytes, self.unlogged_id(),
-                       nonce=uuid.uuid4().hex, asked=time.monotonic())
-        self._subscribers.setdefault(task_id, []).append(sub)
-        if self._closing:
-            sub.stop_waiting()
-        else:
-            # each new follower asks for a snapshot of its own: the text so far
-            # (append: false) goes to it alone, not again to the earlier followers
+        sub = self._add(task_id, self.unlogged_id())  # forwarded events are not logged here
+        if not self._closing:
+            # every new follower asks for a snapshot: the text so far replaces the
+            # artifact (append: false), harmless to earlier subscribers
             self._interest.add(task_id)
-            self._announce(WATCH, [task_id], snap=True, nonce=sub.nonce)
+            self._announce(WATCH, [task_id], snap=True)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
@@ -269,10 +217,9 @@ class PostgresLiveHub(LiveHub):
             log.warning("live_control_not_sent", command=command, task_id=task_id, error=str(exc))
 
     # encoding -------------------------------------------------------------------
-    def _encode(self, task_id: str, event: LiveEvent,
-                answer: dict[str, Any] | None = None) -> list[str]:
+    def _encode(self, task_id: str, event: LiveEvent) -> list[str]:
         """Payloads (each under the NOTIFY limit) that carry ``event`` to a watcher."""
-        payloads = self._wire.event(task_id, event, self._run(task_id), answer)
+        payloads = self._wire.event(task_id, event, self._run(task_id))
         if not payloads:
             log.warning("live_event_too_large", task_id=task_id, bytes=event.ByteSize())
         return payloads
@@ -327,11 +274,9 @@ class PostgresLiveHub(LiveHub):
     def _runs_elsewhere(self, task_id: str) -> bool:
         return self._local is not None and self._run(task_id) is None
 
-    def _announce(self, kind: str, task_ids: list[str], *, snap: bool = False,
-                  nonce: str | None = None) -> None:
+    def _announce(self, kind: str, task_ids: list[str], *, snap: bool = False) -> None:
         """Broadcast ``watch``/``unwatch`` for ``task_ids``."""
-        for payload in self._wire.interest(kind, self.replica_id, task_ids, snap=snap,
-                                           nonce=nonce):
+        for payload in self._wire.interest(kind, self.replica_id, task_ids, snap=snap):
             self._enqueue(WATCH_CHANNEL, payload)
 
     async def _refresh_loop(self) -> None:
@@ -344,7 +289,6 @@ class PostgresLiveHub(LiveHub):
 
     def _refresh_once(self) -> None:
         self.feed_relay.refresh(self.listening)
-        self._stop_waiting(time.monotonic() - 2 * self._refresh)
         remote = [t for t in self._interest if self._runs_elsewhere(t)]
         if remote and self.listening:
             self._announce(WATCH, remote)
@@ -360,18 +304,10 @@ class PostgresLiveHub(LiveHub):
             if not watchers:
                 del self._watchers[task_id]
 
-    def _stop_waiting(self, asked_before: float) -> None:
-        """Followers that asked before ``asked_before`` and got no answer take every event."""
-        for task_id in self._interest:
-            for sub in self._subscribers.get(task_id, ()):
-                if isinstance(sub, Follower) and sub.nonce is not None and sub.asked < asked_before:
-                    sub.stop_waiting()
-
     def _on_watch(self, message: dict[str, Any]) -> None:
         if self._local is None:
             return
         channel = replica_channel(str(message.get("r")))
-        nonce = answered_nonce(message)
         expiry = time.monotonic() + 3 * self._refresh
         for task_id in message.get("ids") or ():
             if self._run(task_id) is None:
@@ -379,10 +315,7 @@ class PostgresLiveHub(LiveHub):
             watchers = self._watchers.setdefault(task_id, {})
             new = channel not in watchers
             watchers[channel] = expiry
-            if nonce is not None and message.get("s"):
-                # a watcher new here may have followers there from an earlier owner
-                self._send_snapshot(task_id, channel, snapshot_answer(nonce, everyone=new))
-            elif new or message.get("s"):
+            if new or message.get("s"):
                 self._send_snapshot(task_id, channel)
 
     def _on_unwatch(self, message: dict[str, Any]) -> None:
@@ -394,16 +327,11 @@ class PostgresLiveHub(LiveHub):
                 if not watchers:
                     del self._watchers[task_id]
 
-    def _send_snapshot(self, task_id: str, channel: str,
-                       answer: dict[str, Any] | None = None) -> None:
-        """The text so far to ``channel``: for the follower ``answer`` names (an empty
-        snapshot when there is no text yet), or without one for every follower there."""
+    def _send_snapshot(self, task_id: str, channel: str) -> None:
         event = self._local.text_so_far(task_id) if self._local is not None else None
         if event is None:
-            if answer is not None:
-                self._enqueue(channel, self._wire.empty_snapshot(task_id, answer))
             return
-        for payload in self._encode(task_id, event, answer):
+        for payload in self._encode(task_id, event):
             self._enqueue(channel, payload)
 
     # receiving ------------------------------------------------------------------------
@@ -509,26 +437,10 @@ class PostgresLiveHub(LiveHub):
             self._held[task_id] = []
             self._background.spawn(self._resolve(task_id, message))
             return
-        event = decode_event(message) if message.get("k") == EVENT else None
-        if event is not None:
-            self._hand_out(task_id, message, event)
-        elif message.get("k") == EMPTY_SNAPSHOT or answered_nonce(message) is not None:
-            self._hand_out(task_id, message, None)  # an answer, even one that cannot be read
-
-    def _hand_out(self, task_id: str, message: dict[str, Any], event: LiveEvent | None) -> None:
-        """Give the local subscribers of ``task_id`` what the owner sent (ids outside every
-        log): a snapshot with a nonce to the follower that asked for it (and, marked
-        ``all``, to every follower not waiting for its own); anything else to all."""
-        nonce, event_id = answered_nonce(message), self.unlogged_id()
-        for sub in list(self._subscribers.get(task_id, ())):
-            if nonce is not None and isinstance(sub, Follower) and sub.is_answered_by(nonce):
-                sub.take_snapshot(event_id, event)
-            elif event is None or (nonce is not None and not message.get("all")):
-                continue
-            elif isinstance(sub, Follower):
-                sub.take(event_id, event)
-            else:
-                sub._put(event_id, event, event.ByteSize())
+        if message.get("k") == EVENT:
+            event = decode_event(message)
+            if event is not None:
+                self._fan_out(task_id, self.unlogged_id(), event)  # local subscribers only
 
     async def _resolve(self, task_id: str, message: dict[str, Any]) -> None:
         """Deliver an oversized event from the store, then what arrived behind it."""
@@ -541,8 +453,8 @@ class PostgresLiveHub(LiveHub):
             self._background.warn("live_fetch_failed", task_id=task_id, error=str(exc))
         finally:
             held = self._held.pop(task_id, [])
-            if event is not None or answered_nonce(message) is not None:
-                self._hand_out(task_id, message, event)  # an answer even when not found
+            if event is not None:
+                self._fan_out(task_id, self.unlogged_id(), event)
             for later in held:
                 self._deliver(later)
 

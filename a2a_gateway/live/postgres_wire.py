@@ -7,14 +7,7 @@ Each payload is a small JSON object whose ``k`` says what it carries:
 * ``fa``, a pointer to a final artifact too large to send: task ``t``, ``q`` and
   artifact id ``a``.
 * ``w`` / ``u``, watch / unwatch: replica ``r``, sequence ``q``, task ids ``ids``;
-  ``s`` asks the owner for a snapshot of the text so far, for the one follower that
-  sent nonce ``n`` when there is one.
-* ``s``, an empty snapshot: the answer to nonce ``n`` about task ``t`` when no text
-  has streamed yet.
-* A snapshot for one follower (an ``e``, its split pieces or an ``fa`` pointer) carries
-  its nonce ``n``, and ``all`` when every follower on that replica already following
-  takes it too (the watcher was new to the owner). A snapshot without ``n`` (asked
-  without one, or sent by an older owner) is for every follower.
+  ``s`` asks the owner for a snapshot of the text so far.
 * ``c``, a control command ``c`` (e.g. ``cancel``) for task ``t`` from replica ``r``.
 
 Every payload stays under ``PAYLOAD_LIMIT`` (PostgreSQL refuses 8000 bytes and more).
@@ -44,8 +37,8 @@ from a2a_gateway.stores.base import Scope
 WATCH_CHANNEL = "a2a_live_watch"
 PAYLOAD_LIMIT = 7900
 """Largest payload sent, in bytes (PostgreSQL's limit is < 8000 with default settings)."""
-_ENVELOPE_ROOM = 260
-"""Bytes kept for the JSON envelope around the base64 event (a snapshot's nonce included)."""
+_ENVELOPE_ROOM = 200
+"""Bytes kept for the JSON envelope around the base64 event."""
 _RAW_LIMIT = (PAYLOAD_LIMIT - _ENVELOPE_ROOM) * 3 // 4
 """Largest serialized event that fits once base64-encoded."""
 _TYPES: dict[str, type[Any]] = {"a": TaskArtifactUpdateEvent, "s": TaskStatusUpdateEvent, "t": Task}
@@ -55,7 +48,6 @@ EVENT = "e"
 WATCH = "w"
 UNWATCH = "u"
 CONTROL = "c"
-EMPTY_SNAPSHOT = "s"
 # values of "f" (a pointer)
 FINAL_ARTIFACT = "fa"
 STATUS = "fs"
@@ -72,22 +64,17 @@ class LiveWire:
     def __init__(self) -> None:
         self._seq = itertools.count(1)
 
-    def event(
-        self, task_id: str, event: LiveEvent, run: LocalRun | None = None,
-        answer: dict[str, Any] | None = None,
-    ) -> list[str]:
+    def event(self, task_id: str, event: LiveEvent, run: LocalRun | None = None) -> list[str]:
         """Payloads that carry ``event`` to a watcher. ``run``, the task's run on this
-        replica (``scope``, ``version``) or None, locates an oversized event in the store;
-        ``answer`` (``snapshot_answer``) goes into every payload of a snapshot."""
+        replica (``scope``, ``version``) or None, locates an oversized event in the store."""
         size = event.ByteSize()
         if size <= _RAW_LIMIT:
-            return [self._envelope(task_id, event, answer)]
+            return [self._envelope(task_id, event)]
         text = _text_delta_text(event)
         if text is not None:
-            return self._split_delta(task_id, event, text, size, answer)  # type: ignore[arg-type]
+            return self._split_delta(task_id, event, text, size)  # type: ignore[arg-type]
         if isinstance(event, TaskStatusUpdateEvent):
-            return [self._envelope(task_id, slim_status_event(event),
-                                   {**_pointer(run, STATUS), **(answer or {})})]
+            return [self._envelope(task_id, slim_status_event(event), _pointer(run, STATUS))]
         if isinstance(event, TaskArtifactUpdateEvent):
             pointer = {
                 "k": FINAL_ARTIFACT,
@@ -96,25 +83,14 @@ class LiveWire:
                 "a": event.artifact.artifact_id,
             }
             pointer.update(_pointer(run, FINAL_ARTIFACT))
-            pointer.update(answer or {})
             return [orjson.dumps(pointer).decode()]
         return []
 
-    def empty_snapshot(self, task_id: str, answer: dict[str, Any]) -> str:
-        """The answer to a snapshot request when no text has streamed yet."""
-        return orjson.dumps(
-            {"k": EMPTY_SNAPSHOT, "t": task_id, "q": next(self._seq), **answer}
-        ).decode()
-
     def interest(
-        self, kind: str, replica_id: str, task_ids: list[str], *, snap: bool = False,
-        nonce: str | None = None,
+        self, kind: str, replica_id: str, task_ids: list[str], *, snap: bool = False
     ) -> list[str]:
-        """``watch``/``unwatch`` payloads for ``task_ids``, as many as it takes; ``nonce``
-        names the one follower a snapshot is for."""
-        base: dict[str, Any] = {"k": kind, "r": replica_id, "s": snap}
-        if nonce is not None:
-            base["n"] = nonce
+        """``watch``/``unwatch`` payloads for ``task_ids``, as many as it takes."""
+        base = {"k": kind, "r": replica_id, "s": snap}
         room = PAYLOAD_LIMIT - len(orjson.dumps(base)) - 64
         payloads = []
         chunk: list[str] = []
@@ -140,31 +116,17 @@ class LiveWire:
         return orjson.dumps(body).decode()
 
     def _split_delta(
-        self, task_id: str, event: TaskArtifactUpdateEvent, text: str, size: int,
-        answer: dict[str, Any] | None,
+        self, task_id: str, event: TaskArtifactUpdateEvent, text: str, size: int
     ) -> list[str]:
         room = _RAW_LIMIT - (size - len(text.encode())) - 16
         out = []
         for i, piece in enumerate(split_utf8(text, room)):
             out.append(
                 self._envelope(
-                    task_id, with_text(event, piece, append=event.append if i == 0 else True),
-                    answer,
+                    task_id, with_text(event, piece, append=event.append if i == 0 else True)
                 )
             )
         return out
-
-
-def snapshot_answer(nonce: str, *, everyone: bool) -> dict[str, Any]:
-    """The fields that make payloads a snapshot for the follower that sent ``nonce``;
-    ``everyone``: for every follower already following on that replica too."""
-    return {"n": nonce, "all": True} if everyone else {"n": nonce}
-
-
-def answered_nonce(message: dict[str, Any]) -> str | None:
-    """The nonce a received payload answers; None for one meant for every follower."""
-    nonce = message.get("n")
-    return nonce if isinstance(nonce, str) else None
 
 
 def control_payload(replica_id: str, command: str, task_id: str) -> str:

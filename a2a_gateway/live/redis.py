@@ -67,7 +67,7 @@ from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
 from a2a_gateway.live.background import Background
 from a2a_gateway.live.feed_relay import FeedRelay
-from a2a_gateway.live.hub import LiveEvent, LiveHub, RemoteSubscription, Subscription
+from a2a_gateway.live.hub import LiveEvent, LiveHub, Subscription
 
 log = structlog.get_logger(__name__)
 
@@ -187,6 +187,19 @@ def decode_event(data: bytes) -> LiveEvent | None:
     event = cls()
     event.ParseFromString(data[1:])
     return event
+
+
+class RemoteSubscription(Subscription):
+    """A subscription fed from this replica's inbox: the task's events, and while it waits
+    for the owner's answer to ``nonce`` only that answer."""
+
+    def __init__(self, hub: LiveHub, task_id: str, max_bytes: int, position: str,
+                 nonce: str | None, *, resumed: bool = False) -> None:
+        super().__init__(hub, task_id, max_bytes, position)
+        self.nonce = nonce
+        self.resumed = resumed
+        """A reconnect after an event id: it takes the events replayed for its nonce, never
+        a snapshot (the client holds the text up to that id)."""
 
 
 class RedisLiveHub(LiveHub):
@@ -467,7 +480,9 @@ class RedisLiveHub(LiveHub):
         for sub in self._remote_subs(task_id):
             waiting = sub.nonce is not None and sub.nonce.encode() == nonce
             if kind == b"s" and waiting:  # the snapshot (or the end of a replay): live now
-                sub.take_snapshot(event_id, event)
+                sub.nonce = None
+                if event is not None and not sub.resumed:
+                    sub._put(event_id, event, event.ByteSize())
             elif kind == b"r" and waiting and event is not None:
                 sub._put(event_id, event, event.ByteSize())
                 if fields.get(b"end"):

@@ -30,22 +30,13 @@ import asyncpg
 import httpx
 import orjson
 import pytest
-from a2a.types import (
-    Artifact,
-    GetTaskRequest,
-    Part,
-    SubscribeToTaskRequest,
-    TaskArtifactUpdateEvent,
-    TaskState,
-)
+from a2a.types import GetTaskRequest, Part, SubscribeToTaskRequest, TaskState
 
-from a2a_gateway.live.hub import Subscription
 from a2a_gateway.live.postgres import PostgresLiveHub
-from a2a_gateway.live.postgres_wire import PAYLOAD_LIMIT, LiveWire, snapshot_answer, split_utf8
+from a2a_gateway.live.postgres_wire import PAYLOAD_LIMIT, LiveWire, split_utf8
 from tests.replicas.cluster import PgControl, replica_set
 from tests.replicas.fake_backend import FakeBackend, big_text
 from tests.replicas.scenarios import (
-    a_second_follower_on_b_repeats_nothing_to_the_first,
     artifact_updates,
     cancel_on_c_stops_the_run_on_a_at_once,
     collect,
@@ -78,13 +69,6 @@ async def test_stream_on_a_subscribe_on_b_gets_live_chunks_and_final(postgres, t
         tmp_path, ["a", "b"], lease_seconds=60, remote_poll_seconds=30
     ) as rs:
         await subscribe_on_b_gets_live_chunks_and_the_whole_answer(rs)
-
-
-async def test_a_second_follower_on_b_repeats_nothing_to_the_first(postgres, tmp_path):
-    async with replica_set(
-        tmp_path, ["a", "b"], lease_seconds=60, remote_poll_seconds=30
-    ) as rs:
-        await a_second_follower_on_b_repeats_nothing_to_the_first(rs)
 
 
 async def test_cancel_on_c_stops_the_run_on_a_at_once(postgres, tmp_path):
@@ -352,65 +336,6 @@ async def test_follow_announces_interest_at_once_and_subscribe_never_does():
     assert [(m["k"], m["ids"]) for m in _queued(hub)] == [("w", ["t-remote"]), ("u", ["t-remote"])]
 
 
-def _chunk(text: str, *, append: bool) -> TaskArtifactUpdateEvent:
-    return TaskArtifactUpdateEvent(
-        task_id="t-remote", context_id="c", append=append,
-        artifact=Artifact(artifact_id="x", name="response", parts=[Part(text=text)]),
-    )
-
-
-async def _naive_text(sub: Subscription) -> str:
-    """What ``sub`` has pending, as a client that ignores ``append`` shows it."""
-    texts = []
-    while True:
-        try:
-            _, event = await asyncio.wait_for(sub._backlog.take(), 0.05)
-        except TimeoutError:
-            return "".join(texts)
-        texts.extend(p.text for p in event.artifact.parts)
-
-
-async def test_a_snapshot_asked_with_a_nonce_reaches_that_follower_alone():
-    """Two followers on this replica of a task run elsewhere: each gets its own snapshot,
-    none the other's; events in flight before a snapshot are in it, not taken twice. A
-    snapshot without a nonce (an owner of an older version) reaches every follower, one
-    still waiting too once it stops waiting for an answer."""
-    hub = PostgresLiveHub(store=None, replica_id="b", refresh_seconds=0.05)
-    hub.serve(_NoRuns())
-    owner = LiveWire()
-
-    def deliver(*payloads: str) -> None:
-        for payload in payloads:
-            hub._on_notify(None, 0, "", payload)
-
-    def answer(everyone: bool) -> dict[str, Any]:
-        return snapshot_answer(_queued(hub)[-1]["n"], everyone=everyone)
-
-    first = hub.follow("t-remote")
-    deliver(*owner.event("t-remote", _chunk("a ", append=True)))  # sent before the watch came
-    deliver(*owner.event("t-remote", _chunk("a ", append=False), answer=answer(True)))
-    deliver(*owner.event("t-remote", _chunk("b ", append=True)))
-    second = hub.follow("t-remote")
-    deliver(*owner.event("t-remote", _chunk("c ", append=True)))
-    so_far = "a b c " + big_text(20_000)  # a snapshot in several payloads
-    deliver(*owner.event("t-remote", _chunk(so_far, append=False), answer=answer(False)))
-    deliver(*owner.event("t-remote", _chunk("d", append=True)))
-    assert await _naive_text(first) == "a b c d"
-    assert await _naive_text(second) == so_far + "d"
-
-    third = hub.follow("t-remote")  # its owner is older: it never answers the nonce
-    deliver(*owner.event("t-remote", _chunk("a b c d", append=False)))  # a snapshot for all
-    deliver(*owner.event("t-remote", _chunk(" e", append=True)))
-    assert await _naive_text(first) == "a b c d e"
-    assert await _naive_text(second) == "a b c d e"
-    assert await _naive_text(third) == ""  # held while it waits for its answer
-    await asyncio.sleep(0.15)
-    hub._refresh_once()  # two refreshes without an answer: it takes what it held
-    assert await _naive_text(third) == "a b c d e"
-    for sub in (first, second, third):
-        sub.close()
-
-
 # payload encoding (no database) -----------------------------------------------------------
 
 
@@ -436,13 +361,6 @@ def test_every_payload_fits_the_notify_limit():
     final.artifact.CopyFrom(delta.artifact)
     (pointer,) = wire.event("t", final)
     assert len(pointer.encode()) < 300 and '"k":"fa"' in pointer
-    # a snapshot for one follower: its nonce in every piece of a split, and in a pointer
-    answer = snapshot_answer("f" * 32, everyone=True)
-    snapshot = wire.event("t", delta, answer=answer)
-    assert len(snapshot) > 10 and all(len(p.encode()) < PAYLOAD_LIMIT for p in snapshot)
-    assert all(orjson.loads(p)["n"] == "f" * 32 and orjson.loads(p)["all"] for p in snapshot)
-    (pointer,) = wire.event("t", final, answer=answer)
-    assert orjson.loads(pointer)["k"] == "fa" and orjson.loads(pointer)["n"] == "f" * 32
     status = TaskStatusUpdateEvent(task_id="t", context_id="c")
     status.status.state = TaskState.TASK_STATE_FAILED
     status.status.message.parts.add(text=big_text(20_000))

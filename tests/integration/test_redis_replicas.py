@@ -39,7 +39,6 @@ from a2a.types import (
 from tests.replicas.cluster import ReplicaSet, free_port, replica_set
 from tests.replicas.scenarios import (
     ECHO,
-    a_second_follower_on_b_repeats_nothing_to_the_first,
     artifact_updates,
     cancel_on_c_stops_the_run_on_a_at_once,
     following,
@@ -106,11 +105,6 @@ async def test_stream_on_a_subscribe_on_b_gets_live_chunks_and_the_whole_answer(
 ):
     async with fleet(tmp_path, store, redis, ["a", "b"]) as rs:
         await subscribe_on_b_gets_live_chunks_and_the_whole_answer(rs)
-
-
-async def test_a_second_follower_on_b_repeats_nothing_to_the_first(store, redis, tmp_path):
-    async with fleet(tmp_path, store, redis, ["a", "b"]) as rs:
-        await a_second_follower_on_b_repeats_nothing_to_the_first(rs)
 
 
 async def test_cancel_on_c_stops_the_run_on_a_at_once(store, redis, tmp_path):

@@ -96,42 +96,6 @@ async def subscribe_on_b_gets_live_chunks_and_the_whole_answer(rs: ReplicaSet) -
     assert elapsed < 10
 
 
-def naive_text(events: list[StreamResponse]) -> str:
-    """The answer as a client that ignores ``append`` shows it: every chunk's text added."""
-    return "".join(p.text for update in artifact_updates(events) for p in update.artifact.parts)
-
-
-async def a_second_follower_on_b_repeats_nothing_to_the_first(rs: ReplicaSet) -> None:
-    """A stream on A; a SubscribeToTask on B, then a second one on B while the run goes on:
-    the second follower's starting text goes to it alone, so each follower's text, rebuilt by
-    a client that ignores ``append``, is the stored answer (no prefix twice)."""
-    ep = await rs.add_endpoint(ECHO, delay=0.05)
-    words = " ".join(f"w{i}" for i in range(60))
-    async with rs.client("a", ep) as on_a, rs.client("b", ep) as first_on_b, \
-            rs.client("b", ep) as second_on_b:
-        stream = on_a.send_message(send_request(words))
-        task_id = (await anext(stream)).task.id
-        first: list[StreamResponse] = []
-        second: list[StreamResponse] = []
-        subscribe = SubscribeToTaskRequest(id=task_id)
-        async with following(first_on_b.subscribe(subscribe), first) as first_done:
-            await eventually(lambda: len(artifact_updates(first)) >= 3, timeout=10,
-                             what="text on B's first follower")
-            async with following(second_on_b.subscribe(subscribe), second) as second_done:
-                async with asyncio.timeout(15):
-                    await first_done
-                    await second_done
-        async with asyncio.timeout(15):
-            [e async for e in stream]
-    stored = await stored_text(rs, "b", ep, task_id)
-    assert stored == f"echo: {words}"
-    assert any(is_live_chunk(e) for e in second), "the second follower joined after the run"
-    assert naive_text(first) == stored, artifact_updates(first)
-    assert naive_text(second) == stored, artifact_updates(second)
-    assert rebuild(first) == stored and rebuild(second) == stored
-    assert final_state(first) == COMPLETED and final_state(second) == COMPLETED
-
-
 async def cancel_on_c_stops_the_run_on_a_at_once(rs: ReplicaSet) -> None:
     """A CancelTask on C of a task streaming on A and followed on B: A's run stops at once
     (not at its next lease check), both streams end CANCELED, nothing completes after."""
