@@ -96,8 +96,9 @@ def _credentials(draw: st.DrawFn, target: Catalogued) -> tuple[dict[str, str], s
         "both": {"X-API-Key": draw(st.sampled_from([target.key, made_up, ""])),
                  "Authorization": draw(st.sampled_from([f"Bearer {target.key}", "Bearer x"]))},
     }[kind]
-    valid = kind in ("valid", "bearer") or (
-        kind == "both" and headers["X-API-Key"] == target.key)
+    # the first credential found decides: the key header unless it is empty, else the bearer
+    valid = kind in ("valid", "bearer") or kind == "both" and (
+        headers["X-API-Key"] or headers["Authorization"].removeprefix("Bearer ")) == target.key
     return headers, "valid" if valid else kind
 
 
