@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -136,6 +137,17 @@ class UsageStart:
 
 RUN_STATE_KEY = "usage"
 """The run-state key of a task's ``UsageStart``."""
+
+
+def ending_now(
+    task: Task, run_state: Mapping[str, Any], tokens: tuple[int, int],
+    endpoint_metadata: Mapping[str, Any],
+) -> UsageRecord:
+    """The record of ``task`` ending now: started as its ``run_state`` says, priced by its
+    endpoint's ``cost`` setting."""
+    now = time.time()
+    start = UsageStart.of_json(run_state.get(RUN_STATE_KEY), now)
+    return usage_record(task, start, now, tokens, Price.of(endpoint_metadata))
 
 
 def usage_record(

@@ -29,7 +29,7 @@ from a2a.types.a2a_pb2 import (  # plain ints
 )
 
 from a2a_gateway.events import agent_message, new_id, new_status, status_event
-from a2a_gateway.governance.usage import RUN_STATE_KEY, Price, UsageStart, usage_record
+from a2a_gateway.governance.usage import ending_now
 from a2a_gateway.protojson import message_to_dict
 from a2a_gateway.stores.base import (
     TERMINAL_STATES,
@@ -68,9 +68,7 @@ async def cancel_in_store(
         task = Task()
         task.CopyFrom(stored.task)
         task.status.CopyFrom(new_status(TASK_STATE_CANCELED, agent_message(task, reason)))
-        now = time.time()
-        start = UsageStart.of_json(stored.run_state.get(RUN_STATE_KEY), now)
-        usage = usage_record(task, start, now, (0, 0), Price.of(endpoint_metadata or {}))
+        usage = ending_now(task, stored.run_state, (0, 0), endpoint_metadata or {})
         try:
             await store.update_task(scope, task, expected_version=stored.version, usage=usage)
         except ConflictError:

@@ -147,7 +147,7 @@ class GatewayRequestHandler(RequestHandler):
         admission = NOTHING_TAKEN
         if not params.message.task_id and self.quotas is not None:
             admission = await self.quotas.admit(
-                self.runtime.endpoint.id, self.runtime.limits, getattr(context.user, "key", None)
+                self.runtime.endpoint.id, self.runtime.limits, key
             )
         try:
             # the request's own message (parsed for this call): the engine fills in its ids

@@ -63,13 +63,7 @@ from a2a_gateway.events import (
     reply_message,
     status_event,
 )
-from a2a_gateway.governance.usage import (
-    RUN_STATE_KEY,
-    Price,
-    UsageStart,
-    token_counts,
-    usage_record,
-)
+from a2a_gateway.governance.usage import RUN_STATE_KEY, UsageStart, ending_now, token_counts
 from a2a_gateway.live.hub import LiveHub
 from a2a_gateway.observability.metrics import MESSAGES, TASKS_STARTED, task_ended
 from a2a_gateway.stores.base import (
@@ -788,10 +782,7 @@ class TaskRun:
     # helpers -----------------------------------------------------------------
     def _usage(self) -> UsageRecord:
         """The usage record of the task ending now (written with its terminal write)."""
-        now = time.time()
-        start = UsageStart.of_json(self.run_state.get(RUN_STATE_KEY), now)
-        price = Price.of(self.runtime.endpoint.metadata)
-        return usage_record(self.task, start, now, self._tokens, price)
+        return ending_now(self.task, self.run_state, self._tokens, self.runtime.endpoint.metadata)
 
     def _keep_partial_text(self, state: int) -> None:
         """A task failed by a run that streamed nothing itself (e.g. "gateway instance
