@@ -73,8 +73,8 @@ class StreamingBridge(Handler):
         """The request body."""
 
     @abstractmethod
-    def stream_parser(self) -> StreamParser:
-        """A parser for one streamed answer."""
+    def stream_parser(self, body: dict[str, Any]) -> StreamParser:
+        """A parser for the streamed answer to ``body`` (the request body just built)."""
 
     @abstractmethod
     def read_answer(self, data: dict[str, Any]) -> HandlerEvent:
@@ -106,8 +106,8 @@ class StreamingBridge(Handler):
 
     async def _stream(self, request: HandlerRequest,
                       deadline: Deadline) -> AsyncIterator[HandlerEvent]:
-        parser = self.stream_parser()
         body = self.build_body(request, stream=True)
+        parser = self.stream_parser(body)
         async with self.upstream.call("POST", self.path, body, request=request,
                                       deadline=deadline, events=True) as call:
             async for frame in call.frames():

@@ -72,7 +72,7 @@ class OpenAIChatHandler(StreamingBridge):
             body["stream_options"] = {"include_usage": True}
         return body
 
-    def stream_parser(self) -> ChatStream:
+    def stream_parser(self, body: dict[str, Any]) -> ChatStream:
         return ChatStream()
 
     def read_answer(self, data: dict[str, Any]) -> HandlerEvent:

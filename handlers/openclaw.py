@@ -293,7 +293,7 @@ class OpenClawHandler(StreamingBridge):
             body["previous_response_id"] = previous
         return body
 
-    def stream_parser(self) -> ResponsesStream:
+    def stream_parser(self, body: dict[str, Any]) -> ResponsesStream:
         return ResponsesStream()
 
     def read_answer(self, data: dict[str, Any]) -> HandlerEvent:
