@@ -38,7 +38,7 @@ from handlers.base import (
     Progress,
     TextDelta,
 )
-from handlers.confirmation import call_text, yes_or_no
+from handlers.confirmation import call_text, confirmation_answer
 from handlers.run_bridge import RunBridge
 from handlers.upstream import (
     BridgeSettings,
@@ -53,7 +53,7 @@ from handlers.upstream import (
     request_text,
 )
 
-__all__ = ["AdkHandler", "AdkSettings", "RunEvents", "confirmation_answer"]
+__all__ = ["AdkHandler", "AdkSettings", "RunEvents"]
 
 log = structlog.get_logger(__name__)
 
@@ -224,18 +224,6 @@ def confirmation_question(confirmations: list[dict[str, Any]]) -> InputRequired:
     lines = [f"Allow {c['call']}? Answer yes or no." for c in confirmations]
     return InputRequired("\n".join(lines), {
         PENDING_KEY: confirmations, "choices": ["approve", "deny"]})
-
-
-def confirmation_answer(request: HandlerRequest) -> bool | None:
-    """The client's answer to a confirmation: a data part with ``confirmed`` (or
-    ``approved``) true/false, or a text such as yes/approve or no/deny; None when unclear."""
-    for data in request.data:
-        for key in ("confirmed", "approved"):
-            if isinstance(data.get(key), bool):
-                return data[key]
-        if isinstance(data.get("choice"), str):
-            return yes_or_no(data["choice"])
-    return yes_or_no(request.text)
 
 
 class AdkHandler(RunBridge[RunEvents]):
