@@ -25,6 +25,7 @@ from handlers.upstream.errors import (
     http_error_reason,
     transport_error_reason,
 )
+from handlers.upstream.json_lines import JSON_LINES_TYPES, JSONLinesReader
 from handlers.upstream.redaction import redact
 from handlers.upstream.request import passed_on
 from handlers.upstream.retry import NO_RETRY, Retry
@@ -57,6 +58,8 @@ class Upstream:
     """Never shown: removed from every reason."""
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     """The bound of one event of a streaming call (``BridgeSettings.max_event_bytes``)."""
+    json_lines: bool = False
+    """A streaming call answers with JSON lines (n8n), one frame a line, not SSE."""
 
     @classmethod
     def for_backend(cls, http: httpx.AsyncClient, name: str, settings: BridgeSettings, *,
@@ -93,7 +96,8 @@ class Upstream:
         headers.update(correlation_headers(request))  # the gateway's ids, not the caller's
         headers.update(self.headers)  # case-insensitive: the backend's own headers win
         if events:
-            headers.update({"Accept": "text/event-stream", "Cache-Control": "no-store"})
+            accept = "application/json" if self.json_lines else "text/event-stream"
+            headers.update({"Accept": accept, "Cache-Control": "no-store"})
         return UpstreamCall(self, method, self.base_url + path, body, headers,
                             timeout or self.timeout, deadline, self.retry if retry else NO_RETRY,
                             form)
@@ -207,20 +211,30 @@ class UpstreamCall:
             self._frames = self._read_frames()
         return self._frames
 
+    def _frame_reader(self) -> SSEReader | JSONLinesReader:
+        """The reader of the answer's frames, once its content type is the expected one."""
+        assert self.response is not None
+        kind = self.response.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if self.upstream.json_lines:
+            if kind not in JSON_LINES_TYPES:
+                raise UpstreamError(self.reason(f"{self.backend} did not answer with JSON lines"))
+            return JSONLinesReader(self.upstream.max_event_bytes)
+        if "text/event-stream" not in kind:
+            raise UpstreamError(self.reason(f"{self.backend} did not answer with an event stream"))
+        return SSEReader(self.upstream.max_event_bytes)
+
     async def _read_frames(self) -> AsyncGenerator[SSEFrame, None]:
         assert self.response is not None
-        if (
-            "text/event-stream"
-            not in self.response.headers.get("content-type", "").partition(";")[0]
-        ):
-            raise UpstreamError(self.reason(f"{self.backend} did not answer with an event stream"))
-        reader, chunks = SSEReader(self.upstream.max_event_bytes), self.response.aiter_bytes()
+        reader, chunks = self._frame_reader(), self.response.aiter_bytes()
         bound = _ReadBound(self.deadline)
         try:
             while True:
                 try:
                     chunk = await bound.next(chunks)
                 except StopAsyncIteration:
+                    if isinstance(reader, JSONLinesReader):  # a last line without its LF
+                        for frame in reader.finish():
+                            yield frame
                     return
                 except httpx.HTTPError as exc:
                     raise self._transport_error(exc) from None
