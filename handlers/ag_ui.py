@@ -102,6 +102,7 @@ class AgUiSettings(BridgeSettings):
     ag_ui_api_key: SecretStr | None = None
     """Sent as ``Authorization: Bearer <key>`` (or in ``ag_ui_api_key_header``); ``env:NAME``."""
     ag_ui_api_key_header: str = "Authorization"
+    """The header the key goes in (a Bearer value only in ``Authorization``)."""
     ag_ui_adapter: Adapter = "generic"
     """The server's adapter: picks the history default and the approve/deny payloads."""
     ag_ui_history: History | None = None

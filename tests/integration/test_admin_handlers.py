@@ -16,6 +16,7 @@ from tests.support.harness import running_gateway
 SHIPPED = {
     "handlers.a2a_remote:A2ARemoteHandler",
     "handlers.adk:AdkHandler",
+    "handlers.ag_ui:AgUiHandler",
     "handlers.agno:AgnoHandler",
     "handlers.echo:EchoHandler",
     "handlers.hermes:HermesAgentHandler",
