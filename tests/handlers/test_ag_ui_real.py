@@ -1,0 +1,249 @@
+"""The AG-UI handler against three real AG-UI servers (ag-ui-langgraph, agent-framework-ag-ui,
+ag-ui-adk, each serving its app of tests/backends/ag_ui on the scripted LLM), through the
+gateway, with the real a2a-sdk client as the caller.
+
+Needs the services of ``.ci/services`` (10-llm.sh, 45-ag-ui-langgraph.sh, 46-ag-ui-maf.sh,
+47-ag-ui-adk.sh): ``A2A_TEST_AGUI_LANGGRAPH_URL`` (and the bearer token that app demands,
+``A2A_TEST_AGUI_TOKEN``), ``A2A_TEST_AGUI_MAF_URL``, ``A2A_TEST_AGUI_ADK_URL`` and
+``A2A_TEST_LLM_URL``. Skipped without them, except in CI. Every test marks its message with a
+fresh token, so tests can share the servers and the LLM.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import structlog
+from a2a.types import CancelTaskRequest, GetTaskRequest, StreamResponse, TaskState
+from google.protobuf.json_format import MessageToDict
+
+from a2a_gateway.stores.base import Scope
+from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
+from tests.support.harness import RunningGateway, require_env, running_gateway
+from tests.support.messages import send_request
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.ag_ui
+
+HANDLER = "handlers.ag_ui:AgUiHandler"
+COMPLETED = TaskState.TASK_STATE_COMPLETED
+INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
+TOKEN_VAR = "A2A_TEST_AGUI_TOKEN"
+
+
+@dataclass(frozen=True)
+class Server:
+    """One AG-UI server of the matrix: where it is, and what its app answers."""
+
+    adapter: str
+    url_var: str
+    route: str = "/agent"
+    needs_token: bool = False
+    ran: str = "ran: {command}"
+    """The tool result the LLM quotes after an approval."""
+    denied: str = "denied: {command}"
+    """... and after a denial (the framework's own rejection, where it makes one)."""
+
+
+LANGGRAPH = Server("langgraph", "A2A_TEST_AGUI_LANGGRAPH_URL", needs_token=True)
+SERVERS = {
+    "langgraph": LANGGRAPH,
+    "agent-framework": Server(
+        "agent-framework", "A2A_TEST_AGUI_MAF_URL",
+        denied="Error: Tool call invocation was rejected by user."),
+    "adk": Server(
+        "adk", "A2A_TEST_AGUI_ADK_URL", ran='{{"result": "ran: {command}"}}',
+        denied='{{"error": "This tool call is rejected."}}'),
+}
+LEGACY = Server("langgraph", "A2A_TEST_AGUI_LANGGRAPH_URL", route="/agent-legacy",
+                needs_token=True)
+"""LangGraph without the AG-UI 1.0 outcome: only ``CUSTOM on_interrupt``, answered through
+``forwardedProps.command.resume``."""
+
+
+@pytest.fixture
+async def gw() -> AsyncIterator[RunningGateway]:
+    require_env("A2A_TEST_LLM_URL")
+    async with running_gateway(cancel_wait_seconds=15.0) as running:
+        yield running
+
+
+async def ag_ui_endpoint(gw: RunningGateway, server: Server, **settings: Any) -> str:
+    url = require_env(server.url_var)
+    if server.needs_token:
+        require_env(TOKEN_VAR)
+        settings = {"ag_ui_api_key": f"env:{TOKEN_VAR}", **settings}
+    return await gw.add_endpoint(HANDLER, name=f"ag-ui {server.adapter}", settings={
+        "ag_ui_url": f"{url}{server.route}", "ag_ui_adapter": server.adapter, **settings})
+
+
+def final_text(task: Any) -> str:
+    return "".join(p.text for p in task.artifacts[-1].parts)
+
+
+def failure_reason(task: Any) -> str:
+    return task.status.message.parts[0].text
+
+
+async def llm_requests(mark: str) -> list[dict[str, Any]]:
+    """The scripted LLM's requests whose conversation carries ``mark``."""
+    async with httpx.AsyncClient() as http:
+        response = await http.get(f"{require_env('A2A_TEST_LLM_URL')}/_requests")
+    return [r for r in response.json()
+            if any(mark in str(m.get("content") or "") for m in r["messages"])]
+
+
+def chat_of(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """The user and assistant texts of an LLM request (no system prompt, no tool calls)."""
+    return [(m["role"], m["content"]) for m in request["messages"]
+            if m["role"] in ("user", "assistant") and isinstance(m.get("content"), str)
+            and m["content"]]
+
+
+@pytest.mark.parametrize("server", SERVERS.values(), ids=SERVERS.keys())
+async def test_streamed_then_blocking_turns_of_one_context(gw, server):
+    endpoint = await ag_ui_endpoint(gw, server)
+    async with gw.client(endpoint) as client:
+        first = await six_streamed_tokens(client)
+    mark = token()
+    async with gw.client(endpoint, streaming=False) as client:
+        (event,) = [e async for e in client.send_message(
+            send_request(f"second {mark}", context_id=first.context_id))]
+    assert event.task.status.state == COMPLETED
+    assert event.task.context_id == first.context_id
+    assert final_text(event.task) == f"Hello from fakellm. You said: second {mark}"
+    (second,) = await llm_requests(mark)
+    # the server (its thread or session) or the bridge (the history it sends) kept turn one
+    convo = chat_of(second)
+    assert convo[-1] == ("user", f"second {mark}")
+    assert convo[-2] == ("assistant", "slow0 slow1 slow2 slow3 slow4 slow5")
+    assert convo[-3][0] == "user" and convo[-3][1].startswith("FAKE_SLOW words=6 delay=0.25 ")
+
+
+async def ask_for_approval(gw: RunningGateway, endpoint: str, mark: str, server: Server) -> Any:
+    """Send the message that makes the LLM call ``bash``; the task waits for an answer, and
+    its question carries the interrupt (with the server's id for it, but LangGraph's older
+    signal has none)."""
+    async with gw.client(endpoint) as client:
+        events = [e async for e in client.send_message(
+            send_request(f"FAKE_TOOL_DANGER path=scratch/{mark}"))]
+    assert state_of(events[-1]) == INPUT_REQUIRED
+    async with gw.client(endpoint, streaming=False) as client:
+        task = await client.get_task(GetTaskRequest(id=events[0].task.id))
+    assert task.status.state == INPUT_REQUIRED
+    (data,) = [MessageToDict(p.data) for p in task.status.message.parts if p.HasField("data")]
+    assert data["choices"] == ["approve", "deny"]
+    (interrupt,) = data["ag_ui_interrupts"]
+    assert interrupt["toolCallId"].startswith("call_")
+    assert bool(interrupt["id"]) == (server is not LEGACY)
+    question = "".join(p.text for p in task.status.message.parts)
+    assert "approve or deny" in question
+    return task
+
+
+APPROVALS = {**SERVERS, "langgraph-legacy": LEGACY}
+
+
+@pytest.mark.parametrize("server", APPROVALS.values(), ids=APPROVALS.keys())
+async def test_approve_runs_the_tool(gw, server):
+    endpoint = await ag_ui_endpoint(gw, server)
+    mark = token()
+    task = await ask_for_approval(gw, endpoint, mark, server)
+    async with gw.client(endpoint, streaming=False) as client:
+        (done,) = [e async for e in client.send_message(
+            send_request("approve", task_id=task.id, context_id=task.context_id))]
+    assert done.task.status.state == COMPLETED
+    ran = server.ran.format(command=f"rm -rf scratch/{mark}")
+    assert final_text(done.task) == f"TOOL_RESULT_SEEN: {ran}"
+
+
+@pytest.mark.parametrize("server", SERVERS.values(), ids=SERVERS.keys())
+async def test_deny_with_a_data_answer_does_not_run_the_tool(gw, server):
+    endpoint = await ag_ui_endpoint(gw, server)
+    mark = token()
+    task = await ask_for_approval(gw, endpoint, mark, server)
+    async with gw.client(endpoint) as client:
+        events = [e async for e in client.send_message(send_request(
+            "", data={"approved": False}, task_id=task.id, context_id=task.context_id))]
+    assert state_of(events[-1]) == COMPLETED
+    denied = server.denied.format(command=f"rm -rf scratch/{mark}")
+    assert streamed_answer(events) == f"TOOL_RESULT_SEEN: {denied}"
+
+
+CANCELED_LLM_CALL = {
+    # closing the stream aborts the model call at once
+    "agent-framework": "client_disconnected",
+    # the model call is not aborted: it streams to its end (ag-ui-langgraph 0.0.47)
+    "langgraph": "completed",
+    # the run goes on to its end on the server: ADK does not stop when the stream closes
+    "adk": "completed",
+}
+
+
+@pytest.mark.parametrize("server", SERVERS.values(), ids=SERVERS.keys())
+async def test_cancel_mid_stream_cancels_the_task(gw, server):
+    endpoint = await ag_ui_endpoint(gw, server)
+    mark = token()
+    async with gw.client(endpoint) as client:
+        stream = client.send_message(send_request(f"FAKE_SLOW words=30 delay=0.1 {mark}"))
+        head: list[StreamResponse] = []
+        async for event in stream:
+            head.append(event)
+            if sum(e.HasField("artifact_update") for e in head) >= 2:
+                break
+        await stream.aclose()
+        task_id = head[0].task.id
+        canceled = await client.cancel_task(CancelTaskRequest(id=task_id))
+        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+        again = await client.get_task(GetTaskRequest(id=task_id))
+    assert again.status.state == TaskState.TASK_STATE_CANCELED
+    (llm,) = await eventually(lambda: llm_requests(mark),
+                              until=lambda rs: len(rs) == 1 and rs[0]["outcome"] != "in_progress",
+                              timeout=15, what="the LLM call of the canceled run ends")
+    assert llm["outcome"] == CANCELED_LLM_CALL[server.adapter]
+    assert (len(llm["chunks"]) < 30) == (llm["outcome"] == "client_disconnected")
+
+
+LLM_FAILURE = {
+    "langgraph": "Error code: 500 - fakellm scripted HTTP 500",
+    # the framework hides the cause (its server log has it)
+    "agent-framework": "An internal error has occurred while streaming events. "
+                       "(ChatClientException)",
+    "adk": "litellm.InternalServerError: InternalServerError: OpenAIException - "
+           "fakellm scripted HTTP 500 (BACKGROUND_EXECUTION_ERROR)",
+}
+"""The RUN_ERROR each server sends when the LLM answers HTTP 500 (message, then code)."""
+
+
+@pytest.mark.parametrize("server", SERVERS.values(), ids=SERVERS.keys())
+async def test_llm_error_fails_the_task_without_the_credential(gw, server, monkeypatch):
+    secret = "agui-secret-" + uuid.uuid4().hex
+    monkeypatch.setenv("A2A_TEST_AGUI_OTHER_KEY", secret)
+    # the LangGraph app checks its token; the others take any bearer key and ignore it
+    key_var = TOKEN_VAR if server.needs_token else "A2A_TEST_AGUI_OTHER_KEY"
+    endpoint = await ag_ui_endpoint(gw, server, ag_ui_api_key=f"env:{key_var}")
+    with structlog.testing.capture_logs() as logs:
+        async with gw.client(endpoint, streaming=False) as client:
+            (event,) = [e async for e in client.send_message(
+                send_request(f"FAKE_HTTP_500 {token()}"))]
+    assert event.task.status.state == TaskState.TASK_STATE_FAILED
+    reason = failure_reason(event.task)
+    assert reason == f"the AG-UI agent's run failed: {LLM_FAILURE[server.adapter]}"
+    stored = await gw.store.get_task(Scope("default", endpoint, "anonymous"), event.task.id)
+    credential = require_env(key_var)
+    for where in (str(event), str(stored.task), repr(logs)):
+        assert credential not in where and "fake-key" not in where
+
+
+async def test_without_the_token_the_langgraph_app_refuses_and_the_task_fails(gw):
+    endpoint = await ag_ui_endpoint(gw, LANGGRAPH, ag_ui_api_key=None)
+    async with gw.client(endpoint, streaming=False) as client:
+        (event,) = [e async for e in client.send_message(send_request(f"hello {token()}"))]
+    assert event.task.status.state == TaskState.TASK_STATE_FAILED
+    assert failure_reason(event.task) == (
+        "the AG-UI agent rejected the API key (HTTP 401); check the endpoint's API key setting")
