@@ -32,32 +32,17 @@ from typing import Any, ClassVar
 
 from pydantic import Field, SecretStr, field_validator
 
-from handlers.base import (
-    Completed,
-    Failed,
-    FileInput,
-    HandlerEvent,
-    HandlerRequest,
-    Progress,
-    SessionUpdate,
-    TextDelta,
-)
+from handlers import responses
+from handlers.base import Failed, FileInput, HandlerEvent, HandlerRequest
 from handlers.bridge import StreamingBridge
-from handlers.upstream import (
-    BridgeSettings,
-    SSEFrame,
-    UnexpectedFrame,
-    Upstream,
-    clip,
-    request_text,
-)
+from handlers.responses import ResponsesEvents
+from handlers.upstream import BridgeSettings, Upstream, request_text
 
 __all__ = ["OpenClawHandler", "OpenClawSettings", "ResponsesStream", "build_input",
            "response_text"]
 
 BACKEND = "OpenClaw"
 SESSION_KEY = "openclaw_previous_response_id"
-_TERMINAL = ("response.completed", "response.failed", "response.incomplete", "response.cancelled")
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp", "image/heic", "image/heif")
 FILE_TYPES = ("text/plain", "text/markdown", "text/html", "text/csv", "application/json",
               "application/pdf")
@@ -113,149 +98,24 @@ def build_input(request: HandlerRequest) -> str | list[dict[str, Any]]:
 
 def response_text(response: dict[str, Any]) -> str:
     """The answer of an OpenResponses ``response``: its ``output_text`` parts joined."""
-    texts: list[str] = []
-    for item in _objects(response.get("output"), "output"):
-        if item.get("type") != "message":
-            continue
-        for part in _objects(item.get("content"), "content"):
-            if part.get("type") == "output_text":
-                text = part.get("text")
-                if not isinstance(text, str):
-                    raise UnexpectedFrame(BACKEND, "an output_text without text")
-                texts.append(text)
-    return "".join(texts)
+    return responses.response_text(response, BACKEND)
 
 
-def _objects(value: Any, name: str) -> list[dict[str, Any]]:
-    """A list of JSON objects (missing or null: empty)."""
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise UnexpectedFrame(BACKEND, f"{name!r} is not a list of objects")
-    return value
-
-
-def _response(data: dict[str, Any]) -> dict[str, Any]:
-    """The ``response`` object of a lifecycle event (missing: empty)."""
-    response = data.get("response")
-    if response is None:
-        return {}
-    if not isinstance(response, dict):
-        raise UnexpectedFrame(BACKEND, "'response' is not an object")
-    return response
-
-
-def _error_reason(response: dict[str, Any], fallback: str) -> str:
-    error = response.get("error")
-    if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"]:
-        return f"OpenClaw run failed: {clip(error['message'])}"
-    if isinstance(error, str) and error:
-        return f"OpenClaw run failed: {clip(error)}"
-    return fallback
-
-
-def _result_metadata(response: dict[str, Any]) -> dict[str, Any]:
-    metadata: dict[str, Any] = {}
-    if isinstance(response.get("usage"), dict):
-        metadata["usage"] = response["usage"]
-    openclaw = {k: response[k] for k in ("id", "model") if isinstance(response.get(k), str)}
-    if openclaw:
-        metadata["openclaw"] = {"response_id" if k == "id" else k: v for k, v in openclaw.items()}
-    return metadata
-
-
-class ResponsesStream:
-    """Maps the events of one streamed OpenResponses run to handler events.
-
-    ``feed`` returns the events to yield now; once a terminal event arrived,
-    ``terminal`` holds the closing events (the first terminal event wins, later
-    ones are ignored); ``finish`` gives them, or ``Failed`` when the stream ended
-    without one.
-    """
+class ResponsesStream(ResponsesEvents):
+    """Maps the events of one streamed OpenResponses run to handler events (the Responses
+    parser, named for OpenClaw: ``openclaw`` metadata, the response id remembered for
+    ``previous_response_id``). A run OpenClaw cancels itself fails the task."""
 
     def __init__(self) -> None:
-        self.response_id: str | None = None
-        self.started = False
-        self.done = False
-        self.deltas: list[str] = []
-        self.terminal: list[HandlerEvent] | None = None
+        super().__init__(BACKEND, metadata_key="openclaw", session_key=SESSION_KEY)
 
-    def feed(self, frame: SSEFrame) -> list[HandlerEvent]:
-        """Events for one frame; ``UnexpectedFrame`` when it has an unknown shape."""
-        if frame.done:
-            self.done = True
-            return []
-        if self.terminal is not None:
-            return []
-        data = frame.object(BACKEND)
-        kind = data.get("type") if isinstance(data.get("type"), str) else frame.event
-        if kind in ("response.created", "response.in_progress", "response.queued"):
-            response = _response(data)
-            if isinstance(response.get("id"), str):
-                self.response_id = response["id"]
-            if self.started:
-                return []
-            self.started = True
-            extra = {"openclaw": {"response_id": self.response_id}} if self.response_id else {}
-            return [Progress("working", data=extra)]
-        if kind == "response.output_text.delta":
-            delta = data.get("delta")
-            if not isinstance(delta, str):
-                raise UnexpectedFrame(BACKEND, "a text delta without text")
-            if delta:
-                self.deltas.append(delta)
-                return [TextDelta(delta)]
-            return []
-        if kind in _TERMINAL:
-            self.terminal = self._close(kind, _response(data))
-            return []
-        if kind == "error":
-            message = data.get("message")
-            self.terminal = [Failed(f"OpenClaw run failed: {clip(message)}"
-                                    if isinstance(message, str) and message
-                                    else _error_reason(data, "OpenClaw run failed: error event"))]
-        return []
-
-    def _close(self, kind: str, response: dict[str, Any]) -> list[HandlerEvent]:
-        status = response.get("status")
-        if kind == "response.failed" or status == "failed":
-            return [Failed(_error_reason(response, "OpenClaw run failed without a reason"))]
-        if kind == "response.cancelled" or status == "cancelled":
-            return [Failed("OpenClaw canceled the run")]
-        if kind == "response.incomplete" or status == "incomplete":
-            details = response.get("incomplete_details")
-            why = details.get("reason") if isinstance(details, dict) else None
-            return [Failed("OpenClaw returned an incomplete response"
-                           + (f" ({clip(str(why), 100)})" if why else ""))]
-        response_id = response.get("id") if isinstance(response.get("id"), str) else None
-        response_id = response_id or self.response_id
-        text = response_text(response)
-        if not text and self.deltas:
-            text = "".join(self.deltas)
-        events: list[HandlerEvent] = []
-        if response_id:
-            events.append(SessionUpdate({SESSION_KEY: response_id}))
-        events.append(Completed(text=text, metadata=_result_metadata(response)))
-        return events
-
-    @property
-    def ended(self) -> bool:
-        return self.terminal is not None or self.done
-
-    def finish(self) -> list[HandlerEvent]:
-        if self.terminal is not None:
-            return self.terminal
-        if self.done:
-            return [Failed("OpenClaw ended the stream ([DONE]) without a final response")]
-        return [Failed("OpenClaw closed the stream before the run finished")]
+    def cancelled(self) -> HandlerEvent:
+        return Failed("OpenClaw canceled the run")
 
 
 def read_response(response: dict[str, Any]) -> HandlerEvent:
     """``Completed`` for a non-streamed ``response``, or ``Failed``."""
-    if response.get("status") not in (None, "completed"):
-        return Failed(_error_reason(response, f"OpenClaw run ended with status "
-                                              f"{response.get('status')!r}"))
-    return Completed(text=response_text(response), metadata=_result_metadata(response))
+    return responses.read_response(response, BACKEND, "openclaw")
 
 
 class OpenClawHandler(StreamingBridge):
