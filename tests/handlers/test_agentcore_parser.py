@@ -36,6 +36,32 @@ ARN = "arn:aws:bedrock-agentcore:eu-west-1:123456789012:runtime/my_agent-Ab12Cd3
 SECRET = "fake-secret-key-0123456789abcdef0123456789"
 
 
+SIGNED = ["content-type", "host", "x-amz-date", "x-amz-security-token",
+          "x-amzn-bedrock-agentcore-runtime-session-id"]
+
+
+def sigv4_authorization(url: str, headers: dict[str, str], body: bytes, region: str) -> str:
+    """The ``Authorization`` botocore computes for ``POST url`` signed at the request's
+    ``X-Amz-Date`` with the fake credentials (AKIDEXAMPLE, SECRET, a session token) over the
+    headers the handler signs; ``headers``' names are lower-case."""
+    request = AWSRequest(method="POST", url=url, data=body,
+                         headers={name: headers[name] for name in SIGNED})
+    request.context["timestamp"] = headers["x-amz-date"]
+    signer = SigV4Auth(Credentials("AKIDEXAMPLE", SECRET, "fake-session-token"),
+                       "bedrock-agentcore", region)
+    signature = signer.signature(
+        signer.string_to_sign(request, signer.canonical_request(request)), request)
+    return (f"AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/{headers['x-amz-date'][:8]}/{region}/"
+            f"bedrock-agentcore/aws4_request, SignedHeaders={';'.join(SIGNED)}, "
+            f"Signature={signature}")
+
+
+def fake_aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "fake-session-token")
+
+
 def fixture(name: str) -> bytes:
     return (FIXTURES / name).read_bytes()
 
@@ -153,9 +179,7 @@ async def test_an_http_error_fails_with_the_apps_message():
 
 
 async def test_invoke_agent_runtime_matches_botocore_and_is_signed(monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    monkeypatch.setenv("AWS_SESSION_TOKEN", "fake-session-token")
+    fake_aws_credentials(monkeypatch)
     backend = Backend(lambda request: (
         json_response(b"403 body", 403) if "403" in request.content.decode()
         else sse_response(fixture("stream_strings.txt"))))
@@ -183,20 +207,8 @@ async def test_invoke_agent_runtime_matches_botocore_and_is_signed(monkeypatch):
     assert sent.headers[SESSION_HEADER] == expected["headers"][SESSION_HEADER]
 
     # the signature is the one botocore computes for the same request and time
-    names = sent.headers["authorization"].split("SignedHeaders=")[1].split(",")[0].split(";")
-    assert names == ["content-type", "host", "x-amz-date", "x-amz-security-token",
-                     "x-amzn-bedrock-agentcore-runtime-session-id"]
-    again = AWSRequest(method="POST", url=str(sent.url), data=sent.content,
-                       headers={n: sent.headers[n] for n in names})
-    again.context["timestamp"] = sent.headers["x-amz-date"]
-    signer = SigV4Auth(Credentials("AKIDEXAMPLE", SECRET, "fake-session-token"),
-                       "bedrock-agentcore", "eu-west-1")
-    signature = signer.signature(signer.string_to_sign(again, signer.canonical_request(again)),
-                                 again)
-    assert sent.headers["authorization"] == (
-        f"AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/{sent.headers['x-amz-date'][:8]}/eu-west-1/"
-        f"bedrock-agentcore/aws4_request, SignedHeaders={';'.join(names)}, "
-        f"Signature={signature}")
+    assert sent.headers["authorization"] == sigv4_authorization(
+        str(sent.url), dict(sent.headers), sent.content, "eu-west-1")
     assert SECRET not in repr(events + denied)
 
 
