@@ -89,6 +89,9 @@ class ResponsesSettings(BridgeSettings):
         "previous_response_id")
     """How a context's next turn continues the last: ``previous_response_id``,
     ``conversation`` (the Conversations API) or ``none`` (earlier turns sent as input)."""
+    responses_user: Literal["caller", "context", "none"] = "caller"
+    """The ``user`` field: an opaque name of the caller, of the caller's context (OpenClaw
+    keeps one session per ``user``), or ``none`` (not sent)."""
     responses_cancel: bool = True
     """Cancel a task's response with ``POST /v1/responses/{id}/cancel`` (the response id is
     recorded with the task); off, or where the server refuses, the stream is closed."""
@@ -388,6 +391,8 @@ class ResponsesHandler(StreamingBridge):
             body["model"] = s.responses_model
         if s.responses_metadata:
             body["metadata"] = dict(s.responses_metadata)
+        if s.responses_user != "none":
+            body["user"] = request.backend_user(per_context=s.responses_user == "context")
         key = {"previous_response_id": PREVIOUS_KEY, "conversation": CONVERSATION_KEY}.get(
             s.responses_continuity)
         value = request.session.get(key) if key else None

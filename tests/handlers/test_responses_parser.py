@@ -94,7 +94,8 @@ async def test_a_streamed_answer_makes_the_conversation_once_and_completes_with_
     assert created == {"metadata": {"entity_id": "assistant"}}
     (sent,) = backend.bodies("/v1/responses")
     assert sent == {"input": "hello there", "stream": True, "model": "assistant",
-                    "metadata": {"entity_id": "assistant"}, "conversation": CONVERSATION}
+                    "metadata": {"entity_id": "assistant"}, "conversation": CONVERSATION,
+                    "user": handler_request().backend_user()}
     assert backend.backend.requests[1].headers["authorization"] == f"Bearer {TOKEN}"
     # the second turn of the context reuses the remembered conversation
     again = await collect(handler.run(handler_request(

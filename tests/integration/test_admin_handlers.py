@@ -23,6 +23,7 @@ SHIPPED = {
     "handlers.langgraph:LangGraphHandler",
     "handlers.openai_chat:OpenAIChatHandler",
     "handlers.openclaw:OpenClawHandler",
+    "handlers.responses:ResponsesHandler",
     "handlers.tck:TckHandler",
 }
 

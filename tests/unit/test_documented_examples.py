@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS_COMMANDS = ("handlers.hermes", "handlers.openclaw")
+RUNS_COMMANDS = ("handlers.hermes", "handlers.openclaw", "handlers.responses")
 CODE = re.compile(r"```[^\n]*\n(.*?)```|`([^`]+)`", re.DOTALL)
 ADD = re.compile(r"endpoints\s+add\b[^\n]*")
 

@@ -26,6 +26,7 @@ from handlers.echo import AUTH_URL, EchoHandler, EchoSettings
 from handlers.hermes import HermesSettings
 from handlers.openai_chat import OpenAIChatSettings
 from handlers.openclaw import OpenClawSettings
+from handlers.responses import ResponsesSettings
 from tests.support.messages import handler_request
 
 
@@ -45,7 +46,7 @@ def as_dict(part: Part) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("settings", [EchoSettings, HermesSettings, OpenAIChatSettings,
-                                      OpenClawSettings])
+                                      OpenClawSettings, ResponsesSettings])
 def test_every_handler_with_a_response_mode_takes_it_from_the_base(settings: type) -> None:
     assert issubclass(settings, ResponseModeSettings)
     assert "response_mode" not in vars(settings).get("__annotations__", {})
