@@ -25,10 +25,11 @@ streaming: ``{"error", "error_type", "message"}``) fails it. A JSON answer (an e
 returns) completes the task at once: a string is the text, an object's string ``result``,
 ``response``, ``output`` or ``text`` is the text, any other value a data part.
 
-Cancel closes the stream: the SDK cancels the entrypoint's generator when its client goes away.
-On AWS the handler also calls ``StopRuntimeSession`` (``agentcore_stop_session_on_cancel``),
-which ends the session's microVM: the context's next message starts a new one, without the
-app's memory of earlier turns.
+Cancel closes the stream. That does not stop the app: ``bedrock-agentcore`` 1.25.0 runs an
+async generator entrypoint on a worker loop that feeds a queue, and a client that goes away
+leaves it running to the end of its answer. On AWS the handler therefore also calls
+``StopRuntimeSession`` (``agentcore_stop_session_on_cancel``), which ends the session's microVM:
+the context's next message starts a new one, without the app's memory of earlier turns.
 
 See docs/handlers.md for the settings, the event mapping and the IAM policy.
 """

@@ -17,6 +17,7 @@ SHIPPED = {
     "handlers.a2a_remote:A2ARemoteHandler",
     "handlers.adk:AdkHandler",
     "handlers.ag_ui:AgUiHandler",
+    "handlers.agentcore:AgentCoreHandler",
     "handlers.agno:AgnoHandler",
     "handlers.echo:EchoHandler",
     "handlers.hermes:HermesAgentHandler",
