@@ -29,6 +29,8 @@ from handlers.agentcore import (
 from handlers.base import Completed, Failed, Reply, TextDelta
 from handlers.upstream import SSEFrame, SSEReader, UnexpectedFrame
 from tests.handlers.openai_mock import Backend, collect, json_response, sse_response
+from tests.support.admin_support import OPERATOR_KEY, admin
+from tests.support.harness import running_gateway
 from tests.support.messages import handler_request
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agentcore"
@@ -227,3 +229,16 @@ async def test_without_aws_credentials_the_task_fails_clearly(monkeypatch, tmp_p
     assert events == [Failed("no AWS credentials found for AgentCore (environment, shared "
                              "config, container or instance role)")]
     assert backend.requests == []
+
+
+async def test_the_admin_api_refuses_an_endpoint_without_one_target():
+    async with running_gateway(operator_keys=[OPERATOR_KEY]) as gw:
+        answers = [await admin(gw, "POST", "/endpoints", json={
+            "name": "agentcore", "handler": "handlers.agentcore:AgentCoreHandler",
+            "settings": settings}) for settings in (
+                {}, {"agentcore_runtime_arn": "arn:aws:s3:::bucket"})]
+        endpoints = (await admin(gw, "GET", "/endpoints")).json()
+    for answer, field in zip(answers, ("agentcore_url", "agentcore_runtime_arn"), strict=True):
+        assert answer.status_code == 400, answer.text
+        assert field in " ".join(answer.json()["problems"])
+    assert endpoints["endpoints"] == []  # nothing written
