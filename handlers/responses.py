@@ -408,7 +408,15 @@ class ResponsesHandler(StreamingBridge):
             else None)
 
     def read_answer(self, data: dict[str, Any]) -> HandlerEvent:
-        return read_response(data, self.upstream.name, "responses")
+        """The plain answer; one that is only a tool call waiting for approval (DevUI) fails:
+        a reply cannot ask."""
+        event = read_response(data, self.upstream.name, "responses")
+        calls = [i for i in _objects(data.get("output"), "output", self.upstream.name)
+                 if i.get("type") == "function_call"]
+        if isinstance(event, Completed) and not event.text and calls:
+            return Failed(f"{self.upstream.name} wants a tool call approved, which a reply "
+                          "(response_mode: message) cannot ask")
+        return event
 
     async def resume(self, request: HandlerRequest) -> bool:
         """The answer goes in a fresh ``run`` (the asking response has ended); an answer that

@@ -238,3 +238,23 @@ async def test_a_failed_conversation_fails_without_the_token():
         events = await collect(handler.run(handler_request("hi")))
     (failed,) = events
     assert isinstance(failed, Failed) and "401" in failed.reason and TOKEN not in failed.reason
+
+
+async def test_message_mode_replies_once_and_cannot_ask_for_an_approval():
+    answers = [
+        {"id": "resp_1", "status": "completed", "usage": {"input_tokens": 3}, "output": [
+            {"type": "message", "content": [{"type": "output_text", "text": "hi there"}]}]},
+        {"id": "resp_2", "status": "completed", "output": [
+            {"type": "function_call", "name": "bash", "arguments": "{}", "call_id": "c1"}]},
+    ]
+    backend = Backend(lambda request: json_response(answers.pop(0)))
+    async with backend.client() as http:
+        handler = ResponsesHandler(ResponsesSettings(
+            responses_name="DevUI", response_mode="message"), http)
+        replied = await collect(handler.run(handler_request("hi")))
+        asked = await collect(handler.run(handler_request("FAKE_TOOL_DANGER")))
+    (reply,) = replied
+    assert reply.text == "hi there" and reply.metadata["usage"] == {"input_tokens": 3}
+    assert json.loads(backend.requests[0].content)["stream"] is False
+    assert asked == [Failed("DevUI wants a tool call approved, which a reply "
+                            "(response_mode: message) cannot ask")]
