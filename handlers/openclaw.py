@@ -22,7 +22,8 @@ Input files: images (JPEG, PNG, GIF, WebP, HEIC/HEIF) go with the message as
 bytes are sent base64, a URI as a URL for OpenClaw to fetch. These are the types
 OpenClaw takes by default (``gateway.http.endpoints.responses.images/files``).
 
-See docs/handlers.md for the settings and the event mapping.
+The stream is read by the Responses parser of ``handlers.responses`` (OpenClaw's names in
+its metadata and reasons). See docs/handlers.md for the settings and the event mapping.
 """
 
 from __future__ import annotations
