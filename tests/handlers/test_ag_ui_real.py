@@ -175,22 +175,29 @@ async def test_deny_with_a_data_answer_does_not_run_the_tool(gw, server):
     assert streamed_answer(events) == f"TOOL_RESULT_SEEN: {denied}"
 
 
-CANCELED_LLM_CALL = {
-    # closing the stream aborts the model call at once
-    "agent-framework": "client_disconnected",
-    # the model call is not aborted: it streams to its end (ag-ui-langgraph 0.0.47)
-    "langgraph": "completed",
-    # the run goes on to its end on the server: ADK does not stop when the stream closes
-    "adk": "completed",
+WORDS = " ".join(f"slow{i}" for i in range(20))
+AFTER_CANCEL = {
+    # closing the stream aborts the model call at once; the canceled turn is forgotten
+    "agent-framework": ("client_disconnected", []),
+    # the model call is not aborted, it streams to its end (ag-ui-langgraph 0.0.47), but the
+    # thread keeps only the canceled question
+    "langgraph": ("completed", ["user"]),
+    # the run goes on to its end on the server (ADK does not stop when the stream closes):
+    # the session keeps the whole answer the client never got
+    "adk": ("completed", ["user", "assistant"]),
 }
+"""Per server: the outcome of the canceled run's LLM call, and the roles of the canceled turn
+in the context's next LLM request."""
 
 
 @pytest.mark.parametrize("server", SERVERS.values(), ids=SERVERS.keys())
-async def test_cancel_mid_stream_cancels_the_task(gw, server):
+async def test_cancel_mid_stream_cancels_the_task_and_the_context_goes_on(gw, server):
     endpoint = await ag_ui_endpoint(gw, server)
     mark = token()
+    context_id = f"ctx-{mark}"
+    slow = f"FAKE_SLOW words=20 delay=0.1 {mark}"
     async with gw.client(endpoint) as client:
-        stream = client.send_message(send_request(f"FAKE_SLOW words=30 delay=0.1 {mark}"))
+        stream = client.send_message(send_request(slow, context_id=context_id))
         head: list[StreamResponse] = []
         async for event in stream:
             head.append(event)
@@ -205,8 +212,18 @@ async def test_cancel_mid_stream_cancels_the_task(gw, server):
     (llm,) = await eventually(lambda: llm_requests(mark),
                               until=lambda rs: len(rs) == 1 and rs[0]["outcome"] != "in_progress",
                               timeout=15, what="the LLM call of the canceled run ends")
-    assert llm["outcome"] == CANCELED_LLM_CALL[server.adapter]
-    assert (len(llm["chunks"]) < 30) == (llm["outcome"] == "client_disconnected")
+    outcome, kept = AFTER_CANCEL[server.adapter]
+    assert llm["outcome"] == outcome
+    assert (len(llm["chunks"]) < 20) == (outcome == "client_disconnected")
+
+    async with gw.client(endpoint, streaming=False) as client:
+        (event,) = [e async for e in client.send_message(
+            send_request(f"after {mark}", context_id=context_id))]
+    assert event.task.status.state == COMPLETED
+    assert final_text(event.task) == f"Hello from fakellm. You said: after {mark}"
+    (_, after) = await llm_requests(mark)
+    turn = {"user": ("user", slow), "assistant": ("assistant", WORDS)}
+    assert chat_of(after) == [turn[role] for role in kept] + [("user", f"after {mark}")]
 
 
 LLM_FAILURE = {
