@@ -23,6 +23,7 @@ from handlers.base import (
     TextDelta,
     Turn,
 )
+from handlers.openclaw import ResponsesStream
 from handlers.responses import ResponsesEvents, ResponsesHandler, ResponsesSettings
 from handlers.upstream import SSEFrame
 from tests.handlers.openai_mock import Backend, collect, json_response, sse_chunks, sse_response
@@ -258,3 +259,23 @@ async def test_message_mode_replies_once_and_cannot_ask_for_an_approval():
     assert json.loads(backend.requests[0].content)["stream"] is False
     assert asked == [Failed("DevUI wants a tool call approved, which a reply "
                             "(response_mode: message) cannot ask")]
+
+
+async def test_an_event_over_max_event_bytes_fails_the_task():
+    big = b'data: {"type": "response.output_text.delta", "delta": "' + b"x" * 4096 + b'"}\n\n'
+    backend = Backend(lambda request: sse_response(big))
+    async with backend.client() as http:
+        handler = ResponsesHandler(ResponsesSettings(responses_name="DevUI",
+                                                     max_event_bytes=1024), http)
+        events = await collect(handler.run(handler_request("hi")))
+    (failed,) = of(Failed, events)
+    assert "DevUI" in failed.reason and not of(TextDelta, events)
+
+
+def test_openclaws_parser_keeps_its_names_and_fails_a_run_openclaw_canceled():
+    parser = ResponsesStream()
+    started = parser.feed(SSEFrame("", json.dumps({"type": "response.created",
+                                                   "response": {"id": "resp_1"}})))
+    assert started == [Progress("working", data={"openclaw": {"response_id": "resp_1"}})]
+    parser.feed(SSEFrame("", json.dumps({"type": "response.cancelled", "response_id": "resp_1"})))
+    assert parser.finish() == [Failed("OpenClaw canceled the run")]
