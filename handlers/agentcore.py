@@ -317,7 +317,10 @@ class AgentCoreHandler(StreamingBridge):
         body = {"clientToken": str(uuid.uuid4())}
         try:
             upstream = await self._call_upstream(request, path, body)
-            await upstream.json("POST", path, body, request=request, retry=False, timeout=10)
+            # any 2xx is done: the operation's answer is in its headers, its body may be empty
+            async with upstream.call("POST", path, body, request=request, retry=False,
+                                     timeout=10):
+                pass
         except UpstreamError as exc:
             log.warning("agentcore_stop_session_failed", endpoint_id=request.endpoint_id,
                         task_id=request.task_id, reason=exc.reason)

@@ -164,7 +164,8 @@ class FakeAgentCore:
             return web.json_response({"message": "signature mismatch"}, status=403)
         self.calls.append((request.match_info["action"] + "?" + request.query_string, headers))
         if request.match_info["action"] == "stopruntimesession":
-            return web.json_response({}, headers={SESSION_HEADER: headers[SESSION_HEADER.lower()]})
+            # the answer is in the headers; the body is empty
+            return web.Response(headers={SESSION_HEADER: headers[SESSION_HEADER.lower()]})
         return await self.forward(request, body, headers[SESSION_HEADER.lower()])
 
     async def forward(self, request: web.Request, body: bytes,
@@ -220,5 +221,6 @@ async def test_the_aws_path_is_signed_keeps_the_session_and_stops_it_on_cancel(
     sessions = [headers[SESSION_HEADER.lower()] for _, headers in fake.calls]
     assert sessions[0] == sessions[1] != sessions[2] == sessions[3]
     assert path not in sessions[0] and len(sessions[0]) >= 33
+    assert not [e for e in logs if e["event"] == "agentcore_stop_session_failed"]
     for where in (str(events), str(stored.task), repr(logs)):
         assert SECRET not in where and "fake-session-token" not in where
