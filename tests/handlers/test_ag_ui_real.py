@@ -22,7 +22,7 @@ import structlog
 from a2a.types import CancelTaskRequest, GetTaskRequest, StreamResponse, TaskState
 from google.protobuf.json_format import MessageToDict
 
-from a2a_gateway.stores.base import Scope
+from a2a_gateway.stores.base import Scope, UsageQuery
 from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
 from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.messages import send_request
@@ -44,6 +44,8 @@ class Server:
     url_var: str
     route: str = "/agent"
     needs_token: bool = False
+    reports_usage: bool = False
+    """Whether the server sends the run's token counts (a ``CUSTOM usage`` event)."""
     ran: str = "ran: {command}"
     """The tool result the LLM quotes after an approval."""
     denied: str = "denied: {command}"
@@ -54,7 +56,7 @@ LANGGRAPH = Server("langgraph", "A2A_TEST_AGUI_LANGGRAPH_URL", needs_token=True)
 SERVERS = {
     "langgraph": LANGGRAPH,
     "agent-framework": Server(
-        "agent-framework", "A2A_TEST_AGUI_MAF_URL",
+        "agent-framework", "A2A_TEST_AGUI_MAF_URL", reports_usage=True,
         denied="Error: Tool call invocation was rejected by user."),
     "adk": Server(
         "adk", "A2A_TEST_AGUI_ADK_URL", ran='{{"result": "ran: {command}"}}',
@@ -110,6 +112,8 @@ async def test_streamed_then_blocking_turns_of_one_context(gw, server):
     endpoint = await ag_ui_endpoint(gw, server)
     async with gw.client(endpoint) as client:
         first = await six_streamed_tokens(client)
+    usage = MessageToDict(first.artifact.metadata).get("usage")
+    assert (usage is not None) == server.reports_usage
     mark = token()
     async with gw.client(endpoint, streaming=False) as client:
         (event,) = [e async for e in client.send_message(
@@ -123,6 +127,11 @@ async def test_streamed_then_blocking_turns_of_one_context(gw, server):
     assert convo[-1] == ("user", f"second {mark}")
     assert convo[-2] == ("assistant", "slow0 slow1 slow2 slow3 slow4 slow5")
     assert convo[-3][0] == "user" and convo[-3][1].startswith("FAKE_SLOW words=6 delay=0.25 ")
+    # the server's token counts, where it sends them, reach the usage ledger
+    (ledger,) = await eventually(
+        lambda: gw.store.usage_summary(UsageQuery(endpoint_id=endpoint)),
+        until=lambda totals: totals and totals[0].tasks == 3, what="three tasks in the ledger")
+    assert (ledger.input_tokens > 0 and ledger.output_tokens > 0) == server.reports_usage
 
 
 async def ask_for_approval(gw: RunningGateway, endpoint: str, mark: str, server: Server) -> Any:
