@@ -242,3 +242,21 @@ async def test_the_admin_api_refuses_an_endpoint_without_one_target():
         assert answer.status_code == 400, answer.text
         assert field in " ".join(answer.json()["problems"])
     assert endpoints["endpoints"] == []  # nothing written
+
+
+class CutStream(httpx.AsyncByteStream):
+    """The first recorded event, then the connection breaks."""
+
+    async def __aiter__(self):
+        yield fixture("stream_strings.txt").split(b"\n\n")[0] + b"\n\n"
+        raise httpx.RemoteProtocolError("peer closed connection without sending complete body")
+
+
+async def test_a_cut_stream_fails_rather_than_completing():
+    backend = Backend(lambda request: httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, stream=CutStream()))
+    async with backend.client() as http:
+        handler = AgentCoreHandler(AgentCoreSettings(agentcore_url="http://app:8080"), http)
+        events = await collect(handler.run(handler_request("hello")))
+    assert events == [TextDelta("Hello"), Failed(
+        "AgentCore closed the connection before the answer was complete")]
