@@ -22,7 +22,7 @@ Input files: images (JPEG, PNG, GIF, WebP, HEIC/HEIF) go with the message as
 bytes are sent base64, a URI as a URL for OpenClaw to fetch. These are the types
 OpenClaw takes by default (``gateway.http.endpoints.responses.images/files``).
 
-The stream is read by the Responses parser of ``handlers.responses`` (OpenClaw's names in
+The stream is read by the Responses parser of ``handlers.responses_events`` (OpenClaw's names in
 its metadata and reasons). See docs/handlers.md for the settings and the event mapping.
 """
 
@@ -33,10 +33,10 @@ from typing import Any, ClassVar
 
 from pydantic import Field, SecretStr, field_validator
 
-from handlers import responses
+from handlers import responses_events
 from handlers.base import Failed, FileInput, HandlerEvent, HandlerRequest
 from handlers.bridge import StreamingBridge
-from handlers.responses import ResponsesEvents
+from handlers.responses_events import ResponsesEvents
 from handlers.upstream import BridgeSettings, Upstream, request_text
 
 __all__ = ["OpenClawHandler", "OpenClawSettings", "ResponsesStream", "build_input",
@@ -99,7 +99,7 @@ def build_input(request: HandlerRequest) -> str | list[dict[str, Any]]:
 
 def response_text(response: dict[str, Any]) -> str:
     """The answer of an OpenResponses ``response``: its ``output_text`` parts joined."""
-    return responses.response_text(response, BACKEND)
+    return responses_events.response_text(response, BACKEND)
 
 
 class ResponsesStream(ResponsesEvents):
@@ -116,7 +116,7 @@ class ResponsesStream(ResponsesEvents):
 
 def read_response(response: dict[str, Any]) -> HandlerEvent:
     """``Completed`` for a non-streamed ``response``, or ``Failed``."""
-    return responses.read_response(response, BACKEND, "openclaw")
+    return responses_events.read_response(response, BACKEND, "openclaw")
 
 
 class OpenClawHandler(StreamingBridge):

@@ -24,7 +24,8 @@ from handlers.base import (
     Turn,
 )
 from handlers.openclaw import ResponsesStream
-from handlers.responses import ResponsesEvents, ResponsesHandler, ResponsesSettings
+from handlers.responses import ResponsesHandler, ResponsesSettings
+from handlers.responses_events import ResponsesEvents
 from handlers.upstream import SSEFrame
 from tests.handlers.openai_mock import Backend, collect, json_response, sse_chunks, sse_response
 from tests.support.messages import handler_request
