@@ -41,6 +41,7 @@ from handlers.base import (
     HandlerEvent,
     HandlerRequest,
     InputRejectedError,
+    Reply,
     SessionUpdate,
 )
 from handlers.bridge import StreamingBridge
@@ -129,7 +130,8 @@ class ResponsesHandler(StreamingBridge):
                                     api_key=s.responses_api_key)
 
     async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
-        """The base's run, after making the context's conversation when it has none yet."""
+        """The base's run, after making the context's conversation when it has none yet; a
+        reply (message mode) remembers its response id as a streamed answer does."""
         if (self.settings.responses_continuity == "conversation" and has_input(request)
                 and not isinstance(request.session.get(CONVERSATION_KEY), str)):
             try:
@@ -143,7 +145,19 @@ class ResponsesHandler(StreamingBridge):
             request = replace(request, session={**request.session, CONVERSATION_KEY: conversation})
         async with aclosing(super().run(request)) as events:
             async for event in events:
+                remembered = self._reply_response_id(event)
+                if remembered:
+                    yield SessionUpdate({PREVIOUS_KEY: remembered})
                 yield event
+
+    def _reply_response_id(self, event: HandlerEvent) -> str | None:
+        """The response id of a reply, when contexts continue by ``previous_response_id``."""
+        if (not isinstance(event, Reply)
+                or self.settings.responses_continuity != "previous_response_id"):
+            return None
+        known = event.metadata.get("responses")
+        response_id = known.get("response_id") if isinstance(known, dict) else None
+        return response_id if isinstance(response_id, str) and response_id else None
 
     async def _new_conversation(self, request: HandlerRequest) -> str:
         body = {"metadata": self.settings.responses_metadata} if (

@@ -255,7 +255,8 @@ async def test_message_mode_replies_once_and_cannot_ask_for_an_approval():
             responses_name="DevUI", response_mode="message"), http)
         replied = await collect(handler.run(handler_request("hi")))
         asked = await collect(handler.run(handler_request("FAKE_TOOL_DANGER")))
-    (reply,) = replied
+    remembered, reply = replied  # the reply's response id continues the context
+    assert remembered == SessionUpdate({"responses_previous_response_id": "resp_1"})
     assert reply.text == "hi there" and reply.metadata["usage"] == {"input_tokens": 3}
     assert json.loads(backend.requests[0].content)["stream"] is False
     assert asked == [Failed("DevUI wants a tool call approved, which a reply "

@@ -105,6 +105,19 @@ async def test_devui_blocking_sends_of_one_context_share_a_conversation(gw, endp
                      ("user", f"second {mark}")]
 
 
+async def test_devui_message_mode_replies_and_keeps_the_conversation(gw):
+    endpoint = await devui_endpoint(gw, response_mode="message")
+    mark = token()
+    async with gw.client(endpoint, streaming=False) as client:
+        for text in (f"first {mark}", f"second {mark}"):
+            (event,) = [e async for e in client.send_message(
+                send_request(text, context_id=f"ctx-{mark}"))]
+            assert event.message.parts[0].text == f"Hello from fakellm. You said: {text}"
+    second = [r for r in await llm_requests(mark) if f"second {mark}" in r["text"]][-1]
+    assert [m["content"] for m in second["messages"] if m["role"] == "user"] == [
+        f"first {mark}", f"second {mark}"]
+
+
 async def ask_for_approval(gw: RunningGateway, endpoint: str, mark: str) -> Any:
     async with gw.client(endpoint) as client:
         events = [e async for e in client.send_message(
