@@ -171,7 +171,13 @@ async def test_approve_runs_the_tool(gw, server):
     assert final_text(done.task) == f"TOOL_RESULT_SEEN: {ran}"
 
 
-@pytest.mark.parametrize("server", SERVERS.values(), ids=SERVERS.keys())
+DENIALS = [*(pytest.param(s, id=name) for name, s in SERVERS.items()), pytest.param(
+    LEGACY, id="langgraph-legacy", marks=pytest.mark.xfail(strict=True, reason=(
+        "the bridge answers a denial on this route with forwardedProps.command.resume = null, "
+        "which ag-ui-langgraph takes for no answer: it asks the same question again")))]
+
+
+@pytest.mark.parametrize("server", DENIALS)
 async def test_deny_with_a_data_answer_does_not_run_the_tool(gw, server):
     endpoint = await ag_ui_endpoint(gw, server)
     mark = token()
