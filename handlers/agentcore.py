@@ -7,7 +7,8 @@ It is reached one of two ways, which one setting decides:
 * ``agentcore_runtime_arn``: the runtime on AWS, through AgentCore's ``InvokeAgentRuntime``
   (``POST /runtimes/{url-encoded ARN}/invocations[?qualifier=]`` on
   ``https://bedrock-agentcore.{region}.amazonaws.com``), signed with SigV4 for the service
-  ``bedrock-agentcore`` with the credentials of botocore's default chain.
+  ``bedrock-agentcore`` with the credentials of botocore's default chain, or, for a runtime
+  whose inbound auth is OAuth, with ``agentcore_bearer_token`` as ``Authorization: Bearer``.
 
 One A2A message is one invocation: the body is ``{<agentcore_payload_key>: <text>}`` (by
 default ``{"prompt": …}``, the SDK examples' shape). Each caller's A2A context is one runtime
@@ -51,7 +52,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.session import Session
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 
 from handlers.base import (
     Completed,
@@ -103,6 +104,10 @@ class AgentCoreSettings(BridgeSettings):
     agentcore_endpoint_url: str | None = None
     """The AgentCore data-plane URL; unset: ``https://bedrock-agentcore.<region>.amazonaws.com``
     (set it for a VPC endpoint)."""
+    agentcore_bearer_token: SecretStr | None = None
+    """Sent as ``Authorization: Bearer`` instead of a SigV4 signature: for a runtime whose
+    inbound auth is OAuth (a JWT authorizer), or an app behind an authenticating proxy;
+    ``env:NAME`` in endpoint rows."""
     agentcore_payload_key: str = Field("prompt", min_length=1)
     """The key of the message's text in the invocation body (``{"prompt": <text>}``)."""
     agentcore_timeout: float = Field(default=600.0, gt=0)
@@ -130,6 +135,11 @@ class AgentCoreSettings(BridgeSettings):
     @property
     def on_aws(self) -> bool:
         return self.agentcore_runtime_arn is not None
+
+    @property
+    def signed(self) -> bool:
+        """Calls are signed with SigV4: on AWS, unless a bearer token is set."""
+        return self.on_aws and self.agentcore_bearer_token is None
 
     def runtime_path(self, action: str) -> str:
         """The path of a runtime's ``action`` (``invocations``, ``stopruntimesession``)."""
@@ -241,14 +251,15 @@ class AgentCoreHandler(StreamingBridge):
     def __init__(self, settings: AgentCoreSettings, http: httpx.AsyncClient) -> None:
         super().__init__(settings, http)
         s = self.settings
-        self.signer = SigV4Signer(s.region) if s.on_aws else None
+        self.signer = SigV4Signer(s.region) if s.signed else None
         if s.on_aws:
             self.path = s.runtime_path("invocations")
 
     def make_upstream(self) -> Upstream:
         s = self.settings
         return Upstream.for_backend(self.http, BACKEND, s, url=s.base_url(),
-                                    drop_suffix="/invocations", timeout=s.agentcore_timeout)
+                                    drop_suffix="/invocations", timeout=s.agentcore_timeout,
+                                    api_key=s.agentcore_bearer_token)
 
     def session_id(self, request: HandlerRequest) -> str:
         """The runtime session of this caller's context (36 characters)."""
@@ -299,7 +310,7 @@ class AgentCoreHandler(StreamingBridge):
                     if parser.ended:
                         break
         except UpstreamError as exc:
-            if exc.status == 403 and self.settings.on_aws:
+            if exc.status == 403 and self.signer is not None:
                 raise UpstreamError(
                     "AgentCore refused the request (HTTP 403): the AWS credentials lack "
                     "bedrock-agentcore:InvokeAgentRuntime on this runtime, or the "
@@ -311,7 +322,7 @@ class AgentCoreHandler(StreamingBridge):
     async def cancel(self, request: HandlerRequest) -> bool:
         """On AWS (``agentcore_stop_session_on_cancel``), ``StopRuntimeSession``; the gateway
         then closes the stream either way (False)."""
-        if self.signer is None or not self.settings.agentcore_stop_session_on_cancel:
+        if not self.settings.on_aws or not self.settings.agentcore_stop_session_on_cancel:
             return False
         path = self.settings.runtime_path("stopruntimesession")
         body = {"clientToken": str(uuid.uuid4())}

@@ -260,3 +260,22 @@ async def test_a_cut_stream_fails_rather_than_completing():
         events = await collect(handler.run(handler_request("hello")))
     assert events == [TextDelta("Hello"), Failed(
         "AgentCore closed the connection before the answer was complete")]
+
+
+async def test_a_bearer_token_replaces_the_signature_and_never_shows(monkeypatch):
+    fake_aws_credentials(monkeypatch)
+    token = "jwt-" + "x" * 40
+    backend = Backend(lambda request: (
+        json_response({"message": f"bad token {token}"}, 401) if b"denied" in request.content
+        else json_response({"result": "ok"})))
+    async with backend.client() as http:
+        handler = AgentCoreHandler(AgentCoreSettings(
+            agentcore_runtime_arn=ARN, agentcore_bearer_token=token), http)
+        events = await collect(handler.run(handler_request("hello")))
+        denied = await collect(handler.run(handler_request("denied")))
+    assert events == [Completed(text="ok")]
+    sent = backend.requests[0]
+    assert sent.headers["authorization"] == f"Bearer {token}"
+    assert "x-amz-date" not in sent.headers and SESSION_HEADER in sent.headers
+    assert denied == [Failed("AgentCore rejected the API key (HTTP 401); check the endpoint's "
+                             "API key setting")]

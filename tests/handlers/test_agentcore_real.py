@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import AsyncIterator
+from secrets import token_hex
 from typing import Any
 
 import httpx
@@ -148,10 +149,12 @@ async def test_an_app_error_fails_the_task(gw, endpoint):
 class FakeAgentCore:
     """AgentCore's data plane on 127.0.0.1: ``InvokeAgentRuntime`` forwarded to the app,
     ``StopRuntimeSession`` recorded; a call whose signature botocore would not compute the
-    same way is refused with HTTP 403, as AWS does."""
+    same way (or without the expected bearer token) is refused with HTTP 403, as AWS does."""
 
-    def __init__(self, app_url: str) -> None:
+    def __init__(self, app_url: str, bearer: str | None = None) -> None:
         self.app_url = app_url
+        self.bearer = bearer
+        """Expected instead of a signature (a runtime whose inbound auth is OAuth)."""
         self.calls: list[tuple[str, dict[str, str]]] = []
         self.app = web.Application()
         self.app.router.add_post("/runtimes/{arn}/{action}", self.handle)
@@ -160,7 +163,9 @@ class FakeAgentCore:
         body = await request.read()
         headers = {k.lower(): v for k, v in request.headers.items()}
         url = f"http://{request.host}{request.raw_path}"
-        if headers.get("authorization") != sigv4_authorization(url, headers, body, "eu-west-1"):
+        expected = (f"Bearer {self.bearer}" if self.bearer
+                    else sigv4_authorization(url, headers, body, "eu-west-1"))
+        if headers.get("authorization") != expected:
             return web.json_response({"message": "signature mismatch"}, status=403)
         self.calls.append((request.match_info["action"] + "?" + request.query_string, headers))
         if request.match_info["action"] == "stopruntimesession":
@@ -224,3 +229,22 @@ async def test_the_aws_path_is_signed_keeps_the_session_and_stops_it_on_cancel(
     assert not [e for e in logs if e["event"] == "agentcore_stop_session_failed"]
     for where in (str(events), str(stored.task), repr(logs)):
         assert SECRET not in where and "fake-session-token" not in where
+
+
+async def test_a_bearer_token_from_env_reaches_aws_and_an_app_error_never_shows_it(
+        gw, app_url, monkeypatch):
+    secret = "jwt-" + token_hex()
+    monkeypatch.setenv("A2A_TEST_AGENTCORE_TOKEN", secret)
+    fake = FakeAgentCore(app_url, bearer=secret)
+    with structlog.testing.capture_logs() as logs:
+        async with fake as aws_url:
+            endpoint = await gw.add_endpoint(HANDLER, name="agentcore-oauth", settings={
+                "agentcore_runtime_arn": ARN, "agentcore_endpoint_url": aws_url,
+                "agentcore_bearer_token": "env:A2A_TEST_AGENTCORE_TOKEN"})
+            task = await send(gw, endpoint, f"FAKE_HTTP_500 {token()}")
+    assert [action for action, _ in fake.calls] == ["invocations?"]
+    assert task.status.state == FAILED
+    assert task.status.message.parts[0].text.startswith("the AgentCore app failed: ")
+    stored = await gw.store.get_task(Scope("default", endpoint, "anonymous"), task.id)
+    for where in (str(task), str(stored.task), repr(logs)):
+        assert secret not in where
