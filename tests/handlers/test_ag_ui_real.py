@@ -19,10 +19,11 @@ from typing import Any
 import httpx
 import pytest
 import structlog
-from a2a.types import CancelTaskRequest, GetTaskRequest, StreamResponse, TaskState
+from a2a.types import CancelTaskRequest, GetTaskRequest, Role, StreamResponse, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope, UsageQuery
+from a2a_gateway.stores.memory import MemoryStore
 from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
 from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.messages import send_request
@@ -279,3 +280,38 @@ async def test_without_the_token_the_langgraph_app_refuses_and_the_task_fails(gw
     assert event.task.status.state == TaskState.TASK_STATE_FAILED
     assert failure_reason(event.task) == (
         "the AG-UI agent rejected the API key (HTTP 401); check the endpoint's API key setting")
+
+
+async def test_message_mode_answers_with_a_message_and_cannot_ask(gw):
+    endpoint = await ag_ui_endpoint(gw, SERVERS["agent-framework"], response_mode="message")
+    mark = token()
+    async with gw.client(endpoint, streaming=False) as client:
+        (answer,) = [e async for e in client.send_message(send_request(f"ping {mark}"))]
+        (asked,) = [e async for e in client.send_message(
+            send_request(f"FAKE_TOOL_DANGER path=scratch/{mark}"))]
+    assert answer.HasField("message") and answer.message.role == Role.ROLE_AGENT
+    assert answer.message.parts[0].text == f"Hello from fakellm. You said: ping {mark}"
+    # a question needs a task to wait in: message mode fails it with the reason
+    assert asked.task.status.state == TaskState.TASK_STATE_FAILED
+    assert "response_mode: message cannot carry" in failure_reason(asked.task)
+
+
+async def test_a_gateway_restart_fails_the_run_it_cannot_follow_again():
+    # AG-UI has no re-join: the run is tied to the stream the lost gateway held
+    store = MemoryStore()
+    mark = token()
+    async with running_gateway(store=store, lease_seconds=120, replica_id="replica-a") as a:
+        endpoint = await ag_ui_endpoint(a, SERVERS["agent-framework"])
+        async with a.client(endpoint, streaming=False) as client:
+            (event,) = [e async for e in client.send_message(
+                send_request(f"FAKE_SLOW words=12 delay=0.25 {mark}", immediately=True))]
+        await eventually(lambda: llm_requests(mark), what="the run reached the LLM")
+    scope = Scope("default", endpoint, "anonymous")
+    async with running_gateway(store=store, lease_seconds=120, replica_id="replica-b"):
+        stored = await eventually(
+            lambda: store.get_task(scope, event.task.id),
+            until=lambda s: s.task.status.state in (COMPLETED, TaskState.TASK_STATE_FAILED),
+            timeout=15, what="replica B takes the task over")
+    assert stored.task.status.state == TaskState.TASK_STATE_FAILED
+    assert failure_reason(stored.task) == "gateway instance lost"
+    assert len(await llm_requests(mark)) == 1  # nothing was started again
