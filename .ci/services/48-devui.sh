@@ -63,7 +63,7 @@ do_start() {
   token=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
   (
     cd "$RUN_DIR"
-    HOME="$RUN_DIR" OTEL_SDK_DISABLED=true ENABLE_OTEL=false OPENAI_API_KEY= \
+    HOME="$RUN_DIR" OTEL_SDK_DISABLED=true OPENAI_API_KEY='' \
       DEVUI_TEST_LLM_URL="${A2A_TEST_LLM_URL%/}/v1" \
       exec setsid "$VENV/bin/devui" --headless --no-open --host 127.0.0.1 --port "$port" \
       --auth-token "$token" "$RUN_DIR/entities" </dev/null >"$LOG" 2>&1
