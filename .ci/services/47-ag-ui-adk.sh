@@ -49,11 +49,12 @@ do_install() {
 
 # warm_up URL: one run to its end (RUN_FINISHED), so the lazy imports are done.
 warm_up() {
-  local url=$1 t0=$SECONDS body
+  local url=$1 t0=$SECONDS body events
   body='{"threadId":"warm-up","runId":"warm-up-1","state":{},"tools":[],"context":[],'
   body+='"forwardedProps":{},"messages":[{"id":"warm-up-m1","role":"user","content":"warm up"}]}'
-  if ! curl -fsS -N -m "$READY_TIMEOUT" -H 'Content-Type: application/json' \
-    -H 'Accept: text/event-stream' -d "$body" "$url/agent" | grep -q '"RUN_FINISHED"'; then
+  events=$(curl -fsS -N -m "$READY_TIMEOUT" -H 'Content-Type: application/json' \
+    -H 'Accept: text/event-stream' -d "$body" "$url/agent") || events=""
+  if [[ $events != *'"RUN_FINISHED"'* ]]; then
     log "the warm-up run did not finish; log tail:"
     tail -n 40 "$LOG" >&2 || true
     exit 1
