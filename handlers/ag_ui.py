@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -52,7 +51,6 @@ from handlers.bridge import StreamingBridge
 from handlers.confirmation import call_text, confirmation_answer
 from handlers.upstream import (
     BridgeSettings,
-    Deadline,
     SSEFrame,
     UnexpectedFrame,
     Upstream,
@@ -503,6 +501,7 @@ class AgUiHandler(StreamingBridge):
     path = ""
     run_name = "the AG-UI run"
     failure_log = "ag_ui_request_failed"
+    answers_only_streamed = True
 
     def make_upstream(self) -> Upstream:
         s = self.settings
@@ -542,18 +541,3 @@ class AgUiHandler(StreamingBridge):
         return RunEvents(body["messages"], keep_messages=s.history == "full",
                          max_history_bytes=s.ag_ui_max_history_bytes,
                          state_artifact=s.ag_ui_state_artifact)
-
-    def read_answer(self, data: dict[str, Any]) -> HandlerEvent:
-        raise NotImplementedError("AG-UI has no plain answer; _plain reads the stream")
-
-    async def _plain(self, request: HandlerRequest, deadline: Deadline) -> HandlerEvent:
-        """Message mode: AG-UI answers only with a stream, so read it to its end."""
-        last: HandlerEvent = Failed("the AG-UI agent's run ended without an answer")
-        async with aclosing(self._stream(request, deadline)) as events:
-            async for event in events:
-                if isinstance(event, (Completed, Failed, Canceled)):
-                    last = event
-                elif isinstance(event, InputRequired):
-                    last = Failed("the AG-UI agent asked for input, which response_mode: "
-                                  "message cannot carry; use response_mode: task")
-        return last

@@ -42,7 +42,6 @@ import dataclasses
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
@@ -65,11 +64,9 @@ from handlers.base import (
 from handlers.bridge import StreamingBridge
 from handlers.upstream import (
     BridgeSettings,
-    Deadline,
     SSEFrame,
     UnexpectedFrame,
     Upstream,
-    UpstreamCall,
     UpstreamError,
     clip,
     request_text,
@@ -247,6 +244,8 @@ class AgentCoreHandler(StreamingBridge):
     path = "/invocations"
     run_name = "the AgentCore invocation"
     failure_log = "agentcore_request_failed"
+    answers_only_streamed = True  # the app, not the request, picks a stream or JSON
+    accepts_json_answer = True
 
     def __init__(self, settings: AgentCoreSettings, http: httpx.AsyncClient) -> None:
         super().__init__(settings, http)
@@ -268,16 +267,16 @@ class AgentCoreHandler(StreamingBridge):
     def build_body(self, request: HandlerRequest, *, stream: bool) -> dict[str, Any]:
         return {self.settings.agentcore_payload_key: request_text(request)}
 
-    def stream_parser(self) -> AgentCoreStream:
+    def stream_parser(self, body: dict[str, Any]) -> AgentCoreStream:
         return AgentCoreStream()
 
-    def read_answer(self, data: dict[str, Any]) -> HandlerEvent:
+    def read_answer(self, data: Any) -> HandlerEvent:
         return read_answer(data)
 
-    async def _call_upstream(self, request: HandlerRequest, path: str,
-                             body: dict[str, Any]) -> Upstream:
-        """The upstream of one call: the session header, and on AWS the call's signature
-        (over the body, its type and the session; the other headers go unsigned)."""
+    async def upstream_for(self, request: HandlerRequest, path: str,
+                           body: dict[str, Any]) -> Upstream:
+        """The session header, and on AWS the call's signature (over the body, its type and
+        the session; the other headers go unsigned)."""
         headers = {"Content-Type": "application/json", SESSION_HEADER: self.session_id(request)}
         if self.signer is not None:
             url = self.upstream.base_url + path
@@ -286,38 +285,12 @@ class AgentCoreHandler(StreamingBridge):
         headers["Accept"] = "text/event-stream, application/json"
         return dataclasses.replace(self.upstream, headers={**self.upstream.headers, **headers})
 
-    async def _plain(self, request: HandlerRequest, deadline: Deadline) -> HandlerEvent:
-        """Message mode: the app still decides between a stream and a JSON answer."""
-        final: HandlerEvent = Failed("AgentCore sent no answer")
-        async for event in self._stream(request, deadline):
-            final = event
-        return final
-
-    async def _stream(self, request: HandlerRequest,
-                      deadline: Deadline) -> AsyncIterator[HandlerEvent]:
-        body = self.build_body(request, stream=True)
-        upstream = await self._call_upstream(request, self.path, body)
-        parser = self.stream_parser()
-        try:
-            async with upstream.call("POST", self.path, body, request=request,
-                                     deadline=deadline) as call:
-                if not _is_event_stream(call):
-                    yield self._redacted(read_answer(await _json_value(call, deadline)))
-                    return
-                async for frame in call.frames():
-                    for event in parser.feed(frame):
-                        yield event
-                    if parser.ended:
-                        break
-        except UpstreamError as exc:
-            if exc.status == 403 and self.signer is not None:
-                raise UpstreamError(
-                    "AgentCore refused the request (HTTP 403): the AWS credentials lack "
-                    "bedrock-agentcore:InvokeAgentRuntime on this runtime, or the "
-                    "signature was rejected", exc.status, exc.code) from None
-            raise
-        for event in parser.finish():
-            yield self._redacted(event)
+    def failure_reason(self, exc: UpstreamError) -> str:
+        if exc.status == 403 and self.signer is not None:
+            return ("AgentCore refused the request (HTTP 403): the AWS credentials lack "
+                    "bedrock-agentcore:InvokeAgentRuntime on this runtime, or the signature "
+                    "was rejected")
+        return exc.reason
 
     async def cancel(self, request: HandlerRequest) -> bool:
         """On AWS (``agentcore_stop_session_on_cancel``), ``StopRuntimeSession``; the gateway
@@ -327,7 +300,7 @@ class AgentCoreHandler(StreamingBridge):
         path = self.settings.runtime_path("stopruntimesession")
         body = {"clientToken": str(uuid.uuid4())}
         try:
-            upstream = await self._call_upstream(request, path, body)
+            upstream = await self.upstream_for(request, path, body)
             # any 2xx is done: the operation's answer is in its headers, its body may be empty
             async with upstream.call("POST", path, body, request=request, retry=False,
                                      timeout=10):
@@ -337,22 +310,3 @@ class AgentCoreHandler(StreamingBridge):
                         task_id=request.task_id, reason=exc.reason)
         return False
 
-
-def _is_event_stream(call: UpstreamCall) -> bool:
-    assert call.response is not None
-    kind = call.response.headers.get("content-type", "")
-    return kind.partition(";")[0].strip().lower() == "text/event-stream"
-
-
-async def _json_value(call: UpstreamCall, deadline: Deadline) -> Any:
-    """The whole answer as a JSON value of any type."""
-    assert call.response is not None
-    try:
-        body = await deadline.within(call.response.aread())
-    except httpx.HTTPError:
-        raise UpstreamError("AgentCore closed the connection before the answer was "
-                            "complete") from None
-    try:
-        return json.loads(body)
-    except ValueError:
-        raise UpstreamError("AgentCore answered with something that is not JSON") from None

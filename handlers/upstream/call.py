@@ -94,10 +94,10 @@ class Upstream:
         the call carries its trace context and its task's ids (``correlation``)."""
         headers = httpx.Headers(passed_on(request))
         headers.update(correlation_headers(request))  # the gateway's ids, not the caller's
-        headers.update(self.headers)  # case-insensitive: the backend's own headers win
         if events:
             accept = "application/json" if self.json_lines else "text/event-stream"
             headers.update({"Accept": accept, "Cache-Control": "no-store"})
+        headers.update(self.headers)  # case-insensitive: the backend's own headers win
         return UpstreamCall(self, method, self.base_url + path, body, headers,
                             timeout or self.timeout, deadline, self.retry if retry else NO_RETRY,
                             form)
@@ -188,18 +188,29 @@ class UpstreamCall:
             await self._stack.aclose()
             self._end_trace(exc[1] if isinstance(exc[1], BaseException) else None)
 
-    async def json(self) -> dict[str, Any]:
-        """The whole answer as a JSON object."""
+    @property
+    def is_event_stream(self) -> bool:
+        """The answer is server-sent events (not one JSON answer)."""
+        assert self.response is not None
+        kind = self.response.headers.get("content-type", "").partition(";")[0]
+        return kind.strip().lower() == "text/event-stream"
+
+    async def json_value(self) -> Any:
+        """The whole answer as a JSON value of any type."""
         assert self.response is not None
         try:
             body = await self._within(self.response.aread())
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from None
         try:
-            value = json.loads(body)
+            return json.loads(body)
         except ValueError:
             raise UpstreamError(
                 f"{self.backend} answered with something that is not JSON") from None
+
+    async def json(self) -> dict[str, Any]:
+        """The whole answer as a JSON object."""
+        value = await self.json_value()
         if not isinstance(value, dict):
             raise UpstreamError(f"{self.backend} answered with an unexpected JSON value")
         return value
