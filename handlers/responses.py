@@ -19,7 +19,9 @@ A tool call the server wants approved (``response.function_approval.requested``,
 pauses the task (INPUT_REQUIRED); the client's yes or no goes in the next request on the
 same conversation as a ``function_approval_response`` input item. Canceling a task asks the
 server to cancel the response (``POST /v1/responses/{id}/cancel``); where that is not served,
-the stream is closed instead. A response cannot be re-joined after a gateway restart.
+the stream is closed instead. With ``responses_background`` a response runs apart from its
+stream (OpenAI's background mode) and a task whose gateway restarted re-joins it
+(``GET /v1/responses/{id}?stream=true``); otherwise such a task fails.
 
 See docs/handlers.md for the settings and the event mapping.
 """
@@ -89,6 +91,10 @@ class ResponsesSettings(BridgeSettings):
     responses_cancel: bool = True
     """Cancel a task's response with ``POST /v1/responses/{id}/cancel`` (the response id is
     recorded with the task); off, or where the server refuses, the stream is closed."""
+    responses_background: bool = False
+    """Start responses with ``background: true`` (OpenAI): the server runs them apart from the
+    stream, so a task whose gateway restarted re-joins its response
+    (``GET /v1/responses/{id}?stream=true``); OpenAI cancels only background responses."""
     responses_timeout: float = Field(default=600.0, gt=0)
     """Seconds the server may stay silent (connect: at most 10 s) before the task fails."""
     responses_name: str = Field(default="Responses server", min_length=1, max_length=60)
@@ -178,6 +184,8 @@ class ResponsesHandler(StreamingBridge):
             body["model"] = s.responses_model
         if s.responses_metadata:
             body["metadata"] = dict(s.responses_metadata)
+        if s.responses_background and stream:
+            body["background"] = True
         if s.responses_user != "none":
             body["user"] = request.backend_user(per_context=s.responses_user == "context")
         key = {"previous_response_id": PREVIOUS_KEY, "conversation": CONVERSATION_KEY}.get(
@@ -188,11 +196,39 @@ class ResponsesHandler(StreamingBridge):
         return body
 
     def stream_parser(self, body: dict[str, Any]) -> ResponsesEvents:
+        """A parser for the answer to ``body`` (empty: a re-joined response, whose id the
+        task already has)."""
         s = self.settings
         return ResponsesEvents(
-            self.upstream.name, metadata_key="responses", report_run=s.responses_cancel,
+            self.upstream.name, metadata_key="responses",
+            report_run=bool(body) and (s.responses_cancel or s.responses_background),
             session_key=PREVIOUS_KEY if s.responses_continuity == "previous_response_id"
             else None)
+
+    @property
+    def supports_reattach(self) -> bool:
+        """Only a background response goes on without its stream and can be re-joined."""
+        return self.settings.responses_background
+
+    async def reattach(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
+        """Follow the background response ``run_ref`` again, from its first event."""
+        parser = self.stream_parser({})
+        path = f"{self.path}/{urllib.parse.quote(request.run_ref or '', safe='')}?stream=true"
+        try:
+            async with self.upstream.call("GET", path, request=request, events=True,
+                                          deadline=self.settings.deadline(self.run_name)) as call:
+                async for frame in call.frames():
+                    for event in parser.feed(frame):
+                        yield event
+                    if parser.ended:
+                        break
+        except UpstreamError as exc:
+            log.warning(self.failure_log, endpoint_id=request.endpoint_id,
+                        task_id=request.task_id, reason=exc.reason)
+            yield Failed(exc.reason)
+            return
+        for event in parser.finish():
+            yield self._redacted(event)
 
     def read_answer(self, data: dict[str, Any]) -> HandlerEvent:
         """The plain answer; one that is only a tool call waiting for approval (DevUI) fails:

@@ -281,3 +281,30 @@ def test_openclaws_parser_keeps_its_names_and_fails_a_run_openclaw_canceled():
     assert started == [Progress("working", data={"openclaw": {"response_id": "resp_1"}})]
     parser.feed(SSEFrame("", json.dumps({"type": "response.cancelled", "response_id": "resp_1"})))
     assert parser.finish() == [Failed("OpenClaw canceled the run")]
+
+
+async def test_a_background_response_is_rejoined_from_its_first_event():
+    backend = Backend(lambda request: sse_response(fixture("devui_plain.txt")))
+    async with backend.client() as http:
+        handler = ResponsesHandler(ResponsesSettings(responses_background=True), http)
+        assert handler.supports_reattach
+        started = await collect(handler.run(handler_request("hi")))
+        rejoined = await collect(handler.reattach(handler_request("hi", run_ref="resp_36f9bfa3")))
+        assert not ResponsesHandler(ResponsesSettings(), http).supports_reattach
+    assert json.loads(backend.requests[0].content)["background"] is True
+    assert of(RunStarted, started) == [RunStarted("resp_36f9bfa3")]
+    rejoin = backend.requests[1]
+    assert rejoin.method == "GET" and rejoin.url.path == "/v1/responses/resp_36f9bfa3"
+    assert rejoin.url.params["stream"] == "true"
+    assert not of(RunStarted, rejoined)  # the task has the id already
+    assert of(Completed, rejoined)[0].text == of(Completed, started)[0].text
+
+
+async def test_a_response_the_server_no_longer_has_fails_the_rejoin():
+    backend = Backend(lambda request: json_response({"detail": "Not Found"}, 404))
+    async with backend.client() as http:
+        handler = ResponsesHandler(ResponsesSettings(responses_background=True,
+                                                     responses_name="DevUI"), http)
+        events = await collect(handler.reattach(handler_request("hi", run_ref="resp_gone")))
+    (failed,) = events
+    assert isinstance(failed, Failed) and "404" in failed.reason and "DevUI" in failed.reason
