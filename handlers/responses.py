@@ -145,7 +145,7 @@ class ResponsesHandler(StreamingBridge):
             except UpstreamError as exc:
                 log.warning(self.failure_log, endpoint_id=request.endpoint_id,
                             task_id=request.task_id, reason=exc.reason)
-                yield Failed(exc.reason)
+                yield Failed(self.failure_reason(exc))
                 return
             yield SessionUpdate({CONVERSATION_KEY: conversation})
             request = replace(request, session={**request.session, CONVERSATION_KEY: conversation})
@@ -222,10 +222,12 @@ class ResponsesHandler(StreamingBridge):
                         yield event
                     if parser.ended:
                         break
+                if parser.ended and not parser.done:
+                    await call.drain()
         except UpstreamError as exc:
             log.warning(self.failure_log, endpoint_id=request.endpoint_id,
                         task_id=request.task_id, reason=exc.reason)
-            yield Failed(exc.reason)
+            yield Failed(self.failure_reason(exc))
             return
         for event in parser.finish():
             yield self._redacted(event)
