@@ -159,8 +159,9 @@ def resume_fields(request: HandlerRequest, settings: AgUiSettings,
     resume = []
     for interrupt in interrupts:
         via = interrupt.get("via")
-        if via == "command":
-            fields["forwardedProps"] = {"command": {"resume": payload}}
+        if via == "command":  # a null resume is no answer to ag-ui-langgraph
+            resumed = payload if payload is not None else {"approved": approved}
+            fields["forwardedProps"] = {"command": {"resume": resumed}}
         elif via == "tool_message":
             messages.append({"id": str(uuid.uuid4()), "role": "tool",
                              "toolCallId": interrupt["id"],

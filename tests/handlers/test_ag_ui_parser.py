@@ -212,6 +212,8 @@ async def test_an_interrupt_asks_the_client_about_the_tool_call(
      {"resume": [{"interruptId": "0506ec9daca48b4fbfb30827f87f9dce", "status": "cancelled"}]}),
     ("langgraph", "langgraph_interrupt_custom", "yes",
      {"forwardedProps": {"command": {"resume": {"approved": True}}}}),
+    ("langgraph", "langgraph_interrupt_custom", "no",
+     {"forwardedProps": {"command": {"resume": {"approved": False}}}}),
     ("agent-framework", "maf_interrupt", "no",
      {"resume": [{"interruptId": "af-call-c67a2520214a4e80bc0fce1c6a36e28a",
                   "status": "resolved", "payload": {"approved": False}}]}),

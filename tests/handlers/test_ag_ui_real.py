@@ -172,10 +172,8 @@ async def test_approve_runs_the_tool(gw, server):
     assert final_text(done.task) == f"TOOL_RESULT_SEEN: {ran}"
 
 
-DENIALS = [*(pytest.param(s, id=name) for name, s in SERVERS.items()), pytest.param(
-    LEGACY, id="langgraph-legacy", marks=pytest.mark.xfail(strict=True, reason=(
-        "the bridge answers a denial on this route with forwardedProps.command.resume = null, "
-        "which ag-ui-langgraph takes for no answer: it asks the same question again")))]
+DENIALS = [*(pytest.param(s, id=name) for name, s in SERVERS.items()),
+           pytest.param(LEGACY, id="langgraph-legacy")]
 
 
 @pytest.mark.parametrize("server", DENIALS)
