@@ -29,18 +29,9 @@ READY_TIMEOUT="${A2A_LANGGRAPH_READY_TIMEOUT:-120}"
 log() { echo "[40-langgraph] $*" >&2; }
 
 do_install() {
-  local t0=$SECONDS
-  if [ -x "$VENV/bin/langgraph" ] && [ -f "$VENV/.installed" ]; then
-    log "langgraph-api $LANGGRAPH_API_VERSION cached"
-    return
-  fi
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check \
+  pip_venv "$VENV" \
     "langgraph-cli[inmem]==$LANGGRAPH_CLI_VERSION" "langgraph-api==$LANGGRAPH_API_VERSION" \
-    "langgraph==$LANGGRAPH_VERSION" "langchain-openai==$LANGCHAIN_OPENAI_VERSION" >&2
-  touch "$VENV/.installed"
-  log "install done in $((SECONDS - t0)) s"
+    "langgraph==$LANGGRAPH_VERSION" "langchain-openai==$LANGCHAIN_OPENAI_VERSION"
 }
 
 do_start() {
@@ -63,22 +54,7 @@ do_start() {
   echo $! >"$PID_FILE"
   pid=$(cat "$PID_FILE")
   url="http://127.0.0.1:$port"
-  while :; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "langgraph exited during start; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    if curl -fsS -o /dev/null -m 2 "$url/ok" 2>/dev/null; then
-      break
-    fi
-    if ((SECONDS - t0 > READY_TIMEOUT)); then
-      log "langgraph not ready after ${READY_TIMEOUT} s; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    sleep 0.2
-  done
+  wait_ready "$pid" "$LOG" "$READY_TIMEOUT" "$url/ok"
   log "langgraph ready on $url in $((SECONDS - t0)) s (pid $pid)"
   echo "export A2A_TEST_LANGGRAPH_URL=$url"
 }

@@ -32,19 +32,10 @@ READY_TIMEOUT="${A2A_AGUI_READY_TIMEOUT:-120}"
 log() { echo "[45-ag-ui-langgraph] $*" >&2; }
 
 do_install() {
-  local t0=$SECONDS
-  if [ -x "$VENV/bin/uvicorn" ] && [ -f "$VENV/.installed" ]; then
-    log "ag-ui-langgraph $AG_UI_LANGGRAPH_VERSION cached"
-    return
-  fi
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check \
+  pip_venv "$VENV" \
     "ag-ui-langgraph==$AG_UI_LANGGRAPH_VERSION" "ag-ui-protocol==$AG_UI_PROTOCOL_VERSION" \
     "langgraph==$LANGGRAPH_VERSION" "langchain-openai==$LANGCHAIN_OPENAI_VERSION" \
-    "fastapi==$FASTAPI_VERSION" "uvicorn==$UVICORN_VERSION" >&2
-  touch "$VENV/.installed"
-  log "install done in $((SECONDS - t0)) s"
+    "fastapi==$FASTAPI_VERSION" "uvicorn==$UVICORN_VERSION"
 }
 
 do_start() {
@@ -67,23 +58,7 @@ do_start() {
   echo $! >"$PID_FILE"
   pid=$(cat "$PID_FILE")
   url="http://127.0.0.1:$port"
-  while :; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "uvicorn exited during start; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    if curl -fsS -o /dev/null -m 2 -H "Authorization: Bearer $token" "$url/agent/health" \
-      2>/dev/null; then
-      break
-    fi
-    if ((SECONDS - t0 > READY_TIMEOUT)); then
-      log "ag-ui-langgraph not ready after ${READY_TIMEOUT} s; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    sleep 0.2
-  done
+  wait_ready "$pid" "$LOG" "$READY_TIMEOUT" -H "Authorization: Bearer $token" "$url/agent/health"
   log "ag-ui-langgraph ready on $url in $((SECONDS - t0)) s (pid $pid)"
   echo "export A2A_TEST_AGUI_LANGGRAPH_URL=$url"
   echo "export A2A_TEST_AGUI_TOKEN=$token"

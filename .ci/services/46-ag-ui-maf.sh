@@ -30,19 +30,10 @@ READY_TIMEOUT="${A2A_AGUI_READY_TIMEOUT:-120}"
 log() { echo "[46-ag-ui-maf] $*" >&2; }
 
 do_install() {
-  local t0=$SECONDS
-  if [ -x "$VENV/bin/uvicorn" ] && [ -f "$VENV/.installed" ]; then
-    log "agent-framework-ag-ui $AGENT_FRAMEWORK_AG_UI_VERSION cached"
-    return
-  fi
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check \
+  pip_venv "$VENV" \
     "agent-framework-ag-ui==$AGENT_FRAMEWORK_AG_UI_VERSION" \
     "agent-framework-core==$AGENT_FRAMEWORK_CORE_VERSION" \
-    "agent-framework-openai==$AGENT_FRAMEWORK_OPENAI_VERSION" "uvicorn==$UVICORN_VERSION" >&2
-  touch "$VENV/.installed"
-  log "install done in $((SECONDS - t0)) s"
+    "agent-framework-openai==$AGENT_FRAMEWORK_OPENAI_VERSION" "uvicorn==$UVICORN_VERSION"
 }
 
 do_start() {
@@ -63,22 +54,7 @@ do_start() {
   echo $! >"$PID_FILE"
   pid=$(cat "$PID_FILE")
   url="http://127.0.0.1:$port"
-  while :; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "uvicorn exited during start; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    if curl -fsS -o /dev/null -m 2 "$url/ready" 2>/dev/null; then
-      break
-    fi
-    if ((SECONDS - t0 > READY_TIMEOUT)); then
-      log "agent-framework-ag-ui not ready after ${READY_TIMEOUT} s; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    sleep 0.2
-  done
+  wait_ready "$pid" "$LOG" "$READY_TIMEOUT" "$url/ready"
   log "agent-framework-ag-ui ready on $url in $((SECONDS - t0)) s (pid $pid)"
   echo "export A2A_TEST_AGUI_MAF_URL=$url"
 }

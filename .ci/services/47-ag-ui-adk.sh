@@ -32,19 +32,10 @@ READY_TIMEOUT="${A2A_AGUI_READY_TIMEOUT:-120}"
 log() { echo "[47-ag-ui-adk] $*" >&2; }
 
 do_install() {
-  local t0=$SECONDS
-  if [ -x "$VENV/bin/uvicorn" ] && [ -f "$VENV/.installed" ]; then
-    log "ag-ui-adk $AG_UI_ADK_VERSION cached"
-    return
-  fi
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check \
+  pip_venv "$VENV" \
     "ag-ui-adk==$AG_UI_ADK_VERSION" "google-adk==$GOOGLE_ADK_VERSION" \
     "litellm==$LITELLM_VERSION" "ag-ui-protocol==$AG_UI_PROTOCOL_VERSION" \
-    "uvicorn==$UVICORN_VERSION" >&2
-  touch "$VENV/.installed"
-  log "install done in $((SECONDS - t0)) s"
+    "uvicorn==$UVICORN_VERSION"
 }
 
 # warm_up URL: one run to its end (RUN_FINISHED), so the lazy imports are done.
@@ -81,22 +72,7 @@ do_start() {
   echo $! >"$PID_FILE"
   pid=$(cat "$PID_FILE")
   url="http://127.0.0.1:$port"
-  while :; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "uvicorn exited during start; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    if curl -fsS -o /dev/null -m 2 "$url/agent/capabilities" 2>/dev/null; then
-      break
-    fi
-    if ((SECONDS - t0 > READY_TIMEOUT)); then
-      log "ag-ui-adk not ready after ${READY_TIMEOUT} s; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    sleep 0.2
-  done
+  wait_ready "$pid" "$LOG" "$READY_TIMEOUT" "$url/agent/capabilities"
   log "ag-ui-adk listening on $url after $((SECONDS - t0)) s (pid $pid)"
   warm_up "$url"
   log "ag-ui-adk ready on $url in $((SECONDS - t0)) s (pid $pid)"

@@ -30,18 +30,9 @@ READY_TIMEOUT="${A2A_DEVUI_READY_TIMEOUT:-120}"
 log() { echo "[48-devui] $*" >&2; }
 
 do_install() {
-  local t0=$SECONDS
-  if [ -x "$VENV/bin/devui" ] && [ -f "$VENV/.installed" ]; then
-    log "agent-framework-devui $DEVUI_VERSION cached"
-    return
-  fi
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check \
+  pip_venv "$VENV" \
     "agent-framework-devui==$DEVUI_VERSION" "agent-framework-core==$AF_CORE_VERSION" \
-    "agent-framework-openai==$AF_OPENAI_VERSION" >&2
-  touch "$VENV/.installed"
-  log "install done in $((SECONDS - t0)) s"
+    "agent-framework-openai==$AF_OPENAI_VERSION"
 }
 
 # warm_up URL TOKEN: one streamed request, its outcome ignored (the entity loads lazily, and
@@ -71,22 +62,7 @@ do_start() {
   echo $! >"$PID_FILE"
   pid=$(cat "$PID_FILE")
   url="http://127.0.0.1:$port"
-  while :; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "devui exited during start; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    if curl -fsS -o /dev/null -m 2 "$url/health" 2>/dev/null; then
-      break
-    fi
-    if ((SECONDS - t0 > READY_TIMEOUT)); then
-      log "devui not ready after ${READY_TIMEOUT} s; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    sleep 0.2
-  done
+  wait_ready "$pid" "$LOG" "$READY_TIMEOUT" "$url/health"
   warm_up "$url" "$token"
   log "devui ready on $url in $((SECONDS - t0)) s (pid $pid)"
   echo "export A2A_TEST_DEVUI_URL=$url"

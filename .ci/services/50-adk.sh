@@ -28,17 +28,8 @@ READY_TIMEOUT="${A2A_ADK_READY_TIMEOUT:-120}"
 log() { echo "[50-adk] $*" >&2; }
 
 do_install() {
-  local t0=$SECONDS
-  if [ -x "$VENV/bin/adk" ] && [ -f "$VENV/.installed" ]; then
-    log "google-adk $GOOGLE_ADK_VERSION cached"
-    return
-  fi
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check \
-    "google-adk==$GOOGLE_ADK_VERSION" "litellm==$LITELLM_VERSION" >&2
-  touch "$VENV/.installed"
-  log "install done in $((SECONDS - t0)) s"
+  pip_venv "$VENV" \
+    "google-adk==$GOOGLE_ADK_VERSION" "litellm==$LITELLM_VERSION"
 }
 
 do_start() {
@@ -63,22 +54,7 @@ do_start() {
   echo $! >"$PID_FILE"
   pid=$(cat "$PID_FILE")
   url="http://127.0.0.1:$port"
-  while :; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "adk exited during start; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    if curl -fsS -o /dev/null -m 2 "$url/list-apps" 2>/dev/null; then
-      break
-    fi
-    if ((SECONDS - t0 > READY_TIMEOUT)); then
-      log "adk not ready after ${READY_TIMEOUT} s; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    sleep 0.2
-  done
+  wait_ready "$pid" "$LOG" "$READY_TIMEOUT" "$url/list-apps"
   log "adk ready on $url in $((SECONDS - t0)) s (pid $pid)"
   echo "export A2A_TEST_ADK_URL=$url"
 }

@@ -26,17 +26,8 @@ READY_TIMEOUT="${A2A_AGENTCORE_READY_TIMEOUT:-60}"
 log() { echo "[55-agentcore] $*" >&2; }
 
 do_install() {
-  local t0=$SECONDS
-  if [ -x "$VENV/bin/python" ] && [ -f "$VENV/.installed" ]; then
-    log "bedrock-agentcore $BEDROCK_AGENTCORE_VERSION cached"
-    return
-  fi
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check \
-    "bedrock-agentcore==$BEDROCK_AGENTCORE_VERSION" httpx >&2
-  touch "$VENV/.installed"
-  log "install done in $((SECONDS - t0)) s"
+  pip_venv "$VENV" \
+    "bedrock-agentcore==$BEDROCK_AGENTCORE_VERSION" httpx
 }
 
 do_start() {
@@ -53,22 +44,7 @@ do_start() {
   echo $! >"$PID_FILE"
   pid=$(cat "$PID_FILE")
   url="http://127.0.0.1:$port"
-  while :; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "the app exited during start; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    if curl -fsS -o /dev/null -m 2 "$url/ping" 2>/dev/null; then
-      break
-    fi
-    if ((SECONDS - t0 > READY_TIMEOUT)); then
-      log "the app is not ready after ${READY_TIMEOUT} s; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    sleep 0.1
-  done
+  wait_ready "$pid" "$LOG" "$READY_TIMEOUT" "$url/ping"
   log "agentcore app ready on $url in $((SECONDS - t0)) s (pid $pid)"
   echo "export A2A_TEST_AGENTCORE_URL=$url"
 }

@@ -30,17 +30,9 @@ READY_TIMEOUT="${A2A_AGNO_READY_TIMEOUT:-120}"
 log() { echo "[60-agno] $*" >&2; }
 
 do_install() {
-  local t0=$SECONDS
-  if [ -x "$VENV/bin/uvicorn" ] && [ -f "$VENV/.installed" ]; then
-    log "agno $AGNO_VERSION cached"
-    return
-  fi
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "agno[os]==$AGNO_VERSION" \
-    "uvicorn==$UVICORN_VERSION" "sqlalchemy==$SQLALCHEMY_VERSION" "openai==$OPENAI_VERSION" >&2
-  touch "$VENV/.installed"
-  log "install done in $((SECONDS - t0)) s"
+  pip_venv "$VENV" \
+    "agno[os]==$AGNO_VERSION" \
+    "uvicorn==$UVICORN_VERSION" "sqlalchemy==$SQLALCHEMY_VERSION" "openai==$OPENAI_VERSION"
 }
 
 do_start() {
@@ -62,22 +54,7 @@ do_start() {
   echo $! >"$PID_FILE"
   pid=$(cat "$PID_FILE")
   url="http://127.0.0.1:$port"
-  while :; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "agno exited during start; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    if curl -fsS -o /dev/null -m 2 -H "Authorization: Bearer $key" "$url/health" 2>/dev/null; then
-      break
-    fi
-    if ((SECONDS - t0 > READY_TIMEOUT)); then
-      log "agno not ready after ${READY_TIMEOUT} s; log tail:"
-      tail -n 40 "$LOG" >&2 || true
-      exit 1
-    fi
-    sleep 0.2
-  done
+  wait_ready "$pid" "$LOG" "$READY_TIMEOUT" -H "Authorization: Bearer $key" "$url/health"
   log "agno ready on $url in $((SECONDS - t0)) s (pid $pid)"
   echo "export A2A_TEST_AGNO_URL=$url"
   echo "export A2A_TEST_AGNO_KEY=$key"

@@ -33,3 +33,41 @@ need_llm_url() {
   fi
   : "${A2A_TEST_LLM_URL:?10-llm.sh must start first}"
 }
+
+# pip_venv VENV PACKAGE...: a venv at VENV with the (pinned) PACKAGEs installed. Made once: a
+# venv whose install finished (it holds VENV/.installed) is kept as it is. Uses the calling
+# script's `log`.
+pip_venv() {
+  local venv=$1 t0=$SECONDS
+  shift
+  if [ -f "$venv/.installed" ]; then
+    log "$(basename "$venv") cached"
+    return
+  fi
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "$@" >&2
+  touch "$venv/.installed"
+  log "$(basename "$venv") installed in $((SECONDS - t0)) s"
+}
+
+# wait_ready PID LOG TIMEOUT CURL_ARG...: waits until `curl CURL_ARG...` succeeds (every 0.2 s);
+# exits the script, showing the tail of LOG, when the process PID ends first or TIMEOUT
+# seconds pass. Uses the calling script's `log`.
+wait_ready() {
+  local pid=$1 log_file=$2 timeout=$3 t0=$SECONDS
+  shift 3
+  until curl -fsS -o /dev/null -m 2 "$@" 2>/dev/null; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "exited during start; log tail:"
+      tail -n 40 "$log_file" >&2 || true
+      exit 1
+    fi
+    if ((SECONDS - t0 > timeout)); then
+      log "not ready after $timeout s; log tail:"
+      tail -n 40 "$log_file" >&2 || true
+      exit 1
+    fi
+    sleep 0.2
+  done
+}
