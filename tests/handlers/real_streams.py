@@ -1,6 +1,7 @@
 """What the real-backend tests of every bridge share: a unique token for a prompt, the state
-an event carries, the streamed-reply check each bridge must pass, and the task whose A2A ids a
-backend must get back."""
+an event carries, the streamed-reply check each bridge must pass, a cancel in mid-stream, the
+scripted LLM's record of what it was sent, and the task whose A2A ids a backend must get
+back."""
 
 from __future__ import annotations
 
@@ -8,8 +9,18 @@ import time
 import uuid
 from typing import Any
 
-from a2a.types import StreamResponse, Task, TaskArtifactUpdateEvent, TaskState
+import httpx
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    SendMessageRequest,
+    StreamResponse,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+)
 
+from tests.support.harness import require_env
 from tests.support.messages import send_request
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED
@@ -17,6 +28,39 @@ COMPLETED = TaskState.TASK_STATE_COMPLETED
 
 def token() -> str:
     return uuid.uuid4().hex[:10]
+
+
+async def llm_requests(mark: str, *, last_only: bool = False,
+                       role: str | None = None) -> list[dict[str, Any]]:
+    """The scripted LLM's requests (its ``/_requests``) whose conversation carries ``mark``: in
+    any message (of ``role``, when given), or in the last one only (``last_only``)."""
+    async with httpx.AsyncClient() as http:
+        response = await http.get(f"{require_env('A2A_TEST_LLM_URL')}/_requests")
+
+    def carries(r: dict[str, Any]) -> bool:
+        if last_only:
+            return mark in (r["last_text"] or "")
+        return any(mark in str(m.get("content") or "") and role in (None, m["role"])
+                   for m in r["messages"])
+
+    return [r for r in response.json() if carries(r)]
+
+
+async def cancel_mid_stream(client: Any, request: SendMessageRequest, *,
+                            chunks: int = 2) -> Task:
+    """Streams ``request`` until ``chunks`` artifact chunks arrived, closes the stream and
+    cancels the task (CancelTask must answer CANCELED); the task as GetTask then answers."""
+    stream = client.send_message(request)
+    head: list[StreamResponse] = []
+    async for event in stream:
+        head.append(event)
+        if sum(e.HasField("artifact_update") for e in head) >= chunks:
+            break
+    await stream.aclose()
+    task_id = head[0].task.id
+    canceled = await client.cancel_task(CancelTaskRequest(id=task_id))
+    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    return await client.get_task(GetTaskRequest(id=task_id))
 
 
 def streamed_answer(events: list[StreamResponse]) -> str:

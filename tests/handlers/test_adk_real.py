@@ -15,12 +15,14 @@ from typing import Any
 import httpx
 import pytest
 import structlog
-from a2a.types import CancelTaskRequest, GetTaskRequest, Role, StreamResponse, TaskState
+from a2a.types import GetTaskRequest, Role, StreamResponse, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
 from tests.handlers.real_streams import (
+    cancel_mid_stream,
     completed_with_ids,
+    llm_requests,
     six_streamed_tokens,
     state_of,
     streamed_answer,
@@ -69,12 +71,6 @@ def progress_of(events: list[StreamResponse]) -> list[dict[str, Any]]:
     return [MessageToDict(e.status_update.metadata) for e in events
             if e.HasField("status_update") and e.status_update.metadata]
 
-
-async def llm_requests(mark: str) -> list[dict[str, Any]]:
-    """The scripted LLM's requests whose conversation carries ``mark``."""
-    async with httpx.AsyncClient() as http:
-        response = await http.get(f"{require_env('A2A_TEST_LLM_URL')}/_requests")
-    return [r for r in response.json() if any(mark in (m["content"] or "") for m in r["messages"])]
 
 
 async def adk_session(url: str, user_id: str, session_id: str) -> dict[str, Any]:
@@ -205,17 +201,8 @@ async def test_an_unclear_answer_keeps_the_task_waiting(gw, endpoint):
 async def test_cancel_mid_stream_aborts_the_adk_run(gw, endpoint, adk_url):
     mark = token()
     async with gw.client(endpoint) as client:
-        stream = client.send_message(send_request(f"FAKE_SLOW words=40 delay=0.2 {mark}"))
-        head = []
-        async for event in stream:
-            head.append(event)
-            if sum(e.HasField("artifact_update") for e in head) >= 2:
-                break
-        await stream.aclose()
-        task_id = head[0].task.id
-        canceled = await client.cancel_task(CancelTaskRequest(id=task_id))
-        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
-        again = await client.get_task(GetTaskRequest(id=task_id))
+        again = await cancel_mid_stream(
+            client, send_request(f"FAKE_SLOW words=40 delay=0.2 {mark}"))
     assert again.status.state == TaskState.TASK_STATE_CANCELED
     (llm,) = await eventually(lambda: llm_requests(mark),
                               until=lambda rs: len(rs) == 1 and rs[0]["outcome"] != "in_progress",

@@ -16,15 +16,21 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 import structlog
-from a2a.types import CancelTaskRequest, GetTaskRequest, Role, StreamResponse, TaskState
+from a2a.types import GetTaskRequest, Role, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope, UsageQuery
 from a2a_gateway.stores.memory import MemoryStore
-from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
+from tests.handlers.real_streams import (
+    cancel_mid_stream,
+    llm_requests,
+    six_streamed_tokens,
+    state_of,
+    streamed_answer,
+    token,
+)
 from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.messages import send_request
 from tests.support.waiting import eventually
@@ -92,13 +98,6 @@ def final_text(task: Any) -> str:
 def failure_reason(task: Any) -> str:
     return task.status.message.parts[0].text
 
-
-async def llm_requests(mark: str) -> list[dict[str, Any]]:
-    """The scripted LLM's requests whose conversation carries ``mark``."""
-    async with httpx.AsyncClient() as http:
-        response = await http.get(f"{require_env('A2A_TEST_LLM_URL')}/_requests")
-    return [r for r in response.json()
-            if any(mark in str(m.get("content") or "") for m in r["messages"])]
 
 
 def chat_of(request: dict[str, Any]) -> list[tuple[str, str]]:
@@ -211,17 +210,7 @@ async def test_cancel_mid_stream_cancels_the_task_and_the_context_goes_on(gw, se
     context_id = f"ctx-{mark}"
     slow = f"FAKE_SLOW words=20 delay=0.1 {mark}"
     async with gw.client(endpoint) as client:
-        stream = client.send_message(send_request(slow, context_id=context_id))
-        head: list[StreamResponse] = []
-        async for event in stream:
-            head.append(event)
-            if sum(e.HasField("artifact_update") for e in head) >= 2:
-                break
-        await stream.aclose()
-        task_id = head[0].task.id
-        canceled = await client.cancel_task(CancelTaskRequest(id=task_id))
-        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
-        again = await client.get_task(GetTaskRequest(id=task_id))
+        again = await cancel_mid_stream(client, send_request(slow, context_id=context_id))
     assert again.status.state == TaskState.TASK_STATE_CANCELED
     (llm,) = await eventually(lambda: llm_requests(mark),
                               until=lambda rs: len(rs) == 1 and rs[0]["outcome"] != "in_progress",

@@ -24,7 +24,13 @@ from aiohttp import web
 
 from a2a_gateway.stores.base import Scope
 from handlers.agentcore import SESSION_HEADER
-from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
+from tests.handlers.real_streams import (
+    llm_requests,
+    six_streamed_tokens,
+    state_of,
+    streamed_answer,
+    token,
+)
 from tests.handlers.test_agentcore_parser import (
     ARN,
     SECRET,
@@ -61,12 +67,6 @@ async def gw(app_url: str) -> AsyncIterator[RunningGateway]:
 async def endpoint(gw: RunningGateway, app_url: str) -> str:
     return await gw.add_endpoint(HANDLER, name="agentcore", settings={"agentcore_url": app_url})
 
-
-async def llm_requests(mark: str) -> list[dict[str, Any]]:
-    """The scripted LLM's requests whose conversation carries ``mark``."""
-    async with httpx.AsyncClient() as http:
-        response = await http.get(f"{require_env('A2A_TEST_LLM_URL')}/_requests")
-    return [r for r in response.json() if any(mark in (m["content"] or "") for m in r["messages"])]
 
 
 async def send(gw: RunningGateway, endpoint: str, text: str, **fields: Any) -> Any:

@@ -30,7 +30,9 @@ from google.protobuf.json_format import MessageToDict
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.stores.memory import MemoryStore
 from tests.handlers.real_streams import (
+    cancel_mid_stream,
     completed_with_ids,
+    llm_requests,
     six_streamed_tokens,
     state_of,
     streamed_answer,
@@ -82,13 +84,6 @@ def progress_of(events: list[StreamResponse]) -> list[dict[str, Any]]:
             if e.HasField("status_update") and e.status_update.metadata]
 
 
-async def llm_requests(mark: str) -> list[dict[str, Any]]:
-    """The scripted LLM's requests whose conversation carries ``mark`` in its first user turn."""
-    async with httpx.AsyncClient() as http:
-        response = await http.get(f"{require_env('A2A_TEST_LLM_URL')}/_requests")
-    return [r for r in response.json()
-            if any(m["role"] == "user" and mark in (m["content"] or "") for m in r["messages"])]
-
 
 async def agno_run(url: str, run_id: str, session_id: str) -> dict[str, Any]:
     async with httpx.AsyncClient() as http:
@@ -134,7 +129,7 @@ async def test_second_message_of_a_context_continues_the_agno_session(gw, endpoi
             assert event.task.status.state == COMPLETED
             sessions.append(MessageToDict(event.task.artifacts[-1].metadata)["agno_session_id"])
     assert sessions[0] == sessions[1]
-    (second,) = [r for r in await llm_requests(mark) if r["text"] == f"second {mark}"]
+    (second,) = [r for r in await llm_requests(mark, role="user") if r["text"] == f"second {mark}"]
     convo = [(m["role"], m["content"]) for m in second["messages"] if m["role"] != "system"]
     assert convo == [("user", f"first {mark}"),
                      ("assistant", f"Hello from fakellm. You said: first {mark}"),
@@ -150,7 +145,7 @@ async def test_another_context_gets_another_session(gw, endpoint):
         ]
     sessions = {MessageToDict(t.artifacts[-1].metadata)["agno_session_id"] for t in tasks}
     assert len(sessions) == 2
-    for request in await llm_requests(mark):
+    for request in await llm_requests(mark, role="user"):
         assert [m["role"] for m in request["messages"] if m["role"] != "system"] == ["user"]
 
 
@@ -216,26 +211,17 @@ async def test_an_unclear_answer_keeps_the_task_waiting(gw, endpoint):
 async def test_cancel_mid_stream_cancels_the_agno_run(gw, endpoint, agno_url):
     mark = token()
     async with gw.client(endpoint) as client:
-        stream = client.send_message(send_request(f"FAKE_SLOW words=40 delay=0.2 {mark}"))
-        head = []
-        async for event in stream:
-            head.append(event)
-            if sum(e.HasField("artifact_update") for e in head) >= 2:
-                break
-        await stream.aclose()
-        task_id = head[0].task.id
-        canceled = await client.cancel_task(CancelTaskRequest(id=task_id))
-        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
-        again = await client.get_task(GetTaskRequest(id=task_id))
+        again = await cancel_mid_stream(
+            client, send_request(f"FAKE_SLOW words=40 delay=0.2 {mark}"))
     assert again.status.state == TaskState.TASK_STATE_CANCELED
-    row = await stored(gw, endpoint, task_id)
-    session_id = handler_request(context_id=head[0].task.context_id, endpoint_id=endpoint,
+    row = await stored(gw, endpoint, again.id)
+    session_id = handler_request(context_id=again.context_id, endpoint_id=endpoint,
                                  tenant="default").backend_user(per_context=True)
     run = await agno_run(agno_url, row.run_ref, session_id)
     assert run["status"] == "CANCELLED"
     assert len(run["content"].split()) < 40  # the run stopped before the model's answer ended
     # Agno reads the model call it was in to its end (and drops it), but asks nothing more
-    (llm,) = await llm_requests(mark)
+    (llm,) = await llm_requests(mark, role="user")
     assert llm["text"].endswith(mark)
 
 
@@ -327,7 +313,8 @@ async def test_a_run_outlives_a_gateway_restart_and_streams_on_from_the_next_rep
     streamed = [e.artifact_update for e in followed
                 if e.HasField("artifact_update") and not e.artifact_update.last_chunk]
     assert streamed and state_of(followed[-1]) == COMPLETED
-    assert len(await llm_requests(mark)) == 1  # the same run finished it, none was started again
+    # the same run finished it, none was started again
+    assert len(await llm_requests(mark, role="user")) == 1
 
 
 async def test_cancel_while_waiting_for_confirmation_cancels_the_task(gw, endpoint, agno_url):

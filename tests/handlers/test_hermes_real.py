@@ -27,7 +27,13 @@ from google.protobuf.json_format import MessageToDict
 from a2a_gateway.stores.base import Scope
 from handlers.base import Completed, FileInput, InputRejectedError
 from handlers.hermes import HermesAgentHandler, HermesSettings
-from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
+from tests.handlers.real_streams import (
+    cancel_mid_stream,
+    six_streamed_tokens,
+    state_of,
+    streamed_answer,
+    token,
+)
 from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.messages import handler_request, send_request
 from tests.support.waiting import eventually
@@ -157,17 +163,8 @@ async def test_dangerous_command_is_not_run_after_deny(gw, hermes_id, tmp_path: 
 
 async def test_cancel_while_streaming(gw, hermes_id):
     async with gw.client(hermes_id) as client:
-        stream = client.send_message(send_request(f"FAKE_SLOW words=40 delay=0.2 {token()}"))
-        head = []
-        async for event in stream:
-            head.append(event)
-            if sum(e.HasField("artifact_update") for e in head) >= 2:
-                break
-        await stream.aclose()
-        task_id = head[0].task.id
-        canceled = await client.cancel_task(CancelTaskRequest(id=task_id))
-        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
-        again = await client.get_task(GetTaskRequest(id=task_id))
+        again = await cancel_mid_stream(
+            client, send_request(f"FAKE_SLOW words=40 delay=0.2 {token()}"))
     assert again.status.state == TaskState.TASK_STATE_CANCELED
 
 

@@ -17,13 +17,15 @@ from typing import Any
 import httpx
 import pytest
 import structlog
-from a2a.types import CancelTaskRequest, GetTaskRequest, Role, TaskState
+from a2a.types import GetTaskRequest, Role, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.stores.memory import MemoryStore
 from tests.handlers.real_streams import (
+    cancel_mid_stream,
     completed_with_ids,
+    llm_requests,
     six_streamed_tokens,
     state_of,
     streamed_answer,
@@ -71,12 +73,6 @@ def question_data(status: Any) -> dict[str, Any]:
     return data
 
 
-async def llm_requests(mark: str) -> list[dict[str, Any]]:
-    """The scripted LLM's requests whose last message carries ``mark``."""
-    async with httpx.AsyncClient() as http:
-        response = await http.get(f"{require_env('A2A_TEST_LLM_URL')}/_requests")
-    return [r for r in response.json() if mark in (r["last_text"] or "")]
-
 
 async def langgraph_run(url: str, run_ref: str) -> dict[str, Any]:
     thread_id, run_id = run_ref.split(":")
@@ -121,7 +117,8 @@ async def test_second_message_of_a_context_goes_to_the_same_thread(gw, endpoint)
             assert event.task.status.state == COMPLETED
             threads.append(MessageToDict(event.task.artifacts[-1].metadata)["langgraph_thread_id"])
     assert threads[0] == threads[1]
-    (second,) = [r for r in await llm_requests(mark) if r["text"] == f"second {mark}"]
+    (second,) = [r for r in await llm_requests(mark, last_only=True)
+                 if r["text"] == f"second {mark}"]
     convo = [(m["role"], m["content"]) for m in second["messages"]]
     assert convo == [("user", f"first {mark}"),
                      ("assistant", f"Hello from fakellm. You said: first {mark}"),
@@ -135,7 +132,7 @@ async def test_another_context_gets_another_thread(gw, endpoint):
                  async for e in client.send_message(send_request(f"alone {mark}", context_id=c))]
     threads = {MessageToDict(t.artifacts[-1].metadata)["langgraph_thread_id"] for t in tasks}
     assert len(threads) == 2
-    for request in await llm_requests(mark):
+    for request in await llm_requests(mark, last_only=True):
         assert [m["role"] for m in request["messages"]] == ["user"]  # nothing of the other
 
 
@@ -187,21 +184,12 @@ async def test_approval_round_trip_deny_with_a_data_answer(gw, endpoint):
 async def test_cancel_mid_stream_interrupts_the_langgraph_run(gw, endpoint, langgraph_url):
     mark = token()
     async with gw.client(endpoint) as client:
-        stream = client.send_message(send_request(f"FAKE_SLOW words=40 delay=0.2 {mark}"))
-        head = []
-        async for event in stream:
-            head.append(event)
-            if sum(e.HasField("artifact_update") for e in head) >= 2:
-                break
-        await stream.aclose()
-        task_id = head[0].task.id
-        canceled = await client.cancel_task(CancelTaskRequest(id=task_id))
-        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
-        again = await client.get_task(GetTaskRequest(id=task_id))
+        again = await cancel_mid_stream(
+            client, send_request(f"FAKE_SLOW words=40 delay=0.2 {mark}"))
     assert again.status.state == TaskState.TASK_STATE_CANCELED
-    run = await langgraph_run(langgraph_url, await stored_run_ref(gw, endpoint, task_id))
+    run = await langgraph_run(langgraph_url, await stored_run_ref(gw, endpoint, again.id))
     assert run["status"] == "interrupted"
-    (llm,) = await eventually(lambda: llm_requests(mark),
+    (llm,) = await eventually(lambda: llm_requests(mark, last_only=True),
                               until=lambda rs: len(rs) == 1 and rs[0]["outcome"] != "in_progress",
                               timeout=15, what="the LLM call of the canceled run ends")
     assert llm["outcome"] == "client_disconnected" and len(llm["chunks"]) < 40
@@ -284,7 +272,8 @@ async def test_a_run_outlives_a_gateway_restart_and_completes_the_task(langgraph
     assert done.task.status.state == COMPLETED
     assert final_text(done.task) == " ".join(f"slow{i}" for i in range(12))
     assert done.run_ref == stored.run_ref
-    assert len(await llm_requests(mark)) == 1  # the same run finished it, none was started again
+    # the same run finished it, none was started again
+    assert len(await llm_requests(mark, last_only=True)) == 1
 
 
 async def test_a_context_whose_thread_was_deleted_goes_on_in_a_new_thread(
@@ -315,7 +304,7 @@ async def test_a_context_whose_thread_was_deleted_goes_on_in_a_new_thread(
     new_thread = MessageToDict(second.task.artifacts[-1].metadata)["langgraph_thread_id"]
     assert new_thread != thread_id
     assert MessageToDict(third.task.artifacts[-1].metadata)["langgraph_thread_id"] == new_thread
-    (last,) = [r for r in await llm_requests(mark) if r["text"] == f"third {mark}"]
+    (last,) = [r for r in await llm_requests(mark, last_only=True) if r["text"] == f"third {mark}"]
     assert [m["content"] for m in last["messages"] if m["role"] == "user"] == [
         f"second {mark}",
         f"third {mark}",

@@ -21,7 +21,13 @@ from a2a.types import CancelTaskRequest, GetTaskRequest, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
-from tests.handlers.real_streams import six_streamed_tokens, state_of, streamed_answer, token
+from tests.handlers.real_streams import (
+    llm_requests,
+    six_streamed_tokens,
+    state_of,
+    streamed_answer,
+    token,
+)
 from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.messages import send_request
 from tests.support.waiting import eventually
@@ -63,13 +69,6 @@ def final_text(task: Any) -> str:
 def status_text(task: Any) -> str:
     return "".join(p.text for p in task.status.message.parts)
 
-
-async def llm_requests(mark: str) -> list[dict[str, Any]]:
-    """The scripted LLM's requests whose conversation carries ``mark``."""
-    async with httpx.AsyncClient() as http:
-        response = await http.get(f"{require_env('A2A_TEST_LLM_URL')}/_requests")
-    return [r for r in response.json()
-            if any(mark in str(m.get("content") or "") for m in r["messages"])]
 
 
 async def two_turns(gw: RunningGateway, endpoint: str) -> tuple[str, list[tuple[str, str]]]:
