@@ -47,9 +47,9 @@ from handlers.base import (
     SessionUpdate,
 )
 from handlers.bridge import StreamingBridge
+from handlers.confirmation import confirmation_answer
 from handlers.responses_events import (
     ResponsesEvents,
-    approval_answer,
     objects,
     pending_approvals,
     read_response,
@@ -108,7 +108,7 @@ def build_input(request: HandlerRequest, *, with_history: bool) -> str | list[di
     items, else the message's text, after the context's earlier turns ``with_history``."""
     approvals = pending_approvals(request)
     if approvals:
-        approved = approval_answer(request) is True  # resume refused anything unclear
+        approved = confirmation_answer(request) is True  # resume refused anything unclear
         return [{"type": "message", "role": "user", "content": [
             {"type": "function_approval_response", "request_id": a["request_id"],
              "approved": approved} for a in approvals]}]
@@ -246,7 +246,7 @@ class ResponsesHandler(StreamingBridge):
     async def resume(self, request: HandlerRequest) -> bool:
         """The answer goes in a fresh ``run`` (the asking response has ended); an answer that
         is neither approve nor deny is refused, the task keeps waiting."""
-        if pending_approvals(request) and approval_answer(request) is None:
+        if pending_approvals(request) and confirmation_answer(request) is None:
             raise InputRejectedError(
                 'Answer approve or deny (yes or no), as text or as a data part '
                 '{"approved": true|false}.', request.pending_input or None)

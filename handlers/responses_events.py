@@ -22,10 +22,10 @@ from handlers.base import (
     SessionUpdate,
     TextDelta,
 )
-from handlers.confirmation import call_text, yes_or_no
+from handlers.confirmation import call_text
 from handlers.upstream import SSEFrame, UnexpectedFrame, clip
 
-__all__ = ["ResponsesEvents", "approval_answer", "approval_question", "objects",
+__all__ = ["ResponsesEvents", "approval_question", "objects",
            "pending_approvals", "read_response", "response_text"]
 
 APPROVAL_KEY = "responses_approval"
@@ -123,17 +123,6 @@ def approval_question(approvals: list[dict[str, Any]]) -> InputRequired:
     if len(approvals) > 1:
         data[APPROVALS_KEY] = approvals
     return InputRequired("\n".join(lines), data)
-
-
-def approval_answer(request: HandlerRequest) -> bool | None:
-    """The client's answer to an approval: a data part ``{"approved": bool}`` (or a ``choice``),
-    or a text such as approve/yes or deny/no; None when it is neither."""
-    for data in request.data:
-        if isinstance(data.get("approved"), bool):
-            return data["approved"]
-        if isinstance(data.get("choice"), str):
-            return yes_or_no(data["choice"])
-    return yes_or_no(request.text) if request.text.strip() else None
 
 
 def pending_approvals(request: HandlerRequest) -> list[dict[str, Any]]:
