@@ -253,6 +253,12 @@ class ExecutionStopper:
                                      timeout=make_timeout(self.timeout)) as rest:
             await self._call(rest, "POST", "/rest/login",
                              {"emailOrLdapLoginId": self.email, "password": self.password})
+            # Sent by hand: n8n may mark its cookie Secure, which a cookie jar keeps off http.
+            session = rest.cookies.get("n8n-auth")
+            if not session:
+                raise UpstreamError("n8n's login answer carried no session cookie")
+            rest.cookies.clear()
+            rest.headers["Cookie"] = f"n8n-auth={session}"
             execution = await self._running_execution(rest, session_id)
             if execution is not None:
                 await self._call(rest, "POST", f"/rest/executions/{execution}/stop", {})

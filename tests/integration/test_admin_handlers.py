@@ -21,6 +21,7 @@ SHIPPED = {
     "handlers.agno:AgnoHandler",
     "handlers.echo:EchoHandler",
     "handlers.hermes:HermesAgentHandler",
+    "handlers.n8n:N8nHandler",
     "handlers.langgraph:LangGraphHandler",
     "handlers.openai_chat:OpenAIChatHandler",
     "handlers.openclaw:OpenClawHandler",
