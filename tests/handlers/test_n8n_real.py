@@ -19,9 +19,10 @@ import httpx
 import pytest
 from a2a.types import CancelTaskRequest, GetTaskRequest, StreamResponse, TaskState
 
+from handlers.n8n import N8nHandler, N8nSettings
 from tests.handlers.real_streams import state_of, streamed_answer, token
 from tests.support.harness import RunningGateway, require_env, running_gateway
-from tests.support.messages import send_request
+from tests.support.messages import handler_request, send_request
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.n8n, pytest.mark.timeout(60)]
@@ -154,3 +155,15 @@ async def test_a_failed_model_call_fails_the_task(gw, chat_url):
     assert status.state == FAILED
     assert "".join(p.text for p in status.message.parts) == (
         "the n8n execution failed: fakellm scripted HTTP 500")
+
+
+async def test_a_refused_stop_is_logged_without_the_password(chat_url, capsys):
+    wrong = f"Wrong-{token()}-1"
+    settings = N8nSettings(n8n_chat_url=chat_url, n8n_owner_password=wrong,
+                           n8n_owner_email=require_env("A2A_TEST_N8N_OWNER_EMAIL"))
+    async with httpx.AsyncClient() as http:
+        # the stream is closed either way: False has the gateway close it
+        assert await N8nHandler(settings, http).cancel(handler_request("hi")) is False
+    logged = capsys.readouterr()
+    assert "n8n_stop_failed" in logged.out and "HTTP 401 to POST login" in logged.out
+    assert wrong not in logged.out + logged.err
