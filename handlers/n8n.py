@@ -61,6 +61,8 @@ from handlers.upstream import (
 __all__ = ["ChatStream", "N8nHandler", "N8nSettings"]
 
 BACKEND = "n8n"
+RUNNING_LISTED = 100
+"""The running executions cancel looks through (n8n lists the newest first)."""
 log = structlog.get_logger(__name__)
 
 
@@ -266,8 +268,8 @@ class ExecutionStopper:
 
     async def _running_execution(self, rest: httpx.AsyncClient, session_id: str) -> str | None:
         """The newest running execution whose data carries ``session_id``."""
-        found = await self._call(rest, "GET", "/rest/executions",
-                                 params={"filter": json.dumps({"status": ["running"]})})
+        found = await self._call(rest, "GET", "/rest/executions", params={
+            "filter": json.dumps({"status": ["running"]}), "limit": str(RUNNING_LISTED)})
         results = found.get("data", {}).get("results") if isinstance(found, dict) else None
         if not isinstance(results, list):
             raise UpstreamError("n8n listed the executions in an unexpected shape")

@@ -67,7 +67,8 @@ async def canceled_executions() -> set[str]:
             "password": require_env("A2A_TEST_N8N_OWNER_PASSWORD")})
         login.raise_for_status()
         found = await rest.get("/rest/executions",
-                               params={"filter": json.dumps({"status": ["canceled"]})})
+                               params={"filter": json.dumps({"status": ["canceled"]}),
+                                       "limit": "100"})
     found.raise_for_status()
     return {str(e["id"]) for e in found.json()["data"]["results"]}
 
