@@ -14,8 +14,9 @@ two callers never do. n8n keeps the conversation; only the new message is sent.
 Cancel: closing the stream does not stop an n8n execution. With the owner's credentials
 (``n8n_owner_email`` / ``n8n_owner_password``) cancel logs in to n8n's REST API, finds the
 running execution of this task (the newest running one whose trigger data carries this
-context's ``sessionId``: n8n gives no execution id in the stream) and stops it; without
-them the stream is closed and the execution runs on in n8n.
+context's ``sessionId``: n8n gives no execution id in the stream) and stops it, as it does
+for a run past ``run_timeout_seconds``; without them the stream is closed and the execution
+runs on in n8n.
 
 Limits of n8n's chat webhook: no human-in-the-loop (n8n's approval gates need the hosted
 chat's WebSocket), no files, no tool or reasoning events, no re-attach after a gateway
@@ -29,6 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -48,6 +51,7 @@ from handlers.bridge import StreamingBridge
 from handlers.upstream import (
     BridgeSettings,
     Deadline,
+    RunTimedOut,
     SSEFrame,
     UnexpectedFrame,
     Upstream,
@@ -220,9 +224,26 @@ class N8nHandler(StreamingBridge):
         plain answer."""
         raise NotImplementedError("n8n answers a streaming Chat Trigger with JSON lines")
 
+    async def _stream(self, request: HandlerRequest,
+                      deadline: Deadline) -> AsyncIterator[HandlerEvent]:
+        """The bridge's stream; past ``run_timeout_seconds`` the execution is stopped too."""
+        try:
+            async with aclosing(super()._stream(request, deadline)) as events:
+                async for event in events:
+                    yield event
+        except RunTimedOut:
+            await self.stop_execution(request)
+            raise
+
     async def cancel(self, request: HandlerRequest) -> bool:
+        """Stop the task's execution (``stop_execution``); then the gateway closes the
+        stream."""
+        await self.stop_execution(request)
+        return False
+
+    async def stop_execution(self, request: HandlerRequest) -> None:
         """Stop the task's n8n execution over the REST API when the owner's credentials are
-        set (a failure is logged, never raised); then the gateway closes the stream."""
+        set (a failure is logged, never raised)."""
         s = self.settings
         if s.n8n_owner_email and s.n8n_owner_password is not None:
             password = s.n8n_owner_password.get_secret_value()
@@ -236,7 +257,6 @@ class N8nHandler(StreamingBridge):
             else:
                 log.info("n8n_execution_stopped", endpoint_id=request.endpoint_id,
                          task_id=request.task_id, execution_id=stopped)
-        return False
 
 
 class ExecutionStopper:

@@ -168,3 +168,21 @@ async def test_a_refused_stop_is_logged_without_the_password(chat_url, capsys):
     logged = capsys.readouterr()
     assert "n8n_stop_failed" in logged.out and "HTTP 401 to POST login" in logged.out
     assert wrong not in logged.out + logged.err
+
+
+async def test_an_execution_past_run_timeout_seconds_fails_and_is_stopped(gw, chat_url):
+    endpoint = await n8n_endpoint(gw, chat_url, run_timeout_seconds=2,
+                                  n8n_owner_email="env:A2A_TEST_N8N_OWNER_EMAIL",
+                                  n8n_owner_password="env:A2A_TEST_N8N_OWNER_PASSWORD")
+    mark = token()
+    async with gw.client(endpoint, streaming=False) as client:
+        (event,) = [e async for e in client.send_message(
+            send_request(f"FAKE_SLOW words=40 delay=0.25 {mark}"))]
+    status = event.task.status
+    assert status.state == FAILED
+    assert "".join(p.text for p in status.message.parts) == (
+        "the n8n execution exceeded run_timeout_seconds=2")
+    (call,) = await eventually(
+        lambda: llm_requests(mark), until=lambda calls: calls[0]["outcome"] != "in_progress",
+        timeout=15, what="n8n's model call ends")
+    assert call["outcome"] == "client_disconnected" and len(call["chunks"]) < 40
