@@ -290,7 +290,8 @@ class ExecutionStopper:
         """The newest running execution whose data carries ``session_id``."""
         found = await self._call(rest, "GET", "/rest/executions", params={
             "filter": json.dumps({"status": ["running"]}), "limit": str(RUNNING_LISTED)})
-        results = found.get("data", {}).get("results") if isinstance(found, dict) else None
+        data = found.get("data") if isinstance(found, dict) else None
+        results = data.get("results") if isinstance(data, dict) else None
         if not isinstance(results, list):
             raise UpstreamError("n8n listed the executions in an unexpected shape")
         ids = sorted((str(e["id"]) for e in results if isinstance(e, dict) and "id" in e),

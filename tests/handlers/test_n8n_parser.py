@@ -1,4 +1,5 @@
-"""N8nHandler on recorded n8n chat streams (no server needed), and the JSON-lines reader."""
+"""N8nHandler on recorded n8n chat streams (no server needed), the JSON-lines reader, and
+cancel's REST calls against a fake of n8n's REST API."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from aiohttp import web
 
-from handlers.base import Completed, Failed, Progress, Rejected, Reply, TextDelta
+from handlers.base import Completed, Failed, HandlerRequest, Progress, Rejected, Reply, TextDelta
 from handlers.n8n import N8nHandler, N8nSettings
 from handlers.upstream import EventTooLarge
 from handlers.upstream.json_lines import JSONLinesReader
@@ -186,3 +188,97 @@ def test_json_lines_reader_bounds_a_line_growing_over_many_chunks() -> None:
     reader.feed(b"12345")
     with pytest.raises(EventTooLarge):
         reader.feed(b"678901")
+
+
+# -- cancel: the REST calls, against a fake n8n REST API ---------------------------------
+
+class FakeRest:
+    """n8n's login, executions list, execution and stop routes, as far as cancel uses them."""
+
+    def __init__(self, running: dict[str, str], listing: object = None) -> None:
+        self.running = running  # execution id -> the sessionId in its data
+        self.listing = listing
+        self.stopped: list[str] = []
+        self.calls: list[str] = []
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/rest/login", self.login)
+        app.router.add_get("/rest/executions", self.executions)
+        app.router.add_get("/rest/executions/{id}", self.execution)
+        app.router.add_post("/rest/executions/{id}/stop", self.stop)
+        return app
+
+    def authorized(self, request: web.Request) -> None:
+        self.calls.append(f"{request.method} {request.path}")
+        if request.cookies.get("n8n-auth") != "session-token":
+            raise web.HTTPUnauthorized()
+
+    async def login(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if body != {"emailOrLdapLoginId": "owner@n8n.test", "password": PASSWORD}:
+            raise web.HTTPUnauthorized()
+        response = web.json_response({"data": {}})
+        response.set_cookie("n8n-auth", "session-token", secure=True, httponly=True)
+        return response
+
+    async def executions(self, request: web.Request) -> web.Response:
+        self.authorized(request)
+        assert json.loads(request.query["filter"]) == {"status": ["running"]}
+        if self.listing is not None:
+            return web.json_response(self.listing)
+        return web.json_response({"data": {"results": [{"id": i} for i in self.running]}})
+
+    async def execution(self, request: web.Request) -> web.Response:
+        self.authorized(request)
+        session = self.running[request.match_info["id"]]
+        data = json.dumps([{"sessionId": session, "action": "sendMessage"}])
+        return web.json_response({"data": {"id": request.match_info["id"], "data": data}})
+
+    async def stop(self, request: web.Request) -> web.Response:
+        self.authorized(request)
+        self.stopped.append(request.match_info["id"])
+        return web.json_response({"data": {"status": "canceled"}})
+
+
+PASSWORD = "n8n-owner-password-0123"
+
+
+async def cancel_against(rest: FakeRest, request: HandlerRequest, password: str = PASSWORD,
+                         ) -> bool:
+    runner = web.AppRunner(rest.app())
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    try:
+        async with httpx.AsyncClient() as http:
+            n8n = handler(http, n8n_api_url=f"http://127.0.0.1:{port}",
+                          n8n_owner_email="owner@n8n.test", n8n_owner_password=password)
+            return await n8n.cancel(request)
+    finally:
+        await runner.cleanup()
+
+
+async def test_cancel_stops_the_newest_running_execution_of_the_context() -> None:
+    request = handler_request("hi", context_id="mine")
+    async with httpx.AsyncClient() as http:
+        mine = handler(http).session_id(request)
+    other = handler_request("hi", context_id="other")
+    async with httpx.AsyncClient() as http:
+        theirs = handler(http).session_id(other)
+    rest = FakeRest({"9": mine, "12": theirs, "10": mine})
+    assert await cancel_against(rest, request) is False  # the gateway closes the stream
+    assert rest.stopped == ["10"]
+    assert rest.calls[:3] == ["GET /rest/executions", "GET /rest/executions/12",
+                              "GET /rest/executions/10"]
+
+
+async def test_a_failed_stop_is_logged_never_raised_and_without_the_password(capsys) -> None:
+    assert await cancel_against(FakeRest({}), handler_request("hi"), "wrong-" + PASSWORD) is False
+    out = capsys.readouterr().out
+    assert "n8n_stop_failed" in out and "HTTP 401 to POST login" in out
+    assert PASSWORD not in out
+    rest = FakeRest({}, listing={"data": ["not", "objects"]})
+    assert await cancel_against(rest, handler_request("hi")) is False
+    assert "listed the executions in an unexpected shape" in capsys.readouterr().out
+    assert rest.stopped == []
