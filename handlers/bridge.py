@@ -2,14 +2,14 @@
 (OpenClaw and any Responses server, the chat handler, AG-UI agents, n8n, AgentCore).
 
 ``StreamingBridge.run`` refuses a message with nothing to send, bounds the run by
-``run_timeout_seconds``, streams the task (the parser turns frames into events) or,
-in message mode, makes one plain call (or, for a backend that only streams, reads the
-stream to its end) and answers through ``Handler.answer``, and turns every
-``UpstreamError`` into ``Failed``. A bridge supplies its ``Upstream``, its request body,
-its stream parser and how to read a plain answer; it may give one call headers of its own
-(``upstream_for``: a session, a signature) and take a JSON answer where it asked for a
-stream (``accepts_json_answer``). A task that is a backend run with an id (Hermes,
-LangGraph, Agno, ADK) is ``handlers.run_bridge.RunBridge``'s.
+``run_timeout_seconds`` (past it, asks the backend to stop through ``cancel``), streams the
+task (the parser turns frames into events) or, in message mode, makes one plain call (or,
+for a backend that only streams, reads the stream to its end) and answers through
+``Handler.answer``, and turns every ``UpstreamError`` into ``Failed``. A bridge supplies
+its ``Upstream``, its request body, its stream parser and how to read a plain answer; it may
+give one call headers of its own (``upstream_for``: a session, a signature) and take a JSON
+answer where it asked for a stream (``accepts_json_answer``). A task that is a backend run
+with an id (Hermes, LangGraph, Agno, ADK) is ``handlers.run_bridge.RunBridge``'s.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from handlers.base import (
 from handlers.upstream import (
     BridgeSettings,
     Deadline,
+    RunTimedOut,
     SSEFrame,
     Upstream,
     UpstreamError,
@@ -126,6 +127,8 @@ class StreamingBridge(Handler):
         except UpstreamError as exc:
             log.warning(self.failure_log, endpoint_id=request.endpoint_id,
                         task_id=request.task_id, reason=exc.reason)
+            if isinstance(exc, RunTimedOut):
+                await self.cancel(request)  # the backend's own stop, where it has one
             yield Failed(self.failure_reason(exc))
 
     async def _plain(self, request: HandlerRequest, deadline: Deadline) -> HandlerEvent:

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -50,8 +48,6 @@ from handlers.base import (
 from handlers.bridge import StreamingBridge
 from handlers.upstream import (
     BridgeSettings,
-    Deadline,
-    RunTimedOut,
     SSEFrame,
     UnexpectedFrame,
     Upstream,
@@ -194,6 +190,7 @@ class N8nHandler(StreamingBridge):
     path = ""  # the chat URL is the whole address
     run_name = "the n8n execution"
     failure_log = "n8n_request_failed"
+    answers_only_streamed = True
 
     def make_upstream(self) -> Upstream:
         s = self.settings
@@ -211,29 +208,6 @@ class N8nHandler(StreamingBridge):
 
     def stream_parser(self, body: dict[str, Any]) -> ChatStream:
         return ChatStream()
-
-    async def _plain(self, request: HandlerRequest, deadline: Deadline) -> HandlerEvent:
-        """Message mode: the streamed execution's terminal event (n8n streams either way)."""
-        final: HandlerEvent = Failed("n8n closed the stream before the execution finished")
-        async for event in self._stream(request, deadline):
-            final = event
-        return final
-
-    def read_answer(self, data: dict[str, Any]) -> HandlerEvent:
-        """Never called: ``_plain`` reads the stream, since the streaming webhook has no
-        plain answer."""
-        raise NotImplementedError("n8n answers a streaming Chat Trigger with JSON lines")
-
-    async def _stream(self, request: HandlerRequest,
-                      deadline: Deadline) -> AsyncIterator[HandlerEvent]:
-        """The bridge's stream; past ``run_timeout_seconds`` the execution is stopped too."""
-        try:
-            async with aclosing(super()._stream(request, deadline)) as events:
-                async for event in events:
-                    yield event
-        except RunTimedOut:
-            await self.stop_execution(request)
-            raise
 
     async def cancel(self, request: HandlerRequest) -> bool:
         """Stop the task's execution (``stop_execution``); then the gateway closes the
