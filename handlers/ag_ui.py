@@ -461,11 +461,11 @@ class RunEvents:
         """What was sent, then what the server added (its snapshot, by message id; or the
         reply), without the oldest messages beyond the size bound."""
         messages = list(self.sent)
-        ids = {m.get("id") for m in messages}
+        ids = {m["id"] for m in messages if isinstance(m.get("id"), str)}
         added = self.snapshot if self.snapshot is not None else (
             [{"id": str(uuid.uuid4()), "role": "assistant", "content": "".join(self.deltas)}]
             if self.deltas else [])
-        messages += [m for m in added if m.get("id") not in ids]
+        messages += [m for m in added if not (isinstance(m.get("id"), str) and m["id"] in ids)]
         while messages and len(json.dumps(messages)) > self.max_history_bytes:
             messages.pop(0)
             while messages and messages[0].get("role") != "user":

@@ -10,8 +10,10 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from handlers.ag_ui import INTERRUPTS_KEY, MESSAGES_KEY, AgUiHandler, AgUiSettings
+from handlers.ag_ui import ADAPTERS, INTERRUPTS_KEY, MESSAGES_KEY, AgUiHandler, AgUiSettings
 from handlers.base import (
     ArtifactDelta,
     Canceled,
@@ -27,7 +29,9 @@ from handlers.base import (
     TextDelta,
     Turn,
 )
+from handlers.upstream import SSEFrame, UnexpectedFrame
 from tests.handlers.openai_mock import Backend, collect, json_response, sse_response
+from tests.support.examples import examples
 from tests.support.messages import handler_request
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ag_ui"
@@ -362,3 +366,59 @@ async def test_the_url_is_posted_to_as_given() -> None:
     assert str(backend.requests[0].url) == "http://agui.test/agent"
     assert backend.requests[0].headers["accept"] == "text/event-stream"
     assert isinstance(backend.requests[0], httpx.Request)
+
+
+# -- any event ----------------------------------------------------------------------------
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
+EVENT_TYPES = ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CHUNK",
+               "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT",
+               "STATE_SNAPSHOT", "MESSAGES_SNAPSHOT", "CUSTOM", "RUN_ERROR", "RUN_FINISHED",
+               "STEP_STARTED", "RAW"]
+FIELDS = ["messageId", "role", "delta", "toolCallId", "toolCallName", "content", "snapshot",
+          "messages", "name", "value", "message", "code", "outcome", "threadId", "runId"]
+MESSAGE = st.fixed_dictionaries({"id": JSON, "role": st.sampled_from(["user", "assistant"]) | JSON,
+                                 "content": JSON})
+INTERRUPT = st.fixed_dictionaries({"id": st.text(max_size=4) | JSON}, optional={
+    "toolCallId": JSON, "message": JSON, "reason": JSON})
+SHAPED = {"messages": st.lists(MESSAGE, max_size=3),
+          "outcome": st.fixed_dictionaries({"type": st.sampled_from(
+              ["success", "interrupt", "cancelled"]) | JSON}, optional={
+              "interrupts": st.lists(INTERRUPT, max_size=2) | JSON}),
+          "value": JSON | st.fixed_dictionaries({"id": JSON, "function_call": JSON})}
+FIELD_VALUES = st.sampled_from(FIELDS).flatmap(
+    lambda name: st.tuples(st.just(name), SHAPED.get(name, JSON) | JSON))
+EVENT = st.builds(lambda kind, fields: {**fields, "type": kind},
+                  st.sampled_from(EVENT_TYPES) | JSON,
+                  st.lists(FIELD_VALUES, max_size=5).map(dict))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.lists(EVENT, max_size=12), st.sampled_from(sorted(ADAPTERS)))
+def test_any_events_end_in_events_or_an_unexpected_frame_never_another_error(
+        events: list[dict[str, Any]], adapter: str) -> None:
+    parser = AgUiHandler(AgUiSettings(ag_ui_adapter=adapter), httpx.AsyncClient()
+                         ).stream_parser({"messages": []})
+    try:
+        for event in [*events, {"type": "RUN_FINISHED"}]:
+            parser.feed(SSEFrame("", json.dumps(event)))
+        closing = parser.finish()
+    except UnexpectedFrame:
+        return
+    assert len([e for e in closing if isinstance(e, (Completed, Failed, Canceled,
+                                                     InputRequired))]) == 1
+    for event in closing:
+        if isinstance(event, InputRequired):
+            json.dumps(event.data)  # the question's data goes into the store as JSON
+
+
+async def test_a_snapshot_with_odd_message_ids_is_kept_as_sent() -> None:
+    odd = [{"id": ["not", "a", "string"], "role": "assistant", "content": "a"},
+           {"role": "assistant", "content": "b"}]
+    body = stream({"type": "RUN_STARTED"}, {"type": "MESSAGES_SNAPSHOT", "messages": odd},
+                  {"type": "RUN_FINISHED"})
+    events = await run(handler(replaying(body), "agent-framework"), handler_request("q"))
+    kept = the(SessionUpdate, events).values[MESSAGES_KEY]
+    assert kept[1:] == odd
