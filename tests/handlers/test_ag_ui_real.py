@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from tests.handlers.real_streams import (
     streamed_answer,
     token,
 )
+from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.messages import send_request
 from tests.support.waiting import eventually
@@ -302,3 +304,35 @@ async def test_a_gateway_restart_fails_the_run_it_cannot_follow_again():
     assert stored.task.status.state == TaskState.TASK_STATE_FAILED
     assert failure_reason(stored.task) == "gateway instance lost"
     assert len(await llm_requests(mark)) == 1  # nothing was started again
+
+
+@pytest.fixture(params=STORE_KINDS)
+async def gw_on_every_store(request: pytest.FixtureRequest, tmp_path: Path,
+                            monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[RunningGateway]:
+    require_env("A2A_TEST_LLM_URL")
+    async with fresh_store_url(request.param, tmp_path, monkeypatch) as url:
+        async with running_gateway(url) as running:
+            yield running
+
+
+async def test_a_stateless_server_gets_the_kept_conversation_on_every_store(
+        gw_on_every_store: RunningGateway) -> None:
+    """Agent Framework's endpoint keeps nothing: the gateway keeps the server's own messages
+    (its tool call and the approval's result among them) in the context's memory, in the
+    store, and sends them with the next turn."""
+    gw = gw_on_every_store
+    endpoint = await ag_ui_endpoint(gw, SERVERS["agent-framework"])
+    mark = token()
+    task = await ask_for_approval(gw, endpoint, mark, SERVERS["agent-framework"])
+    async with gw.client(endpoint, streaming=False) as client:
+        (done,) = [e async for e in client.send_message(
+            send_request("approve", task_id=task.id, context_id=task.context_id))]
+        assert done.task.status.state == COMPLETED
+        (after,) = [e async for e in client.send_message(
+            send_request(f"after {mark}", context_id=task.context_id))]
+    assert final_text(after.task) == f"Hello from fakellm. You said: after {mark}"
+    (sent,) = [r for r in await llm_requests(mark) if r["last_text"] == f"after {mark}"]
+    roles = [m["role"] for m in sent["messages"] if m["role"] != "system"]
+    assert roles == ["user", "assistant", "tool", "assistant", "user"]
+    (asked,) = [m for m in sent["messages"] if m["role"] == "assistant" and m.get("tool_calls")]
+    assert f"scratch/{mark}" in str(asked["tool_calls"])
