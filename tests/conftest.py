@@ -5,11 +5,10 @@ Tests that need a service skip when it is not configured; under CI (``CI=true``,
 .ci/run, which starts every service) a skip is turned into a failure, so none can pass
 silently there.
 
-Property-based tests run half their examples without ``CI=true``, or the share
-``A2A_TEST_EXAMPLES_SHARE`` names (a Hypothesis profile for those that take the default count,
-``tests.support.examples.examples(n)`` for those that set their own): .ci/run runs the suite
-twice within one time budget, first without services or ``CI`` (with a tenth of the examples),
-then with both, and that second run still tries every example. The operator fuzz
+Property-based tests run half their examples without ``CI=true`` (a Hypothesis profile for
+those that take the default count, ``tests.support.examples.examples(n)`` for those that set
+their own): a developer's run without services is long enough as it is, and CI's run (with
+every service and ``CI=true``) still tries every example. The operator fuzz
 (test_fuzz_operator.py) keeps its full count: with half, its admin API surface never
 generates a request that creates something (no 201), which that test requires.
 """
