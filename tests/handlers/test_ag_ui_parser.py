@@ -395,7 +395,7 @@ EVENT = st.builds(lambda kind, fields: {**fields, "type": kind},
                   st.lists(FIELD_VALUES, max_size=5).map(dict))
 
 
-@settings(max_examples=examples(200), deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(EVENT, max_size=12), st.sampled_from(sorted(ADAPTERS)))
 def test_any_events_end_in_events_or_an_unexpected_frame_never_another_error(
         events: list[dict[str, Any]], adapter: str) -> None:
