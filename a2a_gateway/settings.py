@@ -31,7 +31,7 @@ from handlers.base import HandlerSettings
 
 RESERVED_METADATA_KEYS = frozenset(
     {"module_name", "class_name", "public", "strict_v1_card", "auth", "rate_limit",
-     "endpoints_file", "catalog", "limits", "cost"}
+     "endpoints_file", "catalog", "limits", "cost", "mcp"}
 )
 """Endpoint metadata keys the gateway itself reads (the rest are handler settings)."""
 
@@ -61,6 +61,9 @@ class GatewaySettings(BaseSettings):
     """Base of the absolute URLs in agent cards; empty = the request's scheme and host."""
     default_endpoint: str = ""
     """Endpoint id also served at the root (``/.well-known/agent-card.json``, ``/a2a``)."""
+    mcp: bool = True
+    """Serve every endpoint as an MCP server at ``/<endpoint_id>/mcp`` (an endpoint's metadata
+    ``mcp: false`` turns off its own; needs the ``mcp`` extra)."""
     allow_unauthenticated_endpoints: bool = False
     """Take calls without credentials on every endpoint, public or not (local testing only)."""
     api_key_header: str = "X-API-Key"

@@ -20,6 +20,7 @@ from a2a_gateway.transport.card import card_response, jwks_response
 from a2a_gateway.transport.catalog import add_catalog_routes
 from a2a_gateway.transport.feed import endpoint_events, gateway_events
 from a2a_gateway.transport.jsonrpc import handle_jsonrpc
+from a2a_gateway.transport.mcp import add_mcp_routes
 
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ENDPOINT = "/{endpoint_id}"
@@ -81,6 +82,7 @@ def add_routes(
     app.router.add_get("/metrics", health.metrics)
     app.router.add_get(JWKS_PATH, jwks)
     add_catalog_routes(app)
+    add_mcp_routes(app)
     add_admin_routes(app)
     if worker_events_path:
         app.router.add_post(worker_events_path, worker.worker_event)

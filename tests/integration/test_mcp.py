@@ -1,0 +1,189 @@
+"""The MCP facade (``/<endpoint_id>/mcp``) through a running gateway, with the official ``mcp``
+client: tools from the card, a call with progress and its result, elicitation of an input
+request, the follow-up call without elicitation, cancellation, and refusals (credentials,
+opt-out, malformed JSON-RPC)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import httpx2
+import mcp_types as types
+import pytest
+from a2a.types import GetTaskRequest, TaskState
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from a2a_gateway.auth.api_keys import make_key
+from a2a_gateway.stores.base import Scope, TaskQuery
+from tests.support.harness import RunningGateway, running_gateway
+from tests.support.waiting import eventually
+
+pytest.importorskip("mcp")
+
+SKILLS = {"skills": [
+    {"id": "echo", "name": "Echo", "description": "Echoes the message.", "tags": ["demo"]},
+    {"id": "shout out", "name": "Shout", "description": "Echoes louder.", "tags": ["demo"]},
+]}
+
+
+@asynccontextmanager
+async def mcp_session(
+    url: str, headers: dict[str, str] | None = None, elicitation: Any = None
+) -> AsyncIterator[ClientSession]:
+    async with httpx2.AsyncClient(headers=headers or {}, timeout=30) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write):
+            async with ClientSession(read, write, elicitation_callback=elicitation) as session:
+                await session.initialize()
+                yield session
+
+
+def mcp_url(gw: RunningGateway, endpoint_id: str) -> str:
+    return f"{gw.endpoint_url(endpoint_id)}/mcp"
+
+
+async def stored_task(gw: RunningGateway, endpoint_id: str, task_id: str) -> Any:
+    runtime = await gw.gateway.registry.get(endpoint_id)
+    handler = gw.gateway.request_handlers(runtime)[0]
+    from a2a.server.context import ServerCallContext
+
+    from a2a_gateway.auth.callers import ANONYMOUS
+
+    return await handler.on_get_task(
+        GetTaskRequest(id=task_id), ServerCallContext(user=ANONYMOUS, tenant="default")
+    )
+
+
+async def test_tools_progress_result_and_follow_up_without_elicitation():
+    async with running_gateway() as gw:
+        skilled = await gw.add_endpoint(settings={"delay": 0}, card=SKILLS)
+        plain = await gw.add_endpoint(settings={"delay": 0}, name="plain agent")
+        async with mcp_session(mcp_url(gw, skilled)) as session:
+            listed = await session.list_tools()
+            assert [t.name for t in listed.tools] == ["echo", "shout_out"]
+            assert listed.tools[0].input_schema["required"] == ["message"]
+            chunks: list[str] = []
+
+            async def progress(done: float, total: float | None, message: str | None) -> None:
+                chunks.append(message or "")
+
+            result = await session.call_tool(
+                "echo", {"message": "hello there MCP"}, progress_callback=progress
+            )
+            assert not result.is_error
+            assert [c.text for c in result.content] == ["echo: hello there MCP"]
+            assert "".join(chunks) == "echo: hello there MCP"
+
+            asked = await session.call_tool("echo", {"message": "please ?input"})
+            assert not asked.is_error
+            task_id = asked.structured_content["taskId"]
+            assert asked.structured_content["state"] == "input-required"
+            assert "What should I echo?" in asked.content[0].text
+            assert task_id in asked.content[0].text
+            answered = await session.call_tool(
+                "echo", {"message": "the answer", "taskId": task_id,
+                         "contextId": asked.structured_content["contextId"]},
+            )
+            assert [c.text for c in answered.content] == ["echo: the answer"]
+
+            refused = await session.call_tool("echo", {"message": "x", "taskId": "no-such"})
+            assert refused.is_error and "no-such" in refused.content[0].text
+            with pytest.raises(Exception, match="unknown tool"):
+                await session.call_tool("nope", {"message": "x"})
+            with pytest.raises(Exception, match="arguments.message"):
+                await session.call_tool("echo", {"message": 3})
+        async with mcp_session(mcp_url(gw, plain)) as session:
+            assert [t.name for t in (await session.list_tools()).tools] == ["chat"]
+            data = await session.call_tool("chat", {"message": "files ?artifacts"})
+            kinds = [c.type for c in data.content]
+            assert kinds == ["text", "text", "resource", "text", "text"], kinds
+            assert data.structured_content == {"echo": "files ?artifacts", "words": 2}
+            assert data.content[2].resource.text == "files ?artifacts"
+
+
+async def test_elicitation_answers_refuses_and_declines():
+    async with running_gateway() as gw:
+        endpoint = await gw.add_endpoint(settings={"delay": 0})
+        answers = [
+            types.ElicitResult(action="accept", content={"answer": "not a choice"}),
+            types.ElicitResult(action="accept", content={"answer": "any text"}),
+        ]
+        asked: list[types.ElicitRequestParams] = []
+
+        async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+            asked.append(params)
+            return answers.pop(0) if answers else types.ElicitResult(action="decline")
+
+        async with mcp_session(mcp_url(gw, endpoint), elicitation=elicit) as session:
+            result = await session.call_tool("chat", {"message": "hello ?input"})
+            assert not result.is_error, result
+            assert [c.text for c in result.content] == ["echo: any text"]
+            assert asked[0].message.startswith("What should I echo?")
+            assert asked[0].requested_schema["properties"]["answer"]["enum"] == ["any text"]
+            assert "refused" in asked[1].message and "not one of" in asked[1].message
+
+            declined = await session.call_tool("chat", {"message": "again ?input"})
+            assert declined.is_error and "declined" in declined.content[0].text
+            task_id = declined.meta["taskId"]
+            task = await stored_task(gw, endpoint, task_id)
+            assert task.status.state == TaskState.TASK_STATE_CANCELED
+
+
+async def test_cancelling_the_call_cancels_the_task():
+    async with running_gateway() as gw:
+        endpoint = await gw.add_endpoint(settings={"delay": 0})
+        first_chunk = asyncio.Event()
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            first_chunk.set()
+
+        async with mcp_session(mcp_url(gw, endpoint)) as session:
+            call = asyncio.create_task(
+                session.call_tool("chat", {"message": "long ?slow"}, progress_callback=progress)
+            )
+            await asyncio.wait_for(first_chunk.wait(), 10)
+            call.cancel()  # the client sends notifications/cancelled for its request
+            with pytest.raises(asyncio.CancelledError):
+                await call
+        page = await gw.store.list_tasks(Scope("default", endpoint), TaskQuery())
+        [task_id] = [task.id for task in page.tasks]
+
+        async def canceled() -> bool:
+            task = await stored_task(gw, endpoint, task_id)
+            return task.status.state == TaskState.TASK_STATE_CANCELED
+
+        await eventually(canceled, timeout=10)
+
+
+async def test_refusals_opt_out_and_protected_resource_metadata():
+    async with running_gateway(allow_unauthenticated_endpoints=False,
+                               api_key_cache_seconds=0) as gw:
+        endpoint = await gw.add_endpoint(settings={"delay": 0})
+        off = await gw.add_endpoint(settings={"delay": 0, "mcp": False})
+        secret = gw.gateway.settings.api_key_secret.get_secret_value().encode()
+        row, key = make_key(secret, endpoint_id=endpoint, tenant="default")
+        await gw.store.create_api_key(row)
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}
+        accept = {"Accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient(timeout=10) as http:
+            for headers in ({}, {"X-API-Key": "a2a_nonsense"}, {"Authorization": "Bearer zz"}):
+                answer = await http.post(mcp_url(gw, endpoint), json=init,
+                                         headers={**accept, **headers})
+                assert answer.status_code == 401, answer.text
+                assert answer.headers["WWW-Authenticate"].startswith("Bearer")
+                assert answer.json()["error"]["code"] == -32001
+            opted_out = await http.post(mcp_url(gw, off), json=init,
+                                        headers={**accept, "X-API-Key": key})
+            assert opted_out.status_code == 404
+            metadata = await http.get(
+                f"{gw.base_url}/.well-known/oauth-protected-resource/{endpoint}/mcp")
+            assert metadata.status_code == 404  # keys only: no OAuth resource
+        async with mcp_session(mcp_url(gw, endpoint), {"X-API-Key": key}) as session:
+            result = await session.call_tool("chat", {"message": "with a key"})
+            assert [c.text for c in result.content] == ["echo: with a key"]
