@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import structlog
 from pydantic import Field, SecretStr
 
+from handlers.approvals import call_text, confirmation_answer
 from handlers.base import (
     Completed,
     Failed,
@@ -38,7 +39,6 @@ from handlers.base import (
     Progress,
     TextDelta,
 )
-from handlers.confirmation import call_text, confirmation_answer
 from handlers.run_bridge import RunBridge
 from handlers.upstream import (
     BridgeSettings,

@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, SecretStr
 
+from handlers.approvals import call_text, confirmation_answer
 from handlers.base import (
     ArtifactDelta,
     Canceled,
@@ -48,7 +49,6 @@ from handlers.base import (
     data_part,
 )
 from handlers.bridge import StreamingBridge
-from handlers.confirmation import call_text, confirmation_answer
 from handlers.upstream import (
     BridgeSettings,
     SSEFrame,

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, SecretStr
 
+from handlers.approvals import call_text, yes_or_no
 from handlers.base import (
     Canceled,
     Completed,
@@ -40,7 +41,6 @@ from handlers.base import (
     RunStarted,
     TextDelta,
 )
-from handlers.confirmation import call_text, yes_or_no
 from handlers.run_bridge import RunBridge, RunSettings
 from handlers.upstream import (
     Deadline,

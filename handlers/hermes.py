@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal
 import structlog
 from pydantic import Field, SecretStr
 
+from handlers.approvals import ApprovalAnswerError, card_extension, decisions, structured_answer
 from handlers.base import HandlerEvent, HandlerRequest, HandlerSettings, InputRejectedError
 from handlers.chat import build_messages, history_messages, read_completion, user_content
 from handlers.hermes_events import BACKEND, RunEventMapper, narrow_choices
@@ -115,7 +116,11 @@ class HermesAgentHandler(RunBridge[HermesRun]):
         if not run_id:
             raise InputRejectedError("No Hermes run is waiting for this answer.")
         choices = narrow_choices(pending.get("choices"), self.settings.approval_choices)
-        choice = _choice(request)
+        try:
+            choice = _choice(request)
+        except ApprovalAnswerError as exc:
+            raise InputRejectedError(f"Not a valid answer to the approval request: {exc}.",
+                                     {**pending, "choices": choices}) from None
         if choice not in choices:
             raise InputRejectedError(
                 f"Not a valid answer to the approval request. Valid choices: {', '.join(choices)} "
@@ -127,6 +132,9 @@ class HermesAgentHandler(RunBridge[HermesRun]):
             raise InputRejectedError(_approval_problem(exc), pending or None) from None
         log.info("hermes_approval_answered", run_id=run_id, choice=choice)
         return True
+
+    def card_fields(self) -> dict[str, Any]:
+        return {"extensions": [card_extension(editable=False)]}
 
     # -- the hooks of RunBridge -------------------------------------------------------
 
@@ -237,6 +245,11 @@ def run_input(request: HandlerRequest) -> str | list[dict[str, Any]]:
 
 
 def _choice(request: HandlerRequest) -> str | None:
+    """The Hermes choice the answer makes: a structured approval (approved: once, denied:
+    deny; Hermes keeps no rejection reason), a data part ``{"choice": ...}``, or a word."""
+    if structured_answer(request) is not None:
+        decided = decisions(request) or {}
+        return "once" if decided and all(d.approved for d in decided.values()) else "deny"
     for data in request.data:
         if "choice" in data:
             value = str(data["choice"]).strip().lower()

@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from handlers.approvals import HITL_URI, AskedCall, approval_request
 from handlers.base import (
     Canceled,
     Completed,
@@ -76,6 +77,8 @@ class RunEventMapper:
         self.streamed = False
         """True once any answer text went out (the first delta loses its leading newlines)."""
         self.awaiting_approval = False
+        self.approvals = 0
+        """How many approvals this run asked for (numbers each request's id)."""
         self.terminal: HandlerEvent | None = None
 
     def feed(self, event: dict[str, Any]) -> list[HandlerEvent]:
@@ -160,8 +163,14 @@ class RunEventMapper:
         choices = narrow_choices(event.get("choices"), self.allowed_choices)
         command = str(event.get("command") or "")
         description = str(event.get("description") or event.get("pattern_key") or "")
+        self.approvals += 1
+        # Hermes asks before its terminal tool runs a command; it takes no edited command
+        call = AskedCall(f"{self.run_id}/approval-{self.approvals}", "terminal",
+                         {"command": command})
+        asked = approval_request([call], answers=choices, hint=(
+            f"Hermes asks for approval to run a command flagged as {description or 'dangerous'}"))
         data = {"type": "hermes.approval", "run_id": self.run_id, "command": command,
-                "description": description, "choices": choices}
+                "description": description, "choices": choices, HITL_URI: asked}
         return InputRequired(approval_prompt(command, description, choices), data)
 
     def _result_metadata(self, source: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,13 @@ from typing import Any, ClassVar
 import structlog
 from pydantic import Field, SecretStr, field_validator
 
+from handlers.approvals import (
+    HITL_URI,
+    ApprovalAnswerError,
+    card_extension,
+    decisions,
+    pending_request,
+)
 from handlers.base import (
     Canceled,
     Completed,
@@ -42,6 +49,7 @@ from handlers.base import (
     RunStarted,
     TextDelta,
 )
+from handlers.langgraph_approvals import approval_of, decisions_value, is_approval
 from handlers.run_bridge import RunBridge, RunSettings
 from handlers.upstream import (
     Deadline,
@@ -247,8 +255,16 @@ class RunStream:
                 for call in _objects(message.get("tool_calls"))]
 
     def input_required(self) -> InputRequired:
-        prompt = "\n".join(interrupt_prompt(i["value"]) for i in self.interrupts)
-        return InputRequired(prompt, {"interrupts": self.interrupts})
+        """The question: the interrupts as they came and, when some ask to approve tool
+        calls, their structured approval request."""
+        data: dict[str, Any] = {"interrupts": self.interrupts}
+        prompts = [interrupt_prompt(i["value"]) for i in self.interrupts
+                   if not is_approval(i["value"])]
+        approval = approval_of(self.interrupts)
+        if approval is not None:
+            prompts.insert(0, approval[0])
+            data[HITL_URI] = approval[1]
+        return InputRequired("\n".join(prompts), data)
 
 
 def _custom_data(frame: SSEFrame) -> dict[str, Any]:
@@ -260,15 +276,23 @@ def _custom_data(frame: SSEFrame) -> dict[str, Any]:
 
 
 def resume_value(request: HandlerRequest, interrupts: list[dict[str, Any]]) -> Any:
-    """``command.resume`` for the client's answer: its data part (or its text); for several
-    interrupts a map by interrupt id (the data part's own map when it names them)."""
+    """``command.resume`` for the client's answer: its data part (or its text), or for an
+    approval interrupt the decisions the answer makes; for several interrupts a map by
+    interrupt id (the data part's own map when it names them)."""
     answer: Any = request.data[0] if request.data else request.text
+    decided = decisions(request) if pending_request(request.pending_input) else None
+
+    def value_for(interrupt: dict[str, Any]) -> Any:
+        if decided is not None and is_approval(interrupt.get("value")):
+            return decisions_value(interrupt, decided)
+        return answer
+
     ids = [i.get("id") for i in interrupts if i.get("id")]
     if len(ids) < 2:
+        return value_for(interrupts[0]) if interrupts else answer
+    if decided is None and isinstance(answer, dict) and answer and set(answer) <= set(ids):
         return answer
-    if isinstance(answer, dict) and answer and set(answer) <= set(ids):
-        return answer
-    return dict.fromkeys(ids, answer)
+    return {i["id"]: value_for(i) for i in interrupts if i.get("id")}
 
 
 class LangGraphHandler(RunBridge[RunStream]):
@@ -294,7 +318,20 @@ class LangGraphHandler(RunBridge[RunStream]):
         if not has_input(request):
             raise InputRejectedError("Send the answer to the graph's question as text or a data "
                                      "part.", request.pending_input or None)
+        try:
+            decided = decisions(request)
+        except ApprovalAnswerError as exc:
+            raise InputRejectedError(f"Not a valid answer to the approval request: {exc}.",
+                                     request.pending_input or None) from None
+        if decided is None and pending_request(request.pending_input):
+            raise InputRejectedError(
+                "Answer yes or no, or send a tool_approval_response data part (see the "
+                "request's tools).", request.pending_input or None)
         return False
+
+    def card_fields(self) -> dict[str, Any]:
+        # editable where the graph's interrupt allows "edit" (the HITL middleware's shape)
+        return {"extensions": [card_extension(editable=True)]}
 
     # -- the hooks of RunBridge -------------------------------------------------------
 

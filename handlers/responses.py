@@ -37,6 +37,7 @@ from typing import Any, Literal
 import structlog
 from pydantic import Field, SecretStr
 
+from handlers.approvals import confirmation_answer
 from handlers.base import (
     Completed,
     Failed,
@@ -47,7 +48,6 @@ from handlers.base import (
     SessionUpdate,
 )
 from handlers.bridge import StreamingBridge
-from handlers.confirmation import confirmation_answer
 from handlers.responses_events import (
     ResponsesEvents,
     objects,

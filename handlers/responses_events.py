@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from handlers.approvals import call_text
 from handlers.base import (
     Canceled,
     Completed,
@@ -22,7 +23,6 @@ from handlers.base import (
     SessionUpdate,
     TextDelta,
 )
-from handlers.confirmation import call_text
 from handlers.upstream import SSEFrame, UnexpectedFrame, clip
 
 __all__ = ["ResponsesEvents", "approval_question", "objects",

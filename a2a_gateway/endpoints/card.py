@@ -35,11 +35,20 @@ SKILL_REQUIRED = ("id", "name", "description", "tags")
 def with_handler_fields(endpoint: Endpoint, fields: dict[str, Any]) -> Endpoint:
     """``endpoint`` with the card fields its handler contributes (``Handler.card_fields``,
     e.g. a remote agent's skills): only description and ``CARD_FIELDS``, and the row's own
-    fields win. Interfaces, capabilities and security stay the gateway's."""
+    fields win. Interfaces and security stay the gateway's; of the capabilities, a handler adds
+    only the ``extensions`` it implements (structured approvals), each unless the row declares
+    the same URI."""
     allowed = {k: v for k, v in fields.items() if k in CARD_FIELDS or k == "description"}
-    if not allowed:
+    card = {**allowed, **endpoint.card}
+    declared = capabilities(endpoint).get("extensions", [])
+    if isinstance(declared, list) and fields.get("extensions"):
+        uris = {e.get("uri") for e in declared if isinstance(e, dict)}
+        added = [e for e in fields["extensions"] if e.get("uri") not in uris]
+        if added:
+            card["capabilities"] = {**capabilities(endpoint), "extensions": [*declared, *added]}
+    if card == endpoint.card:
         return endpoint
-    return dataclasses.replace(endpoint, card={**allowed, **endpoint.card})
+    return dataclasses.replace(endpoint, card=card)
 
 
 def capabilities(endpoint: Endpoint) -> dict[str, Any]:

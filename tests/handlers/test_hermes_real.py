@@ -25,6 +25,7 @@ from a2a.types import CancelTaskRequest, GetTaskRequest, Role, StreamResponse, T
 from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
+from handlers.approvals import HITL_URI
 from handlers.base import Completed, FileInput, InputRejectedError
 from handlers.hermes import HermesAgentHandler, HermesSettings
 from tests.handlers.real_streams import (
@@ -156,6 +157,62 @@ async def test_dangerous_command_is_not_run_after_deny(gw, hermes_id, tmp_path: 
         assert wrong.task.status.state == INPUT_REQUIRED
         assert "Valid choices: once, deny" in wrong.task.status.message.parts[0].text
         (done,) = [e async for e in client.send_message(send_request("no", **ids))]
+    assert done.task.status.state == COMPLETED
+    assert target.exists()
+    assert "BLOCKED: Command denied by user" in final_text(done.task)
+
+
+def approval_answer(ask: dict[str, Any], task: Any, **approval: Any) -> Any:
+    """A kagent-style answer: a text part for display, the tool_approval_response in the
+    message's metadata under the extension's URI, and the message declaring the extension."""
+    (tool,) = ask[HITL_URI]["tools"]
+    shown = "Approved" if approval["approved"] else "Rejected"
+    request = send_request(shown, task_id=task.id, context_id=task.context_id)
+    request.message.metadata.update({HITL_URI: {
+        "type": "tool_approval_response", "approvals": [{"id": tool["id"], **approval}]}})
+    request.message.extensions.append(HITL_URI)
+    return request
+
+
+async def test_structured_approval_runs_the_command_after_refusing_edited_args(
+        gw, hermes_id, tmp_path: Path):
+    (declared,) = (await gw.card(hermes_id)).capabilities.extensions
+    assert declared.uri == HITL_URI and not declared.required
+    assert MessageToDict(declared.params) == {"editableArgs": False}
+    target = tmp_path / "danger-target"
+    target.mkdir()
+    async with gw.client(hermes_id, streaming=False) as client:
+        (first,) = [e async for e in client.send_message(
+            send_request(f"FAKE_TOOL_DANGER path={target} {token()}"))]
+        ask = approval_data(first)
+        assert ask[HITL_URI] == {
+            "type": "tool_approval_request",
+            "hint": "Hermes asks for approval to run a command flagged as delete in root path",
+            "tools": [{"id": f"{ask['run_id']}/approval-1",
+                       "call_id": f"{ask['run_id']}/approval-1", "name": "terminal",
+                       "args": {"command": f"rm -rf {target}"}, "editable": False}],
+            "answers": ["once", "deny"]}
+        (edited,) = [e async for e in client.send_message(approval_answer(
+            ask, first.task, approved=True, args={"command": "true"}))]
+        assert edited.task.status.state == INPUT_REQUIRED
+        assert "cannot run terminal with edited arguments" in (
+            edited.task.status.message.parts[0].text)
+        assert target.exists()
+        (done,) = [e async for e in client.send_message(
+            approval_answer(ask, first.task, approved=True))]
+    assert done.task.status.state == COMPLETED
+    assert not target.exists()
+
+
+async def test_structured_denial_keeps_the_command_from_running(gw, hermes_id, tmp_path: Path):
+    target = tmp_path / "danger-target"
+    target.mkdir()
+    async with gw.client(hermes_id, streaming=False) as client:
+        (first,) = [e async for e in client.send_message(
+            send_request(f"FAKE_TOOL_DANGER path={target} {token()}"))]
+        ask = approval_data(first)
+        (done,) = [e async for e in client.send_message(approval_answer(
+            ask, first.task, approved=False, rejection_reason="keep it"))]
     assert done.task.status.state == COMPLETED
     assert target.exists()
     assert "BLOCKED: Command denied by user" in final_text(done.task)

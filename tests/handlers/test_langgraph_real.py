@@ -22,6 +22,7 @@ from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.stores.memory import MemoryStore
+from handlers.approvals import HITL_URI
 from tests.handlers.real_streams import (
     cancel_mid_stream,
     completed_with_ids,
@@ -152,10 +153,25 @@ async def ask_for_approval(gw, endpoint, mark: str) -> Any:
         task = await client.get_task(GetTaskRequest(id=task_id))
     assert task.status.state == INPUT_REQUIRED
     assert task.status.message.parts[0].text == f"Run `rm -rf scratch/{mark}`?"
-    (interrupt,) = question_data(task.status)["interrupts"]
-    assert interrupt["value"] == {"question": f"Run `rm -rf scratch/{mark}`?",
-                                  "command": f"rm -rf scratch/{mark}"}
+    data = question_data(task.status)
+    (interrupt,) = data["interrupts"]
+    assert interrupt["value"]["action_requests"] == [{
+        "name": "shell", "args": {"command": f"rm -rf scratch/{mark}"},
+        "description": f"Run `rm -rf scratch/{mark}`?"}]
+    assert data[HITL_URI] == {
+        "type": "tool_approval_request", "hint": f"Run `rm -rf scratch/{mark}`?",
+        "tools": [{"id": f"{interrupt['id']}/0", "call_id": interrupt["id"], "name": "shell",
+                   "args": {"command": f"rm -rf scratch/{mark}"}, "editable": True}],
+        "answers": ["approve", "deny"]}
     return task
+
+
+def approval_answer(task: Any, *approvals: dict[str, Any]) -> Any:
+    """The answer data part approving (or not) the task's pending tool call."""
+    (tool,) = question_data(task.status)[HITL_URI]["tools"]
+    return send_request("", data={"type": "tool_approval_response", "approvals": [
+        {"id": tool["id"], **a} for a in approvals]},
+        task_id=task.id, context_id=task.context_id)
 
 
 async def test_approval_round_trip_approve(gw, endpoint):
@@ -179,6 +195,45 @@ async def test_approval_round_trip_deny_with_a_data_answer(gw, endpoint):
     progress = [MessageToDict(e.status_update.metadata) for e in events
                 if e.HasField("status_update") and e.status_update.metadata]
     assert [p["kind"] for p in progress] == ["tool_completed"]
+
+
+async def test_structured_approval_approves_the_call(gw, endpoint):
+    (declared,) = (await gw.card(endpoint)).capabilities.extensions
+    assert declared.uri == HITL_URI and not declared.required
+    assert MessageToDict(declared.params) == {"editableArgs": True}
+    mark = token()
+    task = await ask_for_approval(gw, endpoint, mark)
+    async with gw.client(endpoint, streaming=False) as client:
+        (done,) = [e async for e in client.send_message(approval_answer(task, {"approved": True}))]
+    assert done.task.status.state == COMPLETED
+    assert final_text(done.task) == f"TOOL_RESULT_SEEN: approved: rm -rf scratch/{mark}"
+
+
+async def test_structured_denial_carries_its_reason_to_the_graph(gw, endpoint):
+    mark = token()
+    task = await ask_for_approval(gw, endpoint, mark)
+    async with gw.client(endpoint, streaming=False) as client:
+        (done,) = [e async for e in client.send_message(approval_answer(
+            task, {"approved": False, "rejection_reason": "not on a Friday"}))]
+    assert done.task.status.state == COMPLETED
+    assert final_text(done.task) == (
+        f"TOOL_RESULT_SEEN: denied by the user: rm -rf scratch/{mark} (not on a Friday)")
+
+
+async def test_edited_arguments_run_after_a_refused_mismatched_answer(gw, endpoint):
+    mark = token()
+    task = await ask_for_approval(gw, endpoint, mark)
+    ids = {"task_id": task.id, "context_id": task.context_id}
+    async with gw.client(endpoint, streaming=False) as client:
+        (wrong,) = [e async for e in client.send_message(send_request("", data={
+            "type": "tool_approval_response",
+            "approvals": [{"id": "not-asked", "approved": True}]}, **ids))]
+        assert wrong.task.status.state == INPUT_REQUIRED
+        assert "'not-asked' is not a pending approval" in wrong.task.status.message.parts[0].text
+        (done,) = [e async for e in client.send_message(approval_answer(
+            task, {"approved": True, "args": {"command": f"ls scratch/{mark}"}}))]
+    assert done.task.status.state == COMPLETED
+    assert final_text(done.task) == f"TOOL_RESULT_SEEN: approved: ls scratch/{mark}"
 
 
 async def test_cancel_mid_stream_interrupts_the_langgraph_run(gw, endpoint, langgraph_url):

@@ -3,9 +3,12 @@ a chat node on the scripted LLM (streamed tokens) that may call a ``shell`` tool
 ``approve`` node that asks a human with ``interrupt()`` before the tool "runs".
 
 The scripted LLM answers ``FAKE_TOOL_DANGER`` with a ``shell`` tool call; the interrupt's
-value is ``{"question", "command"}``; a resume value of ``yes``/``approve`` (or a JSON object
-with ``"approved": true``) approves, anything else denies. The tool runs nothing: its result
-says whether it was approved, and the LLM answers ``TOOL_RESULT_SEEN: <result>``.
+value has the shape of LangChain's ``HumanInTheLoopMiddleware`` request (``action_requests``,
+``review_configs`` allowing approve, edit and reject); a resume value of that middleware's
+``{"decisions": [...]}`` approves, edits (the command becomes the edited one) or rejects, and
+``yes``/``approve`` (or a JSON object with ``"approved": true``) approves too; anything else
+denies. The tool runs nothing: its result says whether (and what) it approved, and the LLM
+answers ``TOOL_RESULT_SEEN: <result>``.
 """
 
 from __future__ import annotations
@@ -39,18 +42,34 @@ async def chat(state: MessagesState) -> dict[str, Any]:
     return {"messages": [await model.ainvoke(state["messages"])]}
 
 
-def approved(answer: Any) -> bool:
+def decided(answer: Any, command: str) -> str:
+    """The tool's result for the human's answer."""
+    if isinstance(answer, dict) and isinstance(answer.get("decisions"), list):
+        (decision,) = answer["decisions"]
+        if decision.get("type") == "edit":
+            return f"approved: {decision['edited_action']['args']['command']}"
+        if decision.get("type") == "approve":
+            return f"approved: {command}"
+        reason = decision.get("message")
+        return f"denied by the user: {command}" + (f" ({reason})" if reason else "")
     if isinstance(answer, dict):
-        return answer.get("approved") is True
-    return str(answer).strip().lower() in APPROVALS
+        ok = answer.get("approved") is True
+    else:
+        ok = str(answer).strip().lower() in APPROVALS
+    return f"approved: {command}" if ok else f"denied by the user: {command}"
 
 
 def approve(state: MessagesState) -> dict[str, Any]:
     call = state["messages"][-1].tool_calls[0]
     command = call["args"].get("command", "")
-    answer = interrupt({"question": f"Run `{command}`?", "command": command})
-    result = f"approved: {command}" if approved(answer) else f"denied by the user: {command}"
-    return {"messages": [ToolMessage(result, tool_call_id=call["id"], name="shell")]}
+    answer = interrupt({
+        "action_requests": [{"name": "shell", "args": {"command": command},
+                             "description": f"Run `{command}`?"}],
+        "review_configs": [{"action_name": "shell",
+                            "allowed_decisions": ["approve", "edit", "reject"]}],
+    })
+    return {"messages": [ToolMessage(decided(answer, command), tool_call_id=call["id"],
+                                     name="shell")]}
 
 
 def after_chat(state: MessagesState) -> str:
