@@ -27,7 +27,16 @@ from typing import Any, ClassVar
 import structlog
 from pydantic import Field, SecretStr
 
-from handlers.approvals import call_text, confirmation_answer
+from handlers.approvals import (
+    HITL_URI,
+    ApprovalAnswerError,
+    AskedCall,
+    approval_request,
+    call_text,
+    card_extension,
+    confirmation_answer,
+    decisions,
+)
 from handlers.base import (
     Completed,
     Failed,
@@ -222,8 +231,12 @@ def _strings(value: Any) -> list[str]:
 
 def confirmation_question(confirmations: list[dict[str, Any]]) -> InputRequired:
     lines = [f"Allow {c['call']}? Answer yes or no." for c in confirmations]
+    # ADK's confirmation answer is a yes or no: no edited arguments, no reason
+    asked = approval_request([AskedCall(c["id"], c["tool"], c["args"]) for c in confirmations],
+                             hint="\n".join(c["hint"] or f"Allow {c['call']}?"
+                                            for c in confirmations))
     return InputRequired("\n".join(lines), {
-        PENDING_KEY: confirmations, "choices": ["approve", "deny"]})
+        PENDING_KEY: confirmations, "choices": ["approve", "deny"], HITL_URI: asked})
 
 
 class AdkHandler(RunBridge[RunEvents]):
@@ -245,12 +258,21 @@ class AdkHandler(RunBridge[RunEvents]):
 
     async def resume(self, request: HandlerRequest) -> bool:
         """The answer goes in a fresh ``run`` (the asking run has ended); an answer that is
-        neither yes nor no is refused, the task keeps waiting."""
-        if confirmation_answer(request) is None:
+        neither yes nor no, or a structured answer that does not fit the request, is refused;
+        the task keeps waiting."""
+        try:
+            decided = decisions(request)
+        except ApprovalAnswerError as exc:
+            raise InputRejectedError(f"Not a valid answer to the approval request: {exc}.",
+                                     request.pending_input or None) from None
+        if decided is None:
             raise InputRejectedError(
                 "Answer yes (approve) or no (deny), as text or as a data part "
                 '{"confirmed": true|false}.', request.pending_input or None)
         return False
+
+    def card_fields(self) -> dict[str, Any]:
+        return {"extensions": [card_extension(editable=False)]}
 
     # -- the hooks of RunBridge -------------------------------------------------------
 
@@ -310,9 +332,10 @@ def new_message(request: HandlerRequest) -> dict[str, Any]:
     ``functionResponse`` parts, else the text (and data parts as JSON lines)."""
     pending = (request.pending_input or {}).get(PENDING_KEY)
     if pending:
+        decided = decisions(request) or {}
         confirmed = bool(confirmation_answer(request))
         return {"role": "user", "parts": [
-            {"functionResponse": {"id": c["id"], "name": CONFIRMATION,
-                                  "response": {"confirmed": confirmed}}}
+            {"functionResponse": {"id": c["id"], "name": CONFIRMATION, "response": {
+                "confirmed": decided[c["id"]].approved if c["id"] in decided else confirmed}}}
             for c in pending]}
     return {"role": "user", "parts": [{"text": request_text(request)}]}

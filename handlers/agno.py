@@ -27,7 +27,17 @@ from typing import Any, ClassVar
 
 from pydantic import Field, SecretStr
 
-from handlers.approvals import call_text, yes_or_no
+from handlers.approvals import (
+    HITL_URI,
+    ApprovalAnswerError,
+    AskedCall,
+    approval_request,
+    call_text,
+    card_extension,
+    decisions,
+    structured_answer,
+    yes_or_no,
+)
 from handlers.base import (
     Canceled,
     Completed,
@@ -199,17 +209,26 @@ def paused(run: AgnoRun, tools: list[dict[str, Any]]) -> HandlerEvent:
         "Answer yes or no."
         for t in waiting
     )
+    # Agno continues a confirmed tool with the arguments it proposed: none are edited here
+    asked = approval_request(
+        [AskedCall(str(t.get("tool_call_id")), str(t.get("tool_name") or ""),
+                   t["tool_args"] if isinstance(t.get("tool_args"), dict) else {})
+         for t in waiting], hint=prompt)
     return InputRequired(prompt, {
         "run_id": run.run_id, "choices": CHOICES,
         "tools": [{k: t.get(k) for k in ("tool_call_id", "tool_name", "tool_args")}
-                  for t in waiting]})
+                  for t in waiting], HITL_URI: asked})
 
 
 def confirmations(request: HandlerRequest, tools: list[dict[str, Any]]) -> dict[str, bool] | None:
-    """Each waiting tool's confirmation from the answer: a data part ``{"confirmed": bool}``
-    (or ``{"confirmed": {tool_call_id: bool}}`` naming every tool), or a yes/no word; None
-    when the answer says neither."""
+    """Each waiting tool's confirmation from the answer: a ``tool_approval_response``
+    (``handlers.approvals``; raises ``ApprovalAnswerError`` when it does not fit), a data part
+    ``{"confirmed": bool}`` (or ``{"confirmed": {tool_call_id: bool}}`` naming every tool),
+    or a yes/no word; None when the answer says neither."""
     ids = [str(t.get("tool_call_id")) for t in tools]
+    if structured_answer(request) is not None:
+        decided = decisions(request) or {}
+        return {i: decided[i].approved for i in ids if i in decided}
     for data in request.data:
         value = data.get("confirmed", data.get("approved"))
         if isinstance(value, dict):
@@ -255,11 +274,19 @@ class AgnoHandler(RunBridge[AgnoRun]):
         """The answer continues the paused run in a fresh ``run``; one that is neither yes nor
         no is refused and the task keeps waiting."""
         tools = (request.pending_input or {}).get("tools") or []
-        if confirmations(request, tools) is None:
+        try:
+            decided = confirmations(request, tools)
+        except ApprovalAnswerError as exc:
+            raise InputRejectedError(f"Not a valid answer to the approval request: {exc}.",
+                                     request.pending_input or None) from None
+        if decided is None:
             raise InputRejectedError(
                 "Answer yes or no (or send a data part {\"confirmed\": true|false}).",
                 request.pending_input or None)
         return False
+
+    def card_fields(self) -> dict[str, Any]:
+        return {"extensions": [card_extension(editable=False)]}
 
     # -- the hooks of RunBridge -------------------------------------------------------
 
