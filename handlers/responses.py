@@ -37,7 +37,12 @@ from typing import Any, Literal
 import structlog
 from pydantic import Field, SecretStr
 
-from handlers.approvals import confirmation_answer
+from handlers.approvals import (
+    ApprovalAnswerError,
+    card_extension,
+    confirmation_answer,
+    decisions,
+)
 from handlers.base import (
     Completed,
     Failed,
@@ -108,10 +113,12 @@ def build_input(request: HandlerRequest, *, with_history: bool) -> str | list[di
     items, else the message's text, after the context's earlier turns ``with_history``."""
     approvals = pending_approvals(request)
     if approvals:
+        decided = decisions(request) or {}
         approved = confirmation_answer(request) is True  # resume refused anything unclear
         return [{"type": "message", "role": "user", "content": [
             {"type": "function_approval_response", "request_id": a["request_id"],
-             "approved": approved} for a in approvals]}]
+             "approved": decided[a["request_id"]].approved if a["request_id"] in decided
+             else approved} for a in approvals]}]
     text = request_text(request)
     if not with_history or not request.history:
         return text
@@ -245,12 +252,24 @@ class ResponsesHandler(StreamingBridge):
 
     async def resume(self, request: HandlerRequest) -> bool:
         """The answer goes in a fresh ``run`` (the asking response has ended); an answer that
-        is neither approve nor deny is refused, the task keeps waiting."""
-        if pending_approvals(request) and confirmation_answer(request) is None:
+        is neither approve nor deny, or a structured answer that does not fit the request, is
+        refused; the task keeps waiting."""
+        if not pending_approvals(request):
+            return False
+        try:
+            decided = decisions(request)
+        except ApprovalAnswerError as exc:
+            raise InputRejectedError(f"Not a valid answer to the approval request: {exc}.",
+                                     request.pending_input or None) from None
+        if decided is None:
             raise InputRejectedError(
                 'Answer approve or deny (yes or no), as text or as a data part '
                 '{"approved": true|false}.', request.pending_input or None)
         return False
+
+    def card_fields(self) -> dict[str, Any]:
+        # a server may ask to approve a function call (DevUI's function_approval)
+        return {"extensions": [card_extension(editable=False)]}
 
     async def cancel(self, request: HandlerRequest) -> bool:
         """Ask the server to cancel the response ``run_ref``; True when it says it did (its

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from handlers.approvals import call_text
+from handlers.approvals import HITL_URI, AskedCall, approval_request, call_text
 from handlers.base import (
     Canceled,
     Completed,
@@ -119,7 +119,14 @@ def approval_question(approvals: list[dict[str, Any]]) -> InputRequired:
     """The question of one or more pending approvals, answered once for all of them."""
     lines = [f"Allow {call_text(a['name'], a['arguments'])}? Answer approve or deny."
              for a in approvals]
-    data: dict[str, Any] = {APPROVAL_KEY: approvals[0], "choices": ["approve", "deny"]}
+    # a function_approval_response is approved or not: no edited arguments, no reason
+    asked = approval_request(
+        [AskedCall(a["request_id"], a["name"],
+                   a["arguments"] if isinstance(a["arguments"], dict) else {})
+         for a in approvals],
+        hint="\n".join(f"Allow {call_text(a['name'], a['arguments'])}?" for a in approvals))
+    data: dict[str, Any] = {APPROVAL_KEY: approvals[0], "choices": ["approve", "deny"],
+                            HITL_URI: asked}
     if len(approvals) > 1:
         data[APPROVALS_KEY] = approvals
     return InputRequired("\n".join(lines), data)

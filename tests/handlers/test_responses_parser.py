@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from handlers.approvals import HITL_URI
 from handlers.base import (
     Canceled,
     Completed,
@@ -140,15 +141,27 @@ async def test_an_approval_request_asks_and_the_answer_goes_as_an_approval_item(
     assert not of(Completed, events) and events[-1] is question
     assert question.prompt == ('Allow bash(command="rm -rf /srv/danger-target")? '
                                "Answer approve or deny.")
+    call_id = "af-call-fcc14cb6df02484e8c09bdbd8de67710"
     assert question.data == {"responses_approval": {
-        "request_id": "af-call-fcc14cb6df02484e8c09bdbd8de67710", "name": "bash",
-        "arguments": {"command": "rm -rf /srv/danger-target"}}, "choices": ["approve", "deny"]}
+        "request_id": call_id, "name": "bash",
+        "arguments": {"command": "rm -rf /srv/danger-target"}}, "choices": ["approve", "deny"],
+        HITL_URI: {"type": "tool_approval_request",
+                   "hint": 'Allow bash(command="rm -rf /srv/danger-target")?',
+                   "tools": [{"id": call_id, "call_id": call_id, "name": "bash",
+                              "args": {"command": "rm -rf /srv/danger-target"},
+                              "editable": False}],
+                   "answers": ["approve", "deny"]}}
 
     unclear = handler_request("maybe", session=session, pending_input=question.data)
     with pytest.raises(InputRejectedError):
         await handler.resume(unclear)
-    answer = handler_request("", data=[{"approved": True}], session=session,
-                             pending_input=question.data)
+    edited = handler_request("", session=session, pending_input=question.data, data=[{
+        "type": "tool_approval_response",
+        "approvals": [{"id": call_id, "approved": True, "args": {"command": "true"}}]}])
+    with pytest.raises(InputRejectedError, match="cannot run bash with edited arguments"):
+        await handler.resume(edited)
+    answer = handler_request("no", session=session, pending_input=question.data, data=[{
+        "type": "tool_approval_response", "approvals": [{"id": call_id, "approved": True}]}])
     assert await handler.resume(answer) is False  # answered by a fresh run
     events = await collect(handler.run(answer))
     assert backend.bodies("/v1/responses")[1]["input"] == [{"type": "message", "role": "user",
