@@ -33,7 +33,16 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, SecretStr
 
-from handlers.approvals import call_text, confirmation_answer
+from handlers.approvals import (
+    HITL_URI,
+    ApprovalAnswerError,
+    AskedCall,
+    approval_request,
+    call_text,
+    card_extension,
+    confirmation_answer,
+    decisions,
+)
 from handlers.base import (
     ArtifactDelta,
     Canceled,
@@ -149,28 +158,31 @@ def resume_fields(request: HandlerRequest, settings: AgUiSettings,
     """The body fields and the messages that answer ``interrupts`` with the client's answer."""
     payload = next((d["payload"] for d in request.data if isinstance(d.get("payload"), dict)),
                    None)
-    approved = bool(confirmation_answer(request))
-    status, default_payload = settings.adapter.approve if approved else settings.adapter.deny
-    if payload is not None:
-        status = "resolved"
-    payload = payload if payload is not None else default_payload
+    decided = decisions(request) or {}  # a structured answer decides each interrupt by id
+    answered = bool(confirmation_answer(request))
     fields: dict[str, Any] = {}
     messages: list[dict[str, Any]] = []
     resume = []
     for interrupt in interrupts:
+        known = decided.get(interrupt["id"])
+        approved = known.approved if known is not None else answered
+        status, default_payload = settings.adapter.approve if approved else settings.adapter.deny
+        if payload is not None:
+            status = "resolved"
+        sent = payload if payload is not None else default_payload
         via = interrupt.get("via")
         if via == "command":  # a null resume is no answer to ag-ui-langgraph
-            resumed = payload if payload is not None else {"approved": approved}
+            resumed = sent if sent is not None else {"approved": approved}
             fields["forwardedProps"] = {"command": {"resume": resumed}}
         elif via == "tool_message":
             messages.append({"id": str(uuid.uuid4()), "role": "tool",
                              "toolCallId": interrupt["id"],
-                             "content": json.dumps(payload if payload is not None
+                             "content": json.dumps(sent if sent is not None
                                                    else {"confirmed": approved})})
         else:
             entry: dict[str, Any] = {"interruptId": interrupt["id"], "status": status}
-            if payload is not None and status == "resolved":
-                entry["payload"] = payload
+            if sent is not None and status == "resolved":
+                entry["payload"] = sent
             resume.append(entry)
     if resume:
         fields["resume"] = resume
@@ -487,8 +499,14 @@ def question(interrupts: list[dict[str, Any]]) -> InputRequired:
             asked = (f"Allow {call_text(interrupt['tool'], interrupt.get('arguments'))}?"
                      if interrupt.get("tool") else "The agent asks to go on.")
         lines.append(f"{asked} Answer approve or deny.")
+    # the adapters take approve or deny (or a payload of their own): no edited arguments
+    asked_calls = [AskedCall(i["id"], str(i.get("tool") or "interrupt"),
+                             i["arguments"] if isinstance(i.get("arguments"), dict) else {},
+                             call_id=str(i.get("toolCallId") or i["id"])) for i in interrupts]
+    hint = "\n".join(line.removesuffix(" Answer approve or deny.") for line in lines)
     return InputRequired("\n".join(lines), {INTERRUPTS_KEY: interrupts,
-                                            "choices": ["approve", "deny"]})
+                                            "choices": ["approve", "deny"],
+                                            HITL_URI: approval_request(asked_calls, hint=hint)})
 
 
 # -- the handler --------------------------------------------------------------------------
@@ -512,14 +530,23 @@ class AgUiHandler(StreamingBridge):
 
     async def resume(self, request: HandlerRequest) -> bool:
         """The answer goes in a fresh run; one that is neither approve nor deny (nor a
-        ``payload``) is refused and the task keeps waiting."""
-        if confirmation_answer(request) is None and not any(
+        ``payload``), or a structured answer that does not fit the request, is refused and the
+        task keeps waiting."""
+        try:
+            decided = decisions(request)
+        except ApprovalAnswerError as exc:
+            raise InputRejectedError(f"Not a valid answer to the approval request: {exc}.",
+                                     request.pending_input or None) from None
+        if decided is None and not any(
                 isinstance(d.get("payload"), dict) for d in request.data):
             raise InputRejectedError(
                 'Answer approve or deny, as text or as a data part {"approved": true|false} '
                 '(or {"payload": {...}} to send the agent an answer of its own shape).',
                 request.pending_input or None)
         return False
+
+    def card_fields(self) -> dict[str, Any]:
+        return {"extensions": [card_extension(editable=False)]}
 
     def build_body(self, request: HandlerRequest, *, stream: bool) -> dict[str, Any]:
         interrupts = pending_interrupts(request)

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from handlers.ag_ui import ADAPTERS, INTERRUPTS_KEY, MESSAGES_KEY, AgUiHandler, AgUiSettings
+from handlers.approvals import HITL_URI
 from handlers.base import (
     ArtifactDelta,
     Canceled,
@@ -206,6 +207,8 @@ async def test_an_interrupt_asks_the_client_about_the_tool_call(
     started = [e.data["tool"] for e in events if isinstance(e, Progress)
                and e.kind == "tool_started"]
     assert started == ["bash"]  # the adapters' made-up confirmation calls are not tools
+    (tool,) = asked.data[HITL_URI]["tools"]
+    assert tool["id"] == interrupt_id and tool["editable"] is False
 
 
 @pytest.mark.parametrize(("adapter", "name", "answer", "expected"), [
@@ -252,6 +255,23 @@ async def test_adk_without_an_outcome_is_answered_with_a_confirmation_tool_messa
     assert message["toolCallId"] == "adk-2cf795e1-2ff8-49c8-9800-2a14492bc9ca"
     assert json.loads(message["content"]) == {"confirmed": False}
     assert [e.kind for e in events if isinstance(e, Progress)] == ["working", "tool_completed"]
+
+
+async def test_a_structured_answer_decides_by_interrupt_id_and_a_mismatch_is_refused() -> None:
+    backend = replaying("adk_interrupt_tool_call", "adk_resume_approved")
+    h = handler(backend, "adk")
+    asked = the(InputRequired, await run(h, handler_request("please FAKE_TOOL_DANGER now")))
+    (tool,) = asked.data[HITL_URI]["tools"]
+    wrong = answer_to(asked, data=[{"type": "tool_approval_response",
+                                    "approvals": [{"id": "other", "approved": True}]}])
+    with pytest.raises(InputRejectedError, match="'other' is not a pending approval"):
+        await h.resume(wrong)
+    denied = answer_to(asked, "yes", data=[{"type": "tool_approval_response",
+                                            "approvals": [{"id": tool["id"], "approved": False}]}])
+    assert await h.resume(denied) is False
+    await run(h, denied)
+    (message,) = backend.bodies[1]["messages"]
+    assert json.loads(message["content"]) == {"confirmed": False}  # not the "yes" beside it
 
 
 async def test_a_payload_of_the_clients_own_goes_to_the_agent_as_it_is() -> None:
