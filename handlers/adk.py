@@ -232,9 +232,9 @@ def _strings(value: Any) -> list[str]:
 def confirmation_question(confirmations: list[dict[str, Any]]) -> InputRequired:
     lines = [f"Allow {c['call']}? Answer yes or no." for c in confirmations]
     # ADK's confirmation answer is a yes or no: no edited arguments, no reason
+    # ADK's own hint tells a program how to answer in ADK's terms, not what is asked
     asked = approval_request([AskedCall(c["id"], c["tool"], c["args"]) for c in confirmations],
-                             hint="\n".join(c["hint"] or f"Allow {c['call']}?"
-                                            for c in confirmations))
+                             hint="\n".join(f"Allow {c['call']}?" for c in confirmations))
     return InputRequired("\n".join(lines), {
         PENDING_KEY: confirmations, "choices": ["approve", "deny"], HITL_URI: asked})
 
