@@ -421,20 +421,23 @@ class RunEvents:
             raise UnexpectedFrame(BACKEND, "an interrupt outcome without interrupt ids")
         interrupts = []
         for given in listed:
-            call = self.tools.get(given.get("toolCallId") or "")
             confirmation = self._confirmation(self.tools.get(given["id"]))
-            interrupt = {"id": given["id"], "via": "resume", **_interrupt_fields(given),
-                         **confirmation}
-            if call is not None and "tool" not in interrupt:
-                interrupt.update(tool=call.name, arguments=call.arguments())
-            interrupts.append(interrupt)
+            interrupts.append(self._with_call({"id": given["id"], "via": "resume",
+                                               **_interrupt_fields(given), **confirmation}))
         return interrupts
 
     def _legacy_interrupts(self) -> list[dict[str, Any]]:
         confirmations = [{"id": call_id, "via": "tool_message", **self._confirmation(call)}
                          for call_id, call in self.tools.items()
                          if call.name == ADK_CONFIRMATION and not call.answered]
-        return self.legacy + confirmations
+        return [self._with_call(i) for i in self.legacy] + confirmations
+
+    def _with_call(self, interrupt: dict[str, Any]) -> dict[str, Any]:
+        """``interrupt`` with the name and arguments of the tool call it names, if it has none."""
+        call = self.tools.get(interrupt.get("toolCallId") or "")
+        if call is None or "tool" in interrupt:
+            return interrupt
+        return {**interrupt, "tool": call.name, "arguments": call.arguments()}
 
     @staticmethod
     def _confirmation(call: ToolCall | None) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope, UsageQuery
 from a2a_gateway.stores.memory import MemoryStore
+from handlers.approvals import HITL_URI
 from tests.handlers.real_streams import (
     cancel_mid_stream,
     llm_requests,
@@ -178,13 +179,18 @@ DENIALS = [*(pytest.param(s, id=name) for name, s in SERVERS.items()),
 
 
 @pytest.mark.parametrize("server", DENIALS)
-async def test_deny_with_a_data_answer_does_not_run_the_tool(gw, server):
+async def test_deny_with_a_structured_answer_does_not_run_the_tool(gw, server):
     endpoint = await ag_ui_endpoint(gw, server)
     mark = token()
     task = await ask_for_approval(gw, endpoint, mark, server)
+    (data,) = [MessageToDict(p.data) for p in task.status.message.parts if p.HasField("data")]
+    (tool,) = data[HITL_URI]["tools"]
+    assert tool["args"] == {"command": f"rm -rf scratch/{mark}"} and not tool["editable"]
     async with gw.client(endpoint) as client:
         events = [e async for e in client.send_message(send_request(
-            "", data={"approved": False}, task_id=task.id, context_id=task.context_id))]
+            "", data={"type": "tool_approval_response", "approvals": [
+                {"id": tool["id"], "approved": False}]},
+            task_id=task.id, context_id=task.context_id))]
     assert state_of(events[-1]) == COMPLETED
     denied = server.denied.format(command=f"rm -rf scratch/{mark}")
     assert streamed_answer(events) == f"TOOL_RESULT_SEEN: {denied}"

@@ -21,6 +21,7 @@ from a2a.types import CancelTaskRequest, GetTaskRequest, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
+from handlers.approvals import HITL_URI
 from tests.handlers.real_streams import (
     llm_requests,
     six_streamed_tokens,
@@ -149,11 +150,16 @@ async def test_devui_approval_approved_in_words_runs_the_tool(gw, endpoint):
     assert final_text(done.task) == f"TOOL_RESULT_SEEN: would run rm -rf scratch/{mark}"
 
 
-async def test_devui_approval_denied_with_a_data_part(gw, endpoint):
+async def test_devui_approval_denied_with_a_structured_answer(gw, endpoint):
     task = await ask_for_approval(gw, endpoint, token())
+    (data,) = [MessageToDict(p.data) for p in task.status.message.parts if p.HasField("data")]
+    (tool,) = data[HITL_URI]["tools"]
+    assert tool["id"] == data["responses_approval"]["request_id"]
     async with gw.client(endpoint) as client:
         events = [e async for e in client.send_message(send_request(
-            "", data={"approved": False}, task_id=task.id, context_id=task.context_id))]
+            "", data={"type": "tool_approval_response", "approvals": [
+                {"id": tool["id"], "approved": False}]},
+            task_id=task.id, context_id=task.context_id))]
     assert state_of(events[-1]) == COMPLETED
     assert streamed_answer(events) == f"TOOL_RESULT_SEEN: {DENIED}"
 
