@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from a2a.types import Message
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from a2a_gateway.endpoints.card import with_handler_fields
 from a2a_gateway.stores.base import Endpoint
@@ -23,6 +25,7 @@ from handlers.approvals import (
     decisions,
 )
 from handlers.langgraph_approvals import approval_of, decisions_value
+from tests.support.examples import examples
 from tests.support.messages import handler_request
 
 CALLS = [AskedCall("a-1", "delete_file", {"path": "/x"}, call_id="c-1"),
@@ -104,6 +107,33 @@ def test_a_structured_answer_of_another_type_or_without_a_pending_approval_is_re
     with pytest.raises(ApprovalAnswerError, match="no tool approval is pending"):
         decisions(handler_request("", data=[{"type": "tool_approval_response"}],
                                   pending_input={"interrupts": []}))
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["id", "approved", "args", "rejection_reason", "x"]), inner, max_size=4),
+    max_leaves=12)
+APPROVAL = st.fixed_dictionaries(
+    {"id": st.sampled_from(["a-1", "a-2", "zz"]) | JSON, "approved": st.booleans() | JSON},
+    optional={"args": JSON, "rejection_reason": st.text(max_size=5) | JSON, "x": JSON})
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.lists(APPROVAL | JSON, max_size=3), st.sampled_from(["tool_approval_response", "x"]))
+def test_any_answer_is_decided_for_every_pending_call_or_refused(approvals, kind):
+    request = handler_request("", data=[{"type": kind, "approvals": approvals}],
+                              pending_input=PENDING)
+    try:
+        decided = decisions(request)
+    except ApprovalAnswerError as refused:
+        assert str(refused) and kind == "tool_approval_response"
+        return
+    if kind != "tool_approval_response":
+        assert decided is None  # a data part of another type is no answer
+        return
+    assert decided is not None and set(decided) == {"a-1", "a-2"}
+    assert decided["a-1"].args is None  # a-1 is not editable
 
 
 HITL_INTERRUPT = {"id": "int-1", "value": {
