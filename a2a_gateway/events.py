@@ -31,6 +31,8 @@ from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from a2a_gateway.generation import generation_of, set_generation
+
 AnyEvent = TypeVar("AnyEvent", TaskStatusUpdateEvent, TaskArtifactUpdateEvent)
 
 INTERRUPTED_STATES = frozenset({TASK_STATE_INPUT_REQUIRED, TASK_STATE_AUTH_REQUIRED})
@@ -103,6 +105,9 @@ def status_event(task: Task, metadata: dict[str, Any] | None = None) -> TaskStat
     event.status.CopyFrom(task.status)
     if metadata:
         event.metadata.update(metadata)
+    generation = generation_of(task)
+    if generation:
+        set_generation(event, generation)
     return event
 
 
@@ -111,6 +116,9 @@ def slim_status_event(event: TaskStatusUpdateEvent) -> TaskStatusUpdateEvent:
     slim = TaskStatusUpdateEvent(task_id=event.task_id, context_id=event.context_id)
     slim.status.state = event.status.state
     slim.status.timestamp.CopyFrom(event.status.timestamp)
+    generation = generation_of(event)
+    if generation:
+        set_generation(slim, generation)
     return slim
 
 

@@ -313,6 +313,10 @@ class GatewaySettings(BaseSettings):
     """The worker route: the AWS Lambda Web Adapter posts non-HTTP events here."""
     remote_poll_seconds: float = 1.0
     """How often a replica polls the store for a task that runs on another replica."""
+    long_poll_seconds: float = Field(default=25.0, ge=0, le=3600)
+    """How long a GetTask with ``currentGeneration`` (A2A 1.1) waits for the task to change
+    before it answers the task as it stands: below the idle timeout of load balancers (60 s
+    on AWS ALB), Lambda Function URLs and browsers."""
     redis_url: SecretStr = SecretStr("")
     """Redis or Valkey shared by the replicas (``redis://[user:password@]host:port/db``,
     ``rediss://`` for TLS, ``unix://``): it then carries the live path across replicas (any

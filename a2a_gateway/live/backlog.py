@@ -3,8 +3,9 @@ yet, in order, bounded by bytes.
 
 A producer may run far ahead of a slow client. Consecutive chunks of one artifact are
 merged while they wait: an ``append: true`` chunk adds its parts to the artifact, so one
-chunk holding the parts of all of them, with the id of the last, stands for all of them
-(a client that keeps parts and one that joins their text both build the same artifact).
+chunk holding the parts of all of them, with the id and generation of the last, stands for
+all of them (a client that keeps parts and one that joins their text both build the same
+artifact; one that tracks generations sees a gap, as the 1.1 draft allows, with no text lost).
 A flood of text deltas therefore costs its parts, not an event per delta. What no merge
 can shrink (a flood of status events, or more text than the budget) makes ``put``
 return False: the owner then ``restart``s the backlog, and its consumer starts over from
@@ -20,6 +21,7 @@ from typing import Any
 from a2a.types import TaskArtifactUpdateEvent
 
 from a2a_gateway.events import copy_event
+from a2a_gateway.generation import generation_of, set_generation
 
 END = object()
 """Taken when the subscription ended: nothing follows."""
@@ -46,7 +48,7 @@ def _parts_size(event: TaskArtifactUpdateEvent) -> int:
 class _Chunks:
     """Consecutive chunks of one artifact, waiting to be taken as one."""
 
-    __slots__ = ("event_id", "event", "merged", "size", "artifact_id", "name", "ended")
+    __slots__ = ("event_id", "event", "merged", "size", "artifact_id", "name", "ended", "last")
 
     def __init__(self, event_id: str, first: TaskArtifactUpdateEvent, size: int) -> None:
         self.event_id = event_id
@@ -57,6 +59,8 @@ class _Chunks:
         self.artifact_id, self.name = first.artifact.artifact_id, first.artifact.name
         self.ended = first.last_chunk
         """The last chunk taken in was a ``last_chunk``: nothing appends to it any more."""
+        self.last = first
+        """The last chunk merged in: the merged one carries its generation."""
 
     def takes(self, event: TaskArtifactUpdateEvent) -> bool:
         if self.ended or not event.append:
@@ -68,7 +72,7 @@ class _Chunks:
         """Merge the next chunk (its parts, its ``last_chunk``); the bytes it adds."""
         if not self.merged:  # the copy keeps the first chunk's append flag: replace or append
             self.event, self.merged = copy_event(self.event), True
-        self.event_id = event_id
+        self.event_id, self.last = event_id, event
         self.event.artifact.parts.extend(event.artifact.parts)
         if event.last_chunk:
             self.event.last_chunk = self.ended = True
@@ -77,6 +81,10 @@ class _Chunks:
         return added
 
     def item(self) -> tuple[str, TaskArtifactUpdateEvent]:
+        if self.merged:
+            generation = generation_of(self.last)
+            if generation:
+                set_generation(self.event, generation)
         return self.event_id, self.event
 
 

@@ -17,7 +17,9 @@ log since dropped is simply a miss (the caller then starts from a snapshot). A l
 holds the events of one run only: when another run of the task publishes, a new log
 starts. Logs are bounded (``ReplayLimits``): events per task, a byte budget over all
 tasks (least recently active dropped first), and a keep time after the last event or
-the last subscriber, so the final events of an ended task can still be fetched.
+the last subscriber, so the final events of an ended task can still be fetched. An event's
+number in the log is its generation, so the id a client holds ends with the generation of
+the last event it got.
 
 This implementation is in-process; a cross-replica hub (PostgreSQL LISTEN/NOTIFY)
 implements the same methods, and ``follow`` (a task run elsewhere) is where it
@@ -44,6 +46,7 @@ from typing import Any, Protocol
 
 from a2a.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
+from a2a_gateway.generation import generation_of
 from a2a_gateway.live.backlog import END, RESTART, Backlog
 from a2a_gateway.live.feed import EndpointFeed
 from a2a_gateway.live.replay_log import ReplayLog
@@ -60,6 +63,10 @@ class LocalRun(Protocol):
 
     @property
     def version(self) -> int | None: ...
+
+    @property
+    def generation(self) -> int:
+        """The task's generation with every event the run published so far."""
 
 
 class LocalRuns(Protocol):
@@ -145,8 +152,8 @@ class _Log(ReplayLog[LiveEvent]):
 
     __slots__ = ("run", "ended")
 
-    def __init__(self, run: object, now: float) -> None:
-        super().__init__(now)
+    def __init__(self, run: object, now: float, start: int) -> None:
+        super().__init__(now, start)
         self.run = run
         """The run whose events these are (None before the first run published)."""
         self.ended = False
@@ -248,7 +255,7 @@ class LiveHub:
         if log is not None and not log.ended:
             run = self._run(task_id)
             if log.run is not run and log.run is not None:
-                log = self._new_log(task_id, run)
+                log = self._new_log(task_id, run, generation_of(event) - 1)
             log.run = run
             event_id = self._append(task_id, log, event, size)
         else:
@@ -304,19 +311,20 @@ class LiveHub:
             return None
         log = self._logs.get(task_id)
         if log is None or log.ended:
-            log = self._new_log(task_id, self._run(task_id))
+            run = self._run(task_id)  # a snapshot taken now stands for its generation
+            log = self._new_log(task_id, run, getattr(run, "generation", 0))
         self._touch(task_id, log)
         return log
 
-    def _new_log(self, task_id: str, run: object) -> _Log:
+    def _new_log(self, task_id: str, run: object, start: int) -> _Log:
         self._drop_log(task_id)
-        log = _Log(run, self.clock())
+        log = _Log(run, self.clock(), max(start, 0))
         self._logs[task_id] = log
         self._log_bytes += log.size
         return log
 
     def _append(self, task_id: str, log: _Log, event: LiveEvent, size: int) -> str:
-        event_id, grown = log.append(event, size, self._limits.events)
+        event_id, grown = log.append(event, size, self._limits.events, generation_of(event))
         self._log_bytes += grown
         self._touch(task_id, log)
         return event_id

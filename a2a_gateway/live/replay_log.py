@@ -1,8 +1,9 @@
 """A replay log: the recent events of one stream (a task's run on the live hub, an endpoint
-on the operators' feed), numbered from 1 under a random token. Event ids are
-``<token>.<n>``: a client that reconnects with one as ``Last-Event-ID`` gets exactly the
-events after it, or nothing when the log no longer holds them all (an id of another log,
-of a restarted process, too old, or not an id at all)."""
+on the operators' feed), numbered in order under a random token: from 1, or by a number the
+events carry (a task's generation). Event ids are ``<token>.<n>``: a client that reconnects
+with one as ``Last-Event-ID`` gets exactly the events after it, or nothing when the log no
+longer holds them all (an id of another log, of a restarted process, too old, or not an id
+at all)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,16 @@ LOG_OVERHEAD = 256
 class ReplayLog(Generic[E]):
     """The last events of one stream, each kept with its size in bytes."""
 
-    __slots__ = ("token", "events", "last", "touched", "size")
+    __slots__ = ("token", "events", "last", "floor", "touched", "size")
 
-    def __init__(self, now: float) -> None:
+    def __init__(self, now: float, start: int = 0) -> None:
         self.token = os.urandom(6).hex()
         self.events: deque[tuple[int, E, int]] = deque()  # (n, event, bytes)
-        self.last = 0
+        self.last = start
+        """The number of the last event (``start`` before the first: the stream's position
+        when the log opened)."""
+        self.floor = start
+        """The log holds every event numbered above this one."""
         self.touched = now
         """When the log was last active (its owner's clock)."""
         self.size = LOG_OVERHEAD
@@ -32,15 +37,19 @@ class ReplayLog(Generic[E]):
     def id(self, n: int) -> str:
         return f"{self.token}.{n}"
 
-    def append(self, event: E, size: int, max_events: int) -> tuple[str, int]:
-        """Log ``event`` (dropping the oldest past ``max_events``); its id and the bytes the
-        log grew by (less than ``size`` when events were dropped)."""
+    def append(
+        self, event: E, size: int, max_events: int, number: int = 0
+    ) -> tuple[str, int]:
+        """Log ``event`` as ``number`` (the next one when that is not above the last: numbers
+        only grow), dropping the oldest past ``max_events``; its id and the bytes the log
+        grew by (less than ``size`` when events were dropped)."""
         before = self.size
-        self.last += 1
+        self.last = number if number > self.last else self.last + 1
         self.events.append((self.last, event, size))
         self.size += size
         while len(self.events) > max_events:
-            self.size -= self.events.popleft()[2]
+            self.floor, _, dropped = self.events.popleft()
+            self.size -= dropped
         return self.id(self.last), self.size - before
 
     def after(self, event_id: str) -> list[tuple[str, E, int]] | None:
@@ -50,7 +59,6 @@ class ReplayLog(Generic[E]):
         if token != self.token or not number.isascii() or not number.isdigit() or len(number) > 18:
             return None
         n = int(number)
-        first = self.events[0][0] if self.events else self.last + 1
-        if not first - 1 <= n <= self.last:
+        if not self.floor <= n <= self.last:
             return None
         return [(self.id(m), event, size) for m, event, size in self.events if m > n]

@@ -42,6 +42,11 @@ from a2a_gateway.events import (
     stamp,
     text_chunk,
 )
+from a2a_gateway.generation import (
+    TaskGenerationMismatchError,
+    generation_of,
+    set_generation,
+)
 from a2a_gateway.live.hub import LiveHub, Subscription
 from a2a_gateway.observability import tracing
 from a2a_gateway.stores.base import TERMINAL_STATES, ConflictError, Scope, StoredTask
@@ -88,6 +93,8 @@ class EngineLimits:
     (``TaskRun.unseen``)."""
     dispatch_claim_seconds: float = 300.0
     """How long a dispatched task waits for a worker's claim before recovery fails it."""
+    long_poll_seconds: float = 25.0
+    """How long a GetTask with ``currentGeneration`` waits for the task to change."""
 
 
 class TaskEngine:
@@ -157,15 +164,18 @@ class TaskEngine:
     async def send(
         self, runtime: EndpointRuntime, scope: Scope, message: Message, *,
         streaming: bool, subscribe: bool, push_config: Any = None, caller: Caller | None = None,
-        blocking: bool = False,
+        blocking: bool = False, if_generation_match: int | None = None,
     ) -> SendOutcome:
         """Start a task or continue one (see ``SendOutcome``). ``blocking``: the caller waits
-        for the task's end (neither streaming nor ``return_immediately``)."""
+        for the task's end (neither streaming nor ``return_immediately``).
+        ``if_generation_match``: a task continued only at that generation
+        (``TaskGenerationMismatchError`` otherwise, nothing written); a new task ignores it."""
         handler = runtime.require_handler()
         caller = caller or Caller(scope.principal)
         if message.task_id:
             return await self._continue(
-                runtime, scope, message, caller, streaming=streaming, subscribe=subscribe
+                runtime, scope, message, caller, streaming=streaming, subscribe=subscribe,
+                if_generation_match=if_generation_match,
             )
         new_context = not message.context_id
         task = Task(id=new_id(), context_id=message.context_id or new_id())
@@ -193,13 +203,13 @@ class TaskEngine:
         )
         if self.dispatcher is not None:
             return await self._dispatch(run, "run")
-        sub = self.hub.subscribe(task.id) if subscribe else None
         self._start(run, handler.run(request))
+        sub = self.hub.subscribe(task.id) if subscribe else None  # from the run's generation 1
         return SendOutcome(run=run, subscription=sub)
 
     async def _continue(
         self, runtime: EndpointRuntime, scope: Scope, message: Message, caller: Caller, *,
-        streaming: bool, subscribe: bool,
+        streaming: bool, subscribe: bool, if_generation_match: int | None,
     ) -> SendOutcome:
         handler = runtime.require_handler()
         async with self._task_lock(message.task_id):
@@ -208,6 +218,10 @@ class TaskEngine:
                 raise TaskNotFoundError(f"Task {message.task_id} not found")
             live = self.runs.get(message.task_id)
             task = live.task if live is not None else stored.task
+            if if_generation_match is not None:
+                current = live.generation if live is not None else generation_of(task)
+                if current != if_generation_match:
+                    raise TaskGenerationMismatchError.of(task.id, if_generation_match, current)
             self._check_answerable(task, message)
             message.context_id = task.context_id
             request = await self.conversation.request(
@@ -458,7 +472,9 @@ class TaskEngine:
         run = self.runs.get(task_id)
         if run is None or run.finished or not run.artifact_id or not run.text_so_far:
             return None
-        return text_chunk(run.task, run.artifact_id, run.text_so_far, append=False)
+        chunk = text_chunk(run.task, run.artifact_id, run.text_so_far, append=False)
+        set_generation(chunk, run.generation)  # it stands for every chunk so far
+        return chunk
 
     async def handle_control(self, command: str, task_id: str) -> None:
         """A command from another replica: about a task this replica may run, or

@@ -47,11 +47,13 @@ from a2a_gateway.endpoints.card import build_card
 from a2a_gateway.endpoints.card_signing import CardSigner
 from a2a_gateway.endpoints.registry import EndpointRuntime
 from a2a_gateway.events import copy_task
+from a2a_gateway.generation import CURRENT_GENERATION, IF_GENERATION_MATCH
 from a2a_gateway.governance.quotas import NOTHING_TAKEN, Quotas
 from a2a_gateway.stores.base import InvalidPageTokenError, Scope, TaskQuery
 from a2a_gateway.tasks.conversation import Caller
 from a2a_gateway.tasks.engine import SendOutcome, TaskEngine
 from a2a_gateway.tasks.ids import check_ids
+from a2a_gateway.tasks.long_poll import task_beyond
 from a2a_gateway.tasks.push import PushNotifier
 from a2a_gateway.tasks.streams import (
     LAST_EVENT_ID,
@@ -155,6 +157,7 @@ class GatewayRequestHandler(RequestHandler):
                 self.runtime, scope, params.message,
                 streaming=streaming, subscribe=streaming, push_config=push_config, caller=caller,
                 blocking=not streaming and not config.return_immediately,
+                if_generation_match=context.state.get(IF_GENERATION_MATCH),
             )
         except BaseException:
             if admission is not NOTHING_TAKEN:
@@ -219,10 +222,17 @@ class GatewayRequestHandler(RequestHandler):
     # tasks ------------------------------------------------------------------------------
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         check_ids(params)
-        stored = await self.store.get_task(self._scope(context), params.id)
+        scope = self._scope(context)
+        stored = await self.store.get_task(scope, params.id)
         if stored is None:
             raise TaskNotFoundError(f"Task {params.id} not found")
-        return trim_task(stored.task, _history_length(params))
+        task = stored.task
+        beyond = context.state.get(CURRENT_GENERATION)
+        if beyond is not None:  # a long-poll
+            task = await task_beyond(
+                self.engine, scope, task, beyond, self.engine.limits.long_poll_seconds
+            )
+        return trim_task(task, _history_length(params))
 
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext

@@ -63,6 +63,7 @@ from a2a_gateway.events import (
     reply_message,
     status_event,
 )
+from a2a_gateway.generation import generation_of, set_generation
 from a2a_gateway.governance.usage import RUN_STATE_KEY, UsageStart, ending_now, token_counts
 from a2a_gateway.live.hub import LiveHub
 from a2a_gateway.observability.metrics import MESSAGES, TASKS_STARTED, task_ended
@@ -206,6 +207,12 @@ class TaskRun:
         self.request = request
         self.task = task
         self.version = version
+        self.generation = generation_of(task) or 1
+        """The task's generation (``a2a_gateway.generation``) with every event so far. ``task``
+        carries it too, except for the text chunks since its last state change: setting it
+        costs a pass over the whole task, so ``_write`` and ``snapshot`` bring it up to date."""
+        if version is None:
+            set_generation(task, self.generation)
         self.run_state = run_state if run_state is not None else {}
         if version is None and RUN_STATE_KEY not in self.run_state:  # a new task: usage starts
             self.run_state[RUN_STATE_KEY] = UsageStart(
@@ -270,6 +277,7 @@ class TaskRun:
 
     def following(self, request: HandlerRequest) -> TaskRun:
         """A fresh run of this task for ``request`` (the handler starts over)."""
+        set_generation(self.task, self.generation)
         return TaskRun(self._services, self.runtime, self.handler, self.scope, request, self.task,
                        version=self.version, run_state=self.run_state, on_done=self._on_done)
 
@@ -283,6 +291,19 @@ class TaskRun:
 
     def _take_initial_task(self) -> None:
         self.initial_task = copy_task(self.task) if self.request.streaming else self.task
+
+    def live_task(self) -> Task:
+        """A copy of the task with the text streamed so far as its response artifact, at
+        the run's generation (what a long-poll answers while the run goes on)."""
+        task = copy_task(self.task)
+        if self._artifact_id is not None and not self.finished:
+            artifact = next((a for a in task.artifacts if a.artifact_id == self._artifact_id),
+                            None) or task.artifacts.add(artifact_id=self._artifact_id)
+            artifact.name = RESPONSE_ARTIFACT
+            del artifact.parts[:]
+            artifact.parts.add(text=self.text_so_far)
+        set_generation(task, self.generation)
+        return task
 
     def begin_turn(self) -> asyncio.Event:
         """A new wait for the next terminal or interrupted state."""
@@ -486,7 +507,7 @@ class TaskRun:
             self.task.status.CopyFrom(asked)
             self.run_state["pending_input"] = self.request.pending_input or {}
         prompt = agent_message(self.task, exc.prompt, exc.data)
-        self.task.status.CopyFrom(new_status(self.task.status.state, prompt))
+        self._set_status(self.task.status.state, prompt)
         self.task.history.append(prompt)
         await self._write()
         self._publish_status()
@@ -556,8 +577,7 @@ class TaskRun:
         """A worker takes a task recorded for it over, with one conditional write
         (``ConflictError``: another delivery of the same dispatch claimed it first)."""
         self.run_state.pop(DISPATCHED, None)
-        if self.task.status.state != TASK_STATE_WORKING:
-            self._set_status(TASK_STATE_WORKING)
+        self._set_status(TASK_STATE_WORKING)
         self._owns = True
         await self._write(on_conflict=OnConflict.RAISE)
         self._publish_status()
@@ -646,8 +666,11 @@ class TaskRun:
             self._artifact_id = new_id()
             chunks = self._chunks = TextChunks(self.task, self._artifact_id)
         self._text.append(text)
+        self.generation += 1  # a chunk changes the task's artifact, listened to or not
         if self._hub.has_listeners(self.task.id):  # otherwise kept for the final artifact only
-            self._hub.publish(self.task.id, chunks.first(text) if first else chunks.next(text))
+            chunk = chunks.first(text) if first else chunks.next(text)
+            set_generation(chunk, self.generation)
+            self._hub.publish(self.task.id, chunk)
 
     def _on_artifact(self, event: ArtifactDelta) -> None:
         """A handler-named artifact: kept on the task (stored at the next state change)."""
@@ -659,15 +682,17 @@ class TaskRun:
         artifact.parts.extend(event.parts)
         if event.metadata:
             artifact.metadata.update(event.metadata)
+        self._mutated()
         if self._hub.has_listeners(self.task.id):
             chunk = Artifact(artifact_id=event.artifact_id, name=artifact.name)
             chunk.parts.extend(event.parts)
             if event.metadata:
                 chunk.metadata.update(event.metadata)
-            self._hub.publish(
-                self.task.id,
-                artifact_event(self.task, chunk, append=event.append, last_chunk=event.last_chunk),
+            update = artifact_event(
+                self.task, chunk, append=event.append, last_chunk=event.last_chunk
             )
+            set_generation(update, self.generation)
+            self._hub.publish(self.task.id, update)
 
     def _artifact(self, artifact_id: str) -> Artifact:
         for artifact in self.task.artifacts:
@@ -684,7 +709,7 @@ class TaskRun:
     async def _on_question(self, state: int, prompt_text: str, data: dict[str, Any] | None) -> None:
         """INPUT_REQUIRED or AUTH_REQUIRED: the task waits for its caller."""
         prompt = agent_message(self.task, prompt_text, data)
-        self.task.status.CopyFrom(new_status(state, prompt))
+        self._set_status(state, prompt)
         self.task.history.append(prompt)
         self.run_state["pending_input"] = data or {}
         await self._remember_turn(prompt_text)
@@ -706,9 +731,14 @@ class TaskRun:
             artifact.parts.extend(parts)
             if event.metadata:
                 artifact.metadata.update(event.metadata)
+            self._mutated()
             final = artifact_event(self.task, artifact, last_chunk=True)
+            set_generation(final, self.generation)
             if self._hub.has_listeners(self.task.id):
-                self._hub.publish(self.task.id, self._last_chunk(artifact, final))
+                last = self._last_chunk(artifact, final)
+                if last is not final:
+                    set_generation(last, self.generation)
+                self._hub.publish(self.task.id, last)
             self._hub.feed.artifact(self.scope, self.task, final, self.version)
         await self._remember_turn(final_text or "")
         await self._finish(TASK_STATE_COMPLETED, None)
@@ -756,9 +786,7 @@ class TaskRun:
         self.run_state.pop("pending_input", None)
         for attempt in range(1, _IDLE_WRITE_ATTEMPTS + 1):
             self._keep_partial_text(state)
-            self.task.status.CopyFrom(
-                new_status(state, agent_message(self.task, reason) if reason else None)
-            )
+            self._set_status(state, agent_message(self.task, reason) if reason else None)
             self.finished = True
             try:
                 await self._write(
@@ -795,8 +823,15 @@ class TaskRun:
             artifact.parts.append(Part(text=partial["text"]))
             artifact.metadata.update({"partial": True})
 
-    def _set_status(self, state: int) -> None:
-        self.task.status.CopyFrom(new_status(state))
+    def _set_status(self, state: int, message: Message | None = None) -> None:
+        """The task's new status (a state change, or a new message in the same state)."""
+        self.task.status.CopyFrom(new_status(state, message))
+        self._mutated()
+
+    def _mutated(self) -> None:
+        """The task changed in a way that emits one event: its generation rises by one."""
+        self.generation += 1
+        set_generation(self.task, self.generation)
 
     def _publish_status(self, metadata: dict[str, Any] | None = None) -> None:
         if self.version is not None:  # the feed tells of stored tasks
@@ -819,6 +854,7 @@ class TaskRun:
         an outage is ``TaskNotWrittenError``."""
         try:
             async with self._write_lock:
+                set_generation(self.task, self.generation)  # with the text chunks since
                 owner, until = lease or self._lease(keep_lease)
                 if self.version is None:
                     self.version = await self._store.create_task(
@@ -872,6 +908,7 @@ class TaskRun:
                     raise SupersededError from None
                 if on_conflict is OnConflict.RELOAD:
                     self.task.CopyFrom(stored.task)
+                    self.generation = max(self.generation, generation_of(stored.task))
                     self.version, self.run_ref = stored.version, stored.run_ref
                     self.run_state = dict(stored.run_state)
                     raise _Reloaded from None

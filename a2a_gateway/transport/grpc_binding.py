@@ -58,6 +58,7 @@ from multidict import CIMultiDict
 
 from a2a_gateway.auth.peer import PEER
 from a2a_gateway.errors import EndpointNotFoundError, GatewayError, GatewayStoppingError
+from a2a_gateway.generation import READS_GENERATIONS, take_grpc_params, without_generation
 from a2a_gateway.observability.metrics import latency_histogram, outcome_counter
 from a2a_gateway.observability.tracing import start_grpc_call
 from a2a_gateway.protojson import message_to_dict
@@ -66,7 +67,13 @@ from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.stores.base import StoreUnavailableError
 from a2a_gateway.tasks.request_handler import GatewayRequestHandler
 from a2a_gateway.transport.limits import check_request_limits
-from a2a_gateway.transport.negotiate import V10, activated_extensions, parse_version
+from a2a_gateway.transport.negotiate import (
+    SPEAKS_1_0,
+    V10,
+    V11,
+    activated_extensions,
+    parse_version,
+)
 from a2a_gateway.transport.required_fields import validate_required_fields
 from a2a_gateway.transport.rest import V1_0_0_STATUSES
 from a2a_gateway.transport.sse import OPEN_STREAMS
@@ -246,8 +253,9 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         structlog.contextvars.bind_contextvars(endpoint_id=endpoint_id)
         PEER.set(peer_address(context))
         user = await gateway.auth.caller(headers, runtime.auth_view)
-        if parse_version(headers.get("A2A-Version", "").strip(), empty_means=V10) != V10:
-            raise VersionNotSupportedError("the gRPC binding serves A2A 1.0 only")
+        version = parse_version(headers.get("A2A-Version", "").strip(), empty_means=V10)
+        if version not in SPEAKS_1_0:
+            raise VersionNotSupportedError("the gRPC binding serves A2A 1.0 and 1.1")
         activated = activated_extensions(headers.getall("A2A-Extensions", []), runtime)
         if activated:
             await context.send_initial_metadata((("a2a-extensions", ", ".join(activated)),))
@@ -262,6 +270,8 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
             tenant=runtime.endpoint.tenant,
             requested_extensions=set(activated),
         )
+        call_context.state[READS_GENERATIONS] = version == V11
+        take_grpc_params(request, call_context.state)
         return handler, call_context
 
     async def _unary(
@@ -270,7 +280,8 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         record, failure = CallRecord(name, metadata_headers(context)), None
         try:
             handler, call_context = await self._prepare(request, context, record.headers)
-            return await call(handler, request, call_context)
+            result = await call(handler, request, call_context)
+            return result if call_context.state[READS_GENERATIONS] else without_generation(result)
         except asyncio.CancelledError:
             record.outcome, record.code = "cancelled", grpc.StatusCode.CANCELLED
             raise
@@ -290,10 +301,12 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         try:
             handler, call_context = await self._prepare(request, context, record.headers)
             events = getattr(handler, method)(request, call_context)
+            strip = not call_context.state[READS_GENERATIONS]
             try:
                 async for event in _until_ended(events, stream.done):
                     record.answered()
-                    yield to_stream_response(event)
+                    response = to_stream_response(event)
+                    yield without_generation(response) if strip else response
             finally:
                 await events.aclose()
         except asyncio.CancelledError:  # the client left, or its deadline passed: the task goes on

@@ -46,6 +46,7 @@ from aiohttp import web
 from google.protobuf.json_format import ParseError
 from pydantic import ValidationError
 
+from a2a_gateway.generation import READS_GENERATIONS, take_json_params, with_generation
 from a2a_gateway.protojson import message_to_dict, parse_dict
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.tasks.streams import take_event_id
@@ -54,8 +55,10 @@ from a2a_gateway.transport.call_context import call_context
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD, JSONRPC_ID
 from a2a_gateway.transport.limits import check_request_limits
 from a2a_gateway.transport.negotiate import (
+    SPEAKS_1_0,
     V03,
     V10,
+    V11,
     negotiate_extensions,
     parse_version,
     requested_version,
@@ -214,10 +217,11 @@ async def handle_jsonrpc(request: web.Request) -> web.StreamResponse:
         context = call_context(request, gateway, runtime, user, activated)
         v10, v03 = gateway.request_handlers(runtime)
         if method_name in V10_METHODS:
-            if version != V10:
+            if version not in SPEAKS_1_0:
                 raise VersionNotSupportedError(
                     f"{method_name} is an A2A 1.0 method: send the header A2A-Version: 1.0"
                 )
+            context.state[READS_GENERATIONS] = version == V11
             return await _call_1_0(
                 request, gateway, V10_METHODS[method_name], v10, payload, context, headers
             )
@@ -251,26 +255,27 @@ async def _call_1_0(
     request: web.Request, gateway: Gateway, method: Method, handler: Any,
     payload: dict[str, Any], context: ServerCallContext, headers: dict[str, str],
 ) -> web.StreamResponse:
+    if isinstance(payload.get("params"), dict):
+        take_json_params(payload["params"], context.state)
     params = _parse_params(method, payload)
     request_id = payload.get("id")
     call = getattr(handler, method.handler_method)
+    reads_generations = context.state[READS_GENERATIONS]
     if method.streaming:
         events = call(params, context)
 
         def frame(event: Any) -> bytes:
             result = stream_response_dict(event)
+            if reads_generations:
+                with_generation(result, event)
             return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
 
         return await _stream(request, gateway, events, frame, request_id, headers, V10, context)
     result = await call(params, context)
-    return json_response(
-        {
-            "jsonrpc": "2.0",
-            "id": request_id,
-            "result": result_to_json(result, send=method.handler_method == "on_message_send"),
-        },
-        headers,
-    )
+    out = result_to_json(result, send=method.handler_method == "on_message_send")
+    if reads_generations:
+        with_generation(out, result)
+    return json_response({"jsonrpc": "2.0", "id": request_id, "result": out}, headers)
 
 
 INT32_MAX = 2**31 - 1

@@ -10,6 +10,10 @@ from a2a_gateway.endpoints.registry import EndpointRuntime
 
 V03 = "0.3"
 V10 = "1.0"
+V11 = "1.1"
+"""1.0 with the 1.1 draft's task generations (``a2a_gateway.generation``), which only a
+client that asks for 1.1 reads."""
+SPEAKS_1_0 = frozenset({V10, V11})
 
 
 def requested_version(request: web.Request) -> str:
@@ -22,9 +26,11 @@ def parse_version(raw: str, *, empty_means: str = V03) -> str:
         return empty_means
     parts = raw.split(".")
     major_minor = ".".join(parts[:2]) if len(parts) >= 2 else raw
-    if major_minor in (V10, V03):
+    if major_minor in (V11, V10, V03):
         return major_minor
-    raise VersionNotSupportedError(f"A2A version {raw!r} is not supported (supported: 1.0, 0.3)")
+    raise VersionNotSupportedError(
+        f"A2A version {raw!r} is not supported (supported: 1.1, 1.0, 0.3)"
+    )
 
 
 def negotiate_extensions(request: web.Request, runtime: EndpointRuntime) -> list[str]:

@@ -40,6 +40,7 @@ from a2a.utils.errors import (
 from aiohttp import web
 from google.protobuf.json_format import ParseError
 
+from a2a_gateway.generation import READS_GENERATIONS, take_json_params, with_generation
 from a2a_gateway.protojson import message_to_dict, parse_dict
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.tasks.streams import take_event_id
@@ -49,7 +50,9 @@ from a2a_gateway.transport.jsonrpc import JSON_CONTENT_TYPES, result_to_json
 from a2a_gateway.transport.keys import A2A_ERROR, A2A_METHOD
 from a2a_gateway.transport.limits import check_request_limits
 from a2a_gateway.transport.negotiate import (
+    SPEAKS_1_0,
     V10,
+    V11,
     negotiate_extensions,
     parse_version,
     requested_version,
@@ -111,7 +114,8 @@ def _ok(gateway: Gateway, body: Any, headers: dict[str, str]) -> web.Response:
     )
 
 
-async def _body(request: web.Request, model: Any) -> Any:
+async def _body(request: web.Request, model: Any, state: dict[str, Any] | None = None) -> Any:
+    """The JSON body as ``model``; with ``state``, its 1.1 fields go there (``generation``)."""
     if request.headers.get("Content-Type") and not request.content_type.startswith(
         JSON_CONTENT_TYPES
     ):
@@ -128,6 +132,8 @@ async def _body(request: web.Request, model: Any) -> Any:
         raise InvalidParamsError("request body must be a JSON object")
     check_depth(data, settings.max_json_depth)
     check_request_limits(data, settings)
+    if state is not None:
+        take_json_params(data, state)
     try:
         parsed = parse_dict(data, model)
     except ParseError as exc:
@@ -136,7 +142,8 @@ async def _body(request: web.Request, model: Any) -> Any:
 
 
 def _query(
-    request: web.Request, model: Any, ints: tuple[str, ...] = (), bools: tuple[str, ...] = ()
+    request: web.Request, model: Any, ints: tuple[str, ...] = (), bools: tuple[str, ...] = (),
+    state: dict[str, Any] | None = None,
 ) -> Any:
     data: dict[str, Any] = {}
     for key, value in request.query.items():
@@ -151,6 +158,8 @@ def _query(
             data[key] = value.lower() in ("1", "true", "yes")
         else:
             data[key] = value
+    if state is not None:
+        take_json_params(data, state)
     try:
         return parse_dict(data, model)
     except ParseError as exc:
@@ -161,8 +170,11 @@ async def _stream(
     request: web.Request, gateway: Gateway, events: Any, context: ServerCallContext
 ) -> web.StreamResponse:
     """An SSE stream; each event carries the ``id:`` the request handler gave it."""
+    reads_generations = context.state[READS_GENERATIONS]
+
     def frame(event: Any) -> bytes:
-        return orjson.dumps(stream_response_dict(event))
+        out = stream_response_dict(event)
+        return orjson.dumps(with_generation(out, event) if reads_generations else out)
 
     def error_frame(error: A2AError) -> bytes:
         return orjson.dumps(build_rest_error_payload(error))
@@ -179,23 +191,28 @@ async def _stream(
 
 
 async def send_message(request, gateway, handler, context):  # type: ignore[no-untyped-def]
-    params = await _body(request, SendMessageRequest())
+    params = await _body(request, SendMessageRequest(), context.state)
     validate_required_fields(params)
     result = await handler.on_message_send(params, context)
-    return _ok(gateway, result_to_json(result, send=True), _headers(request))
+    return _ok(gateway, _with_generation(result_to_json(result, send=True), result, context),
+               _headers(request))
 
 
 async def stream_message(request, gateway, handler, context):  # type: ignore[no-untyped-def]
-    params = await _body(request, SendMessageRequest())
+    params = await _body(request, SendMessageRequest(), context.state)
     validate_required_fields(params)
     return await _stream(request, gateway, handler.on_message_send_stream(params, context), context)
 
 
 async def get_task(request, gateway, handler, context):  # type: ignore[no-untyped-def]
-    params = _query(request, GetTaskRequest(), ints=("historyLength",))
+    params = _query(request, GetTaskRequest(), ints=("historyLength",), state=context.state)
     params.id = request.match_info["task_id"]
     task = await handler.on_get_task(params, context)
-    return _ok(gateway, message_to_dict(task), _headers(request))
+    return _ok(gateway, _with_generation(message_to_dict(task), task, context), _headers(request))
+
+
+def _with_generation(out: Any, result: Any, context: ServerCallContext) -> Any:
+    return with_generation(out, result) if context.state[READS_GENERATIONS] else out
 
 
 async def list_tasks(request, gateway, handler, context):  # type: ignore[no-untyped-def]
@@ -280,12 +297,14 @@ def rest_view(route: Route) -> Callable[[web.Request], Awaitable[web.StreamRespo
         request[REST_HEADERS] = headers
         request[A2A_METHOD] = route.__name__
         try:
-            if parse_version(requested_version(request), empty_means=V10) != V10:
-                raise VersionNotSupportedError("the HTTP+JSON binding serves A2A 1.0 only")
+            version = parse_version(requested_version(request), empty_means=V10)
+            if version not in SPEAKS_1_0:
+                raise VersionNotSupportedError("the HTTP+JSON binding serves A2A 1.0 and 1.1")
             activated = negotiate_extensions(request, runtime)
             if activated:
                 headers["A2A-Extensions"] = ", ".join(activated)
             context = call_context(request, gateway, runtime, user, activated)
+            context.state[READS_GENERATIONS] = version == V11
             handler, _ = gateway.request_handlers(runtime)
             return await route(request, gateway, handler, context)
         except A2AError as exc:

@@ -155,7 +155,8 @@ def position(event_id: str) -> int:
 
 
 def published(gw: RunningGateway, task_id: str) -> int:
-    """How many events of ``task_id`` the gateway's replay log numbered so far."""
+    """The number (the task's generation) of the last event of ``task_id`` the gateway's
+    replay log holds."""
     log = gw.gateway.hub._logs.get(task_id)
     return log.last if log is not None else 0
 
@@ -208,7 +209,8 @@ async def test_a_dropped_stream_resumes_with_nothing_lost_and_nothing_twice(
 
     ids = [e.id for e in resumed]
     token = ids[0].rpartition(".")[0]
-    assert ids == [f"{token}.{n}" for n in range(len(ids))], "an event lost or seen twice"
+    # numbered by the task's generation: the Task at 1, then one per event
+    assert ids == [f"{token}.{n}" for n in range(1, len(ids) + 1)], "an event lost or twice"
     assert shape(resumed) == shape(reference)
     assert sse_text(resumed) == ANSWER == sse_text(reference)
     assert is_completed(sse_final_state(resumed))

@@ -20,6 +20,7 @@ FOUNDATIONS = ("a2a_gateway.settings", "a2a_gateway.errors", "a2a_gateway.protoj
                "a2a_gateway.events", "a2a_gateway.observability")
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("handlers",),  # the handler contract and one bridge per framework: nothing of the gateway
+    ("a2a_gateway.generation",),  # the A2A 1.1 fields the SDK's types lack, under every event
     FOUNDATIONS,
     ("a2a_gateway.stores",),
     ("a2a_gateway.governance",),  # usage, quotas and the audit log, written to the store
