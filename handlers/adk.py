@@ -32,6 +32,7 @@ from handlers.approvals import (
     ApprovalAnswerError,
     AskedCall,
     approval_request,
+    asking_approval,
     call_text,
     card_extension,
     confirmation_answer,
@@ -235,7 +236,7 @@ def confirmation_question(confirmations: list[dict[str, Any]]) -> InputRequired:
     # ADK's own hint tells a program how to answer in ADK's terms, not what is asked
     asked = approval_request([AskedCall(c["id"], c["tool"], c["args"]) for c in confirmations],
                              hint="\n".join(f"Allow {c['call']}?" for c in confirmations))
-    return InputRequired("\n".join(lines), {
+    return asking_approval("\n".join(lines), {
         PENDING_KEY: confirmations, "choices": ["approve", "deny"], HITL_URI: asked})
 
 

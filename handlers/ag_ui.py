@@ -38,6 +38,7 @@ from handlers.approvals import (
     ApprovalAnswerError,
     AskedCall,
     approval_request,
+    asking_approval,
     call_text,
     card_extension,
     confirmation_answer,
@@ -507,7 +508,7 @@ def question(interrupts: list[dict[str, Any]]) -> InputRequired:
                              i["arguments"] if isinstance(i.get("arguments"), dict) else {},
                              call_id=str(i.get("toolCallId") or i["id"])) for i in interrupts]
     hint = "\n".join(line.removesuffix(" Answer approve or deny.") for line in lines)
-    return InputRequired("\n".join(lines), {INTERRUPTS_KEY: interrupts,
+    return asking_approval("\n".join(lines), {INTERRUPTS_KEY: interrupts,
                                             "choices": ["approve", "deny"],
                                             HITL_URI: approval_request(asked_calls, hint=hint)})
 

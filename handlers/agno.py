@@ -32,6 +32,7 @@ from handlers.approvals import (
     ApprovalAnswerError,
     AskedCall,
     approval_request,
+    asking_approval,
     call_text,
     card_extension,
     decisions,
@@ -46,7 +47,6 @@ from handlers.base import (
     HandlerRequest,
     HandlerSettings,
     InputRejectedError,
-    InputRequired,
     Progress,
     RunStarted,
     TextDelta,
@@ -214,7 +214,7 @@ def paused(run: AgnoRun, tools: list[dict[str, Any]]) -> HandlerEvent:
         [AskedCall(str(t.get("tool_call_id")), str(t.get("tool_name") or ""),
                    t["tool_args"] if isinstance(t.get("tool_args"), dict) else {})
          for t in waiting], hint=prompt)
-    return InputRequired(prompt, {
+    return asking_approval(prompt, {
         "run_id": run.run_id, "choices": CHOICES,
         "tools": [{k: t.get(k) for k in ("tool_call_id", "tool_name", "tool_args")}
                   for t in waiting], HITL_URI: asked})

@@ -24,10 +24,11 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
-from handlers.base import HandlerRequest
+from handlers.base import HandlerRequest, InputRequired
 
 __all__ = [
     "HITL_URI",
+    "asking_approval",
     "ApprovalAnswerError",
     "AskedCall",
     "Decision",
@@ -93,6 +94,16 @@ def approval_request(calls: Iterable[AskedCall], *, hint: str,
                    "editable": c.editable} for c in calls],
         "answers": list(answers),
     }
+
+
+def asking_approval(prompt: str, data: dict[str, Any]) -> InputRequired:
+    """The question of a run that may wait for approvals: when ``data`` holds a request
+    under ``HITL_URI`` (beside any older keys), the message also carries it in its metadata
+    under ``HITL_URI`` and names the extension, as kagent clients read it."""
+    if HITL_URI not in data:
+        return InputRequired(prompt, data)
+    return InputRequired(prompt, data, metadata={HITL_URI: data[HITL_URI]},
+                         extensions=(HITL_URI,))
 
 
 def pending_request(pending: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -229,10 +229,14 @@ class SessionUpdate:
 @dataclass(frozen=True, slots=True)
 class InputRequired:
     """The run waits for the client: ``prompt`` becomes the status message text,
-    ``data`` (e.g. ``{"command", "description", "choices"}``) a data part."""
+    ``data`` (e.g. ``{"command", "description", "choices"}``) a data part, ``metadata`` the
+    message's metadata, and ``extensions`` the URIs the message says it uses (an extension's
+    payload goes in ``metadata`` under its URI)."""
 
     prompt: str
     data: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    extensions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

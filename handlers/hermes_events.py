@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from handlers.approvals import HITL_URI, AskedCall, approval_request
+from handlers.approvals import HITL_URI, AskedCall, approval_request, asking_approval
 from handlers.base import (
     Canceled,
     Completed,
@@ -171,7 +171,7 @@ class RunEventMapper:
             f"Hermes asks for approval to run a command flagged as {description or 'dangerous'}"))
         data = {"type": "hermes.approval", "run_id": self.run_id, "command": command,
                 "description": description, "choices": choices, HITL_URI: asked}
-        return InputRequired(approval_prompt(command, description, choices), data)
+        return asking_approval(approval_prompt(command, description, choices), data)
 
     def _result_metadata(self, source: dict[str, Any]) -> dict[str, Any]:
         metadata: dict[str, Any] = {"hermes_run_id": self.run_id}

@@ -32,6 +32,7 @@ from pydantic import Field, SecretStr, field_validator
 from handlers.approvals import (
     HITL_URI,
     ApprovalAnswerError,
+    asking_approval,
     card_extension,
     decisions,
     pending_request,
@@ -264,7 +265,7 @@ class RunStream:
         if approval is not None:
             prompts.insert(0, approval[0])
             data[HITL_URI] = approval[1]
-        return InputRequired("\n".join(prompts), data)
+        return asking_approval("\n".join(prompts), data)
 
 
 def _custom_data(frame: SSEFrame) -> dict[str, Any]:

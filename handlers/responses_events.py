@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from handlers.approvals import HITL_URI, AskedCall, approval_request, call_text
+from handlers.approvals import HITL_URI, AskedCall, approval_request, asking_approval, call_text
 from handlers.base import (
     Canceled,
     Completed,
@@ -129,7 +129,7 @@ def approval_question(approvals: list[dict[str, Any]]) -> InputRequired:
                             HITL_URI: asked}
     if len(approvals) > 1:
         data[APPROVALS_KEY] = approvals
-    return InputRequired("\n".join(lines), data)
+    return asking_approval("\n".join(lines), data)
 
 
 def pending_approvals(request: HandlerRequest) -> list[dict[str, Any]]:

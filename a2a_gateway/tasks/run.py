@@ -617,7 +617,8 @@ class TaskRun:
             self.run_ref = event.run_ref
             await self._write()
         elif isinstance(event, InputRequired):
-            await self._on_question(TASK_STATE_INPUT_REQUIRED, event.prompt, event.data)
+            await self._on_question(TASK_STATE_INPUT_REQUIRED, event.prompt, event.data,
+                                    event.metadata, event.extensions)
         elif isinstance(event, AuthRequired):
             await self._on_question(TASK_STATE_AUTH_REQUIRED, event.prompt, event.data)
         elif isinstance(event, Completed):
@@ -706,9 +707,15 @@ class TaskRun:
             self.task.status.message.CopyFrom(agent_message(self.task, event.text))
         self._publish_status({"kind": event.kind, **event.data})
 
-    async def _on_question(self, state: int, prompt_text: str, data: dict[str, Any] | None) -> None:
+    async def _on_question(
+        self, state: int, prompt_text: str, data: dict[str, Any] | None,
+        metadata: dict[str, Any] | None = None, extensions: tuple[str, ...] = (),
+    ) -> None:
         """INPUT_REQUIRED or AUTH_REQUIRED: the task waits for its caller."""
         prompt = agent_message(self.task, prompt_text, data)
+        if metadata:
+            prompt.metadata.update(metadata)
+        prompt.extensions.extend(extensions)
         self._set_status(state, prompt)
         self.task.history.append(prompt)
         self.run_state["pending_input"] = data or {}

@@ -192,6 +192,9 @@ async def test_structured_approval_runs_the_command_after_refusing_edited_args(
                        "call_id": f"{ask['run_id']}/approval-1", "name": "terminal",
                        "args": {"command": f"rm -rf {target}"}, "editable": False}],
             "answers": ["once", "deny"]}
+        asked = first.task.status.message  # where kagent clients read it, too
+        assert list(asked.extensions) == [HITL_URI]
+        assert MessageToDict(asked.metadata)[HITL_URI] == ask[HITL_URI]
         (edited,) = [e async for e in client.send_message(approval_answer(
             ask, first.task, approved=True, args={"command": "true"}))]
         assert edited.task.status.state == INPUT_REQUIRED
