@@ -611,3 +611,52 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
         )
     )
     return cert_path, key_path
+
+
+# A2A 1.1 generations on gRPC (their fields travel as the 1.1 field numbers) ---------------
+
+V11 = (("a2a-version", "1.1"),)
+
+
+def _with_field(message: Any, number: int, value: int) -> Any:
+    """``message`` with a 1.1 varint field the 1.0 types lack."""
+    message.MergeFromString(bytes([number << 3]) + value.to_bytes(1, "big"))
+    return message
+
+
+async def test_generations_reach_a_1_1_caller_and_never_a_1_0_one(grpc_gw, stub):
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    from a2a_gateway.generation import generation_of
+
+    ep = await echo(grpc_gw)
+    asked = await stub.SendMessage(_send(ep, "?input please"), metadata=V11)
+    task = asked.task
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    generation = generation_of(task)
+    assert generation >= 2
+    plain = await stub.GetTask(_get(ep, task.id), metadata=V10)
+    assert not len(UnknownFieldSet(plain))  # nothing a 1.0 client does not know
+    streamed = [e async for e in stub.SendStreamingMessage(_send(ep, "a b c"), metadata=V11)]
+    numbers = [generation_of(getattr(e, e.WhichOneof("payload"))) for e in streamed]
+    assert numbers[0] == 1 and all(b > a for a, b in zip(numbers, numbers[1:], strict=False))
+    final = await stub.GetTask(_get(ep, streamed[0].task.id), metadata=V11)
+    assert generation_of(final) == numbers[-1]  # chunks a slow reader gets merged: a gap
+
+    # long-poll (current_generation, field 4): woken by the answer
+    poll = asyncio.ensure_future(stub.GetTask(
+        _with_field(_get(ep, task.id), 4, generation), metadata=V11))
+    await asyncio.sleep(0.3)
+    assert not poll.done()
+    # if_generation_match (SendMessageConfiguration field 5): a stale one is ABORTED
+    stale = _send(ep, "too late")
+    stale.message.task_id = task.id
+    _with_field(stale.configuration, 5, generation + 1)
+    code, reason, _ = error_info(await failed(stub.SendMessage(stale, metadata=V11)))
+    assert (code, reason) == (grpc.StatusCode.ABORTED, "TASK_GENERATION_MISMATCH")
+    answer = _send(ep, "now")
+    answer.message.task_id = task.id
+    _with_field(answer.configuration, 5, generation)
+    await stub.SendMessage(answer, metadata=V11)
+    woken = await asyncio.wait_for(poll, 5)
+    assert generation_of(woken) > generation
