@@ -115,6 +115,7 @@ async def test_a_key_owns_its_tasks_and_another_principal_sees_none_of_them(gw):
         # bob: every operation on alice's task answers as for a task that does not exist
         not_found = [
             await call(http, url, rpc("GetTask", {"id": task_id}), bob),
+            await call(http, url, rpc("GetTask", {"id": task_id, "currentGeneration": 1}), bob),
             await call(http, url, rpc("CancelTask", {"id": task_id}), bob),
             await call(http, url, rpc("SubscribeToTask", {"id": task_id}), bob),
             await call(
@@ -128,6 +129,9 @@ async def test_a_key_owns_its_tasks_and_another_principal_sees_none_of_them(gw):
                 http, url, rpc("CreateTaskPushNotificationConfig", {**config, "id": "bobs"}), bob
             ),
             await call(http, url, send_body("answer", taskId=task_id), bob),
+            await call(http, url, {**send_body("answer", taskId=task_id), "params": {
+                **send_body("answer", taskId=task_id)["params"],
+                "configuration": {"ifGenerationMatch": 2}}}, bob),
         ]
         for response in not_found:
             assert response.json()["error"]["code"] == -32001, response.text
