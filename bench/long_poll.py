@@ -8,7 +8,8 @@ Starts ``a2a-gateway serve`` (SQLite store, an echo endpoint, ``LONG_POLL_SECOND
 the run) pinned to ``--server-cpu``; client processes on ``--client-cpu`` each create their
 share of tasks waiting for input (``?input``), then hold ``--per-task`` long-polls on each
 at its generation. Figures: the gateway's RSS before and with every call waiting (per
-call: the growth divided by the calls), its CPU seconds over ``--idle`` seconds of waiting,
+call: the growth divided by the calls), its CPU seconds over ``--idle`` seconds of waiting
+once the calls have all arrived,
 then the wake-up of every call when each task is answered (from the answer's reply to the
 long-poll's, p50/p99, and calls answered with a higher generation), and, alone on a quiet
 gateway, the wake-up of one call ``--single`` times (p50/p99).
@@ -145,6 +146,18 @@ def start_gateway(workdir: Path, cpu: int | None, source: Path) -> tuple:
     return proc, f"http://127.0.0.1:{port}"
 
 
+def until_idle(pid: int, seconds: float) -> float:
+    """Wait (at most ``seconds``) until the process used under 2 % of a CPU for a second:
+    every call has arrived and is waiting. The seconds it took."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        before = cpu_seconds(pid)
+        time.sleep(1.0)
+        if cpu_seconds(pid) - before < 0.02:
+            break
+    return time.monotonic() - started
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -168,6 +181,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                 for _ in range(args.clients)]
             waiting = sum(json.loads(p.stdout.readline())["waiting"] for p in procs)
+            settled = until_idle(gateway.pid, 60)
             held = rss_kb(gateway.pid)
             cpu_start = cpu_seconds(gateway.pid)
             time.sleep(args.idle)
@@ -186,6 +200,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
             stop(gateway)
     return {
         "waiting calls": waiting,
+        "s until every call waits quietly": settled,
         "RSS before MB": before / 1024,
         "RSS waiting MB": held / 1024,
         "KB per waiting call": (held - before) / max(waiting, 1),

@@ -21,7 +21,7 @@ CASES = examples(3000)
 
 @pytest.fixture(scope="module")
 def target() -> Iterator[Target]:
-    with gateway_thread() as running:
+    with gateway_thread(long_poll_seconds=0.2) as running:  # a long-poll waits, but briefly
         yield running
 
 

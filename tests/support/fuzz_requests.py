@@ -54,6 +54,7 @@ FIELDS = [
     "historyLength", "pageSize", "pageToken", "status", "includeArtifacts", "acceptedOutputModes",
     "returnImmediately", "blocking", "extensions", "referenceTaskIds", "name", "token",
     "authentication", "scheme", "credentials", "tenant", "statusTimestampAfter", "state",
+    "currentGeneration", "ifGenerationMatch",
 ]
 ENUM_LIKE = [
     "ROLE_USER",
@@ -134,7 +135,8 @@ _message = st.fixed_dictionaries(
 )
 _params = st.one_of(
     st.fixed_dictionaries({"message": _message}, optional={"configuration": st.dictionaries(
-        st.sampled_from(["historyLength", "blocking", "returnImmediately", "acceptedOutputModes"]),
+        st.sampled_from(["historyLength", "blocking", "returnImmediately", "acceptedOutputModes",
+                         "ifGenerationMatch"]),
         _scalars, max_size=3)}),
     st.dictionaries(st.sampled_from(FIELDS), st.one_of(_scalars, json_values), max_size=5),
     json_values,
@@ -189,9 +191,10 @@ _valid_calls = st.one_of(
                 "historyLength": ints,
                 "status": st.sampled_from(ENUM_LIKE),
                 "id": texts,
+                "currentGeneration": st.one_of(ints, _scalars),
             },
         ),
-        st.just("1.0"),
+        st.sampled_from(["1.0", "1.1"]),
     ),
 )
 """A call a client would send, but for its values: these reach the agent with a valid key."""
@@ -240,7 +243,7 @@ class Outcome:
 @st.composite
 def _headers(draw: st.DrawFn, key: str) -> tuple[dict[str, str], str]:
     headers: dict[str, str] = {}
-    version = draw(st.sampled_from(["1.0", "0.3", "1.0.1", "", "2.0", "x", None]))
+    version = draw(st.sampled_from(["1.0", "0.3", "1.0.1", "1.1", "", "2.0", "x", None]))
     if version is not None:
         headers["A2A-Version"] = version
     content_type = draw(
