@@ -9,6 +9,7 @@ import time
 import uuid
 from typing import Any
 
+import aiohttp
 import httpx
 import orjson
 import pytest
@@ -213,3 +214,47 @@ async def test_a_generation_that_is_not_one_is_refused_naming_the_field(http, va
         rest = await http.get(f"{gw.rest_url(echo)}/tasks/{task['id']}",
                               params={"currentGeneration": str(value)}, headers=V11)
         assert rest.status_code == 400
+
+
+async def test_a_thousand_waiting_long_polls_are_hub_subscriptions_that_read_nothing(http):
+    """Each waiting call is one subscription on the hub, and none reads the store while it
+    waits; one answer wakes them all, and none is left behind (figures: bench/long_poll.py)."""
+    from tests.support.harness import running_gateway
+
+    async with running_gateway() as gw, aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0)
+    ) as many:
+        echo = await gw.add_endpoint(settings={"delay": 0.0})
+        url = gw.jsonrpc_url(echo)
+        task = await input_required_task(http, url)
+        hub, store = gw.gateway.hub, gw.gateway.store
+        reads = 0
+        real_get_task = store.get_task
+
+        async def counted_get_task(*args: Any, **kwargs: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            return await real_get_task(*args, **kwargs)
+
+        store.get_task = counted_get_task  # type: ignore[method-assign]
+        async def long_poll() -> dict[str, Any]:
+            body = rpc("GetTask", {"id": task["id"], "currentGeneration": task["generation"]})
+            async with many.post(url, json=body, headers=V11) as response:
+                return await response.json()
+
+        polls = [asyncio.create_task(long_poll()) for _ in range(1000)]
+        deadline = time.monotonic() + 20
+        while hub.subscriber_count(task["id"]) < 1000 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert hub.subscriber_count(task["id"]) == 1000
+        reads_when_waiting = reads
+        await asyncio.sleep(1.0)
+        assert reads == reads_when_waiting, "a waiting long-poll read the store"
+        assert not any(p.done() for p in polls)
+
+        await call(http, url, "SendMessage", {
+            "message": wire_message("all of you", taskId=task["id"]),
+            "configuration": {"returnImmediately": True}})
+        answers = await asyncio.wait_for(asyncio.gather(*polls), 20)
+        assert all(a["result"]["generation"] > task["generation"] for a in answers)
+        assert hub.subscriber_count(task["id"]) == 0
