@@ -29,7 +29,6 @@ from pydantic import Field, SecretStr
 
 from handlers.approvals import (
     HITL_URI,
-    ApprovalAnswerError,
     AskedCall,
     approval_request,
     asking_approval,
@@ -37,6 +36,7 @@ from handlers.approvals import (
     card_extension,
     confirmation_answer,
     decisions,
+    decisions_or_refusal,
 )
 from handlers.base import (
     Completed,
@@ -261,11 +261,7 @@ class AdkHandler(RunBridge[RunEvents]):
         """The answer goes in a fresh ``run`` (the asking run has ended); an answer that is
         neither yes nor no, or a structured answer that does not fit the request, is refused;
         the task keeps waiting."""
-        try:
-            decided = decisions(request)
-        except ApprovalAnswerError as exc:
-            raise InputRejectedError(f"Not a valid answer to the approval request: {exc}.",
-                                     request.pending_input or None) from None
+        decided = decisions_or_refusal(request)
         if decided is None:
             raise InputRejectedError(
                 "Answer yes (approve) or no (deny), as text or as a data part "

@@ -35,7 +35,6 @@ from pydantic import Field, SecretStr
 
 from handlers.approvals import (
     HITL_URI,
-    ApprovalAnswerError,
     AskedCall,
     approval_request,
     asking_approval,
@@ -43,6 +42,7 @@ from handlers.approvals import (
     card_extension,
     confirmation_answer,
     decisions,
+    decisions_or_refusal,
 )
 from handlers.base import (
     ArtifactDelta,
@@ -536,11 +536,7 @@ class AgUiHandler(StreamingBridge):
         """The answer goes in a fresh run; one that is neither approve nor deny (nor a
         ``payload``), or a structured answer that does not fit the request, is refused and the
         task keeps waiting."""
-        try:
-            decided = decisions(request)
-        except ApprovalAnswerError as exc:
-            raise InputRejectedError(f"Not a valid answer to the approval request: {exc}.",
-                                     request.pending_input or None) from None
+        decided = decisions_or_refusal(request)
         if decided is None and not any(
                 isinstance(d.get("payload"), dict) for d in request.data):
             raise InputRejectedError(

@@ -24,11 +24,12 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
-from handlers.base import HandlerRequest, InputRequired
+from handlers.base import HandlerRequest, InputRejectedError, InputRequired
 
 __all__ = [
     "HITL_URI",
     "asking_approval",
+    "decisions_or_refusal",
     "ApprovalAnswerError",
     "AskedCall",
     "Decision",
@@ -144,6 +145,16 @@ def decisions(request: HandlerRequest) -> dict[str, Decision] | None:
     if decision is None or asked is None:
         return None if decision is None else {}
     return {str(t["id"]): Decision(decision) for t in asked["tools"]}
+
+
+def decisions_or_refusal(request: HandlerRequest) -> dict[str, Decision] | None:
+    """``decisions``, with an answer that does not fit the request refused: the task keeps
+    waiting, its pending request unchanged, and the client reads why."""
+    try:
+        return decisions(request)
+    except ApprovalAnswerError as exc:
+        raise InputRejectedError(f"Not a valid answer to the approval request: {exc}.",
+                                 request.pending_input or None) from None
 
 
 def _checked(payload: dict[str, Any], asked: dict[str, Any]) -> dict[str, Decision]:

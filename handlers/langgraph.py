@@ -31,10 +31,10 @@ from pydantic import Field, SecretStr, field_validator
 
 from handlers.approvals import (
     HITL_URI,
-    ApprovalAnswerError,
     asking_approval,
     card_extension,
     decisions,
+    decisions_or_refusal,
     pending_request,
 )
 from handlers.base import (
@@ -319,11 +319,7 @@ class LangGraphHandler(RunBridge[RunStream]):
         if not has_input(request):
             raise InputRejectedError("Send the answer to the graph's question as text or a data "
                                      "part.", request.pending_input or None)
-        try:
-            decided = decisions(request)
-        except ApprovalAnswerError as exc:
-            raise InputRejectedError(f"Not a valid answer to the approval request: {exc}.",
-                                     request.pending_input or None) from None
+        decided = decisions_or_refusal(request)
         if decided is None and pending_request(request.pending_input):
             raise InputRejectedError(
                 "Answer yes or no, or send a tool_approval_response data part (see the "

@@ -38,10 +38,10 @@ import structlog
 from pydantic import Field, SecretStr
 
 from handlers.approvals import (
-    ApprovalAnswerError,
     card_extension,
     confirmation_answer,
     decisions,
+    decisions_or_refusal,
 )
 from handlers.base import (
     Completed,
@@ -256,11 +256,7 @@ class ResponsesHandler(StreamingBridge):
         refused; the task keeps waiting."""
         if not pending_approvals(request):
             return False
-        try:
-            decided = decisions(request)
-        except ApprovalAnswerError as exc:
-            raise InputRejectedError(f"Not a valid answer to the approval request: {exc}.",
-                                     request.pending_input or None) from None
+        decided = decisions_or_refusal(request)
         if decided is None:
             raise InputRejectedError(
                 'Answer approve or deny (yes or no), as text or as a data part '

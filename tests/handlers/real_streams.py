@@ -20,7 +20,7 @@ from a2a.types import (
     TaskState,
 )
 
-from tests.support.harness import require_env
+from tests.support.harness import RunningGateway, require_env
 from tests.support.messages import send_request
 
 COMPLETED = TaskState.TASK_STATE_COMPLETED
@@ -127,3 +127,36 @@ async def completed_with_ids(gw: Any, endpoint: str) -> tuple[Task, dict[str, st
     ids = {"a2a_task_id": event.task.id, "a2a_context_id": context_id,
            "a2a_endpoint_id": endpoint}
     return event.task, ids
+
+
+async def structured_approval_after_refusal(
+    gw: RunningGateway, endpoint: str, ask: Any, tool_name: str
+) -> tuple[str, Task]:
+    """A confirmation round trip in the kagent HITL shape on a bridge that cannot edit
+    arguments: the card declares it, the request names the tool and its arguments, an answer
+    without approvals is refused with the reason, the approval then runs the tool. ``ask(gw,
+    endpoint, mark)`` makes the backend ask to run ``rm -rf scratch/<mark>``. Returns the mark
+    and the completed task."""
+    from google.protobuf.json_format import MessageToDict
+
+    from handlers.approvals import HITL_URI
+
+    (declared,) = (await gw.card(endpoint)).capabilities.extensions
+    assert declared.uri == HITL_URI and MessageToDict(declared.params) == {"editableArgs": False}
+    mark = token()
+    task = await ask(gw, endpoint, mark)
+    (data,) = [MessageToDict(p.data) for p in task.status.message.parts if p.HasField("data")]
+    (tool,) = data[HITL_URI]["tools"]
+    assert (tool["name"], tool["args"], tool["editable"]) == (
+        tool_name, {"command": f"rm -rf scratch/{mark}"}, False)
+    ids = {"task_id": task.id, "context_id": task.context_id}
+    async with gw.client(endpoint, streaming=False) as client:
+        (wrong,) = [e async for e in client.send_message(send_request("", data={
+            "type": "tool_approval_response", "approvals": []}, **ids))]
+        assert wrong.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        assert "approvals must be a non-empty list" in wrong.task.status.message.parts[0].text
+        (done,) = [e async for e in client.send_message(send_request("", data={
+            "type": "tool_approval_response",
+            "approvals": [{"id": tool["id"], "approved": True}]}, **ids))]
+    assert done.task.status.state == COMPLETED
+    return mark, done.task

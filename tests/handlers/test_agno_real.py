@@ -29,7 +29,6 @@ from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.stores.memory import MemoryStore
-from handlers.approvals import HITL_URI
 from tests.handlers.real_streams import (
     cancel_mid_stream,
     completed_with_ids,
@@ -37,6 +36,7 @@ from tests.handlers.real_streams import (
     six_streamed_tokens,
     state_of,
     streamed_answer,
+    structured_approval_after_refusal,
     token,
 )
 from tests.handlers.test_hermes_real import socket_closed_port
@@ -201,25 +201,8 @@ APPROVED = "TOOL_RESULT_SEEN: would run rm -rf scratch/{mark}"
 
 
 async def test_structured_approval_after_a_refused_mismatched_answer(gw, endpoint):
-    (declared,) = (await gw.card(endpoint)).capabilities.extensions
-    assert declared.uri == HITL_URI and MessageToDict(declared.params) == {"editableArgs": False}
-    mark = token()
-    task = await ask_for_confirmation(gw, endpoint, mark)
-    (data,) = [MessageToDict(p.data) for p in task.status.message.parts if p.HasField("data")]
-    (tool,) = data[HITL_URI]["tools"]
-    assert (tool["name"], tool["args"], tool["editable"]) == (
-        TOOL, {"command": f"rm -rf scratch/{mark}"}, False)
-    ids = {"task_id": task.id, "context_id": task.context_id}
-    async with gw.client(endpoint, streaming=False) as client:
-        (wrong,) = [e async for e in client.send_message(send_request("", data={
-            "type": "tool_approval_response", "approvals": []}, **ids))]
-        assert wrong.task.status.state == INPUT_REQUIRED
-        assert "approvals must be a non-empty list" in wrong.task.status.message.parts[0].text
-        (done,) = [e async for e in client.send_message(send_request("", data={
-            "type": "tool_approval_response",
-            "approvals": [{"id": tool["id"], "approved": True}]}, **ids))]
-    assert done.task.status.state == COMPLETED
-    assert APPROVED.format(mark=mark) == final_text(done.task)
+    mark, done = await structured_approval_after_refusal(gw, endpoint, ask_for_confirmation, TOOL)
+    assert final_text(done) == APPROVED.format(mark=mark)
 
 
 async def test_an_unclear_answer_keeps_the_task_waiting(gw, endpoint):
