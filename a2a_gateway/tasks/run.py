@@ -352,6 +352,7 @@ class TaskRun:
             except Exception:
                 log.warning("unseen_task_not_saved", task_id=self.task.id)
         if self.version is not None and not self.finished:
+            self._mutated()  # the status event below that says this replica stops
             if self.text_so_far:
                 self.run_state[PARTIAL_TEXT] = {
                     "artifact_id": self._artifact_id,
