@@ -179,16 +179,23 @@ READS_GENERATIONS = "reads_generations"
 
 def take_json_params(params: dict[str, Any], state: dict[str, Any]) -> None:
     """Move the 1.1 fields of JSON ``params`` (a GetTask's or a SendMessage's, which the
-    1.0 parser would refuse as unknown) into ``state``, checked."""
+    1.0 parser would refuse as unknown) into ``state``, checked (``_taken``)."""
     if "currentGeneration" in params:
-        state[CURRENT_GENERATION] = client_generation(
-            params.pop("currentGeneration"), "currentGeneration"
-        )
+        _taken(state, CURRENT_GENERATION, params.pop("currentGeneration"), "currentGeneration")
     configuration = params.get("configuration")
     if isinstance(configuration, dict) and "ifGenerationMatch" in configuration:
-        state[IF_GENERATION_MATCH] = client_generation(
-            configuration.pop("ifGenerationMatch"), "configuration.ifGenerationMatch"
-        )
+        _taken(state, IF_GENERATION_MATCH, configuration.pop("ifGenerationMatch"),
+               "configuration.ifGenerationMatch")
+
+
+def _taken(state: dict[str, Any], key: str, value: Any, field: str) -> None:
+    """A 1.1 client's bad value is invalid params; a 1.0 client's is an unknown field's, so
+    ignored (a good one works for it too, as the draft's own 1.0 example has it)."""
+    try:
+        state[key] = client_generation(value, field)
+    except InvalidParamsError:
+        if state.get(READS_GENERATIONS):
+            raise
 
 
 def take_grpc_params(request: Message, state: dict[str, Any]) -> None:
@@ -198,13 +205,11 @@ def take_grpc_params(request: Message, state: dict[str, Any]) -> None:
     if isinstance(request, GetTaskRequest):
         found = _unknown_varint(request, 4)
         if found is not None:
-            state[CURRENT_GENERATION] = client_generation(found, "current_generation")
+            _taken(state, CURRENT_GENERATION, found, "current_generation")
     elif isinstance(request, SendMessageRequest) and request.HasField("configuration"):
         found = _unknown_varint(request.configuration, 5)
         if found is not None:
-            state[IF_GENERATION_MATCH] = client_generation(
-                found, "configuration.if_generation_match"
-            )
+            _taken(state, IF_GENERATION_MATCH, found, "configuration.if_generation_match")
 
 
 def _unknown_varint(message: Message, number: int) -> int | None:

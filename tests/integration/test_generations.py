@@ -211,6 +211,10 @@ async def test_a_generation_that_is_not_one_is_refused_naming_the_field(http, va
         assert "ifGenerationMatch" in sent["error"]["message"]
         after = (await call(http, url, "GetTask", {"id": task["id"]}))["result"]
         assert after["generation"] == task["generation"]  # nothing written
+        # to a 1.0 client they are unknown fields: ignored
+        plain = await call(http, url, "GetTask", {"id": task["id"], "currentGeneration": value},
+                           V10)
+        assert plain["result"]["id"] == task["id"]
         rest = await http.get(f"{gw.rest_url(echo)}/tasks/{task['id']}",
                               params={"currentGeneration": str(value)}, headers=V11)
         assert rest.status_code == 400
