@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -29,8 +30,6 @@ from a2a_gateway.governance.audit import prune_old_entries
 from a2a_gateway.governance.quotas import Quotas
 from a2a_gateway.live.feed import FeedLimits
 from a2a_gateway.live.hub import LiveHub, ReplayLimits
-from a2a_gateway.live.postgres import PostgresLiveHub, uses_postgres
-from a2a_gateway.live.redis import RedisLiveHub, open_redis
 from a2a_gateway.observability import tracing
 from a2a_gateway.observability.fleet_stats import FLEET_STATS, FleetStats
 from a2a_gateway.observability.stats import STATS, StatsSampler, running_task
@@ -162,9 +161,7 @@ def build_app(
         client = http or backend_client(settings.backend_max_connections,
                                         settings.backend_max_keepalive_connections,
                                         settings.backend_keepalive_seconds)
-        redis = app[SHARED_REDIS] = open_redis(
-            settings.redis_url.get_secret_value(), settings.redis_ca_file
-        )
+        redis = app[SHARED_REDIS] = _open_shared_redis(settings)
         hub = live_hub(settings, opened, redis)
         push = PushNotifier(
             opened,
@@ -310,7 +307,21 @@ def live_hub(settings: GatewaySettings, store: Any, redis: Any) -> LiveHub:
     """Redis links the replicas when configured (on any store); else PostgreSQL's
     LISTEN/NOTIFY on that store; else the replica is alone."""
     if redis is not None:
+        from a2a_gateway.live.redis import RedisLiveHub  # cold start: only with Redis
+
         return RedisLiveHub(redis, store, settings.replica_id, prefix=settings.redis_prefix)
-    if uses_postgres(store):
-        return PostgresLiveHub(store, settings.replica_id)
+    if "a2a_gateway.stores.postgres" in sys.modules:  # a PostgreSQL store is open
+        from a2a_gateway.live.postgres import PostgresLiveHub, uses_postgres
+
+        if uses_postgres(store):
+            return PostgresLiveHub(store, settings.replica_id)
     return LiveHub()
+
+
+def _open_shared_redis(settings: GatewaySettings) -> Any:
+    """The Redis client of ``settings.redis_url``, None without one."""
+    if not settings.redis_url.get_secret_value():
+        return None
+    from a2a_gateway.live.redis import open_redis  # cold start: only with Redis
+
+    return open_redis(settings.redis_url.get_secret_value(), settings.redis_ca_file)

@@ -1,7 +1,8 @@
 """What a cold start loads: ``build_app`` on ``memory://`` leaves the store drivers, the
 a2a-sdk's server package (its gRPC handler, event queues, 0.3 types), gRPC, OpenTelemetry,
-PyJWT and ``cryptography`` (JWT auth, card signing) and the parsers of endpoints and config
-files (PyYAML, tomllib, tomli-w) unimported; each loads when its part is used.
+PyJWT and ``cryptography`` (JWT auth, card signing), the parsers of endpoints and config
+files (PyYAML, tomllib, tomli-w), Redis and the cross-replica live hubs, and the ``mcp`` SDK
+with the MCP facade's tools unimported; each loads when its part is used.
 
 Every check runs in a fresh interpreter, so modules other tests imported do not count.
 """
@@ -40,6 +41,14 @@ NOT_AT_START = (
     "a2a_gateway.tasks.request_handler",
     "a2a_gateway.transport.grpc_binding",
     "handlers.echo",
+    "redis",
+    "a2a_gateway.live.redis",
+    "a2a_gateway.live.postgres",
+    "a2a_gateway.live.feed_relay",
+    "mcp",
+    "a2a_gateway.transport.mcp_asgi",
+    "a2a_gateway.transport.mcp_tools",
+    "a2a_gateway.transport.mcp_results",
 )
 
 
@@ -138,7 +147,8 @@ async def test_dynamodb_store_loads_only_its_driver(monkeypatch: pytest.MonkeyPa
 def test_start_up_loads_the_sdk_server_package_and_the_first_requests_are_served() -> None:
     """``build_app`` leaves the a2a-sdk's server package unloaded, start-up loads it (every
     request and card needs it: the first caller does not wait for it); the card carries its
-    0.3 fields; 1.0 and 0.3 requests are answered, a bad 0.3 one with invalid params."""
+    0.3 fields; 1.0 and 0.3 requests are answered, a bad 0.3 one with invalid params. Without
+    Redis or PostgreSQL no cross-replica hub loads, and A2A requests load nothing of MCP."""
     script = """
     import asyncio, sys
     import httpx
@@ -175,3 +185,12 @@ def test_start_up_loads_the_sdk_server_package_and_the_first_requests_are_served
         "handlers.echo",
     } <= loaded
     assert not loaded & {"asyncpg", "boto3", "botocore", "aiosqlite"}
+    # a replica alone on memory:// runs no cross-replica hub, and no MCP request came
+    assert not loaded & {
+        "redis",
+        "a2a_gateway.live.redis",
+        "a2a_gateway.live.postgres",
+        "mcp",
+        "a2a_gateway.transport.mcp_asgi",
+        "a2a_gateway.transport.mcp_tools",
+    }
