@@ -6,21 +6,25 @@ opt-out, malformed JSON-RPC)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import httpx2
+import jwt
 import mcp_types as types
 import pytest
 from a2a.types import GetTaskRequest, TaskState
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.stores.base import Scope, TaskQuery
-from tests.support.harness import RunningGateway, running_gateway
+from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.waiting import eventually
 
 pytest.importorskip("mcp")
@@ -159,31 +163,100 @@ async def test_cancelling_the_call_cancels_the_task():
         await eventually(canceled, timeout=10)
 
 
-async def test_refusals_opt_out_and_protected_resource_metadata():
-    async with running_gateway(allow_unauthenticated_endpoints=False,
-                               api_key_cache_seconds=0) as gw:
-        endpoint = await gw.add_endpoint(settings={"delay": 0})
-        off = await gw.add_endpoint(settings={"delay": 0, "mcp": False})
-        secret = gw.gateway.settings.api_key_secret.get_secret_value().encode()
-        row, key = make_key(secret, endpoint_id=endpoint, tenant="default")
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {},
+    "clientInfo": {"name": "t", "version": "1"}}}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
+async def test_keys_sessions_and_opt_out_on_every_store(keyed_every_store: RunningGateway):
+    gw = keyed_every_store
+    endpoint = await gw.add_endpoint(settings={"delay": 0})
+    off = await gw.add_endpoint(settings={"delay": 0, "mcp": False})
+    secret = gw.gateway.settings.api_key_secret.get_secret_value().encode()
+    keys = {}
+    for principal in ("alice", "bob"):
+        row, keys[principal] = make_key(secret, endpoint_id=endpoint, tenant="default",
+                                        principal=principal)
         await gw.store.create_api_key(row)
-        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}}
-        accept = {"Accept": "application/json, text/event-stream"}
+    url = mcp_url(gw, endpoint)
+    async with httpx.AsyncClient(timeout=10) as http:
+        for headers in ({}, {"X-API-Key": "a2a_nonsense"}, {"Authorization": "Bearer zz"}):
+            answer = await http.post(url, json=INIT, headers={**ACCEPT, **headers})
+            assert answer.status_code == 401, answer.text
+            assert answer.headers["WWW-Authenticate"].startswith("Bearer")
+            assert "resource_metadata" not in answer.headers["WWW-Authenticate"]
+            assert answer.json()["error"]["code"] == -32001
+        opted_out = await http.post(mcp_url(gw, off), json=INIT,
+                                    headers={**ACCEPT, "X-API-Key": keys["alice"]})
+        assert opted_out.status_code == 404 and opted_out.json()["error"]["code"] == -32601
+        metadata = await http.get(
+            f"{gw.base_url}/.well-known/oauth-protected-resource/{endpoint}/mcp")
+        assert metadata.status_code == 404  # keys only: not an OAuth protected resource
+        opened = await http.post(url, json=INIT, headers={**ACCEPT, "X-API-Key": keys["alice"]})
+        assert opened.status_code == 200
+        session = {"Mcp-Session-Id": opened.headers["Mcp-Session-Id"],
+                   "MCP-Protocol-Version": "2025-11-25"}
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        taken = await http.post(url, json=listing,
+                                headers={**ACCEPT, **session, "X-API-Key": keys["bob"]})
+        assert taken.status_code == 404  # another principal's session does not exist for bob
+    async with mcp_session(url, {"X-API-Key": keys["alice"]}) as client:
+        result = await client.call_tool("chat", {"message": "with a key ?input"})
+        task_id = result.structured_content["taskId"]
+        answered = await client.call_tool("chat", {"message": "yes", "taskId": task_id})
+        assert [c.text for c in answered.content] == ["echo: yes"]
+    async with mcp_session(url, {"Authorization": f"Bearer {keys['bob']}"}) as client:
+        foreign = await client.call_tool("chat", {"message": "mine?", "taskId": task_id})
+        assert foreign.is_error and "not found" in foreign.content[0].text
+    page = await gw.store.list_tasks(Scope("default", endpoint, "alice"), TaskQuery())
+    assert [(t.id, t.status.state) for t in page.tasks] == [
+        (task_id, TaskState.TASK_STATE_COMPLETED)]
+
+
+async def test_jwt_callers_and_protected_resource_metadata():
+    private = ec.generate_private_key(ec.SECP256R1())
+    pem = private.public_key().public_bytes(
+        Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode()
+    issuer = "https://issuer.example"
+    now = int(time.time())
+    token = jwt.encode({"iss": issuer, "aud": "mcp-tests", "sub": "carol", "iat": now,
+                        "exp": now + 300}, private, algorithm="ES256")
+    async with running_gateway(allow_unauthenticated_endpoints=False) as gw:
+        endpoint = await gw.add_endpoint(settings={"delay": 0, "auth": {"jwt": {
+            "issuer": issuer, "audience": "mcp-tests", "keys": [pem]}}}, name="jwt agent")
+        url = mcp_url(gw, endpoint)
         async with httpx.AsyncClient(timeout=10) as http:
-            for headers in ({}, {"X-API-Key": "a2a_nonsense"}, {"Authorization": "Bearer zz"}):
-                answer = await http.post(mcp_url(gw, endpoint), json=init,
-                                         headers={**accept, **headers})
-                assert answer.status_code == 401, answer.text
-                assert answer.headers["WWW-Authenticate"].startswith("Bearer")
-                assert answer.json()["error"]["code"] == -32001
-            opted_out = await http.post(mcp_url(gw, off), json=init,
-                                        headers={**accept, "X-API-Key": key})
-            assert opted_out.status_code == 404
-            metadata = await http.get(
-                f"{gw.base_url}/.well-known/oauth-protected-resource/{endpoint}/mcp")
-            assert metadata.status_code == 404  # keys only: no OAuth resource
-        async with mcp_session(mcp_url(gw, endpoint), {"X-API-Key": key}) as session:
-            result = await session.call_tool("chat", {"message": "with a key"})
-            assert [c.text for c in result.content] == ["echo: with a key"]
+            refused = await http.post(url, json=INIT, headers=ACCEPT)
+            expected = f"{gw.base_url}/.well-known/oauth-protected-resource/{endpoint}/mcp"
+            assert refused.status_code == 401
+            assert f'resource_metadata="{expected}"' in refused.headers["WWW-Authenticate"]
+            metadata = (await http.get(expected)).json()
+        assert metadata == {"resource": url, "authorization_servers": [issuer],
+                            "bearer_methods_supported": ["header"], "resource_name": "jwt agent"}
+        async with mcp_session(url, {"Authorization": f"Bearer {token}"}) as client:
+            result = await client.call_tool("chat", {"message": "signed"})
+        assert [c.text for c in result.content] == ["echo: signed"]
+        page = await gw.store.list_tasks(Scope("default", endpoint, "carol"), TaskQuery())
+        assert len(page.tasks) == 1
+
+
+async def test_a_real_bridge_streams_its_text_as_progress():
+    hermes_url = require_env("A2A_TEST_HERMES_URL", "A2A_TEST_HERMES_KEY")
+    async with running_gateway() as gw:
+        endpoint = await gw.add_endpoint("handlers.hermes:HermesAgentHandler", settings={
+            "hermes_api_url": hermes_url, "hermes_api_key": "env:A2A_TEST_HERMES_KEY"})
+        chunks: list[str] = []
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            chunks.append(message or "")
+
+        async with mcp_session(mcp_url(gw, endpoint)) as client:
+            [tool] = (await client.list_tools()).tools
+            result = await client.call_tool(
+                tool.name, {"message": "FAKE_SLOW words=6 delay=0.05"}, progress_callback=progress
+            )
+        assert not result.is_error, result
+        text = result.content[0].text
+        assert len(text.split()) == 6
+        assert len(chunks) > 1 and "".join(chunks) == text
