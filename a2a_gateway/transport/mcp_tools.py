@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import mcp_types as types
+import orjson
 from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
 from a2a.types import (
@@ -34,6 +36,7 @@ from aiohttp import web
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from a2a_gateway.endpoints.card import build_card
 from a2a_gateway.endpoints.registry import EndpointRuntime
@@ -131,24 +134,35 @@ def _argument(arguments: dict[str, Any], name: str, *, required: bool = False) -
 
 async def call_tool(
     ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-) -> types.CallToolResult:
+) -> types.CallToolResult | types.InputRequiredResult:
     call = _mcp_call(ctx)
     if params.name not in {tool.name for tool in tools(call)}:
         raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}")
-    arguments = params.arguments or {}
-    message = user_message(
-        _argument(arguments, "message", required=True), None,
-        _argument(arguments, "taskId"), _argument(arguments, "contextId"),
-    )
     run = ToolRun(call, ctx, params.name)
     try:
-        return await run.call(message)
+        if params.request_state is not None:  # a 2026-07-28 client answering what was asked
+            return await run.call(run.resume(params.request_state, params.input_responses))
+        arguments = params.arguments or {}
+        message = user_message(
+            _argument(arguments, "message", required=True), None,
+            _argument(arguments, "taskId"), _argument(arguments, "contextId"),
+        )
+        return await run.call(run.turns(message))
     except (A2AError, GatewayError) as exc:
         return error_result(exc.message)  # type: ignore[union-attr]
 
 
+Outcome = types.CallToolResult | types.InputRequiredResult
+
+
 class ToolRun:
-    """One tool call: the A2A turns of its task until it ends or asks what cannot be asked."""
+    """One tool call: the A2A turns of its task until it ends or asks what cannot be asked.
+
+    A question is put to a client with a back-channel (a 2025-era session) as an
+    ``elicitation/create`` request and answered within the call; to a 2026-07-28 client as an
+    ``InputRequiredResult``, whose retry (``requestState``: the task's ids, not a secret: the
+    task is still looked up as the caller's) carries the answer.
+    """
 
     def __init__(self, call: McpCall, ctx: ServerRequestContext[Any, Any], tool: str) -> None:
         self.handler = call.gateway.request_handlers(call.runtime)[0]
@@ -159,33 +173,60 @@ class ToolRun:
         self.chunks = 0
         self.streamed: set[str] = set()
 
-    async def call(self, message: Message) -> types.CallToolResult:
+    async def call(self, work: Awaitable[Outcome]) -> Outcome:
+        """``work``; a call the client cancels cancels its task."""
         try:
-            return await self._turns(message)
+            return await work
         except asyncio.CancelledError:
             with anyio.CancelScope(shield=True):
                 await self._cancel()
             raise
 
-    async def _turns(self, message: Message) -> types.CallToolResult:
+    async def turns(self, message: Message) -> Outcome:
         while True:
             outcome = await self._turn(message)
             if isinstance(outcome, Message):
                 return completed_result(Task(status={"message": outcome}))
-            state = outcome.status.state
-            if state == TaskState.TASK_STATE_COMPLETED:
-                return completed_result(outcome)
-            if state in FAILED_STATES:
-                return failed_result(outcome)
-            if state == TaskState.TASK_STATE_INPUT_REQUIRED and self._can_elicit():
-                answer = await self._elicit(outcome)
-                if isinstance(answer, types.CallToolResult):
-                    return answer
-                message = answer
-                continue
-            if state in ASKING_STATES:
-                return asked_result(outcome, self.tool)
-            return error_result("the task did not end; follow it with its taskId", outcome)
+            step = await self._after(outcome)
+            if not isinstance(step, Message):
+                return step
+            message = step
+
+    async def resume(self, request_state: str, responses: types.InputResponses | None) -> Outcome:
+        """Continue the task ``request_state`` names with the client's answer."""
+        try:
+            state = orjson.loads(request_state)
+            task_id, refusals = str(state["taskId"]), int(state.get("refused", 0))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise MCPError(types.INVALID_PARAMS, "requestState is not one this server issued"
+                           ) from None
+        self.task_id = task_id
+        task = await self.handler.on_get_task(GetTaskRequest(id=task_id), self.context)
+        assert task is not None  # on_get_task raises for a task it cannot find
+        answer = (responses or {}).get(ANSWER)
+        if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED or not isinstance(
+            answer, types.ElicitResult
+        ):
+            step = await self._after(task)
+        else:
+            step = await self._answered(task, answer, refusals)
+        return await self.turns(step) if isinstance(step, Message) else step
+
+    async def _after(self, task: Task) -> Message | Outcome:
+        """What follows a turn that left ``task`` as it is: the result, or the answer to its
+        question as the next message."""
+        state = task.status.state
+        if state == TaskState.TASK_STATE_COMPLETED:
+            return completed_result(task)
+        if state in FAILED_STATES:
+            return failed_result(task)
+        if state == TaskState.TASK_STATE_INPUT_REQUIRED and self._can_elicit():
+            return await self._elicit(task)
+        if state == TaskState.TASK_STATE_INPUT_REQUIRED and self._can_ask_in_result():
+            return self._input_required(task, question(task), 0)
+        if state in ASKING_STATES:
+            return asked_result(task, self.tool)
+        return error_result("the task did not end; follow it with its taskId", task)
 
     async def _turn(self, message: Message) -> Task | Message:
         """Send ``message`` and stream its task until it ends or asks; the task as stored."""
@@ -222,31 +263,61 @@ class ToolRun:
 
     def _can_elicit(self) -> bool:
         session = self.ctx.session
-        return session.can_send_request and session.check_client_capability(
+        return session.can_send_request and self._declared_elicitation()
+
+    def _can_ask_in_result(self) -> bool:
+        return self.ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and (
+            self._declared_elicitation()
+        )
+
+    def _declared_elicitation(self) -> bool:
+        return self.ctx.session.check_client_capability(
             types.ClientCapabilities(elicitation=types.ElicitationCapability())
+        )
+
+    def _input_required(self, task: Task, prompt: str, refusals: int) -> types.InputRequiredResult:
+        schema, _ = elicitation_schema(task)
+        ask = types.ElicitRequest(params=types.ElicitRequestFormParams(
+            message=prompt, requested_schema=schema))
+        state = {"taskId": task.id, "contextId": task.context_id, "refused": refusals}
+        return types.InputRequiredResult(
+            input_requests={ANSWER: ask}, request_state=orjson.dumps(state).decode()
         )
 
     async def _elicit(self, task: Task) -> Message | types.CallToolResult:
         """The client's answer as the follow-up message, or the result that ends the call."""
-        schema, as_data = elicitation_schema(task)
+        schema, _ = elicitation_schema(task)
         prompt = question(task)
-        problem = ""
-        for _ in range(ELICITATION_ATTEMPTS):
+        for refusals in range(ELICITATION_ATTEMPTS):
             answer = await self.ctx.session.elicit_form(
                 prompt, schema, related_request_id=self.ctx.request_id
             )
-            if answer.action != "accept":
-                await self._cancel()
-                verb = "declined" if answer.action == "decline" else "canceled"
-                return error_result(f"the question was {verb}; the task was canceled", task)
-            problem = schema_problem(schema, answer.content) or ""
-            if not problem:
-                content = dict(answer.content or {})
-                if as_data:
-                    return user_message(None, content, task.id, task.context_id)
-                return user_message(str(content[ANSWER]), None, task.id, task.context_id)
+            step = await self._answered(task, answer, refusals)
+            if not isinstance(step, types.InputRequiredResult):
+                return step
+            prompt = step.input_requests[ANSWER].params.message  # type: ignore[index,union-attr]
+        raise AssertionError("_answered ends the call at the last attempt")
+
+    async def _answered(
+        self, task: Task, answer: types.ElicitResult, refusals: int
+    ) -> Message | Outcome:
+        """The follow-up message of an accepted answer; a canceled task for a declined or
+        dismissed one; the question again for an answer the schema refuses (then an error)."""
+        if answer.action != "accept":
+            await self._cancel()
+            verb = "declined" if answer.action == "decline" else "canceled"
+            return error_result(f"the question was {verb}; the task was canceled", task)
+        schema, as_data = elicitation_schema(task)
+        problem = schema_problem(schema, answer.content)
+        if problem is not None:
+            if refusals + 1 >= ELICITATION_ATTEMPTS:
+                return error_result(f"the answer does not match the question: {problem}", task)
             prompt = f"{question(task)}\n\nThe last answer was refused: {problem}"
-        return error_result(f"the answer does not match the question: {problem}", task)
+            return self._input_required(task, prompt, refusals + 1)
+        content = dict(answer.content or {})
+        if as_data:
+            return user_message(None, content, task.id, task.context_id)
+        return user_message(str(content[ANSWER]), None, task.id, task.context_id)
 
     async def _cancel(self) -> None:
         if not self.task_id:

@@ -19,7 +19,7 @@ import pytest
 from a2a.types import GetTaskRequest, TaskState
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from a2a_gateway.auth.api_keys import make_key
@@ -135,6 +135,37 @@ async def test_elicitation_answers_refuses_and_declines():
             task_id = declined.meta["taskId"]
             task = await stored_task(gw, endpoint, task_id)
             assert task.status.state == TaskState.TASK_STATE_CANCELED
+
+
+async def test_a_2026_client_is_asked_through_input_required_results():
+    async with running_gateway() as gw:
+        endpoint = await gw.add_endpoint(settings={"delay": 0})
+        answers = [
+            types.ElicitResult(action="accept", content={"answer": "not a choice"}),
+            types.ElicitResult(action="accept", content={"answer": "any text"}),
+            types.ElicitResult(action="cancel"),
+        ]
+        asked: list[str] = []
+
+        async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+            asked.append(params.message)
+            return answers.pop(0)
+
+        chunks: list[str] = []
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            chunks.append(message or "")
+
+        async with Client(mcp_url(gw, endpoint), elicitation_callback=elicit) as client:
+            assert client.protocol_version == "2026-07-28"  # no session: any replica serves it
+            result = await client.call_tool("chat", {"message": "hi ?input"},
+                                            progress_callback=progress)
+            assert [c.text for c in result.content] == ["echo: any text"]
+            assert asked[0].startswith("What should I echo?") and "refused" in asked[1]
+            dismissed = await client.call_tool("chat", {"message": "again ?input"})
+        assert dismissed.is_error and "canceled" in dismissed.content[0].text
+        task = await stored_task(gw, endpoint, dismissed.meta["taskId"])
+        assert task.status.state == TaskState.TASK_STATE_CANCELED
 
 
 async def test_cancelling_the_call_cancels_the_task():
