@@ -31,7 +31,7 @@ from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from a2a_gateway.generation import generation_of, set_generation
+from a2a_gateway.generation import generation_of, stamp_generation
 
 AnyEvent = TypeVar("AnyEvent", TaskStatusUpdateEvent, TaskArtifactUpdateEvent)
 
@@ -107,7 +107,7 @@ def status_event(task: Task, metadata: dict[str, Any] | None = None) -> TaskStat
         event.metadata.update(metadata)
     generation = generation_of(task)
     if generation:
-        set_generation(event, generation)
+        stamp_generation(event, generation)
     return event
 
 
@@ -118,7 +118,7 @@ def slim_status_event(event: TaskStatusUpdateEvent) -> TaskStatusUpdateEvent:
     slim.status.timestamp.CopyFrom(event.status.timestamp)
     generation = generation_of(event)
     if generation:
-        set_generation(slim, generation)
+        stamp_generation(slim, generation)
     return slim
 
 

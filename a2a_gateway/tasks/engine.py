@@ -45,7 +45,7 @@ from a2a_gateway.events import (
 from a2a_gateway.generation import (
     TaskGenerationMismatchError,
     generation_of,
-    set_generation,
+    stamp_generation,
 )
 from a2a_gateway.live.hub import LiveHub, Subscription
 from a2a_gateway.observability import tracing
@@ -473,7 +473,7 @@ class TaskEngine:
         if run is None or run.finished or not run.artifact_id or not run.text_so_far:
             return None
         chunk = text_chunk(run.task, run.artifact_id, run.text_so_far, append=False)
-        set_generation(chunk, run.generation)  # it stands for every chunk so far
+        stamp_generation(chunk, run.generation)  # it stands for every chunk so far
         return chunk
 
     async def handle_control(self, command: str, task_id: str) -> None:

@@ -63,7 +63,7 @@ from a2a_gateway.events import (
     reply_message,
     status_event,
 )
-from a2a_gateway.generation import generation_of, set_generation
+from a2a_gateway.generation import generation_of, set_generation, stamp_generation
 from a2a_gateway.governance.usage import RUN_STATE_KEY, UsageStart, ending_now, token_counts
 from a2a_gateway.live.hub import LiveHub
 from a2a_gateway.observability.metrics import MESSAGES, TASKS_STARTED, task_ended
@@ -671,7 +671,7 @@ class TaskRun:
         self.generation += 1  # a chunk changes the task's artifact, listened to or not
         if self._hub.has_listeners(self.task.id):  # otherwise kept for the final artifact only
             chunk = chunks.first(text) if first else chunks.next(text)
-            set_generation(chunk, self.generation)
+            stamp_generation(chunk, self.generation)
             self._hub.publish(self.task.id, chunk)
 
     def _on_artifact(self, event: ArtifactDelta) -> None:
@@ -693,7 +693,7 @@ class TaskRun:
             update = artifact_event(
                 self.task, chunk, append=event.append, last_chunk=event.last_chunk
             )
-            set_generation(update, self.generation)
+            stamp_generation(update, self.generation)
             self._hub.publish(self.task.id, update)
 
     def _artifact(self, artifact_id: str) -> Artifact:
@@ -741,11 +741,11 @@ class TaskRun:
                 artifact.metadata.update(event.metadata)
             self._mutated()
             final = artifact_event(self.task, artifact, last_chunk=True)
-            set_generation(final, self.generation)
+            stamp_generation(final, self.generation)
             if self._hub.has_listeners(self.task.id):
                 last = self._last_chunk(artifact, final)
                 if last is not final:
-                    set_generation(last, self.generation)
+                    stamp_generation(last, self.generation)
                 self._hub.publish(self.task.id, last)
             self._hub.feed.artifact(self.scope, self.task, final, self.version)
         await self._remember_turn(final_text or "")
