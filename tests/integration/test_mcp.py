@@ -6,9 +6,13 @@ opt-out, malformed JSON-RPC)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -291,3 +295,22 @@ async def test_a_real_bridge_streams_its_text_as_progress():
         text = result.content[0].text
         assert len(text.split()) == 6
         assert len(chunks) > 1 and "".join(chunks) == text
+
+
+async def test_the_documented_python_client_runs_as_printed():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "mcp.md").read_text(encoding="utf-8")
+    [snippet] = re.findall(r"```python\n(.*?)```", doc, re.DOTALL)
+    async with running_gateway(allow_unauthenticated_endpoints=False) as gw:
+        endpoint = await gw.add_endpoint(settings={"delay": 0}, card=SKILLS)
+        secret = gw.gateway.settings.api_key_secret.get_secret_value().encode()
+        row, key = make_key(secret, endpoint_id=endpoint, tenant="default")
+        await gw.store.create_api_key(row)
+        env = {**os.environ, "MCP_URL": mcp_url(gw, endpoint), "API_KEY": key}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", snippet, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()[-2000:]
+    assert out.decode().splitlines() == [
+        "tools: echo, shout_out", "echo: hello", "result: echo: hello"]
