@@ -41,8 +41,10 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from a2a_gateway.endpoints.card import build_card
 from a2a_gateway.endpoints.registry import EndpointRuntime
 from a2a_gateway.errors import GatewayError
+from a2a_gateway.protojson import message_to_dict
 from a2a_gateway.state import Gateway
 from a2a_gateway.transport.call_context import call_context
+from a2a_gateway.transport.limits import check_request_limits
 from a2a_gateway.transport.mcp_results import (
     ANSWER,
     ASKING_STATES,
@@ -167,6 +169,8 @@ class ToolRun:
     def __init__(self, call: McpCall, ctx: ServerRequestContext[Any, Any], tool: str) -> None:
         self.handler = call.gateway.request_handlers(call.runtime)[0]
         self.context = call.call_context()
+        self.settings = call.gateway.settings
+        self.streaming = call.runtime.streaming
         self.ctx = ctx
         self.tool = tool
         self.task_id = ""
@@ -229,10 +233,16 @@ class ToolRun:
         return error_result("the task did not end; follow it with its taskId", task)
 
     async def _turn(self, message: Message) -> Task | Message:
-        """Send ``message`` and stream its task until it ends or asks; the task as stored."""
-        events = self.handler.on_message_send_stream(
-            SendMessageRequest(message=message), self.context
-        )
+        """Send ``message`` and stream its task until it ends or asks (an agent that does not
+        stream: wait for that); the task as stored. The A2A routes' message limits apply."""
+        check_request_limits({"message": message_to_dict(message)}, self.settings)
+        request = SendMessageRequest(message=message)
+        if not self.streaming:
+            outcome = await self.handler.on_message_send(request, self.context)
+            if isinstance(outcome, Task):
+                self.task_id = outcome.id
+            return outcome
+        events = self.handler.on_message_send_stream(request, self.context)
         try:
             async for event in events:
                 if isinstance(event, Message):

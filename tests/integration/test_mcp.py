@@ -67,9 +67,10 @@ async def stored_task(gw: RunningGateway, endpoint_id: str, task_id: str) -> Any
 
 
 async def test_tools_progress_result_and_follow_up_without_elicitation():
-    async with running_gateway() as gw:
+    async with running_gateway(max_text_chars=100) as gw:
         skilled = await gw.add_endpoint(settings={"delay": 0}, card=SKILLS)
-        plain = await gw.add_endpoint(settings={"delay": 0}, name="plain agent")
+        plain = await gw.add_endpoint(settings={"delay": 0}, name="plain agent",
+                                      card={"capabilities": {"streaming": False}})
         async with mcp_session(mcp_url(gw, skilled)) as session:
             listed = await session.list_tools()
             assert [t.name for t in listed.tools] == ["echo", "shout_out"]
@@ -100,13 +101,18 @@ async def test_tools_progress_result_and_follow_up_without_elicitation():
 
             refused = await session.call_tool("echo", {"message": "x", "taskId": "no-such"})
             assert refused.is_error and "no-such" in refused.content[0].text
+            too_long = await session.call_tool("echo", {"message": "x" * 101})
+            assert too_long.is_error and "max_text_chars is 100" in too_long.content[0].text
             with pytest.raises(Exception, match="unknown tool"):
                 await session.call_tool("nope", {"message": "x"})
             with pytest.raises(Exception, match="arguments.message"):
                 await session.call_tool("echo", {"message": 3})
         async with mcp_session(mcp_url(gw, plain)) as session:
             assert [t.name for t in (await session.list_tools()).tools] == ["chat"]
-            data = await session.call_tool("chat", {"message": "files ?artifacts"})
+            chunks.clear()
+            data = await session.call_tool("chat", {"message": "files ?artifacts"},
+                                           progress_callback=progress)
+            assert not chunks  # an agent that does not stream: the result only
             kinds = [c.type for c in data.content]
             assert kinds == ["text", "text", "resource", "text", "text"], kinds
             assert data.structured_content == {"echo": "files ?artifacts", "words": 2}
