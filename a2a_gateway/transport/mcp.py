@@ -69,6 +69,9 @@ class McpService:
                 self._manager = manager
         return self._manager
 
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
     async def _run(self, manager: StreamableHTTPSessionManager, started: asyncio.Event) -> None:
         async with manager.run():
             started.set()
@@ -131,9 +134,10 @@ async def mcp_endpoint(request: web.Request) -> web.StreamResponse:
         return _refusal(exc, runtime, base_url)
     from a2a_gateway.transport.mcp_tools import SCOPE_KEY, McpCall
 
-    manager = await request.app[MCP_SERVICE].manager()
+    service = request.app[MCP_SERVICE]
+    manager = await service.manager()
     scope = {
-        SCOPE_KEY: McpCall(request, gateway, runtime, user),
+        SCOPE_KEY: McpCall(request, gateway, runtime, user, service.stopping),
         "user": _session_owner(runtime.endpoint.id, user),
     }
     return await serve_asgi(request, manager.handle_request, scope)

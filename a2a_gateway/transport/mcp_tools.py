@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +85,9 @@ class McpCall:
     gateway: Gateway
     runtime: EndpointRuntime
     user: User
+    stopping: Callable[[], bool]
+    """Whether the gateway is stopping (calls it ends leave their tasks to the other
+    replicas rather than cancel them)."""
 
     def call_context(self) -> ServerCallContext:
         return call_context(self.request, self.gateway, self.runtime, self.user, [])
@@ -171,6 +174,7 @@ class ToolRun:
         self.context = call.call_context()
         self.settings = call.gateway.settings
         self.streaming = call.runtime.streaming
+        self.stopping = call.stopping
         self.ctx = ctx
         self.tool = tool
         self.task_id = ""
@@ -178,12 +182,14 @@ class ToolRun:
         self.streamed: set[str] = set()
 
     async def call(self, work: Awaitable[Outcome]) -> Outcome:
-        """``work``; a call the client cancels cancels its task."""
+        """``work``; a call the client cancels cancels its task (one the gateway's shutdown
+        ends does not)."""
         try:
             return await work
         except asyncio.CancelledError:
-            with anyio.CancelScope(shield=True):
-                await self._cancel()
+            if not self.stopping():
+                with anyio.CancelScope(shield=True):
+                    await self._cancel()
             raise
 
     async def turns(self, message: Message) -> Outcome:

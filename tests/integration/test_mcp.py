@@ -28,6 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from a2a_gateway.auth.api_keys import make_key
 from a2a_gateway.stores.base import Scope, TaskQuery
+from a2a_gateway.transport.mcp import MCP_SERVICE
 from tests.support.harness import RunningGateway, require_env, running_gateway
 from tests.support.waiting import eventually
 
@@ -194,14 +195,42 @@ async def test_cancelling_the_call_cancels_the_task():
             call.cancel()  # the client sends notifications/cancelled for its request
             with pytest.raises(asyncio.CancelledError):
                 await call
+        first_chunk.clear()
+        async with Client(mcp_url(gw, endpoint)) as client:  # 2026-07-28: no session
+            call = asyncio.create_task(
+                client.call_tool("chat", {"message": "long ?slow"}, progress_callback=progress)
+            )
+            await asyncio.wait_for(first_chunk.wait(), 10)
+            call.cancel()  # the client closes the call's response stream
+            with pytest.raises(asyncio.CancelledError):
+                await call
         page = await gw.store.list_tasks(Scope("default", endpoint), TaskQuery())
-        [task_id] = [task.id for task in page.tasks]
+        assert len(page.tasks) == 2
 
-        async def canceled() -> bool:
-            task = await stored_task(gw, endpoint, task_id)
-            return task.status.state == TaskState.TASK_STATE_CANCELED
+        async def all_canceled() -> bool:
+            page = await gw.store.list_tasks(Scope("default", endpoint), TaskQuery())
+            return all(t.status.state == TaskState.TASK_STATE_CANCELED for t in page.tasks)
 
-        await eventually(canceled, timeout=10)
+        await eventually(all_canceled, timeout=10)
+
+
+async def test_a_call_the_gateway_shutdown_ends_leaves_its_task_running():
+    async with running_gateway() as gw:
+        endpoint = await gw.add_endpoint(settings={"delay": 0})
+        first_chunk = asyncio.Event()
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            first_chunk.set()
+
+        with pytest.raises(BaseException):  # noqa: B017 - the call fails, however it is told
+            async with mcp_session(mcp_url(gw, endpoint)) as session:
+                call = asyncio.create_task(session.call_tool(
+                    "chat", {"message": "long ?slow"}, progress_callback=progress))
+                await asyncio.wait_for(first_chunk.wait(), 10)
+                await gw.app[MCP_SERVICE].close()  # what the app's shutdown does first
+                await call
+        page = await gw.store.list_tasks(Scope("default", endpoint), TaskQuery())
+        assert [t.status.state for t in page.tasks] == [TaskState.TASK_STATE_WORKING]
 
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
