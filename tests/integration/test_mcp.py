@@ -311,7 +311,7 @@ async def test_jwt_callers_and_protected_resource_metadata():
         assert len(page.tasks) == 1
 
 
-async def test_a_real_bridge_streams_its_text_as_progress():
+async def test_a_real_bridge_streams_its_text_as_progress_and_asks_its_approvals():
     hermes_url = require_env("A2A_TEST_HERMES_URL", "A2A_TEST_HERMES_KEY")
     async with running_gateway() as gw:
         endpoint = await gw.add_endpoint("handlers.hermes:HermesAgentHandler", settings={
@@ -321,15 +321,29 @@ async def test_a_real_bridge_streams_its_text_as_progress():
         async def progress(done: float, total: float | None, message: str | None) -> None:
             chunks.append(message or "")
 
-        async with mcp_session(mcp_url(gw, endpoint)) as client:
+        asked: list[types.ElicitRequestParams] = []
+
+        async def deny(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+            asked.append(params)
+            return types.ElicitResult(action="accept", content={"answer": "deny"})
+
+        async with mcp_session(mcp_url(gw, endpoint), elicitation=deny) as client:
             [tool] = (await client.list_tools()).tools
             result = await client.call_tool(
                 tool.name, {"message": "FAKE_SLOW words=6 delay=0.05"}, progress_callback=progress
             )
+            assert not asked
+            # Hermes asks before its shell tool runs a flagged command: the client is asked
+            denied = await client.call_tool(
+                tool.name, {"message": "FAKE_TOOL_DANGER path=/nonexistent/mcp-test"})
         assert not result.is_error, result
         text = result.content[0].text
         assert len(text.split()) == 6
         assert len(chunks) > 1 and "".join(chunks) == text
+        [question] = asked
+        assert "rm -rf /nonexistent/mcp-test" in question.message
+        assert "deny" in question.requested_schema["properties"]["answer"]["enum"]
+        assert not denied.is_error and "denied" in denied.content[0].text
 
 
 async def test_the_documented_python_client_runs_as_printed():
