@@ -33,22 +33,23 @@ if TYPE_CHECKING:
 MCP_PATH = "/{endpoint_id}/mcp"
 RESOURCE_METADATA_PREFIX = "/.well-known/oauth-protected-resource"
 JSONRPC_CODES = {401: -32001, 403: -32001, 404: -32601, 429: -32000}
-"""JSON-RPC codes of refusals (MCP names none for HTTP-level refusals; -32001 is what its
-SDKs send for a failed authorization). Anything else is -32603."""
+"""JSON-RPC codes of the gateway's refusals (MCP defines none for them): server-defined codes
+(-32000 to -32099) for a refused credential and a spent rate limit, method not found for an
+endpoint that does not serve MCP; anything else is -32603."""
 
 
 class McpService:
     """The SDK's session manager, started with the first MCP request and stopped with the app
     (which ends its sessions and their open streams)."""
 
-    def __init__(self, max_body_bytes: int) -> None:
-        self._max_body_bytes = max_body_bytes
+    def __init__(self) -> None:
         self._manager: StreamableHTTPSessionManager | None = None
         self._runner: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
 
-    async def manager(self) -> StreamableHTTPSessionManager:
+    async def manager(self, max_body_bytes: int) -> StreamableHTTPSessionManager:
+        """The running session manager (started by the first call)."""
         async with self._lock:
             if self._manager is None:
                 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -56,7 +57,7 @@ class McpService:
                 from a2a_gateway.transport.mcp_tools import build_server
 
                 manager = StreamableHTTPSessionManager(
-                    build_server(), max_request_body_size=self._max_body_bytes
+                    build_server(), max_request_body_size=max_body_bytes
                 )
                 started = asyncio.Event()
                 self._runner = asyncio.create_task(self._run(manager, started))
@@ -135,7 +136,7 @@ async def mcp_endpoint(request: web.Request) -> web.StreamResponse:
     from a2a_gateway.transport.mcp_tools import SCOPE_KEY, McpCall
 
     service = request.app[MCP_SERVICE]
-    manager = await service.manager()
+    manager = await service.manager(gateway.settings.max_body_bytes)
     scope = {
         SCOPE_KEY: McpCall(request, gateway, runtime, user, service.stopping),
         "user": _session_owner(runtime.endpoint.id, user),
@@ -160,7 +161,7 @@ async def protected_resource_metadata(request: web.Request) -> web.StreamRespons
 
 
 def add_mcp_routes(app: web.Application) -> None:
-    service = app[MCP_SERVICE] = McpService(app._client_max_size)
+    service = app[MCP_SERVICE] = McpService()
     for method in ("POST", "GET", "DELETE"):
         app.router.add_route(method, MCP_PATH, mcp_endpoint)
     app.router.add_get(f"{RESOURCE_METADATA_PREFIX}{MCP_PATH}", protected_resource_metadata,
