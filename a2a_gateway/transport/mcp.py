@@ -6,7 +6,7 @@ credentials, rate limit, tenant), then hands the request to the SDK's session ma
 status of the gateway error: 401 names the endpoint's RFC 9728 protected-resource metadata
 when it takes JWTs (served at ``/.well-known/oauth-protected-resource/{endpoint_id}/mcp``).
 An endpoint whose metadata says ``mcp: false``, or every endpoint with ``A2A_GATEWAY_MCP=false``,
-answers 404.
+answers 404; a gateway installed without the ``mcp`` extra answers 501.
 
 Sessions: a 2025-era client (``initialize``) gets a session held by the replica that opened
 it (``Mcp-Session-Id``, bound to the caller), which lets the gateway elicit answers and hear
@@ -36,6 +36,14 @@ JSONRPC_CODES = {401: -32001, 403: -32001, 404: -32601, 429: -32000}
 """JSON-RPC codes of the gateway's refusals (MCP defines none for them): server-defined codes
 (-32000 to -32099) for a refused credential and a spent rate limit, method not found for an
 endpoint that does not serve MCP; anything else is -32603."""
+
+
+class McpNotInstalledError(GatewayError):
+    """The gateway runs without the ``mcp`` extra."""
+
+    http_status = 501
+    status = "UNIMPLEMENTED"
+    message = "this gateway is installed without MCP support (the a2a-gateway[mcp] extra)"
 
 
 class McpService:
@@ -131,12 +139,14 @@ async def mcp_endpoint(request: web.Request) -> web.StreamResponse:
         if not serves_mcp(runtime, gateway.settings.mcp):
             raise EndpointNotFoundError("this endpoint is not served over MCP")
         user = await gateway.auth.caller(request.headers, runtime.auth_view)
+        service = request.app[MCP_SERVICE]
+        try:
+            manager = await service.manager(gateway.settings.max_body_bytes)
+            from a2a_gateway.transport.mcp_tools import SCOPE_KEY, McpCall
+        except ImportError:
+            raise McpNotInstalledError() from None
     except GatewayError as exc:
         return _refusal(exc, runtime, base_url)
-    from a2a_gateway.transport.mcp_tools import SCOPE_KEY, McpCall
-
-    service = request.app[MCP_SERVICE]
-    manager = await service.manager(gateway.settings.max_body_bytes)
     scope = {
         SCOPE_KEY: McpCall(request, gateway, runtime, user, service.stopping),
         "user": _session_owner(runtime.endpoint.id, user),

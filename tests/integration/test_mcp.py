@@ -239,6 +239,16 @@ INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
 ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 
+async def test_without_the_mcp_extra_the_route_says_so(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(sys.modules, "mcp.server.streamable_http_manager", None)
+    async with running_gateway() as gw:
+        endpoint = await gw.add_endpoint(settings={"delay": 0})
+        async with httpx.AsyncClient(timeout=10) as http:
+            answer = await http.post(mcp_url(gw, endpoint), json=INIT, headers=ACCEPT)
+    assert answer.status_code == 501
+    assert "a2a-gateway[mcp]" in answer.json()["error"]["message"]
+
+
 async def test_keys_sessions_and_opt_out_on_every_store(keyed_every_store: RunningGateway):
     gw = keyed_every_store
     endpoint = await gw.add_endpoint(settings={"delay": 0})
