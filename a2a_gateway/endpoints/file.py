@@ -40,7 +40,8 @@ log = structlog.get_logger(__name__)
 FROM_FILE = "endpoints_file"
 """Metadata key marking a row the endpoints file wrote."""
 
-GATEWAY_KEYS = ("public", "auth", "rate_limit", "strict_v1_card", "catalog", "limits", "cost")
+GATEWAY_KEYS = ("public", "auth", "rate_limit", "strict_v1_card", "catalog", "limits", "cost",
+                "mcp")
 """Entry keys the gateway reads; they sit beside ``settings`` in an entry, in the row's metadata."""
 
 FORMATS = {".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}
@@ -101,6 +102,8 @@ class Entry(BaseModel):
     """Quota limits of the endpoint's callers together (``governance.limits``)."""
     cost: dict[str, Any] | None = None
     """The endpoint's price, for the usage ledger (``governance.usage.Price``)."""
+    mcp: StrictBool | None = None
+    """False: the endpoint is not served at ``/<id>/mcp`` (``transport.mcp``)."""
 
     def row(self) -> Endpoint:
         gateway = {key: getattr(self, key) for key in GATEWAY_KEYS}

@@ -253,6 +253,8 @@ def check_endpoint(endpoint: Endpoint, settings: GatewaySettings) -> EndpointChe
         check.problems.append(exc.message)
     if COST_KEY in endpoint.metadata and (problem := check_cost(endpoint.metadata[COST_KEY])):
         check.problems.append(f"invalid {problem}")
+    if not isinstance(endpoint.metadata.get("mcp", True), bool):
+        check.problems.append("mcp must be true or false")
     try:
         cls = load_handler_class(endpoint.metadata, settings.handler_allowlist)
     except EndpointMisconfiguredError as exc:

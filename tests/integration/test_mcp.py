@@ -20,6 +20,7 @@ import httpx2
 import jwt
 import mcp_types as types
 import pytest
+import yaml
 from a2a.types import GetTaskRequest, TaskState
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -27,6 +28,9 @@ from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from a2a_gateway.auth.api_keys import make_key
+from a2a_gateway.endpoints.file import EndpointsFileError, entry_of, load
+from a2a_gateway.endpoints.registry import check_endpoint
+from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Scope, TaskQuery
 from a2a_gateway.transport.mcp import MCP_SERVICE
 from tests.support.harness import RunningGateway, require_env, running_gateway
@@ -373,3 +377,19 @@ async def test_the_documented_python_client_runs_as_printed():
     assert process.returncode == 0, err.decode()[-2000:]
     assert out.decode().splitlines() == [
         "tools: echo, shout_out", "echo: hello", "result: echo: hello"]
+
+
+def test_the_opt_out_is_a_boolean_beside_settings_in_the_endpoints_file(tmp_path: Path):
+    endpoint_id = "7d0c6c1e-6a57-4b8e-9d43-3f1c2a9e0b12"
+    settings = GatewaySettings(store="memory://")
+    path = tmp_path / "endpoints.yaml"
+    entry = {"id": endpoint_id, "name": "Echo", "handler": "handlers.echo:EchoHandler"}
+    path.write_text(yaml.safe_dump({"endpoints": [{**entry, "mcp": False}]}))
+    (row,) = load(path, settings)
+    assert row.metadata["mcp"] is False and entry_of(row)["mcp"] is False
+    assert check_endpoint(row, settings).problems == []
+    row.metadata["mcp"] = "no"
+    assert check_endpoint(row, settings).problems == ["mcp must be true or false"]
+    path.write_text(yaml.safe_dump({"endpoints": [{**entry, "mcp": "no"}]}))
+    with pytest.raises(EndpointsFileError, match="mcp"):
+        load(path, settings)
