@@ -310,7 +310,7 @@ def live_hub(settings: GatewaySettings, store: Any, redis: Any) -> LiveHub:
         from a2a_gateway.live.redis import RedisLiveHub  # cold start: only with Redis
 
         return RedisLiveHub(redis, store, settings.replica_id, prefix=settings.redis_prefix)
-    if "a2a_gateway.stores.postgres" in sys.modules:  # a PostgreSQL store is open
+    if "a2a_gateway.stores.postgres" in sys.modules:  # else the store is no PostgresStore
         from a2a_gateway.live.postgres import PostgresLiveHub, uses_postgres
 
         if uses_postgres(store):
