@@ -50,6 +50,8 @@ _FIELD_NUMBER: dict[type[Message], int] = {
 
 
 def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _ONE_BYTE[value]
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -58,6 +60,7 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+_ONE_BYTE = [bytes([n]) for n in range(0x80)]
 _TAGS = {kind: _varint(number << 3) for kind, number in _FIELD_NUMBER.items()}
 """Each field's key on the wire: its number, wire type 0 (a varint)."""
 

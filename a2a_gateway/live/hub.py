@@ -248,16 +248,18 @@ class LiveHub:
                     self._touch(sub.task_id, log)  # its keep time starts now
 
     # events -------------------------------------------------------------------------
-    def publish(self, task_id: str, event: LiveEvent) -> str:
-        """Hand ``event`` to the task's subscribers (and its log); the id it was given."""
+    def publish(self, task_id: str, event: LiveEvent, generation: int = 0) -> str:
+        """Hand ``event`` to the task's subscribers (and its log); the id it was given.
+        ``generation``: the one ``event`` carries, when the caller knows it (else read)."""
         size = event.ByteSize()
         log = self._logs.get(task_id)
         if log is not None and not log.ended:
             run = self._run(task_id)
+            generation = generation or generation_of(event)
             if log.run is not run and log.run is not None:
-                log = self._new_log(task_id, run, generation_of(event) - 1)
+                log = self._new_log(task_id, run, generation - 1)
             log.run = run
-            event_id = self._append(task_id, log, event, size)
+            event_id = self._append(task_id, log, event, size, generation)
         else:
             event_id = self.unlogged_id()
         self._fan_out(task_id, event_id, event, size)
@@ -323,8 +325,10 @@ class LiveHub:
         self._log_bytes += log.size
         return log
 
-    def _append(self, task_id: str, log: _Log, event: LiveEvent, size: int) -> str:
-        event_id, grown = log.append(event, size, self._limits.events, generation_of(event))
+    def _append(
+        self, task_id: str, log: _Log, event: LiveEvent, size: int, generation: int
+    ) -> str:
+        event_id, grown = log.append(event, size, self._limits.events, generation)
         self._log_bytes += grown
         self._touch(task_id, log)
         return event_id

@@ -191,14 +191,15 @@ class PostgresLiveHub(LiveHub):
         the run need not build the task's live events at all."""
         return super().has_listeners(task_id) or task_id in self._watchers
 
-    def publish(self, task_id: str, event: LiveEvent) -> None:
-        super().publish(task_id, event)
+    def publish(self, task_id: str, event: LiveEvent, generation: int = 0) -> str:
+        event_id = super().publish(task_id, event, generation)
         watchers = self._watchers.get(task_id)
         if watchers:
             payloads = self._encode(task_id, event)
             for channel in watchers:
                 for payload in payloads:
                     self._enqueue(channel, payload)
+        return event_id
 
     def end(self, task_id: str) -> None:
         super().end(task_id)

@@ -290,8 +290,8 @@ class RedisLiveHub(LiveHub):
     def has_listeners(self, task_id: str) -> bool:
         return super().has_listeners(task_id) or task_id in self._watchers
 
-    def publish(self, task_id: str, event: LiveEvent) -> str:
-        event_id = super().publish(task_id, event)
+    def publish(self, task_id: str, event: LiveEvent, generation: int = 0) -> str:
+        event_id = super().publish(task_id, event, generation)
         watchers = self._watchers.get(task_id)
         if watchers:
             fields = {b"k": b"e", b"i": event_id.encode(), b"e": encode_event(event)}

@@ -672,7 +672,7 @@ class TaskRun:
         if self._hub.has_listeners(self.task.id):  # otherwise kept for the final artifact only
             chunk = chunks.first(text) if first else chunks.next(text)
             stamp_generation(chunk, self.generation)
-            self._hub.publish(self.task.id, chunk)
+            self._hub.publish(self.task.id, chunk, self.generation)
 
     def _on_artifact(self, event: ArtifactDelta) -> None:
         """A handler-named artifact: kept on the task (stored at the next state change)."""
@@ -694,7 +694,7 @@ class TaskRun:
                 self.task, chunk, append=event.append, last_chunk=event.last_chunk
             )
             stamp_generation(update, self.generation)
-            self._hub.publish(self.task.id, update)
+            self._hub.publish(self.task.id, update, self.generation)
 
     def _artifact(self, artifact_id: str) -> Artifact:
         for artifact in self.task.artifacts:
@@ -746,7 +746,7 @@ class TaskRun:
                 last = self._last_chunk(artifact, final)
                 if last is not final:
                     stamp_generation(last, self.generation)
-                self._hub.publish(self.task.id, last)
+                self._hub.publish(self.task.id, last, self.generation)
             self._hub.feed.artifact(self.scope, self.task, final, self.version)
         await self._remember_turn(final_text or "")
         await self._finish(TASK_STATE_COMPLETED, None)
