@@ -52,6 +52,8 @@ _FIELD_NUMBER: dict[type[Message], int] = {
 def _varint(value: int) -> bytes:
     if value < 0x80:
         return _ONE_BYTE[value]
+    if value < 0x4000:  # a stream's chunks up to 16,383
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
