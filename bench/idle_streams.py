@@ -138,20 +138,30 @@ async def client(base: str, streams: int, connect_at_once: int) -> None:
 def start_gateway(
     workdir: Path, cpu: int | None, keepalive: float, source: Path
 ) -> tuple[subprocess.Popen[bytes], str]:
+    return serve_echo(workdir, cpu, source, ECHO, 3600, {
+        "SSE_KEEPALIVE_SECONDS": str(keepalive), "STREAM_REPLAY_KEEP_SECONDS": "1"})
+
+
+def serve_echo(
+    workdir: Path, cpu: int | None, source: Path, endpoint_id: str, delay: float,
+    settings: dict[str, str],
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``a2a-gateway serve`` of ``source`` on a SQLite file in ``workdir``, pinned to ``cpu``,
+    with one public echo endpoint of ``delay`` and the ``A2A_GATEWAY_*`` ``settings``; the
+    process and its base URL, once it listens."""
     from bench.core_send import free_port, pinned
     from bench.streaming import _wait_listening
 
     port = free_port()
     endpoints = workdir / "endpoints.yaml"
     endpoints.write_text(f"""endpoints:
-  - {{id: {ECHO}, name: echo, handler: "handlers.echo:EchoHandler", public: true,
-     settings: {{delay: 3600}}}}
+  - {{id: {endpoint_id}, name: echo, handler: "handlers.echo:EchoHandler", public: true,
+     settings: {{delay: {delay}}}}}
 """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
     env.update({"PYTHONPATH": str(source), "A2A_GATEWAY_LOG_LEVEL": "warning",
-                "A2A_GATEWAY_STORE": f"sqlite:///{workdir / 'idle.db'}",
-                "A2A_GATEWAY_SSE_KEEPALIVE_SECONDS": str(keepalive),
-                "A2A_GATEWAY_STREAM_REPLAY_KEEP_SECONDS": "1"})
+                "A2A_GATEWAY_STORE": f"sqlite:///{workdir / 'gateway.db'}",
+                **{f"A2A_GATEWAY_{name}": value for name, value in settings.items()}})
     log = workdir / "gateway.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(

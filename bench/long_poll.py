@@ -34,7 +34,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.idle_streams import raise_fd_limit, rss_kb  # noqa: E402
+from bench.idle_streams import raise_fd_limit, rss_kb, serve_echo  # noqa: E402
 
 ECHO = "00000000-0000-4000-8000-0000000001e1"
 HEADERS = {"A2A-Version": "1.1", "Content-Type": "application/json"}
@@ -122,30 +122,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_gateway(workdir: Path, cpu: int | None, source: Path) -> tuple:
-    from bench.core_send import free_port, pinned
-    from bench.streaming import _wait_listening
-
-    port = free_port()
-    endpoints = workdir / "endpoints.yaml"
-    endpoints.write_text(f"""endpoints:
-  - {{id: {ECHO}, name: echo, handler: "handlers.echo:EchoHandler", public: true,
-     settings: {{delay: 0}}}}
-""")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
-    env.update({"PYTHONPATH": str(source), "A2A_GATEWAY_LOG_LEVEL": "warning",
-                "A2A_GATEWAY_STORE": f"sqlite:///{workdir / 'poll.db'}",
-                "A2A_GATEWAY_LONG_POLL_SECONDS": "3600"})
-    log = workdir / "gateway.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            pinned(cpu, [sys.executable, "-m", "a2a_gateway", "serve", "--port", str(port),
-                         "--endpoints", str(endpoints)]),
-            cwd=source, env=env, stdout=out, stderr=subprocess.STDOUT)
-    _wait_listening(proc, log, r"listening on http://\S+", time.monotonic() + 60)
-    return proc, f"http://127.0.0.1:{port}"
-
-
 def until_idle(pid: int, seconds: float) -> float:
     """Wait (at most ``seconds``) until the process used under 2 % of a CPU for a second:
     every call has arrived and is waiting. The seconds it took."""
@@ -170,7 +146,8 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     per_client = args.waiters // args.clients
     tasks = max(per_client // args.per_task, 1)
     with tempfile.TemporaryDirectory(prefix="a2a-long-poll-bench-") as tmp:
-        gateway, base = start_gateway(Path(tmp), args.server_cpu, Path(args.source).resolve())
+        gateway, base = serve_echo(Path(tmp), args.server_cpu, Path(args.source).resolve(),
+                                   ECHO, 0, {"LONG_POLL_SECONDS": "3600"})
         try:
             alone = asyncio.run(single(base, args.single))
             time.sleep(1.0)
