@@ -484,8 +484,10 @@ def _method(draw: st.DrawFn, routed: str) -> str:
 
 
 def _valid_body(draw: st.DrawFn, path: str) -> bytes | None:
-    """Now and then the body a valid call would have, so that changes happen too."""
-    if draw(st.booleans()):
+    """Mostly the body a valid call would have, so that changes happen too (a valid create
+    needs a valid credential and body on a creating route: at one in two, some runs drew
+    none, and which runs do is not fixed, as the drawn shapes follow the ids of each run)."""
+    if draw(st.integers(0, 3)) == 0:
         return None
     if path.endswith("/keys"):
         return orjson.dumps(draw(st.fixed_dictionaries({}, optional={
