@@ -20,6 +20,9 @@ log = structlog.get_logger(__name__)
 WARN_EVERY_SECONDS = 5.0
 
 
+STOP_WAIT_SECONDS = 5.0
+
+
 class Background:
     """The loops and side tasks of one hub."""
 
@@ -49,7 +52,9 @@ class Background:
         await asyncio.gather(*self._side, return_exceptions=True)
 
     async def stop(self, last: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Give ``last`` (sending what is queued) a second, then cancel everything."""
+        """Give ``last`` (sending what is queued) a second, then cancel everything, waiting
+        at most ``STOP_WAIT_SECONDS`` for it to end (a shutdown never hangs on a client
+        library that holds on to a cancelled call)."""
         if last is not None:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):
@@ -57,9 +62,13 @@ class Background:
         tasks = [*self._loops, *self._side]
         for task in tasks:
             task.cancel()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=STOP_WAIT_SECONDS)
+            if pending:
+                log.warning("live_hub_tasks_still_running", tasks=len(pending))
         for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: a loop's error was logged where it happened
         self._loops.clear()
 
     def warn(self, event: str, **fields: Any) -> None:
