@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from a2a_gateway.stores.base import Store
 
 EXTRAS = {"postgresql": ("postgres", "asyncpg"), "postgres": ("postgres", "asyncpg"),
-          "dynamodb": ("dynamodb", "boto3")}
+          "dynamodb": ("dynamodb", "botocore")}
 """Store scheme → the package extra that brings its driver, and the driver module."""
 
 

@@ -1,4 +1,4 @@
-"""DynamoDB store (``dynamodb://?region=…&table_prefix=a2a-``): boto3 in a dedicated thread pool.
+"""DynamoDB store (``dynamodb://?region=…&table_prefix=a2a-``): botocore in a dedicated thread pool.
 
 Four tables. ``<prefix>endpoints`` is keyed by endpoint id, ``<prefix>api_keys`` by key id,
 ``<prefix>push_deliveries`` (the push outbox) by delivery id, with a sharded index of due times.
@@ -153,7 +153,7 @@ def _audit_entry(item: dict[str, Any]) -> AuditEntry:
 
 
 class DynamoDBStore(Store):
-    """Use ``open()``; the boto3 client and its pool belong to the store until ``aclose()``."""
+    """Use ``open()``; the botocore client and its pool belong to the store until ``aclose()``."""
 
     def __init__(
         self,
@@ -174,7 +174,7 @@ class DynamoDBStore(Store):
     @classmethod
     async def open(cls, url: str, **options: Any) -> DynamoDBStore:
         """Options: ``page_token_key`` (shared by all replicas), explicit ``aws_access_key_id``
-        / ``aws_secret_access_key`` / ``aws_session_token`` (else boto3's default chain)."""
+        / ``aws_secret_access_key`` / ``aws_session_token`` (else botocore's default chain)."""
         settings = DynamoDBSettings.from_url(url)
         options = dict(options)
         credentials = client_credentials(options)
@@ -198,7 +198,7 @@ class DynamoDBStore(Store):
         self._client.close()
 
     async def _call(self, op: str, **kwargs: Any) -> dict[str, Any]:
-        """One boto3 call on the store's pool; a failed condition becomes ``ConflictError``."""
+        """One botocore call on the store's pool; a failed condition becomes ``ConflictError``."""
         fn = functools.partial(getattr(self._client, op), **kwargs)
         return await asyncio.get_running_loop().run_in_executor(
             self._executor, call_mapped, op, fn

@@ -2,7 +2,8 @@
 a2a-sdk's server package (its gRPC handler, event queues, 0.3 types), gRPC, OpenTelemetry,
 PyJWT and ``cryptography`` (JWT auth, card signing), the parsers of endpoints and config
 files (PyYAML, tomllib, tomli-w), Redis and the cross-replica live hubs, and the ``mcp`` SDK
-with the MCP facade's tools unimported; each loads when its part is used.
+with the MCP facade's tools unimported; each loads when its part is used. The DynamoDB store
+loads botocore alone (not boto3), and start-up builds no push notification client.
 
 Every check runs in a fresh interpreter, so modules other tests imported do not count.
 """
@@ -141,12 +142,13 @@ async def test_dynamodb_store_loads_only_its_driver(monkeypatch: pytest.MonkeyPa
     use_moto_credentials(monkeypatch)
     async with fresh_tables() as url:
         loaded = _loaded_after(BUILD.format(store=url) + OPEN_AND_LIST.format(url=url))
-    assert loaded == {"boto3", "botocore"}
+    assert loaded == {"botocore"}  # the client is botocore's alone: no boto3, no s3transfer
 
 
 def test_start_up_loads_the_sdk_server_package_and_the_first_requests_are_served() -> None:
     """``build_app`` leaves the a2a-sdk's server package unloaded, start-up loads it (every
-    request and card needs it: the first caller does not wait for it); the card carries its
+    request and card needs it: the first caller does not wait for it) and builds one httpx
+    client, the backend's (the push notifier's waits for a delivery); the card carries its
     0.3 fields; 1.0 and 0.3 requests are answered, a bad 0.3 one with invalid params. Without
     Redis or PostgreSQL no cross-replica hub loads, and A2A requests load nothing of MCP."""
     script = """
@@ -155,9 +157,19 @@ def test_start_up_loads_the_sdk_server_package_and_the_first_requests_are_served
     from tests.support.harness import running_gateway
     from tests.support.messages import rpc, send_params
 
+    built = []  # every httpx client made in this process, by its keyword arguments
+    make_client = httpx.AsyncClient.__init__
+    def counted(self, *args, **kwargs):
+        built.append(kwargs)
+        make_client(self, *args, **kwargs)
+    httpx.AsyncClient.__init__ = counted
+
     async def main():
         async with running_gateway() as gw, httpx.AsyncClient(timeout=60) as http:
             assert (await http.get(gw.base_url + "/healthz")).status_code == 200
+            # the backend client and this one: the push notifier builds its own (no proxy from
+            # the environment) at its first delivery
+            assert [sorted(kwargs) for kwargs in built] == [["limits", "timeout"], ["timeout"]]
             assert "a2a_gateway.tasks.request_handler" in sys.modules
             endpoint_id = await gw.add_endpoint("handlers.echo:EchoHandler", settings={"delay": 0})
             card = await http.get(gw.endpoint_url(endpoint_id) + "/.well-known/agent-card.json")

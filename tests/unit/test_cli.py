@@ -270,7 +270,7 @@ def test_a_file_that_is_no_sqlite_database_is_a_clear_error_and_the_command_exit
 
 @pytest.mark.parametrize(("url", "module", "extra"), [
     ("postgresql://postgres@127.0.0.1:1/db", "asyncpg", "postgres"),
-    ("dynamodb://?region=us-east-1", "boto3", "dynamodb"),
+    ("dynamodb://?region=us-east-1", "botocore", "dynamodb"),
 ])
 def test_store_without_its_extra_names_the_extra(tmp_path, url, module, extra):
     blocker = tmp_path / "sitecustomize.py"
