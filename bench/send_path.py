@@ -1,0 +1,219 @@
+"""CPU per blocking SendMessage below the HTTP layer, and where it goes.
+
+Builds the gateway on ``memory://`` (and a fresh SQLite file) with an echo agent and calls
+the endpoint's request handler (``GatewayRequestHandler.on_message_send``) directly, the
+way the JSON-RPC and REST bindings do once the params are parsed: the engine, the run,
+the handler, the store write. HTTP, params parsing and the reply's JSON are not in it
+(``core_send.py`` measures the whole request). Each run is a fresh process: a warm-up, then
+the CPU (``time.process_time``) of ``--sends`` sends; ``--ref`` measures other commits
+(``git archive`` snapshots) in runs interleaved with the working tree's, and the table
+gives medians. ``--profile`` prints a cProfile of the working tree's sends instead.
+
+    python bench/send_path.py [--runs 5] [--sends 2000] [--stores memory,sqlite] [--ref HEAD]
+    python bench/send_path.py --profile tottime --stores memory [--lines 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import functools
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path and not os.environ.get("PYTHONPATH"):
+    sys.path.insert(0, str(ROOT))
+
+from a2a.auth.user import UnauthenticatedUser  # noqa: E402
+from a2a.server.context import ServerCallContext  # noqa: E402
+from a2a.types import Message, Part, SendMessageRequest, Task  # noqa: E402
+from a2a.types.a2a_pb2 import ROLE_USER, TASK_STATE_COMPLETED  # noqa: E402
+from aiohttp import web  # noqa: E402
+from core_send import describe_tree, snapshot  # noqa: E402
+
+from a2a_gateway.app import build_app, server_options  # noqa: E402
+from a2a_gateway.observability.logs import configure_logging  # noqa: E402
+from a2a_gateway.settings import GatewaySettings  # noqa: E402
+from a2a_gateway.state import GATEWAY  # noqa: E402
+from a2a_gateway.stores.base import Endpoint  # noqa: E402
+
+
+def _request() -> SendMessageRequest:
+    message = Message(message_id=uuid.uuid4().hex, role=ROLE_USER, parts=[Part(text="hello")])
+    return SendMessageRequest(message=message)
+
+
+def _context() -> ServerCallContext:
+    return ServerCallContext.model_construct(
+        state={"headers": {}, "base_url": "http://bench", "grpc_url": None, "request_id": "r"},
+        user=UnauthenticatedUser(),
+        tenant="default",
+        requested_extensions=set(),
+    )
+
+
+async def _sends(handler: Any, count: int) -> float:
+    context = _context()
+    started = time.process_time()
+    for _ in range(count):
+        task = await handler.on_message_send(_request(), context)
+        assert isinstance(task, Task) and task.status.state == TASK_STATE_COMPLETED
+    return (time.process_time() - started) / count * 1e6
+
+
+class _RawClient:
+    """A keep-alive HTTP/1.1 client that costs next to nothing in this process: it writes a
+    request built once (a fresh messageId each time) and reads the reply by its length."""
+
+    def __init__(self, port: int, path: str) -> None:
+        self.port, self.path = port, path
+
+    async def __aenter__(self) -> _RawClient:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.writer.close()
+
+    async def send(self) -> bytes:
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER",
+                        "parts": [{"text": "hello"}]}}}).encode()
+        self.writer.write(
+            f"POST {self.path} HTTP/1.1\r\nHost: bench\r\nA2A-Version: 1.0\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        reply = await self.reader.readexactly(length)
+        assert b"TASK_STATE_COMPLETED" in reply, reply[:200]
+        return reply
+
+
+async def _http_sends(client: _RawClient, count: int) -> float:
+    started = time.process_time()
+    for _ in range(count):
+        await client.send()
+    return (time.process_time() - started) / count * 1e6
+
+
+async def measure(
+    store: str, sends: int, profile: str | None, lines: int, http: bool = False
+) -> dict[str, float]:
+    """CPU µs per send over ``sends`` sends, after a warm-up, and the function calls per send;
+    ``profile``: also print a cProfile of them sorted by that key."""
+    settings = GatewaySettings(
+        store=store, log_level="warning", allow_unauthenticated_endpoints=True
+    )
+    endpoint = Endpoint(
+        id=str(uuid.uuid4()), name="echo", card={},
+        metadata={"module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0.0},
+    )
+    configure_logging(settings.log_level, settings.log_format)  # as `serve` does
+    app = build_app(settings, endpoints=[endpoint])
+    runner = web.AppRunner(app, access_log=None, **server_options(settings))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with _RawClient(port, f"/{endpoint.id}/a2a") as client:
+            if http:
+                sends_of = functools.partial(_http_sends, client)
+            else:
+                gateway = app[GATEWAY]
+                runtime = await gateway.registry.get(endpoint.id)
+                sends_of = functools.partial(_sends, gateway.request_handlers(runtime)[0])
+            await sends_of(300)  # warm: caches, first-use imports
+            cpu = await sends_of(sends)
+            profiler = cProfile.Profile()
+            profiler.enable()
+            await sends_of(sends)
+            profiler.disable()
+        stats = pstats.Stats(profiler)
+        if profile:
+            print(f"\n--- {store}: where a blocking send's CPU goes ({profile}) ---")
+            stats.sort_stats(profile).print_stats(lines)
+        return {"cpu_us": cpu, "calls": stats.total_calls / sends}  # type: ignore[attr-defined]
+    finally:
+        await runner.cleanup()
+
+
+def _child(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        store = "memory://" if args.store == "memory" else f"sqlite:///{directory}/bench.db"
+        figure = asyncio.run(measure(store, args.sends, args.profile, args.lines, args.http))
+    print(json.dumps(figure))
+
+
+def _run_child(source: Path | None, store: str, sends: int, http: bool) -> dict[str, float]:
+    env = dict(os.environ)
+    if source is not None:  # the packages of another commit come first on the path
+        env["PYTHONPATH"] = os.pathsep.join([str(source), env.get("PYTHONPATH", "")])
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", "--store", store, "--sends", str(sends),
+         *(["--http"] if http else [])],
+        env=env, cwd=source or ROOT, capture_output=True, text=True, check=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sends", type=int, default=2000, help="sends measured per run")
+    parser.add_argument("--runs", type=int, default=5, help="runs per source and store")
+    parser.add_argument("--stores", default="memory,sqlite")
+    parser.add_argument("--ref", action="append", default=[],
+                        help="also measure the gateway at this commit, side by side")
+    parser.add_argument("--profile", choices=["tottime", "cumulative", "ncalls"],
+                        help="print a cProfile of the working tree's sends, sorted by this")
+    parser.add_argument("--lines", type=int, default=30, help="profile lines")
+    parser.add_argument("--http", action="store_true",
+                        help="send over HTTP (JSON-RPC) from this process, not to the handler")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--store", default="memory", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args)
+        return
+    if args.profile:
+        for store in args.stores.split(","):
+            args.store = store
+            _child(args)
+        return
+    with tempfile.TemporaryDirectory() as workdir:
+        sources: list[tuple[str, Path | None]] = [("working tree", None)]
+        sources += [(f"@{ref}", snapshot(ref, Path(workdir))[0]) for ref in args.ref]
+        figures: dict[tuple[str, str], list[dict[str, float]]] = {}
+        for run in range(args.runs):  # interleaved, so the machine's load spreads over all
+            for store in args.stores.split(","):
+                for name, source in sources:
+                    figure = _run_child(source, store, args.sends, args.http)
+                    figures.setdefault((store, name), []).append(figure)
+                    print(f"run {run + 1}/{args.runs} {store:7s} {name:14s} "
+                          f"{figure['cpu_us']:7.1f} µs/send", flush=True)
+    where = "over HTTP, client in process" if args.http else "below HTTP"
+    print(f"\nblocking SendMessage {where} (echo, delay 0), {args.sends} sends a run, "
+          f"medians of {args.runs} runs; {describe_tree()}")
+    print("| store | source | CPU µs per send | runs | calls per send |")
+    print("|---|---|---:|---|---:|")
+    for (store, name), runs in figures.items():
+        cpu = [r["cpu_us"] for r in runs]
+        print(f"| {store} | {name} | {statistics.median(cpu):.1f} | "
+              f"{' '.join(f'{c:.0f}' for c in cpu)} | {runs[0]['calls']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
