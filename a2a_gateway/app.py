@@ -32,6 +32,7 @@ from a2a_gateway.live.feed import FeedLimits
 from a2a_gateway.live.hub import LiveHub, ReplayLimits
 from a2a_gateway.observability import tracing
 from a2a_gateway.observability.fleet_stats import FLEET_STATS, FleetStats
+from a2a_gateway.observability.memory import MemoryRelease
 from a2a_gateway.observability.stats import STATS, StatsSampler, running_task
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.shutdown import refuse_when_stopping
@@ -60,6 +61,9 @@ ENDPOINT_COUNT = web.AppKey("endpoint_count", int)
 
 ENDPOINTS_FILE = web.AppKey("endpoints_file", EndpointsFile)
 """The endpoints file the app applied at startup (set only when there is one)."""
+
+MEMORY_RELEASE = web.AppKey("memory_release", MemoryRelease)
+"""Drops expired replay logs and trims the heap after a wave of streams."""
 
 SHARED_REDIS = web.AppKey("shared_redis", object)
 """The Redis client the replicas share (None without ``redis_url``)."""
@@ -296,8 +300,18 @@ def build_app(
         async with running_task(pruning, "audit_retention"):
             yield
 
+    async def release_memory(app: web.Application) -> AsyncIterator[None]:
+        hub = app[GATEWAY].hub
+        release = app[MEMORY_RELEASE] = MemoryRelease(
+            lambda: len(app[OPEN_STREAMS]) + hub.drop_expired_logs(), settings.memory_trim_streams,
+            interval=min(5.0, max(0.1, settings.stream_replay_keep_seconds)),
+        )  # a log is dropped within its keep time after it expired, even on a quiet hub
+        async with running_task(release.run(), "memory_release"):
+            yield
+
     app.cleanup_ctx.append(resources)
     app.cleanup_ctx.append(sample_stats)
+    app.cleanup_ctx.append(release_memory)
     app.cleanup_ctx.append(audit_retention)
     app.on_startup.append(_load_request_path)
     return app

@@ -139,6 +139,10 @@ class GatewaySettings(BaseSettings):
     stream_replay_max_bytes: int = 64 * 1024 * 1024
     """All kept events of all tasks together, in bytes; beyond it the least recently active
     tasks' events are dropped first."""
+    memory_trim_streams: int = Field(1000, ge=0)
+    """Give freed memory back to the operating system (glibc's ``malloc_trim``) once the open
+    streams and kept replay logs together fell by this many from their high point since the
+    last trim (0: never)."""
     stream_subscriber_max_bytes: int = Field(1024 * 1024, gt=0)
     """Bytes of events one stream may have waiting for a slow client (text deltas of one
     artifact are merged while they wait, so this bounds text, not deltas); past it the

@@ -144,11 +144,11 @@ def start_gateway(
 
 def serve_echo(
     workdir: Path, cpu: int | None, source: Path, endpoint_id: str, delay: float,
-    settings: dict[str, str],
+    settings: dict[str, str], extra_env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """``a2a-gateway serve`` of ``source`` on a SQLite file in ``workdir``, pinned to ``cpu``,
-    with one public echo endpoint of ``delay`` and the ``A2A_GATEWAY_*`` ``settings``; the
-    process and its base URL, once it listens."""
+    with one public echo endpoint of ``delay``, the ``A2A_GATEWAY_*`` ``settings`` and the
+    other variables ``extra_env``; the process and its base URL, once it listens."""
     from bench.core_send import free_port, pinned
     from bench.streaming import _wait_listening
 
@@ -161,7 +161,8 @@ def serve_echo(
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
     env.update({"PYTHONPATH": str(source), "A2A_GATEWAY_LOG_LEVEL": "warning",
                 "A2A_GATEWAY_STORE": f"sqlite:///{workdir / 'gateway.db'}",
-                **{f"A2A_GATEWAY_{name}": value for name, value in settings.items()}})
+                **{f"A2A_GATEWAY_{name}": value for name, value in settings.items()},
+                **(extra_env or {})})
     log = workdir / "gateway.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(

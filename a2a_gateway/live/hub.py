@@ -359,6 +359,12 @@ class LiveHub:
         if log is not None:
             self._log_bytes -= log.size
 
+    def drop_expired_logs(self) -> int:
+        """Drop the logs past their keep time now (events and subscriptions sweep too, but a
+        quiet hub has none); the number of logs left."""
+        self._sweep(self.clock())
+        return len(self._logs)
+
     def replay_stats(self) -> dict[str, Any]:
         """Logs held and their bytes (for tests and figures)."""
         return {"logs": len(self._logs), "bytes": self._log_bytes,
