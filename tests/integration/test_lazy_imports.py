@@ -206,3 +206,28 @@ def test_start_up_loads_the_sdk_server_package_and_the_first_requests_are_served
         "a2a_gateway.transport.mcp_asgi",
         "a2a_gateway.transport.mcp_tools",
     }
+
+
+def test_lambda_start_up_is_frozen_and_leaves_the_collector_on() -> None:
+    """The Lambda handler's import (the init phase) and its first invocation (start-up) run
+    without garbage collection and freeze what they built: the collector is on afterwards and
+    later collections leave start-up's objects out. The first invocation is answered."""
+    script = """
+    import asyncio, gc, os
+    os.environ.update(A2A_GATEWAY_STORE="memory://", A2A_GATEWAY_LOG_LEVEL="error")
+    from tests.support.lambda_runtime import function_url_event
+    before = gc.get_freeze_count()
+    from a2a_gateway import lambda_handler
+    assert gc.isenabled()
+    after_init = gc.get_freeze_count()
+    assert after_init > before + 20_000, (before, after_init)  # the imports' objects
+    answer = lambda_handler.handler(function_url_event("GET", "/healthz"), None)
+    assert answer["statusCode"] == 200, answer
+    assert gc.isenabled()
+    assert gc.get_freeze_count() > after_init + 5_000, after_init  # start-up's objects
+    gateway = lambda_handler._gateway()
+    asyncio.run_coroutine_threadsafe(gateway.session.close(), gateway.loop).result()
+    """
+    loaded = _loaded_after(script)
+    assert "a2a_gateway.tasks.request_handler" in loaded  # start-up ran
+    assert not loaded & {"asyncpg", "boto3", "botocore", "aiosqlite", "redis", "mcp"}
