@@ -2,6 +2,8 @@
 
     python bench/lambda_cold_start.py                    # the working tree
     python bench/lambda_cold_start.py --ref HEAD~2       # a commit beside the working tree
+    python bench/lambda_cold_start.py --ref HEAD~2 --source /tmp/other   # two checkouts
+    python bench/lambda_cold_start.py --python /srv/venv/bin/python   # e.g. the image's package set
 
 Each run starts ``python -m awslambdaric a2a_gateway.lambda_handler.handler`` afresh against a
 local Runtime API (``tests/support/lambda_runtime.FakeLambda``) with a SendMessage to a public
@@ -11,7 +13,9 @@ echo endpoint already queued, as a cold start behind a Function URL sees it:
   ``awslambdaric``, the handler module's imports: Lambda's init phase);
 - **first invoke ms** — that poll → the answer (the first invocation starts the gateway:
   settings, ``build_app``, the store opened, the request path loaded, then the request);
-- **cold total ms** — exec → the answer, what the caller waits; **its CPU ms** the process's;
+- **cold total ms** — exec → the answer, what the caller waits; **its CPU ms** the process's,
+  split into **init CPU ms** (at the first poll) and **first invoke CPU ms** (the rest): the
+  stable figures on a shared machine;
 - **steady /healthz ms**, **steady send ms** — medians of ``--steady`` invocations after it.
 
 Processes read compiled modules from a cache filled by a warm-up run per source, as a
@@ -46,13 +50,18 @@ from tests.support.messages import send_body  # noqa: E402
 
 
 class TimedLambda(FakeLambda):
-    """``FakeLambda`` that notes when the runtime first asks for an invocation (init done)."""
+    """``FakeLambda`` that notes when the runtime (process ``pid``) first asks for an
+    invocation (init done), and the CPU time the runtime had spent by then."""
 
     first_poll: float | None = None
+    pid: int | None = None
+    init_cpu: float | None = None
 
     async def _next(self, request: web.Request) -> web.Response:
         if self.first_poll is None:
             self.first_poll = time.perf_counter()
+            if self.pid is not None:
+                self.init_cpu = cpu_seconds(self.pid)
         return await super()._next(request)
 
 
@@ -92,16 +101,17 @@ async def answered(fake: FakeLambda, event: dict[str, Any]) -> dict[str, Any]:
 
 
 async def one_run(source: Path, store_url: str, endpoint_id: str, cache: Path,
-                  steady: int) -> dict[str, float]:
+                  steady: int, python: str = sys.executable) -> dict[str, float]:
     send = function_url_event("POST", f"/{endpoint_id}/a2a", send_body("cold"),
                               headers={"a2a-version": "1.0"})
     healthz = function_url_event("GET", "/healthz")
     async with _serve(TimedLambda()) as fake:
         started = time.perf_counter()
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "awslambdaric", HANDLER, cwd=source,
+            python, "-m", "awslambdaric", HANDLER, cwd=source,
             env=runtime_env(fake, source, store_url, cache),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        fake.pid = process.pid
         try:
             await answered(fake, send)
             done = time.perf_counter()
@@ -111,6 +121,9 @@ async def one_run(source: Path, store_url: str, endpoint_id: str, cache: Path,
                 "cold_total_ms": (done - started) * 1000,
                 "cold_cpu_ms": cpu_seconds(process.pid) * 1000,
             }
+            if fake.init_cpu is not None:
+                figures["init_cpu_ms"] = fake.init_cpu * 1000
+                figures["first_invoke_cpu_ms"] = figures["cold_cpu_ms"] - figures["init_cpu_ms"]
             for name, event in (("steady_healthz_ms", healthz), ("steady_send_ms", send)):
                 times = []
                 for _ in range(steady):
@@ -146,8 +159,8 @@ class _serve:
         await self.runner.cleanup()
 
 
-COLUMNS = ("init_ms", "first_invoke_ms", "cold_total_ms", "cold_cpu_ms", "steady_healthz_ms",
-           "steady_send_ms", "rss_mb")
+COLUMNS = ("init_ms", "first_invoke_ms", "cold_total_ms", "cold_cpu_ms", "init_cpu_ms",
+           "first_invoke_cpu_ms", "steady_healthz_ms", "steady_send_ms", "rss_mb")
 
 
 async def main() -> None:
@@ -156,25 +169,33 @@ async def main() -> None:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--steady", type=int, default=20, help="invocations after the first")
     p.add_argument("--ref", action="append", default=[], help="also the gateway at this git ref")
+    p.add_argument("--source", type=Path, action="append",
+                   help="checkout whose a2a_gateway/ and handlers/ to run; repeat to compare"
+                   " (default: this one)")
+    p.add_argument("--python", default=sys.executable,
+                   help="runtime processes' interpreter (with awslambdaric); default this one")
     p.add_argument("--json", help="also write the raw samples to this file")
     args = p.parse_args()
     samples: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory(prefix="a2a-lambda-cold-") as tmp:
         sources = {label: path for path, label in (snapshot(ref, Path(tmp)) for ref in args.ref)}
-        sources[describe_source(ROOT)] = ROOT
+        sources.update({describe_source(path.resolve()): path.resolve()
+                        for path in args.source or [ROOT]})
         cache = Path(tmp) / "pycache"
         async with dynamo_support.fresh_tables() as store_url:
             endpoint_id = await add_echo(store_url)
             for source in sources.values():  # warm-up: fills the bytecode cache
-                await one_run(source, store_url, endpoint_id, cache, 1)
+                await one_run(source, store_url, endpoint_id, cache, 1, args.python)
             for run in range(args.runs):
                 for label, source in sources.items():
-                    figures = await one_run(source, store_url, endpoint_id, cache, args.steady)
+                    figures = await one_run(source, store_url, endpoint_id, cache, args.steady,
+                                            args.python)
                     for name, value in figures.items():
                         samples.setdefault(label, {}).setdefault(name, []).append(value)
                 print(f"run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
+    interpreter = "" if args.python == sys.executable else f"; interpreter {args.python}"
     print(f"\nLambda cold start (awslambdaric, DynamoDB on moto) — {args.runs} runs, medians "
-          f"(min–max); {machine_note()}\n")
+          f"(min–max); {machine_note()}{interpreter}\n")
     print("| source | " + " | ".join(COLUMNS) + " |")
     print("|---|" + "---|" * len(COLUMNS))
     for label, values in samples.items():
