@@ -74,7 +74,7 @@ def _kept_for_good() -> Iterator[None]:
 @functools.cache
 def _gateway() -> _Gateway:
     """Start the gateway once per execution environment (a failed start is tried again)."""
-    with _kept_for_good():  # collections during start-up: ≈ 50 ms of CPU of the first invoke
+    with _kept_for_good():  # no collection in the first invoke (see bench/README.md)
         settings = load_settings()
         configure_logging(settings.log_level, settings.log_format)
         loop = asyncio.new_event_loop()
