@@ -11,23 +11,27 @@ gives medians. ``--profile`` prints a cProfile of the working tree's sends inste
 
     python bench/send_path.py [--runs 5] [--sends 2000] [--stores memory,sqlite] [--ref HEAD]
     python bench/send_path.py --profile tottime --stores memory [--lines 30]
+    python bench/send_path.py --instructions --runs 1 --ref HEAD   # counted by callgrind
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import functools
 import json
 import os
 import pstats
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +106,21 @@ class _RawClient:
         return reply
 
 
+@contextlib.contextmanager
+def _instructions_counted() -> Iterator[None]:
+    """Under ``valgrind --tool=callgrind --instr-atstart=no`` (``--instructions``): count
+    the instructions of this block alone."""
+    if not os.environ.get("SEND_PATH_CALLGRIND"):
+        yield
+        return
+    control = ["callgrind_control", "--instr"]
+    subprocess.run([*control, "on", str(os.getpid())], check=True, capture_output=True)
+    try:
+        yield
+    finally:
+        subprocess.run([*control, "off", str(os.getpid())], check=True, capture_output=True)
+
+
 async def _http_sends(client: _RawClient, count: int) -> float:
     started = time.process_time()
     for _ in range(count):
@@ -137,7 +156,8 @@ async def measure(
                 runtime = await gateway.registry.get(endpoint.id)
                 sends_of = functools.partial(_sends, gateway.request_handlers(runtime)[0])
             await sends_of(300)  # warm: caches, first-use imports
-            cpu = await sends_of(sends)
+            with _instructions_counted():
+                cpu = await sends_of(sends)
             profiler = cProfile.Profile()
             profiler.enable()
             await sends_of(sends)
@@ -158,16 +178,27 @@ def _child(args: argparse.Namespace) -> None:
     print(json.dumps(figure))
 
 
-def _run_child(source: Path | None, store: str, sends: int, http: bool) -> dict[str, float]:
+def _run_child(
+    source: Path | None, store: str, sends: int, http: bool, instructions: bool = False
+) -> dict[str, float]:
     env = dict(os.environ)
     if source is not None:  # the packages of another commit come first on the path
         env["PYTHONPATH"] = os.pathsep.join([str(source), env.get("PYTHONPATH", "")])
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", "--store", store, "--sends", str(sends),
-         *(["--http"] if http else [])],
-        env=env, cwd=source or ROOT, capture_output=True, text=True, check=True,
-    ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    argv = [sys.executable, __file__, "--child", "--store", store, "--sends", str(sends),
+            *(["--http"] if http else [])]
+    if instructions:
+        env["SEND_PATH_CALLGRIND"] = "1"
+        argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                "--callgrind-out-file=/dev/null", *argv]
+    done = subprocess.run(
+        argv, env=env, cwd=source or ROOT, capture_output=True, text=True, check=True
+    )
+    figure = json.loads(done.stdout.strip().splitlines()[-1])
+    if instructions:
+        collected = re.search(r"Collected : (\d+)", done.stderr)
+        assert collected, done.stderr[-500:]
+        figure["instructions"] = int(collected.group(1)) / sends
+    return figure
 
 
 def main() -> None:
@@ -182,6 +213,9 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=30, help="profile lines")
     parser.add_argument("--http", action="store_true",
                         help="send over HTTP (JSON-RPC) from this process, not to the handler")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count instructions per send under valgrind's callgrind "
+                             "(the same on a busy machine; a run takes about 30 s)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--store", default="memory", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -200,19 +234,26 @@ def main() -> None:
         for run in range(args.runs):  # interleaved, so the machine's load spreads over all
             for store in args.stores.split(","):
                 for name, source in sources:
-                    figure = _run_child(source, store, args.sends, args.http)
+                    figure = _run_child(source, store, args.sends, args.http,
+                                        args.instructions)
                     figures.setdefault((store, name), []).append(figure)
                     print(f"run {run + 1}/{args.runs} {store:7s} {name:14s} "
                           f"{figure['cpu_us']:7.1f} µs/send", flush=True)
     where = "over HTTP, client in process" if args.http else "below HTTP"
     print(f"\nblocking SendMessage {where} (echo, delay 0), {args.sends} sends a run, "
           f"medians of {args.runs} runs; {describe_tree()}")
-    print("| store | source | CPU µs per send | runs | calls per send |")
-    print("|---|---|---:|---|---:|")
+    counted = args.instructions
+    print("| store | source | CPU µs per send | runs | calls per send |"
+          + (" instructions per send |" if counted else ""))
+    print("|---|---|---:|---|---:|" + ("---:|" if counted else ""))
     for (store, name), runs in figures.items():
         cpu = [r["cpu_us"] for r in runs]
+        instructions = (
+            f" {statistics.median(r['instructions'] for r in runs) / 1000:.0f}k |"
+            if counted else ""
+        )
         print(f"| {store} | {name} | {statistics.median(cpu):.1f} | "
-              f"{' '.join(f'{c:.0f}' for c in cpu)} | {runs[0]['calls']:.0f} |")
+              f"{' '.join(f'{c:.0f}' for c in cpu)} | {runs[0]['calls']:.0f} |{instructions}")
 
 
 if __name__ == "__main__":

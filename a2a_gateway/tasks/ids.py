@@ -82,4 +82,7 @@ def _check(msg: ProtoMessage, prefix: str) -> None:
 
 def check_ids(request: ProtoMessage) -> None:
     """``InvalidParamsError`` naming the first id of ``request`` that holds a NUL."""
-    _check(request, "")
+    # UTF-8 keeps U+0000 as the byte 0, so an encoding without that byte has no NUL in any
+    # string: the walk over the id fields (ten times the cost) runs only when it has one
+    if b"\0" in request.SerializeToString():
+        _check(request, "")

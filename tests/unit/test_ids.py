@@ -6,8 +6,11 @@ from __future__ import annotations
 import pytest
 from a2a.types import SendMessageRequest
 from a2a.utils.errors import InvalidParamsError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from a2a_gateway.tasks.ids import _plan, check_ids
+from tests.support.examples import examples
 from tests.support.messages import send_request
 
 
@@ -32,3 +35,41 @@ def test_text_may_hold_a_nul_and_parts_are_not_walked():
     assert {f.name for f in ids} >= {"message_id", "context_id", "task_id", "reference_task_ids"}
     assert nested == ()  # parts (and metadata) cannot hold ids
     assert {f.name for f in _plan(SendMessageRequest.DESCRIPTOR)[1]} == {"message", "configuration"}
+
+
+def test_the_field_walk_runs_only_when_the_encoding_holds_a_zero_byte(monkeypatch):
+    import a2a_gateway.tasks.ids as ids_module
+
+    walks: list[str] = []
+    walk = ids_module._check
+    monkeypatch.setattr(ids_module, "_check", lambda msg, prefix: walks.append(prefix) or walk(
+        msg, prefix))
+    check_ids(send_request("an ordinary message"))
+    assert walks == []
+    request = send_request("hi")
+    request.message.parts.add().raw = b"\0\0"  # a zero byte, in no id
+    check_ids(request)
+    assert walks[:1] == [""]  # the walk from the top (and on into the message)
+
+
+ID_TEXT = st.text(alphabet=st.sampled_from(["a", "é", "\0", "\x01", "☃"]), max_size=4)
+
+
+@settings(max_examples=examples(300), derandomize=True, database=None, deadline=None)
+@given(message_id=ID_TEXT, task_id=ID_TEXT, references=st.lists(ID_TEXT, max_size=2),
+       config_id=ID_TEXT, raw=st.binary(max_size=3))
+def test_a_request_is_refused_exactly_when_one_of_its_ids_holds_a_nul(
+    message_id, task_id, references, config_id, raw
+):
+    request = send_request("hi")
+    request.message.message_id, request.message.task_id = message_id, task_id
+    request.message.reference_task_ids.extend(references)
+    request.message.parts.add().raw = raw
+    if config_id:
+        request.configuration.task_push_notification_config.id = config_id
+    has_nul = any("\0" in i for i in [message_id, task_id, *references, config_id])
+    if has_nul:
+        with pytest.raises(InvalidParamsError, match="must not contain a NUL"):
+            check_ids(request)
+    else:
+        check_ids(request)
