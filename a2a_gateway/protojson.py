@@ -32,7 +32,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-__all__ = ["message_to_dict", "parse_dict"]
+__all__ = ["FallbackError", "fill_struct", "fill_value", "message_to_dict", "parse_dict"]
 
 FD = FieldDescriptor
 _INT64 = {FD.CPPTYPE_INT64, FD.CPPTYPE_UINT64}
@@ -49,8 +49,8 @@ _FLOAT_LIMITS = {FD.CPPTYPE_FLOAT: 3.4028234663852886e38, FD.CPPTYPE_DOUBLE: sys
 _INFINITY_WORDS = {"inf", "infinity"}
 
 
-class _Fallback(Exception):
-    """The fast path gives up: the message at hand needs ``json_format``."""
+class FallbackError(Exception):
+    """A fast path gives up: the message at hand needs ``json_format``."""
 
 
 # --- printing ---------------------------------------------------------------------------
@@ -63,7 +63,7 @@ def _value_to_json(value: Message) -> Any:
     if kind == "number_value":
         number = value.number_value
         if math.isinf(number) or math.isnan(number):
-            raise _Fallback
+            raise FallbackError
         return number
     if kind == "struct_value":
         return _struct_to_json(value.struct_value)
@@ -117,7 +117,7 @@ def _message_printer(descriptor: Descriptor) -> Callable[[Message], Any]:
     if name in _WELL_KNOWN:
         return _WELL_KNOWN[name]
     if name.startswith("google.protobuf."):
-        raise _Fallback
+        raise FallbackError
     return _message_to_dict
 
 
@@ -127,19 +127,19 @@ def _scalar_printer(field: FieldDescriptor) -> Callable[[Any], Any]:
         return _message_printer(field.message_type)
     if cpp == FD.CPPTYPE_ENUM:
         if field.enum_type.full_name == "google.protobuf.NullValue":
-            raise _Fallback
+            raise FallbackError
         names = {
             v.number: v.name for v in field.enum_type.values if not v.GetOptions().ListFields()
         }
         if len(names) != len(field.enum_type.values):
-            raise _Fallback  # json_name options on enum values
+            raise FallbackError  # json_name options on enum values
         return lambda v: names[v] if v in names else _fallback_value()
     if field.type == FD.TYPE_BYTES:
         return lambda v: base64.b64encode(v).decode("ascii")
     if cpp in _INT64:
         return str
     if cpp in _FLOAT:
-        raise _Fallback
+        raise FallbackError
     return _identity
 
 
@@ -148,7 +148,7 @@ def _identity(value: Any) -> Any:
 
 
 def _fallback_value() -> Any:
-    raise _Fallback
+    raise FallbackError
 
 
 _PRINTERS: dict[FieldDescriptor, tuple[str, Callable[[Any], Any]]] = {}
@@ -170,7 +170,7 @@ def _field_printer(field: FieldDescriptor) -> tuple[str, Callable[[Any], Any]]:
 def _map_printer(field: FieldDescriptor) -> Callable[[Any], Any]:
     key_field = field.message_type.fields_by_name["key"]
     if key_field.cpp_type != FD.CPPTYPE_STRING:
-        raise _Fallback
+        raise FallbackError
     value = _scalar_printer(field.message_type.fields_by_name["value"])
     return lambda entries: {k: value(v) for k, v in entries.items()}
 
@@ -187,14 +187,16 @@ def message_to_dict(message: Message) -> dict[str, Any]:
     """Same result as ``json_format.MessageToDict(message)``."""
     try:
         return _message_to_dict(message)
-    except _Fallback:
+    except FallbackError:
         return json_format.MessageToDict(message)
 
 
 # --- parsing ----------------------------------------------------------------------------
 
 
-def _fill_value(target: Message, value: Any) -> None:
+def fill_value(target: Message, value: Any) -> None:
+    """Sets the ``google.protobuf.Value`` ``target`` from a JSON value; ``FallbackError`` for
+    anything else."""
     if value is None:
         target.null_value = 0
     elif isinstance(value, bool):
@@ -204,65 +206,67 @@ def _fill_value(target: Message, value: Any) -> None:
     elif isinstance(value, str):
         target.string_value = value
     elif isinstance(value, dict):
-        _fill_struct(target.struct_value, value)
+        fill_struct(target.struct_value, value)
     elif isinstance(value, list):
         target.list_value.SetInParent()
         for item in value:
-            _fill_value(target.list_value.values.add(), item)
+            fill_value(target.list_value.values.add(), item)
     else:
-        raise _Fallback
+        raise FallbackError
 
 
-def _fill_struct(target: Message, value: Any) -> None:
+def fill_struct(target: Message, value: Any) -> None:
+    """Sets the ``google.protobuf.Struct`` ``target`` from a JSON object; ``FallbackError`` for
+    anything else."""
     if not isinstance(value, dict):
-        raise _Fallback
+        raise FallbackError
     target.SetInParent()
     for key, item in value.items():
-        _fill_value(target.fields[key], item)
+        fill_value(target.fields[key], item)
 
 
 def _fill_timestamp(target: Message, value: Any) -> None:
     if not isinstance(value, str):
-        raise _Fallback
+        raise FallbackError
     try:
         target.FromJsonString(value)
     except ValueError:
-        raise _Fallback from None
+        raise FallbackError from None
 
 
 _WELL_KNOWN_PARSERS: dict[str, Callable[[Message, Any], None]] = {
     "google.protobuf.Timestamp": _fill_timestamp,
-    "google.protobuf.Struct": _fill_struct,
-    "google.protobuf.Value": _fill_value,
+    "google.protobuf.Struct": fill_struct,
+    "google.protobuf.Value": fill_value,
 }
 
 
 def _scalar(field: FieldDescriptor, value: Any) -> Any:
-    """The Python value to assign for a JSON scalar, or ``_Fallback``."""
+    """The Python value to assign for a JSON scalar, or ``FallbackError``."""
     cpp = field.cpp_type
     if cpp == FD.CPPTYPE_STRING:
         if not isinstance(value, str):
-            raise _Fallback
+            raise FallbackError
         if field.type == FD.TYPE_BYTES:
             try:
                 return base64.b64decode(value, validate=True)
             except (binascii.Error, ValueError):
-                raise _Fallback from None
+                raise FallbackError from None
         return value
     if cpp == FD.CPPTYPE_BOOL:
         if not isinstance(value, bool):
-            raise _Fallback
+            raise FallbackError
         return value
     if cpp in _INT_RANGES:
         low, high = _INT_RANGES[cpp]
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise _Fallback
+            raise FallbackError
         return value
     if cpp == FD.CPPTYPE_ENUM:
         if isinstance(value, str):
             found = field.enum_type.values_by_name.get(value)
             if found is None:
-                raise _Fallback
+                raise FallbackError
             return found.number
         # the range first: protobuf's lookup raises ValueError or wraps beyond int32
         if (
@@ -271,8 +275,8 @@ def _scalar(field: FieldDescriptor, value: Any) -> Any:
             and value in field.enum_type.values_by_number
         ):
             return value
-        raise _Fallback
-    raise _Fallback  # floats and anything else
+        raise FallbackError
+    raise FallbackError  # floats and anything else
 
 
 _FIELD_MAPS: dict[Descriptor, dict[str, FieldDescriptor]] = {}
@@ -291,7 +295,7 @@ def _fields_by_json_key(descriptor: Descriptor) -> dict[str, FieldDescriptor]:
 
 def _fill_message(target: Message, data: Any) -> None:
     if not isinstance(data, dict):
-        raise _Fallback
+        raise FallbackError
     descriptor = target.DESCRIPTOR
     fields = _fields_by_json_key(descriptor)
     oneofs_seen: set[str] = set()
@@ -299,29 +303,28 @@ def _fill_message(target: Message, data: Any) -> None:
         field = fields.get(key)
         if field is None:
             if key.startswith("[") or key == "@type":
-                raise _Fallback  # extensions and Any
+                raise FallbackError  # extensions and Any
             continue  # unknown fields are ignored
         if field.containing_oneof is not None:
             if field.containing_oneof.name in oneofs_seen:
-                raise _Fallback  # json_format reports the conflict
+                raise FallbackError  # json_format reports the conflict
             oneofs_seen.add(field.containing_oneof.name)
         _fill_field(target, field, value)
-    if not data:
-        target.SetInParent()
+    target.SetInParent()  # present even when no field of it is (``{}``, unknown fields only)
 
 
 def _fill_field(target: Message, field: FieldDescriptor, value: Any) -> None:
     message_type = field.message_type
     if message_type is not None and message_type.GetOptions().map_entry:
-        raise _Fallback
+        raise FallbackError
     if value is None:
         if message_type is not None and message_type.full_name == "google.protobuf.Value":
-            _fill_value(getattr(target, field.name), None)
+            fill_value(getattr(target, field.name), None)
             return
-        raise _Fallback  # null handling is json_format's
+        raise FallbackError  # null handling is json_format's
     if field.is_repeated:
         if not isinstance(value, list):
-            raise _Fallback
+            raise FallbackError
         container = getattr(target, field.name)
         if message_type is not None:
             for item in value:
@@ -340,7 +343,7 @@ def _fill_submessage(target: Message, descriptor: Descriptor, value: Any) -> Non
     if special is not None:
         special(target, value)
     elif descriptor.full_name.startswith("google.protobuf."):
-        raise _Fallback
+        raise FallbackError
     else:
         _fill_message(target, value)
 
@@ -465,7 +468,7 @@ def parse_dict(data: Any, message: Message) -> Message:
     try:
         _fill_message(message, data)
         return message
-    except (_Fallback, OverflowError):
+    except (FallbackError, OverflowError):
         message.Clear()
         _check_values(data, message.DESCRIPTOR)
         try:

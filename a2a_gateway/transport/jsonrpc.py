@@ -47,7 +47,7 @@ from google.protobuf.json_format import ParseError
 from pydantic import ValidationError
 
 from a2a_gateway.generation import READS_GENERATIONS, take_json_params, with_generation
-from a2a_gateway.protojson import message_to_dict, parse_dict
+from a2a_gateway.protojson import message_to_dict
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.tasks.streams import take_event_id
 from a2a_gateway.transport.body import check_depth, read_body
@@ -63,6 +63,7 @@ from a2a_gateway.transport.negotiate import (
     parse_version,
     requested_version,
 )
+from a2a_gateway.transport.params import parse_params
 from a2a_gateway.transport.required_fields import validate_required_fields
 from a2a_gateway.transport.sse import accepts_event_stream, stream_events
 from a2a_gateway.transport.stream_json import stream_response_dict
@@ -244,7 +245,7 @@ def _parse_params(method: Method, payload: dict[str, Any]) -> Any:
     if not isinstance(params, dict):
         raise InvalidParamsError("params must be an object")
     try:
-        model = parse_dict(params, method.model())
+        model = parse_params(params, method.model())
     except ParseError as exc:
         raise InvalidParamsError(f"invalid params: {exc}") from None
     validate_required_fields(model)

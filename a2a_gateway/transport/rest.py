@@ -41,7 +41,7 @@ from aiohttp import web
 from google.protobuf.json_format import ParseError
 
 from a2a_gateway.generation import READS_GENERATIONS, take_json_params, with_generation
-from a2a_gateway.protojson import message_to_dict, parse_dict
+from a2a_gateway.protojson import message_to_dict
 from a2a_gateway.state import GATEWAY, Gateway
 from a2a_gateway.tasks.streams import take_event_id
 from a2a_gateway.transport.body import check_depth, read_body
@@ -57,6 +57,7 @@ from a2a_gateway.transport.negotiate import (
     parse_version,
     requested_version,
 )
+from a2a_gateway.transport.params import parse_params
 from a2a_gateway.transport.required_fields import validate_required_fields
 from a2a_gateway.transport.sse import stream_events
 from a2a_gateway.transport.stream_json import stream_response_dict
@@ -135,7 +136,7 @@ async def _body(request: web.Request, model: Any, state: dict[str, Any] | None =
     if state is not None:
         take_json_params(data, state)
     try:
-        parsed = parse_dict(data, model)
+        parsed = parse_params(data, model)
     except ParseError as exc:
         raise InvalidParamsError(f"invalid request body: {exc}") from None
     return parsed
@@ -161,7 +162,7 @@ def _query(
     if state is not None:
         take_json_params(data, state)
     try:
-        return parse_dict(data, model)
+        return parse_params(data, model)
     except ParseError as exc:
         raise InvalidParamsError(f"invalid query parameters: {exc}") from None
 

@@ -95,6 +95,7 @@ PARSE_CASES = [
     ),
     (SendMessageRequest, {}),
     (SendMessageRequest, {"message": {}}),
+    (SendMessageRequest, {"message": {"onlyUnknownFields": 1}}),  # the message is present
     (
         ListTasksRequest,
         {
