@@ -172,3 +172,48 @@ async def test_0_3_part_without_kind_is_invalid_params(gw, echo_id, http):
         json=rpc("message/send", params_0_3({"kind": "text", "text": "ok"})),
     )
     assert r.json()["result"]["status"]["state"] == "completed"
+
+
+BAD_SEND_PARAMS = [  # (what is wrong, the field the error names)
+    ({"messageId": 5}, "messageId"),
+    ({"parts": [{"text": "a", "url": "https://x"}]}, "parts[0]"),  # two members of a oneof
+    ({"parts": "hi"}, "parts"),
+    ({"role": "user"}, "message.role"),
+    ({"messageId": None}, "message_id"),  # null is no value: a REQUIRED field missing
+]
+BAD_CONFIGURATIONS = [
+    ({"historyLength": 2**31}, "configuration.historyLength"),
+    ({"returnImmediately": "yes"}, "returnImmediately"),
+]
+
+
+async def test_bad_params_of_the_hot_methods_name_the_field_and_echo_the_id(gw, echo_id, http):
+    """SendMessage, SendStreamingMessage and GetTask params are read by their own reader
+    (``transport/params.py``); whatever it does not take gets the general path's error."""
+    message = {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    cases = [({"message": {**message, **bad}}, field) for bad, field in BAD_SEND_PARAMS]
+    cases += [({"message": message, "configuration": bad}, f) for bad, f in BAD_CONFIGURATIONS]
+    for n, (params, field) in enumerate(cases):
+        for method in ("SendMessage", "SendStreamingMessage"):
+            body = rpc(method, params, rid=f"bad-{n}")
+            r = await http.post(gw.jsonrpc_url(echo_id), json=body, headers=V10)
+            assert r.status_code == 200 and r.json()["id"] == f"bad-{n}", r.text
+            error = r.json()["error"]
+            assert error["code"] == -32602 and field in error["message"], (params, error)
+        for verb in ("send", "stream"):
+            r = await http.post(f"{gw.rest_url(echo_id)}/message:{verb}", json=params, headers=V10)
+            error = r.json()["error"]
+            assert r.status_code == 400 and field in error["message"], (params, error)
+    for n, (params, field) in enumerate([
+        ({"id": ["t"]}, "id"), ({"id": "t", "historyLength": "ten"}, "historyLength"),
+        ({"id": "t", "historyLength": -(2**31) - 1}, "historyLength"), ({}, "id"),
+    ]):
+        r = await http.post(
+            gw.jsonrpc_url(echo_id), json=rpc("GetTask", params, rid=n), headers=V10
+        )
+        assert r.json()["id"] == n and r.json()["error"]["code"] == -32602, r.text
+        assert field in r.json()["error"]["message"], (params, r.text)
+    r = await http.get(f"{gw.rest_url(echo_id)}/tasks/t?historyLength={2**31}", headers=V10)
+    assert r.status_code == 400 and "historyLength" in r.json()["error"]["message"], r.text
+    listed = await http.post(gw.jsonrpc_url(echo_id), json=rpc("ListTasks"), headers=V10)
+    assert listed.json()["result"]["totalSize"] == 0  # no task was started
