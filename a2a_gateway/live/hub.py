@@ -147,8 +147,15 @@ class Subscription:
         self._hub.unsubscribe(self)
 
 
+_TYPE_TAGS: dict[type, bytes] = {
+    Task: b"t", TaskStatusUpdateEvent: b"s", TaskArtifactUpdateEvent: b"a"}
+_TAGGED_TYPES = {tag: cls for cls, tag in _TYPE_TAGS.items()}
+
+
 class _Log(ReplayLog[LiveEvent]):
-    """The recent events of one run of one task."""
+    """The recent events of one run of one task, kept serialized: an event object costs
+    about 1.5 KB of the protobuf runtime's memory, its bytes a tenth of that (and a log
+    outlives its clients: a long answer whose client left is kept whole for its keep time)."""
 
     __slots__ = ("run", "ended")
 
@@ -157,6 +164,12 @@ class _Log(ReplayLog[LiveEvent]):
         self.run = run
         """The run whose events these are (None before the first run published)."""
         self.ended = False
+
+    def _pack(self, event: LiveEvent) -> bytes:
+        return _TYPE_TAGS[type(event)] + event.SerializeToString()
+
+    def _unpack(self, kept: bytes) -> LiveEvent:
+        return _TAGGED_TYPES[kept[:1]].FromString(kept[1:])
 
 
 class LiveHub:

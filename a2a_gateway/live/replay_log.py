@@ -8,8 +8,7 @@ at all)."""
 from __future__ import annotations
 
 import os
-from collections import deque
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 E = TypeVar("E")
 
@@ -18,13 +17,16 @@ LOG_OVERHEAD = 256
 
 
 class ReplayLog(Generic[E]):
-    """The last events of one stream, each kept with its size in bytes."""
+    """The last events of one stream, each kept with its size in bytes: as given, or in the
+    smaller form a subclass's ``_pack`` makes of it (``after`` gives back ``_unpack``'s)."""
 
     __slots__ = ("token", "events", "last", "floor", "touched", "size")
 
     def __init__(self, now: float, start: int = 0) -> None:
         self.token = os.urandom(6).hex()
-        self.events: deque[tuple[int, E, int]] = deque()  # (n, event, bytes)
+        self.events: list[tuple[int, Any, int]] = []  # (n, packed event, bytes)
+        """Oldest first. A list, not a deque: most logs hold a few events, and an empty deque
+        alone is 600 bytes; dropping the oldest of a full log moves ``max_events`` pointers."""
         self.last = start
         """The number of the last event (``start`` before the first: the stream's position
         when the log opened)."""
@@ -45,10 +47,10 @@ class ReplayLog(Generic[E]):
         grew by (less than ``size`` when events were dropped)."""
         before = self.size
         self.last = number if number > self.last else self.last + 1
-        self.events.append((self.last, event, size))
+        self.events.append((self.last, self._pack(event), size))
         self.size += size
         while len(self.events) > max_events:
-            self.floor, _, dropped = self.events.popleft()
+            self.floor, _, dropped = self.events.pop(0)
             self.size -= dropped
         return self.id(self.last), self.size - before
 
@@ -61,4 +63,12 @@ class ReplayLog(Generic[E]):
         n = int(number)
         if not self.floor <= n <= self.last:
             return None
-        return [(self.id(m), event, size) for m, event, size in self.events if m > n]
+        return [(self.id(m), self._unpack(kept), size) for m, kept, size in self.events if m > n]
+
+    def _pack(self, event: E) -> Any:
+        """What the log keeps of ``event``: the event itself."""
+        return event
+
+    def _unpack(self, kept: Any) -> E:
+        """The event ``_pack`` kept ``kept`` for."""
+        return kept

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import gc
 import time
 from collections.abc import Callable
 
@@ -67,9 +68,10 @@ class MemoryRelease:
         if self.after <= 0 or self._high - held < self.after or falling or self._trim is None:
             return False
         started = time.perf_counter()
+        collected = gc.collect()
         released = self._trim(0)
         self._high, self.trims = held, self.trims + 1
-        log.info("memory_trimmed", held=held, released=bool(released),
+        log.info("memory_trimmed", held=held, collected=collected, released=bool(released),
                  ms=round((time.perf_counter() - started) * 1000, 1))
         return True
 

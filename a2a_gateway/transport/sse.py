@@ -99,6 +99,9 @@ class _EventStreamResponse(web.StreamResponse):
 
 
 class SSEStream:
+    __slots__ = ("_response", "_keepalives", "_lock", "connected", "stopped", "last_write",
+                 "_waiting", "_stopped_wait", "_registry")
+
     def __init__(self, response: web.StreamResponse, keepalive_seconds: float) -> None:
         self._response = response
         self._keepalives: _Keepalives | None = None
@@ -110,6 +113,7 @@ class SSEStream:
         self._waiting: asyncio.Task[Any] | None = None
         """The pump's task while it waits for the next event (``_stop`` cancels that wait)."""
         self._stopped_wait = False
+        self._registry: set[SSEStream] | None = None
         if keepalive_seconds > 0:
             self._keepalives = _Keepalives.join(self, keepalive_seconds)
 
@@ -192,7 +196,7 @@ class SSEStream:
                 return
 
     async def close(self) -> web.StreamResponse:
-        if getattr(self, "_registry", None) is not None:
+        if self._registry is not None:
             self._registry.discard(self)
         if self._keepalives is not None:
             self._keepalives.leave(self)
@@ -247,8 +251,10 @@ async def stream_events(
         if early_error is not None:
             request[A2A_ERROR] = type(early_error).__name__
             await stream.send(error_frame(early_error), event=error_event)
-        elif first is not None and await stream.send(frame(first), event_id=first_id):
-            await stream.pump(events, frame, event_id)
+        elif first is not None:
+            data, first = frame(first), None  # an idle stream does not keep its first Task
+            if await stream.send(data, event_id=first_id):
+                await stream.pump(events, frame, event_id)
     except A2AError as exc:
         await stream.send(error_frame(exc), event=error_event)
     except Exception:
