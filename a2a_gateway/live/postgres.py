@@ -23,7 +23,9 @@
   store, so a lost listener makes them slower, never stuck.
 * **Snapshot.** On a new watch (or a re-announcement after a reconnect) the owner
   first sends the text streamed so far (``append: false``), then the live deltas,
-  in order — what a local ``SubscribeToTask`` gets.
+  in order — what a local ``SubscribeToTask`` gets. A follower that asked for it takes
+  nothing before it, and one that did not ignores it: an earlier follower has that text
+  already, and a client that concatenates chunks would show it twice.
 * **Payloads** (``live.postgres_wire``) stay under PostgreSQL's 8000-byte limit: a
   larger text delta is split, a larger final artifact or status update becomes a
   pointer. The receiving replica reads the task from the store once the owner's
@@ -63,6 +65,7 @@ from a2a_gateway.live.hub import LiveEvent, LiveHub, Subscription
 from a2a_gateway.live.postgres_wire import (
     CONTROL,
     EVENT,
+    SNAPSHOT_END,
     STATUS,
     UNWATCH,
     WATCH,
@@ -121,6 +124,8 @@ class PostgresLiveHub(LiveHub):
         self._watchers: dict[str, dict[str, float]] = {}
         # watcher side: tasks run elsewhere that this replica follows
         self._interest: set[str] = set()
+        # followers that asked for a snapshot and have not had it yet
+        self._awaiting: dict[str, set[Subscription]] = {}
         # tasks whose events wait for a store read (an oversized event's pointer)
         self._held: dict[str, list[dict[str, Any]]] = {}
         self._outbox: deque[tuple[str, str]] = deque()
@@ -173,15 +178,20 @@ class PostgresLiveHub(LiveHub):
             return self.subscribe(task_id)
         sub = self._add(task_id, self.unlogged_id())  # forwarded events are not logged here
         if not self._closing:
-            # every new follower asks for a snapshot: the text so far replaces the
-            # artifact (append: false), harmless to earlier subscribers
+            # a new follower starts from a snapshot of the text so far (only it gets that)
             self._interest.add(task_id)
+            self._awaiting.setdefault(task_id, set()).add(sub)
             self._announce(WATCH, [task_id], snap=True)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
         super().unsubscribe(sub)
         task_id = sub.task_id
+        awaiting = self._awaiting.get(task_id)
+        if awaiting is not None:
+            awaiting.discard(sub)
+            if not awaiting:
+                del self._awaiting[task_id]
         if task_id in self._interest and not self._subscribers.get(task_id):
             self._interest.discard(task_id)
             self._announce(UNWATCH, [task_id])
@@ -204,6 +214,7 @@ class PostgresLiveHub(LiveHub):
     def end(self, task_id: str) -> None:
         super().end(task_id)
         self._watchers.pop(task_id, None)
+        self._awaiting.pop(task_id, None)
         if task_id in self._interest:
             self._interest.discard(task_id)
             self._announce(UNWATCH, [task_id])
@@ -330,9 +341,7 @@ class PostgresLiveHub(LiveHub):
 
     def _send_snapshot(self, task_id: str, channel: str) -> None:
         event = self._local.text_so_far(task_id) if self._local is not None else None
-        if event is None:
-            return
-        for payload in self._encode(task_id, event):
+        for payload in self._wire.snapshot(task_id, event):  # sent even with no text yet
             self._enqueue(channel, payload)
 
     # receiving ------------------------------------------------------------------------
@@ -372,6 +381,8 @@ class PostgresLiveHub(LiveHub):
         if self.stats["connects"] or self._interest:
             # events may have been missed: ask the owners again, with a snapshot
             remote = [t for t in self._interest if self._runs_elsewhere(t)]
+            for task_id in remote:  # every follower starts again from the snapshot
+                self._awaiting[task_id] = set(self._subscribers.get(task_id, ()))
             if remote:
                 self._announce(WATCH, remote, snap=True)
         self.stats["connects"] += 1
@@ -441,7 +452,9 @@ class PostgresLiveHub(LiveHub):
         if message.get("k") == EVENT:
             event = decode_event(message)
             if event is not None:
-                self._fan_out(task_id, self.unlogged_id(), event)  # local subscribers only
+                self._to_followers(task_id, event, message.get("n"))
+        elif message.get("k") == SNAPSHOT_END:  # a snapshot with nothing in it
+            self._awaiting.pop(task_id, None)
 
     async def _resolve(self, task_id: str, message: dict[str, Any]) -> None:
         """Deliver an oversized event from the store, then what arrived behind it."""
@@ -455,9 +468,23 @@ class PostgresLiveHub(LiveHub):
         finally:
             held = self._held.pop(task_id, [])
             if event is not None:
-                self._fan_out(task_id, self.unlogged_id(), event)
+                self._to_followers(task_id, event, message.get("n"))
             for later in held:
                 self._deliver(later)
+
+    def _to_followers(self, task_id: str, event: LiveEvent, snapshot: Any) -> None:
+        """Hand a forwarded event to the local followers it is for: part of a snapshot
+        (``snapshot`` 1, or 2 for its last event), to those waiting for one; else to the
+        others."""
+        awaiting = self._awaiting.get(task_id, set())
+        subs = [
+            s for s in self._subscribers.get(task_id, ()) if (s in awaiting) == bool(snapshot)
+        ]
+        if snapshot == 2:
+            self._awaiting.pop(task_id, None)
+        size = event.ByteSize()
+        for sub in subs:
+            sub._put(self.unlogged_id(), event, size)
 
     async def _from_store(self, task_id: str, message: dict[str, Any]) -> LiveEvent | None:
         scope, version = pointer_target(message)

@@ -9,6 +9,9 @@ Each payload is a small JSON object whose ``k`` says what it carries:
 * ``w`` / ``u``, watch / unwatch: replica ``r``, sequence ``q``, task ids ``ids``;
   ``s`` asks the owner for a snapshot of the text so far.
 * ``c``, a control command ``c`` (e.g. ``cancel``) for task ``t`` from replica ``r``.
+* ``n``, the end of a snapshot for task ``t`` that had no text to send. The events of a
+  snapshot (the text so far, the owner's answer to a watch with ``s``) carry ``n``: 1,
+  and the last of them 2, so that only the followers waiting for one get it.
 
 Every payload stays under ``PAYLOAD_LIMIT`` (PostgreSQL refuses 8000 bytes and more).
 A larger text delta is split into several deltas (UTF-8 safe; the first keeps the
@@ -48,6 +51,7 @@ EVENT = "e"
 WATCH = "w"
 UNWATCH = "u"
 CONTROL = "c"
+SNAPSHOT_END = "n"
 # values of "f" (a pointer)
 FINAL_ARTIFACT = "fa"
 STATUS = "fs"
@@ -85,6 +89,17 @@ class LiveWire:
             pointer.update(_pointer(run, FINAL_ARTIFACT))
             return [orjson.dumps(pointer).decode()]
         return []
+
+    def snapshot(self, task_id: str, event: LiveEvent | None) -> list[str]:
+        """Payloads of a snapshot: ``event`` (the text so far, or None: nothing yet), each
+        marked as part of one, the last as its end."""
+        payloads = self.event(task_id, event) if event is not None else []
+        if not payloads:
+            return [orjson.dumps({"k": SNAPSHOT_END, "t": task_id, "n": 2}).decode()]
+        marked = [orjson.loads(p) for p in payloads]
+        for i, message in enumerate(marked):
+            message["n"] = 2 if i == len(marked) - 1 else 1
+        return [orjson.dumps(m).decode() for m in marked]
 
     def interest(
         self, kind: str, replica_id: str, task_ids: list[str], *, snap: bool = False

@@ -308,6 +308,46 @@ async def test_lost_listener_reconnects_and_the_follower_still_finishes(postgres
     assert final_state(remote) == COMPLETED
 
 
+def _concatenated(events: list[Any]) -> str:
+    """The text a naive client shows: every artifact update's text, appended or not."""
+    return "".join(p.text for u in artifact_updates(events) for p in u.artifact.parts)
+
+
+async def test_a_second_follower_on_b_gets_the_text_so_far_and_the_first_not_again(postgres):
+    async with fresh_database() as url, running_gateway(
+        url, replica_id="a", lease_seconds=60, remote_poll_seconds=30
+    ) as a, running_gateway(url, replica_id="b", lease_seconds=60, remote_poll_seconds=30) as b:
+        ep = await a.add_endpoint(settings={"delay": 0.05})
+        words = " ".join(f"w{i}" for i in range(60))
+        async with a.client(ep) as on_a, b.client(ep) as first_b, b.client(ep) as second_b:
+            stream = on_a.send_message(send_request(words))
+            task_id = (await anext(stream)).task.id
+            first: list[Any] = []
+            second: list[Any] = []
+            following = [asyncio.create_task(
+                collect(first_b.subscribe(SubscribeToTaskRequest(id=task_id)), first)
+            )]
+            try:
+                await eventually(lambda: len(artifact_updates(first)) >= 3, timeout=10,
+                                 what="live chunks on B")
+                following.append(asyncio.create_task(
+                    collect(second_b.subscribe(SubscribeToTaskRequest(id=task_id)), second)
+                ))
+                async with asyncio.timeout(15):
+                    await asyncio.gather(*following)
+            finally:
+                for follower in following:
+                    follower.cancel()
+            _ = [e async for e in stream]
+    answer = f"echo: {words}"
+    # the second follower starts with the text so far (append: false), then the live deltas
+    assert not artifact_updates(second)[0].append
+    assert len(artifact_updates(second)[0].artifact.parts[0].text) > 0
+    for events in (first, second):
+        assert rebuild(events) == answer and final_state(events) == COMPLETED
+        assert _concatenated(events) == answer  # no text twice, even for a naive client
+
+
 # interest (no database) ------------------------------------------------------------------
 
 
