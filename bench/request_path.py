@@ -27,11 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx  # noqa: E402
-from aiohttp import web  # noqa: E402
-
-from a2a_gateway.app import build_app, server_options  # noqa: E402
-from a2a_gateway.settings import GatewaySettings  # noqa: E402
-from a2a_gateway.stores.base import Endpoint  # noqa: E402
+from servers.in_process import echo_gateway  # noqa: E402
 
 PROJECT = ("a2a_gateway", "handlers")
 
@@ -76,22 +72,6 @@ class PathRecorder:
 
 
 async def measure(words: int) -> PathRecorder:
-    settings = GatewaySettings(
-        store="memory://", log_level="warning", allow_unauthenticated_endpoints=True
-    )
-    endpoint = Endpoint(
-        id=str(uuid.uuid4()),
-        name="echo",
-        card={"capabilities": {"streaming": True}},
-        metadata={"module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0.0},
-    )
-    app = build_app(settings, endpoints=[endpoint])
-    runner = web.AppRunner(app, access_log=None, **server_options(settings))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    url = f"http://127.0.0.1:{port}/{endpoint.id}/a2a"
     text = " ".join(f"w{i}" for i in range(words))
 
     def body() -> dict[str, Any]:
@@ -100,19 +80,18 @@ async def measure(words: int) -> PathRecorder:
 
     headers = {"A2A-Version": "1.0", "Accept": "text/event-stream"}
     recorder = PathRecorder()
-    try:
-        async with httpx.AsyncClient(timeout=30) as http:
-            await http.post(url, json=body(), headers=headers)  # warm: endpoint cache, imports
-            sys.setprofile(recorder)
-            try:
-                response = await http.post(url, json=body(), headers=headers)
-            finally:
-                sys.setprofile(None)
-            assert response.status_code == 200 and "TASK_STATE_COMPLETED" in response.text, (
-                response.text[:300]
-            )
-    finally:
-        await runner.cleanup()
+    card = {"capabilities": {"streaming": True}}
+    async with echo_gateway("memory://", card) as served, httpx.AsyncClient(timeout=30) as http:
+        url = f"http://127.0.0.1:{served.port}{served.jsonrpc_path}"
+        await http.post(url, json=body(), headers=headers)  # warm: endpoint cache, imports
+        sys.setprofile(recorder)
+        try:
+            response = await http.post(url, json=body(), headers=headers)
+        finally:
+            sys.setprofile(None)
+        assert response.status_code == 200 and "TASK_STATE_COMPLETED" in response.text, (
+            response.text[:300]
+        )
     return recorder
 
 

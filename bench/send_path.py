@@ -43,14 +43,10 @@ from a2a.auth.user import UnauthenticatedUser  # noqa: E402
 from a2a.server.context import ServerCallContext  # noqa: E402
 from a2a.types import Message, Part, SendMessageRequest, Task  # noqa: E402
 from a2a.types.a2a_pb2 import ROLE_USER, TASK_STATE_COMPLETED  # noqa: E402
-from aiohttp import web  # noqa: E402
 from core_send import describe_tree, snapshot  # noqa: E402
+from servers.in_process import echo_gateway  # noqa: E402
 
-from a2a_gateway.app import build_app, server_options  # noqa: E402
-from a2a_gateway.observability.logs import configure_logging  # noqa: E402
-from a2a_gateway.settings import GatewaySettings  # noqa: E402
 from a2a_gateway.state import GATEWAY  # noqa: E402
-from a2a_gateway.stores.base import Endpoint  # noqa: E402
 
 
 def _request() -> SendMessageRequest:
@@ -133,42 +129,26 @@ async def measure(
 ) -> dict[str, float]:
     """CPU µs per send over ``sends`` sends, after a warm-up, and the function calls per send;
     ``profile``: also print a cProfile of them sorted by that key."""
-    settings = GatewaySettings(
-        store=store, log_level="warning", allow_unauthenticated_endpoints=True
-    )
-    endpoint = Endpoint(
-        id=str(uuid.uuid4()), name="echo", card={},
-        metadata={"module_name": "handlers.echo", "class_name": "EchoHandler", "delay": 0.0},
-    )
-    configure_logging(settings.log_level, settings.log_format)  # as `serve` does
-    app = build_app(settings, endpoints=[endpoint])
-    runner = web.AppRunner(app, access_log=None, **server_options(settings))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        async with _RawClient(port, f"/{endpoint.id}/a2a") as client:
-            if http:
-                sends_of = functools.partial(_http_sends, client)
-            else:
-                gateway = app[GATEWAY]
-                runtime = await gateway.registry.get(endpoint.id)
-                sends_of = functools.partial(_sends, gateway.request_handlers(runtime)[0])
-            await sends_of(300)  # warm: caches, first-use imports
-            with _instructions_counted():
-                cpu = await sends_of(sends)
-            profiler = cProfile.Profile()
-            profiler.enable()
-            await sends_of(sends)
-            profiler.disable()
-        stats = pstats.Stats(profiler)
-        if profile:
-            print(f"\n--- {store}: where a blocking send's CPU goes ({profile}) ---")
-            stats.sort_stats(profile).print_stats(lines)
-        return {"cpu_us": cpu, "calls": stats.total_calls / sends}  # type: ignore[attr-defined]
-    finally:
-        await runner.cleanup()
+    async with echo_gateway(store) as served, \
+            _RawClient(served.port, served.jsonrpc_path) as client:
+        if http:
+            sends_of = functools.partial(_http_sends, client)
+        else:
+            gateway = served.app[GATEWAY]
+            runtime = await gateway.registry.get(served.endpoint_id)
+            sends_of = functools.partial(_sends, gateway.request_handlers(runtime)[0])
+        await sends_of(300)  # warm: caches, first-use imports
+        with _instructions_counted():
+            cpu = await sends_of(sends)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        await sends_of(sends)
+        profiler.disable()
+    stats = pstats.Stats(profiler)
+    if profile:
+        print(f"\n--- {store}: where a blocking send's CPU goes ({profile}) ---")
+        stats.sort_stats(profile).print_stats(lines)
+    return {"cpu_us": cpu, "calls": stats.total_calls / sends}  # type: ignore[attr-defined]
 
 
 def _child(args: argparse.Namespace) -> None:

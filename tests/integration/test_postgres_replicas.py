@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -215,13 +216,19 @@ async def _until_status(http: httpx.AsyncClient, url: str, status: int, timeout:
 # in-process: payload limits, lost listener ----------------------------------------------
 
 
+@contextlib.asynccontextmanager
+async def two_replicas(url: str, **settings: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """Replicas a and b on ``url``, in process; leases and store polls far beyond the tests'
+    bounds, so only NOTIFY can deliver in time."""
+    common = {"lease_seconds": 60, "remote_poll_seconds": 30, **settings}
+    async with running_gateway(url, replica_id="a", **common) as a, \
+            running_gateway(url, replica_id="b", **common) as b:
+        yield a, b
+
+
 async def test_oversized_deltas_are_split_and_oversized_final_is_fetched(postgres):
     sizes = {"delta_bytes": 20_000, "final_bytes": 30_000, "deltas": 3, "delay": 0.3}
-    async with fresh_database() as url, running_gateway(
-        url, replica_id="a", lease_seconds=60, remote_poll_seconds=30, handler_allowlist=ALLOW_TESTS
-    ) as a, running_gateway(
-        url, replica_id="b", lease_seconds=60, remote_poll_seconds=30, handler_allowlist=ALLOW_TESTS
-    ) as b:
+    async with fresh_database() as url, two_replicas(url, handler_allowlist=ALLOW_TESTS) as (a, b):
         ep = await a.add_endpoint("tests.replicas.fake_backend:BigTextHandler", settings=sizes)
         async with a.client(ep) as on_a, b.client(ep) as on_b:
             stream = on_a.send_message(send_request("big"))
@@ -268,9 +275,7 @@ async def test_a_task_nobody_follows_elsewhere_sends_no_notify(postgres):
 
 
 async def test_lost_listener_reconnects_and_the_follower_still_finishes(postgres):
-    async with fresh_database() as url, running_gateway(
-        url, replica_id="a", lease_seconds=60, remote_poll_seconds=30
-    ) as a, running_gateway(url, replica_id="b", lease_seconds=60, remote_poll_seconds=30) as b:
+    async with fresh_database() as url, two_replicas(url) as (a, b):
         ep = await a.add_endpoint(settings={"delay": 0.05})
         words = " ".join(f"w{i}" for i in range(80))
         async with a.client(ep) as on_a, b.client(ep) as on_b:
@@ -314,9 +319,7 @@ def _concatenated(events: list[Any]) -> str:
 
 
 async def test_a_second_follower_on_b_gets_the_text_so_far_and_the_first_not_again(postgres):
-    async with fresh_database() as url, running_gateway(
-        url, replica_id="a", lease_seconds=60, remote_poll_seconds=30
-    ) as a, running_gateway(url, replica_id="b", lease_seconds=60, remote_poll_seconds=30) as b:
+    async with fresh_database() as url, two_replicas(url) as (a, b):
         ep = await a.add_endpoint(settings={"delay": 0.05})
         words = " ".join(f"w{i}" for i in range(60))
         async with a.client(ep) as on_a, b.client(ep) as first_b, b.client(ep) as second_b:
