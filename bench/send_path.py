@@ -10,6 +10,7 @@ the CPU (``time.process_time``) of ``--sends`` sends; ``--ref`` measures other c
 gives medians. ``--profile`` prints a cProfile of the working tree's sends instead.
 
     python bench/send_path.py [--runs 5] [--sends 2000] [--stores memory,sqlite] [--ref HEAD]
+    python bench/send_path.py --profile modules --stores memory --http   # by package
     python bench/send_path.py --profile tottime --stores memory [--lines 30]
     python bench/send_path.py --instructions --runs 1 --ref HEAD   # counted by callgrind
 """
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -145,10 +147,39 @@ async def measure(
         await sends_of(sends)
         profiler.disable()
     stats = pstats.Stats(profiler)
-    if profile:
+    if profile == "modules":
+        print(f"\n--- {store}: a blocking send's own CPU time by module, and its calls ---")
+        print_by_module(stats, sends, lines)
+    elif profile:
         print(f"\n--- {store}: where a blocking send's CPU goes ({profile}) ---")
         stats.sort_stats(profile).print_stats(lines)
     return {"cpu_us": cpu, "calls": stats.total_calls / sends}  # type: ignore[attr-defined]
+
+
+def _module_of(filename: str) -> str:
+    """The package (a library, a project folder, a stdlib module) a profiled function is in."""
+    if filename == "~":
+        return "(built-in functions and methods)"
+    path = Path(filename)
+    if "site-packages" in path.parts:
+        return path.parts[path.parts.index("site-packages") + 1]
+    if ROOT in path.parents:
+        parts = path.relative_to(ROOT).parts
+        return "/".join(parts[:2]) if len(parts) > 2 else "/".join(parts)
+    return f"stdlib {path.name}"
+
+
+def print_by_module(stats: pstats.Stats, sends: int, lines: int) -> None:
+    own: Counter[str] = Counter()
+    calls: Counter[str] = Counter()
+    for (filename, _line, _name), (_, count, own_time, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        own[_module_of(filename)] += own_time
+        calls[_module_of(filename)] += count
+    total = sum(own.values())
+    print("| own time | calls per send | where |")
+    print("|---:|---:|---|")
+    for module, seconds in own.most_common(lines):
+        print(f"| {seconds / total:.1%} | {calls[module] / sends:.0f} | {module} |")
 
 
 def _child(args: argparse.Namespace) -> None:
@@ -188,7 +219,7 @@ def main() -> None:
     parser.add_argument("--stores", default="memory,sqlite")
     parser.add_argument("--ref", action="append", default=[],
                         help="also measure the gateway at this commit, side by side")
-    parser.add_argument("--profile", choices=["tottime", "cumulative", "ncalls"],
+    parser.add_argument("--profile", choices=["modules", "tottime", "cumulative", "ncalls"],
                         help="print a cProfile of the working tree's sends, sorted by this")
     parser.add_argument("--lines", type=int, default=30, help="profile lines")
     parser.add_argument("--http", action="store_true",
