@@ -214,8 +214,8 @@ class UsageRecord:
     """What one task used, written with the task's terminal write (``usage=`` of
     ``create_task``/``update_task``): on the task's own row or item, so the ledger costs no
     write of its own. Its outcome is the task's terminal state; tenant, endpoint, principal,
-    task and context are the task's. (Not frozen: a frozen dataclass of eleven fields costs
-    ~5 µs to build, at every task's end; nothing changes a record once built.)"""
+    task and context are the task's. Not frozen: a frozen dataclass of eleven fields costs
+    ~5 µs to build, at every task's end, and nothing changes a record once built."""
 
     started_at: datetime
     """Aware UTC: when the gateway took the task's first message."""
