@@ -63,8 +63,7 @@ from a2a_gateway.transport.negotiate import (
     parse_version,
     requested_version,
 )
-from a2a_gateway.transport.params import parse_params
-from a2a_gateway.transport.required_fields import validate_required_fields
+from a2a_gateway.transport.params import read_params
 from a2a_gateway.transport.sse import accepts_event_stream, stream_events
 from a2a_gateway.transport.stream_json import stream_response_dict
 
@@ -245,11 +244,9 @@ def _parse_params(method: Method, payload: dict[str, Any]) -> Any:
     if not isinstance(params, dict):
         raise InvalidParamsError("params must be an object")
     try:
-        model = parse_params(params, method.model())
+        return read_params(params, method.model())  # REQUIRED fields checked too
     except ParseError as exc:
         raise InvalidParamsError(f"invalid params: {exc}") from None
-    validate_required_fields(model)
-    return model
 
 
 async def _call_1_0(

@@ -10,6 +10,10 @@ and the whole request is parsed again by ``protojson.parse_dict``: what it retur
 is what every other request gets, so errors are word for word those of the general path
 (``tests/unit/test_protojson_params.py`` compares both on generated requests). Unknown
 fields are ignored, as ``ignore_unknown_fields`` does.
+
+The REQUIRED-field walk (``validate_required_fields``) is skipped for these two requests
+when a few attribute reads show every REQUIRED field set; when one may be missing, the walk
+runs and its error is the one callers get.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 
 from a2a_gateway.protojson import FallbackError, fill_struct, fill_value, parse_dict
+from a2a_gateway.transport.required_fields import validate_required_fields
 
-__all__ = ["parse_params"]
+__all__ = ["check_required_fields", "parse_params", "read_params"]
 
 Reader = Callable[[Message, Any], None]
 """Sets one field of a message from its JSON value, or raises ``FallbackError``."""
@@ -217,3 +222,44 @@ def parse_params(data: Any, message: Message) -> Message:
         except (FallbackError, OverflowError):
             message.Clear()
     return parse_dict(data, message)
+
+
+# --- REQUIRED fields ----------------------------------------------------------------------
+
+
+def _send_message_has_required(request: Any) -> bool:
+    """Whether a SendMessageRequest has every field the A2A proto marks REQUIRED: the message,
+    its id, role and parts; a push config's url, and its authentication's scheme."""
+    if not request.HasField("message"):
+        return False
+    message = request.message
+    if not (message.message_id and message.role and message.parts):
+        return False
+    if not request.configuration.HasField("task_push_notification_config"):
+        return True
+    push = request.configuration.task_push_notification_config
+    return bool(push.url) and (
+        not push.HasField("authentication") or bool(push.authentication.scheme)
+    )
+
+
+_HAS_REQUIRED: dict[Descriptor, Callable[[Any], bool]] = {
+    SendMessageRequest.DESCRIPTOR: _send_message_has_required,
+    GetTaskRequest.DESCRIPTOR: lambda request: bool(request.id),
+}
+
+
+def check_required_fields(message: Message) -> None:
+    """``validate_required_fields``, skipped for a request of the hot methods whose REQUIRED
+    fields are all plainly set (a few attribute reads instead of the walk)."""
+    has_required = _HAS_REQUIRED.get(message.DESCRIPTOR)
+    if has_required is None or not has_required(message):
+        validate_required_fields(message)
+
+
+def read_params(data: Any, message: Message) -> Message:
+    """``parse_params``, then ``check_required_fields``; raises ``ParseError`` or the
+    ``InvalidParamsError`` naming the missing fields."""
+    parse_params(data, message)
+    check_required_fields(message)
+    return message

@@ -57,8 +57,7 @@ from a2a_gateway.transport.negotiate import (
     parse_version,
     requested_version,
 )
-from a2a_gateway.transport.params import parse_params
-from a2a_gateway.transport.required_fields import validate_required_fields
+from a2a_gateway.transport.params import check_required_fields, parse_params
 from a2a_gateway.transport.sse import stream_events
 from a2a_gateway.transport.stream_json import stream_response_dict
 
@@ -193,7 +192,7 @@ async def _stream(
 
 async def send_message(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     params = await _body(request, SendMessageRequest(), context.state)
-    validate_required_fields(params)
+    check_required_fields(params)
     result = await handler.on_message_send(params, context)
     return _ok(gateway, _with_generation(result_to_json(result, send=True), result, context),
                _headers(request))
@@ -201,7 +200,7 @@ async def send_message(request, gateway, handler, context):  # type: ignore[no-u
 
 async def stream_message(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     params = await _body(request, SendMessageRequest(), context.state)
-    validate_required_fields(params)
+    check_required_fields(params)
     return await _stream(request, gateway, handler.on_message_send_stream(params, context), context)
 
 

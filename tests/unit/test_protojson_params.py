@@ -13,13 +13,16 @@ from unittest import mock
 
 import pytest
 from a2a.types import GetTaskRequest, ListTasksRequest, SendMessageRequest
+from a2a.utils.errors import InvalidParamsError
+from google.api.field_behavior_pb2 import REQUIRED, field_behavior
 from google.protobuf import json_format
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from a2a_gateway.protojson import parse_dict
 from a2a_gateway.transport import params
-from a2a_gateway.transport.params import parse_params
+from a2a_gateway.transport.params import parse_params, read_params
+from a2a_gateway.transport.required_fields import validate_required_fields
 from tests.support.examples import examples
 
 INT32 = (-(2**31), 2**31 - 1)
@@ -176,11 +179,21 @@ requests = st.one_of(
 
 
 def outcome(parse: Any, model: type, data: Any) -> tuple[str, Any]:
-    """("ok", the message) or ("error", the ParseError's text)."""
+    """("ok", the message), ("error", the ParseError's text) or ("missing", the
+    InvalidParamsError's message and data)."""
     try:
         return "ok", parse(data, model())
     except json_format.ParseError as exc:
         return "error", str(exc)
+    except InvalidParamsError as exc:
+        return "missing", (exc.message, exc.data)
+
+
+def checked_as_before(data: Any, message: Any) -> Any:
+    """What JSON-RPC did before ``read_params``: the general parse, then every REQUIRED field."""
+    parse_dict(data, message)
+    validate_required_fields(message)
+    return message
 
 
 def json_format_parse(data: Any, message: Any) -> Any:
@@ -213,6 +226,7 @@ def test_the_reader_agrees_with_the_general_path_and_with_json_format():
         ours = outcome(parse_params, model, data)
         seen["general" if general_calls else "direct", ours[0]] += 1
         assert ours == outcome(parse_dict, model, data)  # the same message or error text
+        assert outcome(read_params, model, data) == outcome(checked_as_before, model, data)
         expected = outcome(json_format_parse, model, data)
         if ours != expected:
             assert ours[0] == "error" and STRICTER.search(ours[1]), (data, ours, expected)
@@ -272,3 +286,57 @@ def test_plain_requests_of_the_hot_methods_are_read_directly_and_others_by_the_g
         ours = outcome(parse_params, model, data)
     assert general.called == ((model, data) in GENERAL)
     assert ours == outcome(parse_dict, model, data)
+
+
+def required_fields(descriptor: Any, prefix: str = "") -> set[str]:
+    """The paths of the fields the A2A proto marks REQUIRED, in ``descriptor`` and below."""
+    found = set()
+    for field in descriptor.fields:
+        if REQUIRED in field.GetOptions().Extensions[field_behavior]:
+            found.add(prefix + field.name)
+        if field.message_type is not None and not field.message_type.full_name.startswith(
+            "google.protobuf."
+        ):
+            found |= required_fields(field.message_type, f"{prefix}{field.name}.")
+    return found
+
+
+def test_the_required_fields_read_params_checks_are_those_of_the_proto():
+    # read_params checks these by hand (_send_message_has_required); a new one needs a line there
+    assert required_fields(SendMessageRequest.DESCRIPTOR) == {
+        "message", "message.message_id", "message.role", "message.parts",
+        "configuration.task_push_notification_config.url",
+        "configuration.task_push_notification_config.authentication.scheme",
+    }
+    assert required_fields(GetTaskRequest.DESCRIPTOR) == {"id"}
+
+
+MISSING = [
+    (SendMessageRequest, {}),
+    (SendMessageRequest, {"message": {"role": "ROLE_USER", "parts": [{"text": "a"}]}}),
+    (SendMessageRequest, {"message": {"messageId": "m", "parts": [{"text": "a"}]}}),
+    (SendMessageRequest, {"message": {"messageId": "m", "role": 1, "parts": []}}),
+    (SendMessageRequest, {
+        "message": {"messageId": "m", "role": 1, "parts": [{}]},
+        "configuration": {"taskPushNotificationConfig": {"authentication": {"scheme": "B"}}},
+    }),
+    (SendMessageRequest, {
+        "message": {"messageId": "m", "role": 1, "parts": [{}]},
+        "configuration": {"taskPushNotificationConfig": {"url": "u", "authentication": {}}},
+    }),
+    (GetTaskRequest, {"historyLength": 1}),
+]
+
+
+COMPLETE = [(model, data) for model, data in DIRECT if data]  # ({} lacks the task id)
+
+
+@pytest.mark.parametrize(("model", "data"), COMPLETE + MISSING)
+def test_the_required_field_walk_runs_only_when_a_field_may_be_missing(model, data):
+    with mock.patch.object(
+        params, "validate_required_fields", wraps=validate_required_fields
+    ) as walk:
+        ours = outcome(read_params, model, data)
+    assert walk.called == ((model, data) in MISSING)
+    assert ours == outcome(checked_as_before, model, data)
+    assert ours[0] == ("missing" if walk.called else "ok")
