@@ -169,7 +169,8 @@ def test_start_up_loads_the_sdk_server_package_and_the_first_requests_are_served
             assert (await http.get(gw.base_url + "/healthz")).status_code == 200
             # the backend client and this one: the push notifier builds its own (no proxy from
             # the environment) at its first delivery
-            assert [sorted(kwargs) for kwargs in built] == [["limits", "timeout"], ["timeout"]]
+            assert [sorted(kwargs) for kwargs in built] == [
+                ["limits", "timeout", "transport"], ["timeout"]]
             assert "a2a_gateway.tasks.request_handler" in sys.modules
             endpoint_id = await gw.add_endpoint("handlers.echo:EchoHandler", settings={"delay": 0})
             card = await http.get(gw.endpoint_url(endpoint_id) + "/.well-known/agent-card.json")
