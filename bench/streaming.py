@@ -13,7 +13,9 @@ load generator (this process, an asyncio client) and the scripted backend
     echo-1       SendStreamingMessage on the echo agent (5,000 words, delay 0), ten one after
                  another: deltas/s, gateway CPU µs/delta
     echo-100     100 streams of 300 words started at once: aggregate deltas/s, CPU µs/delta,
-                 first delta p50 (request sent → first text chunk)
+                 first delta p50 (request sent → first text chunk), and the gateway's CPU
+                 time spent before it (the scenario's start → the median first delta: how
+                 much work went before the starting streams, whatever the machine's load)
     chat-1       through the OpenAI-chat bridge, one backend burst of 5,000 deltas (four one
                  after another): deltas/s, CPU µs/delta
     chat-100     100 such bursts of 500 deltas at once, twice: aggregate deltas/s, CPU µs/delta
@@ -99,6 +101,8 @@ class StreamRead:
     chunks: int = 0
     """SSE events that carried text (merged chunks carry several deltas)."""
     first_delta_s: float | None = None
+    first_delta_cpu_s: float | None = None
+    """The gateway's CPU time when the first delta arrived (with ``gateway_cpu``)."""
     latencies_ms: list[float] = field(default_factory=list)
     text: str = ""
     error: str | None = None
@@ -117,8 +121,10 @@ def _stamps(text: str, into: StreamRead) -> None:
 
 
 async def gateway_stream(http: aiohttp.ClientSession, base: str, endpoint: str, text: str, *,
-                         pause_after_first: float = 0.0, stamped: bool = False) -> StreamRead:
-    """SendStreamingMessage; deltas are words (echo) or stamps (backend deltas)."""
+                         pause_after_first: float = 0.0, stamped: bool = False,
+                         gateway_cpu: Callable[[], float] | None = None) -> StreamRead:
+    """SendStreamingMessage; deltas are words (echo) or stamps (backend deltas).
+    ``gateway_cpu``: read when the first delta arrives (``first_delta_cpu_s``)."""
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {"message": {
         "messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}}}
     out, started, events = StreamRead(), time.monotonic(), 0
@@ -142,6 +148,8 @@ async def gateway_stream(http: aiohttp.ClientSession, base: str, endpoint: str, 
                     continue
                 if out.first_delta_s is None:
                     out.first_delta_s = time.monotonic() - started
+                    if gateway_cpu is not None:
+                        out.first_delta_cpu_s = gateway_cpu()
                 out.chunks += 1
                 if stamped:
                     _stamps(chunk, out)
@@ -234,12 +242,15 @@ async def echo(
     text = " ".join(f"w{i}" for i in range(words))
     await gateway_stream(http, gw.base, ECHO, "warm up")
     machine: dict[str, float] = {}
+    gateway_cpu = (lambda: cpu_time(gw.pid)) if streams > 1 else None
+    cpu_before = cpu_time(gw.pid)
     reads, wall, cpu = await _timed(
         gw.pid,
         lambda: _one_after_another(
             repeat,
             lambda: asyncio.gather(
-                *(gateway_stream(http, gw.base, ECHO, text) for _ in range(streams))
+                *(gateway_stream(http, gw.base, ECHO, text, gateway_cpu=gateway_cpu)
+                  for _ in range(streams))
             ),
         ),
         machine,
@@ -249,6 +260,12 @@ async def echo(
     figures["first delta p50 ms"] = _pct(
         [r.first_delta_s * 1000 for r in reads if r.first_delta_s], 0.5
     )
+    if gateway_cpu is not None:  # the gateway's CPU before it: not moved by the machine's load
+        figures["first delta p50 cpu ms"] = _pct(
+            [(r.first_delta_cpu_s - cpu_before) * 1000 for r in reads if r.first_delta_cpu_s],
+            0.5,
+        )
+        figures["scenario cpu ms"] = cpu * 1000
     return Measured(figures | machine)
 
 
@@ -524,6 +541,13 @@ def main() -> None:
         help="also run the working tree with a setting,"
         " e.g. asyncio:A2A_GATEWAY_EVENT_LOOP=asyncio",
     )
+    p.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="LABEL=PATH",
+        help="also run the gateway from another checkout (its a2a_gateway, handlers, migrations)",
+    )
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--client-cpu", type=int, default=1)
@@ -546,6 +570,9 @@ def main() -> None:
                 (ROOT, {name: value}),
                 f"working tree, {name}={value}",
             )
+        for source in args.source:
+            label, _, path = source.partition("=")
+            sources[label], described[label] = (Path(path).resolve(), {}), f"checkout {path}"
         for ref in args.compare:
             path, text = snapshot(ref, workdir)
             label = ref if len(ref) <= 12 else text.split("(")[-1].rstrip(")")
