@@ -252,8 +252,9 @@ async def stream_events(
             request[A2A_ERROR] = type(early_error).__name__
             await stream.send(error_frame(early_error), event=error_event)
         elif first is not None:
-            data, first = frame(first), None  # an idle stream does not keep its first Task
-            if await stream.send(data, event_id=first_id):
+            sent = await stream.send(frame(first), event_id=first_id)
+            first = None  # an idle stream keeps neither its first event (a Task) nor its frame
+            if sent:
                 await stream.pump(events, frame, event_id)
     except A2AError as exc:
         await stream.send(error_frame(exc), event=error_event)
