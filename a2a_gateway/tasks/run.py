@@ -78,6 +78,7 @@ from a2a_gateway.stores.base import (
 )
 from a2a_gateway.tasks.conversation import Conversation
 from a2a_gateway.tasks.dispatch import DISPATCH_OWNER, DISPATCHED
+from a2a_gateway.tasks.light_event import LightEvent
 from a2a_gateway.tasks.ownership import Ownership
 from handlers.base import (
     ArtifactDelta,
@@ -223,8 +224,8 @@ class TaskRun:
         """The task a stream of this run starts from: as it stood when the run took its
         request (``_take_initial_task``)."""
         self.reply: Message | None = None
-        self.created = asyncio.Event()
-        self.settled = asyncio.Event()
+        self.created = LightEvent()  # no waiter deque per run (tasks.light_event)
+        self.settled = LightEvent()
         self.finished = False
         self.store_error: StoreUnavailableError | None = None
         """Set when the store could not be written: the caller answers with a retriable error."""
