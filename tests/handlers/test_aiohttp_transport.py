@@ -29,8 +29,9 @@ EVENTS = 200
 def _backend(peers: list[Any]) -> web.Application:
     """``/sse``: EVENTS events, one write (one HTTP chunk) each, then ``[DONE]``; ``/gzip``: a
     gzip-encoded JSON body; ``/silent``: headers, then nothing; ``/cut``: a chunked body
-    that stops mid-way; ``/auth``: the Authorization header it got. The peer (address, port)
-    of every ``/sse`` and ``/gzip`` request goes into ``peers``."""
+    that stops mid-way; ``/auth``: the Authorization and Cookie headers it got (and a cookie
+    to send back). The peer (address, port) of every ``/sse`` and ``/gzip`` request goes
+    into ``peers``."""
     async def sse(request: web.Request) -> web.StreamResponse:
         peers.append(request.transport.get_extra_info("peername"))  # type: ignore[union-attr]
         body = await request.json()
@@ -60,7 +61,10 @@ def _backend(peers: list[Any]) -> web.Application:
         return response
 
     async def auth(request: web.Request) -> web.Response:
-        return web.json_response({"authorization": request.headers.get("Authorization")})
+        response = web.json_response({"authorization": request.headers.get("Authorization"),
+                                      "cookie": request.headers.get("Cookie")})
+        response.set_cookie("session", "s1")
+        return response
 
     app = web.Application()
     app.router.add_get("/auth", auth)
@@ -119,12 +123,25 @@ async def test_an_encoded_body_is_decoded_once() -> None:
     assert response.json() == {"ok": True}
 
 
+async def test_cookies_are_httpxs_alone() -> None:
+    async with _clients() as (base, _peers, ours, plain):
+        url = base.replace("127.0.0.1", "localhost") + "/auth"  # a host cookies are kept for
+        for client in (ours, plain):
+            await client.get(url)  # sets a cookie
+        kept = (await ours.get(url)).json()["cookie"], (await plain.get(url)).json()["cookie"]
+        ours.cookies.clear()
+        plain.cookies.clear()
+        cleared = (await ours.get(url)).json()["cookie"], (await plain.get(url)).json()["cookie"]
+    assert kept == ("session=s1", "session=s1")
+    assert cleared == (None, None)  # no second cookie jar under httpx's
+
+
 async def test_credentials_in_the_url_go_as_basic_auth() -> None:
     async with _clients() as (base, _peers, ours, plain):
         url = base.replace("http://", "http://user:s%40cret@") + "/auth"
         ours_said = (await ours.get(url)).json()
         plain_said = (await plain.get(url)).json()
-    assert ours_said == plain_said == {"authorization": "Basic dXNlcjpzQGNyZXQ="}
+    assert ours_said["authorization"] == plain_said["authorization"] == "Basic dXNlcjpzQGNyZXQ="
 
 
 async def test_errors_are_httpx_errors() -> None:
