@@ -26,6 +26,14 @@ pytestmark = pytest.mark.timeout(20)
 EVENTS = 200
 
 
+@pytest.fixture(autouse=True)
+def _no_proxy_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared client takes this transport only when no proxy is configured."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+
+
 def _backend(peers: list[Any]) -> web.Application:
     """``/sse``: EVENTS events, one write (one HTTP chunk) each, then ``[DONE]``; ``/gzip``: a
     gzip-encoded JSON body; ``/silent``: headers, then nothing; ``/cut``: a chunked body
