@@ -1,5 +1,6 @@
 """The direct reader of SendMessage and GetTask params agrees with the general path and with
-protobuf's json_format, on generated valid requests and on the same requests broken."""
+protobuf's json_format, on generated valid requests and on the same requests broken; its
+REQUIRED-field check gives the walk's outcome; and which path each request takes."""
 
 from __future__ import annotations
 
