@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+import yarl
 
 _MAX_HEADER_BYTES = 16 * 1024
 """The longest status or header line taken (h11's bound of a response head; aiohttp's
@@ -61,8 +62,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         session = self._opened()
         timeout = request.extensions.get("timeout", {})
         # credentials in the URL are already in the Authorization header httpx built, and
-        # aiohttp refuses both (httpcore never sends them either: only the path goes out)
-        url = str(request.url.copy_with(username=None, password=None))
+        # aiohttp refuses both (httpcore never sends them either: only the path goes out).
+        # The URL goes out exactly as httpx encoded it: yarl would decode "%3A" to ":" in a
+        # path, and a signed request (AWS SigV4 signs the encoded path) would then fail.
+        url = yarl.URL(str(request.url.copy_with(username=None, password=None)), encoded=True)
         try:
             response = await session.request(
                 request.method, url,

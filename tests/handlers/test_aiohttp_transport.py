@@ -74,7 +74,11 @@ def _backend(peers: list[Any]) -> web.Application:
         response.set_cookie("session", "s1")
         return response
 
+    async def path(request: web.Request) -> web.Response:
+        return web.json_response({"raw_path": request.raw_path})
+
     app = web.Application()
+    app.router.add_get("/path/{tail:.*}", path)
     app.router.add_get("/auth", auth)
     app.router.add_post("/sse", sse)
     app.router.add_get("/gzip", gzipped)
@@ -150,6 +154,16 @@ async def test_credentials_in_the_url_go_as_basic_auth() -> None:
         ours_said = (await ours.get(url)).json()
         plain_said = (await plain.get(url)).json()
     assert ours_said["authorization"] == plain_said["authorization"] == "Basic dXNlcjpzQGNyZXQ="
+
+
+async def test_the_path_goes_out_as_httpx_encoded_it() -> None:
+    """A signed request (AWS SigV4 signs the encoded path) must reach the backend with the
+    path it was signed with: "%3A" and "%2F" in an ARN stay encoded."""
+    tail = "runtimes/arn%3Aaws%3Abedrock-agentcore%3Aus-east-1%3A1%3Aruntime%2Fx/invocations"
+    async with _clients() as (base, _peers, ours, plain):
+        ours_said = (await ours.get(f"{base}/path/{tail}?q=a%3Ab")).json()
+        plain_said = (await plain.get(f"{base}/path/{tail}?q=a%3Ab")).json()
+    assert ours_said["raw_path"] == plain_said["raw_path"] == f"/path/{tail}?q=a%3Ab"
 
 
 async def test_errors_are_httpx_errors() -> None:
