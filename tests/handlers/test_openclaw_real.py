@@ -165,7 +165,7 @@ async def test_a_run_past_run_timeout_seconds_fails_and_openclaw_aborts_it(env, 
     tag = nonce()
     started = time.monotonic()
     events = [e async for e in openclaw(env, http, run_timeout_seconds=3).run(handler_request(
-        f"FAKE_SLOW words=100 delay=1 {tag}", context_id=f"bound-{tag}"))]
+        f"FAKE_SLOW words=100 delay=0.5 {tag}", context_id=f"bound-{tag}"))]
     assert events[-1] == Failed("the OpenClaw run exceeded run_timeout_seconds=3")
     assert any(isinstance(e, TextDelta) for e in events)
     assert 3 <= time.monotonic() - started < 8
