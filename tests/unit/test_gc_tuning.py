@@ -20,3 +20,16 @@ def test_tuning_freezes_what_is_alive_and_sets_the_young_threshold():
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_tuning_collects_the_young_generations_before_the_freeze(monkeypatch):
+    collected: list[tuple[int, ...]] = []
+    monkeypatch.setattr(gc, "collect", lambda *generation: collected.append(generation) or 0)
+    before = gc.get_threshold()
+    try:
+        tune_gc_for_serving(GatewaySettings().gc_young_threshold)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+    assert collected == [(1,)]  # not a full collection over every imported object
+
