@@ -67,6 +67,12 @@ from handlers.base import Handler, HandlerRequest, InputRejectedError
 
 log = structlog.get_logger(__name__)
 
+_ANSWER_ATTEMPTS = 3
+"""Reads of a task an answer is recorded at, when the task changes under the first ones."""
+
+
+class _AnswerRaced(Exception):
+    """The task changed between the read and the write recording an answer: read it again."""
 
 
 @dataclass(slots=True)
@@ -211,40 +217,54 @@ class TaskEngine:
         self, runtime: EndpointRuntime, scope: Scope, message: Message, caller: Caller, *,
         streaming: bool, subscribe: bool, if_generation_match: int | None,
     ) -> SendOutcome:
-        handler = runtime.require_handler()
         async with self._task_lock(message.task_id):
-            stored = await self.store.get_task(scope, message.task_id)
-            if stored is None:
-                raise TaskNotFoundError(f"Task {message.task_id} not found")
-            live = self.runs.get(message.task_id)
-            task = live.task if live is not None else stored.task
-            if if_generation_match is not None:
-                current = live.generation if live is not None else generation_of(task)
-                if current != if_generation_match:
-                    raise TaskGenerationMismatchError.of(task.id, if_generation_match, current)
-            self._check_answerable(task, message)
-            message.context_id = task.context_id
-            request = await self.conversation.request(
-                handler, scope, task, message, caller, streaming=streaming,
-                run_ref=stored.run_ref, pending=stored.run_state.get("pending_input"),
-            )
-            sub = self.hub.subscribe(task.id) if subscribe else None
-            outcome = SendOutcome()
-            try:
-                if live is not None:
-                    outcome = await self._answer_live(live, request, message, sub)
-                else:
-                    outcome = await self._answer_idle(
-                        self._idle_run(runtime, scope, request, stored),
-                        stored,
-                        request,
-                        message,
-                        sub,
+            for _ in range(_ANSWER_ATTEMPTS):
+                with contextlib.suppress(_AnswerRaced):
+                    return await self._answer(
+                        runtime, scope, message, caller, streaming=streaming,
+                        subscribe=subscribe, if_generation_match=if_generation_match,
                     )
-                return outcome
-            finally:
-                if sub is not None and outcome.subscription is not sub:
-                    sub.close()  # answered at once, or followed elsewhere: not needed
+        raise UnsupportedOperationError(
+            f"Task {message.task_id} keeps changing; send the message again"
+        )
+
+    async def _answer(
+        self, runtime: EndpointRuntime, scope: Scope, message: Message, caller: Caller, *,
+        streaming: bool, subscribe: bool, if_generation_match: int | None,
+    ) -> SendOutcome:
+        """One attempt of ``_continue`` (``_AnswerRaced``: the task changed meanwhile)."""
+        handler = runtime.require_handler()
+        stored = await self.store.get_task(scope, message.task_id)
+        if stored is None:
+            raise TaskNotFoundError(f"Task {message.task_id} not found")
+        live = self.runs.get(message.task_id)
+        if live is not None and (live.version is None or stored.version <= live.version):
+            task, current = live.task, live.generation
+        else:  # no run here, or another replica recorded an answer since the run's last write
+            task, current = stored.task, generation_of(stored.task)
+        if if_generation_match is not None and current != if_generation_match:
+            raise TaskGenerationMismatchError.of(task.id, if_generation_match, current)
+        self._check_answerable(task, message)
+        message.context_id = task.context_id
+        request = await self.conversation.request(
+            handler, scope, task, message, caller, streaming=streaming,
+            run_ref=stored.run_ref, pending=stored.run_state.get("pending_input"),
+        )
+        sub = self.hub.subscribe(task.id) if subscribe else None
+        outcome = SendOutcome()
+        try:
+            if live is not None:
+                outcome = await self._answer_live(live, request, message, sub)
+            else:
+                run = self._idle_run(runtime, scope, request, stored)
+                # recorded before the handler gets it when another replica may record (or
+                # answer) too: the write at the version read is what makes one answer win
+                record = self.ownership.owned_elsewhere(stored) or if_generation_match is not None
+                outcome = await self._answer_idle(run, stored, request, message, sub, record)
+            return outcome
+        finally:
+            if sub is not None and outcome.subscription is not sub:
+                sub.close()  # answered at once, or followed elsewhere: not needed
 
     def _check_answerable(self, task: Task, message: Message) -> None:
         state = task.status.state
@@ -268,12 +288,15 @@ class TaskEngine:
         self, run: TaskRun, request: HandlerRequest, message: Message, sub: Subscription | None,
     ) -> SendOutcome:
         """The handler's iterator is still open here: WORKING first, then the answer goes
-        to the handler, and the events that follow arrive on the same run."""
+        to the handler, and the events that follow arrive on the same run
+        (``_AnswerRaced``: another replica recorded an answer first)."""
         run.begin_turn()
         try:
             asked = await run.take_answer(request, message)
         except SupersededError:
             return SendOutcome(task=await self._final_task(run))
+        except ConflictError:  # another replica recorded an answer first
+            raise _AnswerRaced from None
         try:
             continued = await run.handler.resume(request)
         except InputRejectedError as exc:
@@ -287,20 +310,38 @@ class TaskEngine:
 
     async def _answer_idle(
         self, run: TaskRun, stored: StoredTask, request: HandlerRequest, message: Message,
-        sub: Subscription | None,
+        sub: Subscription | None, record: bool,
     ) -> SendOutcome:
         """No iterator runs here: the answer goes to the handler, then a fresh run (or a
-        re-attached one) carries on, unless another replica owns the run."""
+        re-attached one) carries on, unless another replica owns the run. ``record``: the
+        answer is recorded first (``TaskRun.record_answer``, ``_AnswerRaced`` when the task
+        changed since ``stored`` was read), keeping the owner's lease if another replica
+        owns the run."""
+        elsewhere = self.ownership.owned_elsewhere(stored)
+        asked = None
+        if record:
+            try:
+                asked = await run.record_answer(
+                    message, (stored.owner, stored.lease_until) if elsewhere else None
+                )
+            except ConflictError:
+                raise _AnswerRaced from None
         try:
             continued = await run.handler.resume(request)
         except InputRejectedError as exc:
-            return SendOutcome(task=await run.refuse_answer(exc, message, None))
-        if continued and self.ownership.owned_elsewhere(stored):
+            return SendOutcome(task=await run.refuse_answer(exc, message, asked))
+        except Exception:
+            if asked is not None:
+                with contextlib.suppress(Exception):
+                    await run.withdraw_answer(message, asked)
+            raise
+        if continued and elsewhere:
             # the run goes on at its owner, which records what follows
             return SendOutcome(
-                task=copy_task(stored.task), follow_version=stored.version, scope=run.scope
+                task=copy_task(run.task), follow_version=run.version, scope=run.scope
             )
-        run.task.history.append(message)
+        if asked is None:
+            run.task.history.append(message)
         if self.dispatcher is not None:
             return await self._dispatch(run, "reattach" if continued else "run")
         try:

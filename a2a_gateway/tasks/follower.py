@@ -69,10 +69,11 @@ async def follow_task(
                         if event.last_chunk:
                             seen_artifacts[artifact.artifact_id] = _content(artifact)
                     yield event_id, event
+                    # a live question is a new one: the answer was stored before the follow
                     if _settles(
                         event.status.state if isinstance(event, TaskStatusUpdateEvent) else None,
                         stop_when_interrupted,
-                        after_version,
+                        None,
                         version,
                     ):
                         return
@@ -129,5 +130,6 @@ def _settles(
     if state in TERMINAL_STATES:
         return True
     if stop_when_interrupted and state in INTERRUPTED_STATES:
-        return after_version is None or version > after_version + 1
+        # after_version holds the answer, WORKING: a question written after it is a new one
+        return after_version is None or version > after_version
     return False

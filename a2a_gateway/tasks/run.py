@@ -38,6 +38,7 @@ import structlog
 from a2a.helpers.proto_helpers import get_message_text
 from a2a.types import Artifact, Message, Part, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus
 from a2a.types.a2a_pb2 import (  # plain ints: the enum wrappers resolve names per access
+    ROLE_USER,
     TASK_STATE_AUTH_REQUIRED,
     TASK_STATE_CANCELED,
     TASK_STATE_COMPLETED,
@@ -102,6 +103,12 @@ from handlers.base import (
 log = structlog.get_logger(__name__)
 
 
+def _holds_unseen(stored: Task, task: Task) -> bool:
+    """Whether ``stored`` holds a message ``task`` lacks (recorded by another replica)."""
+    seen = {message.message_id for message in task.history}
+    return any(message.message_id not in seen for message in stored.history)
+
+
 @dataclass(frozen=True, slots=True)
 class RunServices:
     """What every run works with (one set per gateway)."""
@@ -156,11 +163,16 @@ class OnConflict(enum.Enum):
     """A worker's claim: another delivery claimed the task first (``ConflictError``)."""
     STILL_ASKED = enum.auto()
     """An answer recorded for a worker: go on while the task still waits for input."""
+    FIRST_ANSWER = enum.auto()
+    """An answer taken by the run: as ``MINE``, unless another replica recorded an answer
+    first (``record_answer``; a message the run lacks): then ``ConflictError``."""
 
     @property
     def attempts(self) -> int:
         """Writes tried before giving up (the others end at the first conflict)."""
-        return {OnConflict.MINE: 2, OnConflict.STILL_ASKED: 3}.get(self, 1)
+        return {OnConflict.MINE: 2, OnConflict.FIRST_ANSWER: 2, OnConflict.STILL_ASKED: 3}.get(
+            self, 1
+        )
 
 
 class SupersededError(Exception):
@@ -250,6 +262,9 @@ class TaskRun:
         """An answer arrived while the iterator was open: its end is not the task's end."""
         self._owns = False
         """Whether this run drives (or is about to drive) an iterator, so owns the task."""
+        self._owners_lease: tuple[str | None, float | None] | None = None
+        """The owner and lease this idle run's writes keep (``record_answer`` for a task
+        whose run is on another replica); None: the lease is this run's (``_lease``)."""
         self._write_lock = asyncio.Lock()
         self._handing_over = False
         self._text: list[str] = []
@@ -481,14 +496,58 @@ class TaskRun:
         asked = TaskStatus()
         asked.CopyFrom(self.task.status)
         self._answer_taken = True
-        self.request = request
+        self.request, earlier = request, self.request
         self.run_state.pop("pending_input", None)
         self.task.history.append(message)
         self._set_status(TASK_STATE_WORKING)
-        await self._write()
+        try:
+            await self._write(on_conflict=OnConflict.FIRST_ANSWER)
+        except ConflictError:
+            # another replica recorded an answer first: the task goes on with that one
+            self._answer_taken, self.request = False, earlier
+            self._drop_message(message)
+            raise
         self._take_initial_task()
         self._publish_status()
         return asked
+
+    async def record_answer(
+        self, message: Message, owners_lease: tuple[str | None, float | None] | None
+    ) -> TaskStatus:
+        """An idle run (no iterator here) records the client's answer before the handler
+        gets it, as ``take_answer`` does on the owner: ``message`` in the history, WORKING,
+        with one compare-and-set write at the version read (``ConflictError``: the task
+        changed since, nothing written). ``owners_lease``: the owner and lease of a task whose
+        run is on another replica, kept by this run's writes (that run goes on and adopts the
+        answer, ``_adopt_recorded``); None: this replica's lease, as the run goes on here.
+        Returns the status asked with, for ``refuse_answer`` and ``withdraw_answer``."""
+        asked = TaskStatus()
+        asked.CopyFrom(self.task.status)
+        self._owners_lease = owners_lease
+        self.run_state.pop("pending_input", None)
+        self.task.history.append(message)
+        self._set_status(TASK_STATE_WORKING)
+        ownership = self._services.ownership
+        lease = owners_lease or (ownership.replica_id, ownership.lease_deadline())
+        await self._write(lease=lease, on_conflict=OnConflict.RAISE)
+        self._hub.feed.status(self.scope, self.task, self.version)
+        return asked
+
+    async def withdraw_answer(self, message: Message, asked: TaskStatus) -> None:
+        """The handler could not be given a recorded answer (e.g. its backend is down): the
+        task waits for it again as it did before ``record_answer``."""
+        self.task.status.CopyFrom(asked)
+        self._mutated()
+        self.run_state["pending_input"] = self.request.pending_input or {}
+        self._drop_message(message)
+        await self._write()
+
+    def _drop_message(self, message: Message) -> None:
+        """``message`` taken out of the task's history (an answer not taken after all)."""
+        for index, kept in enumerate(self.task.history):
+            if kept.message_id == message.message_id:
+                del self.task.history[index]
+                return
 
     def answer_delivered(self) -> None:
         """The handler took the answer on this run's open iterator: its events go on here."""
@@ -553,8 +612,10 @@ class TaskRun:
         """An idle run goes on: its task is WORKING again (written and announced); a
         stream of the answer starts from the task as it stands now."""
         self.run_state.pop("pending_input", None)
-        self._set_status(TASK_STATE_WORKING)
+        if self.task.status.state != TASK_STATE_WORKING:  # else ``record_answer`` made it so
+            self._set_status(TASK_STATE_WORKING)
         self._owns = True
+        self._owners_lease = None
         await self._write()
         self._take_initial_task()
         self._publish_status()
@@ -656,10 +717,15 @@ class TaskRun:
             await push.notify(self.runtime, self.scope, self.task, [config])
 
     async def _back_to_working(self) -> None:
-        """The run went on without an answer (e.g. the backend's approval expired)."""
+        """The run went on without an answer taken here: the backend's approval expired, or
+        another replica recorded the answer (``record_answer``, adopted by this write), which
+        this replica's listeners are told of as if it was taken here."""
         self.run_state.pop("pending_input", None)
         self._set_status(TASK_STATE_WORKING)
         await self._write()
+        answered = bool(self.task.history) and self.task.history[-1].role == ROLE_USER
+        if answered and self._hub.has_listeners(self.task.id):
+            self._hub.publish(self.task.id, status_event(self.task))
 
     def _on_text(self, text: str) -> None:
         if not text:
@@ -864,7 +930,7 @@ class TaskRun:
         try:
             async with self._write_lock:
                 set_generation(self.task, self.generation)  # with the text chunks since
-                owner, until = lease or self._lease(keep_lease)
+                owner, until = lease or self._owners_lease or self._lease(keep_lease)
                 if self.version is None:
                     self.version = await self._store.create_task(
                         self.scope, self.task, run_ref=self.run_ref, run_state=self.run_state,
@@ -923,11 +989,35 @@ class TaskRun:
                     raise _Reloaded from None
                 if on_conflict is OnConflict.KEEP_NEWER:
                     return
+                if on_conflict is OnConflict.FIRST_ANSWER and _holds_unseen(stored.task, self.task):
+                    raise
                 if attempt == 2:
                     raise
-                # a write of ours was interrupted after it landed (e.g. by cancel);
-                # this run still owns the task, so its state in memory wins
+                # a write of ours was interrupted after it landed (e.g. by cancel), or
+                # another replica recorded an answer: this run still owns the task, so its
+                # state in memory wins, with the messages recorded elsewhere
+                self._adopt_recorded(stored.task)
                 self.version = stored.version
+
+    def _adopt_recorded(self, stored: Task) -> None:
+        """Take in the messages the stored task holds and this run's lacks (an answer another
+        replica recorded, ``record_answer``), in the stored order, before the ones this run
+        added since its last write. A question of this run they answer is no longer asked."""
+        if not _holds_unseen(stored, self.task):
+            return
+        stored_ids = {message.message_id for message in stored.history}
+        added = [message for message in self.task.history if message.message_id not in stored_ids]
+        del self.task.history[:]
+        self.task.history.extend(stored.history)
+        self.task.history.extend(added)
+        if (
+            self.task.status.state in INTERRUPTED_STATES
+            and self.task.status.message.message_id in stored_ids
+        ):
+            self.task.status.CopyFrom(stored.status)
+            self.run_state.pop("pending_input", None)
+        self.generation = max(self.generation, generation_of(stored) + 1)
+        set_generation(self.task, self.generation)
 
     def _driving(self) -> bool:
         """An iterator is (about to be) driven, so this replica owns the task while it runs."""

@@ -1,4 +1,5 @@
-"""Two gateway replicas on one store: subscribe and cancel on a replica that does not run the task.
+"""Two gateway replicas on one store: subscribe, cancel and answer on a replica that does not
+run the task.
 
 With the in-process hub a remote subscriber follows the store (durable changes);
 the PostgreSQL hub adds the live chunks (tests/integration/test_postgres_replicas.py).
@@ -8,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import pytest
 from a2a.types import CancelTaskRequest, GetTaskRequest, SubscribeToTaskRequest, TaskState
 
 from a2a_gateway.stores.memory import MemoryStore
@@ -22,11 +24,20 @@ from handlers.base import (
     InputRequired,
     RunStarted,
 )
+from tests.replicas.answered_elsewhere import (
+    ReadsTogether,
+    answer_on_b_joins_the_owners_history,
+    answers_on_the_owner_and_on_b_at_once_one_wins,
+    serve_asks_twice,
+    two_answers_at_one_generation_one_wins,
+)
 from tests.support.harness import running_gateway
 from tests.support.messages import send_request
 from tests.support.waiting import eventually
 
 FAST = {"lease_seconds": 0.6, "remote_poll_seconds": 0.1}
+QUIET_LEASES = {"lease_seconds": 60, "remote_poll_seconds": 0.1}
+"""No lease check (it reads the task too) within a test's bounds."""
 
 
 async def test_subscribe_on_another_replica_gets_task_then_final_state():
@@ -103,3 +114,32 @@ async def test_answer_sent_to_another_replica_reaches_the_owners_run(monkeypatch
         assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
         assert b.gateway.hub.subscriber_count(first.task.id) == 0
         assert first.task.id not in b.gateway.engine.runs  # the run stayed at its owner
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_an_answer_sent_to_another_replica_joins_the_owners_history(
+    kind, monkeypatch, tmp_path
+):
+    serve_asks_twice(monkeypatch)
+    one_store: dict[str, Any] = (
+        {"store": MemoryStore()} if kind == "memory"
+        else {"store_url": f"sqlite:///{tmp_path / 'store.db'}"}
+    )
+    async with running_gateway(**one_store, replica_id="a", **FAST) as a, \
+            running_gateway(**one_store, replica_id="b", **FAST) as b:
+        await answer_on_b_joins_the_owners_history(a, b)
+
+
+async def test_two_replicas_answering_at_one_generation_one_wins():
+    store = ReadsTogether()  # both replicas read the question before either records an answer
+    async with running_gateway(store=store, replica_id="a", **FAST) as a, \
+            running_gateway(store=store, replica_id="b", **FAST) as b:
+        await two_answers_at_one_generation_one_wins(a, b, store.arm)
+
+
+async def test_the_owner_and_another_replica_answering_at_once_one_wins(monkeypatch):
+    serve_asks_twice(monkeypatch)
+    store = ReadsTogether()  # both replicas read the question before either takes an answer
+    async with running_gateway(store=store, replica_id="a", **QUIET_LEASES) as a, \
+            running_gateway(store=store, replica_id="b", **QUIET_LEASES) as b:
+        await answers_on_the_owner_and_on_b_at_once_one_wins(a, b, store.arm)

@@ -14,7 +14,8 @@ migrated database and talk to them with the a2a-sdk client:
 * PostgreSQL stopped during a run: ``/readyz`` and requests answer 503 with a JSON
   error while it is down, and the replicas recover by themselves when it is back.
 
-In-process tests cover payloads above the NOTIFY limit and a lost LISTEN connection.
+In-process tests cover payloads above the NOTIFY limit, a lost LISTEN connection and answers
+sent to B for a run still open on A (``tests/replicas/answered_elsewhere``).
 They need ``A2A_TEST_POSTGRES_DSN`` (skipped without it, failing when ``CI=true``);
 the payload-encoding tests at the end do not.
 """
@@ -35,6 +36,12 @@ from a2a.types import GetTaskRequest, Part, SubscribeToTaskRequest, TaskState
 
 from a2a_gateway.live.postgres import PostgresLiveHub
 from a2a_gateway.live.postgres_wire import PAYLOAD_LIMIT, LiveWire, split_utf8
+from tests.replicas.answered_elsewhere import (
+    answer_on_b_joins_the_owners_history,
+    answers_on_the_owner_and_on_b_at_once_one_wins,
+    serve_asks_twice,
+    two_answers_at_one_generation_one_wins,
+)
 from tests.replicas.cluster import PgControl, replica_set
 from tests.replicas.fake_backend import FakeBackend, big_text
 from tests.replicas.scenarios import (
@@ -224,6 +231,18 @@ async def two_replicas(url: str, **settings: Any) -> AsyncIterator[tuple[Any, An
     async with running_gateway(url, replica_id="a", **common) as a, \
             running_gateway(url, replica_id="b", **common) as b:
         yield a, b
+
+
+async def test_an_answer_sent_to_b_joins_the_owners_history_and_of_two_at_once_one_wins(
+    postgres, monkeypatch
+):
+    serve_asks_twice(monkeypatch)
+    # B's follow may start after the owner's first events (the backend goes on at resume):
+    # those come from the store, so it is polled every second here
+    async with fresh_database() as url, two_replicas(url, remote_poll_seconds=1) as (a, b):
+        await answer_on_b_joins_the_owners_history(a, b)
+        await two_answers_at_one_generation_one_wins(a, b)
+        await answers_on_the_owner_and_on_b_at_once_one_wins(a, b)
 
 
 async def test_oversized_deltas_are_split_and_oversized_final_is_fetched(postgres):

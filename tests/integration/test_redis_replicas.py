@@ -8,6 +8,8 @@ talked to with the a2a-sdk client (raw SSE for ``Last-Event-ID``):
 * cancel on C stops the run on A at once;
 * a stream dropped on A resumes on B with ``Last-Event-ID``: nothing lost, nothing twice;
 * a task waiting for input on A is answered on B, and A follows the answer live;
+* in process: an answer sent to B for a run still open on A joins A's history, and of two
+  answers given at once (on A and B) exactly one is taken (``tests/replicas/answered_elsewhere``);
 * a rate limit is the fleet's: three replicas together admit it once, not three times;
 * so is a quota: two replicas admit an endpoint's task window once (counted in Redis) and a
   concurrency slot held on A refuses on B;
@@ -36,6 +38,12 @@ from a2a.types import (
     TaskState,
 )
 
+from tests.replicas.answered_elsewhere import (
+    answer_on_b_joins_the_owners_history,
+    answers_on_the_owner_and_on_b_at_once_one_wins,
+    serve_asks_twice,
+    two_answers_at_one_generation_one_wins,
+)
 from tests.replicas.cluster import ReplicaSet, free_port, replica_set
 from tests.replicas.scenarios import (
     ECHO,
@@ -48,6 +56,8 @@ from tests.replicas.scenarios import (
     subscribe_on_b_gets_live_chunks_and_the_whole_answer,
 )
 from tests.stores.pg_support import admin_dsn
+from tests.stores.store_urls import fresh_store_url
+from tests.support.harness import running_gateway
 from tests.support.messages import rpc, send_body, send_request, wire_message
 from tests.support.redis_support import own_redis, redis_url
 from tests.support.streams import final_state, read_sse, rebuild, sse_final_state, sse_text
@@ -169,6 +179,23 @@ async def test_a_task_asking_for_input_on_a_is_answered_on_b_and_followed_on_a(
     assert final_state(remote) == COMPLETED and rebuild(remote) == stored
     assert len([e for e in remote if is_live_chunk(e)]) >= 3, (
         "A got the answer's chunks only at the end")
+
+
+async def test_an_answer_sent_to_b_joins_the_owners_history_and_of_two_at_once_one_wins(
+    store, redis, tmp_path, monkeypatch
+):
+    # in process (the handler's backend is a class both replicas share); B's follow may start
+    # after the owner's first events (the backend goes on at resume): those come from the
+    # store, so it is polled every second here
+    serve_asks_twice(monkeypatch)
+    shared = {"redis_url": redis, "redis_prefix": f"t{uuid.uuid4().hex[:8]}:",
+              "lease_seconds": LEASE, "remote_poll_seconds": 1}
+    async with fresh_store_url(store, tmp_path, monkeypatch) as url, \
+            running_gateway(url, replica_id="a", **shared) as a, \
+            running_gateway(url, replica_id="b", **shared) as b:
+        await answer_on_b_joins_the_owners_history(a, b)
+        await two_answers_at_one_generation_one_wins(a, b)
+        await answers_on_the_owner_and_on_b_at_once_one_wins(a, b)
 
 
 # a rate limit of the fleet -----------------------------------------------------------------
