@@ -5,8 +5,10 @@ decides which run carries a request and the run writes the task. Running tasks c
 this replica's id and a lease (``tasks.ownership``); a replica that finds an expired
 lease re-attaches the run (when the handler can) or fails the task with "gateway
 instance lost". A task owned by another replica is followed through the store and
-the hub, and canceled through the store. A stopping replica claims nothing, hands its
-runs over (``aclose``) and tells the others, which look for the released tasks at once.
+the hub, and canceled through the store; an answer to it is recorded in the store here
+(``TaskRun.record_answer``), where the owner's run finds it, before the handler gets it. A
+stopping replica claims nothing, hands its runs over (``aclose``) and tells the others,
+which look for the released tasks at once.
 
 In dispatch mode (a ``Dispatcher`` given) a run does not start where the message came in:
 the task is recorded for a worker and the dispatcher invoked; the caller follows the task
