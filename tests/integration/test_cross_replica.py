@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import pytest
+from a2a.client.errors import A2AClientError
 from a2a.types import CancelTaskRequest, GetTaskRequest, SubscribeToTaskRequest, TaskState
 
 from a2a_gateway.stores.memory import MemoryStore
@@ -143,3 +144,33 @@ async def test_the_owner_and_another_replica_answering_at_once_one_wins(monkeypa
     async with running_gateway(store=store, replica_id="a", **QUIET_LEASES) as a, \
             running_gateway(store=store, replica_id="b", **QUIET_LEASES) as b:
         await answers_on_the_owner_and_on_b_at_once_one_wins(a, b, store.arm)
+
+
+class BackendDownAtResume(WaitsForApproval):
+    """Its backend cannot be reached when an answer is delivered."""
+
+    async def resume(self, request: HandlerRequest) -> bool:
+        raise ConnectionError("backend down")
+
+
+async def test_an_answer_the_backend_never_got_is_withdrawn_and_the_task_asks_again(
+    monkeypatch,
+):
+    import handlers.echo
+
+    monkeypatch.setattr(handlers.echo, "BackendDownAtResume", BackendDownAtResume, raising=False)
+    store = MemoryStore()
+    async with running_gateway(store=store, replica_id="a", **FAST) as a, \
+            running_gateway(store=store, replica_id="b", **FAST) as b:
+        ep = await a.add_endpoint("handlers.echo:BackendDownAtResume")
+        async with a.client(ep, streaming=False) as on_a, b.client(ep, streaming=False) as on_b:
+            (asked,) = [e async for e in on_a.send_message(send_request("do it"))]
+            answer = send_request("once", task_id=asked.task.id)
+            with pytest.raises(A2AClientError):  # the handler's error reaches the caller
+                _ = [e async for e in on_b.send_message(answer)]
+            after = await on_b.get_task(GetTaskRequest(id=asked.task.id))
+        stored = next(iter(store._tasks.values()))
+    assert after.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert [m.message_id for m in after.history] == [
+        m.message_id for m in asked.task.history]  # the answer is not in it
+    assert stored.owner == "a"  # the run that asks still owns the task
