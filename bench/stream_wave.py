@@ -37,7 +37,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.idle_streams import raise_fd_limit, rss_kb, serve_echo  # noqa: E402
+from bench.idle_streams import raise_fd_limit, rss_kb, serve_echo, until_quiet  # noqa: E402
 
 ECHO = "00000000-0000-4000-8000-0000000001d2"
 STREAM_HEADERS = {"A2A-Version": "1.0", "Accept": "text/event-stream"}
@@ -133,18 +133,6 @@ async def wave(base: str, pid: int, args: argparse.Namespace) -> dict[str, float
             "kept KB/stream": (after - before) / max(len(task_ids), 1),
             "bar MB (1.5 x before + 64)": 1.5 * before / 1024 + 64,
             "met": float(after / 1024 <= 1.5 * before / 1024 + 64), **rss_by_mapping(pid)}
-
-
-def until_quiet(pid: int, seconds: float) -> int:
-    """The RSS once it stopped falling for a second (or after ``seconds``)."""
-    deadline, last = time.monotonic() + seconds, rss_kb(pid)
-    while time.monotonic() < deadline:
-        time.sleep(1.0)
-        now = rss_kb(pid)
-        if now >= last:
-            return now
-        last = now
-    return last
 
 
 def run(args: argparse.Namespace) -> list[dict[str, float]]:

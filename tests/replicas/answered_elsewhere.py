@@ -144,21 +144,30 @@ async def two_answers_at_one_generation_one_wins(
         task = asked["result"]["task"]
         assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
 
-        def answer(text: str) -> dict[str, Any]:
-            return {"message": wire_message(text, taskId=task["id"]),
-                    "configuration": {"ifGenerationMatch": task["generation"]}}
-
         both_read()
-        answers = await asyncio.gather(_call(http, on_a, "SendMessage", answer("from A")),
-                                       _call(http, on_b, "SendMessage", answer("from B")))
+        await _one_of_two_answers_wins(http, task, (on_a, "from A"), (on_b, "from B"))
         final = await _call(http, on_b, "GetTask", {"id": task["id"]})
-    won = [r for r in answers if "result" in r]
-    lost = [r for r in answers if "error" in r]
-    assert len(won) == 1 and len(lost) == 1, answers
-    assert lost[0]["error"]["data"][0]["reason"] == "TASK_GENERATION_MISMATCH"
     history = final["result"]["history"]
     texts = [m["parts"][0]["text"] for m in history if m["role"] == "ROLE_USER"]
     assert texts.count("from A") + texts.count("from B") == 1
+
+
+async def _one_of_two_answers_wins(
+    http: httpx.AsyncClient, task: dict[str, Any], *answers: tuple[str, str]
+) -> None:
+    """Send each (JSON-RPC URL, text) answer to ``task`` at once, with ``ifGenerationMatch`` at
+    its generation: exactly one is taken, the other refused with TASK_GENERATION_MISMATCH."""
+    def answer(text: str) -> dict[str, Any]:
+        return {"message": wire_message(text, taskId=task["id"]),
+                "configuration": {"ifGenerationMatch": task["generation"]}}
+
+    replies = await asyncio.gather(
+        *(_call(http, url, "SendMessage", answer(text)) for url, text in answers)
+    )
+    won = [r for r in replies if "result" in r]
+    lost = [r for r in replies if "error" in r]
+    assert len(won) == 1 and len(lost) == 1, replies
+    assert lost[0]["error"]["data"][0]["reason"] == "TASK_GENERATION_MISMATCH"
 
 
 async def answers_on_the_owner_and_on_b_at_once_one_wins(
@@ -175,19 +184,10 @@ async def answers_on_the_owner_and_on_b_at_once_one_wins(
         task = asked["result"]["task"]
         assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
 
-        def answer(text: str) -> dict[str, Any]:
-            return {"message": wire_message(text, taskId=task["id"]),
-                    "configuration": {"ifGenerationMatch": task["generation"]}}
-
         both_read()
-        answers = await asyncio.gather(_call(http, on_a, "SendMessage", answer("yes on A")),
-                                       _call(http, on_b, "SendMessage", answer("yes on B")))
+        await _one_of_two_answers_wins(http, task, (on_a, "yes on A"), (on_b, "yes on B"))
         final = await _call(http, on_b, "GetTask", {"id": task["id"]})
         await _call(http, on_a, "CancelTask", {"id": task["id"]})
-    won = [r for r in answers if "result" in r]
-    lost = [r for r in answers if "error" in r]
-    assert len(won) == 1 and len(lost) == 1, answers
-    assert lost[0]["error"]["data"][0]["reason"] == "TASK_GENERATION_MISMATCH"
     texts = [m["parts"][0]["text"] for m in final["result"]["history"]]
     assert texts[:2] == ["do it", "approve?"]
     assert texts.count("yes on A") + texts.count("yes on B") == 1
