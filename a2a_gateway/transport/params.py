@@ -38,13 +38,17 @@ Reader = Callable[[Message, Any], None]
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
-def _string(name: str) -> Reader:
+def _scalar(name: str, fits: Callable[[Any], bool]) -> Reader:
     def read(target: Message, value: Any) -> None:
-        if type(value) is not str:
+        if not fits(value):
             raise FallbackError
         setattr(target, name, value)
 
     return read
+
+
+def _string(name: str) -> Reader:
+    return _scalar(name, lambda value: type(value) is str)
 
 
 def _strings(name: str) -> Reader:
@@ -61,21 +65,11 @@ def _struct(name: str) -> Reader:
 
 
 def _int32(name: str) -> Reader:
-    def read(target: Message, value: Any) -> None:
-        if type(value) is not int or not _INT32_MIN <= value <= _INT32_MAX:
-            raise FallbackError
-        setattr(target, name, value)
-
-    return read
+    return _scalar(name, lambda value: type(value) is int and _INT32_MIN <= value <= _INT32_MAX)
 
 
 def _bool(name: str) -> Reader:
-    def read(target: Message, value: Any) -> None:
-        if type(value) is not bool:
-            raise FallbackError
-        setattr(target, name, value)
-
-    return read
+    return _scalar(name, lambda value: type(value) is bool)
 
 
 def _message(name: str, readers: dict[str, Reader]) -> Reader:
