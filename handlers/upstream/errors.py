@@ -5,6 +5,7 @@ backend, and safe to show to the A2A client (no secret, no URL credentials, no f
 from __future__ import annotations
 
 import json
+import ssl
 
 import httpx
 
@@ -90,7 +91,26 @@ def transport_error_reason(backend: str, url: str, exc: BaseException, timeout: 
     if isinstance(exc, httpx.TimeoutException):
         return f"{backend} sent nothing for {timeout:g} s (timeout)"
     if isinstance(exc, httpx.ConnectError):
+        refused = _certificate_refusal(exc)
+        if refused is not None:  # the fix is the operator's (a CA bundle, the name called)
+            return f"cannot reach {backend} at {url}: its TLS certificate was refused ({refused})"
         return f"cannot reach {backend} at {url}"
     if isinstance(exc, httpx.RemoteProtocolError):
         return f"{backend} closed the connection before the answer was complete"
     return f"connection to {backend} failed ({type(exc).__name__})"
+
+
+def _certificate_refusal(exc: BaseException) -> str | None:
+    """Why a certificate check failed a connection (OpenSSL's words: "unable to get local
+    issuer certificate", "Hostname mismatch, ..."), found along ``exc``'s causes: httpx's
+    transports and ours raise the httpx error from the one below it, and aiohttp's own
+    error is an ``SSLCertVerificationError`` without OpenSSL's message."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the chain is short; a cycle must not hang
+        if seen is None:
+            return None
+        message = getattr(seen, "verify_message", None)
+        if isinstance(seen, ssl.SSLCertVerificationError) and message:
+            return str(message)
+        seen = seen.__cause__ or seen.__context__
+    return None
