@@ -74,7 +74,7 @@ from a2a_gateway.transport.negotiate import (
     activated_extensions,
     parse_version,
 )
-from a2a_gateway.transport.required_fields import validate_required_fields
+from a2a_gateway.transport.params import check_required_fields
 from a2a_gateway.transport.rest import V1_0_0_STATUSES
 from a2a_gateway.transport.sse import OPEN_STREAMS
 
@@ -259,7 +259,7 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         activated = activated_extensions(headers.getall("A2A-Extensions", []), runtime)
         if activated:
             await context.send_initial_metadata((("a2a-extensions", ", ".join(activated)),))
-        validate_required_fields(request)
+        check_required_fields(request)
         if hasattr(request, "message"):
             check_request_limits(message_to_dict(request), gateway.settings)
         handler, _ = gateway.request_handlers(runtime)

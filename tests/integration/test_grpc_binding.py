@@ -660,3 +660,15 @@ async def test_generations_reach_a_1_1_caller_and_never_a_1_0_one(grpc_gw, stub)
     await stub.SendMessage(answer, metadata=V11)
     woken = await asyncio.wait_for(poll, 5)
     assert generation_of(woken) > generation
+
+
+@pytest.mark.parametrize("missing", ["message_id", "parts", "message"])
+async def test_a_send_missing_a_required_field_is_invalid_params_naming_it(grpc_gw, stub, missing):
+    ep = await echo(grpc_gw)
+    request = _send(ep, "hello")
+    request.ClearField(missing) if missing == "message" else request.message.ClearField(missing)
+    for call in (stub.SendMessage, stub.SendStreamingMessage):
+        error = await failed(call(request, metadata=V10))
+        assert error_info(error)[:2] == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PARAMS")
+        assert missing in error.details()
+    assert (await stub.SendMessage(_send(ep, "fine"), metadata=V10)).task.status.state == COMPLETED
