@@ -52,7 +52,8 @@ from a2a_gateway.transport.connections import GatewayRunner
 from a2a_gateway.transport.middleware import request_context, trace_response_header
 from a2a_gateway.transport.routes import add_routes
 from a2a_gateway.transport.sse import OPEN_STREAMS
-from handlers.upstream import backend_client, trace_calls
+from handlers.upstream.telemetry import trace_calls
+from handlers.upstream.transport import backend_client
 
 log = structlog.get_logger(__name__)
 

@@ -31,7 +31,7 @@ from typing import Any
 import structlog
 
 from a2a_gateway.stores.base import EndpointHealth, Store
-from handlers.upstream import redact
+from handlers.upstream.redaction import redact
 
 log = structlog.get_logger(__name__)
 

@@ -15,8 +15,7 @@ Without glibc (musl, macOS) there is nothing to call and nothing is trimmed.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
+import functools
 import gc
 import time
 from collections.abc import Callable
@@ -26,8 +25,12 @@ import structlog
 log = structlog.get_logger(__name__)
 
 
+@functools.cache
 def libc_malloc_trim() -> Callable[[int], int] | None:
-    """The C library's ``malloc_trim``; None when it has none (not glibc)."""
+    """The C library's ``malloc_trim``; None when it has none (not glibc). Looked up at the
+    first trim, not at start-up (``find_library`` runs ``ldconfig -p`` in a subprocess)."""
+    import ctypes.util
+
     name = ctypes.util.find_library("c")
     if name is None:
         return None
@@ -54,7 +57,8 @@ class MemoryRelease:
         self._held = held
         self.after = after
         self.interval = interval
-        self._trim = trim if trim is not None else libc_malloc_trim()
+        self._trim = trim
+        """None: the C library's, looked up when a trim is first due."""
         self._high = 0
         self._last = 0
         self.trims = 0
@@ -65,11 +69,14 @@ class MemoryRelease:
         held = self._held()
         falling, self._last = held < self._last, held
         self._high = max(self._high, held)
-        if self.after <= 0 or self._high - held < self.after or falling or self._trim is None:
+        if self.after <= 0 or self._high - held < self.after or falling:
+            return False
+        trim = self._trim or libc_malloc_trim()
+        if trim is None:
             return False
         started = time.perf_counter()
         collected = gc.collect()
-        released = self._trim(0)
+        released = trim(0)
         self._high, self.trims = held, self.trims + 1
         log.info("memory_trimmed", held=held, collected=collected, released=bool(released),
                  ms=round((time.perf_counter() - started) * 1000, 1))

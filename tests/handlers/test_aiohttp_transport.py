@@ -207,3 +207,23 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+async def test_the_tls_context_is_made_at_the_first_request_not_with_the_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Loading the CA bundle costs 20–40 ms of CPU: a gateway that never calls a backend
+    (it builds the shared client at start-up) does not pay it."""
+    made: list[object] = []
+    make_context = httpx.create_ssl_context
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made.append(args)
+        return make_context(*args, **kwargs)
+
+    monkeypatch.setattr(httpx, "create_ssl_context", counted)
+    async with serve_locally(_backend([])) as base, backend_client(10, 10, 5.0) as client:
+        assert made == []
+        assert (await client.get(f"{base}/gzip")).json() == {"ok": True}
+        assert (await client.get(f"{base}/gzip")).json() == {"ok": True}
+    assert len(made) == 1

@@ -3,6 +3,7 @@ and stopped falling; never while it still falls, never for a smaller dip, never 
 
 from __future__ import annotations
 
+from a2a_gateway.observability import memory
 from a2a_gateway.observability.memory import MemoryRelease
 
 
@@ -33,3 +34,14 @@ def test_the_next_wave_counts_from_the_last_trim() -> None:
 def test_after_zero_never_trims() -> None:
     _, checks, trimmed = _release([5000, 0, 0, 0], after=0)
     assert not any(checks) and not trimmed
+
+
+def test_the_c_library_is_looked_up_when_a_trim_is_first_due(monkeypatch) -> None:
+    """Not at start-up: the look-up loads ``ctypes`` and runs ``ldconfig``."""
+    lookups: list[int] = []
+    monkeypatch.setattr(memory, "libc_malloc_trim", lambda: lookups.append(1) or (lambda pad: 1))
+    values = iter([1500, 100, 100, 1500, 100, 100])
+    release = MemoryRelease(lambda: next(values), 1000)
+    assert [release.check(), release.check()] == [False, False] and lookups == []
+    assert release.check() and lookups == [1]
+    assert [release.check() for _ in range(3)] == [False, False, True] and release.trims == 2
