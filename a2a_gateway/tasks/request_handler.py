@@ -195,6 +195,7 @@ class GatewayRequestHandler(RequestHandler):
             raise UnsupportedOperationError("this agent does not stream")
         history_length = _history_length(params.configuration)
         outcome = await self._start(params, context, streaming=True)
+        del params  # a stream may idle for hours: it keeps no request
         events = send_stream(self.engine, outcome)
         try:
             async for event_id, event in events:
@@ -213,9 +214,11 @@ class GatewayRequestHandler(RequestHandler):
         # a reconnecting client names its last event: the stream goes on after it
         last_event_id = (context.state.get("headers") or {}).get(LAST_EVENT_ID)
         events = subscribe_stream(self.engine, self._scope(context), params.id, last_event_id)
+        del params  # as on_message_send_stream
         try:
             async for event_id, event in events:
                 yield tagged(context, event_id, event)
+                del event  # an idle stream keeps no event it sent (its starting point's)
         finally:
             await events.aclose()  # type: ignore[attr-defined]
 

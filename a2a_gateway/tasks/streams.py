@@ -73,7 +73,7 @@ async def send_stream(engine: TaskEngine, outcome: SendOutcome) -> AsyncIterator
         if run.reply is not None:
             yield None, run.reply  # no task: nothing to resume
             return
-        yield sub.position, run.initial_task  # type: ignore[union-attr]
+        yield sub.position, run.pop_initial_task()
         async for item in _until_settled(engine, run.scope, sub, stop_when_interrupted=True):  # type: ignore[arg-type]
             yield item
     finally:
@@ -108,15 +108,17 @@ async def subscribe_stream(
         async for item in _until_closing(engine, scope, task_id, followed):
             yield item
         return
+    del stored  # the run here has the task: an idle stream keeps no other copy of it
     start: list[StreamItem] = []
     if sub is None:
         # snapshot and subscription in one step: nothing is missed or seen twice
         snapshot = copy_task(run.task)  # type: ignore[union-attr]
         sub = hub.subscribe(task_id)
         start = _starting_point(engine, snapshot, sub.position)
+        del snapshot
     try:
-        for item in start:
-            yield item
+        while start:
+            yield start.pop(0)  # nor what it already sent
         async for item in _until_settled(engine, scope, sub, stop_when_interrupted=False):
             yield item
     finally:

@@ -222,18 +222,21 @@ async def handle_jsonrpc(request: web.Request) -> web.StreamResponse:
                     f"{method_name} is an A2A 1.0 method: send the header A2A-Version: 1.0"
                 )
             context.state[READS_GENERATIONS] = version == V11
-            return await _call_1_0(
+            call = _call_1_0(
                 request, gateway, V10_METHODS[method_name], v10, payload, context, headers
             )
-        if method_name in V03_METHODS:
+        elif method_name in V03_METHODS:
             if version != V03:
                 raise MethodNotFoundError(
                     f"{method_name} is an A2A 0.3 method; this request asked for A2A {version}"
                 )
-            return await _call_0_3(
+            call = _call_0_3(
                 request, gateway, V03_METHODS[method_name], v03, payload, context, headers
             )
-        raise MethodNotFoundError(f"method {method_name!r} not found")
+        else:
+            raise MethodNotFoundError(f"method {method_name!r} not found")
+        del payload  # the call holds it (a 1.0 stream lets it go once open: _call_1_0)
+        return await call
     except A2AError as exc:
         request[A2A_ERROR] = type(exc).__name__
         return json_response(error_body(request.get(JSONRPC_ID), exc), headers)
@@ -261,6 +264,7 @@ async def _call_1_0(
     reads_generations = context.state[READS_GENERATIONS]
     if method.streaming:
         events = call(params, context)
+        del params, payload  # a stream may idle for hours: it keeps no request
 
         def frame(event: Any) -> bytes:
             result = stream_response_dict(event)

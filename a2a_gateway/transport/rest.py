@@ -201,7 +201,9 @@ async def send_message(request, gateway, handler, context):  # type: ignore[no-u
 async def stream_message(request, gateway, handler, context):  # type: ignore[no-untyped-def]
     params = await _body(request, SendMessageRequest(), context.state)
     check_required_fields(params)
-    return await _stream(request, gateway, handler.on_message_send_stream(params, context), context)
+    events = handler.on_message_send_stream(params, context)
+    del params  # a stream may idle for hours: it keeps no request
+    return await _stream(request, gateway, events, context)
 
 
 async def get_task(request, gateway, handler, context):  # type: ignore[no-untyped-def]
@@ -231,8 +233,10 @@ async def cancel_task(request, gateway, handler, context):  # type: ignore[no-un
 
 
 async def subscribe(request, gateway, handler, context):  # type: ignore[no-untyped-def]
-    params = SubscribeToTaskRequest(id=request.match_info["task_id"])
-    return await _stream(request, gateway, handler.on_subscribe_to_task(params, context), context)
+    events = handler.on_subscribe_to_task(
+        SubscribeToTaskRequest(id=request.match_info["task_id"]), context
+    )
+    return await _stream(request, gateway, events, context)
 
 
 async def create_push_config(request, gateway, handler, context):  # type: ignore[no-untyped-def]

@@ -192,7 +192,9 @@ class SSEStream:
                 if me is not None:
                     me.uncancel()
                 return
-            if not await self.send(frame(event), event_id=event_id() if event_id else None):
+            sent = await self.send(frame(event), event_id=event_id() if event_id else None)
+            del event  # an idle stream keeps no event it sent
+            if not sent:
                 return
 
     async def close(self) -> web.StreamResponse:
