@@ -21,7 +21,6 @@ from a2a_gateway.auth.callers import build_authenticator
 from a2a_gateway.auth.operators import OperatorAuth, OperatorKeys
 from a2a_gateway.auth.peer import remember_peer
 from a2a_gateway.auth.sessions import ConsoleSessions
-from a2a_gateway.console.pages import add_console_routes
 from a2a_gateway.endpoints.backend_health import BackendHealth
 from a2a_gateway.endpoints.card_signing import CardSigner
 from a2a_gateway.endpoints.file import EndpointsFile
@@ -131,6 +130,8 @@ def build_app(
     add_routes(app, default_endpoint=settings.default_endpoint,
                worker_events_path=settings.worker_events_path if settings.worker else "")
     if settings.console:
+        from a2a_gateway.console.pages import add_console_routes  # cold start: only when on
+
         add_console_routes(app)
         if settings.console_oidc_issuer:
             from a2a_gateway.console.oidc import add_oidc_routes
