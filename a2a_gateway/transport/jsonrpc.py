@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -374,7 +374,7 @@ async def _call_0_3(
     return json_response({"jsonrpc": "2.0", "id": request_id, "result": body}, headers)
 
 
-async def _stream(
+def _stream(
     request: web.Request,
     gateway: Gateway,
     events: AsyncIterator[Any],
@@ -383,8 +383,9 @@ async def _stream(
     headers: dict[str, str],
     version: str,
     context: ServerCallContext,
-) -> web.StreamResponse:
-    """The JSON-RPC SSE stream; its errors carry the request's id.
+) -> Awaitable[web.StreamResponse]:
+    """The JSON-RPC SSE stream; its errors carry the request's id. Not a coroutine itself: an
+    open stream holds no frame of it.
 
     1.0 names them ``event: error`` (the a2a-sdk's clients read that), and an error before
     the first event is a plain JSON-RPC response (the 1.0 TCK, STREAM-SUB-003, reads
@@ -396,7 +397,7 @@ async def _stream(
     def error_frame(error: A2AError) -> bytes:
         return orjson.dumps(error_body(request_id, error))
 
-    return await stream_events(
+    return stream_events(
         request, gateway.settings.sse_keepalive_seconds, events, frame, error_frame, headers,
         error_event="error" if version == V10 else None,
         early_errors_in_stream=version == V03 and accepts_event_stream(request),

@@ -166,10 +166,11 @@ def _query(
         raise InvalidParamsError(f"invalid query parameters: {exc}") from None
 
 
-async def _stream(
+def _stream(
     request: web.Request, gateway: Gateway, events: Any, context: ServerCallContext
-) -> web.StreamResponse:
-    """An SSE stream; each event carries the ``id:`` the request handler gave it."""
+) -> Awaitable[web.StreamResponse]:
+    """An SSE stream; each event carries the ``id:`` the request handler gave it. Not a
+    coroutine itself: an open stream holds no frame of it."""
     reads_generations = context.state[READS_GENERATIONS]
 
     def frame(event: Any) -> bytes:
@@ -179,7 +180,7 @@ async def _stream(
     def error_frame(error: A2AError) -> bytes:
         return orjson.dumps(build_rest_error_payload(error))
 
-    return await stream_events(
+    return stream_events(
         request,
         gateway.settings.sse_keepalive_seconds,
         events,
