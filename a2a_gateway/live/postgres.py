@@ -303,7 +303,14 @@ class PostgresLiveHub(LiveHub):
         self.feed_relay.refresh(self.listening)
         remote = [t for t in self._interest if self._runs_elsewhere(t)]
         if remote and self.listening:
-            self._announce(WATCH, remote)
+            # a snapshot request the owner missed (its listener was down too) is asked again:
+            # until a snapshot comes, its followers take none of the owner's events
+            unanswered = [t for t in remote if self._awaiting.get(t)]
+            if unanswered:
+                self._announce(WATCH, unanswered, snap=True)
+            answered = [t for t in remote if not self._awaiting.get(t)]
+            if answered:
+                self._announce(WATCH, answered)
         now = time.monotonic()
         for task_id in list(self._watchers):
             if self._run(task_id) is None:

@@ -296,7 +296,7 @@ async def test_a_task_nobody_follows_elsewhere_sends_no_notify(postgres):
 async def test_lost_listener_reconnects_and_the_follower_still_finishes(postgres):
     async with fresh_database() as url, two_replicas(url) as (a, b):
         ep = await a.add_endpoint(settings={"delay": 0.05})
-        words = " ".join(f"w{i}" for i in range(80))
+        words = " ".join(f"w{i}" for i in range(160))
         async with a.client(ep) as on_a, b.client(ep) as on_b:
             stream = on_a.send_message(send_request(words))
             first = await anext(stream)
@@ -328,6 +328,57 @@ async def test_lost_listener_reconnects_and_the_follower_still_finishes(postgres
             _ = [e async for e in stream]
         assert a.gateway.hub.stats["connects"] >= 2 and b.gateway.hub.stats["connects"] >= 2
     assert len(artifact_updates(remote)) > before + 3, "no live chunks after the listener came back"
+    assert artifact_updates(remote)[-1].last_chunk and rebuild(remote) == f"echo: {words}"
+    assert final_state(remote) == COMPLETED
+
+
+async def test_a_snapshot_request_the_owner_missed_is_asked_again(postgres, monkeypatch):
+    """B's listener comes back and asks A for a snapshot while A cannot hear it (A's
+    listener was down too): B's follower takes none of A's events until a snapshot comes, so
+    B asks again at its next refresh instead of waiting for the store's poll."""
+    async with fresh_database() as url, two_replicas(url) as (a, b):
+        missed: list[dict] = []
+        on_watch = a.gateway.hub._on_watch
+
+        def deaf_to_the_first_snapshot_request(message: dict) -> None:
+            if message.get("s") and not missed:
+                missed.append(message)
+                return
+            on_watch(message)
+
+        monkeypatch.setattr(a.gateway.hub, "_on_watch", deaf_to_the_first_snapshot_request)
+        ep = await a.add_endpoint(settings={"delay": 0.05})
+        words = " ".join(f"w{i}" for i in range(160))
+        async with a.client(ep) as on_a, b.client(ep) as on_b:
+            stream = on_a.send_message(send_request(words))
+            first = await anext(stream)
+            remote: list[Any] = []
+            follower = asyncio.create_task(
+                collect(on_b.subscribe(SubscribeToTaskRequest(id=first.task.id)), remote)
+            )
+            try:
+                await eventually(
+                    lambda: len(artifact_updates(remote)) >= 3, timeout=10, what="live chunks on B"
+                )
+                missed.clear()  # B's first snapshot request came with its follow: heard
+                admin = await asyncpg.connect(admin_dsn())
+                try:
+                    await admin.execute(
+                        "SELECT pg_terminate_backend($1)", b.gateway.hub._listener.get_server_pid()
+                    )
+                finally:
+                    await admin.close()
+                await eventually(lambda: b.gateway.hub.stats["connects"] >= 2 and missed,
+                                 timeout=10, what="B's snapshot request after it reconnected")
+                before = len(artifact_updates(remote))
+                async with asyncio.timeout(15):
+                    await follower
+            finally:
+                follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await follower
+            _ = [e async for e in stream]
+    assert len(artifact_updates(remote)) > before + 3, "no live chunks after the missed request"
     assert artifact_updates(remote)[-1].last_chunk and rebuild(remote) == f"echo: {words}"
     assert final_state(remote) == COMPLETED
 
