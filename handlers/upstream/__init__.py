@@ -11,58 +11,63 @@ Every failure is an ``UpstreamError`` (``errors``) whose ``reason`` is short, na
 backend and never carries a secret (``redaction``).
 ``BridgeSettings`` (``settings``) are what every bridge is configured with; ``transport``
 holds the shared client and the transport for libraries that bring their own client.
-
-Each name is imported from its module at its first use: the gateway builds the shared client
-at start-up (``transport``) and a bridge that calls a backend loads the rest with its module.
 """
 
-from __future__ import annotations
+from handlers.upstream.call import Upstream, UpstreamCall, make_timeout
+from handlers.upstream.correlation import (
+    CORRELATION_HEADERS,
+    correlation_headers,
+    correlation_metadata,
+)
+from handlers.upstream.deadline import Deadline
+from handlers.upstream.errors import (
+    RunTimedOut,
+    UnexpectedFrame,
+    UpstreamError,
+    clip,
+    error_detail,
+    http_error_reason,
+    transport_error_reason,
+)
+from handlers.upstream.redaction import redact, shown_url
+from handlers.upstream.request import has_input, request_text
+from handlers.upstream.retry import NO_RETRY, Retry, retry_after
+from handlers.upstream.settings import BridgeSettings
+from handlers.upstream.sse import DONE, EventTooLarge, SSEFrame, SSEReader
+from handlers.upstream.telemetry import TRACE_HEADERS, CallTracer, TracedCall, trace_calls
+from handlers.upstream.transport import BackendTransport, backend_client
 
-import importlib
-from typing import Any
-
-_MODULE_OF = {
-    "Upstream": "call",
-    "UpstreamCall": "call",
-    "make_timeout": "call",
-    "CORRELATION_HEADERS": "correlation",
-    "correlation_headers": "correlation",
-    "correlation_metadata": "correlation",
-    "Deadline": "deadline",
-    "RunTimedOut": "errors",
-    "UnexpectedFrame": "errors",
-    "UpstreamError": "errors",
-    "clip": "errors",
-    "error_detail": "errors",
-    "http_error_reason": "errors",
-    "transport_error_reason": "errors",
-    "redact": "redaction",
-    "shown_url": "redaction",
-    "has_input": "request",
-    "request_text": "request",
-    "NO_RETRY": "retry",
-    "Retry": "retry",
-    "retry_after": "retry",
-    "BridgeSettings": "settings",
-    "DONE": "sse",
-    "EventTooLarge": "sse",
-    "SSEFrame": "sse",
-    "SSEReader": "sse",
-    "TRACE_HEADERS": "telemetry",
-    "CallTracer": "telemetry",
-    "TracedCall": "telemetry",
-    "trace_calls": "telemetry",
-    "BackendTransport": "transport",
-    "backend_client": "transport",
-}
-"""Each re-exported name → the module of this package that defines it."""
-
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
-    globals()[name] = value  # found directly from now on
-    return value
+__all__ = [
+    "CORRELATION_HEADERS",
+    "DONE",
+    "NO_RETRY",
+    "TRACE_HEADERS",
+    "BackendTransport",
+    "BridgeSettings",
+    "CallTracer",
+    "Deadline",
+    "EventTooLarge",
+    "Retry",
+    "RunTimedOut",
+    "SSEFrame",
+    "SSEReader",
+    "TracedCall",
+    "UnexpectedFrame",
+    "Upstream",
+    "UpstreamCall",
+    "UpstreamError",
+    "backend_client",
+    "clip",
+    "correlation_headers",
+    "correlation_metadata",
+    "error_detail",
+    "has_input",
+    "http_error_reason",
+    "make_timeout",
+    "redact",
+    "request_text",
+    "retry_after",
+    "shown_url",
+    "trace_calls",
+    "transport_error_reason",
+]

@@ -2,10 +2,9 @@
 a2a-sdk's server package (its gRPC handler, event queues, 0.3 types), gRPC, OpenTelemetry,
 PyJWT and ``cryptography`` (JWT auth, card signing), the parsers of endpoints and config
 files (PyYAML, tomllib, tomli-w), Redis and the cross-replica live hubs, the ``mcp`` SDK
-with the MCP facade's tools, the bridges' upstream calls (``handlers.upstream`` beyond the
-shared client) and the console (off by default) unimported; each loads when its part is
-used. The DynamoDB store loads botocore alone (not boto3), and start-up builds no push
-notification client.
+with the MCP facade's tools, and the console (off by default) unimported; each loads when
+its part is used. The DynamoDB store loads botocore alone (not boto3), and start-up builds no
+push notification client.
 
 Every check runs in a fresh interpreter, so modules other tests imported do not count.
 """
@@ -52,9 +51,6 @@ NOT_AT_START = (
     "a2a_gateway.transport.mcp_asgi",
     "a2a_gateway.transport.mcp_tools",
     "a2a_gateway.transport.mcp_results",
-    "handlers.upstream.call",
-    "handlers.upstream.settings",
-    "handlers.upstream.sse",
     "a2a_gateway.console.pages",
 )
 
