@@ -293,43 +293,58 @@ async def test_a_task_nobody_follows_elsewhere_sends_no_notify(postgres):
     assert feed == (5, 0)
 
 
-async def test_lost_listener_reconnects_and_the_follower_still_finishes(postgres):
-    async with fresh_database() as url, two_replicas(url) as (a, b):
-        ep = await a.add_endpoint(settings={"delay": 0.05})
-        words = " ".join(f"w{i}" for i in range(160))
-        async with a.client(ep) as on_a, b.client(ep) as on_b:
-            stream = on_a.send_message(send_request(words))
-            first = await anext(stream)
-            remote: list[Any] = []
-            follower = asyncio.create_task(
-                collect(on_b.subscribe(SubscribeToTaskRequest(id=first.task.id)), remote)
+async def _followed_on_b_through(a: Any, b: Any, disruption: Any) -> list[Any]:
+    """A 160-word stream on A, followed on B; once B has live chunks, ``disruption()``
+    runs. B's follower must then get more than three live chunks more (not only the store's
+    poll, 30 s away) and the whole answer; its events are returned."""
+    ep = await a.add_endpoint(settings={"delay": 0.05})
+    words = " ".join(f"w{i}" for i in range(160))
+    async with a.client(ep) as on_a, b.client(ep) as on_b:
+        stream = on_a.send_message(send_request(words))
+        first = await anext(stream)
+        remote: list[Any] = []
+        follower = asyncio.create_task(
+            collect(on_b.subscribe(SubscribeToTaskRequest(id=first.task.id)), remote)
+        )
+        try:
+            await eventually(
+                lambda: len(artifact_updates(remote)) >= 3, timeout=10, what="live chunks on B"
             )
-            try:
-                await eventually(
-                    lambda: len(artifact_updates(remote)) >= 3, timeout=10, what="live chunks on B"
-                )
-                name = url.rsplit("/", 1)[-1]
-                admin = await asyncpg.connect(admin_dsn())
-                try:
-                    killed = await admin.fetchval(
-                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                        " WHERE datname = $1 AND pid <> pg_backend_pid()", name,
-                    )
-                finally:
-                    await admin.close()
-                assert killed >= 2  # at least both LISTEN connections
-                before = len(artifact_updates(remote))
-                async with asyncio.timeout(15):
-                    await follower
-            finally:
-                follower.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await follower
-            _ = [e async for e in stream]
-        assert a.gateway.hub.stats["connects"] >= 2 and b.gateway.hub.stats["connects"] >= 2
-    assert len(artifact_updates(remote)) > before + 3, "no live chunks after the listener came back"
+            await disruption()
+            before = len(artifact_updates(remote))
+            async with asyncio.timeout(15):
+                await follower
+        finally:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+        _ = [e async for e in stream]
+    assert len(artifact_updates(remote)) > before + 3, "no live chunks after the disruption"
     assert artifact_updates(remote)[-1].last_chunk and rebuild(remote) == f"echo: {words}"
     assert final_state(remote) == COMPLETED
+    return remote
+
+
+async def _terminate(where: str, *args: Any) -> int:
+    """Terminate PostgreSQL backends (``where``: a condition on pg_stat_activity); how many."""
+    admin = await asyncpg.connect(admin_dsn())
+    try:
+        return await admin.fetchval(
+            f"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE {where}", *args
+        )
+    finally:
+        await admin.close()
+
+
+async def test_lost_listener_reconnects_and_the_follower_still_finishes(postgres):
+    async with fresh_database() as url, two_replicas(url) as (a, b):
+        async def kill_every_connection() -> None:
+            name = url.rsplit("/", 1)[-1]
+            killed = await _terminate("datname = $1 AND pid <> pg_backend_pid()", name)
+            assert killed >= 2  # at least both LISTEN connections
+
+        await _followed_on_b_through(a, b, kill_every_connection)
+        assert a.gateway.hub.stats["connects"] >= 2 and b.gateway.hub.stats["connects"] >= 2
 
 
 async def test_a_snapshot_request_the_owner_missed_is_asked_again(postgres, monkeypatch):
@@ -346,41 +361,14 @@ async def test_a_snapshot_request_the_owner_missed_is_asked_again(postgres, monk
                 return
             on_watch(message)
 
+        async def kill_b_s_listener() -> None:
+            missed.clear()  # B's first snapshot request came with its follow: heard
+            await _terminate("pid = $1", b.gateway.hub._listener.get_server_pid())
+            await eventually(lambda: b.gateway.hub.stats["connects"] >= 2 and missed,
+                             timeout=10, what="B's snapshot request after it reconnected")
+
         monkeypatch.setattr(a.gateway.hub, "_on_watch", deaf_to_the_first_snapshot_request)
-        ep = await a.add_endpoint(settings={"delay": 0.05})
-        words = " ".join(f"w{i}" for i in range(160))
-        async with a.client(ep) as on_a, b.client(ep) as on_b:
-            stream = on_a.send_message(send_request(words))
-            first = await anext(stream)
-            remote: list[Any] = []
-            follower = asyncio.create_task(
-                collect(on_b.subscribe(SubscribeToTaskRequest(id=first.task.id)), remote)
-            )
-            try:
-                await eventually(
-                    lambda: len(artifact_updates(remote)) >= 3, timeout=10, what="live chunks on B"
-                )
-                missed.clear()  # B's first snapshot request came with its follow: heard
-                admin = await asyncpg.connect(admin_dsn())
-                try:
-                    await admin.execute(
-                        "SELECT pg_terminate_backend($1)", b.gateway.hub._listener.get_server_pid()
-                    )
-                finally:
-                    await admin.close()
-                await eventually(lambda: b.gateway.hub.stats["connects"] >= 2 and missed,
-                                 timeout=10, what="B's snapshot request after it reconnected")
-                before = len(artifact_updates(remote))
-                async with asyncio.timeout(15):
-                    await follower
-            finally:
-                follower.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await follower
-            _ = [e async for e in stream]
-    assert len(artifact_updates(remote)) > before + 3, "no live chunks after the missed request"
-    assert artifact_updates(remote)[-1].last_chunk and rebuild(remote) == f"echo: {words}"
-    assert final_state(remote) == COMPLETED
+        await _followed_on_b_through(a, b, kill_b_s_listener)
 
 
 def _concatenated(events: list[Any]) -> str:
