@@ -25,7 +25,9 @@
   first sends the text streamed so far (``append: false``), then the live deltas,
   in order — what a local ``SubscribeToTask`` gets. A follower that asked for it takes
   nothing before it, and one that did not ignores it: an earlier follower has that text
-  already, and a client that concatenates chunks would show it twice.
+  already, and a client that concatenates chunks would show it twice. A snapshot this
+  replica did not ask for (its owner took the task over, or had forgotten the watch, and
+  what it streamed meanwhile never came) goes to every follower.
 * **Payloads** (``live.postgres_wire``) stay under PostgreSQL's 8000-byte limit: a
   larger text delta is split, a larger final artifact or status update becomes a
   pointer. The receiving replica reads the task from the store once the owner's
@@ -126,6 +128,8 @@ class PostgresLiveHub(LiveHub):
         self._interest: set[str] = set()
         # followers that asked for a snapshot and have not had it yet
         self._awaiting: dict[str, set[Subscription]] = {}
+        # when this replica last asked for a snapshot of each task (monotonic seconds)
+        self._asked: dict[str, float] = {}
         # tasks whose events wait for a store read (an oversized event's pointer)
         self._held: dict[str, list[dict[str, Any]]] = {}
         self._outbox: deque[tuple[str, str]] = deque()
@@ -181,7 +185,7 @@ class PostgresLiveHub(LiveHub):
             # a new follower starts from a snapshot of the text so far (only it gets that)
             self._interest.add(task_id)
             self._awaiting.setdefault(task_id, set()).add(sub)
-            self._announce(WATCH, [task_id], snap=True)
+            self._ask_snapshot([task_id])
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
@@ -194,6 +198,7 @@ class PostgresLiveHub(LiveHub):
                 del self._awaiting[task_id]
         if task_id in self._interest and not self._subscribers.get(task_id):
             self._interest.discard(task_id)
+            self._asked.pop(task_id, None)
             self._announce(UNWATCH, [task_id])
 
     def has_listeners(self, task_id: str) -> bool:
@@ -215,6 +220,7 @@ class PostgresLiveHub(LiveHub):
         super().end(task_id)
         self._watchers.pop(task_id, None)
         self._awaiting.pop(task_id, None)
+        self._asked.pop(task_id, None)
         if task_id in self._interest:
             self._interest.discard(task_id)
             self._announce(UNWATCH, [task_id])
@@ -291,6 +297,18 @@ class PostgresLiveHub(LiveHub):
         for payload in self._wire.interest(kind, self.replica_id, task_ids, snap=snap):
             self._enqueue(WATCH_CHANNEL, payload)
 
+    def _ask_snapshot(self, task_ids: list[str]) -> None:
+        """``watch`` asking the owners of ``task_ids`` for a snapshot."""
+        now = time.monotonic()
+        for task_id in task_ids:
+            self._asked[task_id] = now
+        self._announce(WATCH, task_ids, snap=True)
+
+    def _asked_lately(self, task_id: str) -> bool:
+        """Whether a snapshot of ``task_id`` may still answer this replica's last request
+        (asked again at a refresh, the second answer can come after the first)."""
+        return time.monotonic() - self._asked.get(task_id, -self._refresh) < self._refresh
+
     async def _refresh_loop(self) -> None:
         while True:
             await asyncio.sleep(self._refresh)
@@ -307,7 +325,7 @@ class PostgresLiveHub(LiveHub):
             # until a snapshot comes, its followers take none of the owner's events
             unanswered = [t for t in remote if self._awaiting.get(t)]
             if unanswered:
-                self._announce(WATCH, unanswered, snap=True)
+                self._ask_snapshot(unanswered)
             answered = [t for t in remote if not self._awaiting.get(t)]
             if answered:
                 self._announce(WATCH, answered)
@@ -391,7 +409,7 @@ class PostgresLiveHub(LiveHub):
             for task_id in remote:  # every follower starts again from the snapshot
                 self._awaiting[task_id] = set(self._subscribers.get(task_id, ()))
             if remote:
-                self._announce(WATCH, remote, snap=True)
+                self._ask_snapshot(remote)
         self.stats["connects"] += 1
         while not lost.is_set() and not conn.is_closed():
             with contextlib.suppress(TimeoutError):
@@ -482,11 +500,16 @@ class PostgresLiveHub(LiveHub):
     def _to_followers(self, task_id: str, event: LiveEvent, snapshot: Any) -> None:
         """Hand a forwarded event to the local followers it is for: part of a snapshot
         (``snapshot`` 1, or 2 for its last event), to those waiting for one; else to the
-        others."""
+        others. A snapshot this replica did not ask for goes to every follower: its sender
+        took this replica for a new watcher (it took the task over, or had forgotten the
+        watch), so what the task streamed since its last forwarded event never came here."""
         awaiting = self._awaiting.get(task_id, set())
-        subs = [
-            s for s in self._subscribers.get(task_id, ()) if (s in awaiting) == bool(snapshot)
-        ]
+        if snapshot and not awaiting and not self._asked_lately(task_id):
+            subs = list(self._subscribers.get(task_id, ()))
+        else:
+            subs = [
+                s for s in self._subscribers.get(task_id, ()) if (s in awaiting) == bool(snapshot)
+            ]
         if snapshot == 2:
             self._awaiting.pop(task_id, None)
         size = event.ByteSize()

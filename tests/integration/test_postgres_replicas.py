@@ -371,6 +371,21 @@ async def test_a_snapshot_request_the_owner_missed_is_asked_again(postgres, monk
         await _followed_on_b_through(a, b, kill_b_s_listener)
 
 
+async def test_a_snapshot_b_did_not_ask_for_reaches_its_followers(postgres):
+    """The owner counts B as a new watcher while B's follower is streaming (it took the task
+    over after a kill, or had forgotten B's watch): what it streamed before B's next refresh
+    never came to B, so its snapshot goes to B's followers and the text has no gap."""
+    async with fresh_database() as url, two_replicas(url) as (a, b):
+        async def a_forgets_b() -> None:
+            await asyncio.sleep(2.5)  # past the time B's own snapshot request is answered in
+            watchers = a.gateway.hub._watchers
+            (task_id,) = watchers
+            del watchers[task_id]  # what a replica that took the task over knows of B
+            await eventually(lambda: task_id in watchers, timeout=10, what="B's refresh")
+
+        await _followed_on_b_through(a, b, a_forgets_b)
+
+
 def _concatenated(events: list[Any]) -> str:
     """The text a naive client shows: every artifact update's text, appended or not."""
     return "".join(p.text for u in artifact_updates(events) for p in u.artifact.parts)
