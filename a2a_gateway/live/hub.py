@@ -135,6 +135,7 @@ class Subscription:
             if item is RESTART:
                 raise SubscriberBehind(self.task_id)
             yield item
+            del item  # while it waits for the next, an idle stream keeps no event it gave
 
     def catch_up(self) -> str:
         """After ``SubscriberBehind``: take events again from now on. Returns the new

@@ -202,6 +202,7 @@ class GatewayRequestHandler(RequestHandler):
                 if isinstance(event, Task):
                     event = trim_task(event, history_length)
                 yield tagged(context, event_id, event)
+                del event  # as in on_subscribe_to_task
         finally:
             await events.aclose()  # type: ignore[attr-defined]
 

@@ -1,6 +1,7 @@
 """An open stream whose task is quiet keeps only what it needs to go on: not its request (the
 parsed ``SendMessageRequest`` or its JSON), not the Task it started from (the run's starting
-copy, a SubscribeToTask's stored copy and snapshot), not the events it already sent, no
+copy, a SubscribeToTask's stored copy and snapshot), not the events it already sent (held by
+no generator between the hub's subscription and the socket), no
 coroutine frame that only passes the stream on. Each protobuf object is about 1.2–1.6 KB of
 the protobuf runtime's memory per idle stream.
 
@@ -85,6 +86,9 @@ async def test_a_jsonrpc_stream_keeps_neither_its_request_nor_its_starting_task(
                 SendMessageRequest, lambda r: r.message.message_id == message["messageId"]
             ) == []
             assert _alive(dict, lambda d: d.get("id") == request_id) == [body]  # no JSON body
+            # nor the text chunk it sent: the one chunk alive is the run's template (no parts)
+            chunks = _alive(TaskArtifactUpdateEvent, lambda e: e.task_id == task_id)
+            assert [len(c.artifact.parts) for c in chunks] == [0]
 
 
 async def test_a_rest_stream_keeps_no_request(tmp_path: Path) -> None:
