@@ -25,10 +25,12 @@ pytestmark = pytest.mark.timeout(300)
 CLIENT = Path(__file__).resolve().parents[2] / "bench" / "idle_streams.py"
 ECHO = "00000000-0000-4000-8000-0000000001d1"
 STREAMS = 300
-PER_STREAM_BOUND = 40 * 1024
-"""Measured ≈ 33.5 KB of Python objects per stream (36.6 before the run's LightEvents, the
-replay log's list and the stream's slots; bench/README.md, idle_streams). The protobuf
-objects (the replay log's events are kept as bytes) are outside ``tracemalloc``."""
+PER_STREAM_BOUND = 36 * 1024
+"""Measured ≈ 30–31 KB of Python objects per stream (33.5 before the run's slots and before
+the stream let its request, starting task and sent events go; 36.6 before the run's
+LightEvents, the replay log's list and the stream's slots; bench/README.md, idle_streams).
+The protobuf objects (the replay log's events are kept as bytes) are outside
+``tracemalloc``."""
 KEPT_BOUND = 8 * 1024  # measured ≈ 2 KB: caches and pools that stay warm
 
 
