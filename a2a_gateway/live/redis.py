@@ -18,7 +18,9 @@
   its snapshot and everything after it: no gap, nothing twice. Watches are repeated every
   ``refresh_seconds`` (an owner forgets a watcher after three missed refreshes); a snapshot
   that did not come (the task was queued for a worker, or between owners) is asked for again,
-  soon at first, then every refresh.
+  soon at first, then every refresh. An owner that learns of a watcher from its refresh (it
+  took the task over after its owner was lost, or the watch had lapsed) sends a snapshot
+  without a nonce: the watcher's live followers missed what it streamed meanwhile, and take it.
 * **Event ids valid everywhere.** A follower hands out the owner's ids (a watched task has a
   replay log on its owner). A client that reconnects with ``Last-Event-ID`` on another
   replica (``reconnect``) is answered from the log that gave the id: asked with a nonce
@@ -309,14 +311,21 @@ class RedisLiveHub(LiveHub):
         for task_id in task_ids:
             if not isinstance(task_id, str) or self._run(task_id) is None:
                 continue
-            self._watchers.setdefault(task_id, {})[replica] = expiry
+            watchers = self._watchers.setdefault(task_id, {})
+            new = replica not in watchers
+            watchers[replica] = expiry
             self._open_log(task_id)  # the ids the follower hands out can then be resumed
             if nonce:
                 self._send_snapshot(replica, task_id, nonce)
+            elif new:  # a refresh from a watcher unknown here: the task moved here, or the
+                self._send_snapshot(replica, task_id, None)  # watch lapsed; events were missed
 
-    def _send_snapshot(self, replica: str, task_id: str, nonce: str) -> None:
-        """The text so far for one new follower, in order with the events around it."""
-        fields = {b"k": b"s", b"n": nonce.encode(), b"i": self.position(task_id).encode()}
+    def _send_snapshot(self, replica: str, task_id: str, nonce: str | None) -> None:
+        """The text so far for one new follower (``nonce``), in order with the events around
+        it; without a nonce, for every follower of a replica that missed events."""
+        fields = {b"k": b"s", b"i": self.position(task_id).encode()}
+        if nonce is not None:
+            fields[b"n"] = nonce.encode()
         chunk = self._local.text_so_far(task_id) if self._local is not None else None
         if chunk is not None:
             fields[b"e"] = encode_event(chunk)
@@ -489,6 +498,8 @@ class RedisLiveHub(LiveHub):
                     self._end_remote(task_id, [sub])
             elif kind == b"e" and sub.nonce is None and event is not None:
                 sub._put(event_id, event, event.ByteSize())
+            elif kind == b"s" and nonce is None and sub.nonce is None and event is not None:
+                sub._put(event_id, event, event.ByteSize())  # a snapshot for a missed stretch
 
     def _answer(self, nonce: str, *, found: bool) -> None:
         answered = self._answers.get(nonce)

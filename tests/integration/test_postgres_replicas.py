@@ -48,6 +48,7 @@ from tests.replicas.scenarios import (
     artifact_updates,
     cancel_on_c_stops_the_run_on_a_at_once,
     collect,
+    kill_9_of_the_owner_another_replica_completes,
     quotas_are_counted_once_for_the_fleet,
     subscribe_on_b_gets_live_chunks_and_the_whole_answer,
 )
@@ -98,45 +99,7 @@ async def test_kill_9_of_the_owner_another_replica_completes_with_full_output(po
     async with FakeBackend() as backend, replica_set(
         tmp_path, ["a", "b", "c"], lease_seconds=2, remote_poll_seconds=0.3
     ) as rs:
-        ep = await rs.add_endpoint(
-            "tests.replicas.fake_backend:FakeBackendHandler", backend_url=backend.url, delay=0.1
-        )
-        words = " ".join(f"part{i}" for i in range(40))  # about 4 s of backend work
-        async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b, \
-                rs.client("c", ep, streaming=False) as on_c:
-            stream = on_a.send_message(send_request(words))
-            first = await anext(stream)
-            task_id = first.task.id
-            seen_on_a: list[Any] = []
-            while len(artifact_updates(seen_on_a)) < 3:
-                seen_on_a.append(await anext(stream))
-            remote: list[Any] = []
-            follower = asyncio.create_task(
-                collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote)
-            )
-            try:
-                await eventually(
-                    lambda: len(artifact_updates(remote)) >= 1, timeout=10, what="live chunks on B"
-                )
-                rs.kill("a")
-                with contextlib.suppress(Exception):
-                    await stream.aclose()
-                async with asyncio.timeout(30):
-                    await follower
-            finally:
-                follower.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await follower
-            final = await on_c.get_task(GetTaskRequest(id=task_id))
-    assert len(backend.runs) == 1, "the backend run was started again instead of re-attached"
-    (run,) = backend.runs.values()
-    assert run.status == "completed"
-    full = f"backend: {words}"
-    assert run.output == full
-    assert final.status.state == COMPLETED
-    assert final.artifacts[0].parts[0].text == full
-    assert final_state(remote) == COMPLETED
-    assert artifact_updates(remote)[-1].last_chunk and rebuild(remote) == full
+        await kill_9_of_the_owner_another_replica_completes(rs, backend)
 
 
 async def test_postgres_stopped_during_a_run_503_then_recovery(postgres, tmp_path):

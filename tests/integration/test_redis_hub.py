@@ -135,6 +135,26 @@ async def test_a_follower_on_another_replica_gets_the_text_so_far_then_every_del
     assert rest[-1][0] == owned[-1][0] == a.position("t1")
 
 
+async def test_an_owner_that_learns_of_a_follower_from_its_refresh_sends_what_it_missed(
+    replicas,
+):
+    """The task's owner does not know B's watch (it took the task over after its owner was
+    lost, or the watch lapsed) and streams on: B's next refresh tells it, and the snapshot it
+    sends then, without a nonce, reaches B's live follower, so its text has no gap."""
+    a, runs_a, b, _ = replicas
+    speak(a, runs_a, "t1", "one ")
+    follower = b.follow("t1")
+    assert text_of(await take(follower, 1)) == "one "
+    del a._watchers["t1"]  # what a new owner knows of B
+    speak(a, runs_a, "t1", "two ")  # not forwarded: B is no watcher here
+    await eventually(lambda: "t1" in a._watchers, timeout=5, what="B's refresh")
+    speak(a, runs_a, "t1", "three")
+    a.publish("t1", completed("t1"))
+    a.end("t1")
+    rest = [item async for item in follower]
+    assert text_of(rest) == "one two three"  # from the snapshot on: nothing missed, nothing twice
+
+
 async def test_a_task_nobody_watches_elsewhere_is_not_written_to_redis(replicas):
     a, runs_a, b, _ = replicas
     runs_a.text["quiet"] = ""

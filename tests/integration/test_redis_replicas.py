@@ -45,12 +45,14 @@ from tests.replicas.answered_elsewhere import (
     two_answers_at_one_generation_one_wins,
 )
 from tests.replicas.cluster import ReplicaSet, free_port, replica_set
+from tests.replicas.fake_backend import FakeBackend
 from tests.replicas.scenarios import (
     ECHO,
     artifact_updates,
     cancel_on_c_stops_the_run_on_a_at_once,
     following,
     is_live_chunk,
+    kill_9_of_the_owner_another_replica_completes,
     quotas_are_counted_once_for_the_fleet,
     stored_text,
     subscribe_on_b_gets_live_chunks_and_the_whole_answer,
@@ -120,6 +122,16 @@ async def test_stream_on_a_subscribe_on_b_gets_live_chunks_and_the_whole_answer(
 async def test_cancel_on_c_stops_the_run_on_a_at_once(store, redis, tmp_path):
     async with fleet(tmp_path, store, redis, ["a", "b", "c"]) as rs:
         await cancel_on_c_stops_the_run_on_a_at_once(rs)
+
+
+async def test_kill_9_of_the_owner_another_replica_completes_with_full_output(
+    store, redis, tmp_path
+):
+    async with FakeBackend() as backend, replica_set(
+        tmp_path, ["a", "b", "c"], lease_seconds=2, remote_poll_seconds=0.3, store=store,
+        redis_url=redis,
+    ) as rs:
+        await kill_9_of_the_owner_another_replica_completes(rs, backend)
 
 
 async def test_last_event_id_resumes_on_another_replica_nothing_lost_nothing_twice(

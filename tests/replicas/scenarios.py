@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 from a2a.types import (
@@ -166,3 +167,50 @@ async def quotas_are_counted_once_for_the_fleet(rs: ReplicaSet) -> None:
             return (await http.post(on_b, json=send_body(), headers=v10)).status_code
 
         await eventually(admitted_on_b, until=lambda s: s == 200, what="B admitted after it")
+
+
+async def kill_9_of_the_owner_another_replica_completes(rs: ReplicaSet, backend: Any) -> None:
+    """A stream on ``a`` of a ``FakeBackend`` run, followed on ``b``; ``a`` is killed with
+    SIGKILL: another replica re-attaches the backend's run once ``a``'s lease expires (the set
+    needs short leases), ``b``'s follower gets the whole text without a gap, and the task
+    completes with it."""
+    ep = await rs.add_endpoint(
+        "tests.replicas.fake_backend:FakeBackendHandler", backend_url=backend.url, delay=0.1
+    )
+    words = " ".join(f"part{i}" for i in range(40))  # about 4 s of backend work
+    async with rs.client("a", ep) as on_a, rs.client("b", ep) as on_b, \
+            rs.client("c", ep, streaming=False) as on_c:
+        stream = on_a.send_message(send_request(words))
+        first = await anext(stream)
+        task_id = first.task.id
+        seen_on_a: list[Any] = []
+        while len(artifact_updates(seen_on_a)) < 3:
+            seen_on_a.append(await anext(stream))
+        remote: list[Any] = []
+        follower = asyncio.create_task(
+            collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote)
+        )
+        try:
+            await eventually(
+                lambda: len(artifact_updates(remote)) >= 1, timeout=10, what="live chunks on B"
+            )
+            rs.kill("a")
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+            async with asyncio.timeout(30):
+                await follower
+        finally:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+        final = await on_c.get_task(GetTaskRequest(id=task_id))
+    assert len(backend.runs) == 1, "the backend run was started again instead of re-attached"
+    (run,) = backend.runs.values()
+    assert run.status == "completed"
+    full = f"backend: {words}"
+    assert run.output == full
+    assert final.status.state == COMPLETED
+    assert final.artifacts[0].parts[0].text == full
+    assert final_state(remote) == COMPLETED
+    assert artifact_updates(remote)[-1].last_chunk, remote[-4:]
+    assert rebuild(remote) == full, rebuild(remote)
