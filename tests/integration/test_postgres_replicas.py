@@ -48,6 +48,7 @@ from tests.replicas.scenarios import (
     artifact_updates,
     cancel_on_c_stops_the_run_on_a_at_once,
     collect,
+    following,
     kill_9_of_the_owner_another_replica_completes,
     quotas_are_counted_once_for_the_fleet,
     subscribe_on_b_gets_live_chunks_and_the_whole_answer,
@@ -266,20 +267,15 @@ async def _followed_on_b_through(a: Any, b: Any, disruption: Any) -> list[Any]:
         stream = on_a.send_message(send_request(words))
         first = await anext(stream)
         remote: list[Any] = []
-        follower = asyncio.create_task(
-            collect(on_b.subscribe(SubscribeToTaskRequest(id=first.task.id)), remote)
-        )
-        try:
+        async with following(
+            on_b.subscribe(SubscribeToTaskRequest(id=first.task.id)), remote
+        ) as follower:
             await eventually(
                 lambda: len(artifact_updates(remote)) >= 3, timeout=10, what="live chunks on B"
             )
             await disruption()
             before = len(artifact_updates(remote))
             async with asyncio.timeout(15):
-                await follower
-        finally:
-            follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
                 await follower
         _ = [e async for e in stream]
     assert len(artifact_updates(remote)) > before + 3, "no live chunks after the disruption"

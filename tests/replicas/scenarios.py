@@ -187,10 +187,7 @@ async def kill_9_of_the_owner_another_replica_completes(rs: ReplicaSet, backend:
         while len(artifact_updates(seen_on_a)) < 3:
             seen_on_a.append(await anext(stream))
         remote: list[Any] = []
-        follower = asyncio.create_task(
-            collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote)
-        )
-        try:
+        async with following(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote) as done:
             await eventually(
                 lambda: len(artifact_updates(remote)) >= 1, timeout=10, what="live chunks on B"
             )
@@ -198,11 +195,7 @@ async def kill_9_of_the_owner_another_replica_completes(rs: ReplicaSet, backend:
             with contextlib.suppress(Exception):
                 await stream.aclose()
             async with asyncio.timeout(30):
-                await follower
-        finally:
-            follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await follower
+                await done
         final = await on_c.get_task(GetTaskRequest(id=task_id))
     assert len(backend.runs) == 1, "the backend run was started again instead of re-attached"
     (run,) = backend.runs.values()
