@@ -49,10 +49,12 @@ INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
 
 class CountingEcho(EchoHandler):
     """The echo agent, counting the runs of each task (the backend calls) and keeping the
-    trace context a backend call of each run would send."""
+    trace context a backend call of each run would send. While ``held`` is set, a run waits
+    for it before it answers (a test sees the run in progress, however slow the machine)."""
 
     runs: Counter[str] = Counter()
     traces: dict[str, TraceParent | None] = {}
+    held: asyncio.Event | None = None
 
     async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
         CountingEcho.runs[request.task_id] += 1
@@ -60,6 +62,8 @@ class CountingEcho(EchoHandler):
             "echo", "POST", "http://backend.invalid/", request.headers
         ).headers
         CountingEcho.traces[request.task_id] = TraceParent.of(sent)
+        if CountingEcho.held is not None:
+            await CountingEcho.held.wait()
         async for event in super().run(request):
             yield event
 
@@ -188,17 +192,22 @@ def replies(task: Task) -> list[str]:
 async def test_blocking_send_is_run_by_the_worker(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
+    release = asyncio.Event()
+    monkeypatch.setattr(CountingEcho, "held", release)
     async with deployment(kind, tmp_path, monkeypatch) as d:
-        words = " ".join(f"w{i}" for i in range(30))  # 1.5 s: seen running
+        words = " ".join(f"w{i}" for i in range(5))
         sending = asyncio.create_task(blocking_send(d.api, d.endpoint_id, words))
-        # while it runs, the worker owns the task and the API instance runs nothing
-        invoked = await eventually(lambda: d.invoke.invocations, what="the worker was invoked")
-        task_id = invoked[0]["payload"]["task_id"]
-        running = await eventually(lambda: d.api.store.get_task(d.scope, task_id),
-                                   until=lambda s: s is not None and s.owner == "gw-worker",
-                                   what="the worker claimed the task")
-        assert task_id in d.worker.gateway.engine.runs and not d.api.gateway.engine.runs
-        assert running.task.status.state == TaskState.TASK_STATE_WORKING
+        try:  # while it runs, the worker owns the task and the API instance runs nothing
+            invoked = await eventually(lambda: d.invoke.invocations,
+                                       what="the worker was invoked")
+            task_id = invoked[0]["payload"]["task_id"]
+            running = await eventually(lambda: d.api.store.get_task(d.scope, task_id),
+                                       until=lambda s: s is not None and s.owner == "gw-worker",
+                                       what="the worker claimed the task")
+            assert task_id in d.worker.gateway.engine.runs and not d.api.gateway.engine.runs
+            assert running.task.status.state == TaskState.TASK_STATE_WORKING
+        finally:
+            release.set()
         task = await asyncio.wait_for(sending, 60)
         await d.invoke.settled()
     assert task.id == task_id and task.status.state == COMPLETED
