@@ -31,7 +31,7 @@ import contextlib
 import enum
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -109,6 +109,17 @@ def _holds_unseen(stored: Task, task: Task) -> bool:
     return any(message.message_id not in seen for message in stored.history)
 
 
+class StartingRuns:
+    """How many runs have started and not applied their first event yet. Meanwhile every run
+    gives the loop a turn after each event instead of every ``_EVENTS_PER_TURN``: a new
+    stream's first delta does not wait behind the batches of the streams already going."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
 @dataclass(frozen=True, slots=True)
 class RunServices:
     """What every run works with (one set per gateway)."""
@@ -121,6 +132,7 @@ class RunServices:
     conversation: Conversation
     health: BackendHealth
     """Told how each handler run ended (``_backend_outcome``)."""
+    starting: StartingRuns = field(default_factory=StartingRuns)
 
 
 _IDLE_WRITE_ATTEMPTS = 5
@@ -198,8 +210,8 @@ class TaskRun:
         "version", "generation", "run_state", "run_ref", "initial_task", "reply", "created",
         "settled", "finished", "store_error", "unseen", "_unseen_seconds", "_unseen_until",
         "_new_context", "_push_config", "_on_done", "_events", "_driver", "_iterator_done",
-        "_answer_taken", "_owns", "_owners_lease", "_write_lock", "_handing_over", "_text",
-        "_artifact_id", "_chunks", "_session_updates", "_tokens",
+        "_answer_taken", "_owns", "_owners_lease", "_write_lock", "_handing_over", "_starting",
+        "_text", "_artifact_id", "_chunks", "_session_updates", "_tokens",
     )
 
     def __init__(
@@ -278,6 +290,7 @@ class TaskRun:
         whose run is on another replica); None: the lease is this run's (``_lease``)."""
         self._write_lock = asyncio.Lock()
         self._handing_over = False
+        self._starting = False
         self._text: list[str] = []
         self._artifact_id: str | None = None
         self._chunks: TextChunks | None = None
@@ -314,7 +327,16 @@ class TaskRun:
         self._owns = True
         self._unseen_until = time.monotonic() + self._unseen_seconds
         self.runtime.run_started()
+        self._services.starting.count += 1  # from now: the runs going yield after each event
+        self._starting = True
         self._driver = asyncio.create_task(self._drive(), name=f"task-run-{self.task.id}")
+        self._driver.add_done_callback(self._started)  # a run that ends without an event
+
+    def _started(self, _: object = None) -> None:
+        """The run applied its first event (or ended): it no longer counts as starting."""
+        if self._starting:
+            self._starting = False
+            self._services.starting.count -= 1
 
     def _take_initial_task(self) -> None:
         self.initial_task = copy_task(self.task) if self.request.streaming else self.task
@@ -406,7 +428,7 @@ class TaskRun:
             task_id=self.task.id, endpoint_id=self.scope.endpoint_id
         )
         assert self._events is not None
-        driver, count = asyncio.current_task(), 0
+        driver, count, starting = asyncio.current_task(), 0, self._services.starting
         try:
             async for event in self._events:
                 if driver is not None and driver.cancelling():
@@ -414,10 +436,12 @@ class TaskRun:
                     # cancel that arrives together with its result): no event after a stop
                     raise asyncio.CancelledError
                 await self._apply(event)
+                if self._starting:
+                    self._started()
                 if self.finished:
                     break
                 count += 1
-                if count % _EVENTS_PER_TURN == 0:
+                if starting.count or count % _EVENTS_PER_TURN == 0:
                     await asyncio.sleep(0)  # a handler that never waits must not hold the loop
             else:
                 await self._exhausted()

@@ -565,3 +565,40 @@ async def test_runs_of_handlers_that_never_wait_take_turns_on_the_loop():
     assert not first.run.finished  # before: the first run held the loop to its end
     await asyncio.wait_for(asyncio.gather(*listening), 10)
     assert first.run.finished and second.run.finished
+
+
+async def test_a_starting_run_gets_its_first_event_in_before_the_batches_of_running_ones():
+    engine, _, _, _ = make_engine()
+    busy = Scripted(lambda r: [TextDelta(f"w{i} ") for i in range(5000)] + [Completed()])
+    running = await engine.send(runtime_of(busy), SCOPE, user_message("a"), streaming=True,
+                                subscribe=False)
+    while not running.run.text_so_far:  # the busy run is under way
+        await asyncio.sleep(0)
+    progress: list[int] = []
+
+    def first_event_then_note_the_busy_runs_progress(request: HandlerRequest) -> Any:
+        yield TextDelta("hello")  # the run asks for the next event once it applied this one
+        progress.append(len(running.run.text_so_far.split()))
+        yield Completed()
+
+    progress.append(len(running.run.text_so_far.split()))
+    starting = await engine.send(
+        runtime_of(Scripted(first_event_then_note_the_busy_runs_progress)), SCOPE,
+        user_message("b"), streaming=True, subscribe=False,
+    )
+    await asyncio.wait_for(starting.run.settled.wait(), 10)
+    # a turn each for the start, its creation and its first event: the busy run gave the
+    # loop a turn after each of its events meanwhile, not after a batch of them
+    assert progress[1] - progress[0] <= 4, progress
+    assert not running.run.finished
+    await asyncio.wait_for(running.run.settled.wait(), 30)
+    assert engine.services.starting.count == 0  # the runs go back to batches
+
+
+async def test_a_run_stopped_before_its_first_step_no_longer_counts_as_starting():
+    engine, _, _, _ = make_engine()
+    outcome = await engine.send(runtime_of(Scripted(lambda r: [TextDelta("never")])), SCOPE,
+                                user_message("a"), streaming=True, subscribe=False)
+    assert engine.services.starting.count == 1
+    await outcome.run.stop()  # its driver is canceled before it ran a line
+    assert engine.services.starting.count == 0
