@@ -191,6 +191,7 @@ class TaskEngine:
         task.status.state = TASK_STATE_SUBMITTED
         stamp(task.status.timestamp)
         task.history.append(message)
+        message = task.history[-1]  # the task's copy: the request's can go (an idle stream)
         request = await self.conversation.request(
             handler, scope, task, message, caller, streaming=streaming, new_context=new_context
         )

@@ -1,9 +1,9 @@
 """An open stream whose task is quiet keeps only what it needs to go on: not its request (the
-parsed ``SendMessageRequest`` or its JSON), not the Task it started from (the run's starting
-copy, a SubscribeToTask's stored copy and snapshot), not the events it already sent (held by
-no generator between the hub's subscription and the socket), no
-coroutine frame that only passes the stream on. Each protobuf object is about 1.2–1.6 KB of
-the protobuf runtime's memory per idle stream.
+parsed ``SendMessageRequest``, its JSON, or a message of its own: the handler's message is
+the task's last), not the Task it started from (the run's starting copy, a SubscribeToTask's
+stored copy and snapshot), not the events it already sent (held by no generator between the
+hub's subscription and the socket), no coroutine frame that only passes the stream on. Each
+protobuf object is about 1.2–1.6 KB of the protobuf runtime's memory per idle stream.
 
 The store is SQLite, which keeps no Task object in memory: while a stream idles, the only
 Task of its task alive is the run's.
@@ -82,6 +82,8 @@ async def test_a_jsonrpc_stream_keeps_neither_its_request_nor_its_starting_task(
             task_id = events[0]["task"]["id"]
 
             assert _tasks_kept(gw, task_id) == []  # the run's starting copy went to the stream
+            run = gw.gateway.engine.runs[task_id]
+            assert run.request.message is run.task.history[-1]  # not a copy of its own
             assert _alive(
                 SendMessageRequest, lambda r: r.message.message_id == message["messageId"]
             ) == []
