@@ -330,7 +330,6 @@ class TaskRun:
         self._services.starting.count += 1  # from now: the runs going yield after each event
         self._starting = True
         self._driver = asyncio.create_task(self._drive(), name=f"task-run-{self.task.id}")
-        self._driver.add_done_callback(self._started)  # a run that ends without an event
 
     def _started(self, _: object = None) -> None:
         """The run applied its first event (or ended): it no longer counts as starting."""
@@ -392,6 +391,7 @@ class TaskRun:
         if self._driver is not None and not self._driver.done():
             self._driver.cancel()
             await asyncio.wait({self._driver})  # a cancel of the caller itself still propagates
+        self._started()  # a driver canceled before its first step ran none of ``_drive``
 
     async def hand_over(self) -> None:
         """The gateway stops: stop driving; keep the text streamed so far with the task (the
@@ -457,6 +457,7 @@ class TaskRun:
             self._backend_outcome(exc)
             await self._safe_fail("the agent failed unexpectedly")
         finally:
+            self._started()
             await self._close_events()
             self.runtime.run_ended()
             if self._on_done is not None:
@@ -771,16 +772,22 @@ class TaskRun:
     def _on_text(self, text: str) -> None:
         if not text:
             return
-        chunks, first = self._chunks, self._chunks is None
-        if chunks is None:
+        first = self._artifact_id is None
+        if first:
             self._artifact_id = new_id()
-            chunks = self._chunks = TextChunks(self.task, self._artifact_id)
         self._text.append(text)
         self.generation += 1  # a chunk changes the task's artifact, listened to or not
         if self._hub.has_listeners(self.task.id):  # otherwise kept for the final artifact only
+            chunks = self._text_chunks()
             chunk = chunks.first(text) if first else chunks.next(text)
             stamp_generation(chunk, self.generation)
             self._hub.publish(self.task.id, chunk, self.generation)
+
+    def _text_chunks(self) -> TextChunks:
+        """The chunks of the response text, made when a listener first needs one."""
+        if self._chunks is None:
+            self._chunks = TextChunks(self.task, self._artifact_id)  # type: ignore[arg-type]
+        return self._chunks
 
     def _on_artifact(self, event: ArtifactDelta) -> None:
         """A handler-named artifact: kept on the task (stored at the next state change)."""
@@ -866,9 +873,8 @@ class TaskRun:
         text streamed so far, an empty appended chunk (every listener got that text, as
         chunks or as a late joiner's text-so-far chunk, so a client that ignores ``append``
         does not show the answer twice); otherwise ``final``, which replaces the chunks."""
-        chunks = self._chunks
         if (
-            chunks is None
+            self._artifact_id is None
             or artifact.name != RESPONSE_ARTIFACT
             or len(artifact.parts) != 1
             or artifact.parts[0].WhichOneof("content") != "text"
@@ -876,7 +882,8 @@ class TaskRun:
             or artifact.parts[0].HasField("metadata")
         ):
             return final
-        return chunks.last(artifact.metadata if artifact.HasField("metadata") else None)
+        metadata = artifact.metadata if artifact.HasField("metadata") else None
+        return self._text_chunks().last(metadata)
 
     async def _on_reply(self, event: Reply) -> None:
         if self.version is not None:
