@@ -31,7 +31,7 @@ from a2a_gateway.tasks.conversation import Conversation
 from a2a_gateway.tasks.engine import EngineLimits, TaskEngine
 from a2a_gateway.tasks.follower import follow_task
 from a2a_gateway.tasks.ownership import Ownership
-from a2a_gateway.tasks.run import RunServices
+from a2a_gateway.tasks.run import RunServices, TaskRun
 from handlers.base import (
     ArtifactDelta,
     AuthRequired,
@@ -567,32 +567,42 @@ async def test_runs_of_handlers_that_never_wait_take_turns_on_the_loop():
     assert first.run.finished and second.run.finished
 
 
-async def test_a_starting_run_gets_its_first_event_in_before_the_batches_of_running_ones():
+class SlowToStart(Scripted):
+    """Takes ``steps`` loop turns before its first event (a stream's request, its creation in
+    the store, ...), then notes how far ``busy`` got meanwhile."""
+
+    def __init__(self, steps: int, busy: TaskRun) -> None:
+        super().__init__(lambda r: [])
+        self.steps, self.busy, self.progress = steps, busy, [self.words_of(busy)]
+
+    @staticmethod
+    def words_of(run: TaskRun) -> int:
+        return len(run.text_so_far.split())
+
+    async def run(self, request: HandlerRequest) -> AsyncIterator[Any]:
+        for _ in range(self.steps):
+            await asyncio.sleep(0)
+        yield TextDelta("hello")  # the run asks for the next event once it applied this one
+        self.progress.append(self.words_of(self.busy))
+        yield Completed()
+
+
+async def test_a_starting_run_takes_its_steps_before_the_batches_of_running_ones():
     engine, _, _, _ = make_engine()
     busy = Scripted(lambda r: [TextDelta(f"w{i} ") for i in range(5000)] + [Completed()])
     running = await engine.send(runtime_of(busy), SCOPE, user_message("a"), streaming=True,
                                 subscribe=False)
     while not running.run.text_so_far:  # the busy run is under way
         await asyncio.sleep(0)
-    progress: list[int] = []
-
-    def first_event_then_note_the_busy_runs_progress(request: HandlerRequest) -> Any:
-        yield TextDelta("hello")  # the run asks for the next event once it applied this one
-        progress.append(len(running.run.text_so_far.split()))
-        yield Completed()
-
-    progress.append(len(running.run.text_so_far.split()))
-    starting = await engine.send(
-        runtime_of(Scripted(first_event_then_note_the_busy_runs_progress)), SCOPE,
-        user_message("b"), streaming=True, subscribe=False,
-    )
-    await asyncio.wait_for(starting.run.settled.wait(), 10)
-    # a turn each for the start, its creation and its first event: the busy run gave the
-    # loop a turn after each of its events meanwhile, not after a batch of them
-    assert progress[1] - progress[0] <= 4, progress
-    assert not running.run.finished
+    starting = SlowToStart(4, running.run)
+    started = await engine.send(runtime_of(starting), SCOPE, user_message("b"),
+                                streaming=True, subscribe=False)
+    await asyncio.wait_for(started.run.settled.wait(), 10)
+    # its five steps (four turns, then the first event) went by within two batches of the
+    # busy run (32 events each), not one batch per step
+    assert starting.progress[1] - starting.progress[0] <= 64, starting.progress
     await asyncio.wait_for(running.run.settled.wait(), 30)
-    assert engine.services.starting.count == 0  # the runs go back to batches
+    assert engine.services.starting.count == 0  # the runs go back to plain batches
 
 
 async def test_a_run_stopped_before_its_first_step_no_longer_counts_as_starting():
