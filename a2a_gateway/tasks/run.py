@@ -335,11 +335,12 @@ class TaskRun:
         self._owns = True
         self._unseen_until = time.monotonic() + self._unseen_seconds
         self.runtime.run_started()
-        self._services.starting.count += 1  # from now: the runs going leave turns to it
-        self._starting = True
+        if not self._starting:  # from now: the runs going leave turns to it
+            self._services.starting.count += 1
+            self._starting = True
         self._driver = asyncio.create_task(self._drive(), name=f"task-run-{self.task.id}")
 
-    def _started(self, _: object = None) -> None:
+    def _started(self) -> None:
         """The run applied its first event (or ended): it no longer counts as starting."""
         if self._starting:
             self._starting = False
