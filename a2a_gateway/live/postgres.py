@@ -27,7 +27,10 @@
   nothing before it, and one that did not ignores it: an earlier follower has that text
   already, and a client that concatenates chunks would show it twice. A snapshot this
   replica did not ask for (its owner took the task over, or had forgotten the watch, and
-  what it streamed meanwhile never came) goes to every follower.
+  what it streamed meanwhile never came) goes to every follower. The owner says whether a
+  snapshot was asked for, however late it comes; from an owner of an earlier version
+  (during a rolling upgrade), one that comes more than a refresh after this replica last
+  asked counts as unasked.
 * **Payloads** (``live.postgres_wire``) stay under PostgreSQL's 8000-byte limit: a
   larger text delta is split, a larger final artifact or status update becomes a
   pointer. The receiving replica reads the task from the store once the owner's
@@ -352,8 +355,9 @@ class PostgresLiveHub(LiveHub):
             watchers = self._watchers.setdefault(task_id, {})
             new = channel not in watchers
             watchers[channel] = expiry
-            if new or message.get("s"):
-                self._send_snapshot(task_id, channel)
+            asked = bool(message.get("s"))
+            if new or asked:
+                self._send_snapshot(task_id, channel, asked=asked)
 
     def _on_unwatch(self, message: dict[str, Any]) -> None:
         channel = replica_channel(str(message.get("r")))
@@ -364,9 +368,9 @@ class PostgresLiveHub(LiveHub):
                 if not watchers:
                     del self._watchers[task_id]
 
-    def _send_snapshot(self, task_id: str, channel: str) -> None:
+    def _send_snapshot(self, task_id: str, channel: str, *, asked: bool) -> None:
         event = self._local.text_so_far(task_id) if self._local is not None else None
-        for payload in self._wire.snapshot(task_id, event):  # sent even with no text yet
+        for payload in self._wire.snapshot(task_id, event, asked=asked):  # even with no text
             self._enqueue(channel, payload)
 
     # receiving ------------------------------------------------------------------------
@@ -477,7 +481,7 @@ class PostgresLiveHub(LiveHub):
         if message.get("k") == EVENT:
             event = decode_event(message)
             if event is not None:
-                self._to_followers(task_id, event, message.get("n"))
+                self._to_followers(task_id, event, message.get("n"), message.get("x"))
         elif message.get("k") == SNAPSHOT_END:  # a snapshot with nothing in it
             self._awaiting.pop(task_id, None)
 
@@ -493,18 +497,22 @@ class PostgresLiveHub(LiveHub):
         finally:
             held = self._held.pop(task_id, [])
             if event is not None:
-                self._to_followers(task_id, event, message.get("n"))
+                self._to_followers(task_id, event, message.get("n"), message.get("x"))
             for later in held:
                 self._deliver(later)
 
-    def _to_followers(self, task_id: str, event: LiveEvent, snapshot: Any) -> None:
+    def _to_followers(self, task_id: str, event: LiveEvent, snapshot: Any, asked: Any) -> None:
         """Hand a forwarded event to the local followers it is for: part of a snapshot
         (``snapshot`` 1, or 2 for its last event), to those waiting for one; else to the
         others. A snapshot this replica did not ask for goes to every follower: its sender
         took this replica for a new watcher (it took the task over, or had forgotten the
-        watch), so what the task streamed since its last forwarded event never came here."""
+        watch), so what the task streamed since its last forwarded event never came here.
+        ``asked``: what the sender says of it (``x``); a sender of an earlier version says
+        nothing (None), and it is judged by when this replica last asked."""
         awaiting = self._awaiting.get(task_id, set())
-        if snapshot and not awaiting and not self._asked_lately(task_id):
+        if asked is None:
+            asked = bool(awaiting) or self._asked_lately(task_id)
+        if snapshot and not asked:
             subs = list(self._subscribers.get(task_id, ()))
         else:
             subs = [

@@ -11,7 +11,10 @@ Each payload is a small JSON object whose ``k`` says what it carries:
 * ``c``, a control command ``c`` (e.g. ``cancel``) for task ``t`` from replica ``r``.
 * ``n``, the end of a snapshot for task ``t`` that had no text to send. The events of a
   snapshot (the text so far, the owner's answer to a watch with ``s``) carry ``n``: 1,
-  and the last of them 2, so that only the followers waiting for one get it.
+  and the last of them 2, so that only the followers waiting for one get it. They also
+  carry ``x``: 1 when the snapshot answers a watch with ``s``, 0 when the owner sent it
+  unasked (to a replica it did not know was watching). A sender of an earlier version
+  sends no ``x``, and a receiver of one ignores it.
 
 Every payload stays under ``PAYLOAD_LIMIT`` (PostgreSQL refuses 8000 bytes and more).
 A larger text delta is split into several deltas (UTF-8 safe; the first keeps the
@@ -90,15 +93,17 @@ class LiveWire:
             return [orjson.dumps(pointer).decode()]
         return []
 
-    def snapshot(self, task_id: str, event: LiveEvent | None) -> list[str]:
+    def snapshot(self, task_id: str, event: LiveEvent | None, *, asked: bool) -> list[str]:
         """Payloads of a snapshot: ``event`` (the text so far, or None: nothing yet), each
-        marked as part of one, the last as its end."""
+        marked as part of one, the last as its end, and whether it was ``asked`` for."""
         payloads = self.event(task_id, event) if event is not None else []
         if not payloads:
-            return [orjson.dumps({"k": SNAPSHOT_END, "t": task_id, "n": 2}).decode()]
+            end = {"k": SNAPSHOT_END, "t": task_id, "n": 2, "x": int(asked)}
+            return [orjson.dumps(end).decode()]
         marked = [orjson.loads(p) for p in payloads]
         for i, message in enumerate(marked):
             message["n"] = 2 if i == len(marked) - 1 else 1
+            message["x"] = int(asked)
         return [orjson.dumps(m).decode() for m in marked]
 
     def interest(

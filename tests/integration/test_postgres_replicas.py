@@ -383,6 +383,38 @@ async def test_a_second_follower_on_b_gets_the_text_so_far_and_the_first_not_aga
         assert _concatenated(events) == answer  # no text twice, even for a naive client
 
 
+async def test_a_snapshot_b_asked_for_is_known_as_such_however_late_it_comes(
+    postgres, monkeypatch
+):
+    """A's answers to B's snapshot requests come later than B's refresh (NOTIFY held up): B
+    asks again meanwhile, and the answer to that second request comes after the first one
+    was taken. The owner says the snapshot was asked for, so B's follower does not take it
+    again: a client that concatenates chunks shows the text once."""
+    async with fresh_database() as url, two_replicas(url) as (a, b):
+        monkeypatch.setattr(b.gateway.hub, "_refresh", 0.5)
+        loop, on_watch = asyncio.get_running_loop(), a.gateway.hub._on_watch
+
+        def slow_to_answer(message: dict) -> None:
+            if message.get("s"):
+                loop.call_later(3.0, on_watch, message)
+            else:
+                on_watch(message)
+
+        monkeypatch.setattr(a.gateway.hub, "_on_watch", slow_to_answer)
+        ep = await a.add_endpoint(settings={"delay": 0.05})
+        words = " ".join(f"w{i}" for i in range(200))  # 10 s: past the late answers
+        async with a.client(ep) as on_a, b.client(ep) as on_b:
+            stream = on_a.send_message(send_request(words))
+            task_id = (await anext(stream)).task.id
+            remote: list[Any] = []
+            async with asyncio.timeout(30):
+                await collect(on_b.subscribe(SubscribeToTaskRequest(id=task_id)), remote)
+            _ = [e async for e in stream]
+    answer = f"echo: {words}"
+    assert rebuild(remote) == answer and final_state(remote) == COMPLETED
+    assert _concatenated(remote) == answer
+
+
 # interest (no database) ------------------------------------------------------------------
 
 
