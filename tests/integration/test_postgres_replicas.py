@@ -32,7 +32,14 @@ import asyncpg
 import httpx
 import orjson
 import pytest
-from a2a.types import GetTaskRequest, Part, SubscribeToTaskRequest, TaskState
+from a2a.types import (
+    Artifact,
+    GetTaskRequest,
+    Part,
+    SubscribeToTaskRequest,
+    TaskArtifactUpdateEvent,
+    TaskState,
+)
 
 from a2a_gateway.live.postgres import PostgresLiveHub
 from a2a_gateway.live.postgres_wire import PAYLOAD_LIMIT, LiveWire, split_utf8
@@ -441,6 +448,32 @@ async def test_follow_announces_interest_at_once_and_subscribe_never_does():
     follower.close()
     local.close()
     assert [(m["k"], m["ids"]) for m in _queued(hub)] == [("w", ["t-remote"]), ("u", ["t-remote"])]
+
+
+async def test_a_snapshot_is_taken_as_asked_for_when_its_owner_says_so_or_else_by_when():
+    hub = PostgresLiveHub(store=None, replica_id="b")
+    hub.serve(_NoRuns())
+    follower = hub.follow("t")  # asks the owner for a snapshot
+    text_so_far = TaskArtifactUpdateEvent(task_id="t", artifact=Artifact(
+        artifact_id="r", parts=[Part(text="text so far")]))
+    owner = LiveWire()
+
+    def delivered(payloads: list[str]) -> bool:
+        before = follower._backlog.bytes
+        for payload in payloads:
+            hub._deliver(orjson.loads(payload))
+        return follower._backlog.bytes > before
+
+    assert delivered(owner.snapshot("t", text_so_far, asked=True))  # the answer it waits for
+    assert not delivered(owner.snapshot("t", text_so_far, asked=True))  # it has that text
+    assert delivered(owner.snapshot("t", text_so_far, asked=False))  # what it missed meanwhile
+    # an owner of an earlier version does not say: judged by when this replica last asked
+    unsaid = [orjson.dumps({k: v for k, v in orjson.loads(p).items() if k != "x"}).decode()
+              for p in owner.snapshot("t", text_so_far, asked=True)]
+    assert not delivered(unsaid)  # asked within the last refresh
+    hub._asked["t"] -= 10
+    assert delivered(unsaid)
+    follower.close()
 
 
 # payload encoding (no database) -----------------------------------------------------------
