@@ -159,10 +159,10 @@ _EVENTS_PER_TURN = 32
 _TURNS_FOR_STARTS = 3
 """While a run is starting (``StartingRuns``), a run that ends a batch of events lets this
 many more loop turns go by before its next one. The starting run's steps (its request, its
-creation in the store, its first event) take a turn each, and now wait behind 3 cheap steps
-of each running stream instead of a batch of 32 events. The batches stay whole, so an SSE
-write still carries 32 events: yielding after every event instead did as well for a first
-delta but cost a fifth of the throughput of 100 chat streams (bench/README.md)."""
+creation in the store, its first event) take a turn each: they wait behind three cheap
+steps of each running stream, not behind a batch of 32 events. The batches stay whole, so
+an SSE write still carries 32 events: yielding after every event instead did as well for a
+first delta but cost a fifth of the throughput of 100 chat streams (bench/README.md)."""
 
 
 _BACKEND_ANSWERED = frozenset({TASK_STATE_COMPLETED, TASK_STATE_REJECTED, TASK_STATE_INPUT_REQUIRED,
