@@ -28,6 +28,7 @@ from a2a_gateway.stores.base import Scope, TaskQuery
 from tests.stores.store_urls import fresh_store_url
 from tests.support.admin_support import OPERATOR_KEY, admin
 from tests.support.harness import RunningGateway, collect, require_env, running_gateway
+from tests.support.held import add_held_echo
 from tests.support.messages import send_body, send_params, send_request
 from tests.support.waiting import eventually
 
@@ -72,11 +73,11 @@ async def _send(gw: RunningGateway, endpoint_id: str, key: str, text: str = "hi"
     return event.task
 
 
-async def test_each_quota_kind_refuses_before_any_work(gw):
+async def test_each_quota_kind_refuses_before_any_work(gw, monkeypatch):
     """One flow per store (a gateway's start costs more than the checks)."""
     require_env("A2A_TEST_LLM_URL")
     await _windows_refuse_and_reset(gw)
-    await _concurrency_and_endpoint_limits(gw)
+    await _concurrency_and_endpoint_limits(gw, monkeypatch)
     await _token_and_money_budgets(gw)
 
 
@@ -133,16 +134,25 @@ async def _windows_refuse_and_reset(gw: RunningGateway) -> None:
     assert await _tasks_of(gw, slow, asking_id) == 1
 
 
-async def _concurrency_and_endpoint_limits(gw: RunningGateway) -> None:
+async def _concurrency_and_endpoint_limits(
+    gw: RunningGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
     gw.gateway.quotas.clock = Clock(MINUTE_START + 10)
-    endpoint = await gw.add_endpoint(settings={"delay": 0.1})
+    # the run is held after its first word until the refusal is seen (a 0.4 s run could end
+    # before the refused request arrived on a loaded machine)
+    endpoint, release = await add_held_echo(gw, monkeypatch, settings={"delay": 0})
     busy_id, busy = await _key(gw, endpoint, {"concurrent_tasks": 1, "tasks_per_minute": 2})
 
     # one running task holds the key's only slot: 403 (no window resets it), then free again;
     # each refusal gave back the minute's count it had taken before the slot refused
     async with gw.client(endpoint, streaming=False, api_key=busy) as client:
-        (running,) = await collect(client.send_message(send_request("a b c d", immediately=True)))
-        refused = await _refusal(gw, endpoint, busy, rid=9)
+        try:
+            (running,) = await collect(
+                client.send_message(send_request("a b c d", immediately=True))
+            )
+            refused = await _refusal(gw, endpoint, busy, rid=9)
+        finally:
+            release.set()
         assert refused.status_code == 403 and "Retry-After" not in refused.headers
         assert refused.json()["id"] == 9
         assert "concurrent_tasks of 1" in refused.json()["error"]["message"]
