@@ -33,6 +33,7 @@ from tests.replicas.answered_elsewhere import (
     two_answers_at_one_generation_one_wins,
 )
 from tests.support.harness import running_gateway
+from tests.support.held import add_held_echo
 from tests.support.messages import send_request
 from tests.support.waiting import eventually
 
@@ -41,16 +42,26 @@ QUIET_LEASES = {"lease_seconds": 60, "remote_poll_seconds": 0.1}
 """No lease check (it reads the task too) within a test's bounds."""
 
 
-async def test_subscribe_on_another_replica_gets_task_then_final_state():
+async def test_subscribe_on_another_replica_gets_task_then_final_state(
+    monkeypatch: pytest.MonkeyPatch,
+):
     store = MemoryStore()
     async with running_gateway(store=store, replica_id="a", **FAST) as a, \
             running_gateway(store=store, replica_id="b", **FAST) as b:
-        ep = await a.add_endpoint(settings={"delay": 0.05})
+        # the run waits after its first word until B's subscriber has the task (a 1 s run
+        # could end before B was asked on a loaded machine, and a subscribe to an ended task
+        # is refused)
+        ep, release = await add_held_echo(a, monkeypatch, settings={"delay": 0.05}, replicas=(b,))
         words = " ".join(f"w{i}" for i in range(20))
         async with a.client(ep) as on_a, b.client(ep) as on_b:
             stream = on_a.send_message(send_request(words))
-            first = await anext(stream)
-            remote = [e async for e in on_b.subscribe(SubscribeToTaskRequest(id=first.task.id))]
+            try:
+                first = await anext(stream)
+                following = on_b.subscribe(SubscribeToTaskRequest(id=first.task.id))
+                remote = [await anext(following)]
+            finally:
+                release.set()
+            remote += [e async for e in following]
             _ = [e async for e in stream]
     assert remote[0].HasField("task") and remote[0].task.id == first.task.id
     finals = [e for e in remote if e.HasField("artifact_update")]
