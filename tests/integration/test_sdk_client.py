@@ -21,6 +21,7 @@ from a2a.types import (
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 
 from tests.support.harness import RunningGateway, collect, reconstruct
+from tests.support.held import add_held_echo
 from tests.support.messages import send_request
 from tests.support.waiting import eventually
 
@@ -125,14 +126,19 @@ async def test_list_tasks_filters_by_context_and_pages(gw, echo_id):
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-async def test_cancel_running_task(gw, version):
-    ep = await gw.add_endpoint(settings={"delay": 0.2})
+async def test_cancel_running_task(gw, version, monkeypatch):
+    # the run waits after its first word until the cancel is answered: it is still running
+    # when the cancel arrives, however slow the machine (a 3.2 s run was a time margin)
+    ep, release = await add_held_echo(gw, monkeypatch, settings={"delay": 0.2})
     async with gw.client(ep, version=version, streaming=False) as client:
         request = send_request("a b c d e f g h i j k l m n o p")
         request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
-        (ev,) = await collect(client.send_message(request))
-        task_id = ev.task.id
-        canceled = await client.cancel_task(CancelTaskRequest(id=task_id))
+        try:
+            (ev,) = await collect(client.send_message(request))
+            task_id = ev.task.id
+            canceled = await client.cancel_task(CancelTaskRequest(id=task_id))
+        finally:
+            release.set()
         assert canceled.status.state == TaskState.TASK_STATE_CANCELED
         again = await client.get_task(GetTaskRequest(id=task_id))
         assert again.status.state == TaskState.TASK_STATE_CANCELED
@@ -142,17 +148,28 @@ async def test_cancel_running_task(gw, version):
 
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_subscribe_mid_stream_gets_task_text_so_far_then_live_then_final(
-    gw, slow_echo_id, version
+    gw, version, monkeypatch
 ):
+    # the run waits after "echo: w0" until the late subscriber has the text so far (a 1.5 s
+    # run could end before the subscribe on a loaded machine, and an ended task refuses it)
+    slow_echo_id, release = await add_held_echo(gw, monkeypatch, words=2,
+                                                settings={"delay": 0.05})
     words = " ".join(f"w{i}" for i in range(30))
     async with (
         gw.client(slow_echo_id, version=version) as first,
         gw.client(slow_echo_id, version=version) as second,
     ):
         stream = first.send_message(send_request(words))
-        head = [await anext(stream) for _ in range(6)]
-        task_id = head[0].task.id
-        late = await collect(second.subscribe(SubscribeToTaskRequest(id=task_id)))
+        try:
+            head = [await anext(stream)]
+            while list(reconstruct(head).values()) != ["echo: w0"]:
+                head.append(await anext(stream))
+            task_id = head[0].task.id
+            following = second.subscribe(SubscribeToTaskRequest(id=task_id))
+            late = [await anext(following), await anext(following)]
+        finally:
+            release.set()
+        late += [e async for e in following]
         rest = [e async for e in stream]
     assert late[0].HasField("task") and late[0].task.id == task_id
     assert late[1].HasField("artifact_update") and not late[1].artifact_update.append
