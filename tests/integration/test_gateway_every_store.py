@@ -28,6 +28,7 @@ from a2a.types import (
 from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 
 from tests.support.harness import RunningGateway, collect, reconstruct
+from tests.support.held import add_held_echo
 from tests.support.messages import send_request
 from tests.support.waiting import eventually
 
@@ -148,12 +149,23 @@ async def test_cancel_stops_a_slow_stream_and_the_task_stays_canceled(gw, slow_e
     assert final.status.state == CANCELED and not final.artifacts
 
 
-async def test_subscribe_mid_stream_rebuilds_the_exact_text(gw, slow_echo):
+async def test_subscribe_mid_stream_rebuilds_the_exact_text(gw, monkeypatch):
+    # the run waits after "echo: w0" until the late subscriber has the text so far (a 1 s run
+    # could end before the subscribe on a loaded machine, and an ended task refuses it)
+    slow_echo, release = await add_held_echo(gw, monkeypatch, words=2,
+                                             settings={"delay": WORD_DELAY})
     words = " ".join(f"w{i}" for i in range(20))
     async with gw.client(slow_echo) as first, gw.client(slow_echo) as second:
         stream = first.send_message(send_request(words))
-        head = [await anext(stream) for _ in range(6)]
-        late = await collect(second.subscribe(SubscribeToTaskRequest(id=head[0].task.id)))
+        try:
+            head = [await anext(stream)]
+            while list(reconstruct(head).values()) != ["echo: w0"]:
+                head.append(await anext(stream))
+            following = second.subscribe(SubscribeToTaskRequest(id=head[0].task.id))
+            late = [await anext(following), await anext(following)]
+        finally:
+            release.set()
+        late += await collect(following)
         rest = await collect(stream)
     assert late[0].HasField("task") and late[0].task.id == head[0].task.id
     assert late[1].HasField("artifact_update") and not late[1].artifact_update.append
