@@ -13,6 +13,7 @@ import structlog
 from aiohttp import web
 
 from tests.support.harness import require_env, running_gateway
+from tests.support.held import add_held_echo
 from tests.support.local_server import serve_locally
 from tests.support.messages import rpc, send_body
 from tests.support.waiting import eventually
@@ -55,13 +56,18 @@ async def test_requests_are_counted_by_method_endpoint_and_outcome():
     assert "guessed-endpoint" not in after  # ids from URLs stay out unless the store has them
 
 
-async def test_open_sse_streams_and_running_tasks_are_gauges():
+async def test_open_sse_streams_and_running_tasks_are_gauges(monkeypatch):
     async with running_gateway() as gw, httpx.AsyncClient(timeout=30) as http:
-        ep = await gw.add_endpoint(settings={"delay": 0.2})  # a run of 1.4 s: scraped meanwhile
+        # the run waits after its first word until the scrape is done (a 1.4 s run could end
+        # before the scrape on a loaded machine)
+        ep, release = await add_held_echo(gw, monkeypatch, settings={"delay": 0})
         body = send_body("one two three four five six", method="SendStreamingMessage")
         async with http.stream("POST", gw.jsonrpc_url(ep), json=body, headers=V10) as stream:
-            assert stream.status_code == 200
-            during = await scrape(gw, http)
+            try:
+                assert stream.status_code == 200
+                during = await scrape(gw, http)
+            finally:
+                release.set()
             await stream.aclose()
         await eventually(lambda: scrape(gw, http),
                          until=lambda text: metric(text, "a2a_gateway_open_sse_streams") == 0
