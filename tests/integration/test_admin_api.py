@@ -25,6 +25,7 @@ from tests.support.admin_support import (
     new_caller_key,
 )
 from tests.support.harness import running_gateway
+from tests.support.held import HELD_ECHO, add_held_echo
 from tests.support.messages import send_request
 from tests.support.waiting import eventually
 
@@ -448,31 +449,44 @@ async def test_the_session_cookie_is_secure_when_the_gateway_is_served_over_http
     assert "secure" in {a.strip().lower() for a in logged_in.headers["Set-Cookie"].split(";")}
 
 
-async def test_an_operator_follows_a_running_tasks_own_stream_text_chunks_included(gw):
-    endpoint_id = await gw.add_endpoint(settings={"delay": 0.05})
+async def test_an_operator_follows_a_running_tasks_own_stream_text_chunks_included(
+    gw, monkeypatch
+):
+    # the run waits after its first word until the operator's stream has begun (a 2 s run
+    # could end during the refused requests on a loaded machine: a 409, or no live chunks)
+    endpoint_id, release = await add_held_echo(gw, monkeypatch, settings={"delay": 0.05})
     row, key = make_key(SECRET, endpoint_id=endpoint_id, tenant="default", principal="carol")
     await gw.store.create_api_key(row)
     words = " ".join(f"w{i}" for i in range(40))
     async with running_gateway(store=gw.store, allow_unauthenticated_endpoints=False,
-                               operator_keys=[OPERATOR_KEY]) as strict:  # the run is this one's
+                               operator_keys=[OPERATOR_KEY],  # the run is this one's
+                               handler_allowlist=["handlers.", HELD_ECHO.partition(":")[0]]
+                               ) as strict:
         async with strict.client(endpoint_id, api_key=key) as client:
             caller = client.send_message(send_request(words))
-            first = await anext(caller)
-            task_id = first.task.id
-            url = (
-                f"{strict.base_url}/admin/api/endpoints/{endpoint_id}/tasks/{task_id}"
-                "/stream?principal=carol"
-            )
-            async with httpx.AsyncClient(timeout=60) as http:
-                assert (await http.get(url)).status_code == 401
-                assert (
-                    await http.get(url, headers={"Authorization": f"Bearer {key}"})
-                ).status_code == 403
-                assert (
-                    await http.get(url.replace("carol", "dave"), headers=AS_OPERATOR)
-                ).status_code == 404
-                async with aconnect_sse(http, "GET", url, headers=AS_OPERATOR) as source:
-                    seen = [orjson.loads(sse.data) async for sse in source.aiter_sse() if sse.data]
+            try:
+                first = await anext(caller)
+                task_id = first.task.id
+                url = (
+                    f"{strict.base_url}/admin/api/endpoints/{endpoint_id}/tasks/{task_id}"
+                    "/stream?principal=carol"
+                )
+                async with httpx.AsyncClient(timeout=60) as http:
+                    assert (await http.get(url)).status_code == 401
+                    assert (
+                        await http.get(url, headers={"Authorization": f"Bearer {key}"})
+                    ).status_code == 403
+                    assert (
+                        await http.get(url.replace("carol", "dave"), headers=AS_OPERATOR)
+                    ).status_code == 404
+                    async with aconnect_sse(http, "GET", url, headers=AS_OPERATOR) as source:
+                        seen = []
+                        async for sse in source.aiter_sse():
+                            if sse.data:
+                                seen.append(orjson.loads(sse.data))
+                                release.set()  # followed from here on: the run goes on
+            finally:
+                release.set()
             rest = [event async for event in caller]
     assert (
         "task" in seen[0] and seen[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
