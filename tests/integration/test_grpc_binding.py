@@ -47,6 +47,7 @@ from a2a_gateway.transport.sse import OPEN_STREAMS
 from tests.stores.store_urls import fresh_store_url
 from tests.support.cli_process import cli_env, run_cli, serving
 from tests.support.harness import RunningGateway, collect, reconstruct, running_gateway
+from tests.support.held import add_held_echo
 from tests.support.messages import send_request
 from tests.support.waiting import eventually
 
@@ -408,13 +409,18 @@ async def test_credentials_come_from_metadata():
     assert [t.id for t in listed.tasks] == [by_header.task.id]  # the refused calls created nothing
 
 
-async def test_a_client_deadline_ends_the_stream_never_the_task(grpc_gw, stub):
-    ep = await echo(grpc_gw, 0.05)
-    stream = stub.SendStreamingMessage(_send(ep, WORDS), metadata=V10, timeout=0.6)
+async def test_a_client_deadline_ends_the_stream_never_the_task(grpc_gw, stub, monkeypatch):
+    # the run waits after its first word until the deadline has ended the stream (with a 1.5 s
+    # run and a 0.6 s deadline a loaded machine could miss the first event or the deadline)
+    ep, release = await add_held_echo(grpc_gw, monkeypatch, settings={"delay": 0.05})
+    stream = stub.SendStreamingMessage(_send(ep, WORDS), metadata=V10, timeout=2)
     seen = []
-    with pytest.raises(grpc.aio.AioRpcError) as ended:
-        async for event in stream:
-            seen.append(event)
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            async for event in stream:
+                seen.append(event)
+    finally:
+        release.set()
     assert ended.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     task_id = seen[0].task.id
     task = await eventually(lambda: stub.GetTask(_get(ep, task_id), metadata=V10),
