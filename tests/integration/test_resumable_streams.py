@@ -20,6 +20,7 @@ import pytest
 
 from tests.stores.pg_support import fresh_database
 from tests.support.harness import RunningGateway, running_gateway
+from tests.support.held import add_held_echo
 from tests.support.messages import rpc, wire_message
 from tests.support.streams import SseEvent, read_sse, sse_final_state, sse_text
 from tests.support.waiting import eventually
@@ -31,6 +32,8 @@ WORD_DELAY = 0.05
 READ_BEFORE_DROP = 6
 MISS_AT_LEAST = 5
 """Events the task publishes while the client is away, before it reconnects."""
+HELD_WORDS = 15
+"""Words after which a held run waits (past READ_BEFORE_DROP + MISS_AT_LEAST events)."""
 
 
 # the three bindings ------------------------------------------------------------------------
@@ -189,18 +192,27 @@ async def slow_echo(gw: RunningGateway) -> str:
 
 @pytest.mark.parametrize("binding", BINDINGS, ids=lambda b: b.name)
 async def test_a_dropped_stream_resumes_with_nothing_lost_and_nothing_twice(
-    gw, slow_echo, http, binding
+    gw, http, binding, monkeypatch
 ):
+    # the runs wait after HELD_WORDS words until the missed events are counted: the task is
+    # still running then (a 2 s run could end before the count on a loaded machine, and the
+    # tail would be only the replayed events)
+    slow_echo, release = await add_held_echo(gw, monkeypatch, words=HELD_WORDS,
+                                             settings={"delay": WORD_DELAY})
     reference_stream = asyncio.create_task(read(http, binding.send(gw, slow_echo, WORDS), binding))
-    head = await read(http, binding.send(gw, slow_echo, WORDS), binding, limit=READ_BEFORE_DROP)
-    task_id = head[0].body["id"]
-    last = position(head[-1].id)
-    await eventually(
-        lambda: published(gw, task_id) >= last + MISS_AT_LEAST,
-        interval=0.02,
-        what="events missed while away",
-    )
-    missed = published(gw, task_id) - last
+    try:
+        head = await read(http, binding.send(gw, slow_echo, WORDS), binding,
+                          limit=READ_BEFORE_DROP)
+        task_id = head[0].body["id"]
+        last = position(head[-1].id)
+        await eventually(
+            lambda: published(gw, task_id) >= last + MISS_AT_LEAST,
+            interval=0.02,
+            what="events missed while away",
+        )
+        missed = published(gw, task_id) - last
+    finally:
+        release.set()
     tail = await read(
         http, binding.subscribe(gw, slow_echo, task_id), binding, last_event_id=head[-1].id
     )
