@@ -24,6 +24,7 @@ from handlers.base import (
     TextDelta,
 )
 from tests.support.harness import RunningGateway
+from tests.support.held import add_held_echo
 from tests.support.messages import send_request
 from tests.support.waiting import eventually
 
@@ -166,10 +167,13 @@ async def test_streamed_reply_of_1000_deltas_costs_at_most_two_task_writes(gw: R
 
 
 async def test_a_long_blocking_run_is_written_while_it_runs_so_list_tasks_sees_it(
-    gw: RunningGateway,
+    gw: RunningGateway, monkeypatch: pytest.MonkeyPatch,
 ):
-    ep = await gw.add_endpoint("handlers.echo:EchoHandler", settings={"delay": 0.1})
-    words = " ".join(f"w{i}" for i in range(30))  # about 3 s, past unseen_task_seconds (1 s)
+    # about 3 s of words, past unseen_task_seconds (1 s); then the run waits before it
+    # completes until it is listed (a 3 s run could end before the listing under load)
+    words = " ".join(f"w{i}" for i in range(30))
+    ep, release = await add_held_echo(gw, monkeypatch, words=len(f"echo: {words}".split()),
+                                      settings={"delay": 0.1})
     async with gw.client(ep, streaming=False) as blocked, gw.client(ep, streaming=False) as lister:
         reply = asyncio.create_task(anext(blocked.send_message(send_request(words))))
 
@@ -177,7 +181,10 @@ async def test_a_long_blocking_run_is_written_while_it_runs_so_list_tasks_sees_i
             page = await lister.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_WORKING))
             return list(page.tasks)
 
-        seen = await eventually(working, timeout=20, what="the running task listed")
+        try:
+            seen = await eventually(working, timeout=20, what="the running task listed")
+        finally:
+            release.set()
         done = (await reply).task
     assert [t.id for t in seen] == [done.id] and not reply.cancelled()
     assert done.status.state == TaskState.TASK_STATE_COMPLETED
