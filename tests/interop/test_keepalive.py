@@ -12,9 +12,12 @@ The echo agent pauses WORD_DELAY seconds after each word: keepalives fall in eve
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 
+from a2a_gateway.transport.sse import OPEN_STREAMS
 from tests.interop.legacy import JS, SDK02, SDK03, Client, installed, run_client
 from tests.interop.wire import (
     BINDINGS,
@@ -27,7 +30,9 @@ from tests.interop.wire import (
     read_sse,
 )
 from tests.support.harness import RunningGateway, running_gateway
+from tests.support.held import add_held_echo
 from tests.support.messages import rpc
+from tests.support.waiting import eventually
 
 KEEPALIVE_SECONDS = 0.25
 WORD_DELAY = 0.6
@@ -84,13 +89,17 @@ async def test_a_deployed_client_reads_a_silent_stream_to_its_end(
 @pytest.mark.parametrize("client", [pytest.param(SDK03, id="a2a-sdk-0.3.22"),
                                     pytest.param(JS, id="a2a-js-sdk-0.3.1")])
 async def test_a_deployed_client_resubscribes_and_reads_a_silent_stream_to_its_end(
-    client: Client,
+    client: Client, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     installed(client)
     async with running_gateway(sse_keepalive_seconds=KEEPALIVE_SECONDS) as gw:
-        endpoint_id = await slow_echo(gw)
+        # the run waits after its first word until the client process has resubscribed (the
+        # six seconds of echo a process had to start in could be used up on a loaded machine,
+        # and an ended task refuses the resubscribe)
+        endpoint_id, release = await add_held_echo(gw, monkeypatch,
+                                                   settings={"delay": WORD_DELAY})
         task_id = await started_task(gw, endpoint_id, RESUBSCRIBED_TEXT)
-        run = await run_client(
+        running = asyncio.create_task(run_client(
             client,
             {
                 "action": "resubscribe",
@@ -98,7 +107,13 @@ async def test_a_deployed_client_resubscribes_and_reads_a_silent_stream_to_its_e
                 "task_id": task_id,
                 "card_path": MODERN_CARD_PATH,
             },
-        )
+        ))
+        try:
+            await eventually(lambda: gw.app[OPEN_STREAMS] or running.done(), timeout=60,
+                             what="the client's subscription")
+        finally:
+            release.set()
+        run = await running
     run.assert_ended()
     assert kind(run.events[0]) == "task", run.events[0]
     assert completed(run.events), run.events
