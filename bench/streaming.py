@@ -143,9 +143,11 @@ async def gateway_stream(http: aiohttp.ClientSession, base: str, endpoint: str, 
             if "artifactUpdate" in result:
                 update = result["artifactUpdate"]
                 chunk = "".join(p.get("text", "") for p in update["artifact"]["parts"])
-                if update.get("lastChunk"):
-                    out.text = chunk
-                    continue
+                # the text as a client that follows ``append`` holds it: the last chunk
+                # appends (often nothing) when the answer is what was streamed, else replaces
+                out.text = out.text + chunk if update.get("append") else chunk
+                if update.get("lastChunk") and not (update.get("append") and chunk):
+                    continue  # the final artifact whole, or the empty end: not deltas
                 if out.first_delta_s is None:
                     out.first_delta_s = time.monotonic() - started
                     if gateway_cpu is not None:
