@@ -31,10 +31,10 @@ from a2a_gateway.observability.tracing import TraceParent
 from a2a_gateway.stores.base import Scope
 from a2a_gateway.tasks.dispatch import NOT_CLAIMED, NOT_DISPATCHED, SWEEP_EVENT
 from handlers.base import HandlerEvent, HandlerRequest
-from handlers.echo import EchoHandler
 from tests.stores import dynamo_support
 from tests.stores.store_urls import STORE_KINDS, fresh_store_url
 from tests.support.harness import RunningGateway, collect, reconstruct, running_gateway
+from tests.support.held import HeldEcho
 from tests.support.local_server import serve_locally
 from tests.support.messages import send_body, send_request
 from tests.support.waiting import eventually
@@ -47,14 +47,13 @@ FAILED = TaskState.TASK_STATE_FAILED
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
 
 
-class CountingEcho(EchoHandler):
+class CountingEcho(HeldEcho):
     """The echo agent, counting the runs of each task (the backend calls) and keeping the
-    trace context a backend call of each run would send. While ``held`` is set, a run waits
-    for it before it answers (a test sees the run in progress, however slow the machine)."""
+    trace context a backend call of each run would send; held like ``HeldEcho`` while its
+    gate is set (a test sees the run in progress, however slow the machine)."""
 
     runs: Counter[str] = Counter()
     traces: dict[str, TraceParent | None] = {}
-    held: asyncio.Event | None = None
 
     async def run(self, request: HandlerRequest) -> AsyncIterator[HandlerEvent]:
         CountingEcho.runs[request.task_id] += 1
@@ -62,8 +61,6 @@ class CountingEcho(EchoHandler):
             "echo", "POST", "http://backend.invalid/", request.headers
         ).headers
         CountingEcho.traces[request.task_id] = TraceParent.of(sent)
-        if CountingEcho.held is not None:
-            await CountingEcho.held.wait()
         async for event in super().run(request):
             yield event
 
@@ -193,7 +190,7 @@ async def test_blocking_send_is_run_by_the_worker(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     release = asyncio.Event()
-    monkeypatch.setattr(CountingEcho, "held", release)
+    monkeypatch.setattr(HeldEcho, "gate", release)  # after the first word
     async with deployment(kind, tmp_path, monkeypatch) as d:
         words = " ".join(f"w{i}" for i in range(5))
         sending = asyncio.create_task(blocking_send(d.api, d.endpoint_id, words))

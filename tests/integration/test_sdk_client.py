@@ -152,12 +152,12 @@ async def test_subscribe_mid_stream_gets_task_text_so_far_then_live_then_final(
 ):
     # the run waits after "echo: w0" until the late subscriber has the text so far (a 1.5 s
     # run could end before the subscribe on a loaded machine, and an ended task refuses it)
-    slow_echo_id, release = await add_held_echo(gw, monkeypatch, words=2,
+    held_echo_id, release = await add_held_echo(gw, monkeypatch, words=2,
                                                 settings={"delay": 0.05})
     words = " ".join(f"w{i}" for i in range(30))
     async with (
-        gw.client(slow_echo_id, version=version) as first,
-        gw.client(slow_echo_id, version=version) as second,
+        gw.client(held_echo_id, version=version) as first,
+        gw.client(held_echo_id, version=version) as second,
     ):
         stream = first.send_message(send_request(words))
         try:
