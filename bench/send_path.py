@@ -78,8 +78,8 @@ class _RawClient:
     """A keep-alive HTTP/1.1 client that costs next to nothing in this process: it writes a
     request built once (a fresh messageId each time) and reads the reply by its length."""
 
-    def __init__(self, port: int, path: str) -> None:
-        self.port, self.path = port, path
+    def __init__(self, port: int, path: str, streaming: bool = False) -> None:
+        self.port, self.path, self.streaming = port, path, streaming
 
     async def __aenter__(self) -> _RawClient:
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
@@ -89,7 +89,8 @@ class _RawClient:
         self.writer.close()
 
     async def send(self) -> bytes:
-        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        method = "SendStreamingMessage" if self.streaming else "SendMessage"
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {
             "message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER",
                         "parts": [{"text": "hello"}]}}}).encode()
         self.writer.write(
@@ -98,6 +99,10 @@ class _RawClient:
             + body
         )
         head = await self.reader.readuntil(b"\r\n\r\n")
+        if self.streaming:  # chunked SSE, read to its last chunk
+            reply = await self.reader.readuntil(b"\r\n0\r\n\r\n")
+            assert b"TASK_STATE_COMPLETED" in reply, reply[:300]
+            return reply
         length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
         reply = await self.reader.readexactly(length)
         assert b"TASK_STATE_COMPLETED" in reply, reply[:200]
@@ -127,13 +132,14 @@ async def _http_sends(client: _RawClient, count: int) -> float:
 
 
 async def measure(
-    store: str, sends: int, profile: str | None, lines: int, http: bool = False
+    store: str, sends: int, profile: str | None, lines: int, http: bool = False,
+    stream: bool = False,
 ) -> dict[str, float]:
     """CPU µs per send over ``sends`` sends, after a warm-up, and the function calls per send;
     ``profile``: also print a cProfile of them sorted by that key."""
     async with echo_gateway(store) as served, \
-            _RawClient(served.port, served.jsonrpc_path) as client:
-        if http:
+            _RawClient(served.port, served.jsonrpc_path, stream) as client:
+        if http or stream:
             sends_of = functools.partial(_http_sends, client)
         else:
             gateway = served.app[GATEWAY]
@@ -185,18 +191,20 @@ def print_by_module(stats: pstats.Stats, sends: int, lines: int) -> None:
 def _child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as directory:
         store = "memory://" if args.store == "memory" else f"sqlite:///{directory}/bench.db"
-        figure = asyncio.run(measure(store, args.sends, args.profile, args.lines, args.http))
+        figure = asyncio.run(
+            measure(store, args.sends, args.profile, args.lines, args.http, args.stream))
     print(json.dumps(figure))
 
 
 def _run_child(
-    source: Path | None, store: str, sends: int, http: bool, instructions: bool = False
+    source: Path | None, store: str, sends: int, http: bool, instructions: bool = False,
+    stream: bool = False,
 ) -> dict[str, float]:
     env = dict(os.environ)
     if source is not None:  # the packages of another commit come first on the path
         env["PYTHONPATH"] = os.pathsep.join([str(source), env.get("PYTHONPATH", "")])
     argv = [sys.executable, __file__, "--child", "--store", store, "--sends", str(sends),
-            *(["--http"] if http else [])]
+            *(["--http"] if http else []), *(["--stream"] if stream else [])]
     if instructions:
         env["SEND_PATH_CALLGRIND"] = "1"
         argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
@@ -224,6 +232,9 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=30, help="profile lines")
     parser.add_argument("--http", action="store_true",
                         help="send over HTTP (JSON-RPC) from this process, not to the handler")
+    parser.add_argument("--stream", action="store_true",
+                        help="SendStreamingMessage over HTTP (a one-word echo, read to the "
+                             "stream's end): what starting a stream costs")
     parser.add_argument("--instructions", action="store_true",
                         help="also count instructions per send under valgrind's callgrind "
                              "(the same on a busy machine; a run takes about 30 s)")
@@ -246,12 +257,13 @@ def main() -> None:
             for store in args.stores.split(","):
                 for name, source in sources:
                     figure = _run_child(source, store, args.sends, args.http,
-                                        args.instructions)
+                                        args.instructions, args.stream)
                     figures.setdefault((store, name), []).append(figure)
                     print(f"run {run + 1}/{args.runs} {store:7s} {name:14s} "
                           f"{figure['cpu_us']:7.1f} µs/send", flush=True)
-    where = "over HTTP, client in process" if args.http else "below HTTP"
-    print(f"\nblocking SendMessage {where} (echo, delay 0), {args.sends} sends a run, "
+    where = "over HTTP, client in process" if args.http or args.stream else "below HTTP"
+    what = "SendStreamingMessage" if args.stream else "blocking SendMessage"
+    print(f"\n{what} {where} (echo, delay 0), {args.sends} sends a run, "
           f"medians of {args.runs} runs; {describe_tree()}")
     counted = args.instructions
     print("| store | source | CPU µs per send | runs | calls per send |"

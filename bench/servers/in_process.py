@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from a2a_gateway.app import build_app, server_options
+from a2a_gateway.cli import tune_gc_for_serving
 from a2a_gateway.observability.logs import configure_logging
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Endpoint
@@ -32,7 +33,8 @@ async def echo_gateway(
     store: str, card: dict[str, Any] | None = None
 ) -> AsyncIterator[EchoGateway]:
     """The gateway on ``store`` (log level warning, as `serve` configures it) with an echo
-    agent of delay 0, listening on a free port of 127.0.0.1 for the block."""
+    agent of delay 0, listening on a free port of 127.0.0.1 for the block, the garbage
+    collector tuned as ``serve`` tunes it."""
     settings = GatewaySettings(
         store=store, log_level="warning", allow_unauthenticated_endpoints=True
     )
@@ -48,6 +50,7 @@ async def echo_gateway(
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        tune_gc_for_serving(settings.gc_young_threshold)  # as `serve` does once it listens
         yield EchoGateway(app, endpoint.id, port)
     finally:
         await runner.cleanup()
