@@ -199,6 +199,7 @@ def build_app(
             unseen_task_seconds=settings.unseen_task_seconds,
             dispatch_claim_seconds=settings.dispatch_claim_seconds,
             long_poll_seconds=settings.long_poll_seconds,
+            eager_blocking_runs=settings.eager_blocking_runs,
         ), dispatcher=dispatcher_of(settings))
         hub.serve(LiveView(engine), ReplayLimits(settings.stream_replay_events,
                                                  settings.stream_replay_keep_seconds,

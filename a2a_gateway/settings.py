@@ -335,6 +335,12 @@ class GatewaySettings(BaseSettings):
     """A blocking SendMessage's task (no stream, no push config) is written once, in its final
     state, when its run ends within this time; a longer run is written when it passes it, so
     GetTask, ListTasks and the operator feed see it while it runs."""
+    eager_blocking_runs: bool = True
+    """On Python 3.12 and later, a blocking SendMessage's run takes its first step at once,
+    in the request's turn of the event loop: a handler that answers without waiting (an
+    echo, a cached reply) has answered before the request looks, with no loop turn between
+    (about 5 µs less per send). The answers are the same either way; ``false`` starts every
+    run on the next turn, as Python 3.11 does."""
     shutdown_grace_seconds: float = 20.0
     """On SIGTERM or SIGINT, open streams and blocking calls may go on this long; then the
     gateway hands its running tasks over (each stream gets a last status event, blocking

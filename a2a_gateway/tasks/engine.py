@@ -103,6 +103,9 @@ class EngineLimits:
     """How long a dispatched task waits for a worker's claim before recovery fails it."""
     long_poll_seconds: float = 25.0
     """How long a GetTask with ``currentGeneration`` waits for the task to change."""
+    eager_blocking_runs: bool = True
+    """A blocking send's run takes its first step before the send returns (Python 3.12+,
+    ``TaskRun.start``'s ``eager``)."""
 
 
 class TaskEngine:
@@ -135,9 +138,9 @@ class TaskEngine:
     def replica_id(self) -> str:
         return self.ownership.replica_id
 
-    def _start(self, run: TaskRun, events: AsyncIterator[Any]) -> TaskRun:
-        self.runs[run.task.id] = run
-        run.start(events)
+    def _start(self, run: TaskRun, events: AsyncIterator[Any], *, eager: bool = False) -> TaskRun:
+        self.runs[run.task.id] = run  # before the start: an eager run may be over after it
+        run.start(events, eager=eager)
         return run
 
     def _run_done(self, run: TaskRun) -> None:
@@ -212,7 +215,9 @@ class TaskEngine:
         )
         if self.dispatcher is not None:
             return await self._dispatch(run, "run")
-        self._start(run, handler.run(request))
+        # a blocking caller's run starts at once (an echo is over before this returns); a
+        # stream's waits for its subscription, taken below
+        self._start(run, handler.run(request), eager=unseen and self.limits.eager_blocking_runs)
         sub = self.hub.subscribe(task.id) if subscribe else None  # from the run's generation 1
         return SendOutcome(run=run, subscription=sub)
 

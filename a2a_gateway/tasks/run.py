@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -152,6 +153,10 @@ _NO_WRITE_BEFORE_THE_END = (
 )
 """Events an unseen task's run applies without creating the task first (``TaskRun.unseen``)."""
 
+
+EAGER_TASKS = sys.version_info >= (3, 12)
+"""This Python can run a new task's first step at once, in the task (``eager_start``): see
+``TaskRun.start``."""
 
 _EVENTS_PER_TURN = 32
 """A run gives the other runs and streams a turn of the event loop after this many events."""
@@ -330,7 +335,14 @@ class TaskRun:
                        version=self.version, run_state=self.run_state, on_done=self._on_done)
 
     # lifecycle ---------------------------------------------------------------
-    def start(self, events: AsyncIterator[HandlerEvent]) -> None:
+    def start(self, events: AsyncIterator[HandlerEvent], *, eager: bool = False) -> None:
+        """Drive ``events`` in a task of the run's own. ``eager`` (Python 3.12+, else
+        ignored): that task's first step runs now, before ``start`` returns, as the task
+        itself (``asyncio.current_task()`` is the driver, as in any step). A run whose
+        handler never waits (an echo, a cached reply) is then over when ``start`` returns:
+        its caller finds it settled, with no loop turn and no wake-up between. Everything
+        else is as for a run started later: the driver task exists, and a cancel, a stop
+        or a hand-over reaches the run through it."""
         self._events = events
         self._owns = True
         self._unseen_until = time.monotonic() + self._unseen_seconds
@@ -338,7 +350,12 @@ class TaskRun:
         if not self._starting:  # from now: the runs going leave turns to it
             self._services.starting.count += 1
             self._starting = True
-        self._driver = asyncio.create_task(self._drive(), name=f"task-run-{self.task.id}")
+        name = f"task-run-{self.task.id}"
+        if eager and EAGER_TASKS:
+            self._driver = asyncio.Task(  # type: ignore[call-arg]
+                self._drive(), loop=asyncio.get_running_loop(), name=name, eager_start=True)
+        else:
+            self._driver = asyncio.create_task(self._drive(), name=name)
 
     def _started(self) -> None:
         """The run applied its first event (or ended): it no longer counts as starting."""
