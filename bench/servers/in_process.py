@@ -11,7 +11,11 @@ from typing import Any
 from aiohttp import web
 
 from a2a_gateway.app import build_app, server_options
-from a2a_gateway.cli import tune_gc_for_serving
+
+try:
+    from a2a_gateway.cli import tune_gc_for_serving
+except ImportError:  # an earlier gateway (send_path.py --ref): its own module held it
+    from a2a_gateway.gc_policy import tune_for_serving as tune_gc_for_serving
 from a2a_gateway.observability.logs import configure_logging
 from a2a_gateway.settings import GatewaySettings
 from a2a_gateway.stores.base import Endpoint
