@@ -11,7 +11,8 @@ nothing there."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +36,12 @@ def store_kind(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-Gateways = Callable[[bool], Any]
-
 
 @pytest.fixture
 async def gateway_with(
     store_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Any]:
     """Opens a gateway on a fresh store of ``store_kind``, blocking runs eager or not."""
-    from contextlib import AsyncExitStack
-
     async with AsyncExitStack() as stack:
         async def open_one(eager: bool) -> RunningGateway:
             directory = tmp_path / ("eager" if eager else "later")
@@ -63,7 +60,7 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?")
 
 
-def normalized(answers: list[Any]) -> list[Any]:
+def normalized(answers: list[Any]) -> str:
     """``answers`` with each id named by its order of appearance and every time alike."""
     names: dict[str, str] = {}
 
@@ -73,8 +70,7 @@ def normalized(answers: list[Any]) -> list[Any]:
             return found
         return names.setdefault(found, f"<id{len(names)}>")
 
-    text = repr(answers)
-    return [_TIME.sub("<time>", _UUID.sub(name, text))]  # type: ignore[list-item]
+    return _TIME.sub("<time>", _UUID.sub(name, repr(answers)))
 
 
 async def conversation(gw: RunningGateway) -> list[Any]:
